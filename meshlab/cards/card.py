@@ -1,0 +1,204 @@
+"""The model card: the inventory meshlab plans over, as plain immutable values (no torch).
+
+Cards are generated from the real diffusers classes by ``meshlab.cards.importer`` (which needs torch) and
+shipped as JSON inside the package, so planning never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshlab.errors import InputError, Location
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}
+
+#: Which token stream a Linear (or any parameter) serves; the cost model multiplies by its token count.
+STREAMS = ("image", "text", "joint", "conditioning", "none")
+#: Module kinds the planner distinguishes (column/row apply only to ``linear``).
+KINDS = ("linear", "conv", "norm", "embedding", "other")
+
+CARD_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of the model: its dotted path, shape, dtype, and what the planner and cost model need."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # one of KINDS: the kind of the module that owns it
+    stream: str  # one of STREAMS
+    block: int | None = None  # index of the repeated block it belongs to, None outside blocks
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_bias(self) -> bool:
+        return self.name.endswith(".bias")
+
+    @property
+    def module(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+    @property
+    def bytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One attention module: heads and head dim, and the Linears that make its q/k/v and output."""
+
+    module: str
+    heads: int
+    head_dim: int
+    streams: tuple[str, ...]  # token streams joined in its sequence, e.g. ("text", "image")
+    qkv: tuple[str, ...]  # module paths of the q/k/v projections (all streams)
+    out: tuple[str, ...]  # module paths of the output projections
+
+
+@dataclass(frozen=True)
+class Component:
+    """A pipeline component meshlab does not shard (VAE, text encoder): its size, and a decode working set."""
+
+    name: str
+    class_name: str
+    parameters: int
+    dtype: str
+    #: Peak working set while decoding, in bytes per output pixel per image (VAE only), measured by a traced
+    #: decode at a small size; activations of a convolutional decoder scale with the pixel count.
+    working_bytes_per_pixel: float = 0.0
+
+    @property
+    def bytes(self) -> int:
+        return self.parameters * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Figures the workload and cost model need: widths, patching, and how pixels become tokens."""
+
+    hidden_size: int
+    num_layers: int  # repeated blocks in all (dual-stream plus single-stream)
+    num_attention_heads: int
+    attention_head_dim: int
+    patch_size: int
+    in_channels: int  # width of one image token at the transformer's input (after 2x2 packing)
+    text_dim: int  # width of one text token at the transformer's input
+    vae_scale_factor: int  # pixels per latent pixel along each side
+    mlp_ratio: float
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    name: str
+    class_name: str
+    source: dict  # how it was made: diffusers version, config, preset
+    architecture: Architecture
+    parameters: tuple[Parameter, ...]
+    attention: tuple[Attention, ...]
+    components: tuple[Component, ...] = field(default=())
+
+    @property
+    def total_params(self) -> int:
+        return sum(p.numel for p in self.parameters)
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def to_json(self) -> dict:
+        return card_to_json(self)
+
+
+def card_to_json(card: ModelCard) -> dict:
+    arch = card.architecture
+    return {
+        "schema_version": CARD_SCHEMA_VERSION,
+        "name": card.name,
+        "class_name": card.class_name,
+        "source": card.source,
+        "architecture": {k: getattr(arch, k) for k in Architecture.__dataclass_fields__},
+        "parameters": [
+            {"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "kind": p.kind, "stream": p.stream, "block": p.block}
+            for p in card.parameters
+        ],
+        "attention": [
+            {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
+             "qkv": list(a.qkv), "out": list(a.out)}
+            for a in card.attention
+        ],
+        "components": [
+            {"name": c.name, "class_name": c.class_name, "parameters": c.parameters, "dtype": c.dtype,
+             "working_bytes_per_pixel": c.working_bytes_per_pixel}
+            for c in card.components
+        ],
+    }
+
+
+def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
+    """Build a card from its JSON form; a malformed card is an InputError naming the file."""
+    try:
+        if data.get("schema_version") != CARD_SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {CARD_SCHEMA_VERSION}")
+        return ModelCard(
+            name=data["name"],
+            class_name=data["class_name"],
+            source=data["source"],
+            architecture=Architecture(**data["architecture"]),
+            parameters=tuple(_parameter(p) for p in data["parameters"]),
+            attention=tuple(_attention(a) for a in data["attention"]),
+            components=tuple(Component(**c) for c in data.get("components", [])),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(
+            f"not a valid meshlab model card ({type(exc).__name__}: {exc})",
+            "generate one with `meshlab models import`",
+            Location(origin),
+        ) from None
+
+
+def _parameter(p: dict) -> Parameter:
+    if p["kind"] not in KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
+        raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
+    return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
+
+
+def _attention(a: dict) -> Attention:
+    return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]))
+
+
+BUILTIN_DIR = Path(__file__).parent
+
+
+def builtin_cards() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.json"))
+
+
+def load_card(name_or_path: str, relative_to: Path | None = None) -> ModelCard:
+    """A built-in card by name (``qwen-image``) or a card JSON file by path."""
+    if name_or_path in builtin_cards():
+        path = BUILTIN_DIR / f"{name_or_path}.json"
+    else:
+        path = Path(name_or_path)
+        if relative_to is not None and not path.is_absolute():
+            path = relative_to / path
+        if not path.suffix == ".json" or not path.is_file():
+            raise InputError(
+                f"unknown model {name_or_path!r}",
+                f"use a built-in card ({', '.join(builtin_cards())}) or a path to a card .json file",
+            )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read model card: {exc}", "regenerate it with `meshlab models import`", Location(str(path))) from None
+    return card_from_json(data, str(path))

@@ -1,0 +1,59 @@
+"""meshlab's exception types.
+
+The core raises these; the CLI turns each into one line
+``meshlab: error: FILE:LINE:COL: what is wrong; how to fix it`` in one place (``meshlab.cli.output``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in an input file a problem sits (1-based line and column, as editors count)."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        parts = [self.file]
+        if self.line is not None:
+            parts.append(str(self.line))
+            if self.column is not None:
+                parts.append(str(self.column))
+        return ":".join(parts)
+
+
+class MeshlabError(Exception):
+    """A user-facing error: what is wrong, how to fix it, and where (when known)."""
+
+    def __init__(self, problem: str, fix: str = "", location: Location | None = None):
+        self.problem = problem
+        self.fix = fix
+        self.location = location
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        fix = f"; {self.fix}" if self.fix else ""
+        return f"{where}{self.problem}{fix}"
+
+    def at(self, location: Location) -> "MeshlabError":
+        """The same error, placed at `location` unless it already has a place."""
+        if self.location is not None:
+            return self
+        return type(self)(self.problem, self.fix, location)
+
+
+class InputError(MeshlabError):
+    """Bad input: a file, a strategy, a model card or a command-line value. Exit code 2."""
+
+
+class PlanError(InputError):
+    """A strategy that cannot be planned on its model and mesh (axis, rank, divisibility)."""
+
+
+class BackendError(MeshlabError):
+    """torch_xla is missing, SPMD is off, or XLA rejected what meshlab asked of it. Exit code 3."""

@@ -1,0 +1,72 @@
+"""The plan: a partition spec for every parameter over an abstract mesh, and what each costs per device."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from meshlab.cards.card import DTYPE_BYTES, ModelCard, Parameter
+from meshlab.mesh import AbstractMesh
+from meshlab.spec import PartitionSpec
+
+
+@dataclass(frozen=True)
+class PlannedParameter:
+    """One parameter with its spec, and which rule gave it (None: no rule matched, so replicated)."""
+
+    parameter: Parameter
+    spec: PartitionSpec
+    rule: int | None  # index into the strategy's rules
+
+    @property
+    def name(self) -> str:
+        return self.parameter.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.parameter.shape
+
+    def shard_shape(self, mesh: AbstractMesh) -> tuple[int, ...]:
+        return self.spec.shard_shape(self.parameter.shape, mesh)
+
+    def bytes_per_device(self, mesh: AbstractMesh) -> int:
+        """What XLA allocates on each device: the padded shard."""
+        return math.prod(self.shard_shape(mesh)) * DTYPE_BYTES[self.parameter.dtype]
+
+    def real_bytes_on(self, device: int, mesh: AbstractMesh) -> int:
+        """Bytes of real (unpadded) data that `device` holds; the rest of its shard is padding."""
+        coords = mesh.coordinates(device)
+        elements = 1
+        for n, k, entry in zip(self.shape, self.spec.split_counts(mesh), self.spec.entries):
+            size = -(-n // k)
+            index = _shard_index(entry, coords, mesh) if entry else 0
+            elements *= max(0, min(n, (index + 1) * size) - index * size)
+        return elements * DTYPE_BYTES[self.parameter.dtype]
+
+
+def _shard_index(entry: tuple[str, ...], coords: dict[str, int], mesh: AbstractMesh) -> int:
+    """A dim split over several axes is split major-to-minor in the order the spec lists them."""
+    index = 0
+    for axis in entry:
+        index = index * mesh.size(axis) + coords[axis]
+    return index
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The output of planning: every parameter of `card` with its spec on `mesh`."""
+
+    strategy_name: str
+    card: ModelCard
+    mesh: AbstractMesh
+    parameters: tuple[PlannedParameter, ...]
+    unmatched_rules: tuple[int, ...]  # rules that matched no parameter
+    warnings: tuple[str, ...]
+
+    def spec_map(self) -> dict[str, PartitionSpec]:
+        return {p.name: p.spec for p in self.parameters}
+
+    @property
+    def replicated(self) -> tuple[PlannedParameter, ...]:
+        """Parameters that no rule matched (and so stay whole on every device)."""
+        return tuple(p for p in self.parameters if p.rule is None)
