@@ -29,10 +29,13 @@ class Location:
 class MeshlabError(Exception):
     """A user-facing error: what is wrong, how to fix it, and where (when known)."""
 
-    def __init__(self, problem: str, fix: str = "", location: Location | None = None):
+    def __init__(
+        self, problem: str, fix: str = "", location: Location | None = None, field: tuple = ()
+    ):
         self.problem = problem
         self.fix = fix
         self.location = location
+        self.field = field  # path of the strategy field at fault, e.g. ("rules", 2); placed by the loader
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
@@ -44,7 +47,7 @@ class MeshlabError(Exception):
         """The same error, placed at `location` unless it already has a place."""
         if self.location is not None:
             return self
-        return type(self)(self.problem, self.fix, location)
+        return type(self)(self.problem, self.fix, location, self.field)
 
 
 class InputError(MeshlabError):

@@ -1,0 +1,51 @@
+"""meshlab's command line: wiring only. Each command parses, calls the library, renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from meshlab.cli.output import console, print_json, reports_errors
+
+app = typer.Typer(
+    name="meshlab",
+    help="Design, check and compare SPMD sharding plans for diffusion transformers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+JSON_OPTION = typer.Option(False, "--json", help="print one JSON document instead of tables")
+
+
+@app.command("try")
+@reports_errors
+def try_(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_json: bool = JSON_OPTION) -> None:
+    """Plan a strategy: partition specs, per-chip memory, and whether it fits. Exit 0 fits or not; 2 bad input."""
+    from meshlab.planning import plan_file
+
+    planned = plan_file(strategy)
+    if as_json:
+        from meshlab.report import try_document
+
+        print_json(try_document(planned))
+    else:
+        from meshlab.cli.render_try import render_try
+
+        render_try(planned, console())
+
+
+@app.command("hardware")
+@reports_errors
+def hardware(as_json: bool = JSON_OPTION) -> None:
+    """List the hardware catalog, with the source of every figure."""
+    from meshlab.cli.render_catalog import render_hardware
+    from meshlab.hardware import describe_rows
+
+    rows = describe_rows()
+    print_json(rows) if as_json else render_hardware(rows, console())
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,18 @@
+"""Rich rendering of the hardware catalog and model cards."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def render_hardware(rows: list[dict], console) -> None:
+    table = Table(title="Hardware catalog (`meshlab hardware --json` adds every figure's source)",
+                  title_justify="left")
+    if not rows:
+        console.print("the catalog is empty")
+        return
+    for column in rows[0]:
+        table.add_column(str(column))
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)

@@ -1,0 +1,84 @@
+"""Rich rendering of a planned strategy (`meshlab try`)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from meshlab.cli.output import gib
+from meshlab.planning import PlannedStrategy
+from meshlab.report import coverage, rule_summaries
+
+
+def render_try(planned: PlannedStrategy, console) -> None:
+    strategy, plan, hardware = planned.strategy, planned.plan, planned.hardware
+    console.print(f"[bold]{strategy.name}[/bold]: {planned.card.name} ({planned.card.total_params:,} parameters) "
+                  f"on {hardware.name}, mesh {plan.mesh.describe()}")
+    if strategy.description:
+        console.print(f"[dim]{strategy.description.strip()}[/dim]")
+    console.print(_plan_table(planned))
+    console.print(_coverage_line(planned))
+    console.print(_memory_table(planned))
+    console.print(_verdict(planned))
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _plan_table(planned: PlannedStrategy) -> Table:
+    table = Table(title="Plan: which rule gave which weights which spec", title_justify="left")
+    for column in ("#", "pattern", "shard", "params", "specs given", "per chip"):
+        table.add_column(column, justify="right" if column in ("#", "params", "per chip") else "left")
+    for row in rule_summaries(planned):
+        how = row["shard"] + (f" on {'+'.join(row['axis'])}" if row["axis"] else "")
+        specs = ", ".join(f"{spec} x{n}" for spec, n in list(row["specs"].items())[:3]) or "[red]matched nothing[/red]"
+        table.add_row(str(row["index"]), row["pattern"], how, str(row["matched"]), specs, gib(row["bytes_per_device"]))
+    info = coverage(planned)
+    table.add_row("-", "(no rule)", "replicate", str(info["unmatched_parameters"]), "replicated",
+                  gib(info["unmatched_bytes_per_chip"]))
+    return table
+
+
+def _coverage_line(planned: PlannedStrategy) -> str:
+    info = coverage(planned)
+    parts = []
+    if info["unmatched_parameters"]:
+        examples = ", ".join(info["unmatched_examples"][:3])
+        parts.append(f"{info['unmatched_parameters']} parameters matched no rule and stay replicated "
+                     f"({gib(info['unmatched_bytes_per_chip'])} per chip; e.g. {examples})")
+    if info["unmatched_rules"]:
+        parts.append(f"rules that matched nothing: {', '.join(info['unmatched_rules'])}")
+    parts.append(f"padding: {gib(info['padding_bytes_per_chip'])} per chip")
+    return "Coverage: " + "; ".join(parts)
+
+
+def _memory_table(planned: PlannedStrategy) -> Table:
+    memory = planned.memory
+    chip = memory.most_loaded
+    note = (f"all {len(memory.chips)} chips identical" if memory.uniform
+            else f"chips differ: chip {chip.chip} is the most loaded")
+    tokens = memory.tokens
+    table = Table(title=f"Per-chip memory ({note}; {tokens.image} image + {tokens.text} text tokens)",
+                  title_justify="left")
+    table.add_column("component")
+    table.add_column(f"chip {chip.chip}", justify="right")
+    table.add_column("of usable HBM", justify="right")
+    rows = [
+        ("weights, sharded", chip.weights_sharded), ("weights, replicated", chip.weights_replicated),
+        ("weights, padding", chip.padding), ("activations (denoise peak)", chip.activations),
+        ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),
+        ("text encoder", chip.text_encoder), ("runtime reserve", chip.reserve),
+    ]
+    for label, value in rows:
+        table.add_row(label, gib(value), f"{100 * value / chip.hbm:.1f}%")
+    table.add_section()
+    table.add_row("[bold]total[/bold] (activations: larger of denoise / decode)", f"[bold]{gib(chip.total)}[/bold]",
+                  f"{100 * chip.total / chip.hbm:.1f}%")
+    table.add_row("usable HBM", gib(chip.hbm), "100.0%")
+    return table
+
+
+def _verdict(planned: PlannedStrategy) -> str:
+    chip = planned.memory.most_loaded
+    if chip.headroom >= 0:
+        return f"[bold green]FITS[/bold green]: {gib(chip.total)} of {gib(chip.hbm)} per chip, {gib(chip.headroom)} headroom"
+    return (f"[bold red]DOES NOT FIT[/bold red] by {gib(-chip.headroom)}: {gib(chip.total)} needed per chip, "
+            f"{gib(chip.hbm)} usable")

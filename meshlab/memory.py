@@ -1,0 +1,172 @@
+"""Per-chip memory of a plan: weights, activations, the other pipeline parts, and a runtime reserve.
+
+Method (documented in ``ACTIVATION_METHOD``): weights are the padded shards XLA allocates; activations are
+the peak working set of the heaviest transformer block at the workload's token counts; the VAE's decode
+working set comes after denoising, so the peak is the larger of the two phases, not their sum.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from meshlab.cards.card import DTYPE_BYTES
+from meshlab.plan.plan import Plan, PlannedParameter
+from meshlab.strategy.schema import Strategy
+from meshlab.tokens import TokenCounts, token_counts
+
+ACTIVATION_METHOD = (
+    "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
+    "(attention: q/k/v and the attention output, and the scores and probabilities when flash_attention is off) "
+    "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
+    "its weight's output dim is split, the batch as activations.batch, image tokens as activations.sequence"
+)
+
+
+@dataclass(frozen=True)
+class ChipMemory:
+    chip: int
+    weights_sharded: int  # real bytes of this chip's shards of sharded parameters
+    weights_replicated: int  # parameters every chip holds whole
+    padding: int  # bytes XLA pads onto this chip's shards
+    activations: int  # peak working set while denoising
+    vae_weights: int
+    vae_decode: int  # VAE decode working set (after denoising)
+    text_encoder: int
+    reserve: int  # runtime and compiler scratch kept by the platform
+    hbm: int  # usable HBM of one chip
+
+    @property
+    def weights(self) -> int:
+        return self.weights_sharded + self.weights_replicated + self.padding
+
+    @property
+    def activation_peak(self) -> int:
+        return max(self.activations, self.vae_decode)
+
+    @property
+    def other(self) -> int:
+        return self.vae_weights + self.text_encoder + self.reserve
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.activation_peak + self.other
+
+    @property
+    def headroom(self) -> int:
+        return self.hbm - self.total
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    chips: tuple[ChipMemory, ...]
+    tokens: TokenCounts
+
+    @property
+    def most_loaded(self) -> ChipMemory:
+        return max(self.chips, key=lambda c: (c.total, -c.chip))
+
+    @property
+    def uniform(self) -> bool:
+        return len({c.total for c in self.chips}) == 1
+
+    @property
+    def fits(self) -> bool:
+        return all(c.headroom >= 0 for c in self.chips)
+
+
+def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int) -> MemoryReport:
+    tokens = token_counts(strategy.workload, plan.card.architecture)
+    activations = block_activation_bytes(plan, strategy, tokens)
+    vae_weights, vae_decode, text_encoder = _components(plan, strategy)
+    chips = []
+    for chip in range(plan.mesh.device_count):
+        sharded, replicated, padding = _weights_on(chip, plan)
+        chips.append(ChipMemory(chip, sharded, replicated, padding, activations, vae_weights, vae_decode,
+                                text_encoder, reserve, usable_hbm))
+    return MemoryReport(tuple(chips), tokens)
+
+
+def _weights_on(chip: int, plan: Plan) -> tuple[int, int, int]:
+    sharded = replicated = padding = 0
+    for p in plan.parameters:
+        allocated = p.bytes_per_device(plan.mesh)
+        if p.spec.is_replicated:
+            replicated += allocated
+            continue
+        real = p.real_bytes_on(chip, plan.mesh) if _padded(p, plan) else allocated
+        sharded += real
+        padding += allocated - real
+    return sharded, replicated, padding
+
+
+def _padded(p: PlannedParameter, plan: Plan) -> bool:
+    return any(n % k for n, k in zip(p.shape, p.spec.split_counts(plan.mesh)))
+
+
+def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
+    itemsize = DTYPE_BYTES[strategy.workload.dtype]
+    workload, placement = strategy.workload, strategy.placement
+    vae = plan.card.component("vae")
+    text = plan.card.component("text_encoder")
+    vae_weights = vae_decode = text_bytes = 0
+    if vae is not None and placement.vae == "device":
+        vae_weights = vae.parameters * itemsize
+        per_chip_batch = workload.batch // _batch_split(plan, strategy)
+        # working_bytes_per_pixel was measured in bfloat16 (2 bytes an element)
+        vae_decode = int(vae.working_bytes_per_pixel * workload.height * workload.width * per_chip_batch * itemsize / 2)
+    if text is not None and placement.text_encoder == "device":
+        text_bytes = text.parameters * itemsize
+    return vae_weights, vae_decode, text_bytes
+
+
+def _batch_split(plan: Plan, strategy: Strategy) -> int:
+    axis = strategy.activations.batch
+    return plan.mesh.size(axis) if axis else 1
+
+
+def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) -> int:
+    """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD)."""
+    itemsize = DTYPE_BYTES[strategy.workload.dtype]
+    batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
+    sequence_axis = strategy.activations.sequence
+    split_image = plan.mesh.size(sequence_axis) if sequence_axis else 1
+    local = TokenCounts(-(-tokens.image // split_image), tokens.text)
+    blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
+    for p in plan.parameters:
+        if p.block is not None:
+            blocks[p.block].append(p)
+    attention_by_module = {a.module: a for a in plan.card.attention}
+    peak = max((_block_elements(params, attention_by_module, plan, local, strategy) for params in blocks.values()),
+               default=0)
+    return peak * batch * itemsize
+
+
+def _block_elements(params, attention_by_module, plan: Plan, local: TokenCounts, strategy: Strategy) -> int:
+    width = plan.card.architecture.hidden_size
+    weights = {p.parameter.module: p for p in params if p.parameter.kind == "linear" and not p.parameter.is_bias}
+    residual = 2 * local.joint * width
+    attention_phase, attention_modules = 0, set()
+    for attention in attention_by_module.values():
+        if attention.qkv and attention.qkv[0] in weights:
+            attention_phase = max(attention_phase, _attention_elements(attention, weights, plan, local, strategy))
+            attention_modules.update(attention.qkv + attention.out)
+    mlp_phase = max((2 * _output_elements(w, plan, local) for m, w in weights.items()
+                     if m not in attention_modules and w.parameter.stream != "conditioning"), default=0)
+    return residual + max(attention_phase, mlp_phase)
+
+
+def _output_elements(weight: PlannedParameter, plan: Plan, local: TokenCounts) -> int:
+    out_features = weight.shape[0]
+    split = weight.spec.split_counts(plan.mesh)[0]
+    return local.of_stream(weight.parameter.stream) * -(-out_features // split)
+
+
+def _attention_elements(attention, weights, plan: Plan, local: TokenCounts, strategy: Strategy) -> int:
+    qkv = sum(_output_elements(weights[m], plan, local) for m in attention.qkv if m in weights)
+    head_split = weights[attention.qkv[0]].spec.split_counts(plan.mesh)[0]
+    sequence = sum(local.of_stream(s) for s in attention.streams)
+    heads = -(-attention.heads // head_split)
+    output = sequence * heads * attention.head_dim
+    scores = 0 if strategy.workload.flash_attention else 2 * heads * sequence * sequence
+    return qkv + output + scores

@@ -1,0 +1,90 @@
+"""Turn a validated strategy into a plan: resolve the mesh, the rules, and the static checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meshlab.cards.card import ModelCard
+from meshlab.errors import PlanError
+from meshlab.mesh import AbstractMesh
+from meshlab.plan.plan import Plan, PlannedParameter
+from meshlab.plan.rules import check_rule_axes, compile_rules, resolve
+from meshlab.strategy.schema import Strategy
+
+
+def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
+    try:
+        mesh = AbstractMesh.resolve(strategy.mesh, device_count)
+    except PlanError as exc:
+        raise PlanError(exc.problem, exc.fix, field=("mesh",)) from None
+    _check_activation_axes(strategy, mesh)
+    rules = compile_rules(strategy.rules)
+    check_rule_axes(rules, mesh)
+    dtype = strategy.workload.dtype
+    planned = []
+    for parameter in card.parameters:
+        if parameter.dtype != dtype:
+            parameter = dataclasses.replace(parameter, dtype=dtype)
+        spec, rule = resolve(parameter, rules, mesh)
+        planned.append(PlannedParameter(parameter, spec, rule))
+    _check_heads(card, planned, mesh)
+    used = {p.rule for p in planned}
+    unmatched = tuple(i for i in range(len(rules)) if i not in used)
+    return Plan(strategy.name, card, mesh, tuple(planned), unmatched, _padding_warnings(planned, mesh))
+
+
+def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
+    for key in ("batch", "sequence"):
+        axis = getattr(strategy.activations, key)
+        if axis is not None and axis not in mesh.names:
+            raise PlanError(
+                f"activations.{key} names unknown mesh axis {axis!r}",
+                f"use one of {list(mesh.names)} or null",
+                field=("activations", key),
+            )
+    batch_axis = strategy.activations.batch
+    if batch_axis and strategy.workload.batch % mesh.size(batch_axis):
+        raise PlanError(
+            f"workload.batch {strategy.workload.batch} does not split over axis {batch_axis!r} of size "
+            f"{mesh.size(batch_axis)}",
+            f"use a batch that is a multiple of {mesh.size(batch_axis)}",
+            field=("workload", "batch"),
+        )
+
+
+def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: AbstractMesh) -> None:
+    """A q/k/v projection split on its output dim must split whole heads, or attention reshards every head."""
+    by_name = {p.name: p for p in planned}
+    for attention in card.attention:
+        for module in attention.qkv:
+            weight = by_name.get(f"{module}.weight")
+            if weight is None or weight.spec.entries[0] is None:
+                continue
+            split = weight.spec.split_counts(mesh)[0]
+            if attention.heads % split:
+                divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
+                raise PlanError(
+                    f"{weight.name} splits its output over {split} devices ({'+'.join(weight.spec.entries[0])}) "
+                    f"but {attention.module} has {attention.heads} heads, not divisible by {split}",
+                    f"shard q/k/v over an axis whose size divides {attention.heads} ({divisors}) or replicate them",
+                    field=("rules", weight.rule, "axis"),
+                )
+
+
+def _padding_warnings(planned: list[PlannedParameter], mesh: AbstractMesh) -> tuple[str, ...]:
+    """One warning per distinct (shape, spec) that XLA has to pad, with the bytes it wastes in all."""
+    waste: dict[tuple, list] = {}
+    for p in planned:
+        splits = p.spec.split_counts(mesh)
+        if all(n % k == 0 for n, k in zip(p.shape, splits)):
+            continue
+        padded = p.bytes_per_device(mesh) * mesh.device_count
+        real = sum(p.real_bytes_on(d, mesh) for d in range(mesh.device_count))
+        entry = waste.setdefault((p.shape, str(p.spec)), [0, 0, p.name])
+        entry[0] += 1
+        entry[1] += padded - real
+    return tuple(
+        f"{count} parameter(s) like {example} {list(shape)} {spec} need padding: "
+        f"{wasted / 2**20:.2f} MiB wasted over all devices"
+        for (shape, spec), (count, wasted, example) in sorted(waste.items(), key=lambda kv: -kv[1][1])
+    )

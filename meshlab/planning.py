@@ -1,0 +1,57 @@
+"""The planning path end to end: strategy file -> validated strategy -> plan -> memory. No torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshlab.cards.card import ModelCard, load_card
+from meshlab.errors import MeshlabError
+from meshlab.hardware import Hardware, load_hardware
+from meshlab.memory import MemoryReport, memory_report
+from meshlab.plan.plan import Plan
+from meshlab.plan.planner import make_plan
+from meshlab.strategy.loader import LoadedStrategy, load_strategy
+from meshlab.strategy.schema import Strategy
+
+
+@dataclass(frozen=True)
+class PlannedStrategy:
+    """Everything `meshlab try` reports on one strategy file."""
+
+    loaded: LoadedStrategy
+    card: ModelCard
+    hardware: Hardware
+    plan: Plan
+    memory: MemoryReport
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.loaded.strategy
+
+
+def plan_file(path: str | Path) -> PlannedStrategy:
+    """Load, plan and size a strategy file; every error comes back placed at its line in the file."""
+    loaded = load_strategy(path)
+    try:
+        return plan_strategy(loaded)
+    except MeshlabError as exc:
+        raise loaded.place(exc) from None
+
+
+def plan_strategy(loaded: LoadedStrategy) -> PlannedStrategy:
+    strategy = loaded.strategy
+    card = _with_field(lambda: load_card(strategy.model, loaded.path.parent), ("model",))
+    hardware = _with_field(lambda: load_hardware(strategy.hardware_name, strategy.hardware_overrides), ("hardware",))
+    plan = make_plan(strategy, card, hardware.chips)
+    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+    return PlannedStrategy(loaded, card, hardware, plan, memory)
+
+
+def _with_field(load, field: tuple):
+    try:
+        return load()
+    except MeshlabError as exc:
+        if exc.location is None and not exc.field:
+            raise type(exc)(exc.problem, exc.fix, None, field) from None
+        raise

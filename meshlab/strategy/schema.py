@@ -1,0 +1,143 @@
+"""The strategy file's schema (pydantic v2): closed, typed, every field described.
+
+Loading stays pure: these models only validate values; resolving names (model card, hardware) and
+planning happen later, in ``meshlab.plan``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+AxisName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="a mesh axis name")]
+SpecEntry = Union[None, AxisName, list[AxisName]]
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Rule(Closed):
+    """How the parameters whose path matches shard. Rules are tried in order; the first match wins."""
+
+    match: Optional[str] = Field(
+        None,
+        description="glob over the dotted parameter path (fnmatch: '*' matches any run of characters, dots "
+        "included; '?' one character; '[qkv]' one of), e.g. 'transformer_blocks.*.attn.to_q.*'",
+    )
+    regex: Optional[str] = Field(None, description="a Python regular expression that must match the whole path")
+    shard: Union[Literal["largest", "column", "row", "replicate"], list[SpecEntry]] = Field(
+        description="'largest': the largest dim on `axis` (ties go to the lowest dim, so a square Linear "
+        "weight shards its output dim); 'column' / 'row': a Linear weight's output dim / input dim on `axis`, "
+        "its bias follows the weight's output sharding; 'replicate'; or an explicit spec, one entry per dim "
+        "(an axis name, a list of axis names, or null)"
+    )
+    axis: Optional[Union[AxisName, list[AxisName]]] = Field(
+        None, description="mesh axis (or axes, major to minor) for largest / column / row"
+    )
+    min_rank: int = Field(
+        0, ge=0, description="match only parameters with at least this many dims (2 skips biases and norms)"
+    )
+    note: Optional[str] = Field(None, description="why this rule exists; shown in the plan")
+
+    @model_validator(mode="after")
+    def _one_pattern_and_axis(self) -> "Rule":
+        if (self.match is None) == (self.regex is None):
+            raise ValueError("give exactly one of `match` (a glob) or `regex`")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {self.regex!r}: {exc}") from None
+        needs_axis = self.shard in ("largest", "column", "row")
+        if needs_axis and self.axis is None:
+            raise ValueError(f"shard: {self.shard} needs `axis: <mesh axis>`")
+        if not needs_axis and self.axis is not None:
+            raise ValueError(f"`axis` is only for largest / column / row, not for shard: {self.shard}")
+        return self
+
+    @property
+    def pattern(self) -> str:
+        return self.match if self.match is not None else f"re:{self.regex}"
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        if self.axis is None:
+            return ()
+        return (self.axis,) if isinstance(self.axis, str) else tuple(self.axis)
+
+
+class Activations(Closed):
+    """How the activations (the transformer's inputs and everything computed from them) shard."""
+
+    batch: Optional[AxisName] = Field(None, description="mesh axis that splits the batch (null: not split)")
+    sequence: Optional[AxisName] = Field(
+        None, description="mesh axis that splits the token sequence of the image stream (null: not split)"
+    )
+
+
+class Workload(Closed):
+    """What one generation asks of the model."""
+
+    height: int = Field(1024, ge=16, le=16384, description="image height in pixels")
+    width: int = Field(1024, ge=16, le=16384, description="image width in pixels")
+    batch: int = Field(1, ge=1, le=4096, description="images per call")
+    steps: int = Field(50, ge=1, le=1000, description="denoising steps")
+    cfg: bool = Field(True, description="classifier-free guidance: the transformer runs twice per step")
+    text_tokens: int = Field(512, ge=1, le=65536, description="text tokens per prompt after padding")
+    dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="weights and activations")
+    flash_attention: bool = Field(
+        True, description="attention without materialising the scores (TPU flash kernel); false adds them"
+    )
+
+
+class Placement(Closed):
+    """Where the pipeline's other components live."""
+
+    text_encoder: Literal["cpu", "device"] = Field("cpu", description="'cpu': on the host; 'device': replicated in HBM")
+    vae: Literal["device", "cpu"] = Field("device", description="'device': weights and decode working set in HBM")
+
+
+class HardwareRef(Closed):
+    """A catalog entry by name, with any of its figures overridden."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = Field(description="catalog name, e.g. v6e-8 (see `meshlab hardware`)")
+
+
+class Strategy(Closed):
+    """One sharding plan for one model on one kind of hardware."""
+
+    name: str = Field(min_length=1, max_length=200, description="short name shown in tables")
+    description: str = Field("", max_length=10000, description="what the plan is for")
+    model: str = Field(description="a built-in model card (qwen-image, flux-dev) or a path to a card .json")
+    hardware: Union[str, HardwareRef] = Field(description="catalog name, or {name: ..., <figure>: <override>}")
+    mesh: dict[AxisName, int] = Field(
+        description="ordered mesh axes, name to size; one size may be -1 (inferred from the device count)"
+    )
+    rules: list[Rule] = Field(default_factory=list, max_length=1000, description="first match wins")
+    activations: Activations = Field(default_factory=Activations)
+    workload: Workload = Field(default_factory=Workload)
+    placement: Placement = Field(default_factory=Placement)
+
+    @field_validator("mesh")
+    @classmethod
+    def _mesh_sizes(cls, mesh: dict[str, int]) -> dict[str, int]:
+        if not mesh:
+            raise ValueError("the mesh needs at least one axis, e.g. {model: 8}")
+        for name, size in mesh.items():
+            if size != -1 and size < 1:
+                raise ValueError(f"axis {name!r} has size {size}; sizes are positive or -1 (inferred)")
+        return mesh
+
+    @property
+    def hardware_name(self) -> str:
+        return self.hardware if isinstance(self.hardware, str) else self.hardware.name
+
+    @property
+    def hardware_overrides(self) -> dict[str, object]:
+        if isinstance(self.hardware, str):
+            return {}
+        return dict(self.hardware.model_extra or {})

@@ -1,0 +1,65 @@
+"""Shared fixtures: a small synthetic model card (pure, no torch) shaped like one Qwen-Image block."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from meshlab.cards.card import Architecture, Attention, Component, ModelCard, Parameter
+
+REPO = Path(__file__).resolve().parents[1]
+STRATEGIES = sorted((REPO / "strategies").glob("*.yaml"))
+
+
+def _linear(name: str, out: int, inp: int, stream: str, block: int | None) -> list[Parameter]:
+    return [Parameter(f"{name}.weight", (out, inp), "bfloat16", "linear", stream, block),
+            Parameter(f"{name}.bias", (out,), "bfloat16", "linear", stream, block)]
+
+
+def small_card(width: int = 64, heads: int = 4, blocks: int = 2) -> ModelCard:
+    """Two dual-stream blocks of width 64: modulation (6 chunks), q/k/v, out, MLP per stream, plus norms."""
+    params = _linear("img_in", width, 16, "image", None) + _linear("txt_in", width, 16, "text", None)
+    attention = []
+    for b in range(blocks):
+        p = f"transformer_blocks.{b}"
+        for s, stream in (("img", "image"), ("txt", "text")):
+            params += _linear(f"{p}.{s}_mod.1", 6 * width, width, "conditioning", b)
+        for name in ("to_q", "to_k", "to_v"):
+            params += _linear(f"{p}.attn.{name}", width, width, "image", b)
+        for name in ("add_q_proj", "add_k_proj", "add_v_proj"):
+            params += _linear(f"{p}.attn.{name}", width, width, "text", b)
+        params.append(Parameter(f"{p}.attn.norm_q.weight", (width // heads,), "bfloat16", "norm", "image", b))
+        params += _linear(f"{p}.attn.to_out.0", width, width, "image", b)
+        params += _linear(f"{p}.attn.to_add_out", width, width, "text", b)
+        for s, stream in (("img", "image"), ("txt", "text")):
+            params += _linear(f"{p}.{s}_mlp.net.0.proj", 4 * width, width, stream, b)
+            params += _linear(f"{p}.{s}_mlp.net.2", width, 4 * width, stream, b)
+        attention.append(Attention(f"{p}.attn", heads, width // heads, ("text", "image"),
+                                   tuple(f"{p}.attn.{n}" for n in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")),
+                                   (f"{p}.attn.to_out.0", f"{p}.attn.to_add_out")))
+    params += _linear("proj_out", 16, width, "image", None)
+    arch = Architecture(hidden_size=width, num_layers=blocks, num_attention_heads=heads,
+                        attention_head_dim=width // heads, patch_size=2, in_channels=16, text_dim=16,
+                        vae_scale_factor=8, mlp_ratio=4.0)
+    components = (Component("vae", "AutoencoderKL", 1000, "bfloat16", 10.0),
+                  Component("text_encoder", "Encoder", 5000, "bfloat16"))
+    return ModelCard("small", "SmallModel", {"preset": "test"}, arch, tuple(params), tuple(attention), components)
+
+
+@pytest.fixture
+def card() -> ModelCard:
+    return small_card()
+
+
+@pytest.fixture
+def write_strategy(tmp_path):
+    """Write a strategy YAML (dedented) and return its path."""
+
+    def write(text: str, name: str = "s.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write
