@@ -1,0 +1,360 @@
+"""The hardware catalog: what each accelerator and slice can hold and move, with a source for every figure.
+
+The figures live in ``meshlab/data/hardware.yaml`` (one ``accelerators`` entry per chip, one ``systems`` entry
+per name a user can give, e.g. ``v6e-8``). This module reads that file once, checks it, and merges each system
+with its accelerator into a frozen `Hardware`. It imports nothing heavier than yaml.
+
+>>> hw = load_hardware("v6e-8", {"usable_hbm_bytes": "30GiB"})
+>>> hw.chips, hw.topology, hw.usable_hbm_bytes == 30 * 2**30, hw.sources["usable_hbm_bytes"]
+(8, (2, 4), True, 'override')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from meshlab.errors import InputError
+
+KINDS = ("tpu", "gpu")
+# "ici-torus": nearest-neighbour links along each topology axis; an axis with wraparound is a ring.
+# "nvswitch": every device reaches every other through switches at its full link bandwidth.
+INTERCONNECTS = ("ici-torus", "nvswitch")
+
+COUNT_FIELDS = ("chips", "hosts", "ici_links")
+BYTE_FIELDS = ("hbm_bytes", "usable_hbm_bytes", "runtime_reserve_bytes", "host_memory_bytes")
+RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth")
+TIME_FIELDS = ("collective_latency_s", "step_overhead_s")
+FRACTION_FIELDS = ("compute_efficiency", "hbm_efficiency")
+# Every field that is a figure: each carries a source, and each can be overridden.
+FIGURES = (
+    ("interconnect",) + COUNT_FIELDS + ("topology", "wraparound")
+    + BYTE_FIELDS + RATE_FIELDS + FRACTION_FIELDS + TIME_FIELDS
+)
+LABELS = ("kind", "chip")  # plain strings in the YAML, no source
+
+_BYTE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_BYTES_HELP = 'give bytes as a number (34359738368, 1.6e12) or with a unit: "31.25GiB", "32GB", "512MiB", "2TiB"'
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One named system: a slice of TPU chips or a GPU node, per-chip figures and cost-model knobs.
+
+    Bytes are ints, rates floats, all per chip unless named otherwise. Bandwidths are one way.
+    On ``ici-torus`` hardware each chip has ``ici_links`` links of ``ici_link_bandwidth`` each, and an axis of
+    ``topology`` is a ring where ``wraparound`` says so, else an open line. On ``nvswitch`` hardware the node is
+    one axis with ``wraparound`` true and a single link carrying the GPU's whole NVLink bandwidth.
+    The planner's memory budget per chip is `budget_bytes` (usable HBM less the runtime reserve).
+    """
+
+    name: str
+    kind: str  # "tpu" or "gpu"
+    chip: str  # human name, e.g. "TPU v6e (Trillium)"
+    interconnect: str  # one of INTERCONNECTS
+    chips: int  # devices in the slice or node
+    hosts: int  # physical hosts (1 for a sub-host slice)
+    ici_links: int  # links per chip (TPU ICI ports; 1 switched port on GPUs)
+    topology: tuple[int, ...]  # chips along each physical axis; product == chips
+    wraparound: tuple[bool, ...]  # per topology axis: does it close into a ring
+    hbm_bytes: int  # physical HBM per chip
+    usable_hbm_bytes: int  # what the runtime reports as allocatable per chip
+    runtime_reserve_bytes: int  # further margin per chip for compiler scratch, collectives, fragmentation
+    host_memory_bytes: int  # DRAM per host (what the VM gets on a sub-host slice)
+    hbm_bandwidth: float  # bytes/s per chip
+    bf16_flops: float  # dense bf16 peak FLOP/s per chip
+    ici_link_bandwidth: float  # bytes/s one way per link (GPUs: whole NVLink bandwidth one way)
+    compute_efficiency: float  # fraction of bf16_flops a large matmul reaches
+    hbm_efficiency: float  # fraction of hbm_bandwidth a streaming kernel reaches
+    collective_latency_s: float  # fixed latency per collective hop/step
+    step_overhead_s: float  # host overhead per step
+    sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    overridden: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topology", tuple(self.topology))
+        object.__setattr__(self, "wraparound", tuple(self.wraparound))
+        object.__setattr__(self, "overridden", tuple(self.overridden))
+        for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS:
+            if _is_int(getattr(self, name)):
+                object.__setattr__(self, name, float(getattr(self, name)))
+        problems = _problems(self)
+        if problems:  # the first broken invariant; fixing it reveals the next
+            raise ValueError(f"hardware {self.name!r}: {problems[0]}")
+
+    @property
+    def budget_bytes(self) -> int:
+        """HBM per chip the planner may fill: usable HBM less the runtime reserve."""
+        return self.usable_hbm_bytes - self.runtime_reserve_bytes
+
+
+def _problems(hw: Hardware) -> list[str]:
+    """Every broken invariant of `hw`, as sentences naming the field, its value and the constraint."""
+    problems = [f"kind {hw.kind!r} is not one of {list(KINDS)}"] if hw.kind not in KINDS else []
+    if hw.interconnect not in INTERCONNECTS:
+        problems.append(f"interconnect {hw.interconnect!r} is not one of {list(INTERCONNECTS)}")
+    for name in COUNT_FIELDS:
+        if not _is_int(getattr(hw, name)) or getattr(hw, name) < 1:
+            problems.append(f"{name} ({getattr(hw, name)!r}) must be a positive integer")
+    if not hw.topology or not all(_is_int(n) and n >= 1 for n in hw.topology):
+        problems.append(f"topology {list(hw.topology)} must be a non-empty list of positive integers")
+    elif math.prod(hw.topology) != hw.chips:
+        problems.append(f"topology {list(hw.topology)} holds {math.prod(hw.topology)} chips, not chips ({hw.chips})")
+    if len(hw.wraparound) != len(hw.topology) or not all(isinstance(w, bool) for w in hw.wraparound):
+        problems.append(f"wraparound {list(hw.wraparound)} must be one true/false per topology axis")
+    problems += _byte_problems(hw)
+    for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS:
+        value = getattr(hw, name)
+        low_ok = value >= 0 if name in TIME_FIELDS else value > 0
+        if not isinstance(value, float) or not low_ok or (name in FRACTION_FIELDS and value > 1):
+            bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
+            problems.append(f"{name} ({value!r}) must be a number {bound}")
+    missing = [name for name in FIGURES if not hw.sources.get(name)]
+    if missing:
+        problems.append(f"figures without a source: {missing}")
+    return problems
+
+
+def _byte_problems(hw: Hardware) -> list[str]:
+    problems = [
+        f"{name} ({getattr(hw, name)!r}) must be a whole number of bytes >= 0"
+        for name in BYTE_FIELDS
+        if not _is_int(getattr(hw, name)) or getattr(hw, name) < 0
+    ]
+    if problems:
+        return problems
+    if not 0 < hw.usable_hbm_bytes <= hw.hbm_bytes:
+        problems.append(f"usable_hbm_bytes ({hw.usable_hbm_bytes}) must be in (0, hbm_bytes ({hw.hbm_bytes})]")
+    if hw.runtime_reserve_bytes >= hw.usable_hbm_bytes:
+        problems.append(
+            f"runtime_reserve_bytes ({hw.runtime_reserve_bytes}) must be below usable_hbm_bytes "
+            f"({hw.usable_hbm_bytes})"
+        )
+    return problems
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# ---- parsing figures (shared by the YAML and by overrides) ----
+
+
+def parse_bytes(value: object) -> int:
+    """Bytes from an int, a float (``1.6e12``) or a string with an optional unit (``"31.25GiB"``, ``"32GB"``).
+
+    GB/TB are powers of ten, GiB/TiB powers of two; units are case-insensitive. Raises `InputError`.
+    """
+    try:
+        return _bytes(value)
+    except ValueError as error:
+        raise InputError(str(error), _BYTES_HELP) from None
+
+
+def _bytes(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a byte count")
+    if isinstance(value, (int, float)):
+        number, scale = float(value), 1
+    elif isinstance(value, str) and (match := _BYTES_RE.match(value)):
+        unit = match.group(2).lower()
+        if unit not in _BYTE_UNITS:
+            raise ValueError(f"unknown byte unit {match.group(2)!r} in {value!r}")
+        number, scale = float(match.group(1)), _BYTE_UNITS[unit]
+    else:
+        raise ValueError(f"{value!r} is not a byte count")
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r} is not a byte count >= 0")
+    return round(number * scale)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _count(value: object) -> int:
+    number = _number(value)
+    if not number.is_integer():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(number)
+
+
+def _topology(value: object) -> tuple[int, ...]:
+    if isinstance(value, str):  # "2x4" as a command line gives it
+        value = value.lower().split("x")
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{value!r} is not a topology; give a list of ints like [2, 4] or '2x4'")
+    return tuple(_count(n) for n in value)
+
+
+def _wraparound(value: object) -> tuple[bool, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(w, bool) for w in value):
+        raise ValueError(f"{value!r} is not a wraparound; give a list of true/false, one per topology axis")
+    return tuple(value)
+
+
+def _interconnect(value: object) -> str:
+    if value not in INTERCONNECTS:
+        raise ValueError(f"{value!r} is not one of {list(INTERCONNECTS)}")
+    return str(value)
+
+
+def _coerce(name: str, value: object) -> object:
+    """The figure `name` parsed from a YAML or override value; ValueError says why not."""
+    if name in BYTE_FIELDS:
+        return _bytes(value)
+    if name in COUNT_FIELDS:
+        return _count(value)
+    if name == "topology":
+        return _topology(value)
+    if name == "wraparound":
+        return _wraparound(value)
+    if name == "interconnect":
+        return _interconnect(value)
+    return _number(value)
+
+
+# ---- the catalog ----
+
+
+def catalog() -> dict[str, Hardware]:
+    """Every named system, in the catalog's order. Loaded once; a fresh dict on every call."""
+    return dict(_load())
+
+
+def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hardware:
+    """The named system, with any figure replaced by `overrides` (recorded with source ``"override"``).
+
+    Byte fields take human units (see `parse_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
+    Raises `InputError` for an unknown name or field, an ill-typed value, or overrides that contradict
+    each other (e.g. ``chips`` without a matching ``topology``).
+    """
+    table = catalog()
+    if name not in table:
+        raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)}")
+    hardware = table[name]
+    return _override(hardware, overrides) if overrides else hardware
+
+
+def _override(hardware: Hardware, overrides: dict[str, object]) -> Hardware:
+    unknown = [key for key in overrides if key not in FIGURES]
+    if unknown:
+        raise InputError(
+            f"unknown hardware field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+            f"override one of: {', '.join(FIGURES)}",
+        )
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        try:
+            changes[key] = _coerce(key, value)
+        except ValueError as error:
+            fix = _BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
+            raise InputError(f"hardware override {key}: {error}", fix) from None
+    sources = {**hardware.sources, **{key: "override" for key in changes}}
+    overridden = tuple(dict.fromkeys(hardware.overridden + tuple(changes)))
+    try:
+        return replace(hardware, **changes, sources=sources, overridden=overridden)
+    except ValueError as error:
+        raise InputError(
+            f"the overrides do not fit together: {error}",
+            "override related figures together (chips with topology and wraparound; usable HBM within HBM)",
+        ) from None
+
+
+@lru_cache(maxsize=1)
+def _load() -> tuple[tuple[str, Hardware], ...]:
+    text = (resources.files("meshlab") / "data" / "hardware.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    accelerators = data["accelerators"]
+    return tuple((name, _build(name, entry, accelerators)) for name, entry in data["systems"].items())
+
+
+def _build(name: str, system: dict[str, Any], accelerators: dict[str, Any]) -> Hardware:
+    """Merge a system with its accelerator and parse every figure; errors name the entry and field."""
+    where = f"meshlab/data/hardware.yaml: systems.{name}"
+    entry = {**accelerators[system["accelerator"]], **{k: v for k, v in system.items() if k != "accelerator"}}
+    expected = set(FIGURES) | set(LABELS)
+    if set(entry) != expected:
+        raise InputError(
+            f"{where}: fields missing {sorted(expected - set(entry))}, unknown {sorted(set(entry) - expected)}",
+            "give every figure once, as {value: ..., source: ...}",
+        )
+    values: dict[str, Any] = {label: entry[label] for label in LABELS}
+    sources: dict[str, str] = {}
+    for figure in FIGURES:
+        try:
+            values[figure] = _coerce(figure, entry[figure]["value"])
+        except (ValueError, TypeError, KeyError) as error:
+            raise InputError(f"{where}.{figure}: {error}", "write it as {value: ..., source: ...}") from None
+        sources[figure] = str(entry[figure].get("source", ""))
+    try:
+        return Hardware(name=name, sources=sources, **values)
+    except ValueError as error:
+        raise InputError(f"{where}: {error}", "fix the catalog entry") from None
+
+
+# ---- the `meshlab hardware` table ----
+
+
+def describe_rows(with_sources: bool = False) -> list[dict[str, Any]]:
+    """One row of display strings per catalog entry, for the ``meshlab hardware`` table.
+
+    With `with_sources` (the ``--json`` twin) each row also carries ``figures`` (every figure's raw value,
+    JSON-ready) and ``sources`` (where each comes from).
+    """
+    return [_row(hardware, with_sources) for hardware in catalog().values()]
+
+
+def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": hw.name,
+        "kind": hw.kind,
+        "chips": str(hw.chips),
+        "topology": "x".join(map(str, hw.topology)),
+        "hbm": _gib(hw.hbm_bytes),
+        "usable_hbm": _gib(hw.usable_hbm_bytes),
+        "hbm_bandwidth": f"{hw.hbm_bandwidth / 1e12:.2f} TB/s",
+        "bf16_peak": f"{hw.bf16_flops / 1e12:.0f} TFLOP/s",
+        "ici": f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s x {hw.ici_links}",
+        "wraparound": _wrap(hw),
+    }
+    if with_sources:
+        row["figures"] = {name: _plain(getattr(hw, name)) for name in FIGURES}
+        row["sources"] = {name: hw.sources[name] for name in FIGURES}
+    return row
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}".rstrip("0").rstrip(".") + " GiB"
+
+
+def _wrap(hw: Hardware) -> str:
+    if hw.interconnect == "nvswitch":
+        return "switch"
+    if all(hw.wraparound):
+        return "all axes"
+    wrapped = [str(i) for i, w in enumerate(hw.wraparound) if w]
+    return f"axis {', '.join(wrapped)}" if wrapped else "none"
