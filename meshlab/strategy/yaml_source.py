@@ -17,6 +17,8 @@ MAX_BYTES = 1 << 20  # a strategy is a few KiB; a MiB is already absurd
 MAX_DEPTH = 32
 MAX_NODES = 20_000
 
+PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
 FieldPath = tuple  # of str keys and int indices
 
 
@@ -95,6 +97,8 @@ class _Converter:
         if depth > MAX_DEPTH:
             raise InputError(f"nesting deeper than {MAX_DEPTH} levels", "a strategy is a few levels deep", where)
         self.positions.setdefault(path, (where.line, where.column))
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in PLAIN_TAGS:
+            raise InputError(f"unsupported YAML tag {node.tag}", "remove the tag; strategies are plain data", where)
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path, depth, where)
         if isinstance(node, yaml.SequenceNode):
@@ -104,14 +108,15 @@ class _Converter:
     def _mapping(self, node: yaml.MappingNode, path: FieldPath, depth: int, where: Location) -> dict:
         result: dict[str, object] = {}
         for key_node, value_node in node.value:
-            key = self._scalar(key_node, where)
             key_where = Location(self.file, key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            if key == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
+            if key_node.tag == "tag:yaml.org,2002:merge":
                 raise InputError("YAML merge keys (<<) are not supported", "write the keys out", key_where)
+            key = self._scalar(key_node, key_where)
             if not isinstance(key, str):
                 raise InputError(f"a key must be a string, got {key!r}", "quote the key", key_where)
             if key in result:
                 raise InputError(f"duplicate key {key!r}", "keep one of them", key_where)
+            self.positions[(*path, key)] = (key_where.line, key_where.column)  # errors point at the key
             result[key] = self.convert(value_node, (*path, key), depth + 1)
         return result
 
