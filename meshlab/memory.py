@@ -134,8 +134,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     local = TokenCounts(-(-tokens.image // split_image), tokens.text)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
-        if p.block is not None:
-            blocks[p.block].append(p)
+        if p.parameter.block is not None:
+            blocks[p.parameter.block].append(p)
     attention_by_module = {a.module: a for a in plan.card.attention}
     peak = max((_block_elements(params, attention_by_module, plan, local, strategy) for params in blocks.values()),
                default=0)

@@ -43,8 +43,10 @@ def hardware(as_json: bool = JSON_OPTION) -> None:
     from meshlab.cli.render_catalog import render_hardware
     from meshlab.hardware import describe_rows
 
-    rows = describe_rows()
-    print_json(rows) if as_json else render_hardware(rows, console())
+    if as_json:
+        print_json(describe_rows(with_sources=True))
+    else:
+        render_hardware(describe_rows(), console())
 
 
 def main() -> None:

@@ -21,9 +21,13 @@ def print_json(document: object) -> None:
 
 
 def console():
+    """A rich console; when stdout is not a terminal, wide enough that tables do not wrap."""
+    import os
+
     from rich.console import Console
 
-    return Console(highlight=False)
+    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140
+    return Console(highlight=False, width=width)
 
 
 def fail(error: MeshlabError) -> NoReturn:

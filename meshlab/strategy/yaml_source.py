@@ -41,17 +41,25 @@ class YamlDocument:
 
 def read_yaml(path: Path) -> YamlDocument:
     text = _read_text(path)
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader refuses unprintable characters right here
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = Location(str(path), mark.line + 1, mark.column + 1) if mark else Location(str(path))
         raise InputError(f"invalid YAML: {exc.problem or exc.context}", "fix the syntax at that spot", where) from None
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "\0")
+        raise InputError(f"invalid YAML: {exc.reason} (U+{code:04X})", "remove that character",
+                         Location(str(path), line, column)) from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", "fix the syntax", Location(str(path))) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if node is None:
         raise InputError("the file is empty", "write a strategy (see strategies/2d.yaml)", Location(str(path)))
     converter = _Converter(str(path), yaml.SafeLoader(""))

@@ -63,7 +63,7 @@ def test_invalid_regex_is_located(write_strategy):
     [(b"", "empty"), (b"name: [unclosed\n", "invalid YAML"), (b"- a\n- b\n", "mapping"),
      (b"name: t\xff\n", "UTF-8"), (b"a: 1\na: 2\n", "duplicate key"),
      (b"!!python/object:os.system {}\n", "unsupported YAML"), (b"a: !!binary aGVsbG8=\n", "unsupported"),
-     (b"base: &b {x: 1}\nmore:\n  <<: *b\n", "merge keys")],
+     (b"base: &b {x: 1}\nmore:\n  <<: *b\n", "merge keys"), (b"name: a\x00b\n", "U+0000")],
 )
 def test_bad_documents(tmp_path, content, message):
     path = tmp_path / "bad.yaml"

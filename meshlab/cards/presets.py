@@ -1,0 +1,129 @@
+"""Published model configurations the importer builds cards from (plain data, no torch).
+
+Each preset copies the Hugging Face repository's ``config.json`` for the transformer and its pipeline
+components. They are inputs to ``meshlab.cards.importer``: parameter counts, streams and working sets are
+measured from the classes they build, never written here. Keys that change no parameter shape (token ids,
+RoPE scaling, latent normalisation constants) are left out where noted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A pipeline component: which library and class to build, and the config to build it from."""
+
+    library: str  # "diffusers" or "transformers"
+    class_name: str
+    config: dict
+    origin: str  # where the config was published
+
+    def to_json(self) -> dict:
+        return {"library": self.library, "class": self.class_name, "config": self.config, "origin": self.origin}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named model: the diffusers transformer class and config, and the components that ship with it."""
+
+    name: str
+    class_name: str
+    config: dict
+    origin: str
+    components: dict[str, ComponentSpec] = field(default_factory=dict)
+
+
+_QWEN_TEXT_ENCODER = ComponentSpec(
+    "transformers",
+    "Qwen2_5_VLForConditionalGeneration",
+    # Qwen2.5-VL-7B-Instruct; transformers 5 moves the flat text keys into text_config.
+    {
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 128000, "rms_norm_eps": 1e-06,
+        "hidden_act": "silu", "tie_word_embeddings": False,
+        "vision_config": {
+            "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+            "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+            "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+            "hidden_act": "silu",
+        },
+    },
+    "Qwen/Qwen-Image text_encoder/config.json",
+)
+
+QWEN_IMAGE = Preset(
+    "qwen-image",
+    "QwenImageTransformer2DModel",
+    {
+        "patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 60, "attention_head_dim": 128,
+        "num_attention_heads": 24, "joint_attention_dim": 3584, "guidance_embeds": False,
+        "axes_dims_rope": [16, 56, 56],
+    },
+    "Qwen/Qwen-Image transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKLQwenImage",
+            # latents_mean / latents_std (normalisation constants) omitted: the constructor defaults are used.
+            {
+                "base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [],
+                "temperal_downsample": [False, True, True], "dropout": 0.0,
+            },
+            "Qwen/Qwen-Image vae/config.json",
+        ),
+        "text_encoder": _QWEN_TEXT_ENCODER,
+    },
+)
+
+FLUX_DEV = Preset(
+    "flux-dev",
+    "FluxTransformer2DModel",
+    {
+        "patch_size": 1, "in_channels": 64, "num_layers": 19, "num_single_layers": 38, "attention_head_dim": 128,
+        "num_attention_heads": 24, "joint_attention_dim": 4096, "pooled_projection_dim": 768,
+        "guidance_embeds": True,
+    },
+    "black-forest-labs/FLUX.1-dev transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKL",
+            {
+                "in_channels": 3, "out_channels": 3, "latent_channels": 16,
+                "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
+                "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+                "act_fn": "silu", "norm_num_groups": 32, "sample_size": 1024,
+                "use_quant_conv": False, "use_post_quant_conv": False,
+                "scaling_factor": 0.3611, "shift_factor": 0.1159,
+            },
+            "black-forest-labs/FLUX.1-dev vae/config.json",
+        ),
+        # CLIP ViT-L/14 text tower (the pipeline's `text_encoder`, pooled prompt embedding).
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "CLIPTextModel",
+            {
+                "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+                "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 768,
+                "hidden_act": "quick_gelu",
+            },
+            "black-forest-labs/FLUX.1-dev text_encoder/config.json",
+        ),
+        # T5 v1.1 XXL encoder (the pipeline's `text_encoder_2`, per-token prompt embedding).
+        "text_encoder_2": ComponentSpec(
+            "transformers",
+            "T5EncoderModel",
+            {
+                "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
+                "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32,
+                "tie_word_embeddings": False,
+            },
+            "black-forest-labs/FLUX.1-dev text_encoder_2/config.json",
+        ),
+    },
+)
+
+#: The presets ``python -m meshlab.cards.importer --all`` turns into the shipped cards, by card name.
+PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV)}

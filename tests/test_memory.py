@@ -1,0 +1,72 @@
+"""Per-chip memory on the small synthetic card: every term checked against a hand count."""
+
+from meshlab.memory import block_activation_bytes, memory_report
+from meshlab.plan.planner import make_plan
+from meshlab.strategy.schema import Strategy
+from meshlab.tokens import token_counts
+
+from tests.conftest import small_card
+
+
+def strategy(**overrides) -> Strategy:
+    base = {"name": "t", "model": "small", "hardware": "v6e-8", "mesh": {"data": 2, "model": 4},
+            "rules": [{"match": "*", "min_rank": 2, "shard": "largest", "axis": "model"}],
+            "activations": {"batch": "data"},
+            "workload": {"batch": 2, "height": 64, "width": 64, "text_tokens": 8}}
+    base.update(overrides)
+    return Strategy.model_validate(base)
+
+
+def test_weights_split_into_sharded_replicated_padding():
+    card, s = small_card(), strategy()
+    report = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=100)
+    chip = report.chips[0]
+    two_d = sum(p.bytes for p in card.parameters if p.rank >= 2)
+    one_d = sum(p.bytes for p in card.parameters if p.rank < 2)
+    assert chip.weights_sharded == two_d // 4 and chip.weights_replicated == one_d and chip.padding == 0
+    assert report.uniform and report.fits and chip.reserve == 100
+
+
+def test_token_counts_follow_vae_and_patch():
+    tokens = token_counts(strategy().workload, small_card().architecture)
+    assert (tokens.image, tokens.text, tokens.joint) == (16, 8, 24)  # 64 px / 8 / 2 = 4 -> 4 x 4
+
+
+def test_activations_hand_count():
+    card, s = small_card(), strategy()
+    plan = make_plan(s, card, 8)
+    tokens = token_counts(s.workload, card.architecture)
+    # per sample, elements: residual 2*24*64; attention: q,k,v of 16 image + 8 text tokens, each 64/4 wide,
+    # plus the output 24 tokens x 1 head x 16; MLP: 2 x 16 image tokens x 256/4
+    residual = 2 * 24 * 64
+    attention = 3 * 24 * 16 + 24 * 16
+    mlp = 2 * 16 * 64
+    expected = (residual + max(attention, mlp)) * 1 * 2  # one sample per chip (batch 2 over data 2), bf16
+    assert block_activation_bytes(plan, s, tokens) == expected
+
+
+def test_scores_count_without_flash_attention():
+    card = small_card()
+    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    plan = make_plan(s, card, 8)
+    with_scores = block_activation_bytes(plan, s, token_counts(s.workload, card.architecture))
+    residual, attention = 2 * 24 * 64, 3 * 24 * 16 + 24 * 16 + 2 * 1 * 24 * 24
+    assert with_scores == (residual + attention) * 2
+
+
+def test_components_and_placement():
+    card = small_card()
+    s = strategy(placement={"text_encoder": "device", "vae": "device"})
+    chip = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=0).chips[0]
+    assert chip.text_encoder == 5000 * 2 and chip.vae_weights == 1000 * 2
+    assert chip.vae_decode == int(10.0 * 64 * 64 * 1)  # bytes/pixel x pixels x one image per chip
+    assert chip.total == chip.weights + max(chip.activations, chip.vae_decode) + chip.other
+    s = strategy(placement={"text_encoder": "cpu", "vae": "cpu"})
+    chip = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=0).chips[0]
+    assert chip.text_encoder == chip.vae_weights == chip.vae_decode == 0
+
+
+def test_does_not_fit_when_hbm_is_small():
+    s = strategy()
+    report = memory_report(make_plan(s, small_card(), 8), s, usable_hbm=1000, reserve=0)
+    assert not report.fits and report.most_loaded.headroom < 0
