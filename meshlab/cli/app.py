@@ -49,5 +49,10 @@ def hardware(as_json: bool = JSON_OPTION) -> None:
         render_hardware(describe_rows(), console())
 
 
+from meshlab.cli.commands_models import models  # noqa: E402
+
+app.add_typer(models, name="models")
+
+
 def main() -> None:
     app()

@@ -16,3 +16,14 @@ def render_hardware(rows: list[dict], console) -> None:
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     console.print(table)
+
+
+def render_cards(rows: list[dict], console) -> None:
+    table = Table(title="Built-in model cards", title_justify="left")
+    for column in ("name", "class", "parameters", "blocks", "hidden", "heads", "components"):
+        table.add_column(column)
+    for row in rows:
+        parts = ", ".join(f"{k} {v:,}" for k, v in row["components"].items())
+        table.add_row(row["name"], row["class"], f"{row['parameters']:,}", str(row["blocks"]), str(row["hidden"]),
+                      str(row["heads"]), parts)
+    console.print(table)

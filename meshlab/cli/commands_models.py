@@ -1,0 +1,62 @@
+"""`meshlab models ...`: list the built-in model cards, show one, import one from diffusers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from meshlab.cli.output import console, print_json, reports_errors
+from meshlab.errors import InputError
+
+models = typer.Typer(help="Model cards: the parameter inventories meshlab plans over.", no_args_is_help=True)
+
+
+@models.command("list")
+@reports_errors
+def list_cards(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The built-in model cards."""
+    from meshlab.cards.card import builtin_cards, load_card
+    from meshlab.cli.render_catalog import render_cards
+
+    rows = [_card_row(load_card(name)) for name in builtin_cards()]
+    print_json(rows) if as_json else render_cards(rows, console())
+
+
+def _card_row(card) -> dict:
+    return {"name": card.name, "class": card.class_name, "parameters": card.total_params,
+            "blocks": card.architecture.num_layers, "hidden": card.architecture.hidden_size,
+            "heads": card.architecture.num_attention_heads,
+            "components": {c.name: c.parameters for c in card.components}}
+
+
+@models.command("import")
+@reports_errors
+def import_card(
+    preset: str = typer.Argument(None, help="a preset name (qwen-image, flux-dev); or use --config"),
+    config: Path = typer.Option(None, "--config", help="a local diffusers config.json"),
+    class_name: str = typer.Option(None, "--class", help="diffusers class for --config, e.g. QwenImageTransformer2DModel"),
+    name: str = typer.Option(None, "--name", help="card name (default: the preset or the config's folder)"),
+    out: Path = typer.Option(..., "--out", "-o", help="where to write the card .json"),
+) -> None:
+    """Generate a card from the real diffusers class on the meta device (needs the xla extra)."""
+    importer = _importer()
+    if (preset is None) == (config is None):
+        raise InputError("give either a preset or --config", "e.g. `meshlab models import qwen-image -o card.json`")
+    if config is not None:
+        if class_name is None:
+            raise InputError("--config needs --class", "e.g. --class QwenImageTransformer2DModel")
+        card = importer.import_from_config_file(config, class_name, name or config.parent.name)
+    else:
+        card = importer.import_preset(preset)
+    importer.write_card(card, out)
+    console().print(f"wrote {out}: {card.name}, {card.total_params:,} parameters in {len(card.parameters)} tensors")
+
+
+def _importer():
+    try:
+        from meshlab.cards import importer
+    except ImportError as exc:
+        raise InputError(f"importing model cards needs torch and diffusers ({exc.name} is missing)",
+                         "install the extra: pip install -e '.[xla]'") from None
+    return importer
