@@ -79,29 +79,29 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int)
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens)
     vae_weights, vae_decode, text_encoder = _components(plan, strategy)
+    sharded, replicated, padded = _weight_groups(plan)
     chips = []
     for chip in range(plan.mesh.device_count):
-        sharded, replicated, padding = _weights_on(chip, plan)
-        chips.append(ChipMemory(chip, sharded, replicated, padding, activations, vae_weights, vae_decode,
-                                text_encoder, reserve, usable_hbm))
+        real_padded = sum(p.real_bytes_on(chip, plan.mesh) for p, _ in padded)
+        allocated_padded = sum(allocated for _, allocated in padded)
+        chips.append(ChipMemory(chip, sharded + real_padded, replicated, allocated_padded - real_padded,
+                                activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm))
     return MemoryReport(tuple(chips), tokens)
 
 
-def _weights_on(chip: int, plan: Plan) -> tuple[int, int, int]:
-    sharded = replicated = padding = 0
+def _weight_groups(plan: Plan) -> tuple[int, int, list[tuple[PlannedParameter, int]]]:
+    """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones."""
+    sharded = replicated = 0
+    padded = []
     for p in plan.parameters:
         allocated = p.bytes_per_device(plan.mesh)
         if p.spec.is_replicated:
             replicated += allocated
-            continue
-        real = p.real_bytes_on(chip, plan.mesh) if _padded(p, plan) else allocated
-        sharded += real
-        padding += allocated - real
-    return sharded, replicated, padding
-
-
-def _padded(p: PlannedParameter, plan: Plan) -> bool:
-    return any(n % k for n, k in zip(p.shape, p.spec.split_counts(plan.mesh)))
+        elif any(n % k for n, k in zip(p.shape, p.spec.split_counts(plan.mesh))):
+            padded.append((p, allocated))
+        else:
+            sharded += allocated
+    return sharded, replicated, padded
 
 
 def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
