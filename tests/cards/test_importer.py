@@ -1,0 +1,175 @@
+"""The importer and the cards it ships.
+
+Pure tests read the shipped JSON (no torch, milliseconds). Tests marked ``xla`` build the real diffusers
+classes: the two fresh imports of the shipped presets take most of the time (about a minute on two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from meshlab.cards.card import BUILTIN_DIR, card_to_json, load_card
+from meshlab.errors import InputError
+
+SHIPPED = ("qwen-image", "flux-dev")
+
+
+def params_by_name(card) -> dict:
+    return {p.name: p for p in card.parameters}
+
+
+# --- the shipped cards (pure) ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_card_is_small_and_names_its_source(name):
+    path = BUILTIN_DIR / f"{name}.json"
+    assert path.stat().st_size < 1_000_000
+    card = load_card(name)
+    assert card.source["preset"] == name
+    assert card.source["class"] == card.class_name
+    assert {p.stream for p in card.parameters} <= {"image", "text", "joint", "conditioning"}  # all traced
+
+
+def test_qwen_image_counts_match_checked_facts():
+    card = load_card("qwen-image")
+    assert card.total_params == 20_430_401_088
+    assert sum(p.numel for p in card.parameters if p.block == 0) == 339_831_296
+    assert card.architecture.num_layers == 60
+    assert card.component("vae").parameters == 126_892_531
+    assert card.component("text_encoder").parameters == 8_292_166_656
+    assert card.component("vae").working_bytes_per_pixel > 0
+
+
+@pytest.mark.parametrize("module, stream", [
+    ("transformer_blocks.0.img_mod.1", "conditioning"),
+    ("transformer_blocks.7.txt_mod.1", "conditioning"),
+    ("transformer_blocks.0.attn.to_q", "image"),
+    ("transformer_blocks.59.attn.add_q_proj", "text"),
+    ("transformer_blocks.0.img_mlp.net.0.proj", "image"),
+    ("transformer_blocks.0.txt_mlp.net.2", "text"),
+    ("transformer_blocks.3.attn.norm_added_k", "text"),
+    ("time_text_embed.timestep_embedder.linear_1", "conditioning"),
+    ("norm_out.linear", "conditioning"),
+    ("txt_in", "text"),
+    ("proj_out", "image"),
+])
+def test_qwen_image_streams(module, stream):
+    params = params_by_name(load_card("qwen-image"))
+    assert params[f"{module}.weight"].stream == stream
+
+
+def test_qwen_image_attention_joins_text_and_image():
+    card = load_card("qwen-image")
+    assert len(card.attention) == 60
+    attn = card.attention[0]
+    assert (attn.module, attn.heads, attn.head_dim, attn.streams) == ("transformer_blocks.0.attn", 24, 128, ("text", "image"))
+    assert attn.out == ("transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.attn.to_add_out")
+    assert len(attn.qkv) == 6
+
+
+def test_flux_dev_streams_and_block_numbering():
+    card = load_card("flux-dev")
+    params = params_by_name(card)
+    assert card.architecture.num_layers == 19 + 38
+    assert params["single_transformer_blocks.0.proj_mlp.weight"].stream == "joint"
+    assert params["single_transformer_blocks.0.proj_mlp.weight"].block == 19  # numbered after the dual blocks
+    assert params["single_transformer_blocks.37.norm.linear.weight"].stream == "conditioning"
+    assert params["transformer_blocks.0.norm1_context.linear.weight"].stream == "conditioning"
+    assert params["transformer_blocks.0.ff_context.net.0.proj.weight"].stream == "text"
+    assert params["time_text_embed.guidance_embedder.linear_1.weight"].stream == "conditioning"
+    assert [c.name for c in card.components] == ["vae", "text_encoder", "text_encoder_2"]
+
+
+def test_unknown_preset_is_an_input_error_listing_the_presets():
+    from meshlab.cards.importer import import_preset
+
+    with pytest.raises(InputError, match="qwen-image"):
+        import_preset("sdxl")
+
+
+def test_importer_module_does_not_import_torch():
+    code = "import sys, meshlab.cards.importer, meshlab.cards.presets; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# --- importing (needs torch and diffusers) ------------------------------------------------------------------
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_card_equals_a_fresh_import(name):
+    pytest.importorskip("diffusers")
+    from meshlab.cards.importer import import_preset
+
+    shipped = json.loads((BUILTIN_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    assert card_to_json(import_preset(name)) == shipped, "regenerate with: python -m meshlab.cards.importer --all"
+
+
+SMALL_QWEN = {  # diffusers' own test configuration
+    "_class_name": "QwenImageTransformer2DModel", "patch_size": 2, "in_channels": 16, "out_channels": 4,
+    "num_layers": 2, "attention_head_dim": 16, "num_attention_heads": 4, "joint_attention_dim": 16,
+    "axes_dims_rope": [8, 4, 4],
+}
+SMALL_VAE = {"library": "diffusers", "class": "AutoencoderKL",
+             "config": {"latent_channels": 4, "block_out_channels": [32, 64], "norm_num_groups": 32,
+                        "down_block_types": ["DownEncoderBlock2D"] * 2, "up_block_types": ["UpDecoderBlock2D"] * 2}}
+
+
+@pytest.mark.xla
+def test_import_from_a_local_config_file(tmp_path):
+    pytest.importorskip("diffusers")
+    from meshlab.cards.importer import import_from_config_file, write_card
+
+    folder = tmp_path / "tiny-qwen"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(SMALL_QWEN), encoding="utf-8")
+    card = import_from_config_file(folder / "config.json", components={"vae": SMALL_VAE})
+    assert (card.name, card.class_name, card.source["preset"]) == ("tiny-qwen", "QwenImageTransformer2DModel", None)
+    assert card.source["config"]["num_layers"] == 2 and "_class_name" not in card.source["config"]
+    params = params_by_name(card)
+    for block in (0, 1):
+        assert params[f"transformer_blocks.{block}.img_mod.1.weight"].stream == "conditioning"
+        assert params[f"transformer_blocks.{block}.attn.to_k.weight"].stream == "image"
+        assert params[f"transformer_blocks.{block}.attn.add_v_proj.weight"].stream == "text"
+        assert params[f"transformer_blocks.{block}.attn.norm_q.weight"].kind == "norm"
+    assert card.architecture.hidden_size == 64 and card.architecture.mlp_ratio == 4.0
+    assert card.architecture.vae_scale_factor == 2
+    assert card.component("vae").working_bytes_per_pixel > 0
+
+    path = write_card(card, tmp_path / "tiny.json")
+    assert card_to_json(load_card(str(path))) == card_to_json(card)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.xla
+def test_small_flux_traces_single_blocks_as_joint():
+    pytest.importorskip("diffusers")
+    from meshlab.cards.importer import import_card
+
+    config = {"patch_size": 1, "in_channels": 4, "num_layers": 1, "num_single_layers": 2, "attention_head_dim": 16,
+              "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 32,
+              "guidance_embeds": True, "axes_dims_rope": [4, 4, 8]}
+    card = import_card("FluxTransformer2DModel", config, "tiny-flux")
+    params = params_by_name(card)
+    assert params["single_transformer_blocks.1.proj_out.weight"].stream == "joint"
+    assert params["single_transformer_blocks.1.proj_out.weight"].block == 2
+    assert params["single_transformer_blocks.1.norm.linear.weight"].stream == "conditioning"
+    assert params["transformer_blocks.0.attn.to_out.0.weight"].stream == "image"
+    single = card.attention[-1]
+    assert single.streams == ("text", "image") and single.out == ()  # the block's proj_out mixes attention and MLP
+
+
+@pytest.mark.xla
+def test_unsupported_class_is_an_input_error():
+    pytest.importorskip("diffusers")
+    from meshlab.cards.importer import import_card
+
+    with pytest.raises(InputError, match="FluxTransformer2DModel"):
+        import_card("SD3Transformer2DModel", {}, "sd3")

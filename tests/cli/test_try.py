@@ -1,0 +1,59 @@
+"""`meshlab try` through the real CLI: tables, JSON, exit codes, one-line errors."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from meshlab.cli.app import app
+
+from tests.conftest import STRATEGIES
+
+runner = CliRunner()
+REQUIRED = {"strategy", "model", "hardware", "mesh", "total_params", "parameters", "per_chip", "fits"}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda p: p.stem)
+def test_tables_for_every_builtin_strategy(strategy):
+    result = runner.invoke(app, ["try", str(strategy)], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "Per-chip memory" in result.output and "Plan:" in result.output
+    assert ("DOES NOT FIT" in result.output) == (strategy.stem == "data")
+
+
+def test_json_is_complete_and_byte_identical():
+    path = str(next(s for s in STRATEGIES if s.stem == "2d"))
+    first = runner.invoke(app, ["try", path, "--json"])
+    second = runner.invoke(app, ["try", path, "--json"])
+    assert first.exit_code == 0 and first.stdout == second.stdout
+    document = json.loads(first.stdout)
+    assert REQUIRED <= set(document) and document["mesh"] == {"data": 2, "model": 4}
+    assert document["fits"] is True and len(document["per_chip"]) == 8
+    q = next(p for p in document["parameters"] if p["name"] == "transformer_blocks.0.attn.to_q.weight")
+    assert q["spec"] == ["model", None] and q["shard_shape"] == [768, 3072] and q["bytes_per_device"] == 768 * 3072 * 2
+    chip = document["per_chip"][0]
+    assert chip["total_bytes"] == chip["weights_bytes"] + chip["activation_bytes"] + chip["other_bytes"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("name: t\nmodel: qwen-image\nhardware: v6e-8\nmesh: {data: 3, model: 4}\n", ":4:1: the mesh 3x4"),
+     ("name: t\nmodel: nope\nhardware: v6e-8\nmesh: {model: 8}\n", ":2:1: unknown model 'nope'"),
+     ("name: t\nmodel: qwen-image\nhardware: v9-8\nmesh: {model: 8}\n", ":3:1: unknown hardware"),
+     ("name: t\nmodel: qwen-image\nhardware: v6e-8\nmesh: {model: 8}\nrules:\n  - {match: '*', shard: largest, axis: tp}\n",
+      ":6:34: rule 0 (*) names unknown mesh axis 'tp'")],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["try", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"meshlab: error: {path}") and message in lines[0], lines
+    assert "Traceback" not in result.output
+
+
+def test_hardware_lists_catalog_with_sources():
+    result = runner.invoke(app, ["hardware", "--json"])
+    rows = json.loads(result.stdout)
+    assert result.exit_code == 0 and any(r["name"] == "v6e-8" for r in rows)
