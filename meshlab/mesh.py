@@ -52,6 +52,9 @@ class AbstractMesh:
             )
         return mesh
 
+    def __hash__(self) -> int:
+        return hash(self.axes)
+
     @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.axes)

@@ -6,6 +6,7 @@ Immutable and canonical, like jax's PartitionSpec: an entry is ``None`` or a non
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ def _canonical_entry(entry: Entry) -> tuple[str, ...] | None:
     return axes or None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=True)
 class PartitionSpec:
     entries: tuple[tuple[str, ...] | None, ...]
 
@@ -42,10 +43,19 @@ class PartitionSpec:
                 "an axis may split at most one dim of a tensor",
             )
         object.__setattr__(self, "entries", canonical)
+        object.__setattr__(self, "_hash", hash(canonical))
+
+    def __hash__(self) -> int:  # specs key the split-count cache: hash once, not per lookup
+        return self._hash
 
     @classmethod
     def replicated(cls, rank: int) -> "PartitionSpec":
-        return cls(*([None] * rank))
+        return _interned(*([None] * rank))
+
+    @classmethod
+    def of(cls, *entries: str | tuple[str, ...] | None) -> "PartitionSpec":
+        """The same as the constructor for hashable entries, but shared: plans reuse a handful of specs."""
+        return _interned(*entries)
 
     @property
     def rank(self) -> int:
@@ -61,7 +71,7 @@ class PartitionSpec:
 
     def split_counts(self, mesh: AbstractMesh) -> tuple[int, ...]:
         """Into how many pieces each dim is split on `mesh`."""
-        return tuple(math.prod(mesh.size(a) for a in entry) if entry else 1 for entry in self.entries)
+        return _split_counts(self, mesh)
 
     def shard_shape(self, shape: Sequence[int], mesh: AbstractMesh) -> tuple[int, ...]:
         """Per-device shard shape, padded to ceil(n / k) on each dim as XLA pads it."""
@@ -75,6 +85,16 @@ class PartitionSpec:
 
     def __str__(self) -> str:
         return _show(self.entries)
+
+
+@functools.lru_cache(maxsize=4096)
+def _interned(*entries: str | tuple[str, ...] | None) -> PartitionSpec:
+    return PartitionSpec(*entries)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_counts(spec: PartitionSpec, mesh: AbstractMesh) -> tuple[int, ...]:
+    return tuple(math.prod(mesh.size(a) for a in entry) if entry else 1 for entry in spec.entries)
 
 
 def _show(entries: tuple[tuple[str, ...] | None, ...]) -> str:

@@ -87,7 +87,7 @@ def _largest(parameter: Parameter, axes: tuple[str, ...]) -> PartitionSpec:
     if parameter.rank == 0:
         return PartitionSpec()
     dim = max(range(parameter.rank), key=lambda d: (parameter.shape[d], -d))
-    return PartitionSpec(*[axes if d == dim else None for d in range(parameter.rank)])
+    return PartitionSpec.of(*[axes if d == dim else None for d in range(parameter.rank)])
 
 
 def _linear(parameter: Parameter, how: str, axes: tuple[str, ...], index: int) -> PartitionSpec:
@@ -97,8 +97,8 @@ def _linear(parameter: Parameter, how: str, axes: tuple[str, ...], index: int) -
             "narrow the rule's pattern to Linear weights and biases, or use largest / an explicit spec",
         )
     if parameter.is_bias:  # the bias follows the weight's output dim
-        return PartitionSpec(axes if how == "column" else None)
-    return PartitionSpec(axes, None) if how == "column" else PartitionSpec(None, axes)
+        return PartitionSpec.of(axes if how == "column" else None)
+    return PartitionSpec.of(axes, None) if how == "column" else PartitionSpec.of(None, axes)
 
 
 def _explicit(parameter: Parameter, entries: list, index: int) -> PartitionSpec:
