@@ -1,0 +1,102 @@
+"""FLOPs and HBM bytes of one transformer call, for the whole model and for one chip of a plan.
+
+Counted: every Linear as 2 x in x out per token of the stream it serves (image tokens, text tokens, their
+sum for joint Linears, once per sample for conditioning Linears), and attention as QK^T plus AV,
+2 x 2 x queries x keys x head_dim per head over the joint sequence. Not counted: biases, norms, RoPE,
+activations and other elementwise work (well under 1% of a DiT's FLOPs).
+
+On one chip each Linear does the work of its local shard: ceil(out / split) x ceil(in / split) at the
+tokens and samples the chip holds. Attention runs its local heads (as q is split) over the local queries
+(image tokens split over the sequence axis) against every key.
+
+HBM bytes per call: every weight shard this chip holds is read once (FSDP-gathered weights at their gathered
+size); each Linear reads its input and writes its output; attention reads q, k, v and writes its output, and
+without flash attention also writes and reads the scores and probabilities. Elementwise passes between them are
+assumed fused into the neighbouring ops.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from meshlab.cards.card import Attention, ModelCard
+from meshlab.cost.graph import Graph, LinearOp
+from meshlab.cost.layout import Layout
+from meshlab.mesh import AbstractMesh
+from meshlab.tokens import TokenCounts
+
+
+@dataclass(frozen=True)
+class Work:
+    """One op's work on one chip in one transformer call."""
+
+    name: str
+    block: int | None
+    flops: float
+    hbm_bytes: float
+    kind: str  # "linear", "attention" or "other"
+    count: int = 1  # identical blocks this op stands for (see `Graph.repeats`)
+
+
+def linear_flops(in_features: int, out_features: int, tokens: int) -> float:
+    return 2.0 * in_features * out_features * tokens
+
+
+def attention_flops(attention: Attention, queries: int, keys: int, heads: int | None = None) -> float:
+    heads = attention.heads if heads is None else heads
+    return 4.0 * queries * keys * attention.head_dim * heads
+
+
+def model_flops(card: ModelCard, tokens: TokenCounts) -> float:
+    """FLOPs of one transformer call on one sample, unsharded: the useful work MFU is measured against."""
+    total = 0.0
+    for p in card.parameters:
+        if p.kind == "linear" and p.rank == 2 and not p.is_bias:
+            total += linear_flops(p.shape[1], p.shape[0], tokens.of_stream(p.stream))
+    for attention in card.attention:
+        sequence = sum(tokens.of_stream(s) for s in attention.streams)
+        total += attention_flops(attention, sequence, sequence)
+    return total
+
+
+def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool) -> tuple[Work, ...]:
+    """The work of one chip in one transformer call, op by op (Linears, attentions, and the rest's weights)."""
+    work = [replace(_linear(op, layout, mesh), count=graph.count(op.block)) for op in graph.linears]
+    by_module = {op.module: op for op in graph.linears}
+    for attention in graph.attentions:
+        qkv = [by_module[m] for m in attention.qkv if m in by_module]
+        if qkv:
+            work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention), count=graph.count(qkv[0].block)))
+    weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others)
+    work.append(Work("norms and other weights", None, 0.0, float(weights), "other"))
+    return tuple(work)
+
+
+def _split(axes, mesh: AbstractMesh) -> int:
+    return math.prod(mesh.size(a) for a in axes) if axes else 1
+
+
+def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
+    out_split, in_split = (_split(e, mesh) for e in op.weight.spec.entries)
+    out, inp = -(-op.out_features // out_split), -(-op.in_features // in_split)
+    tokens = layout.batch * layout.local.of_stream(op.stream)
+    gathered = set(op.weight.spec.axes) & set(layout.activation_axes())
+    weight_bytes = op.weight.bytes_per_device(mesh) * _split(tuple(gathered), mesh)
+    if op.bias is not None:
+        weight_bytes += op.bias.bytes_per_device(mesh)
+    activations = tokens * (inp + out) * layout.itemsize
+    return Work(op.module, op.block, linear_flops(inp, out, tokens), float(weight_bytes + activations), "linear")
+
+
+def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
+    head_split = _split(qkv[0].weight.spec.entries[0], mesh)
+    heads = -(-attention.heads // head_split) if attention.heads % head_split == 0 else attention.heads
+    queries = sum(layout.local.of_stream(s) for s in attention.streams)
+    keys = sum(layout.tokens.of_stream(s) for s in attention.streams)
+    width = heads * attention.head_dim
+    io = (2 * queries + 2 * keys) * width  # q and output at the local queries, k and v at every key
+    scores = 0 if flash else 4 * heads * queries * keys  # scores and probabilities, written then read
+    nbytes = layout.batch * (io + scores) * layout.itemsize
+    flops = layout.batch * attention_flops(attention, queries, keys, heads)
+    return Work(attention.module, qkv[0].block, flops, float(nbytes), "attention")

@@ -1,0 +1,87 @@
+"""How one chip's share of a denoising step is shaped: samples, tokens and transformer calls per chip.
+
+The guidance axis: a mesh axis named ``cfg`` (size 1 or 2) puts the conditional and unconditional branches of
+classifier-free guidance on different chips. The pipeline then runs both branches as one call of twice the
+batch, split over ``cfg`` (both prompts padded to one length), so each chip makes one transformer call per step
+instead of two, and the two noise predictions meet in one small all-gather over ``cfg`` per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshlab.cards.card import DTYPE_BYTES
+from meshlab.errors import PlanError
+from meshlab.plan.plan import Plan
+from meshlab.strategy.schema import Strategy
+from meshlab.tokens import TokenCounts, token_counts
+
+GUIDANCE_AXIS = "cfg"
+
+
+@dataclass(frozen=True)
+class Layout:
+    tokens: TokenCounts  # per sample, whole
+    local: TokenCounts  # per sample on one chip: image tokens split over the sequence axis
+    batch: int  # samples on one chip in one transformer call
+    calls: int  # transformer calls per step on one chip
+    images: int  # images one call of the pipeline makes (workload.batch)
+    steps: int
+    cfg: bool  # does the workload use classifier-free guidance
+    itemsize: int
+    batch_axis: str | None
+    sequence_axis: str | None
+    guidance_axis: str | None
+
+    @property
+    def sequence_split(self) -> int:
+        return -(-self.tokens.image // self.local.image)
+
+    def activation_axes(self) -> tuple[str, ...]:
+        """Mesh axes that split activations (by sample, token or guidance branch), not features."""
+        return tuple(a for a in (self.batch_axis, self.sequence_axis, self.guidance_axis) if a)
+
+
+def layout_of(plan: Plan, strategy: Strategy) -> Layout:
+    workload, mesh = strategy.workload, plan.mesh
+    tokens = token_counts(workload, plan.card.architecture)
+    batch_axis, sequence_axis = strategy.activations.batch, strategy.activations.sequence
+    guidance = _guidance_axis(plan, strategy)
+    batch_split = mesh.size(batch_axis) if batch_axis else 1
+    image_split = mesh.size(sequence_axis) if sequence_axis else 1
+    calls = 2 if workload.cfg and guidance is None else 1
+    return Layout(
+        tokens=tokens,
+        local=TokenCounts(-(-tokens.image // image_split), tokens.text),
+        batch=-(-workload.batch // batch_split),
+        calls=calls,
+        images=workload.batch,
+        steps=workload.steps,
+        cfg=workload.cfg,
+        itemsize=DTYPE_BYTES[workload.dtype],
+        batch_axis=batch_axis,
+        sequence_axis=sequence_axis,
+        guidance_axis=guidance,
+    )
+
+
+def _guidance_axis(plan: Plan, strategy: Strategy) -> str | None:
+    if GUIDANCE_AXIS not in plan.mesh.names:
+        return None
+    size = plan.mesh.size(GUIDANCE_AXIS)
+    if size == 1:
+        return None
+    if size != 2 or not strategy.workload.cfg:
+        raise PlanError(
+            f"mesh axis {GUIDANCE_AXIS!r} has size {size} with workload.cfg {strategy.workload.cfg}; the "
+            f"{GUIDANCE_AXIS!r} axis carries the two guidance branches",
+            f"give {GUIDANCE_AXIS!r} size 2 with workload.cfg: true, or rename the axis",
+            field=("mesh", GUIDANCE_AXIS),
+        )
+    if GUIDANCE_AXIS in (strategy.activations.batch, strategy.activations.sequence):
+        raise PlanError(
+            f"mesh axis {GUIDANCE_AXIS!r} splits the guidance branches; it cannot also split the batch or sequence",
+            "give activations.batch / activations.sequence another axis",
+            field=("activations",),
+        )
+    return GUIDANCE_AXIS

@@ -1,0 +1,73 @@
+"""A plan's predicted cost: FLOPs, HBM bytes, collectives and time per step and per image. Pure, no torch."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from meshlab.cost.collectives import Collective, derive
+from meshlab.cost.flops import Work, chip_work, model_flops
+from meshlab.cost.graph import graph_of
+from meshlab.cost.layout import Layout, layout_of
+from meshlab.cost.timing import Assumptions, StepTime, step_time
+from meshlab.cost.topology import route
+from meshlab.hardware import Hardware
+from meshlab.plan.plan import Plan
+from meshlab.strategy.schema import Strategy
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Everything predicted about one plan on its hardware. All times in seconds, all figures predicted."""
+
+    layout: Layout
+    work: tuple[Work, ...]  # one chip, one transformer call
+    collectives: tuple[Collective, ...]  # one chip, one transformer call (and the per-step ones)
+    step: StepTime
+    model_flops_per_call: float  # one sample, unsharded
+    chips: int
+    peak_flops: float  # one chip, 100%
+
+    @property
+    def seconds_per_image(self) -> float:
+        return self.layout.steps * self.step.total / self.layout.images
+
+    @property
+    def images_per_second(self) -> float:
+        return 1.0 / self.seconds_per_image
+
+    @property
+    def useful_flops_per_step(self) -> float:
+        branches = 2 if self.layout.cfg else 1
+        return self.model_flops_per_call * self.layout.images * branches
+
+    @property
+    def mfu(self) -> float:
+        return self.useful_flops_per_step / (self.chips * self.peak_flops * self.step.total)
+
+    @property
+    def roofline_mfu(self) -> float:
+        """The MFU the roofline step time would give: below 1 where chips repeat each other's work."""
+        return self.useful_flops_per_step / (self.chips * self.peak_flops * self.step.roofline)
+
+    @property
+    def roofline_seconds_per_image(self) -> float:
+        return self.layout.steps * self.step.roofline / self.layout.images
+
+    def block_collectives(self, block: int | None = None) -> Counter:
+        """Collectives of one block (the first one by default) by kind."""
+        blocks = sorted({c.block for c in self.collectives if c.block is not None})
+        if block is None:
+            block = blocks[0] if blocks else None
+        return Counter(c.kind for c in self.collectives if c.block == block and block is not None)
+
+
+def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions()) -> Prediction:
+    layout = layout_of(plan, strategy)
+    graph = graph_of(plan)
+    work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
+    collectives = derive(graph, layout, plan.mesh)
+    routes = {axes: route(axes, plan.mesh, hardware) for axes in {c.axes for c in collectives}}
+    step = step_time(work, collectives, routes, layout, hardware, assumptions)
+    return Prediction(layout, work, collectives, step, model_flops(plan.card, layout.tokens), hardware.chips,
+                      hardware.bf16_flops)

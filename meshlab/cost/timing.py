@@ -1,0 +1,107 @@
+"""Predicted time per denoising step and per image: compute, HBM, collectives, overlap and host overhead.
+
+Every figure here is a prediction. The model, op by op on the busiest chip (all chips do the same work):
+
+- an op takes the longer of its FLOPs at ``bf16_flops x compute_efficiency`` and its HBM bytes at
+  ``hbm_bandwidth x hbm_efficiency`` (a roofline per op, so memory-bound modulation Linears cost their weight
+  reads, compute-bound matmuls their FLOPs);
+- collectives take the time `meshlab.cost.topology` gives them; a fraction ``overlap`` of it hides under
+  compute (default 0: tensor-parallel all-reduces sit on the critical path between dependent matmuls);
+- a step runs ``calls`` transformer calls (2 with classifier-free guidance unless a ``cfg`` axis splits the
+  branches), plus the once-per-step collectives, plus the hardware's ``step_overhead_s`` of host time;
+- the text encoder, the VAE decode and the scheduler are not timed (denoising only).
+
+The roofline beside each prediction: the same chip's FLOPs at 100% of peak, or its HBM bytes at 100% of the
+bandwidth if that is longer; no collectives, no overhead. MFU: the model's useful FLOPs (unsharded, no
+redundancy) over all chips' peak for the predicted time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshlab.cost.collectives import Collective
+from meshlab.cost.flops import Work
+from meshlab.cost.layout import Layout
+from meshlab.cost.topology import Route, collective_seconds
+from meshlab.hardware import Hardware
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Knobs of the time model that are not properties of the hardware."""
+
+    overlap: float = 0.0  # fraction of collective time hidden under compute
+
+    def describe(self, hardware: Hardware) -> list[dict]:
+        hw = hardware
+        return [
+            {"name": "compute_efficiency", "value": hw.compute_efficiency, "source": hw.sources["compute_efficiency"]},
+            {"name": "hbm_efficiency", "value": hw.hbm_efficiency, "source": hw.sources["hbm_efficiency"]},
+            {"name": "collective_latency_s", "value": hw.collective_latency_s,
+             "source": hw.sources["collective_latency_s"]},
+            {"name": "step_overhead_s", "value": hw.step_overhead_s, "source": hw.sources["step_overhead_s"]},
+            {"name": "overlap", "value": self.overlap,
+             "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
+            {"name": "per-op roofline", "value": None,
+             "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
+                       "work is fused and not counted"},
+            {"name": "device order", "value": None,
+             "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
+            {"name": "scope", "value": None,
+             "source": "denoising only: text encoding, VAE decode and scheduler time are not predicted"},
+            {"name": "guidance", "value": None,
+             "source": "with CFG and no 'cfg' mesh axis the transformer runs twice per step; a 'cfg' axis of size 2 "
+                       "runs both branches as one call split over it (prompts padded to one length)"},
+        ]
+
+
+@dataclass(frozen=True)
+class TimedCollective:
+    collective: Collective
+    route: Route
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Per step on one chip, predicted (seconds unless named otherwise)."""
+
+    calls: int
+    flops: float  # this chip's FLOPs per step
+    hbm_bytes: float
+    compute: float  # FLOPs at the effective peak, summed over ops
+    hbm: float  # bytes at the effective bandwidth, summed over ops
+    local: float  # per-op max of compute and HBM, summed
+    collective: float  # after overlap
+    collective_bytes: float  # per chip per step
+    overhead: float
+    roofline: float  # 100% peak or 100% HBM bandwidth, no collectives, no overhead
+    collectives: tuple[TimedCollective, ...] = field(default=())
+
+    @property
+    def total(self) -> float:
+        return self.local + self.collective + self.overhead
+
+
+def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], routes: dict, layout: Layout,
+              hardware: Hardware, assumptions: Assumptions) -> StepTime:
+    peak = hardware.bf16_flops * hardware.compute_efficiency
+    bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
+    calls = layout.calls
+    local = sum(w.count * max(w.flops / peak, w.hbm_bytes / bandwidth) for w in work)
+    flops = sum(w.count * w.flops for w in work)
+    nbytes = sum(w.count * w.hbm_bytes for w in work)
+    timed = tuple(TimedCollective(c, routes[c.axes], collective_seconds(c.kind, c.bytes, routes[c.axes],
+                                                                          hardware.collective_latency_s))
+                  for c in collectives)
+    per_call = sum(t.collective.count * t.seconds for t in timed if not t.collective.per_step)
+    per_step = sum(t.collective.count * t.seconds for t in timed if t.collective.per_step)
+    coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives)
+    roofline = calls * max(flops / hardware.bf16_flops, nbytes / hardware.hbm_bandwidth)
+    return StepTime(
+        calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
+        compute=calls * flops / peak, hbm=calls * nbytes / bandwidth, local=calls * local,
+        collective=(1 - assumptions.overlap) * (calls * per_call + per_step), collective_bytes=coll_bytes,
+        overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
+    )

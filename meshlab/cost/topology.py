@@ -1,0 +1,99 @@
+"""How long a collective takes over the chips of a mesh axis, given how those chips are wired.
+
+Mesh devices are numbered row-major over the mesh axes, and meshlab assumes the slice numbers its chips
+row-major over the physical topology too (device d sits at ``np.unravel_index(d, topology)``). The chips of
+one group of a collective (all devices that differ only along its mesh axes) then form:
+
+- a line along one physical axis: an open line (v6e-8 is 2x4 with no wraparound) moves data at one link's
+  bandwidth each way, ``W``, with ``n - 1`` hops; a ring (wraparound, the full axis) at ``2W``, ``n / 2`` hops;
+- a full sub-grid over several physical axes: a ring fits through it (one side is even), so ``2W``, ``n / 2``
+  hops;
+- anything else (strided chips): a line through intermediate chips, ``W`` and ``n - 1`` hops of the largest
+  stride;
+- on an NVSwitch node every group is switched: ``W`` (the GPU's whole NVLink bandwidth), ``n - 1`` steps.
+
+Costs (jax-ml/scaling-book, sharding.md): an all-gather or reduce-scatter of ``V`` bytes moves
+``V (n - 1) / n`` per chip; an all-reduce twice that; a collective-permute moves its ``V`` once over one link.
+Every step adds the hardware's per-hop latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from meshlab.hardware import Hardware
+from meshlab.mesh import AbstractMesh
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a group of chips runs a collective."""
+
+    chips: int
+    bandwidth: float  # bytes/s each chip moves, both directions together
+    hops: int  # latency steps of one all-gather
+    shape: str  # "ring", "line", "grid", "strided", "switch", "local"
+
+
+def route(axes: tuple[str, ...], mesh: AbstractMesh, hardware: Hardware) -> Route:
+    return _route(axes, mesh.axes, hardware.topology, hardware.wraparound, hardware.interconnect,
+                  hardware.ici_link_bandwidth)
+
+
+@lru_cache(maxsize=512)
+def _route(axes, mesh_axes, topology, wraparound, interconnect, link) -> Route:
+    sizes = dict(mesh_axes)
+    n = math.prod(sizes[a] for a in axes)
+    if n == 1:
+        return Route(1, math.inf, 0, "local")
+    if interconnect == "nvswitch":
+        return Route(n, link, n - 1, "switch")
+    coords = [_unravel(d, topology) for d in _group(axes, mesh_axes)]
+    varying = [i for i in range(len(topology)) if len({c[i] for c in coords}) > 1]
+    ranges = [sorted({c[i] for c in coords}) for i in varying]
+    contiguous = all(r == list(range(r[0], r[0] + len(r))) for r in ranges) and math.prod(map(len, ranges)) == n
+    if contiguous and len(varying) == 1:
+        axis = varying[0]
+        if wraparound[axis] and n == topology[axis]:
+            return Route(n, 2 * link, n // 2, "ring")
+        return Route(n, link, n - 1, "line")
+    if contiguous:
+        return Route(n, 2 * link, n // 2, "grid")
+    stride = max(max(r) - min(r) for r in ranges) // max(1, min(len(r) for r in ranges) - 1)
+    return Route(n, link, (n - 1) * max(1, stride), "strided")
+
+
+def _group(axes, mesh_axes) -> list[int]:
+    """Devices of the group through device 0: every device whose coordinates off `axes` are 0."""
+    names = [name for name, _ in mesh_axes]
+    shape = [size for _, size in mesh_axes]
+    devices = []
+    for d in range(math.prod(shape)):
+        coords = _unravel(d, tuple(shape))
+        if all(c == 0 for c, name in zip(coords, names) if name not in axes):
+            devices.append(d)
+    return devices
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    coords = []
+    for size in reversed(shape):
+        index, c = divmod(index, size)
+        coords.append(c)
+    return tuple(reversed(coords))
+
+
+def collective_seconds(kind: str, nbytes: float, r: Route, hop_latency: float) -> float:
+    """Time of one collective whose per-chip buffer is `nbytes` (see `Collective.bytes`)."""
+    if r.chips == 1:
+        return 0.0
+    moved = nbytes * (r.chips - 1) / r.chips
+    if kind == "all-reduce":
+        return 2 * moved / r.bandwidth + 2 * r.hops * hop_latency
+    if kind == "collective-permute":
+        return nbytes / (r.bandwidth / 2 if r.shape in ("ring", "grid") else r.bandwidth) + hop_latency
+    if kind == "all-to-all":
+        return moved / (2 * r.bandwidth) + r.hops * hop_latency
+    return moved / r.bandwidth + r.hops * hop_latency  # all-gather, reduce-scatter
