@@ -60,6 +60,17 @@ def model_flops(card: ModelCard, tokens: TokenCounts) -> float:
     return total
 
 
+def graph_flops(graph: Graph, tokens: TokenCounts) -> float:
+    """`model_flops` from a graph whose identical blocks are folded (the same sum, far fewer terms)."""
+    total = sum(graph.count(op.block) * linear_flops(op.in_features, op.out_features, tokens.of_stream(op.stream))
+                for op in graph.linears)
+    by_module = {op.module: op for op in graph.linears}
+    for attention in graph.attentions:
+        sequence = sum(tokens.of_stream(s) for s in attention.streams)
+        total += graph.count(by_module[attention.qkv[0]].block) * attention_flops(attention, sequence, sequence)
+    return total
+
+
 def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool) -> tuple[Work, ...]:
     """The work of one chip in one transformer call, op by op (Linears, attentions, and the rest's weights)."""
     work = [replace(_linear(op, layout, mesh), count=graph.count(op.block)) for op in graph.linears]

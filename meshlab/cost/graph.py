@@ -17,7 +17,6 @@ least as many features as the first gives (Flux's single blocks concatenate the 
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -66,8 +65,6 @@ class Graph:
         return 1 if block is None else self.repeats.get(block, 1)
 
 
-_INDEXED = re.compile(r"^(.*?)\.(\d+)\.(.*)$")
-
 
 def _representatives(plan: Plan) -> dict[int, int]:
     """For each kept block, how many blocks (itself included) share its signature."""
@@ -75,8 +72,8 @@ def _representatives(plan: Plan) -> dict[int, int]:
     for p in plan.parameters:
         block = p.parameter.block
         if block is not None:
-            match = _INDEXED.match(p.name)
-            local = (match.group(1), match.group(3)) if match else (p.name,)
+            parts = p.name.split(".", 2)  # "<list>.<index>.<rest>": the index is what differs between blocks
+            local = (parts[0], parts[2]) if len(parts) == 3 and parts[1].isdigit() else (p.name,)
             signatures[block].append((local, p.shape, p.spec.entries, p.parameter.stream, p.parameter.kind))
     first: dict[tuple, int] = {}
     repeats: dict[int, int] = {}

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from meshlab.cost.collectives import Collective, derive
-from meshlab.cost.flops import Work, chip_work, model_flops
+from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
 from meshlab.cost.timing import Assumptions, StepTime, step_time
@@ -69,5 +69,5 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     collectives = derive(graph, layout, plan.mesh)
     routes = {axes: route(axes, plan.mesh, hardware) for axes in {c.axes for c in collectives}}
     step = step_time(work, collectives, routes, layout, hardware, assumptions)
-    return Prediction(layout, work, collectives, step, model_flops(plan.card, layout.tokens), hardware.chips,
+    return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
                       hardware.bf16_flops)

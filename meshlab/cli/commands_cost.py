@@ -1,0 +1,124 @@
+"""`meshlab compare`, `meshlab sweep`, `meshlab explain`: wiring only (parse, call the library, render).
+
+``register(app)`` adds the three commands to the main typer app; heavy imports stay inside the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from meshlab.cli.output import console, print_json, reports_errors
+
+JSON_OPTION = typer.Option(False, "--json", help="print one JSON document instead of tables")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(reports_errors(compare))
+    app.command("sweep")(reports_errors(sweep))
+    app.command("explain")(reports_errors(explain))
+
+
+def compare(
+    strategies: List[str] = typer.Argument(..., help="strategy YAML files or globs (strategies/*.yaml)"),
+    as_json: bool = JSON_OPTION,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: memory and time per image by component"),
+) -> None:
+    """Rank strategies by predicted seconds per image; say why each loser loses. Exit 0; 2 bad input."""
+    from meshlab.compare import compare as run_compare
+
+    comparison = run_compare(strategies)
+    if plot is not None:
+        from meshlab.cli.render_cost import plot_comparison
+
+        plot_comparison(comparison, plot)
+    if as_json:
+        from meshlab.compare import comparison_document
+
+        print_json(comparison_document(comparison))
+    else:
+        from meshlab.cli.render_cost import render_comparison
+
+        render_comparison(comparison, console(), plot)
+
+
+def sweep(
+    model: str = typer.Option(..., "--model", help="a built-in model card (qwen-image, flux-dev) or a card .json"),
+    hardware: str = typer.Option(..., "--hardware", help="a hardware catalog name (see `meshlab hardware`)"),
+    devices: Optional[int] = typer.Option(None, "--devices", min=1, help="sweep over this many devices instead "
+                                          "(one open line of chips)"),
+    out: str = typer.Option("best.yaml", "--out", help="where to write the best plan's strategy YAML ('-': stdout)"),
+    batch_per_replica: int = typer.Option(1, "--batch-per-replica", min=1, help="images per data shard per call"),
+    height: int = typer.Option(1024, "--height", help="image height in pixels"),
+    width: int = typer.Option(1024, "--width", help="image width in pixels"),
+    steps: int = typer.Option(50, "--steps", min=1, help="denoising steps"),
+    text_tokens: int = typer.Option(512, "--text-tokens", min=1, help="text tokens per prompt after padding"),
+    cfg: bool = typer.Option(True, "--cfg/--no-cfg", help="classifier-free guidance (two branches per step)"),
+    as_json: bool = JSON_OPTION,
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar on stderr"),
+) -> None:
+    """Try every factorization of the devices over each family's mesh axes; print the Pareto front; write the best."""
+    import time
+
+    from meshlab.cli.render_cost import progress_bar, render_sweep
+    from meshlab.strategy.schema import Workload
+    from meshlab.sweep import strategy_yaml, sweep as run_sweep, sweep_document, write_atomic
+
+    card, hw = _card_and_hardware(model, hardware, devices)
+    workload = _workload(Workload, height=height, width=width, steps=steps, text_tokens=text_tokens, cfg=cfg)
+    start = time.perf_counter()
+    with progress_bar(enabled=progress and not as_json) as advance:
+        result = run_sweep(card, hw, model, workload, batch_per_replica, progress=advance)
+    elapsed = time.perf_counter() - start
+    text = strategy_yaml(result.best, hw)
+    if out == "-":
+        typer.echo(text, nl=False)
+    else:
+        write_atomic(out, text)
+    if as_json:
+        print_json(sweep_document(result, hw, elapsed))
+    elif out != "-":
+        render_sweep(result, hw, console(), out, elapsed)
+
+
+def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_json: bool = JSON_OPTION) -> None:
+    """Show how a plan's predicted time comes about: work, collectives per layer, and every assumption."""
+    from meshlab.cost.predict import predict
+    from meshlab.planning import plan_file
+
+    planned = plan_file(strategy)
+    prediction = predict(planned.plan, planned.strategy, planned.hardware)
+    if as_json:
+        from meshlab.cost.document import assumptions_document, collectives_document, prediction_document
+
+        print_json({"strategy": planned.strategy.name, "file": str(planned.loaded.path),
+                    "predicted": prediction_document(prediction), "collectives": collectives_document(prediction),
+                    "assumptions": assumptions_document(planned.hardware)})
+    else:
+        from meshlab.cli.render_cost import render_explain
+
+        render_explain(planned, prediction, console())
+
+
+def _card_and_hardware(model: str, hardware: str, devices: int | None):
+    from meshlab.cards.card import load_card
+    from meshlab.hardware import load_hardware
+
+    card = load_card(model, Path.cwd())
+    overrides = {"chips": devices, "topology": [devices], "wraparound": [False]} if devices else None
+    return card, load_hardware(hardware, overrides)
+
+
+def _workload(cls, **fields):
+    from pydantic import ValidationError
+
+    from meshlab.errors import InputError
+
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = "--" + str(error["loc"][0]).replace("_", "-")
+        raise InputError(f"{name}: {error['msg']}", f"see `meshlab sweep --help` for {name}") from None

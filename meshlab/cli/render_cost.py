@@ -1,0 +1,213 @@
+"""Rich rendering of `meshlab compare`, `meshlab sweep` and `meshlab explain`, and the compare plot."""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.table import Table
+
+from meshlab.cli.output import gib
+
+PREDICTED = "[dim](predicted)[/dim]"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def render_comparison(comparison, console, plot: Path | None = None) -> None:
+    table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}", title_justify="left")
+    columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "fits", "compute\nms/step", "HBM\nms/step",
+               "coll.\nms/step", "step\nms", "s/image", "images\n/s", "roofline\ns/image", "MFU", "coll.\nGiB/step",
+               "pad\nMiB")
+    longest = max((len(e.planned.strategy.name) for e in comparison.entries), default=8)
+    for c in columns:
+        table.add_column(c, justify="left" if c in ("strategy", "mesh", "fits") else "right",
+                         min_width=min(longest + 5, 30) if c == "strategy" else None)
+    for e in comparison.entries:
+        p, chip = e.prediction, e.planned.memory.most_loaded
+        name = e.planned.strategy.name + (" [bold green]best[/bold green]" if comparison.best is e else "")
+        table.add_row(
+            name, "x".join(str(v) for v in e.planned.plan.mesh.shape),
+            f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", "yes" if e.fits else "[red]no[/red]",
+            f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
+            f"{p.step.total * 1e3:.1f}", f"{p.seconds_per_image:.2f}", f"{p.images_per_second:.3f}",
+            f"{p.roofline_seconds_per_image:.2f}", f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
+            f"{chip.padding / 2**20:.1f}",
+        )
+    console.print(table)
+    for e in comparison.entries:
+        if e.why:
+            console.print(f"  [bold]{e.planned.strategy.name}[/bold] loses: {e.why}")
+    for note in comparison.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    console.print("[dim]Every time above is predicted by meshlab's cost model (denoising only); compute/step is "
+                  "FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
+                  "collectives + host overhead. `meshlab explain FILE` lists the assumptions.[/dim]")
+    if plot is not None:
+        console.print(f"plot written to {plot}")
+
+
+@contextmanager
+def progress_bar(enabled: bool):
+    """Yield an ``advance(done, total)`` callback drawing a progress bar on stderr (or doing nothing)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("planning candidates", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield advance
+
+
+def render_sweep(result, hardware, console, out: str, seconds: float) -> None:
+    table = Table(title=f"Pareto front on {hardware.name} ({hardware.chips} devices): time per image against "
+                        f"headroom {PREDICTED}", title_justify="left")
+    for c in ("candidate", "family", "mesh", "batch", "s/image", "step", "MFU", "peak/chip", "headroom"):
+        table.add_column(c, justify="left" if c in ("candidate", "family", "mesh") else "right")
+    for c in result.front:
+        p = c.prediction
+        name = c.strategy.name + (" [bold green](best)[/bold green]" if c is result.best else "")
+        table.add_row(name, c.family, "x".join(f"{k}{v}" for k, v in c.strategy.mesh.items()),
+                      str(c.strategy.workload.batch), f"{p.seconds_per_image:.2f}", _ms(p.step.total),
+                      f"{100 * p.mfu:.0f}%", gib(c.memory.most_loaded.total), gib(c.headroom))
+    console.print(table)
+    dropped = [c for c in result.candidates if c.dropped]
+    fitting = len(result.candidates) - len(dropped)
+    console.print(f"{len(result.candidates)} candidates: {fitting} fit, {len(dropped)} dropped"
+                  + "".join(f"\n  dropped {c.strategy.name}: {c.dropped}" for c in dropped))
+    console.print(f"best: [bold]{result.best.strategy.name}[/bold], "
+                  f"{result.best.prediction.seconds_per_image:.2f} s/image predicted; written to {out}")
+    console.print(f"[dim]sweep took {seconds:.2f} s[/dim]")
+
+
+def render_explain(planned, prediction, console) -> None:
+    p, step, hw = prediction, prediction.step, planned.hardware
+    layout = p.layout
+    console.print(f"[bold]{planned.strategy.name}[/bold] on {hw.name}, mesh {planned.plan.mesh.describe()}: "
+                  f"{layout.batch} sample(s) per chip per call, {layout.calls} call(s) per step, "
+                  f"{layout.local.image} image + {layout.local.text} text tokens per sample per chip")
+    table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
+    table.add_column("term")
+    table.add_column("value", justify="right")
+    table.add_column("how")
+    rows = [
+        ("FLOPs", f"{step.flops / 1e12:.2f} TFLOP", f"Linears per stream + attention, {step.calls} call(s)"),
+        ("compute", _ms(step.compute), f"at {hw.bf16_flops / 1e12:.0f} TFLOP/s x {hw.compute_efficiency}"),
+        ("HBM bytes", _bytes(step.hbm_bytes), "weight shards once per call + Linear/attention inputs and outputs"),
+        ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}"),
+        ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed"),
+        ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"),
+        ("host overhead", _ms(step.overhead), "per step"),
+        ("[bold]step[/bold]", f"[bold]{_ms(step.total)}[/bold]", ""),
+        ("roofline", _ms(step.roofline), "100% of peak FLOPs or HBM bandwidth, no collectives"),
+        ("seconds per image", f"{p.seconds_per_image:.2f}",
+         f"{layout.steps} steps / {layout.images} image(s) per call; roofline {p.roofline_seconds_per_image:.2f}"),
+        ("MFU", f"{100 * p.mfu:.1f}%", f"useful FLOPs over all chips' peak; roofline MFU {100 * p.roofline_mfu:.1f}%"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(_collective_table(p))
+    console.print("[bold]Assumptions[/bold]")
+    from meshlab.cost.document import assumptions_document
+
+    for a in assumptions_document(hw):
+        value = "" if a["value"] is None else f" = {a['value']}"
+        console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _collective_table(p) -> Table:
+    blocks = sorted({c.block for c in p.collectives if c.block is not None})
+    first = blocks[0] if blocks else None
+    repeats = next((c.count for c in p.collectives if c.block == first), 1)
+    table = Table(title=f"Collectives of one call: block {first} (stands for {repeats} identical blocks) and "
+                        f"outside the blocks {PREDICTED}", title_justify="left")
+    for c in ("where", "kind", "axes", "route", "bytes", "time", "why"):
+        table.add_column(c, justify="right" if c in ("bytes", "time") else "left")
+    for t in p.step.collectives:
+        c = t.collective
+        if c.block not in (first, None):
+            continue
+        where = "per step" if c.per_step else ("outside" if c.block is None else f"block {c.block}")
+        table.add_row(where, c.kind + (f" x{c.operands}" if c.operands > 1 else ""), "+".join(c.axes),
+                      t.route.shape, _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why)
+    if not p.collectives:
+        table.add_row("-", "none", "", "", "", "", "no weight or activation crosses chips")
+    return table
+
+
+def plot_comparison(comparison, path: Path) -> None:
+    """Two panels: per-chip memory stacked by component against the usable HBM line; time per image stacked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from meshlab.errors import InputError
+
+        raise InputError("--plot needs matplotlib", "pip install 'meshlab[plot]'") from None
+    from meshlab.sweep import write_atomic_bytes
+
+    entries = comparison.entries
+    names = [e.planned.strategy.name for e in entries]
+    fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    _stack(mem_ax, names, _memory_parts(entries), "GiB per chip (most loaded)")
+    hbm = entries[0].planned.memory.most_loaded.hbm / 2**30 if entries else 0
+    mem_ax.axhline(hbm, color="red", linestyle="--", label="usable HBM")
+    mem_ax.legend(fontsize=7)
+    _stack(time_ax, names, _time_parts(entries), "seconds per image (predicted)")
+    time_ax.legend(fontsize=7)
+    fig.suptitle("meshlab compare: predicted, not measured")
+    fig.tight_layout()
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic_bytes(path, buffer.getvalue())
+
+
+def _memory_parts(entries) -> dict[str, list[float]]:
+    parts: dict[str, list[float]] = {}
+    for e in entries:
+        c = e.planned.memory.most_loaded
+        values = {"weights": c.weights_sharded + c.weights_replicated, "padding": c.padding,
+                  "activations": c.activation_peak, "VAE + text encoder": c.vae_weights + c.text_encoder,
+                  "reserve": c.reserve}
+        for k, v in values.items():
+            parts.setdefault(k, []).append(v / 2**30)
+    return parts
+
+
+def _time_parts(entries) -> dict[str, list[float]]:
+    parts: dict[str, list[float]] = {}
+    for e in entries:
+        p = e.prediction
+        per_image = p.layout.steps / p.layout.images
+        values = {"compute / HBM": p.step.local, "collectives": p.step.collective, "host overhead": p.step.overhead}
+        for k, v in values.items():
+            parts.setdefault(k, []).append(v * per_image)
+    return parts
+
+
+def _stack(ax, names, parts, label) -> None:
+    bottom = [0.0] * len(names)
+    for k, values in parts.items():
+        ax.bar(names, values, bottom=bottom, label=k)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel(label)
+    ax.tick_params(axis="x", rotation=30, labelsize=8)

@@ -1,0 +1,61 @@
+"""JSON documents of predictions: plain, ordered, deterministic; every figure under a ``predicted`` key."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from meshlab.cost.predict import Prediction
+from meshlab.cost.timing import Assumptions
+from meshlab.hardware import Hardware
+
+
+def prediction_document(p: Prediction) -> dict:
+    step = p.step
+    return {
+        "label": "predicted",
+        "per_step": {
+            "transformer_calls": step.calls,
+            "flops_per_chip": step.flops,
+            "hbm_bytes_per_chip": step.hbm_bytes,
+            "compute_s": step.compute,
+            "hbm_s": step.hbm,
+            "compute_or_hbm_s": step.local,
+            "collective_s": step.collective,
+            "overhead_s": step.overhead,
+            "step_s": step.total,
+            "collective_bytes_per_chip": step.collective_bytes,
+            "roofline_s": step.roofline,
+        },
+        "seconds_per_image": p.seconds_per_image,
+        "images_per_second": p.images_per_second,
+        "roofline_seconds_per_image": p.roofline_seconds_per_image,
+        "mfu": p.mfu,
+        "roofline_mfu": p.roofline_mfu,
+        "model_flops_per_call_per_sample": p.model_flops_per_call,
+        "collectives_per_block": dict(sorted(p.block_collectives().items())),
+        "collectives_per_call": collective_totals(p),
+    }
+
+
+def collective_totals(p: Prediction) -> dict[str, dict]:
+    """By kind: how many per transformer call (per step for per-step ones), and their bytes per chip."""
+    counts: Counter = Counter()
+    nbytes: Counter = Counter()
+    for c in p.collectives:
+        counts[c.kind] += c.count
+        nbytes[c.kind] += c.count * c.bytes
+    return {kind: {"count": counts[kind], "bytes": nbytes[kind]} for kind in sorted(counts)}
+
+
+def collectives_document(p: Prediction) -> list[dict]:
+    return [
+        {"kind": c.kind, "axes": list(c.axes), "bytes": c.bytes, "block": c.block, "blocks_like_it": c.count,
+         "phase": c.phase, "operands": c.operands, "per_step": c.per_step, "why": c.why,
+         "route": t.route.shape, "seconds": t.seconds}
+        for t in p.step.collectives
+        for c in [t.collective]
+    ]
+
+
+def assumptions_document(hardware: Hardware, assumptions: Assumptions = Assumptions()) -> list[dict]:
+    return assumptions.describe(hardware)

@@ -1,0 +1,257 @@
+"""Sweep: every factorization of the device count over each built-in family's mesh axes, planned and predicted.
+
+Families (the built-in strategies, with rules derived from the model card so that any card works):
+
+- ``data``: every weight replicated, the batch over ``data``.
+- ``model`` / ``2d``: every weight of 2 or more dims on its largest dim over ``model``, the batch over ``data``
+  (``model`` when ``data`` is 1).
+- ``pairs``: column/row pairing: q/k/v and MLP-in by output, out-projections and MLP-out by input, modulation
+  Linears by input (their chunks stay whole).
+
+Each family also runs with a ``cfg`` axis of size 2 in front (the guidance branches on different chips) when
+the workload uses guidance. The batch is ``batch_per_replica`` images per ``data`` shard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from meshlab.cards.card import ModelCard
+from meshlab.cost.graph import graph_of
+from meshlab.cost.layout import GUIDANCE_AXIS
+from meshlab.cost.predict import Prediction, predict
+from meshlab.errors import InputError, MeshlabError
+from meshlab.hardware import Hardware
+from meshlab.memory import MemoryReport, memory_report
+from meshlab.plan.plan import Plan
+from meshlab.plan.planner import make_plan
+from meshlab.strategy.schema import Activations, Rule, Strategy, Workload
+
+FAMILIES = ("data", "model", "2d", "pairs")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: Strategy
+    family: str
+    plan: Plan | None = None
+    memory: MemoryReport | None = None
+    prediction: Prediction | None = None
+    dropped: str = ""  # why it was dropped ("" if planned and fits)
+
+    @property
+    def fits(self) -> bool:
+        return not self.dropped
+
+    @property
+    def headroom(self) -> int:
+        return self.memory.most_loaded.headroom if self.memory else 0
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    candidates: tuple[Candidate, ...]
+    front: tuple[Candidate, ...]  # Pareto front: fastest per image against most memory headroom, by time
+    best: Candidate
+
+
+def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
+    """Every ordered way of writing n as a product of `parts` positive integers."""
+    if parts == 1:
+        return [(n,)]
+    return [(d,) + rest for d in range(1, n + 1) if n % d == 0 for rest in factorizations(n // d, parts - 1)]
+
+
+def meshes(devices: int, cfg: bool) -> list[tuple[str, dict[str, int]]]:
+    """(family, mesh) for every family and factorization; duplicates of the data family dropped."""
+    found = [("data", {"data": devices})]
+    guided = [1, 2] if cfg and devices % 2 == 0 else [1]
+    for g in guided:
+        rest = devices // g
+        front = {GUIDANCE_AXIS: g} if g > 1 else {}
+        if g > 1:
+            found.append(("data", {**front, "data": rest}))
+        for data, model in factorizations(rest, 2):
+            if model == 1:
+                continue
+            mesh = {**front, "data": data, "model": model}
+            found.append(("model" if data == 1 else "2d", mesh))
+            found.append(("pairs", mesh))
+    return found
+
+
+def family_rules(family: str) -> list[Rule]:
+    """Rules of the data and largest-dim families (pairs depend on the card: see `pairs_rules`)."""
+    if family == "data":
+        return [Rule(match="*", shard="replicate", note="data parallel keeps every weight whole")]
+    return [Rule(match="*", min_rank=2, shard="largest", axis="model",
+                 note="ties go to the lowest dim (a square Linear splits its output dim)")]
+
+
+def pairs_rules(plan: Plan) -> list[Rule]:
+    """Column/row rules for every Linear of the card's first block, its index made a wildcard."""
+    graph = graph_of(plan)
+    how = {"qkv": "column", "out": "row", "hidden": "column", "chunks": "row"}
+    rules, seen = [], set()
+    for op in graph.linears:
+        if op.block is None:
+            continue
+        shard = how.get(op.role) or ("row" if _follows_hidden(op, graph) else None)
+        pattern = _wildcard(op.module) + ".*"
+        if shard and pattern not in seen:
+            seen.add(pattern)
+            note = "chunks stay whole on every chip" if op.role == "chunks" else None
+            rules.append(Rule(match=pattern, shard=shard, axis="model", note=note))
+    return rules
+
+
+def _follows_hidden(op, graph) -> bool:
+    return any(o.module == op.source and o.role == "hidden" for o in graph.linears)
+
+
+def _wildcard(module: str) -> str:
+    parts = module.split(".")
+    return ".".join("*" if p.isdigit() and i == 1 else p for i, p in enumerate(parts))
+
+
+def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, batch_per_replica: int = 1,
+          families: tuple[str, ...] = FAMILIES, progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    layouts = [(f, m) for f, m in meshes(hardware.chips, workload.cfg) if f in families]
+    base_rules = None
+    candidates = []
+    for i, (family, mesh) in enumerate(layouts):
+        if family == "pairs" and base_rules is None:
+            base_rules = pairs_rules(make_plan(_strategy("probe", "pairs", mesh, [], model, hardware, workload, 1),
+                                               card, hardware.chips))
+        rules = base_rules if family == "pairs" else family_rules(family)
+        candidates.append(_evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica))
+        if progress:
+            progress(i + 1, len(layouts))
+    fitting = [c for c in candidates if c.fits]
+    if not fitting:
+        reasons = sorted({c.dropped.split(":")[0] for c in candidates})
+        raise InputError(
+            f"no factorization of {hardware.chips} devices over {', '.join(families)} plans and fits "
+            f"{card.name} on {hardware.name} ({'; '.join(reasons)})",
+            "try more devices, a smaller workload, or a strategy of your own with `meshlab try`",
+        )
+    front = pareto(fitting)
+    best = min(fitting, key=lambda c: (c.prediction.seconds_per_image, -c.headroom))
+    return SweepResult(tuple(candidates), front, best)
+
+
+def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    """Candidates no other beats on both time per image (lower) and headroom (higher), fastest first."""
+    ordered = sorted(candidates, key=lambda c: (c.prediction.seconds_per_image, -c.headroom))
+    front, best_headroom = [], -math.inf
+    for c in ordered:
+        if c.headroom > best_headroom:
+            front.append(c)
+            best_headroom = c.headroom
+    return tuple(front)
+
+
+def _name(family: str, mesh: dict[str, int]) -> str:
+    return family + "-" + "x".join(f"{k}{v}" for k, v in mesh.items())
+
+
+def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica) -> Strategy:
+    data = mesh.get("data", 1)
+    return Strategy(
+        name=name,
+        description=f"{family} family on a {' x '.join(f'{k} {v}' for k, v in mesh.items())} mesh (from meshlab sweep)",
+        model=model, hardware=hardware.name, mesh=mesh, rules=rules,
+        activations=Activations(batch="data"),
+        workload=workload.model_copy(update={"batch": data * batch_per_replica}),
+    )
+
+
+def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica) -> Candidate:
+    strategy = _strategy(_name(family, mesh), family, mesh, rules, model, hardware, workload, batch_per_replica)
+    try:
+        plan = make_plan(strategy, card, hardware.chips)
+        memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+        prediction = predict(plan, strategy, hardware)
+    except MeshlabError as exc:
+        return Candidate(strategy, family, dropped=f"invalid: {exc.problem}")
+    chip = memory.most_loaded
+    dropped = "" if memory.fits else f"does not fit: {chip.total / 2**30:.1f} GiB of {chip.hbm / 2**30:.2f} GiB"
+    return Candidate(strategy, family, plan, memory, prediction, dropped)
+
+
+def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
+    """A ready strategy file for `candidate`, with a header saying what it is and what meshlab predicts."""
+    import yaml
+
+    s, p = candidate.strategy, candidate.prediction
+    rules = [{k: v for k, v in r.model_dump(exclude_none=True).items() if not (k == "min_rank" and v == 0)}
+             for r in s.rules]
+    document = {
+        "name": s.name, "description": s.description, "model": s.model, "hardware": s.hardware_name,
+        "mesh": dict(s.mesh), "rules": rules, "activations": s.activations.model_dump(),
+        "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
+    }
+    header = (
+        f"# Written by `meshlab sweep`: the fastest plan that fits, of {candidate.family} family.\n"
+        f"# Predicted (not measured) on {hardware.name}: {p.seconds_per_image:.2f} s per image, "
+        f"{p.step.total * 1e3:.0f} ms per step, MFU {100 * p.mfu:.0f}%, "
+        f"{candidate.headroom / 2**30:.2f} GiB headroom per chip.\n"
+    )
+    if GUIDANCE_AXIS in s.mesh:
+        header += (f"# Mesh axis '{GUIDANCE_AXIS}' puts the two guidance branches on different chips: run cond and "
+                   "uncond as one call of twice the batch, prompts padded to one length.\n")
+    return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=110)
+
+
+def write_atomic(path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename: never half a file."""
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path, data: bytes) -> None:
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}", "choose a path in a writable folder") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write {path}: {exc.strerror}", "choose a path in a writable folder") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def sweep_document(result: SweepResult, hardware: Hardware, seconds: float | None = None) -> dict:
+    from meshlab.cost.document import assumptions_document, prediction_document
+
+    def row(c: Candidate) -> dict:
+        doc = {"name": c.strategy.name, "family": c.family, "mesh": dict(c.strategy.mesh),
+               "batch": c.strategy.workload.batch, "fits": c.fits, "dropped": c.dropped}
+        if c.memory is not None:
+            doc["peak_bytes_per_chip"] = c.memory.most_loaded.total
+            doc["headroom_bytes_per_chip"] = c.headroom
+        if c.prediction is not None:
+            doc["predicted"] = prediction_document(c.prediction)
+        return doc
+
+    return {
+        "label": "predicted",
+        "hardware": hardware.name,
+        "devices": hardware.chips,
+        "candidates": [row(c) for c in result.candidates],
+        "pareto_front": [c.strategy.name for c in result.front],
+        "best": result.best.strategy.name,
+        "sweep_seconds": seconds,
+        "assumptions": assumptions_document(hardware),
+    }
