@@ -1,0 +1,472 @@
+"""Build a model card from the real diffusers class (needs the ``xla`` extra: torch, diffusers, transformers).
+
+Every figure is measured from the classes, never written down:
+
+- parameters: the full model is built on the ``meta`` device from its config and walked with
+  ``named_parameters()``; ``kind`` is the class of the module that owns each parameter.
+- stream: a copy with real widths but one block of each kind runs one forward on the CPU (float32, random
+  weights, seed 0) with distinct small token counts; a hook on every module that owns parameters reads the
+  token dim of its input: image tokens -> "image", text tokens -> "text", their sum -> "joint", no token dim
+  (a ``[batch, width]`` input such as the timestep embedding) -> "conditioning". Modules the forward never
+  calls are "none". Block 0's streams are mapped onto every block of the full model.
+- blocks: ``transformer_blocks.i`` is block i; Flux's ``single_transformer_blocks.j`` is numbered after the
+  dual-stream blocks (block ``num_layers + j``), so ``block`` is unique and ``num_layers`` counts both kinds.
+- components: built on ``meta`` to count parameters; a VAE's ``working_bytes_per_pixel`` comes from a traced
+  decode (see ``_decode_working_bytes_per_pixel``).
+
+``python -m meshlab.cards.importer --all`` regenerates the cards shipped in this folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from meshlab.cards.card import (
+    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, ModelCard, Parameter, card_to_json,
+)
+from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
+from meshlab.errors import InputError, Location
+
+__all__ = ["PRESETS", "import_card", "import_preset", "import_from_config_file", "write_card"]
+
+#: The traced forward: batch 2, a 3x5 grid of image tokens, 7 text tokens. 15, 7 and 22 differ from every
+#: width and head count of the supported models, so a dim of one of these sizes can only be a token dim.
+TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_SEED = 2, (3, 5), 7, 0
+#: The traced VAE decode: one image from an 8x8 latent (64x64 pixels for an 8x VAE).
+DECODE_LATENT = 8
+
+_QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
+_OUT = ("to_out.0", "to_add_out")
+
+
+@dataclass(frozen=True)
+class _Tracer:
+    """What the importer must know about one transformer class to trace it."""
+
+    blocks: tuple[tuple[str, str], ...]  # (ModuleList attribute, config key of its depth), in the order they run
+    inputs: Callable[[dict, int, tuple[int, int], int], dict]  # (config, batch, grid, text tokens) -> kwargs
+    patch_size: Callable[[dict], int]  # latent pixels per token side, as the pipeline packs them
+
+
+def _qwen_inputs(config: dict, batch: int, grid: tuple[int, int], text: int) -> dict:
+    import torch
+
+    h, w = grid
+    kwargs = {
+        "hidden_states": torch.randn(batch, h * w, config["in_channels"]),
+        "encoder_hidden_states": torch.randn(batch, text, config["joint_attention_dim"]),
+        "encoder_hidden_states_mask": torch.ones(batch, text, dtype=torch.long),
+        "timestep": torch.full((batch,), 0.5),
+        "img_shapes": [(1, h, w)] * batch,
+    }
+    if config.get("use_additional_t_cond"):
+        kwargs["additional_t_cond"] = torch.zeros(batch, dtype=torch.long)
+    return kwargs
+
+
+def _flux_inputs(config: dict, batch: int, grid: tuple[int, int], text: int) -> dict:
+    import torch
+
+    h, w = grid
+    img_ids = torch.zeros(h, w, 3)
+    img_ids[..., 1] += torch.arange(h)[:, None]
+    img_ids[..., 2] += torch.arange(w)[None, :]
+    kwargs = {
+        "hidden_states": torch.randn(batch, h * w, config["in_channels"]),
+        "encoder_hidden_states": torch.randn(batch, text, config["joint_attention_dim"]),
+        "pooled_projections": torch.randn(batch, config["pooled_projection_dim"]),
+        "timestep": torch.full((batch,), 0.5),
+        "img_ids": img_ids.reshape(h * w, 3),
+        "txt_ids": torch.zeros(text, 3),
+    }
+    if config.get("guidance_embeds"):
+        kwargs["guidance"] = torch.full((batch,), 3.5)
+    return kwargs
+
+
+_TRACERS = {
+    # QwenImagePipeline._pack_latents packs 2x2 latent pixels per token, matching the config's patch_size.
+    "QwenImageTransformer2DModel": _Tracer(
+        (("transformer_blocks", "num_layers"),), _qwen_inputs, lambda c: c["patch_size"]
+    ),
+    # FluxPipeline._pack_latents packs 2x2 latent pixels before the model; its config says patch_size 1.
+    "FluxTransformer2DModel": _Tracer(
+        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")),
+        _flux_inputs,
+        lambda c: 2,
+    ),
+}
+
+
+def import_card(
+    class_name: str,
+    config: Mapping[str, Any],
+    name: str,
+    components: Mapping[str, ComponentSpec | Mapping[str, Any]] | None = None,
+    *,
+    dtype: str = "bfloat16",
+    preset: str | None = None,
+) -> ModelCard:
+    """The card of diffusers' ``class_name`` built from ``config``, its parameters stored as ``dtype``.
+
+    ``components`` maps a pipeline component name (``vae``, ``text_encoder``) to a ``ComponentSpec`` or a
+    dict with ``library``, ``class`` and ``config``.
+    """
+    diffusers, torch = _require("diffusers"), _require("torch")
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"unknown dtype {dtype!r}", f"use one of {', '.join(DTYPE_BYTES)}")
+    tracer = _tracer(class_name)
+    cls = _resolve("diffusers", class_name)
+    with torch.device("meta"):
+        model = cls.from_config(dict(config))
+    full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
+    offsets = _block_offsets(model, tracer)
+    streams = _trace_streams(cls, full_config, tracer)
+    specs = {n: _spec(s) for n, s in (components or {}).items()}
+    built = {n: _component(n, s, dtype) for n, s in specs.items()}
+    vae_scale = built["vae"][1] if "vae" in built else 8
+    return ModelCard(
+        name=name,
+        class_name=class_name,
+        source=_source(diffusers.__version__, class_name, full_config, preset, specs),
+        architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
+        parameters=_parameters(model, streams, offsets, dtype),
+        attention=_attention(model, streams, offsets),
+        components=tuple(component for component, _ in built.values()),
+    )
+
+
+def _source(version: str, class_name: str, config: dict, preset: str | None, specs: dict[str, ComponentSpec]) -> dict:
+    """How the card was made: library versions, the full config, the preset, component inputs, the trace."""
+    source = {"diffusers_version": version, "class": class_name, "config": config, "preset": preset}
+    if any(s.library == "transformers" for s in specs.values()):
+        source["transformers_version"] = _require("transformers").__version__
+    source["components"] = {n: s.to_json() for n, s in specs.items()}
+    source["trace"] = {"batch": TRACE_BATCH, "image_tokens": TRACE_GRID[0] * TRACE_GRID[1], "text_tokens": TRACE_TEXT,
+                       "seed": TRACE_SEED, "dtype": "float32", "device": "cpu"}
+    return source
+
+
+def import_preset(name: str, dtype: str = "bfloat16") -> ModelCard:
+    """The card of a published model in ``PRESETS`` (``qwen-image``, ``flux-dev``)."""
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r}", f"use one of {', '.join(PRESETS)}")
+    p: Preset = PRESETS[name]
+    return import_card(p.class_name, p.config, p.name, p.components, dtype=dtype, preset=p.name)
+
+
+def import_from_config_file(
+    path: str | Path,
+    class_name: str | None = None,
+    name: str | None = None,
+    components: Mapping[str, ComponentSpec | Mapping[str, Any]] | None = None,
+    dtype: str = "bfloat16",
+) -> ModelCard:
+    """The card of a local diffusers ``config.json``; the class defaults to its ``_class_name``, the name to
+    the folder holding it."""
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read config: {exc}", "pass a diffusers config.json", Location(str(path))) from None
+    if not isinstance(config, dict):
+        raise InputError("config is not a JSON object", "pass a diffusers config.json", Location(str(path)))
+    class_name = class_name or config.get("_class_name")
+    if not class_name:
+        raise InputError("config names no _class_name", f"pass the class, one of {', '.join(_TRACERS)}",
+                         Location(str(path)))
+    name = name or path.resolve().parent.name
+    return import_card(class_name, config, name, components, dtype=dtype)
+
+
+def write_card(card: ModelCard, path: str | Path) -> Path:
+    """Write the card's JSON to ``path`` atomically (a temporary file in the same folder, then a rename)."""
+    path = Path(path)
+    text = json.dumps(card_to_json(card), indent=1, sort_keys=False) + "\n"
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644  # mkstemp's 0600 would stick
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --- the transformer -------------------------------------------------------------------------------------
+
+
+def _tracer(class_name: str) -> _Tracer:
+    if class_name not in _TRACERS:
+        raise InputError(f"cannot import {class_name!r}: no forward inputs known for it",
+                         f"supported classes: {', '.join(_TRACERS)}")
+    return _TRACERS[class_name]
+
+
+def _require(module: str) -> Any:
+    """Import a module of the ``xla`` extra; its absence is an InputError saying how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise InputError(f"importing model cards needs torch, diffusers and transformers ({exc.name} is missing)",
+                         "install the extra: pip install -e '.[xla]'") from None
+
+
+def _resolve(library: str, class_name: str) -> type:
+    if library not in ("diffusers", "transformers"):
+        raise InputError(f"unknown library {library!r}", "use diffusers or transformers")
+    cls = getattr(_require(library), class_name, None)
+    if not isinstance(cls, type):
+        raise InputError(f"{library} has no class {class_name!r}", f"check the class name against {library}'s docs")
+    return cls
+
+
+def _block_offsets(model: Any, tracer: _Tracer) -> dict[str, int]:
+    """First global block index of each block list: dual-stream blocks first, single-stream after them."""
+    offsets, start = {}, 0
+    for attr, _ in tracer.blocks:
+        offsets[attr] = start
+        start += len(getattr(model, attr))
+    return offsets
+
+
+def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]:
+    """(global block index or None, the module's path in the traced one-block copy)."""
+    for attr, offset in offsets.items():
+        if module_path.startswith(attr + "."):
+            index, _, rest = module_path[len(attr) + 1:].partition(".")
+            return offset + int(index), f"{attr}.0.{rest}" if rest else f"{attr}.0"
+    return None, module_path
+
+
+def _trace_streams(cls: type, config: dict, tracer: _Tracer) -> dict[str, str]:
+    """Stream of each parameter-owning module of a one-block-per-kind copy, by module path."""
+    import torch
+
+    torch.manual_seed(TRACE_SEED)
+    model = cls.from_config({**config, **{key: 1 for _, key in tracer.blocks}}).eval()
+    image = TRACE_GRID[0] * TRACE_GRID[1]
+    counts = {image: "image", TRACE_TEXT: "text", image + TRACE_TEXT: "joint"}
+    seen: dict[str, set[str]] = {}
+
+    def recorder(path: str) -> Callable:
+        def hook(module, args, kwargs):
+            x = next((a for a in (*args, *kwargs.values()) if torch.is_tensor(a)), None)
+            if x is not None:
+                seen.setdefault(path, set()).add(_stream_of(tuple(x.shape), counts))
+
+        return hook
+
+    for path, module in model.named_modules():
+        if next(module.parameters(recurse=False), None) is not None:
+            module.register_forward_pre_hook(recorder(path), with_kwargs=True)
+    with torch.no_grad():
+        model(**tracer.inputs(config, TRACE_BATCH, TRACE_GRID, TRACE_TEXT))
+    return {path: _merge(streams) for path, streams in seen.items()}
+
+
+def _stream_of(shape: tuple[int, ...], counts: dict[int, str]) -> str:
+    if len(shape) >= 3:  # [batch, tokens, ...]: diffusers keeps tokens at dim 1; look further only if not
+        return next((counts[d] for d in (shape[1], *shape[2:-1]) if d in counts), "none")
+    if len(shape) == 2 and shape[0] % TRACE_BATCH == 0 and shape[0] // TRACE_BATCH in counts:
+        return counts[shape[0] // TRACE_BATCH]  # tokens flattened into the batch dim
+    return "conditioning"  # [batch, width] or [batch]: once per sample
+
+
+def _merge(streams: set[str]) -> str:
+    """One stream for a module called more than once: token streams win over conditioning."""
+    tokens = streams - {"conditioning", "none"}
+    if not tokens:
+        return "conditioning" if "conditioning" in streams else "none"
+    return tokens.pop() if len(tokens) == 1 else "joint"
+
+
+def _kind(module: Any) -> str:
+    from torch import nn
+
+    if isinstance(module, nn.Linear):
+        return "linear"
+    if isinstance(module, nn.modules.conv._ConvNd):  # every Conv and ConvTranspose
+        return "conv"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)) or type(module).__name__.endswith("Norm"):
+        return "norm"  # diffusers' RMSNorm is its own class
+    return "other"
+
+
+def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dtype: str) -> tuple[Parameter, ...]:
+    modules = dict(model.named_modules())
+    out = []
+    for name, p in model.named_parameters():
+        module_path = name.rpartition(".")[0]
+        block, traced = _locate(module_path, offsets)
+        kind = _kind(modules[module_path])
+        out.append(Parameter(name, tuple(p.shape), dtype, kind, streams.get(traced, "none"), block))
+    return tuple(out)
+
+
+def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> tuple[Attention, ...]:
+    from torch import nn
+
+    modules = dict(model.named_modules())
+    found = []
+    for path, module in modules.items():
+        heads = getattr(module, "heads", None)
+        if not isinstance(heads, int) or not isinstance(getattr(module, "to_q", None), nn.Linear):
+            continue
+        qkv = tuple(f"{path}.{n}" for n in _QKV if isinstance(modules.get(f"{path}.{n}"), nn.Linear))
+        out = tuple(f"{path}.{n}" for n in _OUT if isinstance(modules.get(f"{path}.{n}"), nn.Linear))
+        joined = {streams.get(_locate(q, offsets)[1], "none") for q in qkv}
+        found.append(Attention(path, heads, module.to_q.out_features // heads, _sequence(joined), qkv, out))
+    return tuple(found)
+
+
+def _sequence(streams: set[str]) -> tuple[str, ...]:
+    """Streams in an attention's sequence, text first: Qwen-Image and Flux concatenate [text, image]."""
+    parts = set().union(*({"text", "image"} if s == "joint" else {s} for s in streams))
+    return tuple(s for s in ("text", "image", "conditioning", "none") if s in parts)
+
+
+def _architecture(model: Any, config: dict, tracer: _Tracer, streams: dict[str, str], offsets: dict[str, int],
+                  vae_scale: int) -> Architecture:
+    hidden = config["num_attention_heads"] * config["attention_head_dim"]
+    return Architecture(
+        hidden_size=hidden,
+        num_layers=sum(len(getattr(model, attr)) for attr, _ in tracer.blocks),
+        num_attention_heads=config["num_attention_heads"],
+        attention_head_dim=config["attention_head_dim"],
+        patch_size=tracer.patch_size(config),
+        in_channels=config["in_channels"],
+        text_dim=config["joint_attention_dim"],
+        vae_scale_factor=vae_scale,
+        mlp_ratio=_mlp_ratio(model, streams, offsets, hidden),
+    )
+
+
+def _mlp_ratio(model: Any, streams: dict[str, str], offsets: dict[str, int], hidden: int) -> float:
+    """Widest expansion of a token Linear in the first block: the MLP's up-projection over the hidden width."""
+    from torch import nn
+
+    first = next(iter(offsets)) + ".0."
+    ratios = [m.out_features / hidden for path, m in model.named_modules()
+              if path.startswith(first) and isinstance(m, nn.Linear) and m.in_features == hidden
+              and streams.get(path) in ("image", "text", "joint")]
+    return max(ratios, default=0.0)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# --- components --------------------------------------------------------------------------------------------
+
+
+def _spec(spec: ComponentSpec | Mapping[str, Any]) -> ComponentSpec:
+    if isinstance(spec, ComponentSpec):
+        return spec
+    try:
+        return ComponentSpec(spec["library"], spec["class"], dict(spec["config"]), spec.get("origin", ""))
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"bad component spec ({exc})", "give library, class and config") from None
+
+
+def _build(spec: ComponentSpec, cls: type) -> Any:
+    if spec.library == "diffusers":
+        return cls.from_config(spec.config)
+    return cls(cls.config_class(**spec.config))
+
+
+def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, int]:
+    """The component counted on ``meta``, and the VAE scale factor it implies (8 when not a VAE)."""
+    import torch
+
+    cls = _resolve(spec.library, spec.class_name)
+    with torch.device("meta"):
+        model = _build(spec, cls)
+    count = sum(p.numel() for p in model.parameters())
+    is_vae = spec.library == "diffusers" and hasattr(model, "decode")
+    working = _decode_working_bytes_per_pixel(spec, cls) if is_vae else 0.0
+    return Component(name, spec.class_name, count, dtype, working), _vae_scale_factor(model.config) if is_vae else 8
+
+
+def _vae_scale_factor(config: Mapping) -> int:
+    """Pixels per latent pixel along a side, computed as QwenImagePipeline and FluxPipeline do."""
+    if "temperal_downsample" in config:
+        return 2 ** len(config["temperal_downsample"])
+    return 2 ** (len(config["block_out_channels"]) - 1)
+
+
+def _decode_working_bytes_per_pixel(spec: ComponentSpec, cls: type) -> float:
+    """An estimate of the decoder's peak working set, in bf16 bytes per output pixel of one image.
+
+    A decode from a small latent (random weights, CPU, float32) records, for each leaf module, the elements of
+    its tensor inputs plus outputs; the largest, at 2 bytes an element, over the output pixels. A convolutional
+    decoder's activations scale with the pixel count, so this multiplies out to any size; the mid-block's
+    attention scores (computed functionally, quadratic in latent pixels) are not included.
+    """
+    import torch
+
+    torch.manual_seed(TRACE_SEED)
+    vae = cls.from_config(spec.config).eval()
+    peak = 0
+
+    def hook(module, args, output):
+        nonlocal peak
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        peak = max(peak, sum(t.numel() for t in (*args, *outputs) if torch.is_tensor(t)))
+
+    for module in vae.modules():
+        if next(module.children(), None) is None:
+            module.register_forward_hook(hook)
+    with torch.no_grad():
+        image = vae.decode(torch.randn(_latent_shape(vae.config))).sample
+    return peak * DTYPE_BYTES["bfloat16"] / (image.numel() // image.shape[1])
+
+
+def _latent_shape(config: Mapping) -> tuple[int, ...]:
+    if "z_dim" in config:  # video VAE (AutoencoderKLQwenImage): [batch, channels, frames, h, w]
+        return (1, config["z_dim"], 1, DECODE_LATENT, DECODE_LATENT)
+    if "latent_channels" in config:
+        return (1, config["latent_channels"], DECODE_LATENT, DECODE_LATENT)
+    raise InputError("cannot tell the latent shape of this VAE", "its config needs z_dim or latent_channels")
+
+
+# --- entry point -------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m meshlab.cards.importer", description="Regenerate model cards.")
+    parser.add_argument("presets", nargs="*", help=f"presets to import ({', '.join(PRESETS)})")
+    parser.add_argument("--all", action="store_true", help="import every preset")
+    parser.add_argument("--out", type=Path, default=BUILTIN_DIR, help="folder to write <name>.json into")
+    args = parser.parse_args(argv)
+    names = list(PRESETS) if args.all else args.presets
+    if not names:
+        parser.error("name a preset or pass --all")
+    for name in names:
+        start = time.perf_counter()
+        path = write_card(import_preset(name), args.out / f"{name}.json")
+        print(f"{path}  ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
