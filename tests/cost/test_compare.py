@@ -1,0 +1,97 @@
+"""meshlab compare: globs, ranking, reasons, notes; the CLI through CliRunner."""
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from meshlab.cli.commands_cost import register
+from meshlab.compare import compare, expand
+from meshlab.errors import InputError
+
+from tests.conftest import REPO, STRATEGIES
+
+GLOB = str(REPO / "strategies" / "*.yaml")
+
+
+def cli() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """meshlab (test app)"""
+
+    register(app)
+    return app
+
+
+def test_globs_that_match_nothing_are_bad_input(tmp_path):
+    with pytest.raises(InputError, match="no file matches"):
+        expand([str(tmp_path / "*.yaml")])
+    with pytest.raises(InputError, match="no such strategy file"):
+        expand([str(tmp_path / "missing.yaml")])
+    assert expand([GLOB, str(STRATEGIES[0])]) == STRATEGIES
+
+
+def test_ranks_fitting_plans_first_and_says_why_losers_lose():
+    result = compare([GLOB])
+    ranked = [e.planned.strategy.name for e in result.entries]
+    assert ranked[-1] == "data" and not result.entries[-1].fits
+    assert "does not fit" in result.entries[-1].why and "replicated" in result.entries[-1].why
+    assert result.best is result.entries[0] and result.best.why == ""
+    assert all(e.why for e in result.entries[1:])
+    assert not result.notes
+
+
+def test_different_models_are_allowed_but_noted(write_strategy):
+    text = (REPO / "strategies" / "2d.yaml").read_text().replace("model: qwen-image", "model: flux-dev")
+    text = text.replace("cfg: true", "cfg: false")
+    flux = write_strategy(text, "flux.yaml")
+    result = compare([str(REPO / "strategies" / "2d.yaml"), str(flux)])
+    assert any("different models" in note for note in result.notes)
+
+
+def test_cli_compare_json_labels_predictions():
+    result = CliRunner().invoke(cli(), ["compare", GLOB, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["label"] == "predicted" and document["best"] == document["entries"][0]["name"]
+    assert all(e["predicted"]["label"] == "predicted" for e in document["entries"])
+    assert document["assumptions"]["v6e-8"]
+
+
+def test_cli_compare_bad_glob_exits_2(tmp_path):
+    result = CliRunner().invoke(cli(), ["compare", str(tmp_path / "*.yaml")])
+    assert result.exit_code == 2 and "no file matches" in result.stderr
+
+
+def test_cli_explain_lists_assumptions():
+    result = CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / "pairs.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    names = {a["name"] for a in document["assumptions"]}
+    assert {"compute_efficiency", "overlap", "step_overhead_s"} <= names
+    assert {c["kind"] for c in document["collectives"]} == {"all-reduce"}
+
+
+def test_cli_sweep_writes_yaml_and_reports(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli(), ["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "best.yaml").is_file() and "Pareto front" in result.stdout
+
+
+def test_cli_sweep_without_valid_factorization_exits_2(tmp_path):
+    result = CliRunner().invoke(cli(), ["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--devices", "7",
+                                        "--out", str(tmp_path / "best.yaml"), "--no-progress"])
+    assert result.exit_code == 2 and "no factorization of 7 devices" in result.stderr
+    assert not (tmp_path / "best.yaml").exists()
+
+
+def test_cli_plot_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "compare.png"
+    result = CliRunner().invoke(cli(), ["compare", GLOB, "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,82 @@
+"""Sweep: enumeration, the Pareto front, the written YAML, and no-valid-factorization errors."""
+
+import pytest
+
+from meshlab.cards.card import load_card
+from meshlab.errors import InputError
+from meshlab.hardware import load_hardware
+from meshlab.strategy.loader import load_strategy
+from meshlab.strategy.schema import Workload
+from meshlab.sweep import factorizations, meshes, pareto, strategy_yaml, sweep, write_atomic
+from meshlab.planning import plan_file
+
+
+def test_factorizations_are_every_ordered_product():
+    assert factorizations(8, 2) == [(1, 8), (2, 4), (4, 2), (8, 1)]
+    assert sorted(factorizations(12, 3)) == sorted(
+        (a, b, 12 // (a * b)) for a in range(1, 13) for b in range(1, 13) if 12 % (a * b) == 0)
+    assert factorizations(7, 2) == [(1, 7), (7, 1)]
+
+
+def test_meshes_cover_every_family_and_cfg_axis():
+    found = meshes(8, cfg=True)
+    as_set = {(family, tuple(mesh.items())) for family, mesh in found}
+    assert len(as_set) == len(found)
+    for data, model in factorizations(8, 2):
+        if model > 1:
+            assert ("pairs", (("data", data), ("model", model))) in as_set
+    for data, model in factorizations(4, 2):
+        if model > 1:
+            assert ("pairs", (("cfg", 2), ("data", data), ("model", model))) in as_set
+    assert ("data", (("data", 8),)) in as_set and ("data", (("cfg", 2), ("data", 4))) in as_set
+    assert not any("cfg" in mesh for _, mesh in meshes(8, cfg=False))
+
+
+@pytest.fixture(scope="module")
+def qwen_sweep():
+    hw = load_hardware("v6e-8")
+    return sweep(load_card("qwen-image"), hw, "qwen-image", Workload()), hw
+
+
+def test_sweep_drops_what_does_not_fit_and_ranks_the_rest(qwen_sweep):
+    result, _ = qwen_sweep
+    dropped = {c.strategy.name for c in result.candidates if c.dropped}
+    assert "data-data8" in dropped  # 38 GiB of replicated weights on a 31.25 GiB chip
+    assert result.best.fits and result.best in result.front
+    times = [c.prediction.seconds_per_image for c in result.front]
+    headroom = [c.headroom for c in result.front]
+    assert times == sorted(times) and headroom == sorted(headroom)  # faster costs headroom along the front
+    assert all(c.prediction.seconds_per_image >= result.best.prediction.seconds_per_image
+               for c in result.candidates if c.fits)
+
+
+def test_pareto_front_keeps_only_undominated(qwen_sweep):
+    result, _ = qwen_sweep
+    fitting = [c for c in result.candidates if c.fits]
+    for c in fitting:
+        dominated = any(o.prediction.seconds_per_image <= c.prediction.seconds_per_image and o.headroom >= c.headroom
+                        and (o.prediction.seconds_per_image, o.headroom) != (c.prediction.seconds_per_image, c.headroom)
+                        for o in fitting)
+        assert (c in pareto(fitting)) == (not dominated)
+
+
+def test_written_yaml_is_a_ready_strategy(qwen_sweep, tmp_path):
+    result, hw = qwen_sweep
+    path = tmp_path / "best.yaml"
+    write_atomic(path, strategy_yaml(result.best, hw))
+    assert load_strategy(path).strategy.mesh == result.best.strategy.mesh
+    planned = plan_file(path)
+    assert planned.memory.fits and [p.spec for p in planned.plan.parameters] == \
+        [p.spec for p in result.best.plan.parameters]
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_no_valid_factorization_is_bad_input():
+    hw = load_hardware("v6e-8", {"chips": 7, "topology": [7], "wraparound": [False]})
+    with pytest.raises(InputError, match="no factorization of 7 devices"):
+        sweep(load_card("qwen-image"), hw, "qwen-image", Workload())
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    with pytest.raises(InputError, match="cannot write"):
+        write_atomic(tmp_path / "missing" / "best.yaml", "x")
