@@ -1,0 +1,101 @@
+"""Predict published, measured diffusion-transformer latencies with meshlab's cost model; print the ratios.
+
+    python benchmarks/published_latencies.py [--json]
+
+Each case names its source, what was measured, and how meshlab models it. Nothing here is tuned to these
+figures: the hardware catalog's efficiency factors are used as they are. Published figures include work
+meshlab does not predict (text encoding, VAE decode, Python overhead) unless the source times the denoising
+loop alone (vllm-omni's `diffuse` stage), so a ratio below 1 is expected for end-to-end figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+
+from meshlab.cards.card import load_card
+from meshlab.cost.predict import predict
+from meshlab.hardware import load_hardware
+from meshlab.plan.planner import make_plan
+from meshlab.strategy.schema import Strategy
+
+REPLICATE = [{"match": "*", "shard": "replicate"}]
+FSDP = [{"match": "*", "min_rank": 2, "shard": "largest", "axis": "data"}]
+ONE_GPU = {"chips": 1, "topology": [1], "wraparound": [True]}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    source: str
+    measured_s: float  # what the source reports for the whole run (all images of the batch)
+    scope: str  # what the measured figure covers
+    model: str
+    hardware: str
+    overrides: dict
+    mesh: dict
+    rules: list
+    workload: dict
+
+
+CASES = [
+    Case("Flux.1-dev, v6e-4, data parallel, batch 4, 28 steps, 1024x1024",
+         "maxdiffusion docs, Flux inference benchmarks (mintlify.com/AI-Hypercomputer/maxdiffusion/inference/flux)",
+         5.5, "generation time of the batch (end to end)", "flux-dev", "v6e-4", {}, {"data": 4}, REPLICATE,
+         {"batch": 4, "steps": 28, "cfg": False, "text_tokens": 512}),
+    Case("Flux.1-dev, v4-8, data parallel, batch 4, 28 steps, 1024x1024",
+         "maxdiffusion docs, Flux inference benchmarks", 23.0, "generation time of the batch (end to end)",
+         "flux-dev", "v4-8", {}, {"data": 4}, REPLICATE, {"batch": 4, "steps": 28, "cfg": False, "text_tokens": 512}),
+    Case("Flux.1-schnell (as dev's card), v6e-4, data parallel, batch 4, 4 steps",
+         "maxdiffusion docs, Flux inference benchmarks", 0.8, "generation time of the batch (end to end)",
+         "flux-dev", "v6e-4", {}, {"data": 4}, REPLICATE, {"batch": 4, "steps": 4, "cfg": False, "text_tokens": 256}),
+    Case("Flux.1-schnell (as dev's card), v6e-4, FSDP, batch 4, 4 steps",
+         "maxdiffusion docs, Flux inference benchmarks", 1.2, "generation time of the batch (end to end)",
+         "flux-dev", "v6e-4", {}, {"data": 4}, FSDP, {"batch": 4, "steps": 4, "cfg": False, "text_tokens": 256}),
+    Case("Qwen-Image, 1 x H100, 1536x1536, 35 steps, true CFG",
+         "vllm-project/vllm-omni PR #2707 (test_qwen_image_single_device, diffuse p50)", 23.19,
+         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", ONE_GPU, {"data": 1}, REPLICATE,
+         {"batch": 1, "steps": 35, "cfg": True, "text_tokens": 128, "height": 1536, "width": 1536}),
+    Case("Qwen-Image, 1 x H100, 512x512, 20 steps, true CFG",
+         "vllm-project/vllm-omni PR #2707 (test_qwen_image_single_device, diffuse p50)", 2.32,
+         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", ONE_GPU, {"data": 1}, REPLICATE,
+         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}),
+    Case("Qwen-Image, 1 x H200, 512x512, 20 steps, true CFG",
+         "vllm-project/vllm-omni issue #3266 (single device on H200, version 0.19.1, diffuse mean)", 2.17,
+         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h200", ONE_GPU, {"data": 1}, REPLICATE,
+         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}),
+]
+
+
+def predict_case(case: Case) -> dict:
+    card = load_card(case.model)
+    hardware = load_hardware(case.hardware, case.overrides)
+    strategy = Strategy.model_validate({
+        "name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh, "rules": case.rules,
+        "activations": {"batch": "data"}, "workload": case.workload})
+    p = predict(make_plan(strategy, card, hardware.chips), strategy, hardware)
+    predicted = p.step.total * p.layout.steps
+    return {"case": case.name, "source": case.source, "scope": case.scope, "measured_s": case.measured_s,
+            "predicted_s": round(predicted, 3), "roofline_s": round(p.step.roofline * p.layout.steps, 3),
+            "ratio_predicted_over_measured": round(predicted / case.measured_s, 3),
+            "predicted_mfu": round(p.mfu, 3), "implied_measured_mfu": round(p.mfu * predicted / case.measured_s, 3),
+            "assumed": "text tokens " + str(case.workload["text_tokens"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    rows = [predict_case(c) for c in CASES]
+    if parser.parse_args().json:
+        print(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        print(f"{r['case']}\n  measured {r['measured_s']:.2f} s ({r['scope']}); predicted {r['predicted_s']:.2f} s, "
+              f"roofline {r['roofline_s']:.2f} s; predicted/measured {r['ratio_predicted_over_measured']:.2f}; "
+              f"MFU predicted {100 * r['predicted_mfu']:.0f}%, implied by the measurement "
+              f"{100 * r['implied_measured_mfu']:.0f}%\n  source: {r['source']}")
+
+
+if __name__ == "__main__":
+    main()
