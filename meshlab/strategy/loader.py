@@ -37,29 +37,44 @@ def load_strategy(path: str | Path) -> LoadedStrategy:
     try:
         strategy = Strategy.model_validate(document.data)
     except ValidationError as exc:
-        raise _first_error(exc, document) from None
+        raise validation_error(exc, document, Strategy) from None
     return LoadedStrategy(strategy, document, path)
 
 
-def _first_error(exc: ValidationError, document: YamlDocument) -> InputError:
-    error = exc.errors(include_url=False)[0]
-    loc = tuple(part for part in error["loc"] if not _is_union_branch(part))
+def validation_error(exc: ValidationError, document: YamlDocument, root: type[BaseModel]) -> InputError:
+    """pydantic's first error as one located InputError, with the valid keys or the field's description."""
+    located = [(_data_path(e["loc"], document.data, missing=e["type"] == "missing"), e)
+               for e in exc.errors(include_url=False)]
+    loc, error = max(located, key=lambda pair: len(pair[0]))  # the most specific; the first among equals
     where = document.locate(loc)
-    field = _show_path(loc) or "the strategy"
+    field = _show_path(loc) or "the file"
     kind = error["type"]
     if kind == "extra_forbidden":
-        parent = _show_path(loc[:-1]) or "the strategy"
-        valid = ", ".join(_valid_keys(loc[:-1]))
+        parent = _show_path(loc[:-1]) or "the file"
+        valid = ", ".join(_valid_keys(root, loc[:-1]))
         return InputError(f"unknown key {loc[-1]!r} in {parent}", f"valid keys are: {valid}", where)
     if kind == "missing":
-        return InputError(f"{field} is missing", f"add `{loc[-1]}:` ({_description(loc)})", where)
+        return InputError(f"{field} is missing", f"add `{loc[-1]}:` ({_description(root, loc)})", where)
     message = error["msg"].removeprefix("Value error, ")
-    return InputError(f"{field}: {message}", _fix_for(loc), where)
+    return InputError(f"{field}: {message}", _fix_for(root, loc), where)
 
 
-def _is_union_branch(part: object) -> bool:
-    """pydantic names the union member it tried ('list[...]', 'literal[...]', 'HardwareRef'): not a field."""
-    return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in ("str", "int", "none"))
+def _data_path(loc: tuple, data: object, missing: bool) -> tuple:
+    """pydantic's error path less the union members it names ('list[...]', 'HardwareRef'): keep only the
+    parts that walk the document's data (and, for a missing field, its name), so the path names what the
+    user wrote."""
+    path = []
+    for position, part in enumerate(loc):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif missing and position == len(loc) - 1:
+            pass
+        else:
+            continue
+        path.append(part)
+    return tuple(path)
 
 
 def _show_path(loc: tuple) -> str:
@@ -69,9 +84,9 @@ def _show_path(loc: tuple) -> str:
     return text
 
 
-def _field_model(loc: tuple) -> type[BaseModel] | None:
+def _field_model(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The pydantic model that the field path `loc` points into (for listing its valid keys)."""
-    model: type[BaseModel] | None = Strategy
+    model: type[BaseModel] | None = root
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
@@ -90,16 +105,16 @@ def _model_in(annotation: object) -> type[BaseModel] | None:
     return None
 
 
-def _valid_keys(loc: tuple) -> list[str]:
-    model = _field_model(loc)
+def _valid_keys(root: type[BaseModel], loc: tuple) -> list[str]:
+    model = _field_model(root, loc)
     return list(model.model_fields) if model else []
 
 
-def _description(loc: tuple) -> str:
-    model = _field_model(loc[:-1])
+def _description(root: type[BaseModel], loc: tuple) -> str:
+    model = _field_model(root, loc[:-1])
     info = model.model_fields.get(loc[-1]) if model else None
     return (info.description or "see strategies/2d.yaml") if info else "see strategies/2d.yaml"
 
 
-def _fix_for(loc: tuple) -> str:
-    return f"{_show_path(loc)} is {_description(loc)}" if loc else "see strategies/2d.yaml"
+def _fix_for(root: type[BaseModel], loc: tuple) -> str:
+    return f"{_show_path(loc)} is {_description(root, loc)}" if loc else "see strategies/2d.yaml"
