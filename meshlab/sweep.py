@@ -131,10 +131,10 @@ def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, b
             progress(i + 1, len(layouts))
     fitting = [c for c in candidates if c.fits]
     if not fitting:
-        reasons = sorted({c.dropped.split(":")[0] for c in candidates})
+        examples = "; ".join(f"{c.strategy.name}: {c.dropped}" for c in candidates[:3])
         raise InputError(
             f"no factorization of {hardware.chips} devices over {', '.join(families)} plans and fits "
-            f"{card.name} on {hardware.name} ({'; '.join(reasons)})",
+            f"{card.name} on {hardware.name} (e.g. {examples})",
             "try more devices, a smaller workload, or a strategy of your own with `meshlab try`",
         )
     front = pareto(fitting)
@@ -189,7 +189,7 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
     rules = [{k: v for k, v in r.model_dump(exclude_none=True).items() if not (k == "min_rank" and v == 0)}
              for r in s.rules]
     document = {
-        "name": s.name, "description": s.description, "model": s.model, "hardware": s.hardware_name,
+        "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
         "mesh": dict(s.mesh), "rules": rules, "activations": s.activations.model_dump(),
         "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
     }
@@ -203,6 +203,14 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
         header += (f"# Mesh axis '{GUIDANCE_AXIS}' puts the two guidance branches on different chips: run cond and "
                    "uncond as one call of twice the batch, prompts padded to one length.\n")
     return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=110)
+
+
+def _hardware_entry(hardware: Hardware) -> str | dict:
+    """The catalog name, or the name with the figures the sweep overrode (e.g. --devices)."""
+    if not hardware.overridden:
+        return hardware.name
+    plain = {k: list(v) if isinstance(v, tuple) else v for k in hardware.overridden for v in [getattr(hardware, k)]}
+    return {"name": hardware.name, **plain}
 
 
 def write_atomic(path, text: str) -> None:

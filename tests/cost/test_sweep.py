@@ -80,3 +80,12 @@ def test_no_valid_factorization_is_bad_input():
 def test_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(InputError, match="cannot write"):
         write_atomic(tmp_path / "missing" / "best.yaml", "x")
+
+
+def test_yaml_carries_device_override(tmp_path):
+    hw = load_hardware("v6e-8", {"chips": 2, "topology": [2], "wraparound": [False]})
+    result = sweep(load_card("qwen-image"), hw, "qwen-image", Workload())
+    path = tmp_path / "two.yaml"
+    write_atomic(path, strategy_yaml(result.best, hw))
+    planned = plan_file(path)  # plans on 2 devices, not the catalog's 8
+    assert planned.hardware.chips == 2 and planned.plan.mesh.device_count == 2
