@@ -1,0 +1,56 @@
+"""An experiment: which strategies to run, at which workloads, with which checkpoint and prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from pydantic import Field, ValidationError
+
+from meshlab.errors import InputError
+from meshlab.strategy.loader import validation_error
+from meshlab.strategy.schema import Closed
+from meshlab.strategy.yaml_source import read_yaml
+
+
+class WorkloadOverride(Closed):
+    """Workload fields to set on every strategy of the experiment (unset fields keep the strategy's)."""
+
+    height: Optional[int] = Field(None, ge=16, le=16384)
+    width: Optional[int] = Field(None, ge=16, le=16384)
+    steps: Optional[int] = Field(None, ge=1, le=1000)
+    batch: Optional[int] = Field(None, ge=1, le=4096)
+    cfg: Optional[bool] = None
+
+
+class Experiment(Closed):
+    """Strategies x workloads, run in sequence by `meshlab run experiments/<name>.yaml`."""
+
+    name: str = Field(min_length=1, max_length=200, description="names the experiment in reports")
+    description: str = Field("", description="what it measures")
+    strategies: list[str] = Field(min_length=1, description="strategy files, relative to this file")
+    workloads: list[WorkloadOverride] = Field(default_factory=lambda: [WorkloadOverride()],
+                                              description="each strategy runs once per workload")
+    checkpoint: str = Field(description="a local pipeline folder (save_pretrained layout), or 'tiny' to build one")
+    prompt: str = Field("a red cube on a blue table", description="the prompt")
+    negative_prompt: Optional[str] = Field("blurry, low quality", description="with cfg, the negative prompt")
+    seed: int = Field(0, description="latents seed")
+
+
+def is_experiment(path: Path) -> bool:
+    """An experiment file lists `strategies:`; a strategy file has `mesh:`."""
+    document = read_yaml(path)
+    return isinstance(document.data, dict) and "strategies" in document.data
+
+
+def load_experiment(path: Path) -> Experiment:
+    document = read_yaml(path)
+    try:
+        experiment = Experiment.model_validate(document.data)
+    except ValidationError as exc:
+        raise validation_error(exc, document, Experiment) from None
+    for index, strategy in enumerate(experiment.strategies):
+        if not (path.parent / strategy).is_file():
+            raise InputError(f"strategy file {strategy!r} not found", "paths are relative to the experiment file",
+                             document.locate(("strategies", index)))
+    return experiment

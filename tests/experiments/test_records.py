@@ -1,0 +1,55 @@
+"""Run records: atomic appends under concurrency, and located errors on bad files."""
+
+import json
+import multiprocessing
+
+import pytest
+
+from meshlab.errors import InputError
+from meshlab.experiments.records import append_record, read_records, strategy_identity
+
+from tests.conftest import REPO
+
+
+def _append_many(path, writer: int, count: int) -> None:
+    payload = "x" * 20_000  # larger than a pipe buffer and a page: a torn write would show
+    for i in range(count):
+        append_record(path, {"status": "ok", "writer": writer, "i": i, "payload": payload})
+
+
+def test_concurrent_appends_never_interleave_or_lose_records(tmp_path):
+    path = tmp_path / "results" / "s.jsonl"
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_append_many, args=(path, w, 40)) for w in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    records = read_records([path]).records
+    assert len(records) == 240
+    assert {(r["writer"], r["i"]) for r in records} == {(w, i) for w in range(6) for i in range(40)}
+    assert all(r["schema_version"] == 1 and len(r["payload"]) == 20_000 for r in records)
+
+
+def test_status_is_checked(tmp_path):
+    with pytest.raises(ValueError):
+        append_record(tmp_path / "r.jsonl", {"status": "maybe"})
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_bad_lines_are_located(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_record(path, {"status": "ok"})
+    with path.open("a") as handle:
+        handle.write("{not json\n")
+    with pytest.raises(InputError) as info:
+        read_records([path])
+    assert info.value.location.line == 2
+    with pytest.raises(InputError, match="no such file"):
+        read_records([tmp_path / "missing.jsonl"])
+
+
+def test_strategy_identity_hashes_content():
+    identity = strategy_identity(REPO / "strategies" / "2d.yaml")
+    assert len(identity["sha256"]) == 64 and "mesh:" in identity["content"]
+    json.dumps(identity)
