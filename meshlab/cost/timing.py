@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cost.collectives import Collective
+from meshlab.cost.collectives import KNOWN_DIFFERENCES, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.topology import Route, collective_seconds
@@ -50,6 +50,7 @@ class Assumptions:
              "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
             {"name": "scope", "value": None,
              "source": "denoising only: text encoding, VAE decode and scheduler time are not predicted"},
+            {"name": "collectives vs XLA", "value": None, "source": "; ".join(KNOWN_DIFFERENCES)},
             {"name": "guidance", "value": None,
              "source": "with CFG and no 'cfg' mesh axis the transformer runs twice per step; a 'cfg' axis of size 2 "
                        "runs both branches as one call split over it (prompts padded to one length)"},
