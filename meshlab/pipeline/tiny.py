@@ -107,7 +107,7 @@ def build_tiny_pipeline(directory: Path) -> Path:
     pipe = QwenImagePipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**QWEN_IMAGE_SCHEDULER_CONFIG),
         vae=_seeded(_build_vae, _SEED),
-        text_encoder=_seeded(lambda: _build_text_encoder(len(tokenizer)), _SEED + 1),
+        text_encoder=_seeded(lambda: _build_text_encoder(tokenizer), _SEED + 1),
         tokenizer=tokenizer,
         transformer=_seeded(_build_transformer, _SEED + 2),
     )
@@ -143,11 +143,16 @@ def _build_vae():
     return AutoencoderKLQwenImage(**TINY_VAE_CONFIG)
 
 
-def _build_text_encoder(vocab_size: int):
+def _build_text_encoder(tokenizer):
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
+    token_ids = {
+        "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    }
     config = Qwen2_5_VLConfig(
-        text_config={**TINY_TEXT_CONFIG, "vocab_size": vocab_size},
+        text_config={**TINY_TEXT_CONFIG, **token_ids},
         vision_config=dict(TINY_VISION_CONFIG),
     )
     return Qwen2_5_VLForConditionalGeneration(config)
