@@ -49,11 +49,12 @@ def hardware(as_json: bool = JSON_OPTION) -> None:
         render_hardware(describe_rows(), console())
 
 
-from meshlab.cli import commands_cost  # noqa: E402
+from meshlab.cli import commands_cost, commands_run  # noqa: E402
 from meshlab.cli.commands_models import models  # noqa: E402
 
 app.add_typer(models, name="models")
 commands_cost.register(app)
+commands_run.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,74 @@
+"""`meshlab run` (a strategy or an experiment) and `meshlab report` (recorded runs): parse, call, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from meshlab.cli.output import console, print_json, reports_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("report")(report)
+
+
+@reports_errors
+def run(
+    target: Path = typer.Argument(..., help="a strategy YAML, or an experiment YAML (lists strategies)"),
+    checkpoint: str = typer.Option(None, "--checkpoint", help="local pipeline folder, or 'tiny' (offline test model)"),
+    prompt: str = typer.Option("a red cube on a blue table", "--prompt"),
+    negative_prompt: str = typer.Option("blurry, low quality", "--negative-prompt"),
+    steps: int = typer.Option(None, "--steps", help="default: the strategy's workload"),
+    height: int = typer.Option(None, "--height"),
+    width: int = typer.Option(None, "--width"),
+    cfg_scale: float = typer.Option(4.0, "--cfg-scale"),
+    seed: int = typer.Option(0, "--seed"),
+    out: Path = typer.Option(Path("out"), "--out", help="folder for images"),
+    results: Path = typer.Option(Path("experiments/results"), "--results", help="folder for <strategy>.jsonl"),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="persistent XLA compile cache (one folder per plan)"),
+    force: bool = typer.Option(False, "--force", help="run a plan predicted not to fit"),
+    verify: bool = typer.Option(False, "--verify", help="also run the stock pipeline on the CPU and compare pixels"),
+) -> None:
+    """Run the pipeline with a plan applied (text encoder on the CPU), time it, record it. Exit 0 ok, 2 bad input
+    or refused, 3 failed on the device (oom, error)."""
+    from meshlab.cli.render_run import render_outcome
+    from meshlab.experiments.definition import is_experiment
+    from meshlab.run import RunOptions, run_strategy
+
+    options = RunOptions(checkpoint=checkpoint or "tiny", prompt=prompt, negative_prompt=negative_prompt,
+                         steps=steps, height=height, width=width, cfg_scale=cfg_scale, seed=seed, out_dir=out,
+                         results_dir=results, cache_dir=cache_dir, force=force,
+                         verify=verify)
+    if is_experiment(target):
+        from meshlab.cli.render_run import run_experiment
+
+        run_experiment(target, options, console())
+        return
+    if checkpoint is None:
+        from meshlab.errors import InputError
+
+        raise InputError("--checkpoint is required", "give a local pipeline folder, or 'tiny' for the offline test model")
+    with console().status(f"running {target} (compiles on first use)"):
+        outcome = run_strategy(target, options)
+    render_outcome(outcome, console())
+
+
+@reports_errors
+def report(
+    files: list[Path] = typer.Argument(..., help="experiments/results/*.jsonl"),
+    as_json: bool = typer.Option(False, "--json"),
+    plot: Path = typer.Option(None, "--plot", help="write a PNG: measured against predicted step time"),
+) -> None:
+    """Recorded runs: measured beside predicted, with the error in % where the hardware matches."""
+    from meshlab.cli.render_run import render_report
+    from meshlab.experiments.records import read_records
+    from meshlab.experiments.report import report_document, report_rows
+
+    rows = report_rows(read_records(files))
+    if plot is not None:
+        from meshlab.cli.render_run import plot_report
+
+        plot_report(rows, plot)
+    print_json(report_document(rows)) if as_json else render_report(rows, console())

@@ -1,0 +1,103 @@
+"""Rendering of `meshlab run` outcomes, experiment progress, and `meshlab report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from meshlab.errors import MeshlabError
+
+
+def render_outcome(outcome, console) -> None:
+    record = outcome.record
+    t = record["timings"]
+    console.print(f"[bold green]ok[/bold green]: {record['strategy']['name']} on {record['hardware']['platform']} "
+                  f"x{record['hardware']['devices']}; image {outcome.image}; record appended to {outcome.record_path}")
+    table = Table(title="Measured", title_justify="left")
+    for column in ("text encode", "first step (compile)", "second step", "steady step (median)", "VAE decode",
+                   "total", "graphs compiled"):
+        table.add_column(column, justify="right")
+    table.add_row(*(_seconds(t.get(k)) for k in ("text_encode_s", "first_step_s", "second_step_s",
+                                                 "steady_step_median_s", "vae_decode_s", "total_s")),
+                  str(record["compiles"]["total"]))
+    console.print(table)
+    memory = record.get("memory")
+    if memory:
+        console.print(f"XLA per-device memory (largest program): {memory['peak_bytes_per_device'] / 2**20:.1f} MiB")
+    if record.get("max_abs_error_vs_cpu") is not None:
+        console.print(f"largest pixel difference from the stock pipeline on the CPU: {record['max_abs_error_vs_cpu']:.2e}")
+    if record.get("mismatches"):
+        console.print(f"[red]{len(record['mismatches'])} parameters sharded otherwise than planned[/red]")
+    prediction = record["prediction"]
+    console.print(f"[dim]predicted for {prediction['hardware']} at the strategy's workload: "
+                  f"{prediction['step_s'] * 1000:.1f} ms/step, {prediction['seconds_per_image']:.2f} s/image[/dim]")
+    for warning in outcome.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def run_experiment(path: Path, options, console) -> None:
+    """Run every strategy x workload in order with a progress bar; a failed run is recorded and the rest go on."""
+    from rich.progress import Progress
+
+    from meshlab.run import experiment_runs, run_strategy
+
+    runs = experiment_runs(path, options)
+    failed = 0
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"experiment {path.name}", total=len(runs))
+        for strategy, run_options in runs:
+            progress.update(task, description=f"{strategy.name}")
+            try:
+                outcome = run_strategy(strategy, run_options)
+                progress.console.print(f"ok: {strategy} -> {outcome.image}")
+            except MeshlabError as error:
+                failed += 1
+                progress.console.print(f"[red]failed[/red]: {strategy}: {error.one_line()}")
+            progress.advance(task)
+    console.print(f"{len(runs) - failed} of {len(runs)} runs ok; records in {options.results_dir}")
+    if failed:
+        raise typer.Exit(3)
+
+
+def render_report(rows, console) -> None:
+    table = Table(title="Recorded runs (predicted figures are for the strategy's catalog hardware)",
+                  title_justify="left")
+    for column in ("time", "strategy", "ran on", "workload", "status", "steady step", "predicted step",
+                   "predicted for", "error", "first step", "compiles", "peak/device"):
+        table.add_column(column)
+    for r in rows:
+        error = f"{r.step_error_pct:+.0f}%" if r.step_error_pct is not None else "n/a"
+        peak = f"{r.peak_bytes / 2**20:.0f} MiB" if r.peak_bytes else "-"
+        table.add_row(r.time, r.strategy, r.ran_on, r.workload, r.status if not r.reason else f"{r.status}: {r.reason[:60]}",
+                      _seconds(r.steady_step_s), _seconds(r.predicted_step_s), r.predicted_for, error,
+                      _seconds(r.first_step_s), str(r.compiles if r.compiles is not None else "-"), peak)
+    console.print(table)
+
+
+def plot_report(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for r in rows:
+        if r.steady_step_s and r.predicted_step_s:
+            marker = "o" if r.comparable else "x"
+            ax.scatter(r.predicted_step_s, r.steady_step_s, marker=marker, label=f"{r.strategy} ({r.ran_on})")
+    ax.set_xscale("log"), ax.set_yscale("log")
+    limits = [min(ax.get_xlim()[0], ax.get_ylim()[0]), max(ax.get_xlim()[1], ax.get_ylim()[1])]
+    ax.plot(limits, limits, color="grey", linewidth=0.8)
+    ax.set_xlabel("predicted step (s)"), ax.set_ylabel("measured steady step (s)")
+    ax.set_title("Measured vs predicted (x: hardware differs from the prediction's)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    temporary = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(temporary)
+    temporary.replace(path)
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else (f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s")

@@ -1,0 +1,78 @@
+"""`meshlab report`: recorded runs as rows, measured beside predicted, with the error in %. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshlab.experiments.records import RecordSet
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    source: str  # file:line of the record
+    time: str
+    strategy: str
+    ran_on: str  # e.g. "cpu x8" or "tpu v6e x8"
+    workload: str
+    status: str
+    steady_step_s: float | None
+    predicted_step_s: float | None
+    predicted_for: str  # the catalog hardware the prediction is for
+    first_step_s: float | None
+    total_s: float | None
+    compiles: int | None
+    peak_bytes: int | None  # per device, as the platform or the XLA dump reported it
+    predicted_peak_bytes: int | None
+    reason: str
+
+    @property
+    def comparable(self) -> bool:
+        """A prediction for a TPU says nothing about 8 virtual CPU devices: compare only like with like."""
+        return self.predicted_for.split("-")[0] in self.ran_on
+
+    @property
+    def step_error_pct(self) -> float | None:
+        if not self.comparable or not self.steady_step_s or self.predicted_step_s is None:
+            return None
+        return 100.0 * (self.predicted_step_s - self.steady_step_s) / self.steady_step_s
+
+
+def report_rows(records: RecordSet) -> tuple[ReportRow, ...]:
+    return tuple(_row(r) for r in records.records)
+
+
+def _row(record: dict) -> ReportRow:
+    timings = record.get("timings") or {}
+    prediction = record.get("prediction") or {}
+    hardware = record.get("hardware") or {}
+    workload = record.get("workload") or {}
+    memory = record.get("memory") or {}
+    return ReportRow(
+        source=record.get("_source", ""),
+        time=record.get("time", "")[5:16].replace("T", " "),
+        strategy=(record.get("strategy") or {}).get("name", "?"),
+        ran_on=f"{hardware.get('platform', '?')} x{hardware.get('devices', '?')}",
+        workload=f"{workload.get('height')}x{workload.get('width')}, {workload.get('steps')} steps"
+        + (", cfg" if workload.get("cfg") else ""),
+        status=record.get("status", "?"),
+        steady_step_s=timings.get("steady_step_median_s"),
+        predicted_step_s=prediction.get("step_s"),
+        predicted_for=prediction.get("hardware", "?"),
+        first_step_s=timings.get("first_step_s"),
+        total_s=timings.get("total_s"),
+        compiles=(record.get("compiles") or {}).get("total"),
+        peak_bytes=memory.get("peak_bytes_per_device"),
+        predicted_peak_bytes=prediction.get("peak_bytes_per_chip"),
+        reason=record.get("reason") or "",
+    )
+
+
+def report_document(rows: tuple[ReportRow, ...]) -> list[dict]:
+    return [
+        {"source": r.source, "time": r.time, "strategy": r.strategy, "ran_on": r.ran_on, "workload": r.workload,
+         "status": r.status, "steady_step_s": r.steady_step_s, "predicted_step_s": r.predicted_step_s,
+         "predicted_for": r.predicted_for, "step_error_pct": r.step_error_pct, "first_step_s": r.first_step_s,
+         "total_s": r.total_s, "compiles": r.compiles, "peak_bytes_per_device": r.peak_bytes,
+         "predicted_peak_bytes_per_chip": r.predicted_peak_bytes, "reason": r.reason}
+        for r in rows
+    ]

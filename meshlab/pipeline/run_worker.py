@@ -1,0 +1,116 @@
+"""The torch half of `meshlab run`, in its own process: ``python -m meshlab.pipeline.run_worker REQUEST``.
+
+The parent (``meshlab.run``) sets the device environment before torch_xla starts. The request names the
+strategy, the local checkpoint, the workload and a scratch folder; this writes ``result.json`` there: the run's
+summary, the image path, what apply read back, and the per-device memory XLA reported. A failure the worker
+can name (out of memory, an XLA error) is written as a result with its status, not a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory")
+
+
+def run(request: dict) -> dict:
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()  # before any XLA tensor exists
+    if request.get("cache_dir"):
+        xr.initialize_cache(request["cache_dir"], readonly=False)
+    from meshlab.pipeline.runner import run_pipeline, run_reference
+    from meshlab.pipeline.tiny import load_pipeline
+
+    w = request["workload"]
+    negative = request["negative_prompt"] if w["cfg"] else None
+    knobs = (request["prompt"], negative, w["steps"], w["height"], w["width"], w["cfg_scale"], request["seed"])
+    reference = None
+    if request.get("verify"):  # the stock pipeline on the CPU, on a second copy of the weights
+        reference, _ = run_reference(load_pipeline(Path(request["checkpoint"])), *knobs)
+    pipe = load_pipeline(Path(request["checkpoint"]))
+    plan = plan_for(request["strategy"], pipe.transformer)
+    applied = {}
+
+    def shard(transformer, vae):
+        from meshlab.api import apply
+
+        applied["value"] = apply(transformer, plan)
+        return applied["value"].mesh
+
+    result = run_pipeline(pipe, *knobs, shard=shard)
+    image = Path(request["scratch"]) / "image.png"
+    result.image.save(image)
+    mismatches = [p.name for p in applied["value"].mismatches]
+    return {"status": "ok", "summary": result.summary(), "image": str(image), "mismatches": mismatches,
+            "memory": xla_memory(Path(request["scratch"]) / "xla-dump"), "is_writer": xr.process_index() == 0,
+            "hardware": {"device_type": xr.device_type(), "devices": xr.global_runtime_device_count()},
+            "max_abs_error": None if reference is None else float(abs(result.pixels - reference).max())}
+
+
+def plan_for(strategy_path: str, transformer):
+    """The strategy's rules planned over the checkpoint's own transformer (a shipped card when it is one)."""
+    from meshlab.cards.card import builtin_cards, load_card
+    from meshlab.plan.planner import make_plan
+    from meshlab.planning import plan_file
+
+    planned = plan_file(strategy_path)
+    config = {k: v for k, v in dict(transformer.config).items() if not k.startswith("_")}
+    card = next((c for c in map(load_card, builtin_cards()) if _same_model(c, transformer, config)), None)
+    if card is None:
+        from meshlab.cards.importer import import_card
+
+        card = import_card(type(transformer).__name__, config, name="checkpoint")
+    import torch_xla.runtime as xr
+
+    return make_plan(planned.strategy, card, xr.global_runtime_device_count())
+
+
+def _same_model(card, transformer, config: dict) -> bool:
+    source = card.source.get("config", {})
+    return card.class_name == type(transformer).__name__ and all(source.get(k) == v for k, v in config.items()
+                                                                 if k in source)
+
+
+def xla_memory(dump: Path) -> dict | None:
+    """The largest per-device "Total bytes used" over the dumped programs (CPU runs; None when not dumped)."""
+    from meshlab.backend.hlo import total_bytes_used
+
+    reports = sorted(dump.glob("*memory-usage-report.txt")) if dump.is_dir() else []
+    totals = [t for t in (total_bytes_used(r.read_text()) for r in reports) if t is not None]
+    if not totals:
+        return None
+    return {"source": "XLA dump memory-usage reports (largest program)", "peak_bytes_per_device": max(totals),
+            "programs": len(totals)}
+
+
+def _failure(exc: BaseException) -> dict:
+    from meshlab.errors import InputError
+
+    if isinstance(exc, InputError):  # e.g. the plan does not apply to this checkpoint's model
+        return {"status": "refused", "reason": exc.one_line()}
+    message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:1000]
+    status = "oom" if any(m in str(exc) for m in OOM_MARKERS) else "error"
+    return {"status": status, "reason": message, "traceback": traceback.format_exc()[-4000:]}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--build-tiny"]:
+        from meshlab.pipeline.tiny import build_tiny_pipeline
+
+        build_tiny_pipeline(Path(argv[1]))
+        return 0
+    request = json.loads(Path(argv[0]).read_text())
+    try:
+        result = run(request)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as a result with its status
+        result = _failure(exc)
+    (Path(request["scratch"]) / "result.json").write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,259 @@
+"""`meshlab run`: the whole pipeline with a plan applied, timed, and recorded in experiments/results/.
+
+The parent (this module, no torch) plans the strategy, refuses a plan that does not fit unless forced, starts
+the torch worker (``meshlab.pipeline.run_worker``) in a child process with the device environment, and writes
+the outcome: the image (moved into place atomically) and one record appended atomically to
+``<results>/<strategy>.jsonl``. Every outcome, refused, failed or ok, leaves a record; none leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from meshlab.devices import accelerator_platform, child_environment
+from meshlab.errors import BackendError, InputError, MeshlabError
+from meshlab.experiments.records import append_record, strategy_identity
+from meshlab.planning import PlannedStrategy, plan_file
+
+OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
+PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
+
+
+class RunFailed(BackendError):
+    """The torch worker failed: `status` is "oom" or "error"."""
+
+    def __init__(self, problem: str, fix: str = "", location=None, field: tuple = (), status: str = "error"):
+        super().__init__(problem, fix, location, field)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    checkpoint: str  # a local pipeline folder, or "tiny" to build the tiny offline pipeline
+    prompt: str = "a red cube on a blue table"
+    negative_prompt: str | None = "blurry, low quality"
+    steps: int | None = None  # None: the strategy's workload
+    height: int | None = None
+    width: int | None = None
+    cfg_scale: float = 4.0
+    seed: int = 0
+    out_dir: Path = Path("out")
+    results_dir: Path = Path("experiments/results")
+    cache_dir: Path | None = None  # persistent XLA compile cache; None: none
+    force: bool = False  # run a plan that does not fit
+    verify: bool = False  # also run the stock pipeline on the CPU and record the largest pixel difference
+    experiment: str | None = None
+    timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    record: dict
+    record_path: Path
+    image: Path | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+
+def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
+    """Run one strategy file end to end; raises after recording when the run did not succeed."""
+    planned = plan_file(path)
+    workload = _workload(planned, options)
+    record = _base_record(planned, workload, options)
+    record_path = options.results_dir / f"{planned.strategy.name}.jsonl"
+    try:
+        _refuse_if_too_big(planned, options)
+        checkpoint = _checkpoint(options.checkpoint)
+        result = _run_worker(path, planned, checkpoint, workload, options)
+    except MeshlabError as error:
+        append_record(record_path, record | _failure(error))
+        raise
+    image = _keep_image(result, planned, options) if result.get("is_writer", True) else None
+    record |= _success(result, image)
+    if result.get("is_writer", True):
+        append_record(record_path, record)
+    return RunOutcome(record, record_path, image, tuple(result["summary"].get("warnings", [])))
+
+
+def _workload(planned: PlannedStrategy, options: RunOptions) -> dict:
+    w = planned.strategy.workload
+    return {"height": options.height or w.height, "width": options.width or w.width,
+            "steps": options.steps or w.steps, "cfg": w.cfg, "batch": 1, "dtype": w.dtype,
+            "cfg_scale": options.cfg_scale if w.cfg else 1.0}
+
+
+def _refuse_if_too_big(planned: PlannedStrategy, options: RunOptions) -> None:
+    chip = planned.memory.most_loaded
+    if chip.headroom < 0 and not options.force:
+        raise InputError(
+            f"{planned.strategy.name} does not fit {planned.hardware.name}: {chip.total / 2**30:.2f} GiB per chip "
+            f"predicted, {chip.hbm / 2**30:.2f} GiB usable (refused before loading any weights)",
+            "pick a plan that fits (meshlab compare) or pass --force to try anyway",
+        )
+
+
+def _checkpoint(name: str) -> Path:
+    if name == "tiny":
+        return _tiny_checkpoint()
+    path = Path(name).expanduser()
+    if not (path / "model_index.json").is_file():
+        raise InputError(f"no pipeline at {path} (model_index.json missing)",
+                         "give a local folder saved with save_pretrained; meshlab never downloads checkpoints")
+    return path
+
+
+def _tiny_checkpoint() -> Path:
+    """The tiny offline Qwen-Image pipeline, built once into the user's cache (a few seconds)."""
+    cache = Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tiny-qwen-image"
+    if not (cache / "model_index.json").is_file():
+        building = cache.with_name(f"{cache.name}.building-{os.getpid()}")
+        _run_child([sys.executable, "-m", "meshlab.pipeline.run_worker", "--build-tiny", str(building)],
+                   dict(os.environ), 600)
+        try:
+            os.replace(building, cache)  # whole or not at all; a concurrent builder may have won
+        except OSError:
+            shutil.rmtree(building, ignore_errors=True)
+    return cache
+
+
+def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload: dict, options: RunOptions) -> dict:
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".meshlab-run-", dir=options.out_dir) as scratch:
+        scratch = Path(scratch)
+        request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
+                   "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
+                   "verify": options.verify,
+                   "scratch": str(scratch), "cache_dir": str(_cache_for(planned, checkpoint, options) or "")}
+        (scratch / "request.json").write_text(json.dumps(request))
+        dump = scratch / "xla-dump"
+        flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text" if accelerator_platform() is None else ""
+        env = child_environment(planned.plan.mesh.device_count, flags)
+        _run_child([sys.executable, "-m", "meshlab.pipeline.run_worker", str(scratch / "request.json")], env,
+                   options.timeout_s)
+        result = json.loads((scratch / "result.json").read_text())
+        if result["status"] != "ok":
+            if result["status"] == "refused":
+                raise InputError(result["reason"], "use a strategy that applies to this checkpoint's model")
+            fix = "use a plan with more headroom (meshlab compare)" if result["status"] == "oom" else "see the record"
+            raise RunFailed(result["reason"], fix, status=result["status"])
+        if result.get("image"):
+            result["image_bytes"] = Path(result["image"]).read_bytes()
+        return result
+
+
+def _run_child(command: list[str], env: dict, timeout_s: float) -> None:
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"the run took longer than {timeout_s:.0f} s", "raise --timeout") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        status = "oom" if done.returncode in (-9, 137) or any(m in tail[0] for m in OOM_MARKERS) else "error"
+        raise RunFailed(f"the torch worker exited with {done.returncode}: {tail[0][:500]}",
+                        "rerun with the same arguments to reproduce", status=status)
+
+
+def _cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -> Path | None:
+    """One compile-cache folder per plan and checkpoint: a changed plan never reuses another's programs."""
+    if options.cache_dir is None:
+        return None
+    key = hashlib.sha256((planned.loaded.document.file + json.dumps(planned.strategy.model_dump(), sort_keys=True)
+                          + str(checkpoint.resolve())).encode()).hexdigest()[:16]
+    return options.cache_dir / f"{planned.strategy.name}-{key}"
+
+
+def _keep_image(result: dict, planned: PlannedStrategy, options: RunOptions) -> Path | None:
+    data = result.pop("image_bytes", None)
+    if data is None:
+        return None
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    final = options.out_dir / f"{planned.strategy.name}-{stamp}.png"
+    with tempfile.NamedTemporaryFile(dir=options.out_dir, prefix=".meshlab-", suffix=".png", delete=False) as handle:
+        handle.write(data)
+    os.replace(handle.name, final)
+    return final
+
+
+def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) -> dict:
+    return {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "experiment": options.experiment,
+        "status": "error",
+        "reason": None,
+        "strategy": {"name": planned.strategy.name, **strategy_identity(Path(planned.loaded.document.file))},
+        "model": planned.card.name,
+        "checkpoint": options.checkpoint,
+        "hardware": {"platform": (accelerator_platform() or "cpu").lower(), "devices": planned.plan.mesh.device_count,
+                     "host": platform.node()},
+        "versions": _versions(),
+        "workload": workload,
+        "prediction": _prediction(planned),
+    }
+
+
+def _prediction(planned: PlannedStrategy) -> dict:
+    from meshlab.cost.predict import predict
+
+    predicted = predict(planned.plan, planned.strategy, planned.hardware)
+    return {"hardware": planned.hardware.name, "step_s": predicted.step.total,
+            "seconds_per_image": predicted.seconds_per_image,
+            "peak_bytes_per_chip": planned.memory.most_loaded.total, "fits": planned.memory.fits,
+            "note": "predicted for the strategy's catalog hardware and workload, not for this run's devices"}
+
+
+def _versions() -> dict:
+    found = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def _failure(error: MeshlabError) -> dict:
+    if isinstance(error, RunFailed):
+        return {"status": error.status, "reason": error.problem}
+    return {"status": "refused" if isinstance(error, InputError) else "error", "reason": error.problem}
+
+
+def _success(result: dict, image: Path | None) -> dict:
+    summary = result["summary"]
+    return {"status": "ok", "reason": None, "timings": summary["timings"],
+            "compiles": {"total": summary["counters"]["compiles_total"],
+                         "steady": summary["counters"]["compiles_steady"]},
+            "fallbacks": summary["counters"].get("run_fallbacks", {}),
+            "mismatches": result.get("mismatches", []), "memory": result.get("memory"),
+            "hardware_seen": result.get("hardware"), "image": str(image) if image else None,
+            "max_abs_error_vs_cpu": result.get("max_abs_error")}
+
+
+
+
+def experiment_runs(path: Path, options: RunOptions) -> list[tuple[Path, RunOptions]]:
+    """The experiment's strategies x workloads, each with its run options (the experiment's checkpoint and
+    prompt win over the command line's defaults)."""
+    from dataclasses import replace
+
+    from meshlab.experiments.definition import load_experiment
+
+    experiment = load_experiment(path)
+    runs = []
+    for strategy in experiment.strategies:
+        for workload in experiment.workloads:
+            run_options = replace(options, checkpoint=experiment.checkpoint, prompt=experiment.prompt,
+                                  negative_prompt=experiment.negative_prompt, seed=experiment.seed,
+                                  experiment=experiment.name, steps=workload.steps or options.steps,
+                                  height=workload.height or options.height, width=workload.width or options.width)
+            runs.append((path.parent / strategy, run_options))
+    return runs
