@@ -112,7 +112,7 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
     vae_weights = vae_decode = text_bytes = 0
     if vae is not None and placement.vae == "device":
         vae_weights = vae.parameters * itemsize
-        per_chip_batch = workload.batch // _batch_split(plan, strategy)
+        per_chip_batch = -(-workload.batch // _batch_split(plan, strategy))  # XLA pads an uneven batch
         # working_bytes_per_pixel was measured in bfloat16 (2 bytes an element)
         vae_decode = int(vae.working_bytes_per_pixel * workload.height * workload.width * per_chip_batch * itemsize / 2)
     if text is not None and placement.text_encoder == "device":

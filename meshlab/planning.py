@@ -48,6 +48,15 @@ def plan_strategy(loaded: LoadedStrategy) -> PlannedStrategy:
     return PlannedStrategy(loaded, card, hardware, plan, memory)
 
 
+def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
+    """The same strategy planned at another workload (e.g. the size a run actually used)."""
+    strategy = planned.strategy.model_copy(update={"workload": planned.strategy.workload.model_copy(update=updates)})
+    plan = make_plan(strategy, planned.card, planned.hardware.chips)
+    memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes)
+    loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
+    return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
+
+
 def _with_field(load, field: tuple):
     try:
         return load()

@@ -24,7 +24,7 @@ from pathlib import Path
 from meshlab.devices import accelerator_platform, child_environment
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
-from meshlab.planning import PlannedStrategy, plan_file
+from meshlab.planning import PlannedStrategy, plan_file, with_workload
 
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
@@ -69,6 +69,8 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     """Run one strategy file end to end; raises after recording when the run did not succeed."""
     planned = plan_file(path)
     workload = _workload(planned, options)
+    planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
+                            batch=workload["batch"])  # fits and predictions at the size this run uses
     record = _base_record(planned, workload, options)
     record_path = options.results_dir / f"{planned.strategy.name}.jsonl"
     try:
@@ -201,14 +203,17 @@ def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) 
     }
 
 
-def _prediction(planned: PlannedStrategy) -> dict:
+def _prediction(at_run: PlannedStrategy) -> dict:
+    """meshlab's prediction for this run's workload on the strategy's catalog hardware."""
     from meshlab.cost.predict import predict
 
-    predicted = predict(planned.plan, planned.strategy, planned.hardware)
-    return {"hardware": planned.hardware.name, "step_s": predicted.step.total,
-            "seconds_per_image": predicted.seconds_per_image,
-            "peak_bytes_per_chip": planned.memory.most_loaded.total, "fits": planned.memory.fits,
-            "note": "predicted for the strategy's catalog hardware and workload, not for this run's devices"}
+    predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
+    return {"hardware": at_run.hardware.name, "step_s": predicted.step.total,
+            "seconds_per_image": predicted.seconds_per_image, "compute_s": predicted.step.compute,
+            "local_s": predicted.step.local, "collective_s": predicted.step.collective,
+            "overhead_s": predicted.step.overhead,
+            "peak_bytes_per_chip": at_run.memory.most_loaded.total, "fits": at_run.memory.fits,
+            "note": "predicted for the strategy's catalog hardware at this run's workload, not for its devices"}
 
 
 def _versions() -> dict:

@@ -30,7 +30,8 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
     _check_heads(card, planned, mesh)
     used = {p.rule for p in planned}
     unmatched = tuple(i for i in range(len(rules)) if i not in used)
-    return Plan(strategy.name, card, mesh, tuple(planned), unmatched, _padding_warnings(planned, mesh))
+    warnings = _batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh)
+    return Plan(strategy.name, card, mesh, tuple(planned), unmatched, warnings)
 
 
 def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
@@ -42,14 +43,16 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
                 f"use one of {list(mesh.names)} or null",
                 field=("activations", key),
             )
-    batch_axis = strategy.activations.batch
-    if batch_axis and strategy.workload.batch % mesh.size(batch_axis):
-        raise PlanError(
-            f"workload.batch {strategy.workload.batch} does not split over axis {batch_axis!r} of size "
-            f"{mesh.size(batch_axis)}",
-            f"use a batch that is a multiple of {mesh.size(batch_axis)}",
-            field=("workload", "batch"),
-        )
+
+
+def _batch_warnings(strategy: Strategy, mesh: AbstractMesh) -> tuple[str, ...]:
+    """A batch that does not fill the batch axis still runs (XLA pads it), but chips compute padding."""
+    axis, batch = strategy.activations.batch, strategy.workload.batch
+    if axis is None or batch % mesh.size(axis) == 0:
+        return ()
+    padded = -(-batch // mesh.size(axis)) * mesh.size(axis)
+    return (f"workload.batch {batch} does not split evenly over axis {axis!r} of size {mesh.size(axis)}: XLA pads "
+            f"it to {padded}, so {padded - batch} of every {padded} samples computed are padding",)
 
 
 def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: AbstractMesh) -> None:
