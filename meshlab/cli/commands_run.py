@@ -12,6 +12,7 @@ from meshlab.cli.output import console, print_json, reports_errors
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
     app.command("report")(report)
+    app.command("calibrate")(calibrate)
 
 
 @reports_errors
@@ -72,3 +73,28 @@ def report(
 
         plot_report(rows, plot)
     print_json(report_document(rows)) if as_json else render_report(rows, console())
+
+
+@reports_errors
+def calibrate(
+    files: list[Path] = typer.Argument(..., help="experiments/results/*.jsonl"),
+    hardware: str = typer.Option("v6e-8", "--hardware", help="catalog entry to calibrate"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Fit the time model's efficiency and host overhead to recorded runs on that hardware; print overrides."""
+    from meshlab.cost.calibrate import calibrate as fit
+    from meshlab.experiments.records import read_records
+
+    result = fit(read_records(files).records, hardware)
+    if as_json:
+        print_json({"points": result.points, "slowdown": result.slowdown, "overrides": result.overrides(),
+                    "error_before_pct": result.error_before_pct, "error_after_pct": result.error_after_pct})
+        return
+    out = console()
+    out.print(f"{result.points} runs on {hardware}: measured steps are {result.slowdown:.2f}x the predicted "
+              f"compute/HBM time; host overhead {result.overhead_s * 1000:.2f} ms/step; mean error "
+              f"{result.error_before_pct:.0f}% -> {result.error_after_pct:.0f}%")
+    out.print("Put this in a strategy's `hardware:` to use it:")
+    import yaml
+
+    out.print(yaml.safe_dump({"hardware": result.overrides()}, sort_keys=False).rstrip(), markup=False)

@@ -1,0 +1,86 @@
+"""Calibrate the time model's efficiency and host overhead from recorded runs (`meshlab calibrate`). Pure.
+
+Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o.
+k > 1 means the chip reached a smaller fraction of its peak than the catalog assumes: the calibrated
+efficiencies are the catalog's divided by k. o is the host overhead per step. Least squares over the records
+(k alone, with o kept, when there is one record). Only runs on the hardware their prediction is for count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshlab.errors import InputError
+from meshlab.hardware import load_hardware
+
+
+@dataclass(frozen=True)
+class Point:
+    local_s: float  # predicted per-op compute/HBM time per step
+    collective_s: float
+    overhead_s: float
+    measured_s: float  # measured steady step (median)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    hardware: str
+    points: int
+    slowdown: float  # k
+    overhead_s: float  # o
+    compute_efficiency: float
+    hbm_efficiency: float
+    error_before_pct: float  # mean |predicted - measured| / measured, catalog figures
+    error_after_pct: float
+
+    def overrides(self) -> dict:
+        return {"name": self.hardware, "compute_efficiency": round(self.compute_efficiency, 4),
+                "hbm_efficiency": round(self.hbm_efficiency, 4), "step_overhead_s": round(self.overhead_s, 6)}
+
+
+def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
+    """Points from ok runs whose platform is the kind of chip the prediction is for (tpu runs for v6e-8)."""
+    kind = load_hardware(hardware).kind
+    points = []
+    for r in records:
+        prediction, timings = r.get("prediction") or {}, r.get("timings") or {}
+        if (r.get("status") == "ok" and prediction.get("hardware") == hardware
+                and (r.get("hardware") or {}).get("platform") in (kind, "cuda" if kind == "gpu" else kind)
+                and timings.get("steady_step_median_s") and "local_s" in prediction):
+            points.append(Point(prediction["local_s"], prediction["collective_s"], prediction["overhead_s"],
+                                timings["steady_step_median_s"]))
+    return points
+
+
+def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
+    points = comparable_points(records, hardware)
+    if not points:
+        platforms = sorted({(r.get("hardware") or {}).get("platform", "?") for r in records})
+        raise InputError(
+            f"none of the {len(records)} records is an ok run on {hardware} (they ran on {', '.join(platforms)})",
+            f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say nothing about a TPU",
+        )
+    slowdown, overhead = _fit(points)
+    catalog = load_hardware(hardware)
+    return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
+                       catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead))
+
+
+def _fit(points: list[Point]) -> tuple[float, float]:
+    """Least squares of measured - collectives = k x local + o; with one point (or one local time), o stays."""
+    ys = [p.measured_s - p.collective_s for p in points]
+    xs = [p.local_s for p in points]
+    n, mean_x, mean_y = len(points), sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if n < 2 or spread == 0:
+        overhead = points[0].overhead_s
+        return max(sum(y - overhead for y in ys) / sum(xs), 1e-6), overhead
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
+    return max(slope, 1e-6), max(mean_y - slope * mean_x, 0.0)
+
+
+def _error(points: list[Point], slowdown: float, overhead: float | None) -> float:
+    def predicted(p: Point) -> float:
+        return slowdown * p.local_s + p.collective_s + (p.overhead_s if overhead is None else overhead)
+
+    return 100.0 * sum(abs(predicted(p) - p.measured_s) / p.measured_s for p in points) / len(points)
