@@ -1,0 +1,307 @@
+"""Read what XLA wrote: HLO sharding strings, partitioned HLO text, and buffer-assignment reports. Pure, no torch.
+
+The three inputs, as XLA prints them (``--xla_dump_to=DIR --xla_dump_hlo_as_text``):
+
+- a sharding: ``{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}``, ``{replicated}``, or the iota form
+  ``{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}``;
+- the per-device program after SPMD partitioning (``*after_optimizations.txt``), whose collectives look like
+  ``%all-gather.1 = f32[1,512,3072]{2,0,1} all-gather(%call.70), replica_groups={{0,4},{1,5}}, dimensions={1}``;
+- its buffer assignment (``*after_optimizations-buffer-assignment.txt``): one ``allocation N: size S, ...`` line
+  per buffer of one device, and ``Total bytes used: N``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+#: Bytes per element of XLA's primitive types.
+ELEMENT_BYTES = {
+    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2, "f16": 2,
+    "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "token": 0,
+}
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+# --- shardings -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HloSharding:
+    """A parsed HLO sharding: tiles per tensor dim, and the devices in tile order (replicas last)."""
+
+    tiles: tuple[int, ...]  # one entry per tensor dim (the replication dim removed)
+    replicas: int  # devices that hold each tile (1: no replication)
+    devices: tuple[int, ...]  # device ids in tile-assignment order, len = prod(tiles) * replicas
+
+    @property
+    def is_replicated(self) -> bool:
+        return math.prod(self.tiles) == 1
+
+    def shard_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """What each device allocates: every dim padded to ceil(n / tiles), as XLA pads it."""
+        if self.is_replicated:
+            return tuple(shape)
+        return tuple(-(-n // k) for n, k in zip(shape, self.tiles))
+
+    def tile_of(self, device: int) -> tuple[int, ...]:
+        """The tile index (one per tensor dim) that `device` holds."""
+        position = self.devices.index(device) // self.replicas
+        index = []
+        for k in reversed(self.tiles):
+            position, i = divmod(position, k)
+            index.append(i)
+        return tuple(reversed(index))
+
+
+_SHARDING = re.compile(r"^\{devices=\[([\d,]+)\](\S+)((?:\s+\w+)*)\}$")
+
+
+def parse_sharding(text: str, rank: int, device_count: int) -> HloSharding:
+    """Parse an HLO sharding string of a `rank`-dim tensor; an empty or ``{replicated}`` one is replicated."""
+    text = text.strip()
+    if text in ("", "{replicated}"):
+        return HloSharding((1,) * rank, device_count, tuple(range(device_count)))
+    match = _SHARDING.match(text)
+    if not match:
+        raise ValueError(f"unsupported HLO sharding {text!r}")
+    dims = tuple(int(d) for d in match.group(1).split(","))
+    devices = _device_list(match.group(2), math.prod(dims))
+    replicate = "last_tile_dim_replicate" in match.group(3).split()
+    tiles, replicas = (dims[:-1], dims[-1]) if replicate else (dims, 1)
+    if len(tiles) != rank:
+        raise ValueError(f"HLO sharding {text!r} has {len(tiles)} tiled dims for a tensor of rank {rank}")
+    return HloSharding(tiles, replicas, devices)
+
+
+def _device_list(text: str, count: int) -> tuple[int, ...]:
+    if text.startswith("<="):
+        iota = re.fullmatch(r"<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+        if not iota:
+            raise ValueError(f"unsupported iota device list {text!r}")
+        return iota_devices(_ints(iota.group(1)), _ints(iota.group(2)) if iota.group(2) else None)
+    devices = tuple(int(d) for d in text.split(","))
+    if len(devices) != count:
+        raise ValueError(f"device list {text!r} has {len(devices)} devices, the tiles need {count}")
+    return devices
+
+
+def iota_devices(dims: tuple[int, ...], perm: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """XLA's iota tile assignment: ``iota(prod(dims))`` reshaped to `dims`, transposed by `perm`, flattened."""
+    perm = perm or tuple(range(len(dims)))
+    out_dims = [dims[p] for p in perm]
+    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    devices = []
+    for flat in range(math.prod(dims)):
+        index, rest = [], flat
+        for size in reversed(out_dims):
+            rest, i = divmod(rest, size)
+            index.append(i)
+        index.reverse()
+        devices.append(sum(index[k] * strides[p] for k, p in enumerate(perm)))
+    return tuple(devices)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+# --- collectives ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArrayShape:
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.dims) * ELEMENT_BYTES.get(self.dtype, 4)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass(frozen=True)
+class HloCollective:
+    """One collective of the per-device program, as XLA wrote it."""
+
+    name: str  # the instruction's name, e.g. all-gather.1
+    kind: str  # one of COLLECTIVE_KINDS
+    result: tuple[ArrayShape, ...]  # one entry, or several for a combined (tuple-shaped) collective
+    operands: tuple[ArrayShape, ...]  # empty when the operands' definitions were not found
+    groups: tuple[tuple[int, ...], ...]  # replica groups; source-target pairs for collective-permute
+    op_name: str | None  # the op_name of its metadata (meshlab tags it "<module path>/<aten op>")
+
+    @property
+    def bytes_per_device(self) -> int:
+        """The larger of what one device sends in and gets out (all-gather: its result; reduce-scatter: its input)."""
+        return max(sum(s.bytes for s in self.result), sum(s.bytes for s in self.operands))
+
+    @property
+    def layer(self) -> str | None:
+        """The innermost module the op came from, when meshlab scoped the forward (``transformer_blocks.0.attn``)."""
+        return layer_of(self.op_name)
+
+
+_SCOPE = re.compile(r"^(.*)#(?:\.\d+)?$")
+
+
+def layer_of(op_name: str | None) -> str | None:
+    """The innermost meshlab scope of an op name: ``a#.3/a.b#.5/aten__mm`` -> ``a.b``; None without one."""
+    for segment in reversed((op_name or "").split("/")[:-1]):
+        match = _SCOPE.match(segment)
+        if match:
+            return match.group(1)
+    return None
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_KIND = re.compile(r"\s(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
+_ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+(?:fn)?)?)\[([\d,]*)\]")
+
+
+def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
+    """Every collective of an HLO module's text, in program order (async pairs counted once, at -start)."""
+    shapes = _definitions(hlo_text)
+    found = []
+    for line in hlo_text.splitlines():
+        instruction = _INSTRUCTION.match(line)
+        kind = _KIND.search(line) if instruction else None
+        if not kind:
+            continue
+        head = line[instruction.start(2):kind.start()]
+        operands = _operand_names(line[kind.end():])
+        found.append(HloCollective(
+            name=instruction.group(1),
+            kind=kind.group(1),
+            result=_shapes(head) if not kind.group(2) else _start_result(head),
+            operands=tuple(s for o in operands for s in shapes.get(o, ())),
+            groups=_groups(line),
+            op_name=_op_name(line),
+        ))
+    return tuple(found)
+
+
+def _definitions(hlo_text: str) -> dict[str, tuple[ArrayShape, ...]]:
+    shapes = {}
+    for line in hlo_text.splitlines():
+        instruction = _INSTRUCTION.match(line)
+        if instruction:
+            head = re.split(r"\s[a-z][a-z0-9\-]*\(", " " + instruction.group(2), maxsplit=1)[0]
+            shapes[instruction.group(1)] = _shapes(head)
+    return shapes
+
+
+def _shapes(text: str) -> tuple[ArrayShape, ...]:
+    return tuple(ArrayShape(dtype, _ints(dims)) for dtype, dims in _ARRAY.findall(text) if dtype in ELEMENT_BYTES)
+
+
+def _start_result(text: str) -> tuple[ArrayShape, ...]:
+    """An async -start returns (operands, results[, scalar contexts]); keep the results."""
+    shapes = tuple(s for s in _shapes(text) if s.dims)
+    return shapes[len(shapes) // 2:] if len(shapes) > 1 else shapes
+
+
+def _operand_names(text: str) -> list[str]:
+    depth, end = 1, 0
+    for end, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            break
+    return re.findall(r"%([\w.\-]+)", text[:end])
+
+
+def _op_name(line: str) -> str | None:
+    match = re.search(r'op_name="([^"]*)"', line)
+    return match.group(1) if match else None
+
+
+def _groups(line: str) -> tuple[tuple[int, ...], ...]:
+    pairs = re.search(r"source_target_pairs=\{((?:\{[\d,]*\},?)*)\}", line)
+    if pairs:
+        return tuple(_ints(g) for g in re.findall(r"\{([\d,]*)\}", pairs.group(1)))
+    iota = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
+    if iota:
+        shape = _ints(iota.group(1))
+        devices = iota_devices(_ints(iota.group(2)), _ints(iota.group(3)) if iota.group(3) else None)
+        size = shape[-1]
+        return tuple(devices[i:i + size] for i in range(0, len(devices), size))
+    explicit = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}", line)
+    if explicit:
+        return tuple(_ints(g) for g in re.findall(r"\{([\d,]*)\}", explicit.group(1)))
+    return ()
+
+
+def mesh_axes(groups: tuple[tuple[int, ...], ...], axes: tuple[tuple[str, int], ...],
+              device_ids: tuple[int, ...] | None = None) -> tuple[str, ...]:
+    """The mesh axes a collective runs over: those along which the members of a group differ.
+
+    `axes` are the mesh's (name, size) pairs; `device_ids[p]` is the device at row-major mesh position p
+    (default: position = id). No groups means one group of every device.
+    """
+    names = [name for name, _ in axes]
+    sizes = [size for _, size in axes]
+    count = math.prod(sizes)
+    position = {d: p for p, d in enumerate(device_ids or range(count))}
+    groups = groups or (tuple(range(count)),)
+    varying = set()
+    for group in groups:
+        coords = [_coordinates(position.get(d, d), sizes) for d in group]
+        varying.update(i for i in range(len(sizes)) if len({c[i] for c in coords}) > 1)
+    return tuple(names[i] for i in sorted(varying))
+
+
+def _coordinates(position: int, sizes: list[int]) -> tuple[int, ...]:
+    coords = []
+    for size in reversed(sizes):
+        position, c = divmod(position, size)
+        coords.append(c)
+    return tuple(reversed(coords))
+
+
+# --- memory --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class XlaMemory:
+    """One device's buffers for one compiled program, by what they hold (bytes)."""
+
+    parameters: int  # the program's arguments: weights, inputs, cached tables
+    temporaries: int  # scratch XLA reuses between ops
+    outputs: int  # results that live past the program
+    constants: int
+    total: int  # "Total bytes used"
+
+    def to_json(self) -> dict:
+        return {"parameters": self.parameters, "temporaries": self.temporaries, "outputs": self.outputs,
+                "constants": self.constants, "total": self.total}
+
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):\s*$", re.M)
+
+
+def parse_buffer_assignment(text: str) -> XlaMemory:
+    """Sum a buffer-assignment report's allocations by kind; the total is XLA's own figure when it gives one."""
+    sums = {"parameters": 0, "temporaries": 0, "outputs": 0, "constants": 0}
+    for size, what in _ALLOCATION.findall(text):
+        sums[_allocation_kind(what)] += int(size)
+    total = re.search(r"Total bytes used: (\d+)", text)
+    return XlaMemory(**sums, total=int(total.group(1)) if total else sum(sums.values()))
+
+
+def _allocation_kind(what: str) -> str:
+    if re.search(r"\bparameter \d+", what):
+        return "parameters"
+    if "output shape" in what or "live-out" in what:
+        return "outputs"
+    if "constant" in what:
+        return "constants"
+    return "temporaries"
+
+
+def total_bytes_used(memory_report: str) -> int | None:
+    """The ``Total bytes used`` of a memory-usage report."""
+    match = re.search(r"Total bytes used: (\d+)", memory_report)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,61 @@
+"""`meshlab check` and `meshlab export`: wiring only; the work is in meshlab.backend.check and meshlab.export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from meshlab.cli.output import console, print_json, reports_errors
+from meshlab.errors import InputError
+
+EXPORT_FORMATS = ("torch-xla", "json")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)
+    app.command("export")(export)
+
+
+@reports_errors
+def check(
+    strategy: Path = typer.Argument(..., help="strategy YAML file"),
+    layers: int = typer.Option(1, "--layers", min=1, help="blocks of each kind to build (real widths)"),
+    height: int = typer.Option(128, "--height", help="image height in pixels for the check's forward"),
+    width: int = typer.Option(128, "--width", help="image width in pixels for the check's forward"),
+    text_tokens: int = typer.Option(32, "--text-tokens", min=1, help="text tokens for the check's forward"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random weights and inputs"),
+    dump_dir: Optional[Path] = typer.Option(None, "--dump-dir", help="keep XLA's dump here (default: a temp folder)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
+) -> None:
+    """Apply a plan with PyTorch/XLA SPMD and hold it against XLA's partitioner. Exit 0 agrees, 1 disagrees,
+    2 bad input, 3 torch_xla missing or XLA rejected the plan."""
+    from meshlab.backend.check import CheckOptions, run_check
+    from meshlab.cli.render_check import Progress, check_document, render_check
+
+    options = CheckOptions(layers=layers, height=height, width=width, text_tokens=text_tokens, seed=seed,
+                           dump_dir=dump_dir)
+    with Progress() as progress:
+        report = run_check(strategy, options, progress.update)
+    print_json(check_document(report)) if as_json else render_check(report, console())
+    if not report.agrees:
+        raise typer.Exit(1)
+
+
+@reports_errors
+def export(
+    strategy: Path = typer.Argument(..., help="strategy YAML file"),
+    fmt: str = typer.Option("torch-xla", "--format", help="torch-xla: a Python snippet; json: the spec map"),
+) -> None:
+    """Print a plan as a standalone PyTorch/XLA snippet, or as the parameter-to-spec map in JSON."""
+    if fmt not in EXPORT_FORMATS:
+        raise InputError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
+    from meshlab.export import spec_map_document, torch_xla_snippet
+    from meshlab.planning import plan_file
+
+    planned = plan_file(strategy)
+    if fmt == "json":
+        print_json(spec_map_document(planned.plan))
+    else:
+        typer.echo(torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations), nl=False)
