@@ -1,0 +1,117 @@
+"""Apply a plan in a user's own script (PyTorch/XLA SPMD)::
+
+    import torch_xla.runtime as xr
+    import meshlab
+
+    xr.use_spmd()
+    planned = meshlab.load_plan("strategies/2d.yaml")
+    applied = meshlab.apply(pipe.transformer, planned)      # builds the mesh, marks every parameter
+    inputs = meshlab.shard_inputs(applied, planned, hidden_states=latents, encoder_hidden_states=prompt_embeds,
+                                  timestep=t, img_shapes=img_shapes)
+    assert not applied.mismatches
+
+Parameters still on the CPU move to the XLA device one at a time before they are marked, so the whole model is
+never held twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from meshlab.backend import xla
+from meshlab.backend.inputs import input_spec
+from meshlab.backend.readback import AppliedParameter, compare_parameter
+from meshlab.errors import InputError
+from meshlab.plan.plan import Plan
+from meshlab.planning import PlannedStrategy, plan_file
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A plan applied to a module: the ``xs.Mesh`` it built, and every parameter as planned and as XLA holds it."""
+
+    mesh: Any  # torch_xla.distributed.spmd.Mesh
+    plan: Plan
+    parameters: tuple[AppliedParameter, ...]
+
+    @property
+    def mismatches(self) -> tuple[AppliedParameter, ...]:
+        return tuple(p for p in self.parameters if not p.agrees)
+
+
+def load_plan(path: str | Path) -> PlannedStrategy:
+    """Plan a strategy file (no torch): its ``.plan``, ``.strategy``, ``.card``, ``.memory``."""
+    return plan_file(path)
+
+
+def apply(module, plan: PlannedStrategy | Plan, mesh=None) -> Applied:
+    """Mark every parameter of `module` with its spec on a mesh of the plan's axes; read back what XLA holds."""
+    xla.require()
+    xla.require_spmd()
+    plan = plan.plan if isinstance(plan, PlannedStrategy) else plan
+    _check_names(module, plan)
+    xla_mesh = mesh if mesh is not None else xla.build_mesh(plan.mesh)
+    specs = {p.name: p for p in plan.parameters}
+    for name in [name for name, _ in module.named_parameters()]:  # names only: each CPU copy is freed as it moves
+        param = _on_device(module, name, module.get_parameter(name))
+        xla.mark(param, xla_mesh, specs[name].spec, name)
+    return Applied(xla_mesh, plan, read_back(module, plan, xla_mesh))
+
+
+def read_back(module, plan: Plan, xla_mesh) -> tuple[AppliedParameter, ...]:
+    """Every parameter's sharding as XLA holds it, compared with the plan."""
+    specs = {p.name: p for p in plan.parameters}
+    ids = xla.mesh_device_ids(xla_mesh)
+    return tuple(
+        compare_parameter(specs[name], plan.mesh, ids, xla.sharding_string(param), xla.device_slices(param),
+                          _dtype_name(param))
+        for name, param in module.named_parameters()
+    )
+
+
+def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
+    """Move the forward's tensor inputs to the device and split them as ``activations`` says (batch, sequence)."""
+    import torch
+
+    if not isinstance(plan, PlannedStrategy):
+        raise InputError("shard_inputs needs the strategy's activations", "pass what meshlab.load_plan returned")
+    xla_mesh = mesh.mesh if isinstance(mesh, Applied) else mesh
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value if value.device.type == "xla" else xla.to_device(value)
+            spec = input_spec(name, tuple(value.shape), plan.strategy.activations, plan.plan.mesh)
+            xla.mark(value, xla_mesh, spec, name)
+        out[name] = value
+    return out
+
+
+def _check_names(module, plan: Plan) -> None:
+    have = {name for name, _ in module.named_parameters()}
+    planned = {p.name for p in plan.parameters}
+    for names, problem in ((planned - have, "the plan names parameters the module does not have"),
+                           (have - planned, "the module has parameters the plan does not cover")):
+        if names:
+            shown = sorted(names)
+            more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+            raise InputError(f"{problem}: {', '.join(shown[:5])}{more}",
+                             f"plan the model the module is (card {plan.card.name!r}, class {plan.card.class_name}) "
+                             "at the module's depth")
+
+
+def _on_device(module, name: str, param):
+    if param.device.type == "xla":
+        return param
+    import torch
+
+    owner_path, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(owner_path) if owner_path else module
+    moved = torch.nn.Parameter(xla.to_device(param.detach()), requires_grad=param.requires_grad)
+    setattr(owner, leaf, moved)
+    return moved
+
+
+def _dtype_name(tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")

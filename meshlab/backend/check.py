@@ -1,0 +1,144 @@
+"""`meshlab check`: plan here (no torch), run the torch half in a worker process, read XLA's dump, compare.
+
+The worker gets its environment before torch_xla starts: with no accelerator, ``PJRT_DEVICE=CPU`` and
+``CPU_NUM_DEVICES=<mesh size>`` give it that many virtual devices; ``XLA_FLAGS`` points the HLO dump at a
+temporary folder; ``XLA_HLO_DEBUG=1`` keeps the op names that say which layer caused each collective.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from meshlab.backend import hlo, xla
+from meshlab.backend.compare import CheckReport, collectives_of, predicted_per_block
+from meshlab.backend.readback import compare_parameter
+from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
+from meshlab.errors import BackendError, InputError, PlanError
+
+Progress = Callable[[str], None]
+_ERRORS = {"InputError": InputError, "PlanError": PlanError, "BackendError": BackendError}
+
+
+def run_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None) -> CheckReport:
+    setup = check_setup(path, options)
+    require_backend()
+    with _dump_folder(options.dump_dir) as dump_dir:
+        job = {"strategy": str(path), "options": options.to_json()}
+        (result,) = run_worker([job], dump_dir, setup.plan.mesh.device_count, progress)
+        progress("reading XLA's partitioned program and buffer assignment")
+        return build_report(setup, result, dump_dir)
+
+
+def require_backend() -> None:
+    xla.require()
+    if importlib.util.find_spec("diffusers") is None:
+        raise BackendError("diffusers is not installed, and the check builds the model from it", xla.INSTALL_FIX)
+
+
+def run_worker(jobs: list[dict], dump_dir: Path, device_count: int, progress: Progress) -> list[dict]:
+    """Run the jobs in one worker process; its errors come back as meshlab's errors."""
+    with tempfile.TemporaryDirectory(prefix="meshlab-worker-") as folder:
+        request, result, stderr = (Path(folder) / n for n in ("request.json", "result.json", "stderr.txt"))
+        request.write_text(json.dumps({"jobs": jobs, "dump_dir": str(dump_dir)}))
+        with stderr.open("w") as err:
+            process = subprocess.Popen([sys.executable, "-m", "meshlab.backend.worker", str(request), str(result)],
+                                       stdout=subprocess.PIPE, stderr=err, text=True,
+                                       env=worker_env(dump_dir, device_count))
+            for line in process.stdout:
+                _report_progress(line, progress)
+            code = process.wait()
+        if not result.exists():
+            raise BackendError(f"the torch worker stopped (exit code {code}): {_tail(stderr)}",
+                               "rerun with MESHLAB_DEBUG=1; a signal -9 usually means it ran out of memory")
+        document = json.loads(result.read_text())
+    if "error" in document:
+        error = document["error"]
+        raise _ERRORS.get(error["type"], BackendError)(error["problem"], error["fix"])
+    return document["results"]
+
+
+def worker_env(dump_dir: Path, device_count: int) -> dict[str, str]:
+    env = dict(os.environ)
+    if not accelerator_present():
+        env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(device_count))
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text".strip()
+    env["XLA_HLO_DEBUG"] = "1"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def accelerator_present() -> bool:
+    """A TPU (libtpu and its device files) or a PJRT_DEVICE the user chose."""
+    chosen = os.environ.get("PJRT_DEVICE", "").upper()
+    if chosen:
+        return chosen != "CPU"
+    devices = glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+    return bool(devices) and importlib.util.find_spec("libtpu") is not None
+
+
+def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport:
+    ids = tuple(result["device_ids"])
+    read = result["parameters"]
+    parameters = tuple(compare_parameter(p, setup.plan.mesh, ids, read[p.name]["sharding"], read[p.name]["slices"],
+                                         read[p.name]["dtype"]) for p in setup.plan.parameters)
+    module = forward_module(result["forwards"], dump_dir)
+    collectives, memory = (), None
+    if module is not None:
+        collectives = collectives_of(hlo.parse_collectives(module.read_text()), setup, ids)
+        assignment = module.with_name(module.name.replace(".txt", "-buffer-assignment.txt"))
+        memory = hlo.parse_buffer_assignment(assignment.read_text()) if assignment.exists() else None
+    return CheckReport(
+        setup, parameters, collectives, memory, result["max_abs_error"], result["reference_max_abs"],
+        result["device_type"], result["device_count"],
+        tuple({"compiles": f["compiles"], "seconds": f["seconds"]} for f in result["forwards"]),
+        result["timings"], module.name if module else None, predicted_per_block(setup))
+
+
+def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:
+    """The partitioned program of the last forward that compiled one: its largest module."""
+    for forward in reversed(forwards):
+        candidates = [dump_dir / f for f in forward["dump_files"]
+                      if f.endswith("after_optimizations.txt") and "ReplicateShardedData" not in f]
+        if candidates:
+            return max(candidates, key=lambda p: p.stat().st_size)
+    return None
+
+
+def _report_progress(line: str, progress: Progress) -> None:
+    try:
+        message = json.loads(line).get("progress")
+    except (json.JSONDecodeError, AttributeError):
+        return
+    if message:
+        progress(message)
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return " | ".join(text[-lines:]) or "no message"
+
+
+class _dump_folder:
+    """The given folder (kept), or a temporary one (removed)."""
+
+    def __init__(self, keep: Path | None):
+        self.keep, self.temporary = keep, None
+
+    def __enter__(self) -> Path:
+        if self.keep is not None:
+            self.keep.mkdir(parents=True, exist_ok=True)
+            return self.keep.resolve()
+        self.temporary = tempfile.TemporaryDirectory(prefix="meshlab-dump-")
+        return Path(self.temporary.name)
+
+    def __exit__(self, *exc) -> None:
+        if self.temporary is not None:
+            self.temporary.cleanup()

@@ -1,0 +1,193 @@
+"""`meshlab check`'s verdict: the plan held against what XLA read back, partitioned and allocated. Pure, no torch.
+
+Per-block figures come from the collectives meshlab tagged with the module that caused them; the full depth is
+the ops outside the blocks, plus each list's first checked block for every block but its last, plus its last
+block (the last block of a list can differ: Qwen-Image's last block computes a text stream nothing reads, and
+XLA drops it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from meshlab.backend.hlo import HloCollective, XlaMemory, mesh_axes
+from meshlab.backend.readback import AppliedParameter, weights_per_device
+from meshlab.backend.setup import CheckSetup
+from meshlab.cards.truncate import block_position
+
+#: Largest |sharded - reference| accepted, as a fraction of the reference's largest |value| (at least 1):
+#: the sharded forward runs in the plan's dtype, the reference in float32.
+TOLERANCE = {"bfloat16": 5e-2, "float16": 1e-2, "float32": 1e-4}
+
+CPU_CAVEATS = {
+    "temporaries": "CPU backend: bf16 dot operands (weight shards included) are converted to f32, so its "
+                   "temporaries run well above a TPU's",
+    "collective_bytes": "CPU backend: collectives carry f32 where a TPU moves bf16 (up to 2x the bytes)",
+    "reduce_scatter": "CPU backend: never emits reduce-scatter; it all-reduces, then slices",
+}
+OUTSIDE = "outside blocks"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of the checked forward, its groups mapped back to mesh axes."""
+
+    hlo: HloCollective
+    mesh_axes: tuple[str, ...]
+
+    @property
+    def group(self) -> tuple[str, int] | None:
+        """(block list, index) of the block the op came from, None outside the blocks or when untagged."""
+        return block_position(self.hlo.layer) if self.hlo.layer else None
+
+    def to_json(self) -> dict:
+        shapes = self.hlo.result
+        return {
+            "kind": self.hlo.kind,
+            "shape": list(shapes[0].dims) if len(shapes) == 1 else [list(s.dims) for s in shapes],
+            "dtype": shapes[0].dtype if shapes else None,
+            "bytes_per_device": self.hlo.bytes_per_device,
+            "mesh_axes": list(self.mesh_axes),
+            "layer": self.hlo.layer,
+        }
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    setup: CheckSetup
+    parameters: tuple[AppliedParameter, ...]
+    collectives: tuple[Collective, ...]
+    xla_memory: XlaMemory | None
+    max_abs_error: float
+    reference_max_abs: float
+    device_type: str
+    device_count: int
+    forwards: tuple[dict, ...]  # per forward: compiles, seconds
+    timings: dict
+    hlo_module: str | None  # the dump file the collectives and memory come from
+    predicted_per_block: dict[str, Counter] = field(default_factory=dict)  # meshlab's cost model, per block list
+
+    @property
+    def mismatches(self) -> tuple[AppliedParameter, ...]:
+        return tuple(p for p in self.parameters if not p.agrees)
+
+    @property
+    def tolerance(self) -> float:
+        return TOLERANCE[self.setup.strategy.workload.dtype] * max(1.0, self.reference_max_abs)
+
+    @property
+    def output_agrees(self) -> bool:
+        return self.max_abs_error <= self.tolerance
+
+    @property
+    def agrees(self) -> bool:
+        return not self.mismatches and self.output_agrees
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device_type.upper() == "CPU"
+
+    def weights(self) -> tuple[int, int]:
+        """(predicted, XLA) bytes of weights on one device, checked depth."""
+        return weights_per_device(self.parameters)
+
+    def full_depth_weights(self) -> tuple[int, int]:
+        """(meshlab's plan of the full model, XLA's checked figures extrapolated) per device."""
+        predicted = sum(p.bytes_per_device(self.setup.planned.plan.mesh) for p in self.setup.planned.plan.parameters)
+        by_group: dict = {}
+        for p in self.parameters:
+            by_group.setdefault(block_position(p.name) if _in_block(p.name, self.setup) else None, []).append(p)
+        xla = sum(p.xla_bytes for p in by_group.get(None, []))
+        xla += self._extrapolate({g: sum(p.xla_bytes for p in ps) for g, ps in by_group.items() if g})
+        return predicted, int(xla)
+
+    def per_block(self) -> dict[str, Counter]:
+        """Collectives by kind in each checked block, keyed ``transformer_blocks.0``; ``outside blocks`` too."""
+        counts: dict[str, Counter] = {OUTSIDE: Counter()}
+        for c in self.collectives:
+            key = f"{c.group[0]}.{c.group[1]}" if c.group and c.group[0] in self.setup.checked_blocks else OUTSIDE
+            counts.setdefault(key, Counter())[c.hlo.kind] += 1
+        return counts
+
+    def full_depth_collectives(self) -> Counter:
+        per_block = self.per_block()
+        total = Counter(per_block[OUTSIDE])
+        for kind in {k for c in per_block.values() for k in c}:
+            total[kind] += int(self._extrapolate({
+                (name, index): per_block.get(f"{name}.{index}", Counter())[kind]
+                for name, checked in self.setup.checked_blocks.items() for index in range(checked)}))
+        return +total
+
+    def _extrapolate(self, per_block: dict[tuple[str, int], float]) -> float:
+        """Figures of the checked blocks scaled to the full depth (see the module's docstring)."""
+        total = 0.0
+        for name, checked in self.setup.checked_blocks.items():
+            full = self.setup.full_blocks[name]
+            first, last = per_block.get((name, 0), 0), per_block.get((name, checked - 1), 0)
+            middle = sum(per_block.get((name, i), 0) for i in range(checked - 1))
+            total += middle + first * (full - checked) + last if checked > 1 else last * full
+        return total
+
+    def caveats(self) -> dict[str, str]:
+        return dict(CPU_CAVEATS) if self.on_cpu else {}
+
+
+def _in_block(name: str, setup: CheckSetup) -> bool:
+    position = block_position(name)
+    return position is not None and position[0] in setup.checked_blocks
+
+
+def collectives_of(hlo: tuple[HloCollective, ...], setup: CheckSetup,
+                   device_ids: tuple[int, ...]) -> tuple[Collective, ...]:
+    axes = setup.plan.mesh.axes
+    return tuple(Collective(c, mesh_axes(c.groups, axes, device_ids)) for c in hlo)
+
+
+def predicted_per_block(setup: CheckSetup) -> dict[str, Counter]:
+    """meshlab's cost model: the collectives it derives for the first block of each list."""
+    from meshlab.cost.predict import predict
+
+    prediction = predict(setup.plan, setup.strategy, setup.planned.hardware)
+    first = {}
+    for p in setup.plan.parameters:
+        position = block_position(p.name) if p.parameter.block is not None else None
+        if position and position[1] == 0:
+            first.setdefault(position[0], p.parameter.block)
+    return {f"{name}.0": Counter(prediction.block_collectives(block)) for name, block in first.items()}
+
+
+def check_document(report: CheckReport) -> dict:
+    """The JSON of `meshlab check --json`."""
+    setup = report.setup
+    memory = setup.memory.most_loaded
+    predicted_weights, xla_weights = report.weights()
+    full_predicted, full_xla = report.full_depth_weights()
+    return {
+        "strategy": {"name": setup.strategy.name, "file": str(setup.planned.loaded.path)},
+        "model": {"name": setup.card.name, "class": setup.card.class_name, "blocks": setup.checked_blocks,
+                  "full_blocks": setup.full_blocks},
+        "device": {"type": report.device_type, "count": report.device_count},
+        "options": setup.options.to_json(),
+        "forward": {"batch": setup.geometry.batch, "image_tokens": setup.geometry.image_tokens,
+                    "text_tokens": setup.geometry.text_tokens, "dtype": setup.strategy.workload.dtype},
+        "agrees": report.agrees,
+        "mismatches": [p.name for p in report.mismatches],
+        "parameters": [p.to_json() for p in report.parameters],
+        "weights_per_device": {"predicted": predicted_weights, "xla": xla_weights,
+                               "full_depth_predicted": full_predicted, "full_depth_xla": full_xla},
+        "collectives": [c.to_json() for c in report.collectives],
+        "collectives_per_block": {k: dict(v) for k, v in report.per_block().items()},
+        "collectives_full_depth": dict(report.full_depth_collectives()),
+        "predicted_collectives_per_block": {k: dict(v) for k, v in report.predicted_per_block.items()},
+        "xla_memory_per_device": report.xla_memory.to_json() if report.xla_memory else None,
+        "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,
+                                      "total": memory.weights + memory.activations},
+        "max_abs_error": report.max_abs_error,
+        "reference_max_abs": report.reference_max_abs,
+        "tolerance": report.tolerance,
+        "forwards": list(report.forwards),
+        "timings_seconds": report.timings,
+        "hlo_module": report.hlo_module,
+        "caveats": report.caveats(),
+    }

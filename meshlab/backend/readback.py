@@ -1,0 +1,91 @@
+"""Hold what torch_xla reports about each parameter against the plan. Pure, no torch.
+
+For every parameter: the HLO sharding string XLA holds, the padded shard shape it implies on each device, and
+the slice of real data each device holds, each compared with what the plan predicts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from meshlab.backend.hlo import parse_sharding
+from meshlab.cards.card import DTYPE_BYTES
+from meshlab.mesh import AbstractMesh
+from meshlab.plan.plan import PlannedParameter
+from meshlab.spec import PartitionSpec
+
+Slices = list[list[tuple[int, int]]]  # per device id, per dim: [start, stop)
+
+
+@dataclass(frozen=True)
+class AppliedParameter:
+    """One parameter as planned and as XLA holds it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    predicted_spec: PartitionSpec
+    xla_sharding: str
+    predicted_shard_shape: tuple[int, ...]
+    xla_shard_shape: tuple[int, ...]
+    misplaced: tuple[int, ...]  # devices whose slice of real data is not the one the plan gives them
+    problem: str = ""  # why XLA's sharding could not be read, when it could not
+
+    @property
+    def agrees(self) -> bool:
+        return not self.problem and not self.misplaced and self.predicted_shard_shape == self.xla_shard_shape
+
+    @property
+    def predicted_bytes(self) -> int:
+        return math.prod(self.predicted_shard_shape) * DTYPE_BYTES.get(self.dtype, 2)
+
+    @property
+    def xla_bytes(self) -> int:
+        return math.prod(self.xla_shard_shape) * DTYPE_BYTES.get(self.dtype, 2)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "shape": list(self.shape), "predicted_spec": self.predicted_spec.to_json(),
+            "xla_sharding": self.xla_sharding, "predicted_shard_shape": list(self.predicted_shard_shape),
+            "xla_shard_shape": list(self.xla_shard_shape), "misplaced_devices": list(self.misplaced),
+            "agrees": self.agrees, **({"problem": self.problem} if self.problem else {}),
+        }
+
+
+def compare_parameter(planned: PlannedParameter, mesh: AbstractMesh, device_ids: tuple[int, ...],
+                      sharding: str, slices: Slices, dtype: str | None = None) -> AppliedParameter:
+    """`sharding` and `slices` as torch_xla reports them for the parameter; `device_ids[p]`: device at position p."""
+    predicted = planned.shard_shape(mesh)
+    try:
+        xla_shape = parse_sharding(sharding, len(planned.shape), mesh.device_count).shard_shape(planned.shape)
+        problem = ""
+    except ValueError as exc:
+        xla_shape, problem = (), str(exc)
+    misplaced = tuple(d for p, d in enumerate(device_ids)
+                      if d >= len(slices) or _normal(slices[d]) != expected_slices(planned, mesh, p))
+    return AppliedParameter(planned.name, planned.shape, dtype or planned.parameter.dtype, planned.spec, sharding,
+                            predicted, tuple(xla_shape), misplaced, problem)
+
+
+def expected_slices(planned: PlannedParameter, mesh: AbstractMesh, position: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` per dim of the real data the plan puts on the device at mesh `position`."""
+    coords = mesh.coordinates(position)
+    spec: PartitionSpec = planned.spec
+    out = []
+    for n, k, entry in zip(planned.shape, spec.split_counts(mesh), spec.entries):
+        size = -(-n // k)
+        index = 0
+        for axis in entry or ():  # a dim split over several axes is split major-to-minor in the spec's order
+            index = index * mesh.size(axis) + coords[axis]
+        out.append((min(n, index * size), min(n, (index + 1) * size)))
+    return out
+
+
+def _normal(slices: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in slices]
+
+
+def weights_per_device(parameters: tuple[AppliedParameter, ...]) -> tuple[int, int]:
+    """(predicted, XLA) bytes of padded weight shards on one device."""
+    return sum(p.predicted_bytes for p in parameters), sum(p.xla_bytes for p in parameters)

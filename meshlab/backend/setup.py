@@ -1,0 +1,79 @@
+"""What `meshlab check` runs, planned without torch: the strategy at full depth (as `meshlab try` plans it), and
+the same strategy over the card cut to the checked depth with the workload of the checked forward.
+
+Both the CLI process and its torch worker call ``check_setup`` with the same arguments and get the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshlab.backend.models import Geometry, geometry, model_spec
+from meshlab.cards.card import ModelCard
+from meshlab.cards.truncate import truncate_card
+from meshlab.errors import MeshlabError
+from meshlab.memory import MemoryReport, memory_report
+from meshlab.plan.plan import Plan
+from meshlab.plan.planner import make_plan
+from meshlab.planning import PlannedStrategy, plan_file
+from meshlab.strategy.schema import Strategy
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """The checked model and forward: blocks per block list, image size, text tokens, seed."""
+
+    layers: int = 1
+    height: int = 128
+    width: int = 128
+    text_tokens: int = 32
+    seed: int = 0
+    dump_dir: Path | None = None  # keep XLA's dump here; None: a temporary folder, removed afterwards
+
+    def to_json(self) -> dict:
+        return {"layers": self.layers, "height": self.height, "width": self.width,
+                "text_tokens": self.text_tokens, "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class CheckSetup:
+    planned: PlannedStrategy  # the strategy file at full depth and its own workload
+    card: ModelCard  # the card cut to the checked depth
+    strategy: Strategy  # the strategy with the checked forward's workload
+    plan: Plan  # the checked model's plan
+    memory: MemoryReport  # meshlab's per-device estimate for the checked model and forward
+    geometry: Geometry
+    options: CheckOptions
+
+    @property
+    def full_blocks(self) -> dict[str, int]:
+        """Blocks per list at full depth, by ModuleList name."""
+        return self.card.source["truncated"]["of"]
+
+    @property
+    def checked_blocks(self) -> dict[str, int]:
+        return self.card.source["truncated"]["layers_per_list"]
+
+
+def check_setup(path: str | Path, options: CheckOptions) -> CheckSetup:
+    planned = plan_file(path)
+    try:
+        return _setup(planned, options)
+    except MeshlabError as exc:
+        raise planned.loaded.place(exc) from None
+
+
+def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
+    model_spec(planned.card.class_name)
+    card = truncate_card(planned.card, options.layers)
+    batch_axis = planned.strategy.activations.batch
+    batch = planned.plan.mesh.size(batch_axis) if batch_axis else 1
+    geo = geometry(card, options.height, options.width, options.text_tokens, batch)
+    workload = planned.strategy.workload.model_copy(update={
+        "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": batch})
+    strategy = planned.strategy.model_copy(update={"workload": workload})
+    plan = make_plan(strategy, card, planned.plan.mesh.device_count)
+    hardware = planned.hardware
+    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+    return CheckSetup(planned, card, strategy, plan, memory, geo, options)

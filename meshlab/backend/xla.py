@@ -1,0 +1,178 @@
+"""The one module that calls torch_xla's SPMD APIs and its private ``_XLAC`` functions, each wrapped once.
+
+Everything here turns torch_xla's failures into meshlab's errors: a missing install, SPMD not enabled, a mesh
+that does not fit the devices, or a sharding XLA rejects (its message, with the parameter's name, without the
+C++ stack trace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+
+from meshlab.errors import BackendError
+from meshlab.mesh import AbstractMesh
+from meshlab.spec import PartitionSpec
+
+INSTALL_FIX = "install the extra: pip install -e '.[xla]'"
+
+
+def require() -> None:
+    """torch_xla must be importable (checked without importing it)."""
+    for module in ("torch", "torch_xla"):
+        if importlib.util.find_spec(module) is None:
+            raise BackendError(f"{module} is not installed, and applying a plan needs PyTorch/XLA", INSTALL_FIX)
+
+
+def enable_spmd() -> None:
+    """Turn SPMD on; only safe before any tensor is on an XLA device (meshlab's own worker process)."""
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+
+
+def require_spmd() -> None:
+    import torch_xla.runtime as xr
+
+    if not xr.is_spmd():
+        raise BackendError("PyTorch/XLA SPMD is not enabled",
+                           "call torch_xla.runtime.use_spmd() at the start of the script, before any tensor is "
+                           "on the XLA device")
+
+
+def device():
+    import torch_xla
+
+    return torch_xla.device()
+
+
+def device_count() -> int:
+    import torch_xla.runtime as xr
+
+    return xr.global_runtime_device_count()
+
+
+def device_type() -> str:
+    import torch_xla.runtime as xr
+
+    return str(xr.device_type())
+
+
+def build_mesh(mesh: AbstractMesh):
+    """An ``xs.Mesh`` of the plan's axes over every device; on a TPU in the order of the physical topology."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+
+    present = device_count()
+    if present != mesh.device_count:
+        bigger = "more" if mesh.device_count > present else "fewer"
+        raise BackendError(
+            f"the plan's mesh {mesh.describe()} needs {mesh.device_count} devices, {bigger} than the {present} present",
+            f"plan for {present} devices (a mesh whose sizes multiply to {present}, or hardware with {present} chips)",
+        )
+    if device_type() == "TPU":
+        return xs.HybridMesh(ici_mesh_shape=mesh.shape, axis_names=mesh.names)
+    return xs.Mesh(np.arange(present), mesh.shape, mesh.names)
+
+
+def mesh_device_ids(xla_mesh) -> tuple[int, ...]:
+    """The device id at each row-major mesh position."""
+    return tuple(int(d) for d in xla_mesh.device_ids)
+
+
+def to_device(tensor):
+    return tensor.to(device())
+
+
+def mark(tensor, xla_mesh, spec: PartitionSpec, name: str) -> None:
+    """``xs.mark_sharding`` of one tensor; XLA's refusal becomes a BackendError naming the tensor."""
+    import torch_xla.distributed.spmd as xs
+
+    try:
+        xs.mark_sharding(tensor, xla_mesh, spec.to_torch_xla())
+    except (AssertionError, RuntimeError, ValueError, TypeError) as exc:
+        raise BackendError(f"XLA rejected the sharding {spec} of {name} {list(tensor.shape)}: {error_message(exc)}",
+                           "fix the rule that gives it this spec (see `meshlab try`)") from None
+
+
+def sharding_string(tensor) -> str:
+    """The HLO sharding XLA holds for the tensor (``""`` when it was never marked)."""
+    import torch_xla
+
+    return torch_xla._XLAC._get_xla_sharding_spec(tensor)
+
+
+def device_slices(tensor) -> list[list[tuple[int, int]]]:
+    """For each device (by id), the ``[start, stop)`` of every dim of the data it holds (padding excluded)."""
+    import torch_xla
+
+    (per_device,) = torch_xla._XLAC._get_local_shard_replica_and_indices([tensor])
+    slices = []
+    for _replica, index in per_device:
+        if index is Ellipsis:
+            slices.append([(0, n) for n in tensor.shape])
+        else:
+            slices.append([(s.start, s.stop) for s in index])
+    return slices
+
+
+def compile_count() -> int:
+    """Graphs compiled so far in this process."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
+
+
+def sync() -> None:
+    import torch_xla
+
+    torch_xla.sync(wait=True)
+
+
+#: Ends every scope meshlab pushes, so its module path can be told from the counter XLA appends (".7").
+SCOPE_MARK = "#"
+
+
+@contextlib.contextmanager
+def tag_layers(module) -> Iterator[None]:
+    """Record every op inside `module`'s forward under the scopes of the submodules that ran it.
+
+    XLA then writes ``op_name="transformer_blocks.0#.7/transformer_blocks.0.attn.to_q#.3/aten__addmm"`` into the
+    HLO metadata, which the partitioner copies onto the collectives it creates (``hlo.HloCollective.layer``
+    reads the innermost). Needs ``XLA_HLO_DEBUG=1`` set before torch_xla starts. A TorchDispatchMode that
+    names each op would change torch_xla's numerics (seen with 2.9: 5% off on Qwen-Image); scopes do not.
+    """
+    import torch_xla
+
+    scopes: list = []
+
+    def enter(_module, _args, name: str) -> None:
+        scopes.append(torch_xla._XLAC.profiler.scope_pusher(name + SCOPE_MARK))
+
+    def leave(_module, _args, _output) -> None:
+        scopes.pop()  # dropping the pusher pops the scope
+
+    handles = []
+    for name, sub in module.named_modules():
+        if name:
+            handles.append(sub.register_forward_pre_hook(lambda m, a, name=name: enter(m, a, name)))
+            handles.append(sub.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        scopes.clear()
+        for handle in handles:
+            handle.remove()
+
+
+def error_message(exc: BaseException) -> str:
+    """The first lines of an XLA error, without the C++ stack trace that follows them."""
+    lines = []
+    for line in str(exc).splitlines():
+        if line.strip().startswith(("*** Begin stack trace", "Frames:", "Exception raised from", "frame #")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines)[:500] or type(exc).__name__

@@ -1,0 +1,168 @@
+"""Rich rendering of `meshlab check`, and its progress display on stderr."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+from rich.table import Table
+
+from meshlab.backend.compare import OUTSIDE, CheckReport, check_document
+
+__all__ = ["Progress", "check_document", "render_check"]
+
+KIND_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+class Progress:
+    """A spinner on stderr naming the slow step under way, with the seconds spent on it."""
+
+    def __init__(self):
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.status = None
+        self.started = time.perf_counter()
+
+    def __enter__(self) -> "Progress":
+        if self.console.is_terminal:
+            self.status = self.console.status("planning")
+            self.status.start()
+        return self
+
+    def update(self, message: str) -> None:
+        elapsed = time.perf_counter() - self.started
+        if self.status is not None:
+            self.status.update(f"{message} [dim]({elapsed:.0f} s)[/dim]")
+        else:
+            self.console.print(f"[dim]meshlab check: {message} ({elapsed:.0f} s)[/dim]")
+
+    def __exit__(self, *exc) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def mib(n: float) -> str:
+    """Bytes in the unit that keeps three figures: 512 B, 3.0 KiB, 181.5 MiB, 9.52 GiB."""
+    if n < 1024:
+        return f"{n:.0f} B"
+    if n < 2**20:
+        return f"{n / 1024:.1f} KiB"
+    if n < 2**30:
+        return f"{n / 2**20:,.1f} MiB"
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def kinds(counter: Counter) -> str:
+    return ", ".join(f"{counter[k]} {k}" for k in KIND_ORDER if counter.get(k)) or "none"
+
+
+def render_check(report: CheckReport, console) -> None:
+    setup = report.setup
+    depth = ", ".join(f"{n} of {setup.full_blocks[k]} {k}" for k, n in setup.checked_blocks.items())
+    geo = setup.geometry
+    console.print(f"[bold]{setup.strategy.name}[/bold]: {setup.card.name} ({depth}) on {report.device_count} "
+                  f"{report.device_type} devices, mesh {setup.plan.mesh.describe()}; forward of batch {geo.batch}, "
+                  f"{geo.image_tokens} image + {geo.text_tokens} text tokens, {setup.strategy.workload.dtype}")
+    console.print(_parameters_line(report))
+    if report.mismatches:
+        console.print(_mismatch_table(report))
+    console.print(_plan_vs_xla(report))
+    console.print(_collective_table(report))
+    console.print(_output_line(report))
+    console.print(_timings_line(report))
+    console.print("[green]the plan and XLA agree[/green]" if report.agrees else "[red]the plan and XLA disagree[/red]")
+
+
+def _parameters_line(report: CheckReport) -> str:
+    total, bad = len(report.parameters), len(report.mismatches)
+    colour = "green" if not bad else "red"
+    return (f"Parameters: [{colour}]{total - bad} of {total}[/{colour}] agree with the plan (sharding read back "
+            "from torch_xla; padded shard shape and each device's slice of real data)")
+
+
+def _mismatch_table(report: CheckReport) -> Table:
+    table = Table(title="Mismatches", title_justify="left")
+    for column in ("parameter", "planned spec", "XLA sharding", "planned shard", "XLA shard", "misplaced on"):
+        table.add_column(column)
+    for p in report.mismatches[:40]:
+        table.add_row(p.name, str(p.predicted_spec), p.xla_sharding or p.problem, str(list(p.predicted_shard_shape)),
+                      str(list(p.xla_shard_shape)), ", ".join(map(str, p.misplaced)) or "-")
+    return table
+
+
+def _plan_vs_xla(report: CheckReport) -> Table:
+    setup, caveats = report.setup, report.caveats()
+    table = Table(title="Plan vs XLA, per device", title_justify="left")
+    for column in ("", "meshlab", "XLA", "note"):
+        table.add_column(column, justify="right" if column in ("meshlab", "XLA") else "left")
+    predicted, xla = report.weights()
+    full_predicted, full_xla = report.full_depth_weights()
+    table.add_row("weights, checked depth", mib(predicted), mib(xla), "XLA: shards read back from torch_xla")
+    table.add_row("weights, full depth", mib(full_predicted), mib(full_xla), "XLA: checked blocks extrapolated")
+    for block, counter in report.per_block().items():
+        if block != OUTSIDE:
+            predicted_kinds = report.predicted_per_block.get(block)
+            table.add_row(f"collectives in {block}", kinds(predicted_kinds) if predicted_kinds is not None else "-",
+                          kinds(counter), caveats.get("reduce_scatter", ""))
+    table.add_row("collectives outside blocks", "-", kinds(report.per_block()[OUTSIDE]), "")
+    table.add_row("collectives, full depth", "-", kinds(report.full_depth_collectives()), "extrapolated")
+    _memory_rows(table, report, caveats)
+    return table
+
+
+def _memory_rows(table: Table, report: CheckReport, caveats: dict) -> None:
+    memory, chip = report.xla_memory, report.setup.memory.most_loaded
+    if memory is None:
+        table.add_row("memory", "-", "no buffer assignment in the dump", "")
+        return
+    table.add_row("program arguments", mib(chip.weights), mib(memory.parameters),
+                  "XLA: the weights the forward reads, its inputs, cached RoPE tables")
+    table.add_row("activations / temporaries", mib(chip.activations), mib(memory.temporaries),
+                  caveats.get("temporaries", ""))
+    table.add_row("outputs", "-", mib(memory.outputs), "")
+    table.add_row("total", mib(chip.weights + chip.activations), mib(memory.total), "meshlab: weights + activations")
+
+
+def _collective_table(report: CheckReport) -> Table:
+    caveats = report.caveats()
+    title = "Collectives of the checked forward (one device)"
+    if "collective_bytes" in caveats:
+        title += f"; {caveats['collective_bytes']}"
+    table = Table(title=title, title_justify="left")
+    for column in ("where", "kind", "mesh axes", "count", "bytes each", "caused by"):
+        table.add_column(column, justify="right" if column in ("count", "bytes each") else "left")
+    groups: dict[tuple, list] = defaultdict(list)
+    for c in report.collectives:
+        where = f"{c.group[0]}.{c.group[1]}" if c.group else OUTSIDE
+        groups[(where, c.hlo.kind, c.mesh_axes)].append(c)
+    for (where, kind, axes), members in sorted(groups.items(), key=lambda kv: (kv[0][0], KIND_ORDER.index(kv[0][1]))):
+        sizes = sorted({c.hlo.bytes_per_device for c in members})
+        size = mib(sizes[0]) if len(sizes) == 1 else f"{mib(sizes[0])} .. {mib(sizes[-1])}"
+        table.add_row(where, kind, "+".join(axes) or "-", str(len(members)), size, _layers(members, where))
+    return table
+
+
+def _layers(members: list, where: str) -> str:
+    prefix = where + "." if where != OUTSIDE else ""
+    named = Counter("(the block's own ops)" if c.hlo.layer == where else (c.hlo.layer or "?").removeprefix(prefix)
+                    for c in members)
+    shown = ", ".join(f"{layer} x{n}" if n > 1 else layer for layer, n in named.most_common(3))
+    return shown + (f", +{len(named) - 3} more" if len(named) > 3 else "")
+
+
+def _output_line(report: CheckReport) -> str:
+    verdict = "[green]within[/green]" if report.output_agrees else "[red]beyond[/red]"
+    return (f"Output: max |sharded - unsharded CPU float32| = {report.max_abs_error:.4g} (largest |value| "
+            f"{report.reference_max_abs:.3g}), {verdict} the {report.setup.strategy.workload.dtype} tolerance "
+            f"{report.tolerance:.3g}")
+
+
+def _timings_line(report: CheckReport) -> str:
+    t = report.timings
+    parts = [f"build {t.get('build', 0):.1f} s", f"reference {t.get('reference', 0):.1f} s",
+             f"apply {t.get('apply', 0):.1f} s"]
+    for i, forward in enumerate(report.forwards, 1):
+        parts.append(f"forward {i} {forward['seconds']:.1f} s ({forward['compiles']} compiles)")
+    note = "; virtual CPU devices share the host's cores, so these say only that it runs" if report.on_cpu else ""
+    return f"[dim]Time: {', '.join(parts)}{note}[/dim]"
