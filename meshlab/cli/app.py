@@ -49,10 +49,11 @@ def hardware(as_json: bool = JSON_OPTION) -> None:
         render_hardware(describe_rows(), console())
 
 
-from meshlab.cli import commands_cost, commands_run  # noqa: E402
+from meshlab.cli import commands_check, commands_cost, commands_run  # noqa: E402
 from meshlab.cli.commands_models import models  # noqa: E402
 
 app.add_typer(models, name="models")
+commands_check.register(app)
 commands_cost.register(app)
 commands_run.register(app)
 
