@@ -28,13 +28,23 @@ _ERRORS = {"InputError": InputError, "PlanError": PlanError, "BackendError": Bac
 
 
 def run_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None) -> CheckReport:
-    setup = check_setup(path, options)
+    (report,) = run_checks([path], options, progress)
+    return report
+
+
+def run_checks(paths: list[str | Path], options: CheckOptions, progress: Progress = lambda _: None,
+               ) -> list[CheckReport]:
+    """Check several strategy files in one worker process (they must plan for the same number of devices)."""
+    setups = [check_setup(path, options) for path in paths]
     require_backend()
+    counts = {s.plan.mesh.device_count for s in setups}
+    if len(counts) > 1:
+        raise InputError(f"the strategies plan for different device counts {sorted(counts)}", "check them one by one")
     with _dump_folder(options.dump_dir) as dump_dir:
-        job = {"strategy": str(path), "options": options.to_json()}
-        (result,) = run_worker([job], dump_dir, setup.plan.mesh.device_count, progress)
+        jobs = [{"strategy": str(path), "options": options.to_json()} for path in paths]
+        results = run_worker(jobs, dump_dir, counts.pop(), progress)
         progress("reading XLA's partitioned program and buffer assignment")
-        return build_report(setup, result, dump_dir)
+        return [build_report(setup, result, dump_dir) for setup, result in zip(setups, results)]
 
 
 def require_backend() -> None:

@@ -144,7 +144,9 @@ def _flux_inputs(config: dict, geo: Geometry, dtype, generator) -> dict:
         "txt_ids": torch.zeros(t, 3, dtype=dtype),
     }
     if config.get("guidance_embeds"):
-        inputs["guidance"] = torch.full((b,), 3.5, dtype=dtype)
+        # Flux multiplies guidance by 1000 in the model's dtype: 3500 rounds to 3504 in bfloat16 and turns the
+        # sinusoidal embedding into noise next to a float32 reference; 4000 is exact
+        inputs["guidance"] = torch.full((b,), 4.0, dtype=dtype)
     return inputs
 
 

@@ -1,0 +1,56 @@
+"""meshlab check's bad input and missing backend, without torch; the pure modules stay free of torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from meshlab.cli.app import app
+from meshlab.cli.commands_check import register
+
+from tests.conftest import REPO, STRATEGIES
+
+if "check" not in {c.name for c in app.registered_commands}:
+    register(app)
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_missing_torch_xla_is_one_line_naming_the_extra(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch_xla" else real(name, *a))
+    result = invoke("check", str(STRATEGIES[0]))
+    assert result.exit_code == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("meshlab: error: torch_xla is not installed")
+    assert "pip install -e '.[xla]'" in lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--height", "100"], "--height 100 is not a positive multiple of 16"),
+    (["--layers", "0"], "--layers"),
+])
+def test_bad_options_exit_2(args, message):
+    result = invoke("check", str(STRATEGIES[0]), *args)
+    assert result.exit_code == 2
+    assert message in result.output + result.stderr
+
+
+def test_a_missing_strategy_file_exits_2():
+    result = invoke("check", "no-such.yaml")
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("module", ["meshlab", "meshlab.backend.hlo", "meshlab.backend.compare",
+                                    "meshlab.backend.check", "meshlab.export", "meshlab.cards.truncate",
+                                    "meshlab.cli.commands_check"])
+def test_pure_modules_do_not_import_torch(module):
+    code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr

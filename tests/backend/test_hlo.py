@@ -1,0 +1,147 @@
+"""The HLO parser, on excerpts of a real dump (one full-width Qwen-Image block under 2d.yaml) and on small cases."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from meshlab.backend import hlo
+
+DATA = Path(__file__).parent / "data"
+MESH = (("data", 2), ("model", 4))
+
+
+@pytest.fixture(scope="module")
+def collectives():
+    return hlo.parse_collectives((DATA / "qwen_2d_partitioned_excerpt.txt").read_text())
+
+
+def test_counts_every_collective_of_the_dump_by_kind(collectives):
+    # what spmd-on-cpu.md saw for one layer under largest-dim sharding: 3 all-reduce, 19 all-gather, 28 permutes
+    assert Counter(c.kind for c in collectives) == {"all-reduce": 3, "all-gather": 19, "collective-permute": 28}
+
+
+def test_maps_replica_groups_back_to_mesh_axes(collectives):
+    by_axes = Counter((c.kind, hlo.mesh_axes(c.groups, MESH)) for c in collectives)
+    assert by_axes == {("collective-permute", ("model",)): 28, ("all-gather", ("model",)): 15,
+                       ("all-gather", ("data",)): 4, ("all-reduce", ("model",)): 3}
+
+
+def test_reads_shapes_and_bytes_from_results_and_operands(collectives):
+    first = collectives[0]
+    assert first.kind == "all-gather"
+    assert [str(s) for s in first.result] == ["f32[1,64,3072]"]
+    assert [str(s) for s in first.operands] == ["f32[1,64,768]"]
+    assert first.bytes_per_device == 64 * 3072 * 4
+    assert all(c.operands for c in collectives)
+
+
+def test_attributes_collectives_to_the_layer_meshlab_scoped(collectives):
+    layers = Counter(c.layer for c in collectives)
+    assert layers["transformer_blocks.0"] == 24  # the block's own modulation chunks: the permutes
+    assert layers["transformer_blocks.0.img_mod.1"] == 1
+    assert layers["transformer_blocks.0.img_mlp.net.2"] == 1
+    assert None not in layers
+
+
+@pytest.mark.parametrize("op_name, layer", [
+    ("transformer_blocks.0#.7/transformer_blocks.0.img_mod.1#.2/aten__addmm", "transformer_blocks.0.img_mod.1"),
+    ("transformer_blocks.0#.7/aten__split", "transformer_blocks.0"),
+    ("single_transformer_blocks.3#/aten__mm", "single_transformer_blocks.3"),
+    ("aten__add.1/aten__add", None),  # XLA's own scope, not meshlab's
+    (None, None),
+])
+def test_layer_of(op_name, layer):
+    assert hlo.layer_of(op_name) == layer
+
+
+def test_parses_the_buffer_assignment_by_kind():
+    memory = hlo.parse_buffer_assignment((DATA / "qwen_2d_buffer_assignment_excerpt.txt").read_text())
+    assert memory.total == 305_657_163
+    assert memory.parameters + memory.temporaries + memory.outputs + memory.constants == memory.total
+    assert memory.parameters == 150_213_016
+    assert memory.outputs == 8_200
+
+
+def test_buffer_assignment_without_a_total_sums_its_allocations():
+    text = ("allocation 0: size 64, parameter 0, shape |f32[16]| at ShapeIndex {}:\n"
+            "allocation 1: size 32, maybe-live-out:\nallocation 2: size 100, preallocated-temp:\n"
+            "allocation 3: size 8, output shape is |(f32[2])|, maybe-live-out:\nallocation 4: size 4, constant:\n"
+            "allocation 5: size 4, thread-local:\n")
+    assert hlo.parse_buffer_assignment(text) == hlo.XlaMemory(64, 104, 40, 4, 212)
+
+
+@pytest.mark.parametrize("text, tiles, replicas, devices", [
+    ("{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}", (4, 1), 2, (0, 4, 1, 5, 2, 6, 3, 7)),
+    ("{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}", (4, 1), 2, (0, 4, 1, 5, 2, 6, 3, 7)),
+    ("{devices=[8,1]0,1,2,3,4,5,6,7}", (8, 1), 1, tuple(range(8))),
+    ("{devices=[2,4]<=[8]}", (2, 4), 1, tuple(range(8))),
+    ("{replicated}", (1, 1), 8, tuple(range(8))),
+    ("", (1, 1), 8, tuple(range(8))),
+])
+def test_parses_shardings(text, tiles, replicas, devices):
+    sharding = hlo.parse_sharding(text, 2, 8)
+    assert (sharding.tiles, sharding.replicas, sharding.devices) == (tiles, replicas, devices)
+
+
+def test_shard_shapes_are_padded_as_xla_pads_them():
+    sharding = hlo.parse_sharding("{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}", 2, 8)
+    assert sharding.shard_shape((18432, 3072)) == (4608, 3072)
+    assert sharding.shard_shape((10, 6)) == (3, 6)
+    assert sharding.tile_of(5) == (1, 0)
+
+
+def test_rejects_a_sharding_of_another_rank():
+    with pytest.raises(ValueError, match="rank"):
+        hlo.parse_sharding("{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}", 3, 8)
+
+
+@pytest.mark.parametrize("line, groups", [
+    ("replica_groups={{0,1,2,3},{4,5,6,7}}, dimensions={2}", ((0, 1, 2, 3), (4, 5, 6, 7))),
+    ("replica_groups=[2,4]<=[8], dimensions={1}", ((0, 1, 2, 3), (4, 5, 6, 7))),
+    ("replica_groups=[4,2]<=[2,4]T(1,0), dimensions={1}", ((0, 4), (1, 5), (2, 6), (3, 7))),
+    ("source_target_pairs={{0,1},{1,2},{4,5}}", ((0, 1), (1, 2), (4, 5))),
+    ("replica_groups={}, to_apply=%add", ()),
+])
+def test_reads_every_form_of_replica_groups(line, groups):
+    text = f"  %x = f32[4]{{0}} parameter(0)\n  %ar = f32[4]{{0}} all-reduce(%x), {line}\n"
+    (collective,) = hlo.parse_collectives(text)
+    assert collective.groups == groups
+
+
+@pytest.mark.parametrize("groups, axes", [
+    (((0, 4), (1, 5), (2, 6), (3, 7)), ("data",)),
+    (((0, 1, 2, 3), (4, 5, 6, 7)), ("model",)),
+    (((0, 1), (1, 2), (4, 5), (5, 6)), ("model",)),
+    ((), ("data", "model")),
+])
+def test_mesh_axes(groups, axes):
+    assert hlo.mesh_axes(groups, MESH) == axes
+
+
+def test_mesh_axes_follow_a_device_order_that_is_not_row_major():
+    # a topology-ordered mesh: position p holds device ids[p]; devices 0 and 1 differ along "data" here
+    ids = (0, 2, 4, 6, 1, 3, 5, 7)
+    assert hlo.mesh_axes(((0, 1), (2, 3)), MESH, ids) == ("data",)
+
+
+def test_async_collectives_are_counted_once_with_their_results():
+    text = ("  %p = bf16[8,16]{1,0} parameter(0)\n"
+            "  %ags = (bf16[8,16]{1,0}, bf16[32,16]{1,0}) all-gather-start(%p), replica_groups={{0,1,2,3}}, "
+            "dimensions={0}\n"
+            "  %agd = bf16[32,16]{1,0} all-gather-done(%ags)\n"
+            "  %cps = (bf16[8,16]{1,0}, bf16[8,16]{1,0}, u32[], u32[]) collective-permute-start(%p), "
+            "source_target_pairs={{0,1},{1,0}}\n")
+    gather, permute = hlo.parse_collectives(text)
+    assert (gather.kind, [str(s) for s in gather.result]) == ("all-gather", ["bf16[32,16]"])
+    assert (permute.kind, [str(s) for s in permute.result]) == ("collective-permute", ["bf16[8,16]"])
+    assert gather.bytes_per_device == 32 * 16 * 2
+
+
+def test_tuple_shaped_collectives_sum_their_bytes():
+    text = ("  %a = f32[4]{0} parameter(0)\n  %b = f32[8]{0} parameter(1)\n"
+            "  %ar = (f32[4]{0}, f32[8]{0}) all-reduce(%a, %b), replica_groups={{0,1}}, to_apply=%add\n")
+    (collective,) = hlo.parse_collectives(text)
+    assert collective.bytes_per_device == 48
