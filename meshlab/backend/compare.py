@@ -102,16 +102,18 @@ class CheckReport:
         xla += self._extrapolate({g: sum(p.xla_bytes for p in ps) for g, ps in by_group.items() if g})
         return predicted, int(xla)
 
-    def per_block(self) -> dict[str, Counter]:
-        """Collectives by kind in each checked block, keyed ``transformer_blocks.0``; ``outside blocks`` too."""
+    def per_block(self, measure=lambda c: 1) -> dict[str, Counter]:
+        """Collectives by kind in each checked block, keyed ``transformer_blocks.0``; ``outside blocks`` too.
+
+        `measure` says what to add up per collective: 1 (a count, the default) or its bytes per device."""
         counts: dict[str, Counter] = {OUTSIDE: Counter()}
         for c in self.collectives:
             key = f"{c.group[0]}.{c.group[1]}" if c.group and c.group[0] in self.setup.checked_blocks else OUTSIDE
-            counts.setdefault(key, Counter())[c.hlo.kind] += 1
+            counts.setdefault(key, Counter())[c.hlo.kind] += measure(c)
         return counts
 
-    def full_depth_collectives(self) -> Counter:
-        per_block = self.per_block()
+    def full_depth_collectives(self, measure=lambda c: 1) -> Counter:
+        per_block = self.per_block(measure)
         total = Counter(per_block[OUTSIDE])
         for kind in {k for c in per_block.values() for k in c}:
             total[kind] += int(self._extrapolate({
@@ -157,6 +159,10 @@ def predicted_per_block(setup: CheckSetup) -> dict[str, Counter]:
     return {f"{name}.0": Counter(prediction.block_collectives(block)) for name, block in first.items()}
 
 
+def _bytes(collective: Collective) -> int:
+    return collective.hlo.bytes_per_device
+
+
 def check_document(report: CheckReport) -> dict:
     """The JSON of `meshlab check --json`."""
     setup = report.setup
@@ -179,6 +185,8 @@ def check_document(report: CheckReport) -> dict:
         "collectives": [c.to_json() for c in report.collectives],
         "collectives_per_block": {k: dict(v) for k, v in report.per_block().items()},
         "collectives_full_depth": dict(report.full_depth_collectives()),
+        "collective_bytes_per_block": {k: dict(v) for k, v in report.per_block(_bytes).items()},
+        "collective_bytes_full_depth": dict(report.full_depth_collectives(_bytes)),
         "predicted_collectives_per_block": {k: dict(v) for k, v in report.predicted_per_block.items()},
         "xla_memory_per_device": report.xla_memory.to_json() if report.xla_memory else None,
         "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,

@@ -6,10 +6,11 @@ the slice of real data each device holds, each compared with what the plan predi
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
-from meshlab.backend.hlo import parse_sharding
+from meshlab.backend.hlo import HloSharding, parse_sharding
 from meshlab.cards.card import DTYPE_BYTES
 from meshlab.mesh import AbstractMesh
 from meshlab.plan.plan import PlannedParameter
@@ -30,11 +31,14 @@ class AppliedParameter:
     predicted_shard_shape: tuple[int, ...]
     xla_shard_shape: tuple[int, ...]
     misplaced: tuple[int, ...]  # devices whose slice of real data is not the one the plan gives them
+    predicted_sharding: str = ""  # the HLO sharding the plan implies
+    same_tiling: bool = True  # XLA's sharding tiles the tensor over the devices as the predicted one does
     problem: str = ""  # why XLA's sharding could not be read, when it could not
 
     @property
     def agrees(self) -> bool:
-        return not self.problem and not self.misplaced and self.predicted_shard_shape == self.xla_shard_shape
+        return (not self.problem and not self.misplaced and self.same_tiling
+                and self.predicted_shard_shape == self.xla_shard_shape)
 
     @property
     def predicted_bytes(self) -> int:
@@ -47,7 +51,8 @@ class AppliedParameter:
     def to_json(self) -> dict:
         return {
             "name": self.name, "shape": list(self.shape), "predicted_spec": self.predicted_spec.to_json(),
-            "xla_sharding": self.xla_sharding, "predicted_shard_shape": list(self.predicted_shard_shape),
+            "predicted_sharding": self.predicted_sharding, "xla_sharding": self.xla_sharding,
+            "predicted_shard_shape": list(self.predicted_shard_shape),
             "xla_shard_shape": list(self.xla_shard_shape), "misplaced_devices": list(self.misplaced),
             "agrees": self.agrees, **({"problem": self.problem} if self.problem else {}),
         }
@@ -57,15 +62,47 @@ def compare_parameter(planned: PlannedParameter, mesh: AbstractMesh, device_ids:
                       sharding: str, slices: Slices, dtype: str | None = None) -> AppliedParameter:
     """`sharding` and `slices` as torch_xla reports them for the parameter; `device_ids[p]`: device at position p."""
     predicted = planned.shard_shape(mesh)
+    expected = predicted_sharding(planned.spec, mesh, device_ids)
+    rank, count = len(planned.shape), mesh.device_count
     try:
-        xla_shape = parse_sharding(sharding, len(planned.shape), mesh.device_count).shard_shape(planned.shape)
-        problem = ""
+        held = parse_sharding(sharding, rank, count)
+        xla_shape, same, problem = held.shard_shape(planned.shape), _same(held, parse_sharding(expected, rank, count)), ""
     except ValueError as exc:
-        xla_shape, problem = (), str(exc)
+        xla_shape, same, problem = (), False, str(exc)
     misplaced = tuple(d for p, d in enumerate(device_ids)
                       if d >= len(slices) or _normal(slices[d]) != expected_slices(planned, mesh, p))
     return AppliedParameter(planned.name, planned.shape, dtype or planned.parameter.dtype, planned.spec, sharding,
-                            predicted, tuple(xla_shape), misplaced, problem)
+                            predicted, tuple(xla_shape), misplaced, expected, same, problem)
+
+
+def predicted_sharding(spec: PartitionSpec, mesh: AbstractMesh, device_ids: tuple[int, ...]) -> str:
+    """The HLO sharding string torch_xla builds for `spec`: tiles in spec order, the unused axes replicating."""
+    tiles = spec.split_counts(mesh)
+    if math.prod(tiles) == 1:
+        return "{replicated}"
+    used = [axis for entry in spec.entries if entry for axis in entry]
+    order = used + [axis for axis in mesh.names if axis not in used]
+    devices = []
+    for index in itertools.product(*(range(mesh.size(axis)) for axis in order)):
+        coords = dict(zip(order, index))
+        devices.append(device_ids[_position(coords, mesh)])
+    replicas = mesh.device_count // math.prod(tiles)
+    dims = list(tiles) + ([replicas] if replicas > 1 else [])
+    suffix = " last_tile_dim_replicate" if replicas > 1 else ""
+    return f"{{devices=[{','.join(map(str, dims))}]{','.join(map(str, devices))}{suffix}}}"
+
+
+def _position(coords: dict[str, int], mesh: AbstractMesh) -> int:
+    position = 0
+    for name, size in mesh.axes:
+        position = position * size + coords[name]
+    return position
+
+
+def _same(a: HloSharding, b: HloSharding) -> bool:
+    if a.is_replicated and b.is_replicated:
+        return True
+    return (a.tiles, a.replicas, a.devices) == (b.tiles, b.replicas, b.devices)
 
 
 def expected_slices(planned: PlannedParameter, mesh: AbstractMesh, position: int) -> list[tuple[int, int]]:

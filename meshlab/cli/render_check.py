@@ -86,7 +86,7 @@ def _mismatch_table(report: CheckReport) -> Table:
     for column in ("parameter", "planned spec", "XLA sharding", "planned shard", "XLA shard", "misplaced on"):
         table.add_column(column)
     for p in report.mismatches[:40]:
-        table.add_row(p.name, str(p.predicted_spec), p.xla_sharding or p.problem, str(list(p.predicted_shard_shape)),
+        table.add_row(p.name, f"{p.predicted_spec}\n{p.predicted_sharding}", p.xla_sharding or p.problem, str(list(p.predicted_shard_shape)),
                       str(list(p.xla_shard_shape)), ", ".join(map(str, p.misplaced)) or "-")
     return table
 
@@ -106,9 +106,17 @@ def _plan_vs_xla(report: CheckReport) -> Table:
             table.add_row(f"collectives in {block}", kinds(predicted_kinds) if predicted_kinds is not None else "-",
                           kinds(counter), caveats.get("reduce_scatter", ""))
     table.add_row("collectives outside blocks", "-", kinds(report.per_block()[OUTSIDE]), "")
-    table.add_row("collectives, full depth", "-", kinds(report.full_depth_collectives()), "extrapolated")
+    table.add_row("collectives, full depth", "-", kinds(report.full_depth_collectives()), _extrapolation_note(report))
     _memory_rows(table, report, caveats)
     return table
+
+
+def _extrapolation_note(report: CheckReport) -> str:
+    single = [name for name, n in report.setup.checked_blocks.items() if n == 1]
+    if not single:
+        return "first checked block for each middle block, plus the last"
+    return ("the only checked block of " + ", ".join(single) + " is a last block, which can differ from a middle "
+            "one (Qwen-Image drops its unused text tail); --layers 2 adds a middle block")
 
 
 def _memory_rows(table: Table, report: CheckReport, caveats: dict) -> None:
