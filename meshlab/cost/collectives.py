@@ -1,26 +1,36 @@
 """The collectives a plan implies, derived per layer from the specs (no XLA involved).
 
 Each activation's feature dim is in a state: split over some mesh axes (or whole), and possibly a partial sum
-over some axes (the output of a Linear split on its input dim). The rules, applied in the graph's order:
+over some axes (the output of a Linear split on its input dim). The rules, applied in the graph's order, are
+what XLA's SPMD partitioner was seen to do with PyTorch/XLA's lowering (one full-width Qwen-Image block under
+every built-in strategy; tests/cost/test_collectives_vs_xla.py holds them against it):
 
 - A Linear whose input dim is split as its input arrives multiplies locally; its output is split as its
   output dim and is a partial sum over the axes of its input dim (a row-split Linear).
-- An input split on axes the weight's input dim is not split on is all-gathered first (a whole input that
-  the weight splits is sliced locally, for free).
+- An input split on axes the weight's input dim is not split on is all-gathered first, once per consuming
+  Linear (XLA does not share one gather between q, k and v); a whole input the weight splits is sliced, free.
 - A partial sum is all-reduced before anything non-linear reads it.
-- ``whole`` consumers (the residual stream, norms) all-gather a split output.
+- The conditioning vector (the timestep embedding) stays as its last Linear left it; each modulation Linear
+  that wants it otherwise gathers it for itself.
+- ``chunks`` (modulation) outputs split on their rows keep their chunks split the same way (when the hidden
+  size divides): every chunk piece that is not on the chip that wants it moves in a collective-permute (18432
+  rows over 4 are 4608-row shards; each 3072-wide chunk wants 768 rows per chip). The activations they
+  modulate, and the residual stream their gates scale, are then split on features too.
+- Every LayerNorm (PyTorch/XLA lowers it as a batch norm over the ``[1, batch x tokens, features]`` view)
+  all-gathers its input over a split residual's axes, then gathers its rows over every axis that splits them
+  (batch, sequence, guidance): the partitioner cannot keep the merged row dim split. Each ``chunks`` Linear
+  stands for the LayerNorms it modulates.
+- A Linear writing the residual stream split as the residual already is leaves the gather to the next
+  LayerNorm; ``whole`` consumers all-gather any other split output.
 - Attention wants q, k and v split alike over heads: those split differently are all-gathered (the most common
   split wins). With the image tokens split over a sequence axis, k and v of the image stream are all-gathered
   over it.
-- ``chunks`` (modulation) outputs are all-gathered; when a shard boundary cuts a chunk (18432 rows over 4 is
-  4608, not a multiple of the 3072-wide chunks) XLA also re-aligns the shards with collective-permutes, one
-  per chunk that straddles a boundary.
 - A weight split over an axis that splits activations (batch, sequence, guidance) is all-gathered over it
   before use (FSDP); so is a bias or norm scale split differently from the output it adds to.
 
 Each collective is counted on its own: XLA's partitioned HLO on the CPU backend keeps the image and text
-streams' all-reduces separate (checked on one Qwen-Image layer); `combine` merges equal (block, point, kind,
-axes) for backends whose combiner passes would.
+streams' all-reduces separate; `combine` merges equal (block, point, kind, axes) for backends whose combiner
+passes would.
 """
 
 from __future__ import annotations
@@ -34,21 +44,29 @@ from meshlab.cost.layout import Layout
 from meshlab.mesh import AbstractMesh
 from meshlab.plan.plan import PlannedParameter
 
-#: Where this derivation and XLA's partitioned HLO (CPU backend, one Qwen-Image layer at 256x256 with 32 text
-#: tokens, benchmarks/xla_one_layer_collectives.py) were seen to differ; XLA is right, the model is not yet.
+#: Where this derivation and XLA's partitioned HLO still differ, measured on one full-width Qwen-Image block
+#: (128x128 pixels: 64 image tokens, 32 text tokens; bytes as bf16) by tests/cost/data/xla_collectives_*.json.
+#: All-reduces and all-gathers agree in count and bytes under every built-in strategy; XLA is right where not.
 KNOWN_DIFFERENCES = (
-    "XLA all-gathers batch-split activations over the data axis around the joint attention (4 such in a pairs "
-    "layer, 3 in a 2d layer); this model assumes the batch split survives",
-    "XLA re-aligns cut modulation chunks with more, finer collective-permutes (28 in a 2d layer, 34 in a 1x8 "
-    "layer) than one per cut chunk boundary (4 and 12 here); their bytes are small either way",
-    "XLA shows no all-reduce for the text stream's row-split out-projection and MLP-out (it re-shards the text "
-    "stream instead); this model counts one each",
+    "collective-permutes of split modulation chunks (2d.yaml: XLA 36 moving 107,520 B per block, this model 36 "
+    "moving 55,296 B; model.yaml: XLA 44 moving 72,192 B, this model 84 moving 64,512 B): this model moves each "
+    "chunk piece that sits on another chip once; XLA splits Qwen-Image's modulation in two steps (chunk(2), then "
+    "chunk(3)), moves wider windows and packs several chips' moves into one permute. They carry under 2% of a "
+    "block's collective bytes, but each costs a latency",
+    "the last block: nothing reads its text stream after the attention, so XLA drops the text out-projection, "
+    "LayerNorm 2 and MLP there (data.yaml, measured on its last block: 3 row gathers, this model 4); this model "
+    "counts every block alike",
+    "outside the blocks under pairs.yaml, XLA all-reduces the output norm's modulation ([batch, 6144] over model): "
+    "the row split of the blocks' modulation Linears propagates back onto the timestep embedding",
+    "the rows gather of LayerNorms is measured over a batch axis only; over a sequence or guidance axis it is "
+    "assumed the same",
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
 )
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 Axes = tuple[str, ...]
+_CONDITIONING = "<conditioning>"  # the state of the conditioning vector every modulation Linear reads
 
 
 @dataclass(frozen=True)
@@ -75,22 +93,21 @@ class _State:
 def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point."""
     found: list[Collective] = []
-    states: dict[str, _State] = {}
     deriver = _Deriver(layout, mesh, graph, found)
     by_module = {op.module: op for op in graph.linears}
     done_attention: set[str] = set()
-    for op in graph.linears:
+    for position, op in enumerate(graph.linears):
         if op.role == "out" and op.source not in done_attention:
             attention = next(a for a in graph.attentions if a.module == op.source)
-            states[op.source] = deriver.attention(attention, [by_module[m] for m in attention.qkv if m in by_module])
+            deriver.states[op.source] = deriver.attention(attention, [by_module[m] for m in attention.qkv
+                                                                      if m in by_module])
             done_attention.add(op.source)
-        incoming = states.get(op.source, _State()) if op.source else _State()
-        states[op.module] = deriver.linear(op, incoming)
+        deriver.states[op.module] = deriver.linear(op, deriver.incoming(op, position))
     for attention in graph.attentions:  # attentions with no output projection (Flux single blocks)
         if attention.module not in done_attention:
             qkv = [by_module[m] for m in attention.qkv if m in by_module]
             if qkv:
-                states[attention.module] = deriver.attention(attention, qkv)
+                deriver.states[attention.module] = deriver.attention(attention, qkv)
     deriver.parameters(graph)
     if layout.guidance_axis:
         found.append(Collective("all-gather", (layout.guidance_axis,), _guidance_bytes(graph, layout), None,
@@ -123,6 +140,13 @@ class _Deriver:
     def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, found: list[Collective]):
         self.layout, self.mesh, self.graph, self.found = layout, mesh, graph, found
         self.hidden = graph.hidden_size
+        self.states: dict[str, _State] = {}
+        #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph)
+        self.modulation = {(op.block, op.modulates): (self.chunk_split(op), i)
+                           for i, op in enumerate(graph.linears) if op.role == "chunks"}
+        #: stream -> how its residual stream is split between blocks: as the gates that scale its updates
+        self.residual = {stream: split for (block, stream), (split, _) in self.modulation.items()
+                         if block is not None and split}
 
     def size(self, axes: Axes | None) -> int:
         return math.prod(self.mesh.size(a) for a in axes) if axes else 1
@@ -133,6 +157,20 @@ class _Deriver:
 
     def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str) -> None:
         self.found.append(Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block)))
+
+    def chunk_split(self, op: LinearOp) -> Axes | None:
+        """How a modulation Linear's chunks end up split: as its rows, when every chunk splits evenly."""
+        rows = op.weight.spec.entries[0]
+        return rows if rows and self.hidden % self.size(rows) == 0 and op.out_features % self.hidden == 0 else None
+
+    def incoming(self, op: LinearOp, position: int) -> _State:
+        """The state of a Linear's input: its source's output, the conditioning vector, or a modulated stream."""
+        if op.source:
+            return self.states.get(op.source, _State())
+        if op.role == "chunks":
+            return self.states.get(_CONDITIONING, _State())
+        split, at = self.modulation.get((op.block, op.stream), (None, None))
+        return _State(split) if at is not None and (op.block is not None or position > at) else _State()
 
     def linear(self, op: LinearOp, incoming: _State) -> _State:
         w_out, w_in = op.weight.spec.entries
@@ -156,26 +194,58 @@ class _Deriver:
         if out.partial:
             self.emit("all-reduce", out.partial, nbytes, op.block, phase,
                       f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}")
+        if op.role == "chunks":
+            return self._chunks(op, out.split)
         if op.role == "hidden" or not out.split:
             return _State(out.split)
-        whole = self.tensor_bytes(op.stream, op.out_features, None)
-        if op.role == "chunks":
-            self._chunks(op, out.split, whole)
+        if op.stream == "conditioning" and op.block is None:
+            self.states[_CONDITIONING] = _State(out.split)  # its consumers gather it, each for itself
+            return _State(out.split)
+        if out.split == self.residual.get(op.stream):
+            return _State(out.split)  # joins a residual stream split alike: the next LayerNorm gathers it
         why = f"{op.short} is split on its output dim but its consumer needs it whole"
-        self.emit("all-gather", out.split, whole, op.block, phase, why)
+        self.emit("all-gather", out.split, self.tensor_bytes(op.stream, op.out_features, None), op.block, phase, why)
         return _State()
 
-    def _chunks(self, op: LinearOp, split: Axes, whole: int) -> None:
-        parts = self.size(split)
-        chunk = self.hidden
-        shard = -(-op.out_features // parts)
-        if shard % chunk == 0 or chunk % shard == 0:
-            return
-        straddling = sum(1 for i in range(1, parts) if (i * shard) % chunk)
-        nbytes = whole // max(1, op.out_features // chunk)
-        for _ in range(straddling):
+    def _chunks(self, op: LinearOp, split: Axes | None) -> _State:
+        kept = self.chunk_split(op)
+        if split and not kept:
+            self.emit("all-gather", split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
+                      f"{_phase_name(op)}:out", f"{op.short}: its {self.hidden}-wide chunks do not split evenly "
+                      f"over {'+'.join(split)}; every chip needs them whole")
+        if kept:
+            self._realign(op, kept)
+        self._layer_norms(op, kept)
+        return _State(kept)
+
+    def _realign(self, op: LinearOp, split: Axes) -> None:
+        """Each chunk piece that is not on the chip that wants it moves in one collective-permute."""
+        parts, chunk = self.size(split), self.hidden
+        shard, piece = -(-op.out_features // parts), chunk // parts
+        moves = sum(1 for c in range(op.out_features // chunk) for j in range(parts)
+                    if (c * chunk + j * piece) // shard != j)
+        nbytes = self.layout.batch * piece * self.layout.itemsize
+        for _ in range(moves):
             self.emit("collective-permute", split, nbytes, op.block, f"{_phase_name(op)}:chunks",
-                      f"{op.short}: {shard}-row shards cut its {chunk}-wide chunks")
+                      f"{op.short}: {shard}-row shards hold {piece}-row pieces of its {chunk}-wide chunks "
+                      f"that other chips want")
+
+    def _layer_norms(self, op: LinearOp, split: Axes | None) -> None:
+        """The LayerNorms a modulation Linear conditions: a split residual is gathered, then the rows."""
+        stream = op.modulates or "image"
+        residual = self.residual.get(stream) if op.block is not None or split else split
+        rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
+        whole_rows = self.tensor_bytes(stream, self.hidden, None) * self.size(rows)
+        for norm in range(1, op.layer_norms + 1):
+            phase = f"norm{norm}" if op.block is not None else "norm_out"
+            if residual:
+                self.emit("all-gather", residual, self.tensor_bytes(stream, self.hidden, None), op.block,
+                          f"{phase}:features", f"the {stream} stream's LayerNorm {norm} reads a residual split on "
+                          f"{'+'.join(residual)}")
+            if rows:
+                self.emit("all-gather", rows, whole_rows, op.block, f"{phase}:rows",
+                          f"the {stream} stream's LayerNorm {norm} is a batch norm over batch x tokens rows, "
+                          f"split on {'+'.join(rows)}: XLA gathers them")
 
     def attention(self, attention, qkv: list[LinearOp]) -> _State:
         arrived = {op.module: _State(*op.weight.spec.entries) for op in qkv}

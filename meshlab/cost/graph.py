@@ -4,8 +4,10 @@ Roles say what consumes a Linear's output, which decides the collectives its sha
 
 - ``qkv``: feeds attention, which wants every q/k/v split the same way over heads.
 - ``out``: an attention output projection; its input is the attention output, its output joins the residual.
-- ``chunks``: a conditioning Linear (modulation): its output is cut into hidden-size chunks (shift, scale,
-  gate) that modulate whole-width activations, so every chip needs every chunk whole.
+- ``chunks``: a conditioning Linear (modulation, adaLN): its output is cut into hidden-size chunks (shift,
+  scale, gate) that modulate the LayerNorms of one stream (``modulates``): each LayerNorm takes a shift and a
+  scale, each residual branch a gate, so 6 chunks modulate 2 LayerNorms (attention and MLP), 3 chunks 1 (Flux's
+  single blocks), and the 2 of an output norm (scale, shift) 1.
 - ``hidden``: followed by an elementwise activation and the next Linear of the same module (MLP-in,
   the timestep embedder's first Linear); its output may stay split on its features.
 - ``whole``: its output joins the residual stream or another whole-width consumer.
@@ -35,6 +37,7 @@ class LinearOp:
     block: int | None
     role: str  # one of ROLES
     source: str | None  # module whose output is this Linear's input: an attention, a ``hidden`` Linear, or None
+    modulates: str | None = None  # ``chunks`` only: the stream whose LayerNorms its chunks modulate
 
     @property
     def out_features(self) -> int:
@@ -43,6 +46,11 @@ class LinearOp:
     @property
     def in_features(self) -> int:
         return self.weight.shape[1]
+
+    @property
+    def layer_norms(self) -> int:
+        """``chunks`` only: the LayerNorms its chunks modulate (see the module's docstring)."""
+        return max(1, self.out_features // self.in_features // 3)
 
     @property
     def short(self) -> str:
@@ -112,7 +120,7 @@ def graph_of(plan: Plan) -> Graph:
         elif module in hidden_before:
             source = hidden_before[module]
         linears.append(LinearOp(module, weight, biases.get(module), weight.parameter.stream, weight.parameter.block,
-                                role, source))
+                                role, source, _modulates(module, weight, weights) if role == "chunks" else None))
     kept_attention = tuple(a for a in plan.card.attention if a.qkv and a.qkv[0] in weights)
     return Graph(tuple(linears), kept_attention, tuple(others), plan.card.architecture.hidden_size, repeats)
 
@@ -129,6 +137,19 @@ def _role(module, weight, following, attention_of, out_of) -> tuple[str, str | N
     if weight.parameter.stream == "conditioning" and weight.shape[0] > weight.shape[1]:
         return "chunks", None  # e.g. norm_out.linear: scale and shift for the final norm
     return "whole", None
+
+
+def _modulates(module: str, weight: PlannedParameter, weights: dict[str, PlannedParameter]) -> str:
+    """The stream a modulation Linear conditions: named (``txt_mod``, ``norm1_context``), else its block's other one.
+
+    Outside the blocks (the output norm) it is the image stream, which the output projection reads."""
+    block = weight.parameter.block
+    if block is None:
+        return "image"
+    if any(marker in module.split(".", 2)[-1] for marker in ("txt", "context")):
+        return "text"
+    streams = {w.parameter.stream for w in weights.values() if w.parameter.block == block}
+    return "joint" if "joint" in streams else "image"
 
 
 def _pairs(module: str, weight: PlannedParameter, next_module: str, next_weight: PlannedParameter) -> bool:

@@ -18,9 +18,17 @@ def block_ops(p, block=0):
     return [c for c in p.collectives if c.block == block]
 
 
+def norm_rows(ops):
+    return [c for c in ops if c.phase.endswith(":rows")]
+
+
 def test_column_row_pairs_need_one_all_reduce_each():
     p = predicted(rules=PAIRS)
-    ops = block_ops(p)
+    rows = norm_rows(block_ops(p))
+    # the LayerNorms (2 per stream) gather their batch x tokens rows over data: 2 samples x 16 / 8 tokens x 64 x 2 B
+    assert len(rows) == 4 and all(c.kind == "all-gather" and c.axes == ("data",) for c in rows)
+    assert sorted(c.bytes for c in rows) == [2 * 8 * 64 * 2] * 2 + [2 * 16 * 64 * 2] * 2
+    ops = [c for c in block_ops(p) if c not in rows]
     assert {c.kind for c in ops} == {"all-reduce"}
     # one per attention (image and text out-projections) and one per MLP, per stream: 4 in all
     assert len(ops) == 4 and all(c.axes == ("model",) for c in ops)
@@ -28,7 +36,7 @@ def test_column_row_pairs_need_one_all_reduce_each():
     assert sorted(c.bytes for c in ops) == [8 * 64 * 2] * 2 + [16 * 64 * 2] * 2
     merged = combine(list(ops))  # a combiner would merge each stream pair at the same point
     assert len(merged) == 2 and sum(c.operands for c in merged) == 4
-    assert not [c for c in p.collectives if c.block is None]  # nothing outside the blocks is split
+    assert [c.phase for c in p.collectives if c.block is None] == []  # no output norm in the small card
 
 
 def test_identical_blocks_are_folded_but_counted():
@@ -37,26 +45,39 @@ def test_identical_blocks_are_folded_but_counted():
     assert not block_ops(p, block=1)
 
 
-def test_largest_gathers_out_projection_and_permutes_cut_chunks():
+def test_largest_keeps_chunks_split_and_gathers_at_every_consumer():
     p = predicted()
     kinds = Counter()
     for c in block_ops(p):
         kinds[c.kind] += c.operands
-    # to_out / to_add_out are split on their output (square: lowest dim): gather in and out, 2 streams;
-    # modulation (6 x 64 = 384 rows over 4: 96-row shards cut 64-wide chunks): gathered, plus permutes
-    assert kinds["all-gather"] == 2 * 2 + 2
+    # per stream: 2 LayerNorms x (features over model + rows over data); q, k, v, MLP-in gather their modulated
+    # (model-split) input; the out-projection gathers the attention's head-split output. The out-projection's
+    # model-split output joins a model-split residual: the next LayerNorm gathers it.
+    assert kinds["all-gather"] == 2 * (2 * 2 + 3 + 1 + 1)
     assert kinds["all-reduce"] == 2  # MLP-out (largest dim is its input): row
-    assert kinds["collective-permute"] == 2 * 2  # shard boundaries at 96 and 288 cut a chunk; 192 does not
+    # modulation: 6 x 64 = 384 rows over 4 are 96-row shards; each 64-wide chunk wants 16 rows per chip, and
+    # 18 of the 24 pieces are on another chip
+    assert kinds["collective-permute"] == 2 * 18
 
 
-def test_aligned_chunks_do_not_permute():
-    p = predicted(mesh={"data": 4, "model": 2}, workload={"batch": 4, "height": 64, "width": 64, "text_tokens": 8})
-    assert not [c for c in p.collectives if c.kind == "collective-permute"]  # 192-row shards = 3 chunks
+def test_chunks_that_split_unevenly_are_gathered_whole():
+    card = small_card(width=60, heads=4)  # 60-wide chunks over 8 chips: no even split
+    p = predicted(card, mesh={"model": 8}, activations={},
+                  rules=[{"match": "*_mod.1.weight", "shard": "largest", "axis": "model"}],
+                  workload={"batch": 1, "height": 64, "width": 64, "text_tokens": 8})
+    whole = [c for c in block_ops(p) if c.phase.startswith("img_mod.1:out") and c.kind == "all-gather"]
+    assert len(whole) == 2 and not [c for c in p.collectives if c.kind == "collective-permute"]
 
 
-def test_replicated_plan_has_no_collectives():
-    assert predicted(mesh={"data": 8}, rules=[], workload={"batch": 8, "height": 64, "width": 64,
-                                                            "text_tokens": 8}).collectives == ()
+def test_replicated_plan_gathers_only_layer_norm_rows():
+    p = predicted(mesh={"data": 8}, rules=[], workload={"batch": 8, "height": 64, "width": 64, "text_tokens": 8})
+    assert {(c.kind, c.axes, c.phase.split(":")[1]) for c in p.collectives} == {("all-gather", ("data",), "rows")}
+    assert len(p.collectives) == 4  # 2 LayerNorms x 2 streams, in each (folded) block
+
+
+def test_no_split_rows_no_collectives():
+    assert predicted(mesh={"model": 8}, rules=[], activations={},
+                     workload={"batch": 1, "height": 64, "width": 64, "text_tokens": 8}).collectives == ()
 
 
 def test_fsdp_weights_are_gathered_over_the_batch_axis():

@@ -72,7 +72,9 @@ def test_cli_explain_lists_assumptions():
     document = json.loads(result.stdout)
     names = {a["name"] for a in document["assumptions"]}
     assert {"compute_efficiency", "overlap", "step_overhead_s"} <= names
-    assert {c["kind"] for c in document["collectives"]} == {"all-reduce"}
+    # pairs: all-reduces over model for the row-split Linears, and each LayerNorm gathers its rows over data
+    assert {(c["kind"], tuple(c["axes"])) for c in document["collectives"]} == {
+        ("all-reduce", ("model",)), ("all-gather", ("data",))}
 
 
 def test_cli_sweep_writes_yaml_and_reports(tmp_path, monkeypatch):
