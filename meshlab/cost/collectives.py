@@ -54,8 +54,8 @@ KNOWN_DIFFERENCES = (
     "chunk(3)), moves wider windows and packs several chips' moves into one permute. They carry under 2% of a "
     "block's collective bytes, but each costs a latency",
     "the last block: nothing reads its text stream after the attention, so XLA drops the text out-projection, "
-    "LayerNorm 2 and MLP there (data.yaml, measured on its last block: 3 row gathers, this model 4); this model "
-    "counts every block alike",
+    "LayerNorm 2 and MLP there (data.yaml, measured on its last block: 3 row gathers, this model 4; the same "
+    "cut matches XLA's last block under pairs, 2d and model); this model counts every block alike",
     "outside the blocks under pairs.yaml, XLA all-reduces the output norm's modulation ([batch, 6144] over model): "
     "the row split of the blocks' modulation Linears propagates back onto the timestep embedding",
     "the rows gather of LayerNorms is measured over a batch axis only; over a sequence or guidance axis it is "

@@ -84,6 +84,18 @@ def test_derived_block_collectives_agree_with_xla(strategy):
     assert_agrees(strategy, xla_block(document["collectives"], itemsize), derived)
 
 
+@pytest.mark.parametrize("strategy", [s for s in BUILT_IN if load(s)["options"]["layers"] == 2])
+def test_the_last_block_drops_the_text_tail_as_xla_does(strategy):
+    """Checked at depth two, the second block is the last: the same block less its text stream's tail."""
+    document = load(strategy)
+    options = {k: document["options"][k] for k in ("layers", "height", "width", "text_tokens")}
+    derived, itemsize = derived_block(strategy, options, last=True)
+    xla = xla_block(document["collectives"], itemsize, block="transformer_blocks.1")
+    documented = {kind for s, kind in DOCUMENTED if s == strategy}  # permutes: see KNOWN_DIFFERENCES
+    assert_agrees(strategy, {k: v for k, v in xla.items() if k not in documented},
+                  {k: v for k, v in derived.items() if k not in documented})
+
+
 def test_every_documented_difference_is_listed():
     listed = " ".join(KNOWN_DIFFERENCES)
     for strategy, kind in DOCUMENTED:
