@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from meshlab.backend import hlo, xla
-from meshlab.backend.compare import CheckReport, collectives_of, predicted_per_block
+from meshlab.backend.compare import CheckReport, collectives_of, predicted_full_depth, predicted_per_block
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.errors import BackendError, InputError, PlanError
@@ -109,7 +109,7 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
         setup, parameters, collectives, memory, result["max_abs_error"], result["reference_max_abs"],
         result["device_type"], result["device_count"],
         tuple({"compiles": f["compiles"], "seconds": f["seconds"]} for f in result["forwards"]),
-        result["timings"], module.name if module else None, predicted_per_block(setup))
+        result["timings"], module.name if module else None, predicted_per_block(setup), predicted_full_depth(setup))
 
 
 def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:

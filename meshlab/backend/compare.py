@@ -66,7 +66,8 @@ class CheckReport:
     forwards: tuple[dict, ...]  # per forward: compiles, seconds
     timings: dict
     hlo_module: str | None  # the dump file the collectives and memory come from
-    predicted_per_block: dict[str, Counter] = field(default_factory=dict)  # meshlab's cost model, per block list
+    predicted_per_block: dict[str, Counter] = field(default_factory=dict)  # meshlab's cost model, per block
+    predicted_full_depth: Counter = field(default_factory=Counter)  # meshlab's cost model, one call, full depth
 
     @property
     def mismatches(self) -> tuple[AppliedParameter, ...]:
@@ -147,16 +148,35 @@ def collectives_of(hlo: tuple[HloCollective, ...], setup: CheckSetup,
 
 
 def predicted_per_block(setup: CheckSetup) -> dict[str, Counter]:
-    """meshlab's cost model: the collectives it derives for the first block of each list."""
+    """meshlab's cost model, keyed as ``per_block`` keys XLA's counts. It derives one block of each list and
+    counts the blocks identical to it, so every checked block of a list gets its list's first block."""
     from meshlab.cost.predict import predict
 
     prediction = predict(setup.plan, setup.strategy, setup.planned.hardware)
-    first = {}
+    first: dict[str, int] = {}
     for p in setup.plan.parameters:
         position = block_position(p.name) if p.parameter.block is not None else None
         if position and position[1] == 0:
             first.setdefault(position[0], p.parameter.block)
-    return {f"{name}.0": Counter(prediction.block_collectives(block)) for name, block in first.items()}
+    return {f"{name}.{index}": Counter(prediction.block_collectives(first[name]))
+            for name, checked in setup.checked_blocks.items() if name in first for index in range(checked)}
+
+
+def predicted_full_depth(setup: CheckSetup) -> Counter:
+    """meshlab's cost model: the collectives of one call of the full-depth model, by kind."""
+    from meshlab.cost.predict import predict
+
+    prediction = predict(setup.planned.plan, setup.strategy, setup.planned.hardware)
+    total = Counter()
+    for c in prediction.collectives:
+        if not c.per_step:
+            total[c.kind] += c.count
+    return total
+
+
+def is_last_block(key: str, setup: CheckSetup) -> bool:
+    position = block_position(key + ".")
+    return position is not None and position[1] == setup.checked_blocks.get(position[0], 0) - 1
 
 
 def _bytes(collective: Collective) -> int:
@@ -188,6 +208,7 @@ def check_document(report: CheckReport) -> dict:
         "collective_bytes_per_block": {k: dict(v) for k, v in report.per_block(_bytes).items()},
         "collective_bytes_full_depth": dict(report.full_depth_collectives(_bytes)),
         "predicted_collectives_per_block": {k: dict(v) for k, v in report.predicted_per_block.items()},
+        "predicted_collectives_full_depth": dict(report.predicted_full_depth),
         "xla_memory_per_device": report.xla_memory.to_json() if report.xla_memory else None,
         "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,
                                       "total": memory.weights + memory.activations},

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 from rich.table import Table
 
-from meshlab.backend.compare import OUTSIDE, CheckReport, check_document
+from meshlab.backend.compare import OUTSIDE, CheckReport, check_document, is_last_block
 
 __all__ = ["Progress", "check_document", "render_check"]
 
@@ -103,10 +103,13 @@ def _plan_vs_xla(report: CheckReport) -> Table:
     for block, counter in report.per_block().items():
         if block != OUTSIDE:
             predicted_kinds = report.predicted_per_block.get(block)
-            table.add_row(f"collectives in {block}", kinds(predicted_kinds) if predicted_kinds is not None else "-",
+            last = " (last)" if is_last_block(block, setup) else ""
+            table.add_row(f"collectives in {block}{last}",
+                          kinds(predicted_kinds) if predicted_kinds is not None else "-",
                           kinds(counter), caveats.get("reduce_scatter", ""))
     table.add_row("collectives outside blocks", "-", kinds(report.per_block()[OUTSIDE]), "")
-    table.add_row("collectives, full depth", "-", kinds(report.full_depth_collectives()), _extrapolation_note(report))
+    table.add_row("collectives, full depth", kinds(report.predicted_full_depth) if report.predicted_full_depth else "-",
+                  kinds(report.full_depth_collectives()), _extrapolation_note(report))
     _memory_rows(table, report, caveats)
     return table
 
@@ -124,7 +127,7 @@ def _memory_rows(table: Table, report: CheckReport, caveats: dict) -> None:
     if memory is None:
         table.add_row("memory", "-", "no buffer assignment in the dump", "")
         return
-    table.add_row("program arguments", mib(chip.weights), mib(memory.parameters),
+    table.add_row("program arguments", "-", mib(memory.parameters),
                   "XLA: the weights the forward reads, its inputs, cached RoPE tables")
     table.add_row("activations / temporaries", mib(chip.activations), mib(memory.temporaries),
                   caveats.get("temporaries", ""))
