@@ -107,16 +107,7 @@ def _same(a: HloSharding, b: HloSharding) -> bool:
 
 def expected_slices(planned: PlannedParameter, mesh: AbstractMesh, position: int) -> list[tuple[int, int]]:
     """The ``[start, stop)`` per dim of the real data the plan puts on the device at mesh `position`."""
-    coords = mesh.coordinates(position)
-    spec: PartitionSpec = planned.spec
-    out = []
-    for n, k, entry in zip(planned.shape, spec.split_counts(mesh), spec.entries):
-        size = -(-n // k)
-        index = 0
-        for axis in entry or ():  # a dim split over several axes is split major-to-minor in the spec's order
-            index = index * mesh.size(axis) + coords[axis]
-        out.append((min(n, index * size), min(n, (index + 1) * size)))
-    return out
+    return planned.shard_slices(position, mesh)
 
 
 def _normal(slices: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -33,23 +33,24 @@ class PlannedParameter:
         """What XLA allocates on each device: the padded shard."""
         return math.prod(self.shard_shape(mesh)) * DTYPE_BYTES[self.parameter.dtype]
 
+    def shard_slices(self, device: int, mesh: AbstractMesh) -> list[tuple[int, int]]:
+        """The ``[start, stop)`` per dim of the real data `device` holds (the rest of its shard is padding).
+
+        A dim split over several axes is split major-to-minor in the order the spec lists them.
+        """
+        coords = mesh.coordinates(device)
+        slices = []
+        for n, k, entry in zip(self.shape, self.spec.split_counts(mesh), self.spec.entries):
+            size, index = -(-n // k), 0
+            for axis in entry or ():
+                index = index * mesh.size(axis) + coords[axis]
+            slices.append((min(n, index * size), min(n, (index + 1) * size)))
+        return slices
+
     def real_bytes_on(self, device: int, mesh: AbstractMesh) -> int:
         """Bytes of real (unpadded) data that `device` holds; the rest of its shard is padding."""
-        coords = mesh.coordinates(device)
-        elements = 1
-        for n, k, entry in zip(self.shape, self.spec.split_counts(mesh), self.spec.entries):
-            size = -(-n // k)
-            index = _shard_index(entry, coords, mesh) if entry else 0
-            elements *= max(0, min(n, (index + 1) * size) - index * size)
+        elements = math.prod(stop - start for start, stop in self.shard_slices(device, mesh))
         return elements * DTYPE_BYTES[self.parameter.dtype]
-
-
-def _shard_index(entry: tuple[str, ...], coords: dict[str, int], mesh: AbstractMesh) -> int:
-    """A dim split over several axes is split major-to-minor in the order the spec lists them."""
-    index = 0
-    for axis in entry:
-        index = index * mesh.size(axis) + coords[axis]
-    return index
 
 
 @dataclass(frozen=True)
