@@ -138,7 +138,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
                    "scratch": str(scratch), "cache_dir": str(_cache_for(planned, checkpoint, options) or "")}
         (scratch / "request.json").write_text(json.dumps(request))
         dump = scratch / "xla-dump"
-        flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text" if accelerator_platform() is None else ""
+        flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
         _run_child([sys.executable, "-m", "meshlab.pipeline.run_worker", str(scratch / "request.json")], env,
                    options.timeout_s)

@@ -76,7 +76,10 @@ def _same_model(card, transformer, config: dict) -> bool:
 
 
 def xla_memory(dump: Path) -> dict | None:
-    """The largest per-device "Total bytes used" over the dumped programs (CPU runs; None when not dumped)."""
+    """The largest per-device "Total bytes used" over the dumped programs (None when XLA wrote no report).
+
+    Under SPMD the runtime has no memory API (``xm.get_memory_info`` raises for the SPMD virtual device), so the
+    compiler's buffer assignment is the per-device figure on every platform."""
     from meshlab.backend.hlo import total_bytes_used
 
     reports = sorted(dump.glob("*memory-usage-report.txt")) if dump.is_dir() else []
