@@ -91,7 +91,8 @@ def plot_report(rows, path: Path) -> None:
     limits = [min(ax.get_xlim()[0], ax.get_ylim()[0]), max(ax.get_xlim()[1], ax.get_ylim()[1])]
     ax.plot(limits, limits, color="grey", linewidth=0.8)
     ax.set_xlabel("predicted step (s)"), ax.set_ylabel("measured steady step (s)")
-    ax.set_title("Measured vs predicted (x: hardware differs from the prediction's)")
+    ax.set_title("Measured vs predicted step time", fontsize=11)
+    fig.text(0.01, 0.01, "o: ran on the predicted hardware; x: ran elsewhere (not comparable)", fontsize=7)
     ax.legend(fontsize=7)
     fig.tight_layout()
     temporary = path.with_name(f".{path.name}.tmp.png")

@@ -1,0 +1,28 @@
+"""`meshlab report`: rows from records, errors only where the hardware matches, and the plot."""
+
+from meshlab.cli.render_run import plot_report
+from meshlab.experiments.records import append_record, read_records
+from meshlab.experiments.report import report_rows
+
+
+def record(platform: str, measured: float, predicted: float) -> dict:
+    return {"status": "ok", "time": "2026-12-02T10:00:00+00:00", "strategy": {"name": "2d"},
+            "hardware": {"platform": platform, "devices": 8}, "workload": {"height": 64, "width": 64, "steps": 4},
+            "timings": {"steady_step_median_s": measured}, "prediction": {"hardware": "v6e-8", "step_s": predicted}}
+
+
+def test_error_only_where_the_run_was_on_the_predicted_hardware(tmp_path):
+    path = tmp_path / "2d.jsonl"
+    append_record(path, record("tpu", measured=0.2, predicted=0.15))
+    append_record(path, record("cpu", measured=0.1, predicted=0.15))
+    tpu, cpu = report_rows(read_records([path]))
+    assert tpu.step_error_pct == -25.0 and cpu.step_error_pct is None
+    assert tpu.time == "12-02 10:00" and cpu.ran_on == "cpu x8"
+
+
+def test_plot_writes_a_png(tmp_path):
+    path = tmp_path / "2d.jsonl"
+    append_record(path, record("tpu", measured=0.2, predicted=0.15))
+    plot_report(report_rows(read_records([path])), tmp_path / "report.png")
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*.tmp.png"))
