@@ -28,7 +28,15 @@ class ReportRow:
     @property
     def comparable(self) -> bool:
         """A prediction for a TPU says nothing about 8 virtual CPU devices: compare only like with like."""
-        return self.predicted_for.split("-")[0] in self.ran_on
+        from meshlab.errors import InputError
+        from meshlab.hardware import load_hardware
+
+        try:
+            kind = load_hardware(self.predicted_for).kind
+        except InputError:
+            return False
+        platforms = {"tpu": ("tpu",), "gpu": ("cuda", "gpu")}.get(kind, ())
+        return self.ran_on.split(" ")[0] in platforms
 
     @property
     def step_error_pct(self) -> float | None:
