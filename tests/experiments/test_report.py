@@ -16,7 +16,7 @@ def test_error_only_where_the_run_was_on_the_predicted_hardware(tmp_path):
     append_record(path, record("tpu", measured=0.2, predicted=0.15))
     append_record(path, record("cpu", measured=0.1, predicted=0.15))
     tpu, cpu = report_rows(read_records([path]))
-    assert tpu.step_error_pct == -25.0 and cpu.step_error_pct is None
+    assert round(tpu.step_error_pct, 6) == -25.0 and cpu.step_error_pct is None
     assert tpu.time == "12-02 10:00" and cpu.ran_on == "cpu x8"
 
 
