@@ -75,6 +75,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     record_path = options.results_dir / f"{planned.strategy.name}.jsonl"
     try:
         _refuse_if_too_big(planned, options)
+        _require_torch_xla()
         checkpoint = _checkpoint(options.checkpoint)
         result = _run_worker(path, planned, checkpoint, workload, options)
     except MeshlabError as error:
@@ -102,6 +103,15 @@ def _refuse_if_too_big(planned: PlannedStrategy, options: RunOptions) -> None:
             f"predicted, {chip.hbm / 2**30:.2f} GiB usable (refused before loading any weights)",
             "pick a plan that fits (meshlab compare) or pass --force to try anyway",
         )
+
+
+def _require_torch_xla() -> None:
+    from importlib.util import find_spec
+
+    missing = [name for name in ("torch", "torch_xla", "diffusers", "transformers") if find_spec(name) is None]
+    if missing:
+        raise BackendError(f"running a pipeline needs {', '.join(missing)}, which is not installed",
+                           "install the extra: pip install -e '.[xla]'")
 
 
 def _checkpoint(name: str) -> Path:
