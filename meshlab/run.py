@@ -270,5 +270,5 @@ def experiment_runs(path: Path, options: RunOptions) -> list[tuple[Path, RunOpti
                                   negative_prompt=experiment.negative_prompt, seed=experiment.seed,
                                   experiment=experiment.name, steps=workload.steps or options.steps,
                                   height=workload.height or options.height, width=workload.width or options.width)
-            runs.append((path.parent / strategy, run_options))
+            runs.append((Path(os.path.normpath(path.parent / strategy)), run_options))
     return runs

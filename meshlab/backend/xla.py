@@ -103,6 +103,13 @@ def sharding_string(tensor) -> str:
     return torch_xla._XLAC._get_xla_sharding_spec(tensor)
 
 
+def pending_hlo(tensors: list) -> str:
+    """The HLO text of the not-yet-synced graph behind `tensors` (torch_xla's private debugging call)."""
+    import torch_xla
+
+    return torch_xla._XLAC._get_xla_tensors_hlo(tensors)
+
+
 def device_slices(tensor) -> list[list[tuple[int, int]]]:
     """For each device (by id), the ``[start, stop)`` of every dim of the data it holds (padding excluded)."""
     import torch_xla

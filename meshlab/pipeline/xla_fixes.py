@@ -240,6 +240,6 @@ def has_complex_values(tensor) -> bool:
     """Whether the pending (not yet synced) graph behind `tensor` has complex values (HLO types c64, c128)."""
     import re
 
-    import torch_xla
+    from meshlab.backend.xla import pending_hlo
 
-    return re.search(r"\bc(64|128)\[", torch_xla._XLAC._get_xla_tensors_hlo([tensor])) is not None
+    return re.search(r"\bc(64|128)\[", pending_hlo([tensor])) is not None
