@@ -6,20 +6,20 @@ starts, so meshlab runs its torch work in a child process with this environment.
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import os
-from pathlib import Path
 
 
 def accelerator_platform() -> str | None:
-    """'TPU' or 'CUDA' when this host has one (or PJRT_DEVICE says so), else None."""
+    """The PJRT platform of this host's accelerator: PJRT_DEVICE when set, "TPU" when one is attached, else None."""
     chosen = os.environ.get("PJRT_DEVICE")
     if chosen:
         return None if chosen.upper() == "CPU" else chosen.upper()
-    if any(Path("/dev").glob("accel*")) or Path("/dev/vfio").exists() and any(Path("/dev/vfio").iterdir()):
+    tpu_devices = glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+    if tpu_devices and importlib.util.find_spec("libtpu") is not None:
         return "TPU"
-    if Path("/dev/nvidiactl").exists():
-        return "CUDA"
-    return None
+    return None  # a GPU needs a CUDA build of torch_xla and an explicit PJRT_DEVICE=CUDA
 
 
 def child_environment(device_count: int, extra_xla_flags: str = "") -> dict[str, str]:

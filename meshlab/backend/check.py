@@ -7,10 +7,8 @@ temporary folder; ``XLA_HLO_DEBUG=1`` keeps the op names that say which layer ca
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from meshlab.backend import hlo, xla
 from meshlab.backend.compare import CheckReport, collectives_of, predicted_full_depth, predicted_per_block
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
+from meshlab.devices import child_environment
 from meshlab.errors import BackendError, InputError, PlanError
 
 Progress = Callable[[str], None]
@@ -76,22 +75,10 @@ def run_worker(jobs: list[dict], dump_dir: Path, device_count: int, progress: Pr
 
 
 def worker_env(dump_dir: Path, device_count: int) -> dict[str, str]:
-    env = dict(os.environ)
-    if not accelerator_present():
-        env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(device_count))
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text".strip()
+    env = child_environment(device_count, f"--xla_dump_to={dump_dir} --xla_dump_hlo_as_text")
     env["XLA_HLO_DEBUG"] = "1"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
-
-
-def accelerator_present() -> bool:
-    """A TPU (libtpu and its device files) or a PJRT_DEVICE the user chose."""
-    chosen = os.environ.get("PJRT_DEVICE", "").upper()
-    if chosen:
-        return chosen != "CPU"
-    devices = glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
-    return bool(devices) and importlib.util.find_spec("libtpu") is not None
 
 
 def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport:

@@ -70,10 +70,13 @@ def render_report(rows, console) -> None:
     for r in rows:
         error = f"{r.step_error_pct:+.0f}%" if r.step_error_pct is not None else "n/a"
         peak = f"{r.peak_bytes / 2**20:.0f} MiB" if r.peak_bytes else "-"
-        table.add_row(r.time, r.strategy, r.ran_on, r.workload, r.status if not r.reason else f"{r.status}: {r.reason[:60]}",
+        table.add_row(r.time, r.strategy, r.ran_on, r.workload, r.status + ("*" if r.reason else ""),
                       _seconds(r.steady_step_s), _seconds(r.predicted_step_s), r.predicted_for, error,
                       _seconds(r.first_step_s), str(r.compiles if r.compiles is not None else "-"), peak)
     console.print(table)
+    for r in rows:
+        if r.reason:
+            console.print(f"* {r.source}: {r.reason}")
 
 
 def plot_report(rows, path: Path) -> None:
