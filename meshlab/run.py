@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
                             batch=workload["batch"])  # fits and predictions at the size this run uses
     record = _base_record(planned, workload, options)
-    record_path = options.results_dir / f"{planned.strategy.name}.jsonl"
+    record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
     try:
         _refuse_if_too_big(planned, options)
         _require_torch_xla()
@@ -86,6 +87,11 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     if result.get("is_writer", True):
         append_record(record_path, record)
     return RunOutcome(record, record_path, image, tuple(result["summary"].get("warnings", [])))
+
+
+def file_stem(name: str) -> str:
+    """A strategy's name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "strategy"
 
 
 def _workload(planned: PlannedStrategy, options: RunOptions) -> dict:
@@ -189,7 +195,7 @@ def _keep_image(result: dict, planned: PlannedStrategy, options: RunOptions) -> 
     if data is None:
         return None
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-    final = options.out_dir / f"{planned.strategy.name}-{stamp}.png"
+    final = options.out_dir / f"{file_stem(planned.strategy.name)}-{stamp}.png"
     with tempfile.NamedTemporaryFile(dir=options.out_dir, prefix=".meshlab-", suffix=".png", delete=False) as handle:
         handle.write(data)
     os.replace(handle.name, final)

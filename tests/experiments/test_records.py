@@ -53,3 +53,9 @@ def test_strategy_identity_hashes_content():
     identity = strategy_identity(REPO / "strategies" / "2d.yaml")
     assert len(identity["sha256"]) == 64 and "mesh:" in identity["content"]
     json.dumps(identity)
+
+
+def test_strategy_names_become_safe_file_names():
+    from meshlab.run import file_stem
+
+    assert file_stem("2d") == "2d" and file_stem("../etc/x y") == "_etc_x_y" and file_stem("...") == "strategy"
