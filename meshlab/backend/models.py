@@ -49,7 +49,7 @@ def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: 
 
 def model_spec(class_name: str) -> ModelSpec:
     if class_name not in MODELS:
-        raise InputError(f"meshlab check cannot build {class_name!r}", f"supported classes: {', '.join(MODELS)}")
+        raise InputError(f"meshlab cannot build {class_name!r}", f"supported classes: {', '.join(MODELS)}")
     return MODELS[class_name]
 
 
@@ -118,13 +118,16 @@ def _qwen_inputs(config: dict, geo: Geometry, dtype, generator) -> dict:
 
     b, t = geo.batch, geo.text_tokens
     h, w = geo.grid
-    return {
+    inputs = {
         "hidden_states": torch.randn(b, h * w, config["in_channels"], generator=generator).to(dtype),
         "encoder_hidden_states": torch.randn(b, t, config["joint_attention_dim"], generator=generator).to(dtype),
         "encoder_hidden_states_mask": torch.ones(b, t, dtype=torch.long),
         "timestep": torch.full((b,), 0.5, dtype=dtype),
         "img_shapes": [(1, h, w)] * b,
     }
+    if config.get("use_additional_t_cond"):
+        inputs["additional_t_cond"] = torch.zeros(b, dtype=torch.long)
+    return inputs
 
 
 def _flux_inputs(config: dict, geo: Geometry, dtype, generator) -> dict:

@@ -25,10 +25,10 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from meshlab.backend.models import Geometry, ModelSpec, model_spec
 from meshlab.cards.card import (
     BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, ModelCard, Parameter, card_to_json,
 )
@@ -47,62 +47,12 @@ _QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
 _OUT = ("to_out.0", "to_add_out")
 
 
-@dataclass(frozen=True)
-class _Tracer:
-    """What the importer must know about one transformer class to trace it."""
-
-    blocks: tuple[tuple[str, str], ...]  # (ModuleList attribute, config key of its depth), in the order they run
-    inputs: Callable[[dict, int, tuple[int, int], int], dict]  # (config, batch, grid, text tokens) -> kwargs
-    patch_size: Callable[[dict], int]  # latent pixels per token side, as the pipeline packs them
-
-
-def _qwen_inputs(config: dict, batch: int, grid: tuple[int, int], text: int) -> dict:
-    import torch
-
-    h, w = grid
-    kwargs = {
-        "hidden_states": torch.randn(batch, h * w, config["in_channels"]),
-        "encoder_hidden_states": torch.randn(batch, text, config["joint_attention_dim"]),
-        "encoder_hidden_states_mask": torch.ones(batch, text, dtype=torch.long),
-        "timestep": torch.full((batch,), 0.5),
-        "img_shapes": [(1, h, w)] * batch,
-    }
-    if config.get("use_additional_t_cond"):
-        kwargs["additional_t_cond"] = torch.zeros(batch, dtype=torch.long)
-    return kwargs
-
-
-def _flux_inputs(config: dict, batch: int, grid: tuple[int, int], text: int) -> dict:
-    import torch
-
-    h, w = grid
-    img_ids = torch.zeros(h, w, 3)
-    img_ids[..., 1] += torch.arange(h)[:, None]
-    img_ids[..., 2] += torch.arange(w)[None, :]
-    kwargs = {
-        "hidden_states": torch.randn(batch, h * w, config["in_channels"]),
-        "encoder_hidden_states": torch.randn(batch, text, config["joint_attention_dim"]),
-        "pooled_projections": torch.randn(batch, config["pooled_projection_dim"]),
-        "timestep": torch.full((batch,), 0.5),
-        "img_ids": img_ids.reshape(h * w, 3),
-        "txt_ids": torch.zeros(text, 3),
-    }
-    if config.get("guidance_embeds"):
-        kwargs["guidance"] = torch.full((batch,), 3.5)
-    return kwargs
-
-
-_TRACERS = {
-    # QwenImagePipeline._pack_latents packs 2x2 latent pixels per token, matching the config's patch_size.
-    "QwenImageTransformer2DModel": _Tracer(
-        (("transformer_blocks", "num_layers"),), _qwen_inputs, lambda c: c["patch_size"]
-    ),
-    # FluxPipeline._pack_latents packs 2x2 latent pixels before the model; its config says patch_size 1.
-    "FluxTransformer2DModel": _Tracer(
-        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")),
-        _flux_inputs,
-        lambda c: 2,
-    ),
+#: Latent pixels per token side, as each pipeline packs them: QwenImagePipeline packs 2x2, as its config says;
+#: FluxPipeline packs 2x2 before the model although its config says patch_size 1. The block lists and the
+#: forward's inputs come from ``meshlab.backend.models``, which `meshlab check` builds the same classes with.
+_PATCH_SIZE = {
+    "QwenImageTransformer2DModel": lambda config: config["patch_size"],
+    "FluxTransformer2DModel": lambda config: 2,
 }
 
 
@@ -181,7 +131,7 @@ def import_from_config_file(
         raise InputError("config is not a JSON object", "pass a diffusers config.json", Location(str(path)))
     class_name = class_name or config.get("_class_name")
     if not class_name:
-        raise InputError("config names no _class_name", f"pass the class, one of {', '.join(_TRACERS)}",
+        raise InputError("config names no _class_name", f"pass the class, one of {', '.join(_PATCH_SIZE)}",
                          Location(str(path)))
     name = name or path.resolve().parent.name
     return import_card(class_name, config, name, components, dtype=dtype)
@@ -207,11 +157,11 @@ def write_card(card: ModelCard, path: str | Path) -> Path:
 # --- the transformer -------------------------------------------------------------------------------------
 
 
-def _tracer(class_name: str) -> _Tracer:
-    if class_name not in _TRACERS:
+def _tracer(class_name: str) -> ModelSpec:
+    if class_name not in _PATCH_SIZE:
         raise InputError(f"cannot import {class_name!r}: no forward inputs known for it",
-                         f"supported classes: {', '.join(_TRACERS)}")
-    return _TRACERS[class_name]
+                         f"supported classes: {', '.join(_PATCH_SIZE)}")
+    return model_spec(class_name)
 
 
 def _require(module: str) -> Any:
@@ -234,7 +184,7 @@ def _resolve(library: str, class_name: str) -> type:
     return cls
 
 
-def _block_offsets(model: Any, tracer: _Tracer) -> dict[str, int]:
+def _block_offsets(model: Any, tracer: ModelSpec) -> dict[str, int]:
     """First global block index of each block list: dual-stream blocks first, single-stream after them."""
     offsets, start = {}, 0
     for attr, _ in tracer.blocks:
@@ -252,7 +202,7 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace_streams(cls: type, config: dict, tracer: _Tracer) -> dict[str, str]:
+def _trace_streams(cls: type, config: dict, tracer: ModelSpec) -> dict[str, str]:
     """Stream of each parameter-owning module of a one-block-per-kind copy, by module path."""
     import torch
 
@@ -274,7 +224,8 @@ def _trace_streams(cls: type, config: dict, tracer: _Tracer) -> dict[str, str]:
         if next(module.parameters(recurse=False), None) is not None:
             module.register_forward_pre_hook(recorder(path), with_kwargs=True)
     with torch.no_grad():
-        model(**tracer.inputs(config, TRACE_BATCH, TRACE_GRID, TRACE_TEXT))
+        geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT)
+        model(**tracer.inputs(config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED)))
     return {path: _merge(streams) for path, streams in seen.items()}
 
 
@@ -341,7 +292,7 @@ def _sequence(streams: set[str]) -> tuple[str, ...]:
     return tuple(s for s in ("text", "image", "conditioning", "none") if s in parts)
 
 
-def _architecture(model: Any, config: dict, tracer: _Tracer, streams: dict[str, str], offsets: dict[str, int],
+def _architecture(model: Any, config: dict, tracer: ModelSpec, streams: dict[str, str], offsets: dict[str, int],
                   vae_scale: int) -> Architecture:
     hidden = config["num_attention_heads"] * config["attention_head_dim"]
     return Architecture(
@@ -349,7 +300,7 @@ def _architecture(model: Any, config: dict, tracer: _Tracer, streams: dict[str, 
         num_layers=sum(len(getattr(model, attr)) for attr, _ in tracer.blocks),
         num_attention_heads=config["num_attention_heads"],
         attention_head_dim=config["attention_head_dim"],
-        patch_size=tracer.patch_size(config),
+        patch_size=_PATCH_SIZE[type(model).__name__](config),
         in_channels=config["in_channels"],
         text_dim=config["joint_attention_dim"],
         vae_scale_factor=vae_scale,
