@@ -133,6 +133,7 @@ def compile_count() -> int:
 
 
 def sync() -> None:
+    """Cut the pending graph, run it, and wait until the device is done (so wall time covers device work)."""
     import torch_xla
 
     torch_xla.sync(wait=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from meshlab.backend import xla
 from meshlab.errors import BackendError
 from meshlab.pipeline import xla_fixes
 
@@ -37,7 +38,7 @@ Shard = Callable[[Any, Any], Any]
 
 @dataclass(frozen=True)
 class Timings:
-    """Wall seconds of one run; device work is waited for (``sync`` + ``wait_device_ops``) before each stop."""
+    """Wall seconds of one run; device work is waited for (``torch_xla.sync(wait=True)``) before each stop."""
 
     text_encode_s: float
     rope_warmup_s: float
@@ -175,7 +176,7 @@ def run_pipeline(
     import torch
 
     setup = prepare_for_xla(pipe, shard)
-    start, compiles_at_start = time.perf_counter(), xla_fixes.compile_count()
+    start, compiles_at_start = time.perf_counter(), xla.compile_count()
     fallbacks_at_start = xla_fixes.fallback_counters()
     with torch.no_grad():
         embeds, encode_s, _ = _measured(lambda: _encode(pipe, prompt, negative_prompt, cfg_scale, setup))
@@ -187,7 +188,7 @@ def run_pipeline(
         compiles_rope_warmup=rope_compiles,
         compiles_per_step=loop.compiles,
         compiles_decode=decode_compiles,
-        compiles_total=xla_fixes.compile_count() - compiles_at_start,
+        compiles_total=xla.compile_count() - compiles_at_start,
         loop_fallbacks=loop.fallbacks,
         run_fallbacks=xla_fixes.counter_delta(fallbacks_at_start, xla_fixes.fallback_counters()),
         complex_in_step=loop.complex_in_first_step,
@@ -281,14 +282,14 @@ def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed) -> _L
     shapes = _img_shapes(pipe, height, width)
     seconds, compiles, fallbacks_before, has_complex = [], [], xla_fixes.fallback_counters(), False
     for i, t in enumerate(timesteps):
-        start, compiles_before = time.perf_counter(), xla_fixes.compile_count()
+        start, compiles_before = time.perf_counter(), xla.compile_count()
         timestep = t.expand(latents.shape[0]).to(latents.dtype) / 1000
         noise = _predict(pipe, latents, timestep, shapes, embeds, cfg_scale)
         latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
         has_complex = has_complex or (i == 0 and xla_fixes.has_complex_values(latents))
-        xla_fixes.block()
+        xla.sync()
         seconds.append(time.perf_counter() - start)
-        compiles.append(xla_fixes.compile_count() - compiles_before)
+        compiles.append(xla.compile_count() - compiles_before)
     fallbacks = xla_fixes.counter_delta(fallbacks_before, xla_fixes.fallback_counters())
     return _Loop(latents, tuple(seconds), tuple(compiles), fallbacks, has_complex)
 
@@ -352,7 +353,7 @@ def _decode(pipe, latents, height, width):
     mean = torch.tensor(pipe.vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
     std = torch.tensor(pipe.vae.config.latents_std).view(shape).to(latents.device, latents.dtype)
     image = pipe.vae.decode(latents * std + mean, return_dict=False)[0][:, :, 0]
-    xla_fixes.block()
+    xla.sync()
     return image
 
 
@@ -363,9 +364,9 @@ def _to_pixels(pipe, image):
 
 def _measured(fn):
     """(fn(), wall seconds, graphs compiled meanwhile)."""
-    start, compiles = time.perf_counter(), xla_fixes.compile_count()
+    start, compiles = time.perf_counter(), xla.compile_count()
     value = fn()
-    return value, time.perf_counter() - start, xla_fixes.compile_count() - compiles
+    return value, time.perf_counter() - start, xla.compile_count() - compiles
 
 
 def _mesh_attr(mesh, name: str):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from meshlab.backend import xla
 from meshlab.errors import BackendError, InputError
 
 #: Attention dispatcher backend per device kind. ``_native_xla`` is PyTorch/XLA's flash attention (Pallas, TPU
@@ -207,23 +208,6 @@ def drop_full_masks(*masks):
 # ---- checks ----------------------------------------------------------------------------------------------
 
 
-def block() -> None:
-    """Cut the pending graph, run it, and wait until the device is done (so wall time covers device work)."""
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-
-    torch_xla.sync()
-    xm.wait_device_ops()
-
-
-def compile_count() -> int:
-    """Graphs compiled in this process so far (samples of ``torch_xla.debug.metrics``' ``CompileTime``)."""
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    return int(data[0]) if data else 0
-
-
 def fallback_counters() -> dict[str, int]:
     """``aten::*`` counters of ``torch_xla.debug.metrics``: each names an op that ran on the CPU instead of XLA."""
     import torch_xla.debug.metrics as met
@@ -240,6 +224,4 @@ def has_complex_values(tensor) -> bool:
     """Whether the pending (not yet synced) graph behind `tensor` has complex values (HLO types c64, c128)."""
     import re
 
-    from meshlab.backend.xla import pending_hlo
-
-    return re.search(r"\bc(64|128)\[", pending_hlo([tensor])) is not None
+    return re.search(r"\bc(64|128)\[", xla.pending_hlo([tensor])) is not None
