@@ -28,6 +28,11 @@ from meshlab.experiments.records import append_record, strategy_identity
 from meshlab.planning import PlannedStrategy, plan_file, with_workload
 
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
+
+
+def is_out_of_memory(message: str) -> bool:
+    """Whether an error message (XLA's, the runtime's, the worker's last line) says memory ran out."""
+    return any(marker in message for marker in OOM_MARKERS)
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 
 
@@ -176,7 +181,7 @@ def _run_child(command: list[str], env: dict, timeout_s: float) -> None:
         raise RunFailed(f"the run took longer than {timeout_s:.0f} s", "raise --timeout") from None
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        status = "oom" if done.returncode in (-9, 137) or any(m in tail[0] for m in OOM_MARKERS) else "error"
+        status = "oom" if done.returncode in (-9, 137) or is_out_of_memory(tail[0]) else "error"
         raise RunFailed(f"the torch worker exited with {done.returncode}: {tail[0][:500]}",
                         "rerun with the same arguments to reproduce", status=status)
 

@@ -15,15 +15,16 @@ def render_try(planned: PlannedStrategy, console) -> None:
                   f"on {hardware.name}, mesh {plan.mesh.describe()}")
     if strategy.description:
         console.print(f"[dim]{strategy.description.strip()}[/dim]")
-    console.print(_plan_table(planned))
-    console.print(_coverage_line(planned))
+    info = coverage(planned)
+    console.print(_plan_table(planned, info))
+    console.print(_coverage_line(info))
     console.print(_memory_table(planned))
     console.print(_verdict(planned))
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
 
-def _plan_table(planned: PlannedStrategy) -> Table:
+def _plan_table(planned: PlannedStrategy, info: dict) -> Table:
     table = Table(title="Plan: which rule gave which weights which spec", title_justify="left")
     for column in ("#", "pattern", "shard", "params", "specs given", "per chip"):
         table.add_column(column, justify="right" if column in ("#", "params", "per chip") else "left")
@@ -31,14 +32,12 @@ def _plan_table(planned: PlannedStrategy) -> Table:
         how = row["shard"] + (f" on {'+'.join(row['axis'])}" if row["axis"] else "")
         specs = ", ".join(f"{spec} x{n}" for spec, n in list(row["specs"].items())[:3]) or "[red]matched nothing[/red]"
         table.add_row(str(row["index"]), row["pattern"], how, str(row["matched"]), specs, gib(row["bytes_per_device"]))
-    info = coverage(planned)
     table.add_row("-", "(no rule)", "replicate", str(info["unmatched_parameters"]), "replicated",
                   gib(info["unmatched_bytes_per_chip"]))
     return table
 
 
-def _coverage_line(planned: PlannedStrategy) -> str:
-    info = coverage(planned)
+def _coverage_line(info: dict) -> str:
     parts = []
     if info["unmatched_parameters"]:
         examples = ", ".join(info["unmatched_examples"][:3])

@@ -13,7 +13,6 @@ import sys
 import traceback
 from pathlib import Path
 
-OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory")
 
 
 def run(request: dict) -> dict:
@@ -96,7 +95,9 @@ def _failure(exc: BaseException) -> dict:
     if isinstance(exc, InputError):  # e.g. the plan does not apply to this checkpoint's model
         return {"status": "refused", "reason": exc.one_line()}
     message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:1000]
-    status = "oom" if any(m in str(exc) for m in OOM_MARKERS) else "error"
+    from meshlab.run import is_out_of_memory
+
+    status = "oom" if is_out_of_memory(str(exc)) else "error"
     return {"status": status, "reason": message, "traceback": traceback.format_exc()[-4000:]}
 
 
