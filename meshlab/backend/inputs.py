@@ -2,10 +2,17 @@
 
 Inputs that carry the batch in dim 0 split it over ``activations.batch``; ``hidden_states`` (the image tokens)
 also split dim 1 over ``activations.sequence``. Everything else (position ids, image shapes) stays whole.
+
+With a guidance axis (a mesh axis ``cfg`` of size 2, see meshlab.cost.layout), one transformer call carries both
+guidance branches as a batch of twice the images, and dim 0 splits over ``cfg`` first (the branch), then over
+``activations.batch``: that is the call the cost model prices, so ``check`` must run that call.
 """
 
 from __future__ import annotations
 
+import math
+
+from meshlab.cost.layout import GUIDANCE_AXIS
 from meshlab.errors import InputError
 from meshlab.mesh import AbstractMesh
 from meshlab.spec import PartitionSpec
@@ -20,19 +27,26 @@ BATCHED_INPUTS = frozenset({
 SEQUENCE_INPUTS = frozenset({"hidden_states"})
 
 
+def batch_axes(activations: Activations, mesh: AbstractMesh) -> tuple[str, ...]:
+    """Mesh axes that split dim 0 of the batched inputs, major to minor: the guidance axis, then the batch axis."""
+    guidance = (GUIDANCE_AXIS,) if GUIDANCE_AXIS in mesh.names and mesh.size(GUIDANCE_AXIS) == 2 else ()
+    return guidance + ((activations.batch,) if activations.batch else ())
+
+
 def input_spec(name: str, shape: tuple[int, ...], activations: Activations, mesh: AbstractMesh) -> PartitionSpec:
     """The spec of one forward input; an input whose batch does not split evenly is an InputError."""
-    entries: list[str | None] = [None] * len(shape)
-    if activations.batch and name in BATCHED_INPUTS and shape:
-        entries[0] = activations.batch
+    entries: list = [None] * len(shape)
+    axes = batch_axes(activations, mesh)
+    if axes and name in BATCHED_INPUTS and shape:
+        entries[0] = axes[0] if len(axes) == 1 else axes
     if activations.sequence and name in SEQUENCE_INPUTS and len(shape) > 1:
         entries[1] = activations.sequence
     for dim, axis in enumerate(entries):
-        if axis is not None and shape[dim] % mesh.size(axis):
+        split = math.prod(mesh.size(a) for a in ((axis,) if isinstance(axis, str) else axis or ()))
+        if axis is not None and shape[dim] % split:
             what = "batch" if dim == 0 else "token count"
             raise InputError(
-                f"{name} has {what} {shape[dim]}, which does not split over mesh axis {axis!r} of size "
-                f"{mesh.size(axis)}",
-                f"use a {what} that is a multiple of {mesh.size(axis)}",
+                f"{name} has {what} {shape[dim]}, which does not split over mesh axes {axis!r} ({split} ways)",
+                f"use a {what} that is a multiple of {split}",
             )
     return PartitionSpec(*entries)

@@ -6,12 +6,15 @@ Both the CLI process and its torch worker call ``check_setup`` with the same arg
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshlab.backend.inputs import batch_axes
 from meshlab.backend.models import Geometry, geometry, model_spec
 from meshlab.cards.card import ModelCard
 from meshlab.cards.truncate import truncate_card
+from meshlab.cost.layout import GUIDANCE_AXIS
 from meshlab.errors import MeshlabError
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.plan.plan import Plan
@@ -67,11 +70,12 @@ def check_setup(path: str | Path, options: CheckOptions) -> CheckSetup:
 def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     model_spec(planned.card.class_name)
     card = truncate_card(planned.card, options.layers)
-    batch_axis = planned.strategy.activations.batch
-    batch = planned.plan.mesh.size(batch_axis) if batch_axis else 1
+    # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
+    batch = math.prod(planned.plan.mesh.size(a) for a in batch_axes(planned.strategy.activations, planned.plan.mesh))
     geo = geometry(card, options.height, options.width, options.text_tokens, batch)
+    images = batch // 2 if "cfg" in planned.plan.mesh.names and planned.plan.mesh.size("cfg") == 2 else batch
     workload = planned.strategy.workload.model_copy(update={
-        "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": batch})
+        "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": images})
     strategy = planned.strategy.model_copy(update={"workload": workload})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware
