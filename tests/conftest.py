@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from meshlab.cards.card import Architecture, Attention, Component, ModelCard, Parameter
+from meshlab.cards.card import Architecture, Attention, Component, Flow, ModelCard, Modulation, Parameter
 
 REPO = Path(__file__).resolve().parents[1]
 STRATEGIES = sorted((REPO / "strategies").glob("*.yaml"))
@@ -45,7 +45,28 @@ def small_card(width: int = 64, heads: int = 4, blocks: int = 2) -> ModelCard:
                         vae_scale_factor=8, mlp_ratio=4.0)
     components = (Component("vae", "AutoencoderKL", 1000, "bfloat16", 10.0),
                   Component("text_encoder", "Encoder", 5000, "bfloat16"))
-    return ModelCard("small", "SmallModel", {"preset": "test"}, arch, tuple(params), tuple(attention), components)
+    return ModelCard("small", "SmallModel", {"preset": "test"}, arch, tuple(params), tuple(attention), components,
+                     small_dataflow(width))
+
+
+def small_dataflow(width: int) -> tuple[Flow, ...]:
+    """The dataflow the importer traces from a Qwen-Image forward, for the small card's module names."""
+    b = "transformer_blocks.*"
+    flows = [Flow("img_in", ("input:hidden_states",), residual=True),
+             Flow("txt_in", ("input:encoder_hidden_states",), residual=True)]
+    for s, stream in (("img", "image"), ("txt", "text")):
+        flows.append(Flow(f"{b}.{s}_mod.1", ("input:timestep",), residual=True, modulates=(
+            Modulation(f"{b}.{s}_norm1", stream, width), Modulation(f"{b}.{s}_norm2", stream, width))))
+    for s, names in (("img", ("to_q", "to_k", "to_v")), ("txt", ("add_q_proj", "add_k_proj", "add_v_proj"))):
+        stream = "image" if s == "img" else "text"
+        flows += [Flow(f"{b}.attn.{n}", (f"linear:{b}.{s}_mod.1", f"norm:{b}.{s}_norm1|{stream}"), f"{b}.attn")
+                  for n in names]
+    flows += [Flow(f"{b}.attn.{n}", (f"attention:{b}.attn",), residual=True) for n in ("to_out.0", "to_add_out")]
+    for s, stream in (("img", "image"), ("txt", "text")):
+        flows += [Flow(f"{b}.{s}_mlp.net.0.proj", (f"linear:{b}.{s}_mod.1", f"norm:{b}.{s}_norm2|{stream}")),
+                  Flow(f"{b}.{s}_mlp.net.2", (f"linear:{b}.{s}_mlp.net.0.proj",), residual=True)]
+    flows.append(Flow("proj_out", ("norm:norm_out.norm|image",), residual=True))
+    return tuple(flows)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ STREAMS = ("image", "text", "joint", "conditioning", "none")
 #: Module kinds the planner distinguishes (column/row apply only to ``linear``).
 KINDS = ("linear", "conv", "norm", "embedding", "other")
 
-CARD_SCHEMA_VERSION = 1
+CARD_SCHEMA_VERSION = 2  # 2: the traced dataflow (``ModelCard.dataflow``)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,56 @@ class Attention:
     out: tuple[str, ...]  # module paths of the output projections
 
 
+_INDEX = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?=\.|$)")
+
+
+def module_pattern(path: str, block_lists: set[str] | frozenset[str]) -> str:
+    """``transformer_blocks.*.attn.to_q`` for ``transformer_blocks.7.attn.to_q``: one name for every block."""
+    match = _INDEX.match(path)
+    if match and match.group(1) in block_lists:
+        return f"{match.group(1)}.*{path[match.end():]}"
+    return path
+
+
+def concrete_path(pattern: str, like: str) -> str:
+    """The pattern's path in the block `like` sits in: (``transformer_blocks.*.attn``, ``transformer_blocks.7.x``)
+    gives ``transformer_blocks.7.attn``."""
+    head, star, tail = pattern.partition(".*")
+    match = _INDEX.match(like)
+    if not star or not match or match.group(1) != head:
+        return pattern
+    return f"{head}.{match.group(2)}{tail}"
+
+
+@dataclass(frozen=True)
+class Modulation:
+    """A norm over the hidden width that a Linear's output conditions (shift and scale pieces)."""
+
+    norm: str  # module pattern of the norm (see ``Flow``)
+    stream: str  # the token stream the norm normalizes
+    width: int  # features of each piece that meets the norm's output (a chunk of the Linear's output)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What one Linear reads and what reads it, traced from the real forward (meshlab.cards.dataflow_trace).
+
+    ``module`` is a pattern: the path with the block index replaced by ``*``, one entry for every block of a list.
+    ``reads`` are producer labels: ``linear:<pattern>``, ``attention:<pattern>``, ``norm:<pattern>|<stream>``
+    (a residual stream's norm) or ``input:<forward argument>``.
+    """
+
+    module: str
+    reads: tuple[str, ...]
+    attention: str | None = None  # the attention (pattern) whose q/k/v this Linear makes
+    modulates: tuple[Modulation, ...] = ()
+    residual: bool = False  # its output joins a residual stream (reaches a norm's input) or the model output
+
+    def sources(self, kind: str) -> tuple[str, ...]:
+        """Producers of one kind (``linear``, ``attention``, ``norm``, ``input``), as patterns."""
+        return tuple(label.split(":", 1)[1] for label in self.reads if label.startswith(kind + ":"))
+
+
 @dataclass(frozen=True)
 class Component:
     """A pipeline component meshlab does not shard (VAE, text encoder): its size, and a decode working set."""
@@ -108,10 +159,16 @@ class ModelCard:
     parameters: tuple[Parameter, ...]
     attention: tuple[Attention, ...]
     components: tuple[Component, ...] = field(default=())
+    dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
 
     @property
     def total_params(self) -> int:
         return sum(p.numel for p in self.parameters)
+
+    @property
+    def block_lists(self) -> frozenset[str]:
+        """Names of the lists of repeated blocks (``transformer_blocks``, ...)."""
+        return frozenset(p.name.split(".", 1)[0] for p in self.parameters if p.block is not None)
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
@@ -142,14 +199,29 @@ def card_to_json(card: ModelCard) -> dict:
              "working_bytes_per_pixel": c.working_bytes_per_pixel}
             for c in card.components
         ],
+        "dataflow": [
+            {"module": f.module, "reads": list(f.reads), "attention": f.attention, "residual": f.residual,
+             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates]}
+            for f in card.dataflow
+        ],
     }
 
 
 def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
     """Build a card from its JSON form; a malformed card is an InputError naming the file."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version < CARD_SCHEMA_VERSION:
+        raise InputError(
+            f"model card of schema {version}, older than this meshlab's {CARD_SCHEMA_VERSION}: it has no traced "
+            "dataflow (which Linear feeds which), which the cost model reads",
+            f"regenerate it: {_regenerate_command(data)}",
+            Location(origin),
+        )
     try:
-        if data.get("schema_version") != CARD_SCHEMA_VERSION:
+        if version != CARD_SCHEMA_VERSION:
             raise ValueError(f"schema_version must be {CARD_SCHEMA_VERSION}")
+        if not data.get("dataflow"):
+            raise ValueError("the card has no dataflow")
         return ModelCard(
             name=data["name"],
             class_name=data["class_name"],
@@ -158,6 +230,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             parameters=tuple(_parameter(p) for p in data["parameters"]),
             attention=tuple(_attention(a) for a in data["attention"]),
             components=tuple(Component(**c) for c in data.get("components", [])),
+            dataflow=tuple(_flow(f) for f in data["dataflow"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(
@@ -171,6 +244,19 @@ def _parameter(p: dict) -> Parameter:
     if p["kind"] not in KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
         raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
     return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
+
+
+def _regenerate_command(data: dict) -> str:
+    preset = (data.get("source") or {}).get("preset")
+    if preset:
+        return f"meshlab models import {preset} -o <card>.json"
+    return "meshlab models import --config <its diffusers config.json> -o <card>.json"
+
+
+def _flow(f: dict) -> Flow:
+    return Flow(f["module"], tuple(f["reads"]), f.get("attention"),
+                tuple(Modulation(m["norm"], m["stream"], int(m["width"])) for m in f.get("modulates", [])),
+                bool(f.get("residual", False)))
 
 
 def _attention(a: dict) -> Attention:

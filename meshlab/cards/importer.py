@@ -30,8 +30,9 @@ from typing import Any, Callable, Mapping
 
 from meshlab.backend.models import Geometry, ModelSpec, model_spec
 from meshlab.cards.card import (
-    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, ModelCard, Parameter, card_to_json,
+    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Flow, ModelCard, Parameter, card_to_json,
 )
+from meshlab.cards.dataflow_trace import trace_dataflow
 from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
 from meshlab.errors import InputError, Location
 
@@ -79,7 +80,7 @@ def import_card(
         model = cls.from_config(dict(config))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
-    streams = _trace_streams(cls, full_config, tracer)
+    streams, dataflow = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _component(n, s, dtype) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else 8
@@ -91,6 +92,7 @@ def import_card(
         parameters=_parameters(model, streams, offsets, dtype),
         attention=_attention(model, streams, offsets),
         components=tuple(component for component, _ in built.values()),
+        dataflow=dataflow,
     )
 
 
@@ -202,12 +204,13 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace_streams(cls: type, config: dict, tracer: ModelSpec) -> dict[str, str]:
-    """Stream of each parameter-owning module of a one-block-per-kind copy, by module path."""
+def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], tuple[Flow, ...]]:
+    """Stream of each parameter-owning module of a one-block-per-kind copy, by module path, and its dataflow."""
     import torch
 
     torch.manual_seed(TRACE_SEED)
-    model = cls.from_config({**config, **{key: 1 for _, key in tracer.blocks}}).eval()
+    # two blocks of each kind: the first is a middle block (the last one's text stream feeds nothing)
+    model = cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval()
     image = TRACE_GRID[0] * TRACE_GRID[1]
     counts = {image: "image", TRACE_TEXT: "text", image + TRACE_TEXT: "joint"}
     seen: dict[str, set[str]] = {}
@@ -223,10 +226,14 @@ def _trace_streams(cls: type, config: dict, tracer: ModelSpec) -> dict[str, str]
     for path, module in model.named_modules():
         if next(module.parameters(recurse=False), None) is not None:
             module.register_forward_pre_hook(recorder(path), with_kwargs=True)
+    geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT)
+    inputs = lambda: tracer.inputs(config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))  # noqa: E731
     with torch.no_grad():
-        geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT)
-        model(**tracer.inputs(config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED)))
-    return {path: _merge(streams) for path, streams in seen.items()}
+        model(**inputs())
+    hidden = config["num_attention_heads"] * config["attention_head_dim"]
+    flows = trace_dataflow(model, inputs(), {attr for attr, _ in tracer.blocks}, hidden,
+                           lambda shape: _stream_of(shape, counts))
+    return {path: _merge(streams) for path, streams in seen.items()}, flows
 
 
 def _stream_of(shape: tuple[int, ...], counts: dict[int, str]) -> str:

@@ -161,7 +161,8 @@ class _Deriver:
     def chunk_split(self, op: LinearOp) -> Axes | None:
         """How a modulation Linear's chunks end up split: as its rows, when every chunk splits evenly."""
         rows = op.weight.spec.entries[0]
-        return rows if rows and self.hidden % self.size(rows) == 0 and op.out_features % self.hidden == 0 else None
+        chunk = op.chunk_width
+        return rows if rows and chunk and chunk % self.size(rows) == 0 and op.out_features % chunk == 0 else None
 
     def incoming(self, op: LinearOp, position: int) -> _State:
         """The state of a Linear's input: its source's output, the conditioning vector, or a modulated stream."""
@@ -211,7 +212,7 @@ class _Deriver:
         kept = self.chunk_split(op)
         if split and not kept:
             self.emit("all-gather", split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
-                      f"{_phase_name(op)}:out", f"{op.short}: its {self.hidden}-wide chunks do not split evenly "
+                      f"{_phase_name(op)}:out", f"{op.short}: its {op.chunk_width}-wide chunks do not split evenly "
                       f"over {'+'.join(split)}; every chip needs them whole")
         if kept:
             self._realign(op, kept)
@@ -220,7 +221,7 @@ class _Deriver:
 
     def _realign(self, op: LinearOp, split: Axes) -> None:
         """Each chunk piece that is not on the chip that wants it moves in one collective-permute."""
-        parts, chunk = self.size(split), self.hidden
+        parts, chunk = self.size(split), op.chunk_width
         shard, piece = -(-op.out_features // parts), chunk // parts
         moves = sum(1 for c in range(op.out_features // chunk) for j in range(parts)
                     if (c * chunk + j * piece) // shard != j)
@@ -235,11 +236,12 @@ class _Deriver:
         stream = op.modulates or "image"
         residual = self.residual.get(stream) if op.block is not None or split else split
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
-        whole_rows = self.tensor_bytes(stream, self.hidden, None) * self.size(rows)
+        width = op.chunk_width  # a LayerNorm over the residual: as wide as the pieces that modulate it
+        whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
         for norm in range(1, op.layer_norms + 1):
             phase = f"norm{norm}" if op.block is not None else "norm_out"
             if residual:
-                self.emit("all-gather", residual, self.tensor_bytes(stream, self.hidden, None), op.block,
+                self.emit("all-gather", residual, self.tensor_bytes(stream, width, None), op.block,
                           f"{phase}:features", f"the {stream} stream's LayerNorm {norm} reads a residual split on "
                           f"{'+'.join(residual)}")
             if rows:

@@ -1,28 +1,30 @@
 """The dataflow the cost model walks: every Linear of the card with its role, and the attentions.
 
-Roles say what consumes a Linear's output, which decides the collectives its sharding implies:
+Roles come from the dataflow traced from the real forward and recorded in the card (``ModelCard.dataflow``,
+see meshlab.cards.dataflow_trace), never from module names or registration order. They say what consumes a
+Linear's output, which decides the collectives its sharding implies:
 
 - ``qkv``: feeds attention, which wants every q/k/v split the same way over heads.
-- ``out``: an attention output projection; its input is the attention output, its output joins the residual.
-- ``chunks``: a conditioning Linear (modulation, adaLN): its output is cut into hidden-size chunks (shift,
-  scale, gate) that modulate the LayerNorms of one stream (``modulates``): each LayerNorm takes a shift and a
-  scale, each residual branch a gate, so 6 chunks modulate 2 LayerNorms (attention and MLP), 3 chunks 1 (Flux's
-  single blocks), and the 2 of an output norm (scale, shift) 1.
-- ``hidden``: followed by an elementwise activation and the next Linear of the same module (MLP-in,
-  the timestep embedder's first Linear); its output may stay split on its features.
-- ``whole``: its output joins the residual stream or another whole-width consumer.
+- ``out``: reads an attention's output (its ``source``); its output joins the residual. Flux's single blocks
+  also concatenate an MLP branch into it (a ``hidden`` Linear, kept in ``also``).
+- ``chunks``: a conditioning Linear (modulation, adaLN) whose output meets the output of LayerNorms of one
+  stream (``modulates``) as shift and scale pieces ``chunk_width`` wide: ``norms`` says how many LayerNorms
+  (2 in a Qwen-Image or Flux dual block, 1 in a Flux single block and the output norm).
+- ``hidden``: read by exactly one other Linear (after an elementwise activation), and by nothing else: MLP-in,
+  the timestep embedder's first Linear, Flux's ``proj_mlp``; its output may stay split on its features.
+- ``whole``: its output joins the residual stream or feeds several consumers.
 
-A ``hidden`` Linear's successor takes its input as the ``hidden`` one left it. The pairing rule: consecutive
-Linears of one stream whose module paths differ only in their last two components, and whose second takes at
-least as many features as the first gives (Flux's single blocks concatenate the attention output in front).
+Linears come in the order the traced forward calls them, block by block.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import groupby
 
-from meshlab.cards.card import Attention
+from meshlab.cards.card import Attention, Flow, ModelCard, concrete_path, module_pattern
+from meshlab.errors import InputError
 from meshlab.plan.plan import Plan, PlannedParameter
 
 ROLES = ("qkv", "out", "chunks", "hidden", "whole")
@@ -38,6 +40,9 @@ class LinearOp:
     role: str  # one of ROLES
     source: str | None  # module whose output is this Linear's input: an attention, a ``hidden`` Linear, or None
     modulates: str | None = None  # ``chunks`` only: the stream whose LayerNorms its chunks modulate
+    norms: int = 0  # ``chunks`` only: the LayerNorms it modulates
+    chunk_width: int = 0  # ``chunks`` only: features of each shift / scale / gate piece
+    also: tuple[str, ...] = ()  # further sources concatenated into its input (Flux single blocks' proj_mlp)
 
     @property
     def out_features(self) -> int:
@@ -50,7 +55,7 @@ class LinearOp:
     @property
     def layer_norms(self) -> int:
         """``chunks`` only: the LayerNorms its chunks modulate (see the module's docstring)."""
-        return max(1, self.out_features // self.in_features // 3)
+        return self.norms
 
     @property
     def short(self) -> str:
@@ -92,6 +97,10 @@ def _representatives(plan: Plan) -> dict[int, int]:
 
 
 def graph_of(plan: Plan) -> Graph:
+    card = plan.card
+    if not card.dataflow:
+        raise InputError(f"model card {card.name!r} records no dataflow (which Linear feeds which)",
+                         "regenerate it with `meshlab models import`")
     repeats = _representatives(plan)
     weights: dict[str, PlannedParameter] = {}
     biases: dict[str, PlannedParameter] = {}
@@ -106,60 +115,65 @@ def graph_of(plan: Plan) -> Graph:
             biases[p.parameter.module] = p
         else:
             others.append(p)
-    attention_of = {m: a for a in plan.card.attention for m in a.qkv}
-    out_of = {m: a for a in plan.card.attention for m in a.out}
-    ordered = list(weights.items())
+    flows = {f.module: f for f in card.dataflow}
+    roles = _roles(card.dataflow)
     linears = []
-    hidden_before: dict[str, str] = {}
-    for i, (module, weight) in enumerate(ordered):
-        role, source = _role(module, weight, ordered[i + 1] if i + 1 < len(ordered) else None, attention_of, out_of)
-        if role == "hidden":
-            hidden_before[ordered[i + 1][0]] = module
-        if module in out_of:
-            source = out_of[module].module
-        elif module in hidden_before:
-            source = hidden_before[module]
-        linears.append(LinearOp(module, weight, biases.get(module), weight.parameter.stream, weight.parameter.block,
-                                role, source, _modulates(module, weight, weights) if role == "chunks" else None))
-    kept_attention = tuple(a for a in plan.card.attention if a.qkv and a.qkv[0] in weights)
-    return Graph(tuple(linears), kept_attention, tuple(others), plan.card.architecture.hidden_size, repeats)
+    for module in _forward_order(weights, card):
+        weight = weights[module]
+        flow = flows.get(module_pattern(module, card.block_lists))
+        role = roles.get(flow.module, "whole") if flow else "whole"
+        linears.append(_linear_op(module, weight, biases.get(module), role, flow, roles))
+    kept_attention = tuple(a for a in card.attention if a.qkv and a.qkv[0] in weights)
+    return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats)
 
 
-def _role(module, weight, following, attention_of, out_of) -> tuple[str, str | None]:
-    if module in attention_of:
-        return "qkv", None
-    if module in out_of:
-        return "out", None
-    if following is not None and _pairs(module, weight, *following):
-        return "hidden", None
-    if weight.parameter.stream == "conditioning" and weight.parameter.block is not None:
-        return "chunks", None
-    if weight.parameter.stream == "conditioning" and weight.shape[0] > weight.shape[1]:
-        return "chunks", None  # e.g. norm_out.linear: scale and shift for the final norm
-    return "whole", None
+def _roles(dataflow: tuple[Flow, ...]) -> dict[str, str]:
+    """Role of every traced Linear (by pattern), from what reads its output (see the module's docstring)."""
+    readers: dict[str, int] = defaultdict(int)
+    for flow in dataflow:
+        for source in flow.sources("linear"):
+            readers[source] += 1
+    roles = {}
+    for flow in dataflow:
+        if flow.attention:
+            roles[flow.module] = "qkv"
+        elif flow.sources("attention"):
+            roles[flow.module] = "out"
+        elif flow.modulates:
+            roles[flow.module] = "chunks"
+        elif readers[flow.module] == 1 and not flow.residual:
+            roles[flow.module] = "hidden"
+        else:
+            roles[flow.module] = "whole"
+    return roles
 
 
-def _modulates(module: str, weight: PlannedParameter, weights: dict[str, PlannedParameter]) -> str:
-    """The stream a modulation Linear conditions: named (``txt_mod``, ``norm1_context``), else its block's other one.
+def _linear_op(module: str, weight: PlannedParameter, bias: PlannedParameter | None, role: str, flow: Flow | None,
+               roles: dict[str, str]) -> LinearOp:
+    attention = flow.sources("attention") if flow else ()
+    hidden = tuple(concrete_path(s, module) for s in (flow.sources("linear") if flow else ()) if roles.get(s) == "hidden")
+    source = concrete_path(attention[0], module) if attention else (hidden[0] if hidden else None)
+    also = hidden if attention else hidden[1:]
+    modulations = flow.modulates if flow and role == "chunks" else ()
+    return LinearOp(module, weight, bias, weight.parameter.stream, weight.parameter.block, role, source,
+                    modulates=modulations[0].stream if modulations else None,
+                    norms=len({m.norm for m in modulations}),
+                    chunk_width=min((m.width for m in modulations), default=0), also=also)
 
-    Outside the blocks (the output norm) it is the image stream, which the output projection reads."""
-    block = weight.parameter.block
-    if block is None:
-        return "image"
-    if any(marker in module.split(".", 2)[-1] for marker in ("txt", "context")):
-        return "text"
-    streams = {w.parameter.stream for w in weights.values() if w.parameter.block == block}
-    return "joint" if "joint" in streams else "image"
 
-
-def _pairs(module: str, weight: PlannedParameter, next_module: str, next_weight: PlannedParameter) -> bool:
-    a, b = module.split("."), next_module.split(".")
-    common = 0
-    while common < min(len(a), len(b)) and a[common] == b[common]:
-        common += 1
-    return (
-        weight.parameter.stream == next_weight.parameter.stream
-        and weight.parameter.block == next_weight.parameter.block
-        and len(a) - common <= 2 and len(b) - common <= 2 and common > 0
-        and next_weight.shape[1] >= weight.shape[0]
-    )
+def _forward_order(weights: dict[str, PlannedParameter], card: ModelCard) -> list[str]:
+    """The kept Linears in the traced forward's order: each run of one block list's Linears, block by block."""
+    lists = card.block_lists
+    by_pattern: dict[str, list[str]] = defaultdict(list)
+    for module in weights:
+        by_pattern[module_pattern(module, lists)].append(module)
+    order: list[str] = []
+    for head, run in groupby(card.dataflow, key=lambda f: f.module.partition(".*")[0] if ".*" in f.module else None):
+        per_block: dict[int, list[str]] = defaultdict(list)
+        for flow in run:
+            for module in by_pattern.pop(flow.module, []):
+                per_block[weights[module].parameter.block if head else -1].append(module)
+        for block in sorted(per_block):
+            order.extend(per_block[block])
+    order.extend(m for modules in by_pattern.values() for m in modules)  # never called by the traced forward
+    return order

@@ -174,3 +174,50 @@ def test_unsupported_class_is_an_input_error():
 
     with pytest.raises(InputError, match="FluxTransformer2DModel"):
         import_card("SD3Transformer2DModel", {}, "sd3")
+
+
+# --- the traced dataflow (pure, on the shipped cards) ------------------------------------------------------
+
+
+def flows_of(name: str) -> dict:
+    return {f.module: f for f in load_card(name).dataflow}
+
+
+def test_qwen_image_dataflow_says_which_op_feeds_which():
+    flows = flows_of("qwen-image")
+    b = "transformer_blocks.*"
+    assert flows[f"{b}.attn.to_q"].reads == (f"linear:{b}.img_mod.1", f"norm:{b}.img_norm1|image")
+    assert flows[f"{b}.attn.to_q"].attention == f"{b}.attn"
+    assert flows[f"{b}.attn.to_add_out"].reads == (f"attention:{b}.attn",)
+    assert flows[f"{b}.img_mlp.net.2"].reads == (f"linear:{b}.img_mlp.net.0.proj",)
+    assert [(m.norm, m.stream, m.width) for m in flows[f"{b}.txt_mod.1"].modulates] == [
+        (f"{b}.txt_norm1", "text", 3072), (f"{b}.txt_norm2", "text", 3072)]
+    assert [(m.norm, m.stream) for m in flows["norm_out.linear"].modulates] == [("norm_out.norm", "image")]
+    assert flows[f"{b}.txt_mlp.net.2"].residual  # traced over two blocks: block 0's text stream feeds block 1
+
+
+def test_flux_single_blocks_read_the_norm_not_proj_out():
+    """Flux registers proj_out before attn in its single blocks; the trace, not the order, says who reads what."""
+    flows = flows_of("flux-dev")
+    s = "single_transformer_blocks.*"
+    assert flows[f"{s}.attn.to_q"].reads == (f"linear:{s}.norm.linear", f"norm:{s}.norm.norm|joint")
+    assert flows[f"{s}.proj_out"].reads == (f"attention:{s}.attn", f"linear:{s}.proj_mlp")
+    assert [(m.stream, m.width) for m in flows[f"{s}.norm.linear"].modulates] == [("joint", 3072)]
+
+
+def test_a_card_of_the_older_schema_is_refused_with_the_command_that_regenerates_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from meshlab.cli.app import app
+
+    old = json.loads((BUILTIN_DIR / "flux-dev.json").read_text())
+    old["schema_version"] = 1
+    del old["dataflow"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    strategy = tmp_path / "s.yaml"
+    strategy.write_text("name: t\nmodel: old.json\nhardware: v6e-8\nmesh: {model: 8}\n")
+    result = CliRunner().invoke(app, ["try", str(strategy)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "old.json" in lines[0] and "schema 1" in lines[0], lines
+    assert "meshlab models import flux-dev -o" in lines[0]
