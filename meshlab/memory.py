@@ -7,10 +7,13 @@ working set comes after denoising, so the peak is the larger of the two phases, 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES
+from meshlab.plan.axes import activation_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, token_counts
@@ -19,7 +22,10 @@ ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and the scores and probabilities when flash_attention is off) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
-    "its weight's output dim is split, the batch as activations.batch, image tokens as activations.sequence"
+    "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
+    "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
+    "activations.sequence; with a sequence split, attention also holds the k and v of every other chip's image "
+    "tokens"
 )
 
 
@@ -68,7 +74,8 @@ class MemoryReport:
 
     @property
     def uniform(self) -> bool:
-        return len({c.total for c in self.chips}) == 1
+        """Every chip holds the same bytes in every component (equal totals can hide a different split)."""
+        return len({dataclasses.replace(c, chip=0) for c in self.chips}) == 1
 
     @property
     def fits(self) -> bool:
@@ -120,6 +127,11 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
     return vae_weights, vae_decode, text_bytes
 
 
+def _output_split(weight: PlannedParameter, plan: Plan, gathered: frozenset[str]) -> int:
+    """How many ways a Linear's output features are split as it computes: FSDP axes are gathered first."""
+    return math.prod(plan.mesh.size(a) for a in weight.spec.entries[0] or () if a not in gathered)
+
+
 def _batch_split(plan: Plan, strategy: Strategy) -> int:
     axis = strategy.activations.batch
     return plan.mesh.size(axis) if axis else 1
@@ -131,42 +143,53 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axis = strategy.activations.sequence
     split_image = plan.mesh.size(sequence_axis) if sequence_axis else 1
-    local = TokenCounts(-(-tokens.image // split_image), tokens.text)
+    shape = _Shape(tokens, TokenCounts(-(-tokens.image // split_image), tokens.text), activation_axes(strategy.activations, plan.mesh),
+                   strategy.workload.flash_attention)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
             blocks[p.parameter.block].append(p)
     attention_by_module = {a.module: a for a in plan.card.attention}
-    peak = max((_block_elements(params, attention_by_module, plan, local, strategy) for params in blocks.values()),
-               default=0)
+    peak = max((_block_elements(params, attention_by_module, plan, shape) for params in blocks.values()), default=0)
     return peak * batch * itemsize
 
 
-def _block_elements(params, attention_by_module, plan: Plan, local: TokenCounts, strategy: Strategy) -> int:
+@dataclass(frozen=True)
+class _Shape:
+    tokens: TokenCounts  # per sample, whole
+    local: TokenCounts  # per sample on one chip (image tokens split over the sequence axis)
+    gathered: frozenset[str]  # axes that split activations: weights split over them are gathered (FSDP)
+    flash: bool
+
+
+def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
     width = plan.card.architecture.hidden_size
     weights = {p.parameter.module: p for p in params if p.parameter.kind == "linear" and not p.parameter.is_bias}
-    residual = 2 * local.joint * width
+    residual = 2 * shape.local.joint * width
     attention_phase, attention_modules = 0, set()
     for attention in attention_by_module.values():
         if attention.qkv and attention.qkv[0] in weights:
-            attention_phase = max(attention_phase, _attention_elements(attention, weights, plan, local, strategy))
+            attention_phase = max(attention_phase, _attention_elements(attention, weights, plan, shape))
             attention_modules.update(attention.qkv + attention.out)
-    mlp_phase = max((2 * _output_elements(w, plan, local) for m, w in weights.items()
+    mlp_phase = max((2 * _output_elements(w, plan, shape) for m, w in weights.items()
                      if m not in attention_modules and w.parameter.stream != "conditioning"), default=0)
     return residual + max(attention_phase, mlp_phase)
 
 
-def _output_elements(weight: PlannedParameter, plan: Plan, local: TokenCounts) -> int:
+def _output_elements(weight: PlannedParameter, plan: Plan, shape: _Shape) -> int:
     out_features = weight.shape[0]
-    split = weight.spec.split_counts(plan.mesh)[0]
-    return local.of_stream(weight.parameter.stream) * -(-out_features // split)
+    return shape.local.of_stream(weight.parameter.stream) * -(-out_features // _output_split(weight, plan, shape.gathered))
 
 
-def _attention_elements(attention, weights, plan: Plan, local: TokenCounts, strategy: Strategy) -> int:
-    qkv = sum(_output_elements(weights[m], plan, local) for m in attention.qkv if m in weights)
-    head_split = weights[attention.qkv[0]].spec.split_counts(plan.mesh)[0]
-    sequence = sum(local.of_stream(s) for s in attention.streams)
+def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
+    """q/k/v at the local tokens, plus k and v of the image tokens other chips hold when a sequence axis splits
+    them (every query needs every key: the all-gather's output), the output, and scores without flash."""
+    qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
+    head_split = _output_split(weights[attention.qkv[0]], plan, shape.gathered)
     heads = -(-attention.heads // head_split)
-    output = sequence * heads * attention.head_dim
-    scores = 0 if strategy.workload.flash_attention else 2 * heads * sequence * sequence
-    return qkv + output + scores
+    queries = sum(shape.local.of_stream(s) for s in attention.streams)
+    keys = sum(shape.tokens.of_stream(s) for s in attention.streams)
+    gathered_kv = 2 * (keys - queries) * heads * attention.head_dim
+    output = queries * heads * attention.head_dim
+    scores = 0 if shape.flash else 2 * heads * queries * keys
+    return qkv + gathered_kv + output + scores

@@ -70,3 +70,40 @@ def test_does_not_fit_when_hbm_is_small():
     s = strategy()
     report = memory_report(make_plan(s, small_card(), 8), s, usable_hbm=1000, reserve=0)
     assert not report.fits and report.most_loaded.headroom < 0
+
+
+def test_sequence_split_holds_the_gathered_keys_and_values():
+    """seq 2 x model 4: each chip holds 8 of 16 image tokens, and attention holds k/v of all 16 (hand count)."""
+    card = small_card()
+    s = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
+                 workload={"batch": 1, "height": 64, "width": 64, "text_tokens": 8})
+    got = block_activation_bytes(make_plan(s, card, 8), s, token_counts(s.workload, card.architecture))
+    local = 8 + 8  # image tokens on this chip + text tokens
+    residual = 2 * local * 64
+    attention = 3 * local * 16 + 2 * 8 * 16 + local * 16  # q/k/v local; k/v of the other 8 image tokens; output
+    assert got == (residual + max(attention, 2 * 8 * 64)) * 2
+
+
+def test_fsdp_weights_are_gathered_so_activations_are_not_divided_by_their_split():
+    """data 8, every weight's largest dim over data, one sample per chip: each chip computes whole outputs."""
+    card = small_card()
+    fsdp = strategy(mesh={"data": 8}, rules=[{"match": "*", "min_rank": 2, "shard": "largest", "axis": "data"}],
+                    workload={"batch": 8, "height": 64, "width": 64, "text_tokens": 8})
+    replicated = strategy(mesh={"data": 8}, rules=[], workload={"batch": 8, "height": 64, "width": 64, "text_tokens": 8})
+    tokens = token_counts(fsdp.workload, card.architecture)
+    got = block_activation_bytes(make_plan(fsdp, card, 8), fsdp, tokens)
+    assert got == block_activation_bytes(make_plan(replicated, card, 8), replicated, tokens)
+    residual, attention, mlp = 2 * 24 * 64, 3 * 24 * 64 + 24 * 64, 2 * 16 * 256  # 4 heads, whole widths
+    assert got == (residual + max(attention, mlp)) * 2
+
+
+def test_uniform_compares_every_component_not_totals():
+    import dataclasses
+
+    s = strategy()
+    report = memory_report(make_plan(s, small_card(), 8), s, usable_hbm=10**9, reserve=0)
+    first = report.chips[0]
+    moved = dataclasses.replace(report.chips[1], weights_sharded=first.weights_sharded + 2,
+                                weights_replicated=first.weights_replicated - 2)  # same total, other split
+    assert moved.total == first.total
+    assert not dataclasses.replace(report, chips=(first, moved) + report.chips[2:]).uniform

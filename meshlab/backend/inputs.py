@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from meshlab.cost.layout import GUIDANCE_AXIS
+from meshlab.plan.axes import guidance_axis
 from meshlab.errors import InputError
 from meshlab.mesh import AbstractMesh
 from meshlab.spec import PartitionSpec
@@ -29,8 +29,7 @@ SEQUENCE_INPUTS = frozenset({"hidden_states"})
 
 def batch_axes(activations: Activations, mesh: AbstractMesh) -> tuple[str, ...]:
     """Mesh axes that split dim 0 of the batched inputs, major to minor: the guidance axis, then the batch axis."""
-    guidance = (GUIDANCE_AXIS,) if GUIDANCE_AXIS in mesh.names and mesh.size(GUIDANCE_AXIS) == 2 else ()
-    return guidance + ((activations.batch,) if activations.batch else ())
+    return tuple(a for a in (guidance_axis(mesh), activations.batch) if a)
 
 
 def input_spec(name: str, shape: tuple[int, ...], activations: Activations, mesh: AbstractMesh) -> PartitionSpec:

@@ -14,7 +14,7 @@ from meshlab.backend.inputs import batch_axes
 from meshlab.backend.models import Geometry, geometry, model_spec
 from meshlab.cards.card import ModelCard
 from meshlab.cards.truncate import truncate_card
-from meshlab.cost.layout import GUIDANCE_AXIS
+from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.errors import MeshlabError
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.plan.plan import Plan

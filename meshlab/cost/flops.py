@@ -6,7 +6,9 @@ sum for joint Linears, once per sample for conditioning Linears), and attention 
 activations and other elementwise work (well under 1% of a DiT's FLOPs).
 
 On one chip each Linear does the work of its local shard: ceil(out / split) x ceil(in / split) at the
-tokens and samples the chip holds. Attention runs its local heads (as q is split) over the local queries
+tokens and samples the chip holds, where a split counts only the axes that do not also split activations: a
+weight split over the batch, sequence or guidance axis is all-gathered before use (FSDP), so every chip
+multiplies the whole of those dims with its own samples. Attention runs its local heads (as q is split) over the local queries
 (image tokens split over the sequence axis) against every key.
 
 HBM bytes per call: every weight shard this chip holds is read once (FSDP-gathered weights at their gathered
@@ -88,8 +90,14 @@ def _split(axes, mesh: AbstractMesh) -> int:
     return math.prod(mesh.size(a) for a in axes) if axes else 1
 
 
+def compute_split(axes, mesh: AbstractMesh, layout: Layout) -> int:
+    """How many ways a weight dim is split as the chip computes with it: FSDP axes are gathered first."""
+    gathered = set(layout.activation_axes())
+    return _split(tuple(a for a in axes or () if a not in gathered), mesh)
+
+
 def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
-    out_split, in_split = (_split(e, mesh) for e in op.weight.spec.entries)
+    out_split, in_split = (compute_split(e, mesh, layout) for e in op.weight.spec.entries)
     out, inp = -(-op.out_features // out_split), -(-op.in_features // in_split)
     tokens = layout.batch * layout.local.of_stream(op.stream)
     gathered = set(op.weight.spec.axes) & set(layout.activation_axes())
@@ -101,7 +109,7 @@ def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
 
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
-    head_split = _split(qkv[0].weight.spec.entries[0], mesh)
+    head_split = compute_split(qkv[0].weight.spec.entries[0], mesh, layout)
     heads = -(-attention.heads // head_split) if attention.heads % head_split == 0 else attention.heads
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.streams)

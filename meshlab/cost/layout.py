@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES
 from meshlab.errors import PlanError
+from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, token_counts
 
-GUIDANCE_AXIS = "cfg"
 
 
 @dataclass(frozen=True)

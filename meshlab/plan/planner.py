@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from meshlab.cards.card import ModelCard
 from meshlab.errors import PlanError
 from meshlab.mesh import AbstractMesh
+from meshlab.plan.axes import activation_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.plan.rules import check_rule_axes, compile_rules, resolve
 from meshlab.strategy.schema import Strategy
@@ -27,7 +29,7 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
             parameter = dataclasses.replace(parameter, dtype=dtype)
         spec, rule = resolve(parameter, rules, mesh)
         planned.append(PlannedParameter(parameter, spec, rule))
-    _check_heads(card, planned, mesh)
+    _check_heads(card, planned, mesh, activation_axes(strategy.activations, mesh))
     used = {p.rule for p in planned}
     unmatched = tuple(i for i in range(len(rules)) if i not in used)
     warnings = _batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh)
@@ -55,19 +57,24 @@ def _batch_warnings(strategy: Strategy, mesh: AbstractMesh) -> tuple[str, ...]:
             f"it to {padded}, so {padded - batch} of every {padded} samples computed are padding",)
 
 
-def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: AbstractMesh) -> None:
-    """A q/k/v projection split on its output dim must split whole heads, or attention reshards every head."""
+def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: AbstractMesh,
+                 gathered: frozenset[str] = frozenset()) -> None:
+    """A q/k/v projection split on its output dim must split whole heads, or attention reshards every head.
+
+    Axes in `gathered` split activations: a weight split over one is all-gathered before use (FSDP), so its
+    split never reaches the heads."""
     by_name = {p.name: p for p in planned}
     for attention in card.attention:
         for module in attention.qkv:
             weight = by_name.get(f"{module}.weight")
-            if weight is None or weight.spec.entries[0] is None:
+            axes = tuple(a for a in (weight.spec.entries[0] or ()) if a not in gathered) if weight else ()
+            if not axes:
                 continue
-            split = weight.spec.split_counts(mesh)[0]
+            split = math.prod(mesh.size(a) for a in axes)
             if attention.heads % split:
                 divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
                 raise PlanError(
-                    f"{weight.name} splits its output over {split} devices ({'+'.join(weight.spec.entries[0])}) "
+                    f"{weight.name} splits its output over {split} devices ({'+'.join(axes)}) "
                     f"but {attention.module} has {attention.heads} heads, not divisible by {split}",
                     f"shard q/k/v over an axis whose size divides {attention.heads} ({divisors}) or replicate them",
                     field=("rules", weight.rule, "axis"),

@@ -89,3 +89,24 @@ def test_yaml_carries_device_override(tmp_path):
     write_atomic(path, strategy_yaml(result.best, hw))
     planned = plan_file(path)  # plans on 2 devices, not the catalog's 8
     assert planned.hardware.chips == 2 and planned.plan.mesh.device_count == 2
+
+
+@pytest.mark.parametrize("model", ["qwen-image", "flux-dev"])
+def test_no_candidate_computes_more_than_the_chips_can(model):
+    """MFU, at the predicted step and at the roofline, is at most 1 for every candidate the sweep plans, and for
+    FSDP twins of them (every weight's largest dim over data, gathered before use)."""
+    from meshlab.cards.card import load_card
+    from meshlab.hardware import load_hardware
+    from meshlab.strategy.schema import Rule, Workload
+    from meshlab.sweep import _evaluate, meshes, sweep
+
+    card, hardware = load_card(model), load_hardware("v6e-8")
+    workload = Workload(height=1024, width=1024, steps=50, cfg=True, text_tokens=512)
+    result = sweep(card, hardware, model, workload)
+    fsdp = [Rule(match="*", min_rank=2, shard="largest", axis="data")]
+    twins = [_evaluate("fsdp", m, fsdp, card, hardware, model, workload, 1) for _, m in meshes(8, True)
+             if m.get("data", 1) > 1 and "model" not in m]
+    planned = [c for c in (*result.candidates, *twins) if c.prediction is not None]
+    assert len(planned) > 10 and any(c.family == "fsdp" for c in planned)
+    for c in planned:
+        assert c.prediction.roofline_mfu <= 1.0 and c.prediction.mfu <= 1.0, c.strategy.name
