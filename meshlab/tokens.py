@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.cards.card import Architecture
+from meshlab.cards.card import Architecture, ModelCard
 from meshlab.errors import PlanError
 from meshlab.strategy.schema import Workload
 
@@ -34,3 +34,18 @@ def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:
                 field=("workload", side),
             )
     return TokenCounts((workload.height // step) * (workload.width // step), workload.text_tokens)
+
+
+def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard) -> TokenCounts:
+    """Tokens per sample on one chip when a sequence axis splits the image tokens `sequence_split` ways.
+
+    Where an attention concatenates text and image tokens into one sequence (Qwen-Image, Flux's dual blocks),
+    XLA's sharding propagation carries the joint sequence's split back through the text stream onto its
+    (replicated) input, so the text tokens are split too: measured on 8 virtual CPU devices, seq 2 x model 4,
+    every text tensor of Qwen-Image's block 0 holds 16 of 32 text tokens (tests/cost/data/xla_collectives_seq2-model4.json).
+    """
+    if sequence_split == 1:
+        return tokens
+    joint = any({"text", "image"} <= set(a.streams) for a in card.attention)
+    text = -(-tokens.text // sequence_split) if joint else tokens.text
+    return TokenCounts(-(-tokens.image // sequence_split), text)

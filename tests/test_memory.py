@@ -73,15 +73,16 @@ def test_does_not_fit_when_hbm_is_small():
 
 
 def test_sequence_split_holds_the_gathered_keys_and_values():
-    """seq 2 x model 4: each chip holds 8 of 16 image tokens, and attention holds k/v of all 16 (hand count)."""
+    """seq 2 x model 4: each chip holds 8 of 16 image tokens and 4 of 8 text tokens (the joint attention's split
+    reaches the text stream), and attention holds k/v of all 24 joint tokens (hand count)."""
     card = small_card()
     s = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
                  workload={"batch": 1, "height": 64, "width": 64, "text_tokens": 8})
     got = block_activation_bytes(make_plan(s, card, 8), s, token_counts(s.workload, card.architecture))
-    local = 8 + 8  # image tokens on this chip + text tokens
+    local = 8 + 4  # image + text tokens on this chip
     residual = 2 * local * 64
-    attention = 3 * local * 16 + 2 * 8 * 16 + local * 16  # q/k/v local; k/v of the other 8 image tokens; output
-    assert got == (residual + max(attention, 2 * 8 * 64)) * 2
+    attention = 3 * local * 16 + 2 * 12 * 16 + local * 16  # q/k/v local; k/v of the other 12 joint tokens; output
+    assert got == (residual + max(attention, 2 * 8 * 64)) * 2 == 5376
 
 
 def test_fsdp_weights_are_gathered_so_activations_are_not_divided_by_their_split():

@@ -2,8 +2,9 @@
 
 Each activation's feature dim is in a state: split over some mesh axes (or whole), and possibly a partial sum
 over some axes (the output of a Linear split on its input dim). The rules, applied in the graph's order, are
-what XLA's SPMD partitioner was seen to do with PyTorch/XLA's lowering (one full-width Qwen-Image block under
-every built-in strategy; tests/cost/test_collectives_vs_xla.py holds them against it):
+what XLA's SPMD partitioner was seen to do with PyTorch/XLA's lowering (a full-width Qwen-Image block under every
+built-in strategy, and an out-of-sample matrix: a guidance axis, a sequence axis, three axes, a 4x2 mesh, Flux
+under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it):
 
 - A Linear whose input dim is split as its input arrives multiplies locally; its output is split as its
   output dim and is a partial sum over the axes of its input dim (a row-split Linear).
@@ -23,8 +24,15 @@ every built-in strategy; tests/cost/test_collectives_vs_xla.py holds them agains
 - A Linear writing the residual stream split as the residual already is leaves the gather to the next
   LayerNorm; ``whole`` consumers all-gather any other split output.
 - Attention wants q, k and v split alike over heads: those split differently are all-gathered (the most common
-  split wins). With the image tokens split over a sequence axis, k and v of the image stream are all-gathered
-  over it.
+  split wins).
+- A sequence axis splits the image tokens, and, where an attention joins text and image, the text tokens too
+  (XLA carries the joint split back onto the text stream). q, k and v of each stream are concatenated along the
+  split token dim: one all-to-all per stream and one for the joint result, for each of q, k and v; k and v of the
+  whole joint sequence are all-gathered; cutting the joint output back into streams moves, in one permute per
+  stream whose even split does not line up with the joint one, one joint shard in all.
+- A Linear that reads a concatenation of two outputs along features (Flux's single blocks: attention and MLP
+  branch into ``proj_out``), each split as its weight's input dim: one all-to-all per part and one for the
+  result (the weight wants contiguous blocks of the whole); parts split otherwise are gathered.
 - A weight split over an axis that splits activations (batch, sequence, guidance) is all-gathered over it
   before use (FSDP); so is a bias or norm scale split differently from the output it adds to.
 
@@ -49,17 +57,20 @@ from meshlab.plan.plan import PlannedParameter
 #: All-reduces and all-gathers agree in count and bytes under every built-in strategy; XLA is right where not.
 KNOWN_DIFFERENCES = (
     "collective-permutes of split modulation chunks (2d.yaml: XLA 36 moving 107,520 B per block, this model 36 "
-    "moving 55,296 B; model.yaml: XLA 44 moving 72,192 B, this model 84 moving 64,512 B): this model moves each "
-    "chunk piece that sits on another chip once; XLA splits Qwen-Image's modulation in two steps (chunk(2), then "
-    "chunk(3)), moves wider windows and packs several chips' moves into one permute. They carry under 2% of a "
-    "block's collective bytes, but each costs a latency",
+    "moving 55,296 B; model.yaml: XLA 44 moving 72,192 B, this model 84 moving 64,512 B; 2d-4x2.yaml, a 2-way "
+    "split: XLA 12 moving 86,016 B, this model 12 moving 36,864 B; flux-2d.yaml: XLA 34 moving 64,512 B in a dual "
+    "block and 7 moving 15,360 B in a single block, this model 36 moving 55,296 B and 8 moving 12,288 B): this "
+    "model moves each chunk piece that sits on another chip once; XLA splits Qwen-Image's modulation in two steps "
+    "(chunk(2), then chunk(3)), moves halo windows wider than a piece and packs several chips' moves into one "
+    "permute. They carry under 2% of a block's collective bytes, but each costs a latency",
     "the last block: nothing reads its text stream after the attention, so XLA drops the text out-projection, "
     "LayerNorm 2 and MLP there (data.yaml, measured on its last block: 3 row gathers, this model 4; the same "
     "cut matches XLA's last block under pairs, 2d and model); this model counts every block alike",
     "outside the blocks under pairs.yaml, XLA all-reduces the output norm's modulation ([batch, 6144] over model): "
     "the row split of the blocks' modulation Linears propagates back onto the timestep embedding",
-    "the rows gather of LayerNorms is measured over a batch axis only; over a sequence or guidance axis it is "
-    "assumed the same",
+    "the rows gather of LayerNorms is measured over a batch axis, a guidance axis (cfg2-model4.yaml, and with "
+    "data and cfg one gather over both: data2-cfg2-model2.yaml) and a sequence axis (seq2-model4.yaml); a sequence "
+    "split of Flux's single-stream blocks (no concatenation of streams) is derived by the same rules, not measured",
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
 )
 
@@ -140,6 +151,7 @@ class _Deriver:
     def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, found: list[Collective]):
         self.layout, self.mesh, self.graph, self.found = layout, mesh, graph, found
         self.hidden = graph.hidden_size
+        self.by_module = {op.module: op for op in graph.linears}
         self.states: dict[str, _State] = {}
         #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph)
         self.modulation = {(op.block, op.modulates): (self.chunk_split(op), i)
@@ -176,6 +188,8 @@ class _Deriver:
     def linear(self, op: LinearOp, incoming: _State) -> _State:
         w_out, w_in = op.weight.spec.entries
         phase = f"{_phase_name(op)}:in"
+        if op.also:
+            incoming = self._concat(op, incoming, w_in, phase)
         if incoming.partial:
             self.emit("all-reduce", incoming.partial, self.tensor_bytes(op.stream, op.in_features, incoming.split),
                       op.block, phase, f"{op.short}: its input is a partial sum")
@@ -186,6 +200,30 @@ class _Deriver:
         self._fsdp(op.weight, op.block, f"{op.short}.weight")
         out = _State(w_out, w_in)
         return self._consume(op, out)
+
+    def _concat(self, op: LinearOp, first: _State, w_in: Axes | None, phase: str) -> _State:
+        """A Linear whose input concatenates its source's output with `op.also` along features (Flux single
+        blocks: attention output, then the MLP branch). Parts split as the weight's input dim wants cannot be
+        joined in place (the weight wants contiguous blocks of the whole): XLA moves each part's split onto the
+        tokens, concatenates, and moves the result's split back, one all-to-all each (measured: Flux, 2d and pairs).
+        Parts split otherwise are gathered."""
+        widths = [self.by_module[m].out_features for m in op.also]
+        parts = [(first, op.in_features - sum(widths), op.source)] + [
+            (self.states.get(m, _State()), w, m) for m, w in zip(op.also, widths)]
+        if w_in and all(state.split == w_in for state, _, _ in parts):
+            for state, width, module in parts:
+                self.emit("all-to-all", w_in, self.tensor_bytes(op.stream, width, w_in), op.block, f"{phase}:concat",
+                          f"{op.short}: the output of {module.rsplit('.', 1)[-1]}, split on {'+'.join(w_in)}, joins "
+                          "a concatenation the weight wants split in contiguous blocks")
+            self.emit("all-to-all", w_in, self.tensor_bytes(op.stream, op.in_features, w_in), op.block,
+                      f"{phase}:concat", f"{op.short}: the concatenation moves its split back onto the features")
+            return _State(w_in)
+        for state, width, module in parts:
+            if state.split and state.split != w_in:
+                self.emit("all-gather", state.split, self.tensor_bytes(op.stream, width, None), op.block, phase,
+                          f"{op.short}: the output of {module.rsplit('.', 1)[-1]} arrives split on "
+                          f"{'+'.join(state.split)}; the concatenation needs it whole")
+        return _State()
 
     def _consume(self, op: LinearOp, out: _State) -> _State:
         phase = f"{_phase_name(op)}:out"
@@ -267,17 +305,47 @@ class _Deriver:
         return _State(target)
 
     def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None) -> None:
+        """A sequence axis splits the tokens: q, k and v of several streams are concatenated along a split dim,
+        every query needs every key and value of the joint sequence, and the joint output is cut back into
+        streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4, Qwen-Image)."""
         axis = self.layout.sequence_axis
         if not axis or self.size((axis,)) == 1:
             return
-        block = qkv[0].block
-        width = attention.heads * attention.head_dim
-        image_kv = [op for op in qkv if op.stream in ("image", "joint")][1:3] or qkv[1:3]
-        for op in image_kv:
-            tokens = self.layout.tokens.image
-            nbytes = self.layout.batch * tokens * -(-width // self.size(target)) * self.layout.itemsize
-            self.emit("all-gather", (axis,), nbytes, block, "attention:kv",
-                      f"{op.short}: image tokens are split over {axis}; every query needs every key and value")
+        block, streams = qkv[0].block, attention.streams
+        width = -(-attention.heads * attention.head_dim // self.size(target))
+        nbytes = lambda tokens: self.layout.batch * tokens * width * self.layout.itemsize  # noqa: E731
+        joint_local = sum(self.layout.local.of_stream(s) for s in streams)
+        concatenated = len({op.stream for op in qkv}) > 1
+        if concatenated:
+            for what in ("q", "k", "v"):
+                for stream in streams:
+                    self.emit("all-to-all", (axis,), nbytes(self.layout.local.of_stream(stream)), block,
+                              "attention:concat", f"{what} of the {stream} stream joins a sequence split on {axis}: "
+                              "XLA moves the split onto the heads to concatenate")
+                self.emit("all-to-all", (axis,), nbytes(joint_local), block, "attention:concat",
+                          f"the joint {what} moves its split back onto the sequence")
+        joint_whole = sum(self.layout.tokens.of_stream(s) for s in streams)
+        for what in ("k", "v"):
+            self.emit("all-gather", (axis,), nbytes(joint_whole), block, "attention:kv",
+                      f"{what}: tokens are split over {axis}; every query needs every key and value")
+        misaligned = self._misaligned(streams, self.size((axis,))) if concatenated else []
+        for stream in misaligned:
+            self.emit("collective-permute", (axis,), nbytes(joint_local) // len(misaligned), block, "attention:split",
+                      f"the {stream} stream's share of the joint output sits on other chips than its own split wants")
+
+    def _misaligned(self, streams: tuple[str, ...], parts: int) -> list[str]:
+        """Streams whose even split over `parts` chips does not lie inside the joint sequence's even split."""
+        tokens = self.layout.tokens
+        joint_shard = -(-sum(tokens.of_stream(s) for s in streams) // parts)
+        found, offset = [], 0
+        for stream in streams:
+            n = tokens.of_stream(stream)
+            piece = -(-n // parts)
+            if any(not (j * joint_shard <= offset + j * piece and offset + min(n, (j + 1) * piece) <= (j + 1) * joint_shard)
+                   for j in range(parts) if j * piece < n):
+                found.append(stream)
+            offset += n
+        return found
 
     def _fsdp(self, param: PlannedParameter, block, name: str) -> None:
         activation_axes = set(self.layout.activation_axes())

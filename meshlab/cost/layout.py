@@ -15,14 +15,14 @@ from meshlab.errors import PlanError
 from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
-from meshlab.tokens import TokenCounts, token_counts
+from meshlab.tokens import TokenCounts, local_token_counts, token_counts
 
 
 
 @dataclass(frozen=True)
 class Layout:
     tokens: TokenCounts  # per sample, whole
-    local: TokenCounts  # per sample on one chip: image tokens split over the sequence axis
+    local: TokenCounts  # per sample on one chip: image (and joined text) tokens split over the sequence axis
     batch: int  # samples on one chip in one transformer call
     calls: int  # transformer calls per step on one chip
     images: int  # images one call of the pipeline makes (workload.batch)
@@ -52,7 +52,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     calls = 2 if workload.cfg and guidance is None else 1
     return Layout(
         tokens=tokens,
-        local=TokenCounts(-(-tokens.image // image_split), tokens.text),
+        local=local_token_counts(tokens, image_split, plan.card),
         batch=-(-workload.batch // batch_split),
         calls=calls,
         images=workload.batch,
