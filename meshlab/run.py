@@ -81,6 +81,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
     try:
         _refuse_if_too_big(planned, options)
+        _refuse_guidance_axis(planned)
         _require_torch_xla()
         checkpoint = _checkpoint(options.checkpoint)
         result = _run_worker(path, planned, checkpoint, workload, options)
@@ -100,10 +101,30 @@ def file_stem(name: str) -> str:
 
 
 def _workload(planned: PlannedStrategy, options: RunOptions) -> dict:
+    """The workload this run uses: the strategy's batch and dtype (what was predicted), sizes and steps as given."""
     w = planned.strategy.workload
     return {"height": options.height or w.height, "width": options.width or w.width,
-            "steps": options.steps or w.steps, "cfg": w.cfg, "batch": 1, "dtype": w.dtype,
+            "steps": options.steps or w.steps, "cfg": w.cfg, "batch": w.batch, "dtype": w.dtype,
             "cfg_scale": options.cfg_scale if w.cfg else 1.0}
+
+
+def _refuse_guidance_axis(planned: PlannedStrategy) -> None:
+    from meshlab.plan.axes import guidance_axis
+
+    axis = guidance_axis(planned.plan.mesh)
+    if axis and planned.strategy.workload.cfg:
+        raise InputError(
+            f"{planned.strategy.name} puts the guidance branches on mesh axis {axis!r}, and the prediction assumes "
+            "both branches run as one call split over it; `meshlab run` runs them as two calls, so it would not "
+            "run what was predicted",
+            f"run it with `meshlab check` (which runs that call), or rename the {axis!r} axis to run it unguided-parallel",
+        )
+
+
+def _load_dtype(options: RunOptions, workload: dict) -> str | None:
+    """Real checkpoints load in the workload's dtype; the tiny one stays float32 (it is compared with the stock
+    float32 pipeline pixel for pixel, and its runs are never held against a full model's prediction)."""
+    return None if options.checkpoint == "tiny" else workload["dtype"]
 
 
 def _refuse_if_too_big(planned: PlannedStrategy, options: RunOptions) -> None:
@@ -155,7 +176,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         scratch = Path(scratch)
         request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
                    "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
-                   "verify": options.verify,
+                   "verify": options.verify, "load_dtype": _load_dtype(options, workload),
                    "scratch": str(scratch), "cache_dir": str(_cache_for(planned, checkpoint, options) or "")}
         (scratch / "request.json").write_text(json.dumps(request))
         dump = scratch / "xla-dump"
@@ -229,7 +250,9 @@ def _prediction(at_run: PlannedStrategy) -> dict:
     from meshlab.cost.predict import predict
 
     predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
-    return {"hardware": at_run.hardware.name, "step_s": predicted.step.total,
+    return {"hardware": at_run.hardware.name, "chips": at_run.hardware.chips, "model": at_run.card.name,
+            "config_digest": at_run.card.config_digest, "batch": at_run.strategy.workload.batch,
+            "dtype": at_run.strategy.workload.dtype, "step_s": predicted.step.total,
             "seconds_per_image": predicted.seconds_per_image, "compute_s": predicted.step.compute,
             "local_s": predicted.step.local, "collective_s": predicted.step.collective,
             "overhead_s": predicted.step.overhead,
@@ -261,7 +284,7 @@ def _success(result: dict, image: Path | None) -> dict:
             "fallbacks": summary["counters"].get("run_fallbacks", {}),
             "mismatches": result.get("mismatches", []), "memory": result.get("memory"),
             "hardware_seen": result.get("hardware"), "image": str(image) if image else None,
-            "max_abs_error_vs_cpu": result.get("max_abs_error")}
+            "max_abs_error_vs_cpu": result.get("max_abs_error"), "ran": result.get("ran")}
 
 
 

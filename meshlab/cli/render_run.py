@@ -68,7 +68,7 @@ def render_report(rows, console) -> None:
                    "predicted for", "error", "first step", "compiles", "peak/device"):
         table.add_column(column)
     for r in rows:
-        error = f"{r.step_error_pct:+.0f}%" if r.step_error_pct is not None else "n/a"
+        error = f"{r.step_error_pct:+.0f}%" if r.step_error_pct is not None else ("n/a" if r.status != "ok" else "n/a†")
         peak = f"{r.peak_bytes / 2**20:.0f} MiB" if r.peak_bytes else "-"
         table.add_row(r.time, r.strategy, r.ran_on, r.workload, r.status + ("*" if r.reason else ""),
                       _seconds(r.steady_step_s), _seconds(r.predicted_step_s), r.predicted_for, error,
@@ -77,6 +77,9 @@ def render_report(rows, console) -> None:
     for r in rows:
         if r.reason:
             console.print(f"* {r.source}: {r.reason}")
+    for r in rows:
+        if r.status == "ok" and r.not_compared:
+            console.print(f"† {r.source}: not compared: {r.not_compared}")
 
 
 def plot_report(rows, path: Path) -> None:
@@ -95,7 +98,7 @@ def plot_report(rows, path: Path) -> None:
     ax.plot(limits, limits, color="grey", linewidth=0.8)
     ax.set_xlabel("predicted step (s)"), ax.set_ylabel("measured steady step (s)")
     ax.set_title("Measured vs predicted step time", fontsize=11)
-    fig.text(0.01, 0.01, "o: ran on the predicted hardware; x: ran elsewhere (not comparable)", fontsize=7)
+    fig.text(0.01, 0.01, "o: ran what was predicted; x: other hardware, model, batch or dtype (not comparable)", fontsize=7)
     ax.legend(fontsize=7)
     fig.tight_layout()
     temporary = path.with_name(f".{path.name}.tmp.png")

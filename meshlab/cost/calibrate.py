@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshlab.errors import InputError
+from meshlab.experiments.comparable import comparison_problem
 from meshlab.hardware import load_hardware
 
 
@@ -39,13 +40,13 @@ class Calibration:
 
 
 def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
-    """Points from ok runs whose platform is the kind of chip the prediction is for (tpu runs for v6e-8)."""
-    kind = load_hardware(hardware).kind
+    """Points from ok runs of exactly the work predicted for `hardware`: its kind of chip and chip count, and the
+    predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
+    load_hardware(hardware)  # an unknown name is an error naming the catalog
     points = []
     for r in records:
         prediction, timings = r.get("prediction") or {}, r.get("timings") or {}
-        if (r.get("status") == "ok" and prediction.get("hardware") == hardware
-                and (r.get("hardware") or {}).get("platform") in (kind, "cuda" if kind == "gpu" else kind)
+        if (prediction.get("hardware") == hardware and comparison_problem(r) is None
                 and timings.get("steady_step_median_s") and "local_s" in prediction):
             points.append(Point(prediction["local_s"], prediction["collective_s"], prediction["overhead_s"],
                                 timings["steady_step_median_s"]))
@@ -55,9 +56,9 @@ def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
 def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
     points = comparable_points(records, hardware)
     if not points:
-        platforms = sorted({(r.get("hardware") or {}).get("platform", "?") for r in records})
+        reasons = sorted({comparison_problem(r) or "predicted for other hardware" for r in records})
         raise InputError(
-            f"none of the {len(records)} records is an ok run on {hardware} (they ran on {', '.join(platforms)})",
+            f"none of the {len(records)} records ran what was predicted for {hardware} ({'; '.join(reasons[:3])})",
             f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say nothing about a TPU",
         )
     slowdown, overhead = _fit(points)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshlab.experiments.comparable import comparison_problem
 from meshlab.experiments.records import RecordSet
 
 
@@ -24,19 +25,12 @@ class ReportRow:
     peak_bytes: int | None  # per device, as the platform or the XLA dump reported it
     predicted_peak_bytes: int | None
     reason: str
+    #: why the measurement is not held against the prediction (None: it is): see meshlab.experiments.comparable
+    not_compared: str | None = None
 
     @property
     def comparable(self) -> bool:
-        """A prediction for a TPU says nothing about 8 virtual CPU devices: compare only like with like."""
-        from meshlab.errors import InputError
-        from meshlab.hardware import load_hardware
-
-        try:
-            kind = load_hardware(self.predicted_for).kind
-        except InputError:
-            return False
-        platforms = {"tpu": ("tpu",), "gpu": ("cuda", "gpu")}.get(kind, ())
-        return self.ran_on.split(" ")[0] in platforms
+        return self.not_compared is None
 
     @property
     def step_error_pct(self) -> float | None:
@@ -72,6 +66,7 @@ def _row(record: dict) -> ReportRow:
         peak_bytes=memory.get("peak_bytes_per_device"),
         predicted_peak_bytes=prediction.get("peak_bytes_per_chip"),
         reason=record.get("reason") or "",
+        not_compared=comparison_problem(record),
     )
 
 
@@ -81,6 +76,7 @@ def report_document(rows: tuple[ReportRow, ...]) -> list[dict]:
          "status": r.status, "steady_step_s": r.steady_step_s, "predicted_step_s": r.predicted_step_s,
          "predicted_for": r.predicted_for, "step_error_pct": r.step_error_pct, "first_step_s": r.first_step_s,
          "total_s": r.total_s, "compiles": r.compiles, "peak_bytes_per_device": r.peak_bytes,
-         "predicted_peak_bytes_per_chip": r.predicted_peak_bytes, "reason": r.reason}
+         "predicted_peak_bytes_per_chip": r.predicted_peak_bytes, "reason": r.reason,
+         "not_compared": r.not_compared}
         for r in rows
     ]

@@ -27,11 +27,12 @@ def run(request: dict) -> dict:
     w = request["workload"]
     negative = request["negative_prompt"] if w["cfg"] else None
     knobs = (request["prompt"], negative, w["steps"], w["height"], w["width"], w["cfg_scale"], request["seed"])
+    dtype = request.get("load_dtype")  # None: as saved (the tiny pipeline, compared with the stock one in float32)
     reference = None
     if request.get("verify"):  # the stock pipeline on the CPU, on a second copy of the weights
-        reference, _ = run_reference(load_pipeline(Path(request["checkpoint"])), *knobs)
-    pipe = load_pipeline(Path(request["checkpoint"]))
-    plan = plan_for(request["strategy"], pipe.transformer)
+        reference, _ = run_reference(load_pipeline(Path(request["checkpoint"]), dtype), *knobs)
+    pipe = load_pipeline(Path(request["checkpoint"]), dtype)
+    strategy, card, plan = plan_for(request["strategy"], pipe.transformer)
     applied = {}
 
     def shard(transformer, vae):
@@ -40,18 +41,28 @@ def run(request: dict) -> dict:
         applied["value"] = apply(transformer, plan)
         return applied["value"].mesh
 
-    result = run_pipeline(pipe, *knobs, shard=shard)
+    def mark_input(name, tensor):
+        from meshlab.backend import xla
+        from meshlab.backend.inputs import input_spec
+
+        xla.mark(tensor, applied["value"].mesh, input_spec(name, tuple(tensor.shape), strategy.activations,
+                                                          plan.mesh), name)
+
+    result = run_pipeline(pipe, *knobs, shard=shard, batch=w["batch"], mark_input=mark_input)
     image = Path(request["scratch"]) / "image.png"
     result.image.save(image)
     mismatches = [p.name for p in applied["value"].mismatches]
     return {"status": "ok", "summary": result.summary(), "image": str(image), "mismatches": mismatches,
             "memory": xla_memory(Path(request["scratch"]) / "xla-dump"), "is_writer": xr.process_index() == 0,
             "hardware": {"device_type": xr.device_type(), "devices": xr.global_runtime_device_count()},
+            "ran": {"model": card.name, "config_digest": card.config_digest, "batch": w["batch"],
+                    "dtype": str(pipe.transformer.dtype).removeprefix("torch.")},
             "max_abs_error": None if reference is None else float(abs(result.pixels - reference).max())}
 
 
 def plan_for(strategy_path: str, transformer):
-    """The strategy's rules planned over the checkpoint's own transformer (a shipped card when it is one)."""
+    """The strategy, the card of the checkpoint's own transformer (a shipped card when it is one), and the
+    strategy's rules planned over that card."""
     from meshlab.cards.card import builtin_cards, load_card
     from meshlab.plan.planner import make_plan
     from meshlab.planning import plan_file
@@ -65,7 +76,7 @@ def plan_for(strategy_path: str, transformer):
         card = import_card(type(transformer).__name__, config, name="checkpoint")
     import torch_xla.runtime as xr
 
-    return make_plan(planned.strategy, card, xr.global_runtime_device_count())
+    return planned.strategy, card, make_plan(planned.strategy, card, xr.global_runtime_device_count())
 
 
 def _same_model(card, transformer, config: dict) -> bool:

@@ -123,6 +123,10 @@ class XlaSetup:
     mesh: Any
 
 
+#: ``mark_input(name, tensor)`` marks a forward input's sharding (batch and sequence splits) on the device.
+MarkInput = Callable[[str, Any], None]
+
+
 def prepare_for_xla(pipe, shard: Shard | None = None) -> XlaSetup:
     """Apply the XLA fixes, move transformer and VAE to the XLA device, mark shardings. Once per pipeline.
 
@@ -165,11 +169,15 @@ def run_pipeline(
     seed: int,
     shard: Shard | None = None,
     warm_rope: bool = True,
+    batch: int = 1,
+    mark_input: MarkInput | None = None,
 ) -> RunResult:
     """Run `pipe` once: text encoder on the CPU, transformer and VAE on the XLA device (sharded by `shard`).
 
-    CFG runs when `negative_prompt` is given and `cfg_scale` > 1, as in the stock pipeline. Latents come from a
-    CPU generator seeded with `seed`, so the same seed gives the stock pipeline's latents on the CPU.
+    CFG runs when `negative_prompt` is given and `cfg_scale` > 1, as in the stock pipeline. `batch` images of the
+    one prompt run together; image i's latents come from a CPU generator seeded with `seed + i`, so image 0 is
+    the stock pipeline's image for `seed`. `mark_input` splits the latents and prompt embeddings on the device
+    (e.g. the batch over the strategy's batch axis); the image and pixels returned are image 0's.
     `warm_rope` fills the RoPE cache before the loop (``xla_fixes.warm_rope_cache``), saving the second step's
     recompile; turn it off to measure the stock behaviour.
     """
@@ -179,9 +187,10 @@ def run_pipeline(
     start, compiles_at_start = time.perf_counter(), xla.compile_count()
     fallbacks_at_start = xla_fixes.fallback_counters()
     with torch.no_grad():
-        embeds, encode_s, _ = _measured(lambda: _encode(pipe, prompt, negative_prompt, cfg_scale, setup))
+        embeds, encode_s, _ = _measured(lambda: _encode(pipe, prompt, negative_prompt, cfg_scale, setup, batch,
+                                                        mark_input))
         _, rope_s, rope_compiles = _measured(lambda: warm_rope and _warm_rope(pipe, embeds, height, width))
-        loop = _denoise(pipe, embeds, steps, height, width, cfg_scale, seed)
+        loop = _denoise(pipe, embeds, steps, height, width, cfg_scale, seed, mark_input)
         decoded, decode_s, decode_compiles = _measured(lambda: _decode(pipe, loop.latents, height, width))
         pixels = _to_pixels(pipe, decoded)
     counters = Counters(
@@ -242,28 +251,38 @@ class _Embeds:
     uncond_mask: Any
 
 
-def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup) -> _Embeds:
-    """Encode on the CPU; embeddings go to the device once, masks stay on the CPU (the pre-hook moves them)."""
-    embeds, mask = pipe.encode_prompt(prompt, device="cpu")
+def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: int = 1,
+            mark_input: MarkInput | None = None) -> _Embeds:
+    """Encode on the CPU (once; repeated over the batch); embeddings go to the device once, split as
+    `mark_input` says, masks stay on the CPU (the pre-hook moves them)."""
+    embeds, mask = pipe.encode_prompt(prompt, device="cpu", num_images_per_prompt=batch)
     neg = neg_mask = None
     masked = setup.attention_backend in xla_fixes.MASKED_BACKENDS
     if negative_prompt is not None and cfg_scale > 1:
-        neg, neg_mask = pipe.encode_prompt(negative_prompt, device="cpu")
+        neg, neg_mask = pipe.encode_prompt(negative_prompt, device="cpu", num_images_per_prompt=batch)
         if masked:
             embeds, mask, neg, neg_mask = xla_fixes.pad_prompt_pair(embeds, mask, neg, neg_mask)
     if not masked:
         mask, neg_mask = xla_fixes.drop_full_masks(mask, neg_mask)
-    to_device = lambda t: None if t is None else t.to(setup.device)  # noqa: E731
+    def to_device(t):
+        if t is None:
+            return None
+        t = t.to(setup.device)
+        if mark_input is not None:
+            mark_input("encoder_hidden_states", t)
+        return t
+
     return _Embeds(to_device(embeds), mask, to_device(neg), neg_mask)
 
 
-def _img_shapes(pipe, height, width):
-    return [[(1, height // pipe.vae_scale_factor // 2, width // pipe.vae_scale_factor // 2)]]
+def _img_shapes(pipe, height, width, batch: int = 1):
+    return [[(1, height // pipe.vae_scale_factor // 2, width // pipe.vae_scale_factor // 2)]] * batch
 
 
 def _warm_rope(pipe, embeds: _Embeds, height, width) -> None:
     lengths = [e.shape[1] for e in (embeds.cond, embeds.uncond) if e is not None]
-    xla_fixes.warm_rope_cache(pipe.transformer, _img_shapes(pipe, height, width), lengths, embeds.cond.device)
+    shapes = _img_shapes(pipe, height, width, embeds.cond.shape[0])
+    xla_fixes.warm_rope_cache(pipe.transformer, shapes, lengths, embeds.cond.device)
 
 
 @dataclass(frozen=True)
@@ -275,11 +294,15 @@ class _Loop:
     complex_in_first_step: bool
 
 
-def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed) -> _Loop:
+def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_input: MarkInput | None = None,
+             ) -> _Loop:
     """The stock denoising loop with CPU timesteps and one blocking sync per step."""
-    latents = _initial_latents(pipe, height, width, embeds.cond.dtype, seed).to(embeds.cond.device)
+    batch = embeds.cond.shape[0]
+    latents = _initial_latents(pipe, height, width, embeds.cond.dtype, seed, batch).to(embeds.cond.device)
+    if mark_input is not None:
+        mark_input("hidden_states", latents)
     timesteps = _cpu_timesteps(pipe, steps, latents.shape[1])
-    shapes = _img_shapes(pipe, height, width)
+    shapes = _img_shapes(pipe, height, width, batch)
     seconds, compiles, fallbacks_before, has_complex = [], [], xla_fixes.fallback_counters(), False
     for i, t in enumerate(timesteps):
         start, compiles_before = time.perf_counter(), xla.compile_count()
@@ -318,12 +341,13 @@ def _predict(pipe, latents, timestep, shapes, embeds: _Embeds, cfg_scale):
     return combined * scale
 
 
-def _initial_latents(pipe, height, width, dtype, seed):
+def _initial_latents(pipe, height, width, dtype, seed, batch: int = 1):
+    """Image i's latents from a generator seeded with seed + i: image 0 is the stock pipeline's for `seed`."""
     import torch
 
-    generator = torch.Generator("cpu").manual_seed(seed)
     channels = pipe.transformer.config.in_channels // 4
-    return pipe.prepare_latents(1, channels, height, width, dtype, "cpu", generator)
+    return torch.cat([pipe.prepare_latents(1, channels, height, width, dtype, "cpu",
+                                           torch.Generator("cpu").manual_seed(seed + i)) for i in range(batch)])
 
 
 def _cpu_timesteps(pipe, steps: int, image_seq_len: int):

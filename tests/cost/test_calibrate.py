@@ -7,10 +7,13 @@ from meshlab.errors import InputError
 from meshlab.hardware import load_hardware
 
 
-def record(local, collective, measured, platform="tpu", hardware="v6e-8", status="ok"):
-    return {"status": status, "hardware": {"platform": platform},
-            "prediction": {"hardware": hardware, "local_s": local, "collective_s": collective, "overhead_s": 0.001},
-            "timings": {"steady_step_median_s": measured}}
+WORK = {"model": "qwen-image", "config_digest": "abc", "batch": 2, "dtype": "bfloat16"}
+
+
+def record(local, collective, measured, platform="tpu", hardware="v6e-8", status="ok", devices=8, **ran):
+    return {"status": status, "hardware": {"platform": platform, "devices": devices}, "ran": WORK | ran,
+            "prediction": {"hardware": hardware, "local_s": local, "collective_s": collective, "overhead_s": 0.001}
+            | WORK, "timings": {"steady_step_median_s": measured}}
 
 
 def test_recovers_slowdown_and_overhead():
@@ -31,3 +34,15 @@ def test_one_point_fits_the_slowdown_only():
 def test_cpu_runs_are_refused():
     with pytest.raises(InputError, match="ran on cpu"):
         calibrate((record(0.1, 0.0, 1.0, platform="cpu"),), "v6e-8")
+
+
+def test_runs_of_other_work_never_enter_the_fit():
+    """A tiny-checkpoint run, another device count, batch or dtype would each move k if it were fitted."""
+    k = 1.6
+    good = tuple(record(local, 0.01, k * local + 0.011) for local in (0.02, 0.05, 0.2))
+    wrong = (record(0.1, 0.0, 9.9, model="checkpoint", config_digest="tiny"), record(0.1, 0.0, 9.9, devices=4),
+             record(0.1, 0.0, 9.9, batch=1), record(0.1, 0.0, 9.9, dtype="float32"))
+    result = calibrate(good + wrong, "v6e-8")
+    assert result.points == 3 and result.slowdown == pytest.approx(k)
+    with pytest.raises(InputError, match="ran model 'checkpoint', predicted for 'qwen-image'"):
+        calibrate(wrong[:1], "v6e-8")

@@ -5,10 +5,14 @@ from meshlab.experiments.records import append_record, read_records
 from meshlab.experiments.report import report_rows
 
 
-def record(platform: str, measured: float, predicted: float) -> dict:
+WORK = {"model": "qwen-image", "config_digest": "abc", "batch": 2, "dtype": "bfloat16"}
+
+
+def record(platform: str, measured: float, predicted: float, **ran) -> dict:
     return {"status": "ok", "time": "2026-12-02T10:00:00+00:00", "strategy": {"name": "2d"},
             "hardware": {"platform": platform, "devices": 8}, "workload": {"height": 64, "width": 64, "steps": 4},
-            "timings": {"steady_step_median_s": measured}, "prediction": {"hardware": "v6e-8", "step_s": predicted}}
+            "timings": {"steady_step_median_s": measured}, "ran": WORK | ran,
+            "prediction": {"hardware": "v6e-8", "step_s": predicted, "chips": 8} | WORK}
 
 
 def test_error_only_where_the_run_was_on_the_predicted_hardware(tmp_path):
@@ -26,3 +30,20 @@ def test_plot_writes_a_png(tmp_path):
     plot_report(report_rows(read_records([path])), tmp_path / "report.png")
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*.tmp.png"))
+
+
+def test_a_run_of_other_work_is_not_compared(tmp_path):
+    """The tiny checkpoint, another batch or dtype, or a record without what it ran: no error is computed."""
+    path = tmp_path / "2d.jsonl"
+    append_record(path, record("tpu", 0.2, 0.15, model="checkpoint", config_digest="tiny"))
+    append_record(path, record("tpu", 0.2, 0.15, batch=1))
+    append_record(path, record("tpu", 0.2, 0.15, dtype="float32"))
+    old = record("tpu", 0.2, 0.15)
+    del old["ran"]
+    append_record(path, old)
+    rows = report_rows(read_records([path]))
+    assert [r.step_error_pct for r in rows] == [None] * 4
+    assert [r.not_compared for r in rows] == [
+        "ran model 'checkpoint', predicted for 'qwen-image'", "ran batch 1, predicted for 2",
+        "ran dtype 'float32', predicted for 'bfloat16'",
+        "the record does not say which model, batch and dtype ran (recorded by an older meshlab)"]

@@ -1,0 +1,35 @@
+"""When a measured run can be held against its prediction. Pure, one rule for `report` and `calibrate`.
+
+A prediction is for one model (card name and diffusers config), on the catalog hardware's kind of chip and
+chip count, at one batch and dtype. A run is compared with it only when it ran exactly that: a `tiny`
+checkpoint run says nothing about full Qwen-Image, 8 virtual CPU devices nothing about a TPU, and a float32
+load nothing about a bf16 prediction.
+"""
+
+from __future__ import annotations
+
+from meshlab.errors import InputError
+from meshlab.hardware import load_hardware
+
+PLATFORMS = {"tpu": ("tpu",), "gpu": ("cuda", "gpu")}
+
+
+def comparison_problem(record: dict) -> str | None:
+    """Why `record`'s measurement cannot be compared with its prediction; None when it can."""
+    prediction, ran, hardware = record.get("prediction") or {}, record.get("ran") or {}, record.get("hardware") or {}
+    if record.get("status") != "ok":
+        return f"the run did not succeed ({record.get('status', '?')})"
+    try:
+        catalog = load_hardware(prediction.get("hardware", "?"))
+    except InputError:
+        return f"predicted for unknown hardware {prediction.get('hardware')!r}"
+    if hardware.get("platform") not in PLATFORMS.get(catalog.kind, ()):
+        return f"ran on {hardware.get('platform', '?')}, predicted for {catalog.name} ({catalog.kind})"
+    if hardware.get("devices") != catalog.chips:
+        return f"ran on {hardware.get('devices', '?')} devices, predicted for {catalog.chips}"
+    if not ran:
+        return "the record does not say which model, batch and dtype ran (recorded by an older meshlab)"
+    for key, what in (("model", "model"), ("config_digest", "model config"), ("batch", "batch"), ("dtype", "dtype")):
+        if ran.get(key) != prediction.get(key):
+            return f"ran {what} {ran.get(key)!r}, predicted for {prediction.get(key)!r}"
+    return None
