@@ -119,6 +119,16 @@ class Flow:
 
 
 @dataclass(frozen=True)
+class Join:
+    """Outside attention, the text and image streams concatenated into one joint sequence along the tokens
+    (``concat``), or a joint sequence cut back into them (``split``), in the module ``module`` (a pattern)."""
+
+    module: str
+    kind: str  # "concat" or "split"
+    width: int  # features of the joint tensor
+
+
+@dataclass(frozen=True)
 class Component:
     """A pipeline component meshlab does not shard (VAE, text encoder): its size, and a decode working set."""
 
@@ -160,10 +170,16 @@ class ModelCard:
     attention: tuple[Attention, ...]
     components: tuple[Component, ...] = field(default=())
     dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
+    joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention
 
     @property
     def total_params(self) -> int:
         return sum(p.numel for p in self.parameters)
+
+    @property
+    def config_digest(self) -> str:
+        """A short hash of the diffusers config the card was made from: two cards of one model share it."""
+        return config_digest(self.source.get("config") or {})
 
     @property
     def block_lists(self) -> frozenset[str]:
@@ -175,6 +191,14 @@ class ModelCard:
 
     def to_json(self) -> dict:
         return card_to_json(self)
+
+
+def config_digest(config: dict) -> str:
+    """sha256 (16 hex digits) of a diffusers config without its private keys (``_class_name``, ...)."""
+    import hashlib
+
+    public = {k: v for k, v in config.items() if not str(k).startswith("_")}
+    return hashlib.sha256(json.dumps(public, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def card_to_json(card: ModelCard) -> dict:
@@ -204,6 +228,7 @@ def card_to_json(card: ModelCard) -> dict:
              "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates]}
             for f in card.dataflow
         ],
+        "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
     }
 
 
@@ -231,6 +256,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             attention=tuple(_attention(a) for a in data["attention"]),
             components=tuple(Component(**c) for c in data.get("components", [])),
             dataflow=tuple(_flow(f) for f in data["dataflow"]),
+            joins=tuple(Join(j["module"], j["kind"], int(j["width"])) for j in data.get("joins", [])),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(

@@ -10,6 +10,10 @@ and passes the union of its inputs' tags on through every op, with three boundar
 - a norm over the hidden width (``F.layer_norm`` and the like, the LayerNorms of the residual streams): the
   output is tagged by the norm; what reaches its input joins a residual stream.
 
+Outside attention, a concatenation of the text and image streams along the token dim into one joint sequence,
+and the slicing of a joint sequence back into the two, are recorded as ``Join`` events of the module they run
+in (Flux's single blocks do both; the q/k/v concatenations inside attention are the attention's own business).
+
 An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a
 modulation: those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last
 dim. Model inputs are tagged ``input:<name>``. Per-head q/k norms (over the head dim) are not boundaries.
@@ -23,13 +27,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
-from meshlab.cards.card import Flow, Modulation
+from meshlab.cards.card import Flow, Join, Modulation
 from meshlab.cards.card import module_pattern as pattern_of
 
 
 def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
-                   stream_of: Callable[[tuple[int, ...]], str]) -> tuple[Flow, ...]:
-    """Run ``model(**inputs)`` once under the tracer; every Linear's flow, in the order the forward calls them."""
+                   stream_of: Callable[[tuple[int, ...]], str]) -> tuple[tuple[Flow, ...], tuple[Join, ...]]:
+    """Run ``model(**inputs)`` once under the tracer: every Linear's flow, in the order the forward calls them,
+    and the joins and splits of the token streams outside attention."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
@@ -57,6 +62,22 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     residual: set[str] = set()
     modulations: dict[str, dict[str, Modulation]] = defaultdict(dict)
     norms = {F.layer_norm, F.group_norm, getattr(F, "rms_norm", F.layer_norm)}
+    joins: dict[tuple[str, str], Join] = {}
+
+    def record_join(func, args, kwargs, out) -> None:
+        if any(p in attention_modules for p in stack):
+            return
+        if func is torch.cat and torch.is_tensor(out) and out.dim() == 3:
+            parts = args[0] if args else kwargs.get("tensors", ())
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if dim in (1, -2) and stream_of(tuple(out.shape)) == "joint" and len(parts) == 2 and all(
+                    stream_of(tuple(t.shape)) in ("text", "image") for t in parts):
+                where = pattern_of(stack[-1] if stack else "", block_lists)
+                joins.setdefault((where, "concat"), Join(where, "concat", int(out.shape[-1])))
+        if func is torch.Tensor.__getitem__ and torch.is_tensor(out) and out.dim() == 3 and torch.is_tensor(args[0]):
+            if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image"):
+                where = pattern_of(stack[-1] if stack else "", block_lists)
+                joins.setdefault((where, "split"), Join(where, "split", int(out.shape[-1])))
 
     def tags(values) -> list[frozenset]:
         return [getattr(t, "_meshlab_from", frozenset()) for t in tree_flatten(values)[0] if torch.is_tensor(t)]
@@ -94,6 +115,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))
                 return out
             self._modulation(args, incoming)
+            record_join(func, args, kwargs, out)
             tag(out, frozenset().union(*incoming) if incoming else frozenset())
             return out
 
@@ -117,9 +139,10 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     with torch.no_grad(), Tracer():
         output = model(**inputs, return_dict=False)[0]
     residual.update(linears(getattr(output, "_meshlab_from", frozenset())))
-    return tuple(
+    flows = tuple(
         Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
              modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
              residual=name in residual)
         for name in order
     )
+    return flows, tuple(joins.values())

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 from meshlab.backend.models import Geometry, ModelSpec, model_spec
 from meshlab.cards.card import (
-    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Flow, ModelCard, Parameter, card_to_json,
+    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Flow, Join, ModelCard, Parameter, card_to_json,
 )
 from meshlab.cards.dataflow_trace import trace_dataflow
 from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
@@ -80,7 +80,7 @@ def import_card(
         model = cls.from_config(dict(config))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
-    streams, dataflow = _trace(cls, full_config, tracer)
+    streams, (dataflow, joins) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _component(n, s, dtype) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else 8
@@ -93,6 +93,7 @@ def import_card(
         attention=_attention(model, streams, offsets),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
+        joins=joins,
     )
 
 
@@ -204,7 +205,7 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], tuple[Flow, ...]]:
+def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], tuple[tuple[Flow, ...], tuple[Join, ...]]]:
     """Stream of each parameter-owning module of a one-block-per-kind copy, by module path, and its dataflow."""
     import torch
 

@@ -71,6 +71,12 @@ KNOWN_DIFFERENCES = (
     "the rows gather of LayerNorms is measured over a batch axis, a guidance axis (cfg2-model4.yaml, and with "
     "data and cfg one gather over both: data2-cfg2-model2.yaml) and a sequence axis (seq2-model4.yaml); a sequence "
     "split of Flux's single-stream blocks (no concatenation of streams) is derived by the same rules, not measured",
+    "a sequence axis beside a batch axis under largest-dim rules (seq2-data2-model2.yaml, held out: XLA 24 "
+    "all-gathers moving 5,812,224 B, 6 all-to-alls moving 589,824 B and 18 collective-permutes moving 436,224 B "
+    "per block; this model 22 moving 5,025,792 B, 9 moving 884,736 B and 14 moving 184,320 B): XLA's propagation "
+    "gathers v per stream before the concatenation (no all-to-alls for v), gathers the text stream back over the "
+    "sequence axis after attention, and moves the 2-way modulation split as halo windows; the sequence rules hold "
+    "exactly without a batch axis (seq2-model4.yaml, flux-seq2-model4.yaml)",
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
 )
 
@@ -120,6 +126,7 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective
             if qkv:
                 deriver.states[attention.module] = deriver.attention(attention, qkv)
     deriver.parameters(graph)
+    deriver.joins(graph)
     if layout.guidance_axis:
         found.append(Collective("all-gather", (layout.guidance_axis,), _guidance_bytes(graph, layout), None,
                                 "guidance", "the two guidance branches' noise predictions meet once per step",
@@ -332,6 +339,35 @@ class _Deriver:
         for stream in misaligned:
             self.emit("collective-permute", (axis,), nbytes(joint_local) // len(misaligned), block, "attention:split",
                       f"the {stream} stream's share of the joint output sits on other chips than its own split wants")
+
+    def joins(self, graph: Graph) -> None:
+        """Streams joined into one sequence (or cut back) outside attention, each block that does it (Flux's single
+        blocks): under a sequence axis the same all-to-alls and permutes as attention's q/k/v (measured: Flux,
+        seq 2 x model 4, a single block: 3 all-to-alls and 2 permutes of hidden-wide tokens)."""
+        axis = self.layout.sequence_axis
+        if not axis or self.size((axis,)) == 1:
+            return
+        streams, local = ("text", "image"), self.layout.local
+        lists = {}
+        for op in graph.linears:
+            if op.block is not None:
+                lists.setdefault(op.block, op.module.split(".", 1)[0])
+        for join in graph.joins:
+            head = join.module.partition(".*")[0] if ".*" in join.module else None
+            for block in [b for b, name in lists.items() if name == head] if head else [None]:
+                nbytes = lambda tokens: self.layout.batch * tokens * join.width * self.layout.itemsize  # noqa: E731
+                if join.kind == "concat":
+                    for stream in streams:
+                        self.emit("all-to-all", (axis,), nbytes(local.of_stream(stream)), block, "streams:concat",
+                                  f"the {stream} stream joins a sequence split on {axis}")
+                    self.emit("all-to-all", (axis,), nbytes(local.joint), block, "streams:concat",
+                              "the joined sequence moves its split back onto the tokens")
+                else:
+                    misaligned = self._misaligned(streams, self.size((axis,)))
+                    for stream in misaligned:
+                        self.emit("collective-permute", (axis,), nbytes(local.joint) // len(misaligned), block,
+                                  "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
+                                  "other chips than its own split wants")
 
     def _misaligned(self, streams: tuple[str, ...], parts: int) -> list[str]:
         """Streams whose even split over `parts` chips does not lie inside the joint sequence's even split."""

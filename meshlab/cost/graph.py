@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from meshlab.cards.card import Attention, Flow, ModelCard, concrete_path, module_pattern
+from meshlab.cards.card import Attention, Flow, Join, ModelCard, concrete_path, module_pattern
 from meshlab.errors import InputError
 from meshlab.plan.plan import Plan, PlannedParameter
 
@@ -73,6 +73,7 @@ class Graph:
     #: Blocks identical to a kept block (same parameter names past the index, shapes, specs and streams) are
     #: left out; ``repeats[b]`` says how many blocks kept block ``b`` stands for.
     repeats: dict[int, int] = field(default_factory=dict)
+    joins: tuple[Join, ...] = ()  # stream concatenations and splits outside attention (see ModelCard.joins)
 
     def count(self, block: int | None) -> int:
         return 1 if block is None else self.repeats.get(block, 1)
@@ -124,7 +125,7 @@ def graph_of(plan: Plan) -> Graph:
         role = roles.get(flow.module, "whole") if flow else "whole"
         linears.append(_linear_op(module, weight, biases.get(module), role, flow, roles))
     kept_attention = tuple(a for a in card.attention if a.qkv and a.qkv[0] in weights)
-    return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats)
+    return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats, card.joins)
 
 
 def _roles(dataflow: tuple[Flow, ...]) -> dict[str, str]:

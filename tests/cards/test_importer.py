@@ -221,3 +221,13 @@ def test_a_card_of_the_older_schema_is_refused_with_the_command_that_regenerates
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "old.json" in lines[0] and "schema 1" in lines[0], lines
     assert "meshlab models import flux-dev -o" in lines[0]
+
+
+def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
+    """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end;
+    Qwen-Image joins them only inside attention (q/k/v), which the attention's own rules price."""
+    from meshlab.cards.card import Join
+
+    assert load_card("flux-dev").joins == (Join("single_transformer_blocks.*", "concat", 3072),
+                                            Join("single_transformer_blocks.*", "split", 3072))
+    assert load_card("qwen-image").joins == ()

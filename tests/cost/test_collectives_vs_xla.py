@@ -29,7 +29,8 @@ from tests.conftest import REPO
 
 DATA = Path(__file__).parent / "data"
 BUILT_IN = ("data", "model", "2d", "pairs")
-MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs")
+MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs",
+          "flux-seq2-model4", "seq2-data2-model2")
 TOLERANCE = 0.10
 BLOCK = "transformer_blocks.0"
 #: (strategy, kind[, block list]) -> ((XLA count, bytes), (derived count, bytes)): see KNOWN_DIFFERENCES.
@@ -39,6 +40,9 @@ DOCUMENTED = {
     ("2d-4x2", "collective-permute"): ((12, 86_016), (12, 36_864)),
     ("flux-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
     ("flux-2d", "collective-permute", "single_transformer_blocks"): ((7, 15_360), (8, 12_288)),
+    ("seq2-data2-model2", "all-gather"): ((24, 5_812_224), (22, 5_025_792)),
+    ("seq2-data2-model2", "all-to-all"): ((6, 589_824), (9, 884_736)),
+    ("seq2-data2-model2", "collective-permute"): ((18, 436_224), (14, 184_320)),
 }
 #: In a checked depth of one, the block is the last: XLA drops its text stream after the attention.
 LAST_BLOCK_DROPS = ("to_add_out", "txt_mlp", "text stream's LayerNorm 2")
@@ -149,13 +153,17 @@ def test_every_documented_difference_is_listed():
 @pytest.mark.slow
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch_xla", "diffusers")),
                     reason="needs the xla extra: pip install -e '.[xla]'")
-def test_pairs_agrees_with_a_live_check():
-    """pairs.yaml through `meshlab check`'s own API (a torch worker on 8 virtual CPU devices, about 2 minutes)."""
+@pytest.mark.parametrize("strategy", ["pairs", "seq2-model4"])
+def test_agrees_with_a_live_check(strategy):
+    """Through `meshlab check`'s own API (a torch worker on 8 virtual CPU devices, about 2 minutes each): a
+    built-in strategy, and the sequence-axis case of the matrix (all-to-alls, permutes, joint k/v gathers)."""
     from meshlab.backend.check import run_check
 
     options = {"layers": 2, "height": 128, "width": 128, "text_tokens": 32}
-    report = run_check(REPO / "strategies" / "pairs.yaml", CheckOptions(**options))
+    report = run_check(strategy_path(strategy), CheckOptions(**options))
     collectives = [{"kind": c.hlo.kind, "layer": c.hlo.layer, "bytes_per_device": c.hlo.bytes_per_device,
                     "dtype": c.hlo.result[0].dtype if c.hlo.result else None} for c in report.collectives]
-    derived, itemsize = derived_block("pairs", options)
-    assert_agrees("pairs", xla_block(collectives, itemsize), derived)
+    derived, itemsize = derived_block(strategy, options)
+    xla = xla_block(collectives, itemsize)
+    assert_agrees(strategy, xla, derived)
+    assert xla == xla_block(load(strategy)["collectives"], itemsize)  # the checked-in measurement still holds
