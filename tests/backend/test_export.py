@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from collections import Counter
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from meshlab.export import spec_map_document, torch_xla_snippet
 from meshlab.planning import plan_file
 from meshlab.strategy.schema import Activations, Rule
 
-from tests.conftest import STRATEGIES, small_card
+from tests.conftest import REPO, STRATEGIES, small_card
 
 
 @pytest.fixture
@@ -90,11 +91,77 @@ def test_snippet_marks_every_parameter(fake_torch_xla):
     assert len(fake_torch_xla.marked) == len(planned.plan.parameters)
 
 
+COLUMN, ROW, WHOLE, VECTOR = ["model", None], [None, "model"], [None, None], [None]
+SPLIT_VECTOR = ["model"]
+
+#: strategies/pairs.yaml over meshlab/cards/qwen-image.json, written out by hand: every parameter of one block
+#: (by its path past ``transformer_blocks.<i>.``) and its spec. Column: q/k/v and MLP-in, their biases split
+#: with their output; row: out-projections, MLP-out and the modulation Linears, their biases whole; norms whole.
+PAIRS_BLOCK = {
+    "img_mod.1.weight": ROW, "img_mod.1.bias": VECTOR,
+    "txt_mod.1.weight": ROW, "txt_mod.1.bias": VECTOR,
+    **{f"attn.{n}.weight": COLUMN for n in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")},
+    **{f"attn.{n}.bias": SPLIT_VECTOR for n in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")},
+    "attn.to_out.0.weight": ROW, "attn.to_out.0.bias": VECTOR,
+    "attn.to_add_out.weight": ROW, "attn.to_add_out.bias": VECTOR,
+    **{f"attn.{n}.weight": VECTOR for n in ("norm_q", "norm_k", "norm_added_q", "norm_added_k")},
+    **{f"{s}_mlp.net.0.proj.weight": COLUMN for s in ("img", "txt")},
+    **{f"{s}_mlp.net.0.proj.bias": SPLIT_VECTOR for s in ("img", "txt")},
+    **{f"{s}_mlp.net.2.weight": ROW for s in ("img", "txt")},
+    **{f"{s}_mlp.net.2.bias": VECTOR for s in ("img", "txt")},
+}
+#: outside the blocks no rule of pairs.yaml matches: every weight whole
+PAIRS_OUTSIDE = {
+    **{f"{m}.weight": WHOLE for m in ("time_text_embed.timestep_embedder.linear_1",
+                                      "time_text_embed.timestep_embedder.linear_2", "img_in", "txt_in",
+                                      "norm_out.linear", "proj_out")},
+    **{f"{m}.bias": VECTOR for m in ("time_text_embed.timestep_embedder.linear_1",
+                                     "time_text_embed.timestep_embedder.linear_2", "img_in", "txt_in",
+                                     "norm_out.linear", "proj_out")},
+    "txt_norm.weight": VECTOR,
+}
+
+
 def test_spec_map_document_is_the_plan():
-    planned = plan_file(STRATEGIES[0])
-    document = spec_map_document(planned.plan)
-    assert document["mesh"] == planned.plan.mesh.as_dict()
-    assert document["parameters"] == {p.name: p.spec.to_json() for p in planned.plan.parameters}
+    """pairs.yaml's document against its specs written out by hand, for all 60 blocks of Qwen-Image."""
+    document = spec_map_document(plan_file(REPO / "strategies" / "pairs.yaml").plan)
+    assert {k: v for k, v in document.items() if k != "parameters"} == {
+        "strategy": "pairs", "model": "qwen-image", "class": "QwenImageTransformer2DModel",
+        "mesh": {"data": 2, "model": 4}}
+    expected = dict(PAIRS_OUTSIDE)
+    for block in range(60):
+        expected.update({f"transformer_blocks.{block}.{name}": spec for name, spec in PAIRS_BLOCK.items()})
+    assert len(expected) == 13 + 60 * 32 == 1933
+    assert document["parameters"] == expected
+    # per spec: 8 column weights and their 8 biases, 6 row weights, 6 row biases + 4 norms per block; outside,
+    # 6 whole weights, 6 biases and txt_norm
+    counts = Counter(json.dumps(spec) for spec in json.loads(json.dumps(document))["parameters"].values())
+    assert counts == {'["model", null]': 480, '["model"]': 480, '[null, "model"]': 360, "[null]": 607,
+                      "[null, null]": 6}
+
+
+def test_spec_map_document_largest_dim_by_hand():
+    """2d.yaml (largest dim over model, ties to dim 0) on a few parameters whose shapes decide, and its counts."""
+    document = spec_map_document(plan_file(REPO / "strategies" / "2d.yaml").plan)
+    specs = document["parameters"]
+    assert specs["img_in.weight"] == COLUMN  # 3072 x 64
+    assert specs["txt_in.weight"] == ROW  # 3072 x 3584
+    assert specs["proj_out.weight"] == ROW  # 64 x 3072
+    assert specs["transformer_blocks.7.attn.to_q.weight"] == COLUMN  # 3072 x 3072: the tie goes to dim 0
+    assert specs["transformer_blocks.59.txt_mod.1.weight"] == COLUMN  # 18432 x 3072
+    assert specs["transformer_blocks.0.img_mlp.net.2.weight"] == ROW  # 3072 x 12288
+    assert specs["transformer_blocks.0.img_mlp.net.0.proj.bias"] == VECTOR  # 1-D: below min_rank 2
+    # per block 12 weights split on dim 0 (2 modulation, 8 attention, 2 MLP-in), 2 on dim 1 (MLP-out), 18
+    # vectors; outside, dim 0: linear_1, linear_2, img_in, norm_out.linear; dim 1: txt_in, proj_out; 7 vectors
+    counts = Counter(json.dumps(spec) for spec in specs.values())
+    assert counts == {'["model", null]': 60 * 12 + 4, '[null, "model"]': 60 * 2 + 2, "[null]": 60 * 18 + 7}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda p: p.stem)
+def test_spec_map_document_matches_the_checked_in_golden_specs(strategy):
+    document = spec_map_document(plan_file(strategy).plan)
+    golden = json.loads((REPO / "tests" / "golden" / f"{strategy.stem}.json").read_text())
+    assert document["parameters"] == {name: entry[0] for name, entry in golden["parameters"].items()}
     json.dumps(document)
 
 

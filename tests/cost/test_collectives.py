@@ -117,13 +117,64 @@ def test_all_reduce_costs_twice_an_all_gather():
     assert collective_seconds("all-reduce", 4e6, r, 0.0) == pytest.approx(2 * gather)
 
 
-def test_flux_card_derives_without_error():
+def test_flux_flops_and_pairs_collectives_against_hand_counts():
+    """Flux-dev (19 dual-stream blocks, then 38 single-stream ones) against hand counts from its card's shapes."""
     from meshlab.cards.card import load_card
     from meshlab.cost.predict import predict
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import strategy
 
     card = load_card("flux-dev")
-    s = strategy(workload={"batch": 2, "height": 1024, "width": 1024, "text_tokens": 512, "cfg": False})
-    p = predict(make_plan(s, card, 8), s, load_hardware("v6e-8"))
-    assert p.step.total > 0 and p.block_collectives()
+    workload = {"batch": 2, "height": 1024, "width": 1024, "text_tokens": 512, "cfg": False}
+    hw = load_hardware("v6e-8")
+
+    # FLOPs of one call, one sample, by hand: w 3072, MLP 4w, 4096 image + 512 text tokens (J 4608 joint).
+    # Dual block: per stream q, k, v, out (4 x 2w^2) and MLP (2 x 2 x 4w^2) per token; its two modulation
+    # Linears w -> 6w once per sample; joint attention 4 J^2 w. Single block: q, k, v (3 x 2w^2), proj_mlp
+    # (2 x 4w^2) and proj_out (2 x 5w x w) per joint token; modulation w -> 3w; attention 4 J^2 w. Outside:
+    # timestep, guidance, text embedders (256, 256, 768 -> w, then w -> w), context_embedder 4096 -> w on the
+    # text, x_embedder 64 -> w and proj_out w -> 64 on the image, norm_out w -> 2w.
+    w, image, text = 3072, 4096, 512
+    joint = image + text
+    dual = 24 * w * w * joint + 2 * 2 * w * 6 * w + 4 * joint * joint * w
+    single = 24 * w * w * joint + 2 * w * 3 * w + 4 * joint * joint * w
+    outside = (2 * w * (256 + 256 + 768) + 3 * 2 * w * w + 2 * 4096 * w * text + 2 * 64 * w * image
+               + 2 * w * 64 * image + 2 * w * 2 * w)
+    forward = 19 * dual + 38 * single + outside
+    assert forward == 74_384_653_418_496  # 74.4 TFLOP
+
+    # largest dim over model (4), batch over data (2): every Linear and every attention's heads split 4 ways,
+    # one sample per chip, one call per step (no guidance)
+    s = strategy(workload=workload)
+    p = predict(make_plan(s, card, 8), s, hw)
+    assert p.model_flops_per_call == forward
+    assert p.layout.calls == 1 and p.step.flops == forward / 4
+
+    # column/row pairs: each attention and each MLP of a dual block ends in one all-reduce per stream (4); a
+    # single block's attention and MLP meet in proj_out, one row Linear: 1. Each LayerNorm gathers its rows over
+    # data: 2 per stream in a dual block, 1 in a single block. Modulation stays whole: no permutes.
+    pairs = [
+        {"match": "transformer_blocks.*.attn.to_[qkv].*", "shard": "column", "axis": "model"},
+        {"match": "transformer_blocks.*.attn.add_[qkv]_proj.*", "shard": "column", "axis": "model"},
+        {"match": "transformer_blocks.*.attn.to_out.0.*", "shard": "row", "axis": "model"},
+        {"match": "transformer_blocks.*.attn.to_add_out.*", "shard": "row", "axis": "model"},
+        {"match": "transformer_blocks.*.net.0.proj.*", "shard": "column", "axis": "model"},
+        {"match": "transformer_blocks.*.net.2.*", "shard": "row", "axis": "model"},
+        {"match": "single_transformer_blocks.*.attn.to_[qkv].*", "shard": "column", "axis": "model"},
+        {"match": "single_transformer_blocks.*.proj_mlp.*", "shard": "column", "axis": "model"},
+        {"match": "single_transformer_blocks.*.proj_out.*", "shard": "row", "axis": "model"},
+    ]
+    s = strategy(rules=pairs, workload=workload)
+    p = predict(make_plan(s, card, 8), s, hw)
+    first_single = 19
+    reduces = {b: sorted(c.bytes for c in block_ops(p, b) if c.kind == "all-reduce") for b in (0, first_single)}
+    # one sample per chip x the stream's tokens x w x 2 bytes, over model
+    assert reduces == {0: [text * w * 2] * 2 + [image * w * 2] * 2, first_single: [joint * w * 2]}
+    assert all(c.axes == ("model",) for c in p.collectives if c.kind == "all-reduce")
+    assert [c.count for c in block_ops(p, 0) if c.kind == "all-reduce"] == [19] * 4
+    assert [c.count for c in block_ops(p, first_single) if c.kind == "all-reduce"] == [38]
+    assert sum(c.count for c in p.collectives if c.kind == "all-reduce") == 19 * 4 + 38 * 1
+    rows = {b: sorted(c.bytes for c in norm_rows(block_ops(p, b))) for b in (0, first_single)}
+    # both samples' rows: 2 x tokens x w x 2 bytes, over data
+    assert rows == {0: [2 * text * w * 2] * 2 + [2 * image * w * 2] * 2, first_single: [2 * joint * w * 2]}
+    assert not any(c.kind == "collective-permute" for c in p.collectives)

@@ -48,11 +48,56 @@ def test_pairs_divide_linear_flops_by_model_axis():
 
 
 def test_replicated_work_is_counted_per_chip():
-    # data 1 x model 8 with everything replicated: every chip repeats the whole forward
+    """Everything replicated on 8 chips: each chip's FLOPs and bytes are the whole forward's, counted by hand,
+    and the MFUs follow from v6e's figures in meshlab/data/hardware.yaml."""
+    peak, bandwidth = 918e12, 1.6e12  # v6e bf16_flops, hbm_bandwidth
+    hbm_efficiency, step_overhead = 0.85, 1.0e-3  # v6e hbm_efficiency, step_overhead_s
+
+    def hand_bytes(width: int, heads: int, blocks: int, image: int, text: int, mlp: int = 4) -> int:
+        """HBM bytes of one call of the small card on one sample, weights whole, bf16, flash attention: each
+        Linear reads its weight and bias once, reads its input and writes its output at its stream's tokens
+        (the modulation Linears once per sample); each attention reads q, k, v and writes its output at the
+        joint tokens; each block's norm_q scale is read once."""
+        def linear(out, inp, tokens):
+            return 2 * (out * inp + out + tokens * (inp + out))
+
+        block = 2 * linear(6 * width, width, 1)  # img_mod.1, txt_mod.1
+        for tokens in (image, text):
+            block += 4 * linear(width, width, tokens)  # q, k, v and out of this stream
+            block += linear(mlp * width, width, tokens) + linear(width, mlp * width, tokens)
+        block += 2 * 4 * (image + text) * width  # attention
+        block += 2 * (width // heads)  # attn.norm_q.weight
+        outside = linear(width, 16, image) + linear(width, 16, text) + linear(16, width, image)
+        return blocks * block + outside
+
+    # data 1 x model 8, no rules: every chip repeats the whole forward, two guidance calls per step, on
+    # 16 image tokens ((64 / 8 / 2)^2) and 8 text tokens
     p = predicted(mesh={"data": 1, "model": 8}, rules=[], workload={"batch": 1, "height": 64, "width": 64,
                                                                      "text_tokens": 8})
-    assert p.step.flops == 2 * p.model_flops_per_call  # two guidance calls per step
-    assert p.mfu < 1 / 8 + 1e-9 or p.roofline_mfu <= 1 / 8 + 1e-9
+    flops, nbytes = hand_count(64, 2, 16, 8), hand_bytes(64, 4, 2, 16, 8)
+    assert (flops, nbytes) == (5_292_032, 749_152)  # the two hand counts, evaluated
+    assert p.step.flops == 2 * flops and p.step.hbm_bytes == 2 * nbytes
+    assert p.collectives == () and p.step.collective == 0
+    # 7 FLOP per byte against v6e's 574: HBM-bound, the roofline is the bytes at 100% bandwidth
+    assert flops / peak < nbytes / bandwidth
+    assert p.step.roofline == pytest.approx(2 * nbytes / bandwidth, rel=1e-12)
+    # the useful work is one copy over 8 chips' peak: 1/8 of what one chip's roofline reaches
+    assert p.roofline_mfu == pytest.approx(flops * bandwidth / (8 * peak * nbytes), rel=1e-12)
+    assert p.roofline_mfu == pytest.approx(0.0015390043, rel=1e-8)
+    # every op is HBM-bound at the derated rates too (none above about 12 FLOP per byte, against 540): the
+    # predicted step is the bytes at 85% of the bandwidth plus 1 ms of host time
+    total = 2 * nbytes / (bandwidth * hbm_efficiency) + step_overhead
+    assert p.step.total == pytest.approx(total, rel=1e-12)
+    assert p.mfu == pytest.approx(2 * flops / (8 * peak * total), rel=1e-12)
+
+    # a wide card on a 1024 x 1024 image is compute-bound: the roofline MFU of 8 chips repeating it is 1/8
+    wide = predicted(small_card(width=2048, heads=16), mesh={"data": 1, "model": 8}, rules=[],
+                     workload={"batch": 1, "height": 1024, "width": 1024, "text_tokens": 8})
+    flops, nbytes = hand_count(2048, 2, 4096, 8), hand_bytes(2048, 16, 2, 4096, 8)
+    assert wide.step.flops == 2 * flops and wide.step.hbm_bytes == 2 * nbytes
+    assert flops / peak > nbytes / bandwidth
+    assert wide.step.roofline == pytest.approx(2 * flops / peak, rel=1e-12)
+    assert wide.roofline_mfu == pytest.approx(1 / 8, rel=1e-12)
 
 
 def test_cfg_axis_halves_calls():
