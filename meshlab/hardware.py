@@ -22,7 +22,7 @@ import yaml
 
 from meshlab.errors import InputError
 
-KINDS = ("tpu", "gpu")
+CHIP_KINDS = ("tpu", "gpu")
 # "ici-torus": nearest-neighbour links along each topology axis; an axis with wraparound is a ring.
 # "nvswitch": every device reaches every other through switches at its full link bandwidth.
 INTERCONNECTS = ("ici-torus", "nvswitch")
@@ -101,7 +101,7 @@ class Hardware:
 
 def _problems(hw: Hardware) -> list[str]:
     """Every broken invariant of `hw`, as sentences naming the field, its value and the constraint."""
-    problems = [f"kind {hw.kind!r} is not one of {list(KINDS)}"] if hw.kind not in KINDS else []
+    problems = [f"kind {hw.kind!r} is not one of {list(CHIP_KINDS)}"] if hw.kind not in CHIP_KINDS else []
     if hw.interconnect not in INTERCONNECTS:
         problems.append(f"interconnect {hw.interconnect!r} is not one of {list(INTERCONNECTS)}")
     for name in COUNT_FIELDS:

@@ -30,7 +30,7 @@ OUTSIDE = "outside blocks"
 
 
 @dataclass(frozen=True)
-class Collective:
+class MeasuredCollective:
     """One collective of the checked forward, its groups mapped back to mesh axes."""
 
     hlo: HloCollective
@@ -57,7 +57,7 @@ class Collective:
 class CheckReport:
     setup: CheckSetup
     parameters: tuple[AppliedParameter, ...]
-    collectives: tuple[Collective, ...]
+    collectives: tuple[MeasuredCollective, ...]
     xla_memory: XlaMemory | None
     max_abs_error: float
     reference_max_abs: float
@@ -142,9 +142,9 @@ def _in_block(name: str, setup: CheckSetup) -> bool:
 
 
 def collectives_of(hlo: tuple[HloCollective, ...], setup: CheckSetup,
-                   device_ids: tuple[int, ...]) -> tuple[Collective, ...]:
+                   device_ids: tuple[int, ...]) -> tuple[MeasuredCollective, ...]:
     axes = setup.plan.mesh.axes
-    return tuple(Collective(c, mesh_axes(c.groups, axes, device_ids)) for c in hlo)
+    return tuple(MeasuredCollective(c, mesh_axes(c.groups, axes, device_ids)) for c in hlo)
 
 
 def predicted_per_block(setup: CheckSetup) -> dict[str, Counter]:
@@ -179,7 +179,7 @@ def is_last_block(key: str, setup: CheckSetup) -> bool:
     return position is not None and position[1] == setup.checked_blocks.get(position[0], 0) - 1
 
 
-def _bytes(collective: Collective) -> int:
+def _bytes(collective: MeasuredCollective) -> int:
     return collective.hlo.bytes_per_device
 
 

@@ -1,6 +1,6 @@
 """The model card: the inventory meshlab plans over, as plain immutable values (no torch).
 
-Cards are generated from the real diffusers classes by ``meshlab.cards.importer`` (which needs torch) and
+Cards are generated from the real diffusers classes by ``meshlab.backend.card_import`` (which needs torch) and
 shipped as JSON inside the package, so planning never imports torch.
 """
 
@@ -19,7 +19,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "i
 #: Which token stream a Linear (or any parameter) serves; the cost model multiplies by its token count.
 STREAMS = ("image", "text", "joint", "conditioning", "none")
 #: Module kinds the planner distinguishes (column/row apply only to ``linear``).
-KINDS = ("linear", "conv", "norm", "embedding", "other")
+MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
 CARD_SCHEMA_VERSION = 2  # 2: the traced dataflow (``ModelCard.dataflow``)
 
@@ -31,7 +31,7 @@ class Parameter:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    kind: str  # one of KINDS: the kind of the module that owns it
+    kind: str  # one of MODULE_KINDS: the kind of the module that owns it
     stream: str  # one of STREAMS
     block: int | None = None  # index of the repeated block it belongs to, None outside blocks
 
@@ -100,7 +100,7 @@ class Modulation:
 
 @dataclass(frozen=True)
 class Flow:
-    """What one Linear reads and what reads it, traced from the real forward (meshlab.cards.dataflow_trace).
+    """What one Linear reads and what reads it, traced from the real forward (meshlab.backend.dataflow_trace).
 
     ``module`` is a pattern: the path with the block index replaced by ``*``, one entry for every block of a list.
     ``reads`` are producer labels: ``linear:<pattern>``, ``attention:<pattern>``, ``norm:<pattern>|<stream>``
@@ -267,7 +267,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
 
 
 def _parameter(p: dict) -> Parameter:
-    if p["kind"] not in KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
+    if p["kind"] not in MODULE_KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
         raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
     return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
 

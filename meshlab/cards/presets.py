@@ -1,7 +1,7 @@
 """Published model configurations the importer builds cards from (plain data, no torch).
 
 Each preset copies the Hugging Face repository's ``config.json`` for the transformer and its pipeline
-components. They are inputs to ``meshlab.cards.importer``: parameter counts, streams and working sets are
+components. They are inputs to ``meshlab.backend.card_import``: parameter counts, streams and working sets are
 measured from the classes they build, never written here. Keys that change no parameter shape (token ids,
 RoPE scaling, latent normalisation constants) are left out where noted.
 """
@@ -125,5 +125,5 @@ FLUX_DEV = Preset(
     },
 )
 
-#: The presets ``python -m meshlab.cards.importer --all`` turns into the shipped cards, by card name.
+#: The presets ``python -m meshlab.backend.card_import --all`` turns into the shipped cards, by card name.
 PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV)}

@@ -55,7 +55,7 @@ def import_card(
 
 def _importer():
     try:
-        from meshlab.cards import importer
+        from meshlab.backend import card_import as importer
     except ImportError as exc:
         raise InputError(f"importing model cards needs torch and diffusers ({exc.name} is missing)",
                          "install the extra: pip install -e '.[xla]'") from None

@@ -80,7 +80,7 @@ KNOWN_DIFFERENCES = (
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
 )
 
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 Axes = tuple[str, ...]
 _CONDITIONING = "<conditioning>"  # the state of the conditioning vector every modulation Linear reads
@@ -90,7 +90,7 @@ _CONDITIONING = "<conditioning>"  # the state of the conditioning vector every m
 class Collective:
     """One collective in one transformer call on one chip."""
 
-    kind: str  # one of KINDS
+    kind: str  # one of COLLECTIVE_KINDS
     axes: Axes  # mesh axes it runs over (major to minor)
     bytes: int  # per chip: the buffer it produces (all-gather: gathered; all-reduce: reduced; permute: sent)
     block: int | None  # repeated block it sits in (None: outside the blocks, or once per step)

@@ -1,7 +1,7 @@
 """The dataflow the cost model walks: every Linear of the card with its role, and the attentions.
 
 Roles come from the dataflow traced from the real forward and recorded in the card (``ModelCard.dataflow``,
-see meshlab.cards.dataflow_trace), never from module names or registration order. They say what consumes a
+see meshlab.backend.dataflow_trace), never from module names or registration order. They say what consumes a
 Linear's output, which decides the collectives its sharding implies:
 
 - ``qkv``: feeds attention, which wants every q/k/v split the same way over heads.

@@ -71,7 +71,7 @@ def plan_for(strategy_path: str, transformer):
     config = {k: v for k, v in dict(transformer.config).items() if not k.startswith("_")}
     card = next((c for c in map(load_card, builtin_cards()) if _same_model(c, transformer, config)), None)
     if card is None:
-        from meshlab.cards.importer import import_card
+        from meshlab.backend.card_import import import_card
 
         card = import_card(type(transformer).__name__, config, name="checkpoint")
     import torch_xla.runtime as xr

@@ -55,7 +55,7 @@ activations: {{batch: data}}
 
 @pytest.fixture(scope="session")
 def small_strategies(tmp_path_factory) -> dict[str, Path]:
-    from meshlab.cards.importer import import_card, write_card
+    from meshlab.backend.card_import import import_card, write_card
 
     folder = tmp_path_factory.mktemp("small")
     paths = {}

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from meshlab.backend import hlo
 from meshlab.backend.hlo import ArrayShape, HloCollective
-from meshlab.backend.compare import (OUTSIDE, CheckReport, Collective, check_document, collectives_of,
+from meshlab.backend.compare import (OUTSIDE, CheckReport, MeasuredCollective, check_document, collectives_of,
                                     predicted_full_depth, predicted_per_block)
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, check_setup
@@ -206,7 +206,7 @@ def measured_report(measured: dict) -> CheckReport:
     """A 2-block check of 2d.yaml whose collectives are those `meshlab check --json` measured."""
     setup = check_setup(REPO / "strategies" / "2d.yaml", CheckOptions(layers=2))
     collectives = tuple(
-        Collective(HloCollective(f"c{i}", c["kind"], (ArrayShape(c["dtype"], tuple(c["shape"])),), (), (),
+        MeasuredCollective(HloCollective(f"c{i}", c["kind"], (ArrayShape(c["dtype"], tuple(c["shape"])),), (), (),
                                  f"{c['layer']}#/aten" if c["layer"] else None), tuple(c["mesh_axes"]))
         for i, c in enumerate(measured["collectives"]))
     return CheckReport(setup, (), collectives, None, 0.0, 1.0, "CPU", 8, (), {}, None,

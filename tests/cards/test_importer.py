@@ -87,14 +87,14 @@ def test_flux_dev_streams_and_block_numbering():
 
 
 def test_unknown_preset_is_an_input_error_listing_the_presets():
-    from meshlab.cards.importer import import_preset
+    from meshlab.backend.card_import import import_preset
 
     with pytest.raises(InputError, match="qwen-image"):
         import_preset("sdxl")
 
 
 def test_importer_module_does_not_import_torch():
-    code = "import sys, meshlab.cards.importer, meshlab.cards.presets; print('torch' in sys.modules)"
+    code = "import sys, meshlab.backend.card_import, meshlab.cards.presets; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -107,10 +107,10 @@ def test_importer_module_does_not_import_torch():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_card_equals_a_fresh_import(name):
     pytest.importorskip("diffusers")
-    from meshlab.cards.importer import import_preset
+    from meshlab.backend.card_import import import_preset
 
     shipped = json.loads((BUILTIN_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    assert card_to_json(import_preset(name)) == shipped, "regenerate with: python -m meshlab.cards.importer --all"
+    assert card_to_json(import_preset(name)) == shipped, "regenerate with: python -m meshlab.backend.card_import --all"
 
 
 SMALL_QWEN = {  # diffusers' own test configuration
@@ -126,7 +126,7 @@ SMALL_VAE = {"library": "diffusers", "class": "AutoencoderKL",
 @pytest.mark.xla
 def test_import_from_a_local_config_file(tmp_path):
     pytest.importorskip("diffusers")
-    from meshlab.cards.importer import import_from_config_file, write_card
+    from meshlab.backend.card_import import import_from_config_file, write_card
 
     folder = tmp_path / "tiny-qwen"
     folder.mkdir()
@@ -152,7 +152,7 @@ def test_import_from_a_local_config_file(tmp_path):
 @pytest.mark.xla
 def test_small_flux_traces_single_blocks_as_joint():
     pytest.importorskip("diffusers")
-    from meshlab.cards.importer import import_card
+    from meshlab.backend.card_import import import_card
 
     config = {"patch_size": 1, "in_channels": 4, "num_layers": 1, "num_single_layers": 2, "attention_head_dim": 16,
               "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 32,
@@ -170,7 +170,7 @@ def test_small_flux_traces_single_blocks_as_joint():
 @pytest.mark.xla
 def test_unsupported_class_is_an_input_error():
     pytest.importorskip("diffusers")
-    from meshlab.cards.importer import import_card
+    from meshlab.backend.card_import import import_card
 
     with pytest.raises(InputError, match="FluxTransformer2DModel"):
         import_card("SD3Transformer2DModel", {}, "sd3")

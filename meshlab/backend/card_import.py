@@ -14,7 +14,7 @@ Every figure is measured from the classes, never written down:
 - components: built on ``meta`` to count parameters; a VAE's ``working_bytes_per_pixel`` comes from a traced
   decode (see ``_decode_working_bytes_per_pixel``).
 
-``python -m meshlab.cards.importer --all`` regenerates the cards shipped in this folder.
+``python -m meshlab.backend.card_import --all`` regenerates the cards shipped in meshlab/cards/.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from meshlab.backend.models import Geometry, ModelSpec, model_spec
 from meshlab.cards.card import (
     BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Flow, Join, ModelCard, Parameter, card_to_json,
 )
-from meshlab.cards.dataflow_trace import trace_dataflow
+from meshlab.backend.dataflow_trace import trace_dataflow
 from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
 from meshlab.errors import InputError, Location
 
@@ -412,7 +412,7 @@ def _latent_shape(config: Mapping) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m meshlab.cards.importer", description="Regenerate model cards.")
+    parser = argparse.ArgumentParser(prog="python -m meshlab.backend.card_import", description="Regenerate model cards.")
     parser.add_argument("presets", nargs="*", help=f"presets to import ({', '.join(PRESETS)})")
     parser.add_argument("--all", action="store_true", help="import every preset")
     parser.add_argument("--out", type=Path, default=BUILTIN_DIR, help="folder to write <name>.json into")
