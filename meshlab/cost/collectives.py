@@ -405,13 +405,5 @@ class _Deriver:
 
 
 def _phase_name(op: LinearOp) -> str:
-    """Image and text twins share a phase so that their collectives combine: attn.to_out.0 ~ attn.to_add_out."""
-    if op.block is None:
-        return op.module
-    twins = {"attn.to_add_out": "attn.to_out.0"}
-    short = twins.get(op.short, op.short)
-    for text, image in (("txt_", "img_"), ("_context", "")):
-        short = short.replace(text, image)
-    if op.role == "qkv":
-        return "attention"
-    return short
+    """Image and text twins share a phase so that their collectives combine (see ``LinearOp.phase``)."""
+    return op.phase or op.module

@@ -43,6 +43,9 @@ class LinearOp:
     norms: int = 0  # ``chunks`` only: the LayerNorms it modulates
     chunk_width: int = 0  # ``chunks`` only: features of each shift / scale / gate piece
     also: tuple[str, ...] = ()  # further sources concatenated into its input (Flux single blocks' proj_mlp)
+    #: Where in its block it sits, shared by its twin in the other stream (attn.to_add_out ~ attn.to_out.0): the
+    #: short name of the first Linear of the block with its role and rank among its stream's Linears of that role
+    phase: str = ""
 
     @property
     def out_features(self) -> int:
@@ -125,7 +128,27 @@ def graph_of(plan: Plan) -> Graph:
         role = roles.get(flow.module, "whole") if flow else "whole"
         linears.append(_linear_op(module, weight, biases.get(module), role, flow, roles))
     kept_attention = tuple(a for a in card.attention if a.qkv and a.qkv[0] in weights)
+    linears = _with_phases(linears)
     return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats, card.joins)
+
+
+def _with_phases(linears: list[LinearOp]) -> list[LinearOp]:
+    """Each Linear's phase (see ``LinearOp.phase``), from roles and forward order, never from module names."""
+    from dataclasses import replace
+
+    rank: dict[tuple, int] = defaultdict(int)
+    first: dict[tuple, str] = {}
+    out = []
+    for op in linears:
+        if op.block is None:
+            out.append(replace(op, phase=op.module))
+            continue
+        stream = op.modulates or op.stream  # modulation Linears read the conditioning vector: by the stream they modulate
+        key = (op.block, op.role, rank[(op.block, stream, op.role)])
+        rank[(op.block, stream, op.role)] += 1
+        phase = "attention" if op.role == "qkv" else first.setdefault(key, op.short)
+        out.append(replace(op, phase=phase))
+    return out
 
 
 def _roles(dataflow: tuple[Flow, ...]) -> dict[str, str]:
