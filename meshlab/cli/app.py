@@ -12,7 +12,7 @@ app = typer.Typer(
     name="meshlab",
     help="Design, check and compare SPMD sharding plans for diffusion transformers.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
 )
 
@@ -34,6 +34,18 @@ def try_(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_jso
         from meshlab.cli.render_try import render_try
 
         render_try(planned, console())
+
+
+@app.command("schema")
+@reports_errors
+def schema() -> None:
+    """Print the JSON Schema of a strategy file (from its pydantic models), for editors that validate YAML.
+
+    With yaml-language-server: `meshlab schema > strategy.schema.json`, then put
+    `# yaml-language-server: $schema=strategy.schema.json` at the top of a strategy file."""
+    from meshlab.strategy.schema import strategy_json_schema
+
+    print_json(strategy_json_schema())
 
 
 @app.command("hardware")

@@ -141,3 +141,9 @@ class Strategy(Closed):
         if isinstance(self.hardware, str):
             return {}
         return dict(self.hardware.model_extra or {})
+
+
+def strategy_json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of a strategy file, every field with its description."""
+    schema = Strategy.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "meshlab strategy"}

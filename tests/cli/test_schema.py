@@ -1,0 +1,47 @@
+"""`meshlab schema`: the strategy file's JSON Schema, which editors use to validate and complete strategy files."""
+
+import json
+
+import jsonschema
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from meshlab.cli.app import app
+
+from tests.conftest import STRATEGIES
+
+runner = CliRunner()
+
+
+def schema() -> dict:
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda p: p.stem)
+def test_every_built_in_strategy_validates(strategy):
+    jsonschema.validate(yaml.safe_load(strategy.read_text()), schema())
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mesh": {"model": "eight"}}, "is not of type 'integer'"),
+    ({"rules": [{"match": "*", "shard": "diagonal"}]}, "'diagonal' is not one of"),
+    ({"colour": "red"}, "Additional properties are not allowed"),
+])
+def test_a_broken_strategy_does_not(change, message):
+    document = yaml.safe_load(STRATEGIES[0].read_text()) | change
+    with pytest.raises(jsonschema.ValidationError, match=message):
+        jsonschema.validate(document, schema())
+
+
+def test_fields_carry_their_descriptions():
+    properties = schema()["properties"]
+    assert properties["mesh"]["description"].startswith("ordered mesh axes")
+    assert schema()["title"] == "meshlab strategy"
+
+
+def test_shell_completion_is_offered():
+    result = runner.invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "_MESHLAB_COMPLETE" in result.stdout
