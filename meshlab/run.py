@@ -207,13 +207,50 @@ def _run_child(command: list[str], env: dict, timeout_s: float) -> None:
                         "rerun with the same arguments to reproduce", status=status)
 
 
+CACHE_MANIFEST = "meshlab-cache.json"
+
+
 def _cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -> Path | None:
-    """One compile-cache folder per plan and checkpoint: a changed plan never reuses another's programs."""
+    """One compile-cache folder per plan, checkpoint and torch_xla version, with a manifest that says whose it is:
+    a folder that holds another plan's or another version's programs is refused, never silently recompiled."""
     if options.cache_dir is None:
         return None
-    key = hashlib.sha256((planned.loaded.document.file + json.dumps(planned.strategy.model_dump(), sort_keys=True)
-                          + str(checkpoint.resolve())).encode()).hexdigest()[:16]
-    return options.cache_dir / f"{planned.strategy.name}-{key}"
+    identity = {"plan": json.dumps(planned.strategy.model_dump(), sort_keys=True), "file": planned.loaded.document.file,
+                "checkpoint": str(checkpoint.resolve()), "torch_xla": _version("torch_xla")}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"
+    manifest = {"key": key, "strategy": planned.strategy.name, "checkpoint": identity["checkpoint"],
+                "torch_xla": identity["torch_xla"]}
+    _claim_cache(folder, manifest)
+    return folder
+
+
+def _claim_cache(folder: Path, manifest: dict) -> None:
+    path = folder / CACHE_MANIFEST
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            found = json.loads(path.read_text())
+            if found != manifest:
+                raise InputError(f"the compile cache {folder} belongs to {found.get('strategy')!r} with torch_xla "
+                                 f"{found.get('torch_xla')}, not to this plan with torch_xla {manifest['torch_xla']}",
+                                 "give --cache-dir a folder of its own, or delete that one")
+        else:
+            tmp = folder / f".{CACHE_MANIFEST}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(manifest))
+            os.replace(tmp, path)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"{folder} is not writable")
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot use the compile cache {folder}: {exc}",
+                         "give --cache-dir a writable folder of meshlab's") from None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _keep_image(result: dict, planned: PlannedStrategy, options: RunOptions) -> Path | None:
@@ -278,7 +315,9 @@ def _failure(error: MeshlabError) -> dict:
 
 def _success(result: dict, image: Path | None) -> dict:
     summary = result["summary"]
-    return {"status": "ok", "reason": None, "timings": summary["timings"],
+    timings = summary["timings"] | {"compile_s": summary["counters"].get("compile_s")}
+    return {"status": "ok", "reason": None, "timings": timings, "cache": result.get("cache"),
+            "host_transfers": summary["counters"].get("host_transfers"),
             "compiles": {"total": summary["counters"]["compiles_total"],
                          "steady": summary["counters"]["compiles_steady"]},
             "fallbacks": summary["counters"].get("run_fallbacks", {}),

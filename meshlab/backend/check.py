@@ -95,7 +95,8 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
     return CheckReport(
         setup, parameters, collectives, memory, result["max_abs_error"], result["reference_max_abs"],
         result["device_type"], result["device_count"],
-        tuple({"compiles": f["compiles"], "seconds": f["seconds"]} for f in result["forwards"]),
+        tuple({k: f[k] for k in ("compiles", "seconds", "compile_seconds", "host_transfers") if k in f}
+              for f in result["forwards"]),
         result["timings"], module.name if module else None, predicted_per_block(setup), predicted_full_depth(setup))
 
 

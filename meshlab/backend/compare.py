@@ -27,6 +27,10 @@ CPU_CAVEATS = {
     "reduce_scatter": "CPU backend: never emits reduce-scatter; it all-reduces, then slices",
 }
 OUTSIDE = "outside blocks"
+#: Collective kinds whose count per middle block must be within COLLECTIVE_TOLERANCE of XLA's for `agrees`;
+#: collective-permutes of split modulation chunks are a listed difference (meshlab.cost.collectives).
+VERDICT_KINDS = ("all-reduce", "all-gather", "all-to-all")
+COLLECTIVE_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,38 @@ class CheckReport:
     def output_agrees(self) -> bool:
         return self.max_abs_error <= self.tolerance
 
+    def collective_differences(self) -> tuple[str, ...]:
+        """Where the cost model's collectives of a middle block (not a list's last, where XLA drops what nothing
+        reads) differ from XLA's by more than 10% in count, for the kinds held to it (see VERDICT_KINDS)."""
+        measured, found = self.per_block(), []
+        for block, predicted in self.predicted_per_block.items():
+            if is_last_block(block, self.setup):
+                continue
+            xla = measured.get(block, Counter())
+            for kind in VERDICT_KINDS:
+                p, x = predicted.get(kind, 0), xla.get(kind, 0)
+                if abs(p - x) > COLLECTIVE_TOLERANCE * x:
+                    found.append(f"{block}: {kind} predicted {p}, XLA {x}")
+        return tuple(found)
+
+    @property
+    def middle_blocks_checked(self) -> bool:
+        return any(not is_last_block(b, self.setup) for b in self.predicted_per_block)
+
     @property
     def agrees(self) -> bool:
-        return not self.mismatches and self.output_agrees
+        return not self.mismatches and self.output_agrees and not self.collective_differences()
+
+    @property
+    def checked_forward(self) -> dict:
+        """The forward whose program is read: the last that compiled one."""
+        compiled = [f for f in self.forwards if f.get("compiles")]
+        return compiled[-1] if compiled else (self.forwards[-1] if self.forwards else {})
+
+    @property
+    def compile_seconds(self) -> float | None:
+        """XLA's compile time of the checked forward's graph (torch_xla's CompileTime metric)."""
+        return self.checked_forward.get("compile_seconds")
 
     @property
     def on_cpu(self) -> bool:
@@ -199,6 +232,9 @@ def check_document(report: CheckReport) -> dict:
                     "text_tokens": setup.geometry.text_tokens, "dtype": setup.strategy.workload.dtype},
         "agrees": report.agrees,
         "mismatches": [p.name for p in report.mismatches],
+        "collective_differences": list(report.collective_differences()),
+        "compile_seconds": report.compile_seconds,
+        "host_transfers": report.checked_forward.get("host_transfers"),
         "parameters": [p.to_json() for p in report.parameters],
         "weights_per_device": {"predicted": predicted_weights, "xla": xla_weights,
                                "full_depth_predicted": full_predicted, "full_depth_xla": full_xla},

@@ -27,7 +27,7 @@ from meshlab.strategy.schema import Strategy
 class CheckOptions:
     """The checked model and forward: blocks per block list, image size, text tokens, seed."""
 
-    layers: int = 1
+    layers: int = 2  # two blocks of each kind: the first is a middle block, which the prediction is held to
     height: int = 128
     width: int = 128
     text_tokens: int = 32

@@ -81,7 +81,7 @@ def _run(model, inputs: dict, index: int, dump_dir: Path, timings: dict) -> dict
     import torch
 
     progress(f"forward {index + 1} of {FORWARDS}: tracing, compiling and running on the XLA devices")
-    before, compiles = _listing(dump_dir), xla.compile_count()
+    before, compiles, compile_s, traffic = _listing(dump_dir), xla.compile_count(), xla.compile_seconds(), xla.traffic()
     start = time.perf_counter()
     try:
         with torch.no_grad(), xla.tag_layers(model):
@@ -92,7 +92,12 @@ def _run(model, inputs: dict, index: int, dump_dir: Path, timings: dict) -> dict
         raise BackendError(f"XLA failed to compile or run the sharded forward: {xla.error_message(exc)}",
                            "run `meshlab try` on the strategy; report the message if the plan looks right") from None
     timings[f"forward_{index + 1}"] = time.perf_counter() - start
+    moved = xla.traffic_since(traffic)
     return {"compiles": xla.compile_count() - compiles, "seconds": timings[f"forward_{index + 1}"],
+            "compile_seconds": xla.compile_seconds() - compile_s,
+            "host_transfers": {"from_device": moved.pop("from_device", 0), "to_device": moved.pop("to_device", 0),
+                               "syncs": moved.pop("syncs", 0),
+                               "causes": {k: v for k, v in moved.items() if not k.startswith("persistent_cache")}},
             "dump_files": sorted(set(_listing(dump_dir)) - set(before)), "output": output}
 
 

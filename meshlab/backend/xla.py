@@ -132,6 +132,51 @@ def compile_count() -> int:
     return int(data[0]) if data else 0
 
 
+def compile_seconds() -> float:
+    """Seconds XLA has spent compiling graphs so far in this process (torch_xla's CompileTime metric)."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return float(data[1]) / 1e9 if data else 0.0
+
+
+#: torch_xla counters that say why data moved between host and device, and what a person did to cause it.
+TRANSFER_CAUSES = {
+    "aten::_local_scalar_dense": ".item() or a Python scalar read of a device tensor",
+    "xla::_to_cpu": ".cpu(), printing, or indexing on the CPU side of a device tensor",
+    "xla::_copy_from": "a copy into a device tensor: from the host when a CPU tensor (a scalar, a timestep, a mask) "
+                       "meets device math",
+}
+
+
+def traffic() -> dict[str, int]:
+    """Counts so far in this process: transfers from and to the device, syncs, and the counters that cause them
+    (every ``aten::*`` counter is a CPU fallback, which moves its operands to the host and back)."""
+    import torch_xla.debug.metrics as met
+
+    counts = {"from_device": _metric_count(met, "TransferFromDeviceTime"),
+              "to_device": _metric_count(met, "TransferToDeviceTime"),
+              "syncs": met.counter_value("MarkStep") or 0,
+              "persistent_cache_hits": met.counter_value("PersistentCacheHit") or 0,
+              "persistent_cache_misses": met.counter_value("PersistentCacheMiss") or 0,
+              "persistent_cache_deserialize_failures": met.counter_value("PersistentCacheDeserializeFailure") or 0}
+    for name in met.counter_names():
+        if name in TRANSFER_CAUSES or name.startswith("aten::"):
+            counts[name] = met.counter_value(name) or 0
+    return counts
+
+
+def traffic_since(before: dict[str, int]) -> dict[str, int]:
+    """What `traffic()` counted after `before`, leaving out what did not move."""
+    now = traffic()
+    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
+
+
+def _metric_count(met, name: str) -> int:
+    data = met.metric_data(name)
+    return int(data[0]) if data else 0
+
+
 def sync() -> None:
     """Cut the pending graph, run it, and wait until the device is done (so wall time covers device work)."""
     import torch_xla

@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
 @reports_errors
 def check(
     strategy: Path = typer.Argument(..., help="strategy YAML file"),
-    layers: int = typer.Option(1, "--layers", min=1, help="blocks of each kind to build (real widths)"),
+    layers: int = typer.Option(2, "--layers", min=1, help="blocks of each kind to build (real widths); from 2 "
+                               "on, a middle block's collectives are held to the prediction"),
     height: int = typer.Option(128, "--height", help="image height in pixels for the check's forward"),
     width: int = typer.Option(128, "--width", help="image width in pixels for the check's forward"),
     text_tokens: int = typer.Option(32, "--text-tokens", min=1, help="text tokens for the check's forward"),

@@ -71,6 +71,7 @@ def render_check(report: CheckReport, console) -> None:
     console.print(_collective_table(report))
     console.print(_output_line(report))
     console.print(_timings_line(report))
+    console.print(_collectives_line(report))
     console.print("[green]the plan and XLA agree[/green]" if report.agrees else "[red]the plan and XLA disagree[/red]")
 
 
@@ -169,11 +170,24 @@ def _output_line(report: CheckReport) -> str:
             f"{report.tolerance:.3g}")
 
 
+def _collectives_line(report: CheckReport) -> str:
+    if not report.middle_blocks_checked:
+        return ("Collectives: no middle block checked (each list's only block is its last); --layers 2 holds a "
+                "middle block to the prediction")
+    differences = report.collective_differences()
+    if not differences:
+        return ("Collectives: [green]middle blocks agree[/green] with the prediction (all-reduce, all-gather, "
+                "all-to-all within 10%; collective-permutes are a listed difference, see `meshlab explain`)")
+    return "Collectives: [red]" + "; ".join(differences) + "[/red]"
+
+
 def _timings_line(report: CheckReport) -> str:
     t = report.timings
     parts = [f"build {t.get('build', 0):.1f} s", f"reference {t.get('reference', 0):.1f} s",
              f"apply {t.get('apply', 0):.1f} s"]
     for i, forward in enumerate(report.forwards, 1):
-        parts.append(f"forward {i} {forward['seconds']:.1f} s ({forward['compiles']} compiles)")
+        compile_s = forward.get("compile_seconds")
+        compiled = f", {compile_s:.1f} s compiling" if compile_s else ""
+        parts.append(f"forward {i} {forward['seconds']:.1f} s ({forward['compiles']} compiles{compiled})")
     note = "; virtual CPU devices share the host's cores, so these say only that it runs" if report.on_cpu else ""
     return f"[dim]Time: {', '.join(parts)}{note}[/dim]"

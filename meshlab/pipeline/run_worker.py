@@ -48,16 +48,40 @@ def run(request: dict) -> dict:
         xla.mark(tensor, applied["value"].mesh, input_spec(name, tuple(tensor.shape), strategy.activations,
                                                           plan.mesh), name)
 
+    from meshlab.backend import xla
+
+    before = xla.traffic()
     result = run_pipeline(pipe, *knobs, shard=shard, batch=w["batch"], mark_input=mark_input)
+    moved = xla.traffic_since(before)
+    cache = None
+    summary = result.summary()
+    if request.get("cache_dir"):
+        cache = cache_outcome(request["cache_dir"], moved)
+        if cache["deserialize_failures"]:
+            summary["warnings"].append(cache["note"])
     image = Path(request["scratch"]) / "image.png"
     result.image.save(image)
     mismatches = [p.name for p in applied["value"].mismatches]
-    return {"status": "ok", "summary": result.summary(), "image": str(image), "mismatches": mismatches,
+    return {"status": "ok", "summary": summary, "image": str(image), "mismatches": mismatches,
             "memory": xla_memory(Path(request["scratch"]) / "xla-dump"), "is_writer": xr.process_index() == 0,
             "hardware": {"device_type": xr.device_type(), "devices": xr.global_runtime_device_count()},
+            "cache": cache,
             "ran": {"model": card.name, "config_digest": card.config_digest, "batch": w["batch"],
                     "dtype": str(pipe.transformer.dtype).removeprefix("torch.")},
             "max_abs_error": None if reference is None else float(abs(result.pixels - reference).max())}
+
+
+def cache_outcome(folder: str, moved: dict) -> dict:
+    """Whether the compile cache was read: hits, misses, and programs found but not loadable (torch_xla 2.9 cannot
+    deserialize the executables it wrote on the CPU, pytorch/xla#9094: it then compiles again, and says so here)."""
+    hits, misses = moved.get("persistent_cache_hits", 0), moved.get("persistent_cache_misses", 0)
+    failures = moved.get("persistent_cache_deserialize_failures", 0)
+    outcome = {"dir": folder, "hits": hits, "misses": misses, "deserialize_failures": failures,
+               "hit": hits > 0 and misses == 0 and failures == 0}
+    if failures:
+        outcome["note"] = (f"the compile cache held {failures} program(s) of this plan but torch_xla could not load "
+                           "them (PersistentCacheDeserializeFailure, pytorch/xla#9094): XLA compiled them again")
+    return outcome
 
 
 def plan_for(strategy_path: str, transformer):

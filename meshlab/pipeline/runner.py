@@ -72,10 +72,32 @@ class Counters:
     run_fallbacks: tuple[tuple[str, int], ...]
     #: Whether the first step's graph (HLO) has complex-typed values; the real-valued RoPE should leave none.
     complex_in_step: bool
+    #: Per step: transfers between host and device, syncs, and the torch_xla counters that caused transfers
+    #: (``xla.traffic_since``)
+    traffic_per_step: tuple[dict, ...] = ()
+    compile_s: float = 0.0  # XLA compile time of the whole run (torch_xla's CompileTime metric)
 
     @property
     def compiles_steady(self) -> int:
         return sum(self.compiles_per_step[WARMUP_STEPS:])
+
+    def host_transfers(self) -> dict:
+        """Transfers per step after warm-up, in the first step, and what caused those of the steady loop."""
+        steady = self.traffic_per_step[WARMUP_STEPS:]
+        moved = [t.get("from_device", 0) + t.get("to_device", 0) for t in steady]
+        causes: dict[str, int] = {}
+        for t, count_moved in zip(steady, moved):
+            if not count_moved:
+                continue  # copies on the device count too (xla::_copy_from); only steps that moved data say why
+            for name, count in t.items():
+                if name not in ("from_device", "to_device", "syncs") and not name.startswith("persistent_cache"):
+                    causes[name] = causes.get(name, 0) + count
+        first = self.traffic_per_step[0] if self.traffic_per_step else {}
+        return {"steady_per_step": max(moved) if moved else None,
+                "first_step": first.get("from_device", 0) + first.get("to_device", 0) if first else None,
+                "syncs_per_step": max((t.get("syncs", 0) for t in steady), default=None),
+                "causes": {name: {"count": count, "what": xla.TRANSFER_CAUSES.get(name, "a CPU fallback op")}
+                           for name, count in sorted(causes.items())}}
 
 
 @dataclass(frozen=True)
@@ -102,6 +124,8 @@ class RunResult:
         counters = asdict(self.counters) | {"compiles_steady": self.counters.compiles_steady}
         counters["loop_fallbacks"] = dict(self.counters.loop_fallbacks)
         counters["run_fallbacks"] = dict(self.counters.run_fallbacks)
+        counters.pop("traffic_per_step")
+        counters["host_transfers"] = self.counters.host_transfers()
         return {
             "device": self.device,
             "attention_backend": self.attention_backend,
@@ -184,7 +208,9 @@ def run_pipeline(
     import torch
 
     setup = prepare_for_xla(pipe, shard)
-    start, compiles_at_start = time.perf_counter(), xla.compile_count()
+    if mark_input is None and setup.mesh is not None:
+        mark_input = _replicated(setup.mesh)
+    start, compiles_at_start, compile_s_at_start = time.perf_counter(), xla.compile_count(), xla.compile_seconds()
     fallbacks_at_start = xla_fixes.fallback_counters()
     with torch.no_grad():
         embeds, encode_s, _ = _measured(lambda: _encode(pipe, prompt, negative_prompt, cfg_scale, setup, batch,
@@ -201,6 +227,8 @@ def run_pipeline(
         loop_fallbacks=loop.fallbacks,
         run_fallbacks=xla_fixes.counter_delta(fallbacks_at_start, xla_fixes.fallback_counters()),
         complex_in_step=loop.complex_in_first_step,
+        traffic_per_step=loop.traffic,
+        compile_s=xla.compile_seconds() - compile_s_at_start,
     )
     return RunResult(
         image=pipe.image_processor.numpy_to_pil(pixels[None])[0],
@@ -253,8 +281,8 @@ class _Embeds:
 
 def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: int = 1,
             mark_input: MarkInput | None = None) -> _Embeds:
-    """Encode on the CPU (once; repeated over the batch); embeddings go to the device once, split as
-    `mark_input` says, masks stay on the CPU (the pre-hook moves them)."""
+    """Encode on the CPU (once; repeated over the batch); embeddings and masks go to the device once, split as
+    `mark_input` says."""
     embeds, mask = pipe.encode_prompt(prompt, device="cpu", num_images_per_prompt=batch)
     neg = neg_mask = None
     masked = setup.attention_backend in xla_fixes.MASKED_BACKENDS
@@ -264,15 +292,16 @@ def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: in
             embeds, mask, neg, neg_mask = xla_fixes.pad_prompt_pair(embeds, mask, neg, neg_mask)
     if not masked:
         mask, neg_mask = xla_fixes.drop_full_masks(mask, neg_mask)
-    def to_device(t):
+    def to_device(t, name: str):  # once: the loop then reads device tensors and copies nothing per step
         if t is None:
             return None
         t = t.to(setup.device)
         if mark_input is not None:
-            mark_input("encoder_hidden_states", t)
+            mark_input(name, t)
         return t
 
-    return _Embeds(to_device(embeds), mask, to_device(neg), neg_mask)
+    return _Embeds(to_device(embeds, "encoder_hidden_states"), to_device(mask, "encoder_hidden_states_mask"),
+                   to_device(neg, "encoder_hidden_states"), to_device(neg_mask, "encoder_hidden_states_mask"))
 
 
 def _img_shapes(pipe, height, width, batch: int = 1):
@@ -292,6 +321,7 @@ class _Loop:
     compiles: tuple[int, ...]
     fallbacks: tuple[tuple[str, int], ...]
     complex_in_first_step: bool
+    traffic: tuple[dict, ...] = ()
 
 
 def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_input: MarkInput | None = None,
@@ -302,19 +332,79 @@ def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_
     if mark_input is not None:
         mark_input("hidden_states", latents)
     timesteps = _cpu_timesteps(pipe, steps, latents.shape[1])
+    schedule = _DeviceSchedule.of(pipe.scheduler, timesteps, batch, latents.dtype, latents.device)
     shapes = _img_shapes(pipe, height, width, batch)
     seconds, compiles, fallbacks_before, has_complex = [], [], xla_fixes.fallback_counters(), False
+    traffic = []
     for i, t in enumerate(timesteps):
-        start, compiles_before = time.perf_counter(), xla.compile_count()
-        timestep = t.expand(latents.shape[0]).to(latents.dtype) / 1000
+        start, compiles_before, traffic_before = time.perf_counter(), xla.compile_count(), xla.traffic()
+        timestep = schedule.timestep() if schedule else t.expand(latents.shape[0]).to(latents.dtype) / 1000
         noise = _predict(pipe, latents, timestep, shapes, embeds, cfg_scale)
-        latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
+        if schedule:
+            latents, schedule = schedule.step(noise, latents)
+        else:
+            latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
+        if mark_input is not None:  # the step's output keeps the input's split: every step runs one graph
+            mark_input("hidden_states", latents)
         has_complex = has_complex or (i == 0 and xla_fixes.has_complex_values(latents))
         xla.sync()
         seconds.append(time.perf_counter() - start)
         compiles.append(xla.compile_count() - compiles_before)
+        traffic.append(xla.traffic_since(traffic_before))
     fallbacks = xla_fixes.counter_delta(fallbacks_before, xla_fixes.fallback_counters())
-    return _Loop(latents, tuple(seconds), tuple(compiles), fallbacks, has_complex)
+    return _Loop(latents, tuple(seconds), tuple(compiles), fallbacks, has_complex, tuple(traffic))
+
+
+def _replicated(mesh) -> MarkInput:
+    """Inputs marked whole on every device. Unmarked, an input XLA's propagation wants split is resharded by the
+    first step and carries that sharding into the second, which then compiles a graph of its own."""
+    from meshlab.spec import PartitionSpec
+
+    def mark(name: str, tensor) -> None:
+        xla.mark(tensor, mesh, PartitionSpec(*([None] * tensor.dim())), name)
+
+    return mark
+
+
+@dataclass(frozen=True)
+class _DeviceSchedule:
+    """The flow-match Euler schedule held on the device, read with a device step counter: the steady loop then
+    copies nothing between host and device (the stock scheduler mixes a CPU sigma pair and a CPU timestep into
+    every step: 3 host-to-device copies per step), and every step runs the same graph.
+
+    ``step`` is ``FlowMatchEulerDiscreteScheduler.step`` without stochastic sampling or per-token timesteps:
+    ``prev = sample.float() + (sigma_next - sigma) * model_output``, cast back to the model output's dtype."""
+
+    timesteps: Any  # [steps, batch] in the latents' dtype, / 1000 as the transformer takes them
+    dts: Any  # [steps] float32: sigma_next - sigma
+    index: Any  # [1] int64 on the device: the step (not 0-dim: torch_xla bakes a 0-dim 0 or 1 into the graph
+    #: as a constant, and the first step would then compile a graph of its own)
+
+    @staticmethod
+    def of(scheduler, timesteps, batch: int, dtype, device) -> "_DeviceSchedule | None":
+        import torch
+
+        config = scheduler.config
+        if type(scheduler).__name__ != "FlowMatchEulerDiscreteScheduler" or config.get("stochastic_sampling"):
+            return None  # the stock step, with its transfers (the run warns and names them)
+        sigmas = scheduler.sigmas.to(torch.float32)
+        table = torch.stack([t.expand(batch).to(dtype) / 1000 for t in timesteps])
+        # the counter starts as the output of a device graph, as it is at every later step: an uploaded one
+        # differs from a computed one under SPMD, and the second step would compile a graph of its own
+        index = torch.zeros(1, dtype=torch.long).to(device) + 0
+        schedule = _DeviceSchedule(table.to(device), (sigmas[1:] - sigmas[:-1]).to(device), index)
+        xla.sync()
+        return schedule
+
+    def timestep(self):
+        return self.timesteps.index_select(0, self.index).squeeze(0)
+
+    def step(self, model_output, sample):
+        from dataclasses import replace
+
+        dt = self.dts.index_select(0, self.index).squeeze(0)  # 0-dim, as the stock CPU sigma pair
+        prev = (sample.to(dt.dtype) + dt * model_output).to(model_output.dtype)
+        return prev, replace(self, index=self.index + 1)
 
 
 def _predict(pipe, latents, timestep, shapes, embeds: _Embeds, cfg_scale):
@@ -400,6 +490,11 @@ def _mesh_attr(mesh, name: str):
 
 def _warn(counters: Counters) -> tuple[str, ...]:
     found = []
+    transfers = counters.host_transfers()
+    if transfers["steady_per_step"]:
+        causes = ", ".join(f"{name} ({c['what']})" for name, c in transfers["causes"].items()) or "no counter named it"
+        found.append(f"the steady loop moves data between host and device {transfers['steady_per_step']} time(s) "
+                     f"per step: {causes}")
     if counters.compiles_steady:
         found.append(f"the steady loop compiled {counters.compiles_steady} new graph(s) after warm-up")
     if counters.loop_fallbacks:

@@ -91,7 +91,7 @@ def held_slices(shape: tuple[int, ...], shard: tuple[int, ...]) -> list[list[tup
 def fabricated(misplace: str | None = None, partitioned: str = PARTITIONED) -> CheckReport:
     """One Qwen-Image block under 2d.yaml, XLA's side from the dump (optionally one parameter's data swapped
     between devices 0 and 1); the predicted collectives are meshlab's cost model's."""
-    setup = check_setup(REPO / "strategies" / "2d.yaml", CheckOptions())
+    setup = check_setup(REPO / "strategies" / "2d.yaml", CheckOptions(layers=1))
     mesh, ids = setup.plan.mesh, tuple(range(8))
     xla = xla_side(setup.plan, dump_weight_shards(partitioned))
     parameters = []
@@ -228,6 +228,21 @@ def test_a_middle_block_agrees_with_the_measured_check():
                  if c["kind"] == "all-reduce" and (c["layer"] or "").startswith("transformer_blocks.0"))
     del perturbed["collectives"][first]
     assert Counter(predicted) - measured_report(perturbed).per_block()["transformer_blocks.0"] == {"all-reduce": 1}
+
+
+def test_the_verdict_holds_the_middle_block_to_the_prediction_not_the_last():
+    """The default check (two blocks) agrees on 2d.yaml's middle block although its last block differs; an
+    all-reduce missing from the middle block (1 of 2: beyond 10%) makes it disagree, exit 1."""
+    report = measured_report(MEASURED_2D)
+    assert report.middle_blocks_checked and report.collective_differences() == ()
+    perturbed = dict(MEASURED_2D, collectives=list(MEASURED_2D["collectives"]))
+    first = next(i for i, c in enumerate(perturbed["collectives"])
+                 if c["kind"] == "all-reduce" and (c["layer"] or "").startswith("transformer_blocks.0"))
+    del perturbed["collectives"][first]
+    report = measured_report(perturbed)
+    assert report.collective_differences() == ("transformer_blocks.0: all-reduce predicted 2, XLA 1",)
+    assert not report.agrees
+    assert check_document(report)["collective_differences"] == ["transformer_blocks.0: all-reduce predicted 2, XLA 1"]
 
 
 def test_an_output_beyond_the_tolerance_disagrees():

@@ -31,7 +31,7 @@ from meshlab.pipeline.tiny import TINY_TRANSFORMER_CONFIG, build_tiny_pipeline, 
 pytestmark = pytest.mark.xla
 
 PROMPT, NEGATIVE = "a red cube on a blue table", "blurry, low quality"
-STEPS, SIZE, CFG, SEED = 2, 64, 4.0, 0
+STEPS, SIZE, CFG, SEED = 3, 64, 4.0, 0  # 3: one step after the two warm-up steps
 #: Sharded XLA vs stock CPU pipeline, float pixels in [0, 1]; measured 8e-7.
 TOLERANCE = 1e-4
 
@@ -198,6 +198,18 @@ def test_xla_run_compiles_once_and_never_falls_back(xla_runs):
         assert run["warnings"] == []
     # RoPE cache, one denoising step, VAE decode; the second step reuses the first one's graph.
     assert cold["counters"]["compiles_rope_warmup"] == 1
-    assert cold["counters"]["compiles_per_step"] == [1, 0]
+    assert cold["counters"]["compiles_per_step"] == [1, 0, 0]
     assert cold["counters"]["compiles_decode"] == 1
     assert warm["counters"]["compiles_total"] == 0
+    assert cold["counters"]["compile_s"] > 0 and warm["counters"]["compile_s"] == 0
+
+
+@pytest.mark.slow
+def test_steady_loop_moves_nothing_between_host_and_device(xla_runs):
+    """The schedule lives on the device and masks go there once: after warm-up no step copies anything."""
+    cold, warm = xla_runs
+    for run in (cold, warm):
+        transfers = run["counters"]["host_transfers"]
+        assert transfers["steady_per_step"] == 0 and transfers["causes"] == {}, transfers
+        assert transfers["syncs_per_step"] == 1  # the one sync that ends each step
+    assert cold["counters"]["host_transfers"]["first_step"] > 0  # the latents, embeddings and schedule go over once
