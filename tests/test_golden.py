@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from meshlab.planning import plan_file
-from meshlab.report import chip_document
+from meshlab.plan_document import chip_document
 
 from tests.conftest import REPO, STRATEGIES
 

@@ -27,7 +27,7 @@ def try_(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_jso
 
     planned = plan_file(strategy)
     if as_json:
-        from meshlab.report import try_document
+        from meshlab.plan_document import try_document
 
         print_json(try_document(planned))
     else:

@@ -27,7 +27,7 @@ def compare(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: memory and time per image by component"),
 ) -> None:
     """Rank strategies by predicted seconds per image; say why each loser loses. Exit 0; 2 bad input."""
-    from meshlab.compare import compare as run_compare
+    from meshlab.ranking import compare as run_compare
 
     comparison = run_compare(strategies)
     if plot is not None:
@@ -35,7 +35,7 @@ def compare(
 
         plot_comparison(comparison, plot)
     if as_json:
-        from meshlab.compare import comparison_document
+        from meshlab.ranking import comparison_document
 
         print_json(comparison_document(comparison))
     else:

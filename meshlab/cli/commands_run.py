@@ -65,7 +65,7 @@ def report(
     """Recorded runs: measured beside predicted, with the error in % where the hardware matches."""
     from meshlab.cli.render_run import render_report
     from meshlab.experiments.records import read_records
-    from meshlab.experiments.report import report_document, report_rows
+    from meshlab.experiments.measured import report_document, report_rows
 
     rows = report_rows(read_records(files))
     if plot is not None:

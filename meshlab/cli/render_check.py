@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 from rich.table import Table
 
-from meshlab.backend.compare import OUTSIDE, CheckReport, check_document, is_last_block
+from meshlab.backend.verdict import OUTSIDE, CheckReport, check_document, is_last_block
 
 __all__ = ["Progress", "check_document", "render_check"]
 

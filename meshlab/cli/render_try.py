@@ -6,7 +6,7 @@ from rich.table import Table
 
 from meshlab.cli.output import gib
 from meshlab.planning import PlannedStrategy
-from meshlab.report import coverage, rule_summaries
+from meshlab.plan_document import coverage, rule_summaries
 
 
 def render_try(planned: PlannedStrategy, console) -> None:

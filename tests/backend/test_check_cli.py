@@ -47,7 +47,7 @@ def test_a_missing_strategy_file_exits_2():
     assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("module", ["meshlab", "meshlab.backend.hlo", "meshlab.backend.compare",
+@pytest.mark.parametrize("module", ["meshlab", "meshlab.backend.hlo", "meshlab.backend.verdict",
                                     "meshlab.backend.check", "meshlab.export", "meshlab.cards.truncate",
                                     "meshlab.cli.commands_check"])
 def test_pure_modules_do_not_import_torch(module):

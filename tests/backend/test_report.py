@@ -21,7 +21,7 @@ from rich.console import Console
 
 from meshlab.backend import hlo
 from meshlab.backend.hlo import ArrayShape, HloCollective
-from meshlab.backend.compare import (OUTSIDE, CheckReport, MeasuredCollective, check_document, collectives_of,
+from meshlab.backend.verdict import (OUTSIDE, CheckReport, MeasuredCollective, check_document, collectives_of,
                                     predicted_full_depth, predicted_per_block)
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, check_setup

@@ -7,7 +7,7 @@ import typer
 from typer.testing import CliRunner
 
 from meshlab.cli.commands_cost import register
-from meshlab.compare import compare, expand
+from meshlab.ranking import compare, expand
 from meshlab.errors import InputError
 
 from tests.conftest import REPO, STRATEGIES

@@ -2,7 +2,7 @@
 
 from meshlab.cli.render_run import plot_report
 from meshlab.experiments.records import append_record, read_records
-from meshlab.experiments.report import report_rows
+from meshlab.experiments.measured import report_rows
 
 
 WORK = {"model": "qwen-image", "config_digest": "abc", "batch": 2, "dtype": "bfloat16"}
