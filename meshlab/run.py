@@ -15,33 +15,21 @@ import os
 import platform
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from meshlab.backend.protocol import WorkerFailed, call_worker
 from meshlab.devices import accelerator_platform, child_environment
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
 from meshlab.planning import PlannedStrategy, plan_file, with_workload
 
-OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
-
-
-def is_out_of_memory(message: str) -> bool:
-    """Whether an error message (XLA's, the runtime's, the worker's last line) says memory ran out."""
-    return any(marker in message for marker in OOM_MARKERS)
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 
 
-class RunFailed(BackendError):
-    """The torch worker failed: `status` is "oom" or "error"."""
-
-    def __init__(self, problem: str, fix: str = "", location=None, field: tuple = (), status: str = "error"):
-        super().__init__(problem, fix, location, field)
-        self.status = status
+RunFailed = WorkerFailed  # the torch worker failed: `status` is "oom" or "error"
 
 
 @dataclass(frozen=True)
@@ -161,8 +149,7 @@ def _tiny_checkpoint() -> Path:
     cache = Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tiny-qwen-image"
     if not (cache / "model_index.json").is_file():
         building = cache.with_name(f"{cache.name}.building-{os.getpid()}")
-        _run_child([sys.executable, "-m", "meshlab.pipeline.run_worker", "--build-tiny", str(building)],
-                   dict(os.environ), 600)
+        call_worker("meshlab.pipeline.run_worker", {"build_tiny": str(building)}, dict(os.environ), timeout_s=600)
         try:
             os.replace(building, cache)  # whole or not at all; a concurrent builder may have won
         except OSError:
@@ -178,33 +165,20 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
                    "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
                    "verify": options.verify, "load_dtype": _load_dtype(options, workload),
                    "scratch": str(scratch), "cache_dir": str(_cache_for(planned, checkpoint, options) or "")}
-        (scratch / "request.json").write_text(json.dumps(request))
         dump = scratch / "xla-dump"
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
-        _run_child([sys.executable, "-m", "meshlab.pipeline.run_worker", str(scratch / "request.json")], env,
-                   options.timeout_s)
-        result = json.loads((scratch / "result.json").read_text())
-        if result["status"] != "ok":
-            if result["status"] == "refused":
-                raise InputError(result["reason"], "use a strategy that applies to this checkpoint's model")
-            fix = "use a plan with more headroom (meshlab compare)" if result["status"] == "oom" else "see the record"
-            raise RunFailed(result["reason"], fix, status=result["status"])
+        try:
+            result = call_worker("meshlab.pipeline.run_worker", request, env, folder=scratch,
+                                 timeout_s=options.timeout_s)
+        except InputError as error:
+            raise InputError(error.problem, "use a strategy that applies to this checkpoint's model") from None
+        except WorkerFailed as error:
+            fix = "use a plan with more headroom (meshlab compare)" if error.status == "oom" else error.fix
+            raise WorkerFailed(error.problem, fix, status=error.status) from None
         if result.get("image"):
             result["image_bytes"] = Path(result["image"]).read_bytes()
         return result
-
-
-def _run_child(command: list[str], env: dict, timeout_s: float) -> None:
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise RunFailed(f"the run took longer than {timeout_s:.0f} s", "raise --timeout") from None
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        status = "oom" if done.returncode in (-9, 137) or is_out_of_memory(tail[0]) else "error"
-        raise RunFailed(f"the torch worker exited with {done.returncode}: {tail[0][:500]}",
-                        "rerun with the same arguments to reproduce", status=status)
 
 
 CACHE_MANIFEST = "meshlab-cache.json"

@@ -8,22 +8,19 @@ temporary folder; ``XLA_HLO_DEBUG=1`` keeps the op names that say which layer ca
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from meshlab.backend import hlo, xla
+from meshlab.backend.protocol import call_worker
 from meshlab.backend.verdict import CheckReport, collectives_of, predicted_full_depth, predicted_per_block
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.devices import child_environment
-from meshlab.errors import BackendError, InputError, PlanError
+from meshlab.errors import BackendError, InputError
 
 Progress = Callable[[str], None]
-_ERRORS = {"InputError": InputError, "PlanError": PlanError, "BackendError": BackendError}
 
 
 def run_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None) -> CheckReport:
@@ -53,25 +50,10 @@ def require_backend() -> None:
 
 
 def run_worker(jobs: list[dict], dump_dir: Path, device_count: int, progress: Progress) -> list[dict]:
-    """Run the jobs in one worker process; its errors come back as meshlab's errors."""
-    with tempfile.TemporaryDirectory(prefix="meshlab-worker-") as folder:
-        request, result, stderr = (Path(folder) / n for n in ("request.json", "result.json", "stderr.txt"))
-        request.write_text(json.dumps({"jobs": jobs, "dump_dir": str(dump_dir)}))
-        with stderr.open("w") as err:
-            process = subprocess.Popen([sys.executable, "-m", "meshlab.backend.worker", str(request), str(result)],
-                                       stdout=subprocess.PIPE, stderr=err, text=True,
-                                       env=worker_env(dump_dir, device_count))
-            for line in process.stdout:
-                _report_progress(line, progress)
-            code = process.wait()
-        if not result.exists():
-            raise BackendError(f"the torch worker stopped (exit code {code}): {_tail(stderr)}",
-                               "rerun with MESHLAB_DEBUG=1; a signal -9 usually means it ran out of memory")
-        document = json.loads(result.read_text())
-    if "error" in document:
-        error = document["error"]
-        raise _ERRORS.get(error["type"], BackendError)(error["problem"], error["fix"])
-    return document["results"]
+    """Run the jobs in one worker process (meshlab.backend.protocol); its errors come back as meshlab's errors."""
+    request = {"jobs": jobs, "dump_dir": str(dump_dir)}
+    return call_worker("meshlab.backend.worker", request, worker_env(dump_dir, device_count),
+                       progress=progress)["results"]
 
 
 def worker_env(dump_dir: Path, device_count: int) -> dict[str, str]:
@@ -108,20 +90,6 @@ def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:
         if candidates:
             return max(candidates, key=lambda p: p.stat().st_size)
     return None
-
-
-def _report_progress(line: str, progress: Progress) -> None:
-    try:
-        message = json.loads(line).get("progress")
-    except (json.JSONDecodeError, AttributeError):
-        return
-    if message:
-        progress(message)
-
-
-def _tail(path: Path, lines: int = 3) -> str:
-    text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return " | ".join(text[-lines:]) or "no message"
 
 
 class _dump_folder:

@@ -2,15 +2,13 @@
 
 The CLI sets the environment before torch_xla starts (``PJRT_DEVICE``, ``CPU_NUM_DEVICES``, ``XLA_FLAGS`` with
 the dump folder, ``XLA_HLO_DEBUG=1`` for op metadata). The request is JSON: ``{"jobs": [{"strategy", "options"},
-...], "dump_dir"}``. Progress goes to stdout as JSON lines ``{"progress": "..."}``; the result, or the error,
-is written to RESULT as JSON. Several jobs share one process (and its ~10 s of imports) in the tests.
+...], "dump_dir"}``; the payload is ``{"results": [...]}`` in meshlab.backend.protocol's result file. Several
+jobs share one process (and its ~10 s of imports) in the tests.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,17 +16,14 @@ from pathlib import Path
 from meshlab.api import apply, shard_inputs
 from meshlab.backend import xla
 from meshlab.backend.models import build_model, example_inputs, forward
+from meshlab.backend.protocol import report_progress as progress
+from meshlab.backend.protocol import serve
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
-from meshlab.errors import BackendError, MeshlabError
+from meshlab.errors import BackendError
 
 #: The first forward's graph also computes the RoPE tables diffusers caches on the device; from the second on they
 #: are inputs, so the second compiles the graph every later step runs.
 FORWARDS = 2
-
-
-def progress(message: str) -> None:
-    sys.stdout.write(json.dumps({"progress": message}) + "\n")
-    sys.stdout.flush()
 
 
 def run_job(job: dict, dump_dir: Path) -> dict:
@@ -116,23 +111,14 @@ class _timed:
         self.timings[self.key] = time.perf_counter() - self.start
 
 
+def handle(request: dict) -> dict:
+    xla.require()
+    xla.enable_spmd()
+    return {"results": [run_job(job, Path(request["dump_dir"])) for job in request["jobs"]]}
+
+
 def main(argv: list[str]) -> int:
-    request_path, result_path = Path(argv[0]), Path(argv[1])
-    request = json.loads(request_path.read_text())
-    try:
-        xla.require()
-        xla.enable_spmd()
-        results = [run_job(job, Path(request["dump_dir"])) for job in request["jobs"]]
-        document = {"results": results}
-    except MeshlabError as exc:
-        document = {"error": {"type": type(exc).__name__, "problem": exc.problem, "fix": exc.fix}}
-    except Exception as exc:  # anything else is torch_xla or diffusers failing; keep its message, not its trace
-        document = {"error": {"type": "BackendError", "problem": f"the check failed: {type(exc).__name__}: "
-                              f"{xla.error_message(exc)}", "fix": "rerun with MESHLAB_DEBUG=1 for the traceback"}}
-        if os.environ.get("MESHLAB_DEBUG"):
-            raise
-    result_path.write_text(json.dumps(document))
-    return 0
+    return serve(handle, argv, "the check")
 
 
 if __name__ == "__main__":

@@ -1,21 +1,20 @@
 """The torch half of `meshlab run`, in its own process: ``python -m meshlab.pipeline.run_worker REQUEST``.
 
 The parent (``meshlab.run``) sets the device environment before torch_xla starts. The request names the
-strategy, the local checkpoint, the workload and a scratch folder; this writes ``result.json`` there: the run's
-summary, the image path, what apply read back, and the per-device memory XLA reported. A failure the worker
-can name (out of memory, an XLA error) is written as a result with its status, not a traceback.
+strategy, the local checkpoint, the workload and a scratch folder (or ``{"build_tiny": DIR}``); the payload, in
+meshlab.backend.protocol's result file, is the run's summary, the image path, what apply read back, and the
+per-device memory XLA reported. Failures go back as the protocol's errors (refused, oom, error).
 """
 
 from __future__ import annotations
 
-import json
 import sys
-import traceback
 from pathlib import Path
 
 
 
 def run(request: dict) -> dict:
+    """One run; bad input (a plan that does not apply to the checkpoint) raises InputError, reported as refused."""
     import torch_xla.runtime as xr
 
     xr.use_spmd()  # before any XLA tensor exists
@@ -62,7 +61,7 @@ def run(request: dict) -> dict:
     image = Path(request["scratch"]) / "image.png"
     result.image.save(image)
     mismatches = [p.name for p in applied["value"].mismatches]
-    return {"status": "ok", "summary": summary, "image": str(image), "mismatches": mismatches,
+    return {"summary": summary, "image": str(image), "mismatches": mismatches,
             "memory": xla_memory(Path(request["scratch"]) / "xla-dump"), "is_writer": xr.process_index() == 0,
             "hardware": {"device_type": xr.device_type(), "devices": xr.global_runtime_device_count()},
             "cache": cache,
@@ -124,31 +123,19 @@ def xla_memory(dump: Path) -> dict | None:
             "programs": len(totals)}
 
 
-def _failure(exc: BaseException) -> dict:
-    from meshlab.errors import InputError
+def handle(request: dict) -> dict:
+    if "build_tiny" in request:
+        from meshlab.pipeline.tiny import build_tiny_pipeline
 
-    if isinstance(exc, InputError):  # e.g. the plan does not apply to this checkpoint's model
-        return {"status": "refused", "reason": exc.one_line()}
-    message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:1000]
-    from meshlab.run import is_out_of_memory
-
-    status = "oom" if is_out_of_memory(str(exc)) else "error"
-    return {"status": status, "reason": message, "traceback": traceback.format_exc()[-4000:]}
+        build_tiny_pipeline(Path(request["build_tiny"]))
+        return {"built": request["build_tiny"]}
+    return run(request)
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--build-tiny"]:
-        from meshlab.pipeline.tiny import build_tiny_pipeline
+    from meshlab.backend.protocol import serve
 
-        build_tiny_pipeline(Path(argv[1]))
-        return 0
-    request = json.loads(Path(argv[0]).read_text())
-    try:
-        result = run(request)
-    except Exception as exc:  # noqa: BLE001 - reported to the parent as a result with its status
-        result = _failure(exc)
-    (Path(request["scratch"]) / "result.json").write_text(json.dumps(result))
-    return 0
+    return serve(handle, argv, "the run")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""A real worker for the protocol's tests: ``python -m tests.backend.protocol_worker REQUEST RESULT``."""
+
+import os
+import signal
+import sys
+import time
+
+from meshlab.backend.protocol import report_progress, serve
+from meshlab.errors import InputError
+
+
+def handle(request: dict) -> dict:
+    action = request["action"]
+    report_progress(f"doing {action}")
+    if action == "echo":
+        return {"echo": request["value"]}
+    if action == "refuse":
+        raise InputError("the plan does not apply", "use another plan")
+    if action == "oom":
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while allocating 3 GiB")
+    if action == "crash":
+        raise ValueError("something broke")
+    if action == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "sleep":
+        time.sleep(30)
+    raise AssertionError(action)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(handle, sys.argv[1:], "the test work"))
