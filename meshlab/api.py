@@ -35,6 +35,7 @@ class Applied:
     mesh: Any  # torch_xla.distributed.spmd.Mesh
     plan: Plan
     parameters: tuple[AppliedParameter, ...]
+    scanned: tuple[str, ...] = ()  # block lists that run through torch_xla's scan (see meshlab.backend.scan)
 
     @property
     def mismatches(self) -> tuple[AppliedParameter, ...]:
@@ -46,10 +47,15 @@ def load_plan(path: str | Path) -> PlannedStrategy:
     return plan_file(path)
 
 
-def apply(module, plan: PlannedStrategy | Plan, mesh=None) -> Applied:
-    """Mark every parameter of `module` with its spec on a mesh of the plan's axes; read back what XLA holds."""
+def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = None) -> Applied:
+    """Mark every parameter of `module` with its spec on a mesh of the plan's axes; read back what XLA holds.
+
+    `scan` runs every block list through torch_xla's scan (one compiled loop body; meshlab.backend.scan); None
+    takes the strategy's ``compile.scan_blocks`` (off for a bare Plan)."""
     xla.require()
     xla.require_spmd()
+    if scan is None:
+        scan = plan.strategy.compile.scan_blocks if isinstance(plan, PlannedStrategy) else False
     plan = plan.plan if isinstance(plan, PlannedStrategy) else plan
     _check_names(module, plan)
     xla_mesh = mesh if mesh is not None else xla.build_mesh(plan.mesh)
@@ -57,7 +63,12 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None) -> Applied:
     for name in [name for name, _ in module.named_parameters()]:  # names only: each CPU copy is freed as it moves
         param = _on_device(module, name, module.get_parameter(name))
         xla.mark(param, xla_mesh, specs[name].spec, name)
-    return Applied(xla_mesh, plan, read_back(module, plan, xla_mesh))
+    scanned = ()
+    if scan:
+        from meshlab.backend import scan as scanning
+
+        scanned = scanning.install(module, plan, xla_mesh)
+    return Applied(xla_mesh, plan, read_back(module, plan, xla_mesh), scanned)
 
 
 def read_back(module, plan: Plan, xla_mesh) -> tuple[AppliedParameter, ...]:

@@ -49,6 +49,7 @@ class RunOptions:
     verify: bool = False  # also run the stock pipeline on the CPU and record the largest pixel difference
     experiment: str | None = None
     timeout_s: float = 3600.0
+    scan: bool | None = None  # block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
                    "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
                    "verify": options.verify, "load_dtype": _load_dtype(options, workload),
+                   "scan": planned.strategy.compile.scan_blocks if options.scan is None else options.scan,
                    "scratch": str(scratch), "cache_dir": str(_cache_for(planned, checkpoint, options) or "")}
         dump = scratch / "xla-dump"
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
@@ -291,7 +293,7 @@ def _success(result: dict, image: Path | None) -> dict:
     summary = result["summary"]
     timings = summary["timings"] | {"compile_s": summary["counters"].get("compile_s")}
     return {"status": "ok", "reason": None, "timings": timings, "cache": result.get("cache"),
-            "host_transfers": summary["counters"].get("host_transfers"),
+            "host_transfers": summary["counters"].get("host_transfers"), "scanned": result.get("scanned", []),
             "compiles": {"total": summary["counters"]["compiles_total"],
                          "steady": summary["counters"]["compiles_steady"]},
             "fallbacks": summary["counters"].get("run_fallbacks", {}),

@@ -89,3 +89,13 @@ def test_a_second_run_reads_its_compiled_programs_from_the_cache(env, tmp_path):
     [folder] = cache.iterdir()
     assert json.loads((folder / "meshlab-cache.json").read_text())["strategy"] == "pairs"
     assert second["host_transfers"]["steady_per_step"] == 0
+
+
+def test_a_scanned_run_matches_the_stock_pipeline(env, tmp_path):
+    result, out, results = run([str(REPO / "strategies" / "pairs.yaml"), "--checkpoint", "tiny", "--height", "64",
+                                "--width", "64", "--steps", "3", "--verify", "--scan"], env, tmp_path)
+    assert result.exit_code == 0, result.output
+    [record] = read_records([results / "pairs.jsonl"]).records
+    assert record["scanned"] == ["transformer_blocks"] and record["mismatches"] == []
+    assert record["max_abs_error_vs_cpu"] < 1e-4
+    assert record["compiles"]["steady"] == 0 and record["host_transfers"]["steady_per_step"] == 0

@@ -79,7 +79,8 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
         result["device_type"], result["device_count"],
         tuple({k: f[k] for k in ("compiles", "seconds", "compile_seconds", "host_transfers") if k in f}
               for f in result["forwards"]),
-        result["timings"], module.name if module else None, predicted_per_block(setup), predicted_full_depth(setup))
+        result["timings"], module.name if module else None, predicted_per_block(setup), predicted_full_depth(setup),
+        tuple(result.get("scanned", ())))
 
 
 def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:

@@ -33,10 +33,11 @@ class CheckOptions:
     text_tokens: int = 32
     seed: int = 0
     dump_dir: Path | None = None  # keep XLA's dump here; None: a temporary folder, removed afterwards
+    scan: bool | None = None  # run block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
 
     def to_json(self) -> dict:
         return {"layers": self.layers, "height": self.height, "width": self.width,
-                "text_tokens": self.text_tokens, "seed": self.seed}
+                "text_tokens": self.text_tokens, "seed": self.seed, "scan": self.scan}
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class CheckSetup:
         return self.card.source["truncated"]["of"]
 
     @property
+    def scan(self) -> bool:
+        return self.options.scan if self.options.scan is not None else self.strategy.compile.scan_blocks
+
+    @property
     def checked_blocks(self) -> dict[str, int]:
         return self.card.source["truncated"]["layers_per_list"]
 
@@ -71,13 +76,20 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     model_spec(planned.card.class_name)
     card = truncate_card(planned.card, options.layers)
     # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
-    batch = math.prod(planned.plan.mesh.size(a) for a in batch_axes(planned.strategy.activations, planned.plan.mesh))
+    axes = batch_axes(planned.strategy.activations, planned.plan.mesh)
+    batch = math.prod(planned.plan.mesh.size(a) for a in axes)
     geo = geometry(card, options.height, options.width, options.text_tokens, batch)
-    images = batch // 2 if "cfg" in planned.plan.mesh.names and planned.plan.mesh.size("cfg") == 2 else batch
+    images = batch // 2 if GUIDANCE_AXIS in axes else batch
     workload = planned.strategy.workload.model_copy(update={
         "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": images})
     strategy = planned.strategy.model_copy(update={"workload": workload})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
-    return CheckSetup(planned, card, strategy, plan, memory, geo, options)
+    setup = CheckSetup(planned, card, strategy, plan, memory, geo, options)
+    if setup.scan:  # refuse here, before a worker starts, what scan cannot run
+        from meshlab.backend.scan import homogeneous_specs
+
+        for name, count in setup.full_blocks.items():
+            homogeneous_specs(planned.plan, name, count)
+    return setup

@@ -28,6 +28,8 @@ def check(
     text_tokens: int = typer.Option(32, "--text-tokens", min=1, help="text tokens for the check's forward"),
     seed: int = typer.Option(0, "--seed", help="seed of the random weights and inputs"),
     dump_dir: Optional[Path] = typer.Option(None, "--dump-dir", help="keep XLA's dump here (default: a temp folder)"),
+    scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
+                                        "(default: the strategy's compile.scan_blocks)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
 ) -> None:
     """Apply a plan with PyTorch/XLA SPMD and hold it against XLA's partitioner. Exit 0 agrees, 1 disagrees,
@@ -36,7 +38,7 @@ def check(
     from meshlab.cli.render_check import Progress, check_document, render_check
 
     options = CheckOptions(layers=layers, height=height, width=width, text_tokens=text_tokens, seed=seed,
-                           dump_dir=dump_dir)
+                           dump_dir=dump_dir, scan=scan)
     with Progress() as progress:
         report = run_check(strategy, options, progress.update)
     print_json(check_document(report)) if as_json else render_check(report, console())

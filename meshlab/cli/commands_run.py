@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -31,6 +32,8 @@ def run(
     cache_dir: Path = typer.Option(None, "--cache-dir", help="persistent XLA compile cache (one folder per plan)"),
     force: bool = typer.Option(False, "--force", help="run a plan predicted not to fit"),
     verify: bool = typer.Option(False, "--verify", help="also run the stock pipeline on the CPU and compare pixels"),
+    scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
+                                        "(default: the strategy's compile.scan_blocks)"),
 ) -> None:
     """Run the pipeline with a plan applied (text encoder on the CPU), time it, record it. Exit 0 ok, 2 bad input
     or refused, 3 failed on the device (oom, error)."""
@@ -41,7 +44,7 @@ def run(
     options = RunOptions(checkpoint=checkpoint or "tiny", prompt=prompt, negative_prompt=negative_prompt,
                          steps=steps, height=height, width=width, cfg_scale=cfg_scale, seed=seed, out_dir=out,
                          results_dir=results, cache_dir=cache_dir, force=force,
-                         verify=verify)
+                         verify=verify, scan=scan)
     if is_experiment(target):
         from meshlab.cli.render_run import run_experiment
 

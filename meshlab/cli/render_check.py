@@ -172,6 +172,9 @@ def _output_line(report: CheckReport) -> str:
 
 def _collectives_line(report: CheckReport) -> str:
     if not report.middle_blocks_checked:
+        if report.scanned:
+            return (f"Collectives: {', '.join(report.scanned)} ran as one scanned loop body, whose collectives are "
+                    "not attributed to blocks; check without --scan to hold a middle block to the prediction")
         return ("Collectives: no middle block checked (each list's only block is its last); --layers 2 holds a "
                 "middle block to the prediction")
     differences = report.collective_differences()
@@ -190,4 +193,9 @@ def _timings_line(report: CheckReport) -> str:
         compiled = f", {compile_s:.1f} s compiling" if compile_s else ""
         parts.append(f"forward {i} {forward['seconds']:.1f} s ({forward['compiles']} compiles{compiled})")
     note = "; virtual CPU devices share the host's cores, so these say only that it runs" if report.on_cpu else ""
+    full = report.full_depth_compile_seconds()
+    if full is not None:
+        how = "scanned" if report.scanned else "unrolled"
+        parts.append(f"compile at full depth ~{full:.0f} s ({how}; this host's CPU compile extrapolated, a TPU "
+                     "compiles differently)")
     return f"[dim]Time: {', '.join(parts)}{note}[/dim]"

@@ -37,7 +37,7 @@ def run(request: dict) -> dict:
     def shard(transformer, vae):
         from meshlab.api import apply
 
-        applied["value"] = apply(transformer, plan)
+        applied["value"] = apply(transformer, plan, scan=bool(request.get("scan")))
         return applied["value"].mesh
 
     def mark_input(name, tensor):
@@ -64,7 +64,7 @@ def run(request: dict) -> dict:
     return {"summary": summary, "image": str(image), "mismatches": mismatches,
             "memory": xla_memory(Path(request["scratch"]) / "xla-dump"), "is_writer": xr.process_index() == 0,
             "hardware": {"device_type": xr.device_type(), "devices": xr.global_runtime_device_count()},
-            "cache": cache,
+            "cache": cache, "scanned": list(applied["value"].scanned),
             "ran": {"model": card.name, "config_digest": card.config_digest, "batch": w["batch"],
                     "dtype": str(pipe.transformer.dtype).removeprefix("torch.")},
             "max_abs_error": None if reference is None else float(abs(result.pixels - reference).max())}

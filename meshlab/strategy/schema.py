@@ -100,6 +100,14 @@ class Placement(Closed):
     vae: Literal["device", "cpu"] = Field("device", description="'device': weights and decode working set in HBM")
 
 
+class Compile(Closed):
+    """How the plan is compiled."""
+
+    scan_blocks: bool = Field(
+        False, description="run every block list through torch_xla's scan: one compiled loop body instead of one "
+        "copy per block (compile time stops growing with depth; every block of a list must share its specs)")
+
+
 class HardwareRef(Closed):
     """A catalog entry by name, with any of its figures overridden."""
 
@@ -121,6 +129,7 @@ class Strategy(Closed):
     activations: Activations = Field(default_factory=Activations)
     workload: Workload = Field(default_factory=Workload)
     placement: Placement = Field(default_factory=Placement)
+    compile: Compile = Field(default_factory=Compile)
 
     @field_validator("mesh")
     @classmethod

@@ -43,6 +43,7 @@ def read_yaml(path: Path) -> YamlDocument:
     text = _read_text(path)
     loader = None
     try:
+        _check_depth(text, path)  # PyYAML's composer recurses: 10,000 levels of "[" would overflow Python's stack
         loader = yaml.SafeLoader(text)  # its reader refuses unprintable characters right here
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
@@ -65,6 +66,25 @@ def read_yaml(path: Path) -> YamlDocument:
     converter = _Converter(str(path), yaml.SafeLoader(""))
     data = converter.convert(node, (), 0)
     return YamlDocument(str(path), data, converter.positions)
+
+
+_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+         yaml.BlockMappingStartToken)
+_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _check_depth(text: str, path: Path) -> None:
+    """Nesting deeper than MAX_DEPTH is an error at the token that goes too deep; the scanner does not recurse."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = token.start_mark
+                raise InputError(f"nesting deeper than {MAX_DEPTH} levels", "a strategy is a few levels deep",
+                                 Location(str(path), mark.line + 1, mark.column + 1))
+        elif isinstance(token, _CLOSE):
+            depth -= 1
 
 
 def _read_text(path: Path) -> str:

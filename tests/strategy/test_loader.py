@@ -92,6 +92,19 @@ def test_alias_bomb_is_refused_quickly(tmp_path):
     assert "expands to more than" in error_of(path).problem
 
 
+def test_ten_thousand_levels_are_one_line_not_a_recursion_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from meshlab.cli.app import app
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: t\nmodel: qwen-image\nhardware: v6e-8\nmesh: " + "[" * 10_000 + "\n")
+    result = CliRunner().invoke(app, ["try", str(deep)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line == f"meshlab: error: {deep}:4:38: nesting deeper than 32 levels; a strategy is a few levels deep"
+
+
 def test_deep_nesting_and_huge_files_are_refused(tmp_path):
     deep = tmp_path / "deep.yaml"
     deep.write_text("a: " + "[" * 100 + "]" * 100 + "\n")
