@@ -33,6 +33,8 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
 - A Linear that reads a concatenation of two outputs along features (Flux's single blocks: attention and MLP
   branch into ``proj_out``), each split as its weight's input dim: one all-to-all per part and one for the
   result (the weight wants contiguous blocks of the whole); parts split otherwise are gathered.
+- Streams joined into one sequence outside attention, and cut back (Flux's single blocks: the card's ``joins``),
+  cost under a sequence axis what attention's concatenation and split-back cost, at the joined tensor's width.
 - A weight split over an axis that splits activations (batch, sequence, guidance) is all-gathered over it
   before use (FSDP); so is a bias or norm scale split differently from the output it adds to.
 
@@ -69,8 +71,8 @@ KNOWN_DIFFERENCES = (
     "outside the blocks under pairs.yaml, XLA all-reduces the output norm's modulation ([batch, 6144] over model): "
     "the row split of the blocks' modulation Linears propagates back onto the timestep embedding",
     "the rows gather of LayerNorms is measured over a batch axis, a guidance axis (cfg2-model4.yaml, and with "
-    "data and cfg one gather over both: data2-cfg2-model2.yaml) and a sequence axis (seq2-model4.yaml); a sequence "
-    "split of Flux's single-stream blocks (no concatenation of streams) is derived by the same rules, not measured",
+    "data and cfg one gather over both: data2-cfg2-model2.yaml) and a sequence axis (seq2-model4.yaml, and Flux's "
+    "dual and single blocks: flux-seq2-model4.yaml)",
     "a sequence axis beside a batch axis under largest-dim rules (seq2-data2-model2.yaml, held out: XLA 24 "
     "all-gathers moving 5,812,224 B, 6 all-to-alls moving 589,824 B and 18 collective-permutes moving 436,224 B "
     "per block; this model 22 moving 5,025,792 B, 9 moving 884,736 B and 14 moving 184,320 B): XLA's propagation "

@@ -326,7 +326,7 @@ class _Loop:
 
 def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_input: MarkInput | None = None,
              ) -> _Loop:
-    """The stock denoising loop with CPU timesteps and one blocking sync per step."""
+    """The stock denoising loop, its schedule on the device (``_DeviceSchedule``), one blocking sync per step."""
     batch = embeds.cond.shape[0]
     latents = _initial_latents(pipe, height, width, embeds.cond.dtype, seed, batch).to(embeds.cond.device)
     if mark_input is not None:
