@@ -377,8 +377,8 @@ class _DeviceSchedule:
 
     timesteps: Any  # [steps, batch] in the latents' dtype, / 1000 as the transformer takes them
     dts: Any  # [steps] float32: sigma_next - sigma
-    index: Any  # [1] int64 on the device: the step (not 0-dim: torch_xla bakes a 0-dim 0 or 1 into the graph
-    #: as a constant, and the first step would then compile a graph of its own)
+    index: Any  # [1] int64 on the device: the step (measured: a 0-dim counter made the second step compile a
+    #: graph of its own; torch_xla treats 0-dim 0 and 1 as constants of the graph)
 
     @staticmethod
     def of(scheduler, timesteps, batch: int, dtype, device) -> "_DeviceSchedule | None":
@@ -389,12 +389,8 @@ class _DeviceSchedule:
             return None  # the stock step, with its transfers (the run warns and names them)
         sigmas = scheduler.sigmas.to(torch.float32)
         table = torch.stack([t.expand(batch).to(dtype) / 1000 for t in timesteps])
-        # the counter starts as the output of a device graph, as it is at every later step: an uploaded one
-        # differs from a computed one under SPMD, and the second step would compile a graph of its own
-        index = torch.zeros(1, dtype=torch.long).to(device) + 0
-        schedule = _DeviceSchedule(table.to(device), (sigmas[1:] - sigmas[:-1]).to(device), index)
-        xla.sync()
-        return schedule
+        return _DeviceSchedule(table.to(device), (sigmas[1:] - sigmas[:-1]).to(device),
+                               torch.zeros(1, dtype=torch.long).to(device))
 
     def timestep(self):
         return self.timesteps.index_select(0, self.index).squeeze(0)
