@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from meshlab.backend import hlo, xla
-from meshlab.backend.protocol import call_worker
+from meshlab.backend.protocol import WorkerFailed, call_worker
 from meshlab.backend.verdict import CheckReport, collectives_of, predicted_full_depth, predicted_per_block
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
@@ -52,8 +52,14 @@ def require_backend() -> None:
 def run_worker(jobs: list[dict], dump_dir: Path, device_count: int, progress: Progress) -> list[dict]:
     """Run the jobs in one worker process (meshlab.backend.protocol); its errors come back as meshlab's errors."""
     request = {"jobs": jobs, "dump_dir": str(dump_dir)}
-    return call_worker("meshlab.backend.worker", request, worker_env(dump_dir, device_count),
-                       progress=progress)["results"]
+    try:
+        return call_worker("meshlab.backend.worker", request, worker_env(dump_dir, device_count),
+                           progress=progress)["results"]
+    except WorkerFailed as error:
+        if error.status != "oom":
+            raise
+        raise WorkerFailed(error.problem, "check fewer blocks (--layers 1) or a smaller image; every virtual "
+                           "device holds its shards in this host's memory", status="oom") from None
 
 
 def worker_env(dump_dir: Path, device_count: int) -> dict[str, str]:

@@ -108,9 +108,11 @@ class CheckReport:
                    for b in self.predicted_per_block)
 
     def full_depth_compile_seconds(self) -> float | None:
-        """This host's compile of the checked forward scaled to full depth: an unrolled list compiles one copy per
-        block (measured: about 1 s per full-width Qwen-Image block on 8 virtual CPU devices, benchmarks/
-        compile_time.py), a scanned list one loop body whatever its depth. A TPU compiles differently."""
+        """This host's compile of the checked forward scaled to full depth, an upper bound: an unrolled list
+        compiles one copy per block, and the whole measured compile (the part outside the blocks too) is scaled by
+        blocks; a scanned list compiles one loop body whatever its depth (benchmarks/compile_time.py measured about
+        1 s per full-width Qwen-Image block unrolled on 8 virtual CPU devices, and no growth scanned). A TPU
+        compiles differently."""
         if self.compile_seconds is None:
             return None
         checked = sum(n for name, n in self.setup.checked_blocks.items() if name not in self.scanned)

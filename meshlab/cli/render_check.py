@@ -196,6 +196,6 @@ def _timings_line(report: CheckReport) -> str:
     full = report.full_depth_compile_seconds()
     if full is not None:
         how = "scanned" if report.scanned else "unrolled"
-        parts.append(f"compile at full depth ~{full:.0f} s ({how}; this host's CPU compile extrapolated, a TPU "
-                     "compiles differently)")
+        parts.append(f"compile at full depth up to ~{full:.0f} s ({how}; this host's CPU compile scaled by "
+                     "blocks, an upper bound; a TPU compiles differently)")
     return f"[dim]Time: {', '.join(parts)}{note}[/dim]"
