@@ -98,6 +98,16 @@ class Hardware:
         """HBM per chip the planner may fill: usable HBM less the runtime reserve."""
         return self.usable_hbm_bytes - self.runtime_reserve_bytes
 
+    def using(self, devices: int) -> "Hardware":
+        """The same system using `devices` of its devices: any count up to a GPU node's (one GPU, or four of
+        eight, behind the same switch); a TPU slice is used whole (another count is another slice, e.g. v6e-4)."""
+        if devices == self.chips:
+            return self
+        if self.kind != "gpu" or not 1 <= devices < self.chips:
+            return self  # the mesh check says what is wrong
+        return replace(self, name=f"{self.name}:{devices}", chips=devices, topology=(devices,),
+                       wraparound=(True,))
+
 
 def _problems(hw: Hardware) -> list[str]:
     """Every broken invariant of `hw`, as sentences naming the field, its value and the constraint."""
@@ -249,9 +259,11 @@ def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hard
     each other (e.g. ``chips`` without a matching ``topology``).
     """
     table = catalog()
-    if name not in table:
+    base, _, part = name.partition(":")  # "h100:1": one GPU of an h100 node (what `Hardware.using` names)
+    if base not in table or (part and not (part.isdigit() and table[base].kind == "gpu"
+                                           and 1 <= int(part) <= table[base].chips)):
         raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)}")
-    hardware = table[name]
+    hardware = table[base].using(int(part)) if part else table[base]
     return _override(hardware, overrides) if overrides else hardware
 
 

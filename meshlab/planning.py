@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def plan_strategy(loaded: LoadedStrategy) -> PlannedStrategy:
     strategy = loaded.strategy
     card = _with_field(lambda: load_card(strategy.model, loaded.path.parent), ("model",))
     hardware = _with_field(lambda: load_hardware(strategy.hardware_name, strategy.hardware_overrides), ("hardware",))
+    if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
+        hardware = hardware.using(math.prod(strategy.mesh.values()))
     plan = make_plan(strategy, card, hardware.chips)
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
     return PlannedStrategy(loaded, card, hardware, plan, memory)

@@ -111,6 +111,8 @@ def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_
     if worst == "local":
         mine = pred.step.flops * per_image / 1e12
         theirs = b.step.flops * best_per_image / 1e12
+        if mine > 1.05 * theirs and pred.chips == 1:
+            return f"one device does all the work: {mine:.0f} TFLOP per image vs {theirs:.0f} per chip"
         if mine > 1.05 * theirs:
             return f"repeats work across chips: {mine:.0f} TFLOP per chip per image vs {theirs:.0f}"
         return (f"slower compute/HBM per image: {pred.step.local * per_image:.2f} s vs "

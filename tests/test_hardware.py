@@ -196,3 +196,23 @@ def test_describe_rows_with_sources_is_json_ready():
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
     assert set(v6e_8["sources"]) == set(FIGURES)
     json.dumps(rows)
+
+
+def test_a_gpu_node_can_be_used_in_part(tmp_path):
+    """One GPU of an h100 node (or four of eight) plans as that many devices, with no topology written by hand;
+    a TPU slice is used whole."""
+    from meshlab.planning import plan_file
+
+    for devices, mesh in ((1, "{model: 1}"), (4, "{data: 2, model: 2}")):
+        path = tmp_path / f"gpu{devices}.yaml"
+        path.write_text(f"name: t\nmodel: qwen-image\nhardware: h100\nmesh: {mesh}\n")
+        planned = plan_file(path)
+        assert planned.hardware.chips == devices and planned.hardware.name == f"h100:{devices}"
+        assert planned.plan.mesh.device_count == devices
+        assert load_hardware(f"h100:{devices}") == planned.hardware  # records name it; it loads back
+    path = tmp_path / "tpu.yaml"
+    path.write_text("name: t\nmodel: qwen-image\nhardware: v6e-8\nmesh: {model: 4}\n")
+    with pytest.raises(Exception, match="has 4 devices but the hardware has 8"):
+        plan_file(path)
+    with pytest.raises(Exception, match="unknown hardware 'v6e-8:4'"):
+        load_hardware("v6e-8:4")
