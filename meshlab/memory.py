@@ -8,12 +8,11 @@ working set comes after denoising, so the peak is the larger of the two phases, 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES
-from meshlab.plan.axes import activation_axes
+from meshlab.plan.axes import activation_axes, compute_split
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, local_token_counts, token_counts
@@ -24,8 +23,8 @@ ACTIVATION_METHOD = (
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
-    "activations.sequence; with a sequence split, attention also holds the k and v of every other chip's image "
-    "tokens"
+    "activations.sequence (and the text tokens with it where attention joins them); with a sequence split, "
+    "attention also holds the k and v of the joint sequence's tokens on other chips"
 )
 
 
@@ -127,11 +126,6 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
     return vae_weights, vae_decode, text_bytes
 
 
-def _output_split(weight: PlannedParameter, plan: Plan, gathered: frozenset[str]) -> int:
-    """How many ways a Linear's output features are split as it computes: FSDP axes are gathered first."""
-    return math.prod(plan.mesh.size(a) for a in weight.spec.entries[0] or () if a not in gathered)
-
-
 def _batch_split(plan: Plan, strategy: Strategy) -> int:
     axis = strategy.activations.batch
     return plan.mesh.size(axis) if axis else 1
@@ -157,7 +151,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
 @dataclass(frozen=True)
 class _Shape:
     tokens: TokenCounts  # per sample, whole
-    local: TokenCounts  # per sample on one chip (image tokens split over the sequence axis)
+    local: TokenCounts  # per sample on one chip (see meshlab.tokens.local_token_counts)
     gathered: frozenset[str]  # axes that split activations: weights split over them are gathered (FSDP)
     flash: bool
 
@@ -178,14 +172,14 @@ def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> i
 
 def _output_elements(weight: PlannedParameter, plan: Plan, shape: _Shape) -> int:
     out_features = weight.shape[0]
-    return shape.local.of_stream(weight.parameter.stream) * -(-out_features // _output_split(weight, plan, shape.gathered))
+    return shape.local.of_stream(weight.parameter.stream) * -(-out_features // compute_split(weight.spec.entries[0], plan.mesh, shape.gathered))
 
 
 def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
-    """q/k/v at the local tokens, plus k and v of the image tokens other chips hold when a sequence axis splits
-    them (every query needs every key: the all-gather's output), the output, and scores without flash."""
+    """q/k/v at the local tokens, plus k and v of the tokens other chips hold when a sequence axis splits them
+    (every query needs every key: the all-gather's output), the output, and scores without flash."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
-    head_split = _output_split(weights[attention.qkv[0]], plan, shape.gathered)
+    head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.streams)

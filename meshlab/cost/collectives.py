@@ -159,7 +159,6 @@ class _Deriver:
 
     def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, found: list[Collective]):
         self.layout, self.mesh, self.graph, self.found = layout, mesh, graph, found
-        self.hidden = graph.hidden_size
         self.by_module = {op.module: op for op in graph.linears}
         self.states: dict[str, _State] = {}
         #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph)

@@ -26,6 +26,7 @@ from meshlab.cards.card import Attention, ModelCard
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.mesh import AbstractMesh
+from meshlab.plan.axes import compute_split
 from meshlab.tokens import TokenCounts
 
 
@@ -90,14 +91,8 @@ def _split(axes, mesh: AbstractMesh) -> int:
     return math.prod(mesh.size(a) for a in axes) if axes else 1
 
 
-def compute_split(axes, mesh: AbstractMesh, layout: Layout) -> int:
-    """How many ways a weight dim is split as the chip computes with it: FSDP axes are gathered first."""
-    gathered = set(layout.activation_axes())
-    return _split(tuple(a for a in axes or () if a not in gathered), mesh)
-
-
 def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
-    out_split, in_split = (compute_split(e, mesh, layout) for e in op.weight.spec.entries)
+    out_split, in_split = (compute_split(e, mesh, layout.activation_axes()) for e in op.weight.spec.entries)
     out, inp = -(-op.out_features // out_split), -(-op.in_features // in_split)
     tokens = layout.batch * layout.local.of_stream(op.stream)
     gathered = set(op.weight.spec.axes) & set(layout.activation_axes())
@@ -109,7 +104,7 @@ def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
 
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
-    head_split = compute_split(qkv[0].weight.spec.entries[0], mesh, layout)
+    head_split = compute_split(qkv[0].weight.spec.entries[0], mesh, layout.activation_axes())
     heads = -(-attention.heads // head_split) if attention.heads % head_split == 0 else attention.heads
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.streams)

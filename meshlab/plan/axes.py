@@ -8,6 +8,9 @@ saves memory, never work.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from meshlab.mesh import AbstractMesh
 from meshlab.strategy.schema import Activations
 
@@ -21,3 +24,10 @@ def guidance_axis(mesh: AbstractMesh) -> str | None:
 def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[str]:
     """Axes that split activations (by sample, token or guidance branch)."""
     return frozenset(a for a in (activations.batch, activations.sequence, guidance_axis(mesh)) if a)
+
+
+def compute_split(axes: Iterable[str] | None, mesh: AbstractMesh, gathered: Iterable[str]) -> int:
+    """How many ways a weight dim split over `axes` is split as a chip computes with it: axes in `gathered`
+    (those that split activations) are all-gathered first, so they do not count."""
+    skip = set(gathered)
+    return math.prod(mesh.size(a) for a in axes or () if a not in skip)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from meshlab.cards.card import ModelCard
 from meshlab.errors import PlanError
 from meshlab.mesh import AbstractMesh
-from meshlab.plan.axes import activation_axes
+from meshlab.plan.axes import activation_axes, compute_split
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.plan.rules import check_rule_axes, compile_rules, resolve
 from meshlab.strategy.schema import Strategy
@@ -67,11 +66,9 @@ def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: Abstrac
     for attention in card.attention:
         for module in attention.qkv:
             weight = by_name.get(f"{module}.weight")
-            axes = tuple(a for a in (weight.spec.entries[0] or ()) if a not in gathered) if weight else ()
-            if not axes:
-                continue
-            split = math.prod(mesh.size(a) for a in axes)
+            split = compute_split(weight.spec.entries[0], mesh, gathered) if weight else 1
             if attention.heads % split:
+                axes = [a for a in weight.spec.entries[0] if a not in gathered]
                 divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
                 raise PlanError(
                     f"{weight.name} splits its output over {split} devices ({'+'.join(axes)}) "
