@@ -29,9 +29,6 @@ from meshlab.planning import PlannedStrategy, plan_file, with_workload
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 
 
-RunFailed = WorkerFailed  # the torch worker failed: `status` is "oom" or "error"
-
-
 @dataclass(frozen=True)
 class RunOptions:
     checkpoint: str  # a local pipeline folder, or "tiny" to build the tiny offline pipeline
@@ -274,17 +271,11 @@ def _prediction(at_run: PlannedStrategy) -> dict:
 
 
 def _versions() -> dict:
-    found = {"python": platform.python_version()}
-    for package in PACKAGES:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = None
-    return found
+    return {"python": platform.python_version()} | {package: _version(package) for package in PACKAGES}
 
 
 def _failure(error: MeshlabError) -> dict:
-    if isinstance(error, RunFailed):
+    if isinstance(error, WorkerFailed):
         return {"status": error.status, "reason": error.problem}
     return {"status": "refused" if isinstance(error, InputError) else "error", "reason": error.problem}
 

@@ -93,7 +93,7 @@ def _run(model, inputs: dict, index: int, dump_dir: Path, timings: dict) -> dict
             "compile_seconds": xla.compile_seconds() - compile_s,
             "host_transfers": {"from_device": moved.pop("from_device", 0), "to_device": moved.pop("to_device", 0),
                                "syncs": moved.pop("syncs", 0),
-                               "causes": {k: v for k, v in moved.items() if not k.startswith("persistent_cache")}},
+                               "causes": moved},
             "dump_files": sorted(set(_listing(dump_dir)) - set(before)), "output": output}
 
 

@@ -128,8 +128,7 @@ def compile_count() -> int:
     """Graphs compiled so far in this process."""
     import torch_xla.debug.metrics as met
 
-    data = met.metric_data("CompileTime")
-    return int(data[0]) if data else 0
+    return _metric_count(met, "CompileTime")
 
 
 def compile_seconds() -> float:
@@ -156,10 +155,7 @@ def traffic() -> dict[str, int]:
 
     counts = {"from_device": _metric_count(met, "TransferFromDeviceTime"),
               "to_device": _metric_count(met, "TransferToDeviceTime"),
-              "syncs": met.counter_value("MarkStep") or 0,
-              "persistent_cache_hits": met.counter_value("PersistentCacheHit") or 0,
-              "persistent_cache_misses": met.counter_value("PersistentCacheMiss") or 0,
-              "persistent_cache_deserialize_failures": met.counter_value("PersistentCacheDeserializeFailure") or 0}
+              "syncs": met.counter_value("MarkStep") or 0}
     for name in met.counter_names():
         if name in TRANSFER_CAUSES or name.startswith("aten::"):
             counts[name] = met.counter_value(name) or 0
@@ -170,6 +166,16 @@ def traffic_since(before: dict[str, int]) -> dict[str, int]:
     """What `traffic()` counted after `before`, leaving out what did not move."""
     now = traffic()
     return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
+
+
+def persistent_cache() -> dict[str, int]:
+    """The persistent compile cache's counters so far in this process: hits, misses, and programs it found but
+    could not load."""
+    import torch_xla.debug.metrics as met
+
+    return {"hits": met.counter_value("PersistentCacheHit") or 0,
+            "misses": met.counter_value("PersistentCacheMiss") or 0,
+            "deserialize_failures": met.counter_value("PersistentCacheDeserializeFailure") or 0}
 
 
 def _metric_count(met, name: str) -> int:

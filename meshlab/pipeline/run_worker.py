@@ -20,6 +20,8 @@ def run(request: dict) -> dict:
     xr.use_spmd()  # before any XLA tensor exists
     if request.get("cache_dir"):
         xr.initialize_cache(request["cache_dir"], readonly=False)
+    from meshlab.backend import xla
+    from meshlab.backend.inputs import input_spec
     from meshlab.pipeline.runner import run_pipeline, run_reference
     from meshlab.pipeline.tiny import load_pipeline
 
@@ -41,21 +43,16 @@ def run(request: dict) -> dict:
         return applied["value"].mesh
 
     def mark_input(name, tensor):
-        from meshlab.backend import xla
-        from meshlab.backend.inputs import input_spec
-
         xla.mark(tensor, applied["value"].mesh, input_spec(name, tuple(tensor.shape), strategy.activations,
                                                           plan.mesh), name)
 
-    from meshlab.backend import xla
-
-    before = xla.traffic()
+    before = xla.persistent_cache()
     result = run_pipeline(pipe, *knobs, shard=shard, batch=w["batch"], mark_input=mark_input)
-    moved = xla.traffic_since(before)
     cache = None
     summary = result.summary()
     if request.get("cache_dir"):
-        cache = cache_outcome(request["cache_dir"], moved)
+        after = xla.persistent_cache()
+        cache = cache_outcome(request["cache_dir"], {k: after[k] - before[k] for k in after})
         if cache["deserialize_failures"]:
             summary["warnings"].append(cache["note"])
     image = Path(request["scratch"]) / "image.png"
@@ -70,11 +67,11 @@ def run(request: dict) -> dict:
             "max_abs_error": None if reference is None else float(abs(result.pixels - reference).max())}
 
 
-def cache_outcome(folder: str, moved: dict) -> dict:
-    """Whether the compile cache was read: hits, misses, and programs found but not loadable (torch_xla 2.9 cannot
-    deserialize the executables it wrote on the CPU, pytorch/xla#9094: it then compiles again, and says so here)."""
-    hits, misses = moved.get("persistent_cache_hits", 0), moved.get("persistent_cache_misses", 0)
-    failures = moved.get("persistent_cache_deserialize_failures", 0)
+def cache_outcome(folder: str, counted: dict) -> dict:
+    """Whether the compile cache was read (`counted`: this run's ``xla.persistent_cache()`` counts): hits, misses,
+    and programs found but not loadable (torch_xla 2.9 cannot deserialize the executables it wrote on the CPU,
+    pytorch/xla#9094: it then compiles again, and says so here)."""
+    hits, misses, failures = counted["hits"], counted["misses"], counted["deserialize_failures"]
     outcome = {"dir": folder, "hits": hits, "misses": misses, "deserialize_failures": failures,
                "hit": hits > 0 and misses == 0 and failures == 0}
     if failures:

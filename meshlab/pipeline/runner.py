@@ -90,7 +90,7 @@ class Counters:
             if not count_moved:
                 continue  # copies on the device count too (xla::_copy_from); only steps that moved data say why
             for name, count in t.items():
-                if name not in ("from_device", "to_device", "syncs") and not name.startswith("persistent_cache"):
+                if name not in ("from_device", "to_device", "syncs"):
                     causes[name] = causes.get(name, 0) + count
         first = self.traffic_per_step[0] if self.traffic_per_step else {}
         return {"steady_per_step": max(moved) if moved else None,
