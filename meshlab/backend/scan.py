@@ -26,7 +26,9 @@ Only the classes in ``meshlab.backend.models`` are supported (their blocks take 
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 
+from meshlab.cards.card import block_position
 from meshlab.errors import PlanError
 
 #: The two streams every supported block updates; each block returns (encoder_hidden_states, hidden_states).
@@ -35,25 +37,24 @@ STREAMS = ("hidden_states", "encoder_hidden_states")
 
 def homogeneous_specs(plan, list_name: str, blocks: int) -> dict[str, object]:
     """Each parameter's per-block spec (by its name inside a block), which every block of the list must share."""
-    by_local: dict[str, set] = {}
-    shapes: dict[str, set] = {}
+    found: dict[str, set] = defaultdict(set)  # name inside a block -> {(spec, shape)}
+    indices: dict[str, set] = defaultdict(set)  # name inside a block -> the blocks that have it
     for p in plan.parameters:
-        head, _, rest = p.name.partition(".")
-        index, _, local = rest.partition(".")
-        if head == list_name and index.isdigit():
-            by_local.setdefault(local, set()).add(p.spec)
-            shapes.setdefault(local, set()).add(p.shape)
-    for local in sorted(by_local):
-        counts = {p.name.split(".")[1] for p in plan.parameters if p.name.startswith(list_name + ".")
-                  and p.name.split(".", 2)[2] == local}
-        if len(by_local[local]) > 1 or len(shapes[local]) > 1 or len(counts) != blocks:
-            found = ", ".join(sorted(str(s) for s in by_local[local]))
+        position = block_position(p.name)
+        if position and position[0] == list_name:
+            local = p.name.split(".", 2)[2]
+            found[local].add((p.spec, p.shape))
+            indices[local].add(position[1])
+    for local in sorted(found):
+        if len(found[local]) > 1 or len(indices[local]) != blocks:
+            specs = ", ".join(sorted({str(spec) for spec, _ in found[local]}))
+            shapes = sorted({shape for _, shape in found[local]})
             raise PlanError(
                 f"--scan needs every block of {list_name} alike, but {list_name}.*.{local} differs between blocks "
-                f"(specs {found}; shapes {sorted(shapes[local])})",
+                f"(specs {specs}; shapes {shapes})",
                 "give every block of the list the same rules, or run without --scan",
             )
-    return {local: next(iter(specs)) for local, specs in by_local.items()}
+    return {local: next(iter(variants))[0] for local, variants in found.items()}
 
 
 def install(model, plan, xla_mesh) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from meshlab.backend.hlo import HloCollective, XlaMemory, mesh_axes
 from meshlab.backend.readback import AppliedParameter, weights_per_device
 from meshlab.backend.setup import CheckSetup
-from meshlab.cards.truncate import block_position
+from meshlab.cards.card import block_position
 
 #: Largest |sharded - reference| accepted, as a fraction of the reference's largest |value| (at least 1):
 #: the sharded forward runs in the plan's dtype, the reference in float32.

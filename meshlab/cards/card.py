@@ -68,25 +68,32 @@ class Attention:
     out: tuple[str, ...]  # module paths of the output projections
 
 
-_INDEX = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?=\.|$)")
+_BLOCK = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?:\.|$)")
+
+
+def block_position(path: str) -> tuple[str, int] | None:
+    """``("transformer_blocks", 3)`` for ``transformer_blocks.3.attn.to_q.weight``; None outside numbered lists."""
+    match = _BLOCK.match(path)
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 def module_pattern(path: str, block_lists: set[str] | frozenset[str]) -> str:
     """``transformer_blocks.*.attn.to_q`` for ``transformer_blocks.7.attn.to_q``: one name for every block."""
-    match = _INDEX.match(path)
-    if match and match.group(1) in block_lists:
-        return f"{match.group(1)}.*{path[match.end():]}"
-    return path
+    position = block_position(path)
+    if position is None or position[0] not in block_lists:
+        return path
+    name, index = position
+    return f"{name}.*{path[len(f'{name}.{index}'):]}"
 
 
 def concrete_path(pattern: str, like: str) -> str:
     """The pattern's path in the block `like` sits in: (``transformer_blocks.*.attn``, ``transformer_blocks.7.x``)
     gives ``transformer_blocks.7.attn``."""
     head, star, tail = pattern.partition(".*")
-    match = _INDEX.match(like)
-    if not star or not match or match.group(1) != head:
+    position = block_position(like)
+    if not star or position is None or position[0] != head:
         return pattern
-    return f"{head}.{match.group(2)}{tail}"
+    return f"{head}.{position[1]}{tail}"
 
 
 @dataclass(frozen=True)

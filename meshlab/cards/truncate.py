@@ -9,19 +9,9 @@ parameter the spec the full plan gives it; ``block`` is renumbered as the import
 from __future__ import annotations
 
 import dataclasses
-import re
 
-from meshlab.cards.card import ModelCard, Parameter
+from meshlab.cards.card import ModelCard, Parameter, block_position
 from meshlab.errors import InputError
-
-_BLOCK = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?:\.|$)")
-
-
-def block_position(path: str) -> tuple[str, int] | None:
-    """``("transformer_blocks", 3)`` for ``transformer_blocks.3.attn.to_q.weight``; None outside numbered lists."""
-    match = _BLOCK.match(path)
-    return (match.group(1), int(match.group(2))) if match else None
-
 
 def block_lists(card: ModelCard) -> dict[str, int]:
     """Each list of repeated blocks and how many blocks it has, in the order the card lists them."""
