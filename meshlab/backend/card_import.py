@@ -4,7 +4,7 @@ Every figure is measured from the classes, never written down:
 
 - parameters: the full model is built on the ``meta`` device from its config and walked with
   ``named_parameters()``; ``kind`` is the class of the module that owns each parameter.
-- stream: a copy with real widths but one block of each kind runs one forward on the CPU (float32, random
+- stream: a copy with real widths but two blocks of each kind runs one forward on the CPU (float32, random
   weights, seed 0) with distinct small token counts; a hook on every module that owns parameters reads the
   token dim of its input: image tokens -> "image", text tokens -> "text", their sum -> "joint", no token dim
   (a ``[batch, width]`` input such as the timestep embedding) -> "conditioning". Modules the forward never
@@ -197,7 +197,7 @@ def _block_offsets(model: Any, tracer: ModelSpec) -> dict[str, int]:
 
 
 def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]:
-    """(global block index or None, the module's path in the traced one-block copy)."""
+    """(global block index or None, the module's path in the traced copy (block 0 stands for every block))."""
     for attr, offset in offsets.items():
         if module_path.startswith(attr + "."):
             index, _, rest = module_path[len(attr) + 1:].partition(".")
@@ -206,7 +206,8 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
 
 
 def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], tuple[tuple[Flow, ...], tuple[Join, ...]]]:
-    """Stream of each parameter-owning module of a one-block-per-kind copy, by module path, and its dataflow."""
+    """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow
+    (meshlab.backend.dataflow_trace), from one forward."""
     import torch
 
     torch.manual_seed(TRACE_SEED)
@@ -228,11 +229,10 @@ def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], 
         if next(module.parameters(recurse=False), None) is not None:
             module.register_forward_pre_hook(recorder(path), with_kwargs=True)
     geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT)
-    inputs = lambda: tracer.inputs(config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))  # noqa: E731
-    with torch.no_grad():
-        model(**inputs())
+    inputs = tracer.inputs(config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))
     hidden = config["num_attention_heads"] * config["attention_head_dim"]
-    flows = trace_dataflow(model, inputs(), {attr for attr, _ in tracer.blocks}, hidden,
+    # one forward: the stream hooks above record while the dataflow tracer runs it
+    flows = trace_dataflow(model, inputs, {attr for attr, _ in tracer.blocks}, hidden,
                            lambda shape: _stream_of(shape, counts))
     return {path: _merge(streams) for path, streams in seen.items()}, flows
 
