@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from meshlab.backend import hlo, xla
-from meshlab.backend.protocol import WorkerFailed, call_worker
+from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
 from meshlab.backend.verdict import CheckReport, collectives_of, predicted_full_depth, predicted_per_block
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.devices import child_environment
 from meshlab.errors import BackendError, InputError
-
-Progress = Callable[[str], None]
 
 
 def run_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None) -> CheckReport:
