@@ -36,6 +36,8 @@ class Applied:
     plan: Plan
     parameters: tuple[AppliedParameter, ...]
     scanned: tuple[str, ...] = ()  # block lists that run through torch_xla's scan (see meshlab.backend.scan)
+    rewrites: tuple[tuple[str, int], ...] = ()  # (rewrite, modules it changed), see meshlab.backend.rewrites
+    activation_points: int = 0  # tensors the strategy's activation rules mark (one hook each)
 
     @property
     def mismatches(self) -> tuple[AppliedParameter, ...]:
@@ -47,17 +49,30 @@ def load_plan(path: str | Path) -> PlannedStrategy:
     return plan_file(path)
 
 
-def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = None) -> Applied:
+def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = None, strategy=None) -> Applied:
     """Mark every parameter of `module` with its spec on a mesh of the plan's axes; read back what XLA holds.
 
+    With a strategy, its ``rewrites`` change the module first (meshlab.backend.rewrites) and its activation rules
+    become hooks that mark the tensors they name (meshlab.backend.activation_hooks).
     `scan` runs every block list through torch_xla's scan (one compiled loop body; meshlab.backend.scan); None
-    takes the strategy's ``compile.scan_blocks`` (off for a bare Plan)."""
+    takes the strategy's ``compile.scan_blocks`` (off for a bare Plan). `strategy` gives a bare Plan the strategy
+    whose rewrites and activation rules to apply (a PlannedStrategy carries its own)."""
     xla.require()
     xla.require_spmd()
+    strategy = plan.strategy if isinstance(plan, PlannedStrategy) else strategy
     if scan is None:
-        scan = plan.strategy.compile.scan_blocks if isinstance(plan, PlannedStrategy) else False
+        scan = strategy.compile.scan_blocks if strategy else False
     plan = plan.plan if isinstance(plan, PlannedStrategy) else plan
     _check_names(module, plan)
+    rules = strategy.activations.rules if strategy else []
+    if scan and rules:
+        raise InputError("activation rules mark tensors inside the blocks, which a scanned block list traces once "
+                         "as a loop body; meshlab does not combine the two", "drop compile.scan_blocks (or --scan)")
+    rewrites = ()
+    if strategy and strategy.rewrites:
+        from meshlab.backend.rewrites import apply_rewrites
+
+        rewrites = tuple(apply_rewrites(module, strategy.rewrites).items())
     xla_mesh = mesh if mesh is not None else xla.build_mesh(plan.mesh)
     specs = {p.name: p for p in plan.parameters}
     for name in [name for name, _ in module.named_parameters()]:  # names only: each CPU copy is freed as it moves
@@ -68,7 +83,14 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
         from meshlab.backend import scan as scanning
 
         scanned = scanning.install(module, plan, xla_mesh)
-    return Applied(xla_mesh, plan, read_back(module, plan, xla_mesh), scanned)
+    points = ()
+    if rules:
+        from meshlab.backend import activation_hooks
+        from meshlab.plan.activations import activation_points
+
+        points = activation_points(plan.card, rules)
+        activation_hooks.install(module, points, xla_mesh)
+    return Applied(xla_mesh, plan, read_back(module, plan, xla_mesh), scanned, rewrites, len(points))
 
 
 def read_back(module, plan: Plan, xla_mesh) -> tuple[AppliedParameter, ...]:

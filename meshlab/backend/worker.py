@@ -38,7 +38,7 @@ def run_job(job: dict, dump_dir: Path) -> dict:
         reference = _reference(model, inputs)
     with _timed(timings, "apply"):
         progress(f"applying the plan on {xla.device_count()} {xla.device_type()} devices")
-        applied = apply(model, setup.plan, scan=setup.scan)
+        applied = apply(model, setup.plan, scan=setup.scan, strategy=setup.strategy)
         sharded = shard_inputs(applied, setup.planned, **inputs)  # same mesh and activations
     runs = [_run(model, sharded, i, dump_dir, timings) for i in range(FORWARDS)]
     output = [run.pop("output") for run in runs][-1]  # the steady state's

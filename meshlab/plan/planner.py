@@ -7,6 +7,7 @@ import dataclasses
 from meshlab.cards.card import ModelCard
 from meshlab.errors import PlanError
 from meshlab.mesh import AbstractMesh
+from meshlab.plan.activations import check_activation_rules
 from meshlab.plan.axes import activation_axes, compute_split
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.plan.rules import check_rule_axes, compile_rules, resolve
@@ -31,7 +32,8 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
     _check_heads(card, planned, mesh, activation_axes(strategy.activations, mesh))
     used = {p.rule for p in planned}
     unmatched = tuple(i for i in range(len(rules)) if i not in used)
-    warnings = _batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh)
+    warnings = (_batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh)
+                + check_activation_rules(strategy, card, mesh))
     return Plan(strategy.name, card, mesh, tuple(planned), unmatched, warnings)
 
 

@@ -69,6 +69,42 @@ class Rule(Closed):
         return (self.axis,) if isinstance(self.axis, str) else tuple(self.axis)
 
 
+#: Named points inside every block where an activation rule can annotate a tensor ([batch, tokens, features]).
+ACTIVATION_POINTS = {
+    "block.input": "the stream's hidden states as the block receives them",
+    "attention.qkv": "each q, k and v projection's output (features are heads x head dim), before attention",
+    "attention.output": "the attention output as the output projection reads it (features are heads x head dim)",
+    "linear.output": "the output of every Linear inside the blocks (a 2-D output takes the batch and features "
+    "entries); pinning it to the batch split makes XLA gather a weight split over the batch axis (FSDP) rather "
+    "than the activations",
+}
+
+
+class ActivationRule(Closed):
+    """Split an activation at a named point of every block: one spec entry per dim of [batch, tokens, features].
+
+    Ulysses: `attention.qkv` split on heads over the sequence axis, `attention.output` back on tokens; XLA moves
+    between the two with all-to-alls."""
+
+    point: str = Field(description=f"one of {', '.join(ACTIVATION_POINTS)}")
+    stream: Optional[str] = Field(None, description="only this token stream (image, text); null: every stream")
+    spec: list[SpecEntry] = Field(
+        min_length=3, max_length=3,
+        description="[batch, tokens, features]: a mesh axis, a list of axes (major to minor), or null each")
+    note: Optional[str] = Field(None, description="why this rule exists; shown in the plan")
+
+    @field_validator("point")
+    @classmethod
+    def _known_point(cls, point: str) -> str:
+        if point not in ACTIVATION_POINTS:
+            raise ValueError(f"unknown activation point {point!r}; the points are {', '.join(ACTIVATION_POINTS)}")
+        return point
+
+    def axes_of(self, dim: int) -> tuple[str, ...]:
+        entry = self.spec[dim]
+        return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+
 class Activations(Closed):
     """How the activations (the transformer's inputs and everything computed from them) shard."""
 
@@ -76,6 +112,9 @@ class Activations(Closed):
     sequence: Optional[AxisName] = Field(
         None, description="mesh axis that splits the token sequence of the image stream (null: not split)"
     )
+    rules: list[ActivationRule] = Field(
+        default_factory=list, max_length=100,
+        description="splits of intermediate activations at named points of every block (see ActivationRule)")
 
 
 class Workload(Closed):
@@ -108,6 +147,14 @@ class Compile(Closed):
         "copy per block (compile time stops growing with depth; every block of a list must share its specs)")
 
 
+#: Model rewrites a strategy can ask for: what each changes, and which collectives it removes.
+REWRITES = {
+    "layernorm-rows": "every LayerNorm computes mean and variance over the last dim (in float32, cast back) "
+    "instead of PyTorch/XLA's batch-norm lowering over [1, batch x tokens, features]: the same values within bf16 "
+    "rounding, and no all-gather of the rows a batch, guidance or sequence split cuts",
+}
+
+
 class HardwareRef(Closed):
     """A catalog entry by name, with any of its figures overridden."""
 
@@ -130,6 +177,20 @@ class Strategy(Closed):
     workload: Workload = Field(default_factory=Workload)
     placement: Placement = Field(default_factory=Placement)
     compile: Compile = Field(default_factory=Compile)
+    rewrites: list[str] = Field(
+        default_factory=list, max_length=20,
+        description="model rewrites applied before the plan, by name: " + "; ".join(
+            f"'{name}': {what}" for name, what in REWRITES.items()))
+
+    @field_validator("rewrites")
+    @classmethod
+    def _known_rewrites(cls, rewrites: list[str]) -> list[str]:
+        for name in rewrites:
+            if name not in REWRITES:
+                raise ValueError(f"unknown rewrite {name!r}; the rewrites are {', '.join(REWRITES)}")
+        if len(set(rewrites)) != len(rewrites):
+            raise ValueError("a rewrite is named twice")
+        return rewrites
 
     @field_validator("mesh")
     @classmethod

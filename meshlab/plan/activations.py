@@ -1,0 +1,140 @@
+"""Activation rules resolved against a model card: which tensor of which module each rule splits. Pure, no torch.
+
+A rule names a point of every block (``ACTIVATION_POINTS``) and optionally a stream; it resolves to one
+``ActivationPoint`` per module the card has there:
+
+- ``attention.qkv``: q, k and v as the attention kernel reads them (``[batch, tokens, heads, head dim]``: the
+  spec's features entry splits the heads), joined over every stream the attention joins, so the rule takes no
+  stream; the kernel's output is marked alike;
+- ``attention.output``: the input of every output projection of that stream (the attention's output, cut back
+  to the stream);
+- ``linear.output``: the output of every Linear inside the blocks, of that stream (conditioning Linears, whose
+  output is ``[batch, features]``, take the batch and features entries);
+- ``block.input``: the stream's hidden states as a block receives them (the forward argument the stream comes in
+  as, ``STREAM_ARGUMENTS``).
+
+The backend (meshlab.backend.activation_hooks) marks exactly these tensors; the cost model prices the same rules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from meshlab.cards.card import ModelCard, block_position
+from meshlab.errors import PlanError
+from meshlab.mesh import AbstractMesh
+from meshlab.spec import PartitionSpec
+from meshlab.strategy.schema import ActivationRule, Strategy
+from meshlab.tokens import token_counts
+
+#: The forward argument of a block that carries each stream's hidden states (Qwen-Image's and Flux's blocks).
+STREAM_ARGUMENTS = {"image": "hidden_states", "text": "encoder_hidden_states"}
+
+
+@dataclass(frozen=True)
+class ActivationPoint:
+    module: str  # module path
+    where: str  # "kernel": q/k/v and output of its attention kernel; "input": its first input; "argument:<name>"
+    point: str  # the rule's point
+    stream: str
+    spec: PartitionSpec
+    rule: int  # index into activations.rules
+
+
+def rule_spec(rule: ActivationRule) -> PartitionSpec:
+    return PartitionSpec(*[tuple(e) if isinstance(e, list) else e for e in rule.spec])
+
+
+def linear_streams(card: ModelCard) -> dict[str, str]:
+    """Module path -> stream, for every Linear of the card."""
+    return {p.module: p.stream for p in card.parameters if p.kind == "linear" and p.rank == 2 and not p.is_bias}
+
+
+def card_streams(card: ModelCard) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s for a in card.attention for s in a.streams))
+
+
+def activation_points(card: ModelCard, rules: list[ActivationRule] | tuple[ActivationRule, ...]
+                      ) -> tuple[ActivationPoint, ...]:
+    """Every tensor the rules split, in rule order (the first rule naming a tensor wins)."""
+    streams = linear_streams(card)
+    found: dict[tuple[str, str], ActivationPoint] = {}
+    for index, rule in enumerate(rules):
+        spec = rule_spec(rule)
+        wanted = (lambda s: rule.stream is None or s == rule.stream)  # noqa: E731
+        for attention in card.attention:
+            if rule.point == "attention.qkv":
+                found.setdefault((attention.module, "kernel"), ActivationPoint(
+                    attention.module, "kernel", rule.point, "+".join(attention.streams), spec, index))
+            if rule.point == "attention.output":
+                for module in attention.out:
+                    stream = streams.get(module)
+                    if stream and wanted(stream):
+                        found.setdefault((module, "input"), ActivationPoint(module, "input", rule.point, stream, spec, index))
+        if rule.point == "linear.output":
+            for module, stream in streams.items():
+                if block_position(module) and wanted(stream):
+                    found.setdefault((module, "output"), ActivationPoint(module, "output", rule.point, stream, spec, index))
+        if rule.point == "block.input":
+            blocks = {_block_of(a.module): a.streams for a in card.attention if _block_of(a.module)}
+            for block, block_streams in blocks.items():
+                for stream in block_streams:
+                    argument = STREAM_ARGUMENTS.get(stream)
+                    if argument and wanted(stream):
+                        where = f"argument:{argument}"
+                        found.setdefault((block, where), ActivationPoint(block, where, rule.point, stream, spec, index))
+    return tuple(found.values())
+
+
+def point_of(points: tuple[ActivationPoint, ...], module: str, where: str) -> ActivationPoint | None:
+    return next((p for p in points if p.module == module and p.where == where), None)
+
+
+def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> tuple[str, ...]:
+    """Errors (PlanError, placed at the rule) for a rule the model or mesh cannot take; warnings for padding."""
+    warnings = []
+    streams = card_streams(card)
+    tokens = token_counts(strategy.workload, card.architecture)
+    for index, rule in enumerate(strategy.activations.rules):
+        field = ("activations", "rules", index)
+        if rule.stream is not None and rule.point == "attention.qkv":
+            raise PlanError(f"activations.rules[{index}] gives attention.qkv a stream, but the attention kernel reads "
+                            "q, k and v of every stream joined", "leave `stream` out of this rule",
+                            field=field + ("stream",))
+        if rule.stream is not None and rule.stream not in streams:
+            raise PlanError(f"activations.rules[{index}] names stream {rule.stream!r}, which {card.name} does not "
+                            "have", f"use one of {list(streams)} or leave `stream` out (every stream)",
+                            field=field + ("stream",))
+        for dim in range(3):
+            for axis in rule.axes_of(dim):
+                if axis not in mesh.names:
+                    raise PlanError(f"activations.rules[{index}].spec names unknown mesh axis {axis!r}",
+                                    f"use axes of the mesh {list(mesh.names)}", field=field + ("spec",))
+        used = [a for dim in range(3) for a in rule.axes_of(dim)]
+        if len(used) != len(set(used)):
+            raise PlanError(f"activations.rules[{index}].spec uses a mesh axis on two dims",
+                            "name each axis at most once", field=field + ("spec",))
+        features = math.prod(mesh.size(a) for a in rule.axes_of(2))
+        if rule.point in ("attention.qkv", "attention.output") and features > 1:
+            for attention in card.attention:
+                if attention.heads % features:
+                    divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
+                    raise PlanError(
+                        f"activations.rules[{index}] splits {rule.point} features over {features} devices "
+                        f"({'+'.join(rule.axes_of(2))}), but {attention.module} has {attention.heads} heads, "
+                        f"not divisible by {features}",
+                        f"split heads over axes whose sizes multiply to one of {divisors}", field=field + ("spec",))
+        split = math.prod(mesh.size(a) for a in rule.axes_of(1))
+        for stream in (streams if rule.stream is None else (rule.stream,)):
+            n = tokens.of_stream(stream)
+            if split > 1 and n % split:
+                padded = -(-n // split) * split
+                warnings.append(f"activations.rules[{index}] splits the {stream} stream's {n} tokens over {split} "
+                                f"devices: XLA pads them to {padded} ({padded - n} padding tokens per sample)")
+    return tuple(warnings)
+
+
+def _block_of(module: str) -> str | None:
+    position = block_position(module)
+    return f"{position[0]}.{position[1]}" if position else None
