@@ -1,15 +1,22 @@
-"""Sweep: every factorization of the device count over each built-in family's mesh axes, planned and predicted.
+"""Sweep: every factorization of the device count over data x cfg x sequence x model axes, with every way of
+using each axis, planned and predicted.
 
-Families (the built-in strategies, with rules derived from the model card so that any card works):
+Weights (rules derived from the model card so that any card works):
 
 - ``data``: every weight replicated, the batch over ``data``.
 - ``model`` / ``2d``: every weight of 2 or more dims on its largest dim over ``model``, the batch over ``data``
   (``model`` when ``data`` is 1).
 - ``pairs``: column/row pairing: q/k/v and MLP-in by output, out-projections and MLP-out by input, modulation
   Linears by input (their chunks stay whole).
+- ``fsdp`` (with any of the above): the blocks' weights also split over ``data`` and gathered before use.
 
-Each family also runs with a ``cfg`` axis of size 2 in front (the guidance branches on different chips) when
-the workload uses guidance. The batch is ``batch_per_replica`` images per ``data`` shard.
+Sequence (a ``seq`` axis splitting the tokens): ``ulysses`` (activation rules re-split q/k/v from tokens to heads
+around attention: all-to-alls) or ``ring`` (no rule: every query gathers the keys and values of the whole
+sequence, the bytes a ring passes in n - 1 steps). A ``cfg`` axis of size 2 in front puts the guidance
+branches on different chips when the workload uses guidance. Every candidate uses the rewrites in
+``SWEEP_REWRITES`` (equal values, fewer collectives). The batch is ``batch_per_replica`` images per ``data``
+shard. A family's name lists what it uses, e.g. ``ulysses+pairs``; plans whose heads or tokens do not divide
+are dropped as invalid.
 """
 
 from __future__ import annotations
@@ -27,9 +34,37 @@ from meshlab.hardware import Hardware
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
-from meshlab.strategy.schema import Activations, Rule, Strategy, Workload
+from meshlab.strategy.schema import ActivationRule, Activations, Rule, Strategy, Workload
 
-FAMILIES = ("data", "model", "2d", "pairs")
+FAMILIES = ("data", "model", "2d", "pairs", "fsdp", "ulysses", "ring")
+SWEEP_REWRITES = ("layernorm-rows",)
+SEQUENCE_AXIS = "seq"
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """One way of using a mesh: what splits the tokens, what splits the weights."""
+
+    mesh: dict[str, int]
+    weights: str  # "replicate", "largest" or "pairs"
+    sequence: str | None = None  # "ulysses", "ring" or None
+    fsdp: bool = False
+
+    @property
+    def family(self) -> str:
+        base = {"replicate": "data", "pairs": "pairs"}.get(self.weights) or (
+            "model" if self.mesh.get("data", 1) == 1 else "2d")
+        parts = [self.sequence] if self.sequence else []
+        if self.weights != "replicate" or not parts:
+            parts.append(base if not (self.fsdp and base == "data") else "fsdp")
+        elif self.fsdp:
+            parts.append("fsdp")
+        if self.fsdp and base != "data":
+            parts.append("fsdp")
+        return "+".join(parts)
+
+    def uses(self, families: tuple[str, ...]) -> bool:
+        return all(part in families for part in self.family.split("+"))
 
 
 @dataclass(frozen=True)
@@ -62,6 +97,22 @@ def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
     if parts == 1:
         return [(n,)]
     return [(d,) + rest for d in range(1, n + 1) if n % d == 0 for rest in factorizations(n // d, parts - 1)]
+
+
+def arrangements(devices: int, cfg: bool) -> list[Arrangement]:
+    """Every factorization into cfg x data x seq x model, with every use of the axes larger than 1."""
+    found = []
+    for g in ([1, 2] if cfg and devices % 2 == 0 else [1]):
+        for data, seq, model in factorizations(devices // g, 3):
+            mesh = {**({GUIDANCE_AXIS: g} if g > 1 else {}), "data": data,
+                    **({SEQUENCE_AXIS: seq} if seq > 1 else {}), **({"model": model} if model > 1 else {})}
+            if seq == 1 and model > 1:
+                mesh = {**({GUIDANCE_AXIS: g} if g > 1 else {}), "data": data, "model": model}
+            for weights in (["largest", "pairs"] if model > 1 else ["replicate"]):
+                for sequence in (["ulysses", "ring"] if seq > 1 else [None]):
+                    for fsdp in ([False, True] if data > 1 and model == 1 else [False]):
+                        found.append(Arrangement(mesh, weights, sequence, fsdp))
+    return found
 
 
 def meshes(devices: int, cfg: bool) -> list[tuple[str, dict[str, int]]]:
@@ -118,15 +169,17 @@ def _wildcard(module: str) -> str:
 
 def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, batch_per_replica: int = 1,
           families: tuple[str, ...] = FAMILIES, progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    layouts = [(f, m) for f, m in meshes(hardware.chips, workload.cfg) if f in families]
+    layouts = [a for a in arrangements(hardware.chips, workload.cfg) if a.uses(families)]
     base_rules = None
     candidates = []
-    for i, (family, mesh) in enumerate(layouts):
-        if family == "pairs" and base_rules is None:
-            base_rules = pairs_rules(make_plan(_strategy("probe", "pairs", mesh, [], model, hardware, workload, 1),
+    for i, arrangement in enumerate(layouts):
+        if arrangement.weights == "pairs" and base_rules is None:
+            probe = {"data": 1, "model": hardware.chips}
+            base_rules = pairs_rules(make_plan(_strategy("probe", "pairs", probe, [], model, hardware, workload, 1),
                                                card, hardware.chips))
-        rules = base_rules if family == "pairs" else family_rules(family)
-        candidates.append(_evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica))
+        rules = _rules(arrangement, base_rules, card)
+        candidates.append(_evaluate(arrangement.family, arrangement.mesh, rules, card, hardware, model, workload,
+                                    batch_per_replica, _activations(arrangement), SWEEP_REWRITES))
         if progress:
             progress(i + 1, len(layouts))
     fitting = [c for c in candidates if c.fits]
@@ -142,6 +195,38 @@ def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, b
     return SweepResult(tuple(candidates), front, best)
 
 
+def _rules(arrangement: Arrangement, pairs: list[Rule] | None, card: ModelCard) -> list[Rule]:
+    """The weight rules of an arrangement; FSDP (without a model axis) splits every block weight over ``data``."""
+    if arrangement.weights == "pairs":
+        return pairs
+    if arrangement.weights == "largest":
+        return family_rules("model")
+    if arrangement.fsdp:
+        return [*(Rule(match=f"{name}.*", min_rank=2, shard="largest", axis="data",
+                       note="sharded at rest, gathered before use (FSDP)") for name in sorted(card.block_lists)),
+                Rule(match="*", shard="replicate")]
+    return family_rules("data")
+
+
+def _activations(arrangement: Arrangement) -> Activations:
+    """The activation rules of an arrangement: Ulysses re-splits attention's q/k/v to heads and back; FSDP pins
+    every block Linear's output to the batch split (else XLA gathers activations, not weights: see fsdp.yaml)."""
+    mesh = arrangement.mesh
+    batch = [a for a in (GUIDANCE_AXIS, "data") if a in mesh]
+    batch_entry = batch[0] if len(batch) == 1 else batch
+    sequence = SEQUENCE_AXIS if arrangement.sequence else None
+    rules = []
+    if arrangement.fsdp:
+        rules.append(ActivationRule(point="linear.output", spec=[batch_entry, sequence, None]))
+    if arrangement.sequence == "ulysses":
+        heads = ["model", SEQUENCE_AXIS] if "model" in mesh else SEQUENCE_AXIS
+        features = "model" if arrangement.weights == "pairs" else None
+        rules += [ActivationRule(point="block.input", spec=[batch_entry, SEQUENCE_AXIS, None]),
+                  ActivationRule(point="attention.qkv", spec=[batch_entry, None, heads]),
+                  ActivationRule(point="attention.output", spec=[batch_entry, SEQUENCE_AXIS, features])]
+    return Activations(batch="data", sequence=sequence, rules=rules)
+
+
 def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     """Candidates no other beats on both time per image (lower) and headroom (higher), fastest first."""
     ordered = sorted(candidates, key=lambda c: (c.prediction.seconds_per_image, -c.headroom))
@@ -154,22 +239,26 @@ def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
 
 
 def _name(family: str, mesh: dict[str, int]) -> str:
-    return family + "-" + "x".join(f"{k}{v}" for k, v in mesh.items())
+    return family.replace("+", "-") + "-" + "x".join(f"{k}{v}" for k, v in mesh.items())
 
 
-def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica) -> Strategy:
+def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations=None,
+              rewrites=()) -> Strategy:
     data = mesh.get("data", 1)
     return Strategy(
         name=name,
         description=f"{family} family on a {' x '.join(f'{k} {v}' for k, v in mesh.items())} mesh (from meshlab sweep)",
         model=model, hardware=hardware.name, mesh=mesh, rules=rules,
-        activations=Activations(batch="data"),
+        activations=activations or Activations(batch="data"),
         workload=workload.model_copy(update={"batch": data * batch_per_replica}),
+        rewrites=list(rewrites),
     )
 
 
-def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica) -> Candidate:
-    strategy = _strategy(_name(family, mesh), family, mesh, rules, model, hardware, workload, batch_per_replica)
+def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica, activations=None,
+              rewrites=()) -> Candidate:
+    strategy = _strategy(_name(family, mesh), family, mesh, rules, model, hardware, workload, batch_per_replica,
+                         activations, rewrites)
     try:
         plan = make_plan(strategy, card, hardware.chips)
         memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
@@ -190,8 +279,8 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
              for r in s.rules]
     document = {
         "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
-        "mesh": dict(s.mesh), "rules": rules, "activations": s.activations.model_dump(),
-        "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
+        "mesh": dict(s.mesh), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
+        "rewrites": list(s.rewrites), "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
     }
     header = (
         f"# Written by `meshlab sweep`: the fastest plan that fits, of {candidate.family} family.\n"

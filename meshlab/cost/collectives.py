@@ -19,8 +19,16 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
   modulate, and the residual stream their gates scale, are then split on features too.
 - Every LayerNorm (PyTorch/XLA lowers it as a batch norm over the ``[1, batch x tokens, features]`` view)
   all-gathers its input over a split residual's axes, then gathers its rows over every axis that splits them
-  (batch, sequence, guidance): the partitioner cannot keep the merged row dim split. Each ``chunks`` Linear
-  stands for the LayerNorms it modulates.
+  (batch, sequence, guidance): the partitioner cannot keep the merged row dim split. Under the
+  ``layernorm-rows`` rewrite (a per-row mean and variance) the rows stay split: no rows gather; and a residual
+  split on features is not gathered either: the mean and the variance are each summed over the split in one
+  all-reduce of one float32 value per row (measured: 2d.yaml). Each ``chunks`` Linear stands for the LayerNorms
+  it modulates.
+- An activation rule (meshlab.plan.activations) marks the q/k/v an attention kernel reads, or an out-projection's
+  input: an axis that moves from the tokens onto the heads, or back, is one all-to-all of the chip's buffer per
+  stream and tensor (Ulysses: each stream's q, k and v moves before the concatenation, which is then local); an
+  axis the features lose is all-gathered; one they gain from whole is a free slice. When the kernel reads its
+  tokens whole, the sequence rules below do not apply.
 - A Linear writing the residual stream split as the residual already is leaves the gather to the next
   LayerNorm; ``whole`` consumers all-gather any other split output.
 - Attention wants q, k and v split alike over heads: those split differently are all-gathered (the most common
@@ -52,13 +60,14 @@ from dataclasses import dataclass, replace
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.mesh import AbstractMesh
+from meshlab.plan.activations import activation_points
 from meshlab.plan.plan import PlannedParameter
 
 #: Where this derivation and XLA's partitioned HLO still differ, measured on one full-width Qwen-Image block
 #: (128x128 pixels: 64 image tokens, 32 text tokens; bytes as bf16) by tests/cost/data/xla_collectives_*.json.
 #: All-reduces and all-gathers agree in count and bytes under every built-in strategy; XLA is right where not.
 KNOWN_DIFFERENCES = (
-    "collective-permutes of split modulation chunks (2d.yaml: XLA 36 moving 107,520 B per block, this model 36 "
+    "collective-permutes of split modulation chunks (2d.yaml and 2d-stock.yaml: XLA 36 moving 107,520 B per block, this model 36 "
     "moving 55,296 B; model.yaml: XLA 44 moving 72,192 B, this model 84 moving 64,512 B; 2d-4x2.yaml, a 2-way "
     "split: XLA 12 moving 86,016 B, this model 12 moving 36,864 B; flux-2d.yaml: XLA 34 moving 64,512 B in a dual "
     "block and 7 moving 15,360 B in a single block, this model 36 moving 55,296 B and 8 moving 12,288 B): this "
@@ -112,7 +121,7 @@ class _State:
 def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point."""
     found: list[Collective] = []
-    deriver = _Deriver(layout, mesh, graph, found)
+    deriver = _Deriver(layout, mesh, graph, found, card_points(graph, layout))
     by_module = {op.module: op for op in graph.linears}
     done_attention: set[str] = set()
     for position, op in enumerate(graph.linears):
@@ -136,6 +145,13 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective
     return tuple(found)
 
 
+def card_points(graph: Graph, layout: Layout) -> dict:
+    """(module, where) -> the ActivationPoint of the strategy's activation rules, for the graph's modules."""
+    if not layout.activation_rules or graph.card is None:
+        return {}
+    return {(p.module, p.where): p for p in activation_points(graph.card, layout.activation_rules)}
+
+
 def combine(collectives: list[Collective]) -> tuple[Collective, ...]:
     groups: dict[tuple, list[Collective]] = defaultdict(list)
     for c in collectives:
@@ -157,8 +173,12 @@ def _guidance_bytes(graph: Graph, layout: Layout) -> int:
 class _Deriver:
     """Applies the rules above, appending to `found`."""
 
-    def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, found: list[Collective]):
+    def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, found: list[Collective],
+                 points: dict | None = None):
         self.layout, self.mesh, self.graph, self.found = layout, mesh, graph, found
+        self.points = points or {}
+        self.attentions = {a.module: a for a in graph.attentions}
+        self.joined_back: set[str] = set()
         self.by_module = {op.module: op for op in graph.linears}
         self.states: dict[str, _State] = {}
         #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph)
@@ -178,9 +198,15 @@ class _Deriver:
     def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str) -> None:
         self.found.append(Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block)))
 
+    def used_split(self, op: LinearOp) -> tuple[Axes | None, Axes | None]:
+        """A Linear weight's (output, input) split as it is used: axes that split activations are gathered
+        first (FSDP), so they do not split the computation."""
+        gathered = set(self.layout.activation_axes())
+        return tuple(_without(e, gathered) for e in op.weight.spec.entries)
+
     def chunk_split(self, op: LinearOp) -> Axes | None:
         """How a modulation Linear's chunks end up split: as its rows, when every chunk splits evenly."""
-        rows = op.weight.spec.entries[0]
+        rows = self.used_split(op)[0]
         chunk = op.chunk_width
         return rows if rows and chunk and chunk % self.size(rows) == 0 and op.out_features % chunk == 0 else None
 
@@ -194,8 +220,18 @@ class _Deriver:
         return _State(split) if at is not None and (op.block is not None or position > at) else _State()
 
     def linear(self, op: LinearOp, incoming: _State) -> _State:
-        w_out, w_in = op.weight.spec.entries
+        w_out, w_in = self.used_split(op)
         phase = f"{_phase_name(op)}:in"
+        point = self.points.get((op.module, "input"))
+        attention = self.attentions.get(op.source)
+        if point is not None and attention is not None and (attention.module, "kernel") in self.points \
+                and len(attention.streams) > 1:
+            if attention.module not in self.joined_back:
+                self.joined_back.add(attention.module)
+                self._joint_back(op, attention, incoming, point)
+            incoming = _State(point.spec.entries[2] or None)
+        elif point is not None:
+            incoming = self._marked(op, op.in_features, incoming, point, phase)
         if op.also:
             incoming = self._concat(op, incoming, w_in, phase)
         if incoming.partial:
@@ -284,9 +320,17 @@ class _Deriver:
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
         width = op.chunk_width  # a LayerNorm over the residual: as wide as the pieces that modulate it
         whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
+        if "layernorm-rows" in self.layout.rewrites:
+            rows = ()  # a per-row reduction: the rows stay split
         for norm in range(1, op.layer_norms + 1):
             phase = f"norm{norm}" if op.block is not None else "norm_out"
-            if residual:
+            if residual and "layernorm-rows" in self.layout.rewrites:
+                stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
+                for what in ("mean", "variance"):
+                    self.emit("all-reduce", residual, stats, op.block, f"{phase}:{what}",
+                              f"the {stream} stream's row LayerNorm {norm} sums its {what} over features split "
+                              f"on {'+'.join(residual)} (float32, one value per row)")
+            elif residual:
                 self.emit("all-gather", residual, self.tensor_bytes(stream, width, None), op.block,
                           f"{phase}:features", f"the {stream} stream's LayerNorm {norm} reads a residual split on "
                           f"{'+'.join(residual)}")
@@ -295,8 +339,58 @@ class _Deriver:
                           f"the {stream} stream's LayerNorm {norm} is a batch norm over batch x tokens rows, "
                           f"split on {'+'.join(rows)}: XLA gathers them")
 
+    def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str) -> _State:
+        """The tensor an activation rule marks, resharded from `state` to the rule's split (see the rules)."""
+        if state.partial:
+            self.emit("all-reduce", state.partial, self.tensor_bytes(op.stream, features, state.split), op.block,
+                      phase, f"{op.short}: a partial sum meets the {point.point} rule")
+        want_tokens, want = point.spec.entries[1] or (), point.spec.entries[2] or ()
+        have = state.split or ()
+        axis = self.layout.sequence_axis
+        split_tokens = (axis,) if axis and self.size((axis,)) > 1 and self.layout.local.of_stream(op.stream) < \
+            self.layout.tokens.of_stream(op.stream) else ()
+        onto_features = tuple(a for a in want if a in split_tokens and a not in want_tokens and a not in have)
+        onto_tokens = tuple(a for a in want_tokens if a in have and a not in want)
+        if onto_features:
+            self.emit("all-to-all", onto_features, self.tensor_bytes(op.stream, features, state.split), op.block,
+                      f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
+                      f"{'+'.join(onto_features)} from the tokens onto the heads")
+        if onto_tokens:
+            self.emit("all-to-all", onto_tokens, self.tensor_bytes(op.stream, features, want or None), op.block,
+                      f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
+                      f"{'+'.join(onto_tokens)} from the heads back onto the tokens")
+        lost = tuple(a for a in have if a not in want and a not in onto_tokens)
+        if lost:
+            self.emit("all-gather", lost, self.tensor_bytes(op.stream, features, tuple(a for a in have if a in want)
+                                                            or None), op.block, f"{phase}:{point.point}",
+                      f"{op.short}: the {point.point} rule wants its features whole on {'+'.join(lost)}")
+        return _State(want or None)
+
+    def _joint_back(self, op: LinearOp, attention, state: _State, point) -> None:
+        """The joint output of a marked attention kernel returns to tokens before it is cut into streams: one
+        all-to-all of the joint sequence, then the cut moves the streams whose even split does not line up with
+        the joint one (measured: cfg 2 x seq 2 x model 2, Qwen-Image: 1 all-to-all and 2 permutes per block)."""
+        want_tokens, want = point.spec.entries[1] or (), point.spec.entries[2] or ()
+        back = tuple(a for a in want_tokens if a in (state.split or ()) and a not in want)
+        if not back:
+            return
+        width = -(-attention.heads * attention.head_dim // self.size(want or None))
+        joint_local = sum(self.layout.local.of_stream(s) for s in attention.streams)
+        nbytes = self.layout.batch * joint_local * width * self.layout.itemsize
+        self.emit("all-to-all", back, nbytes, op.block, "attention:out",
+                  f"the joint attention output moves its split on {'+'.join(back)} from the heads back onto the tokens")
+        misaligned = self._misaligned(attention.streams, self.size(back))
+        for stream in misaligned:
+            self.emit("collective-permute", back, nbytes // len(misaligned), op.block, "attention:split",
+                      f"the {stream} stream's share of the joint output sits on other chips than its own split wants")
+
     def attention(self, attention, qkv: list[LinearOp]) -> _State:
-        arrived = {op.module: _State(*op.weight.spec.entries) for op in qkv}
+        point = self.points.get((attention.module, "kernel"))
+        arrived = {}
+        for op in qkv:
+            state = _State(*self.used_split(op))
+            arrived[op.module] = state if point is None else self._marked(op, op.out_features, state, point,
+                                                                          "attention:in")
         splits = [arrived[op.module].split for op in qkv]
         target = max(splits, key=lambda s: (splits.count(s), s is not None))
         phase = "attention:in"
@@ -309,7 +403,9 @@ class _Deriver:
                 self.emit("all-gather", state.split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
                           phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
                           f"{'on ' + '+'.join(target) if target else 'whole'}")
-        self._sequence(attention, qkv, target)
+        axis = self.layout.sequence_axis
+        if point is None or (axis and axis in (point.spec.entries[1] or ())):  # tokens still split at the kernel
+            self._sequence(attention, qkv, target)
         return _State(target)
 
     def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None) -> None:
@@ -403,6 +499,11 @@ class _Deriver:
             if p.spec.axes and p.parameter.kind == "norm":
                 self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
                           f"{p.name} (a norm scale) is split, but every chip applies it whole")
+
+
+def _without(axes: Axes | None, dropped: set[str]) -> Axes | None:
+    kept = tuple(a for a in axes or () if a not in dropped)
+    return kept or None
 
 
 def _phase_name(op: LinearOp) -> str:

@@ -77,6 +77,7 @@ class Graph:
     #: left out; ``repeats[b]`` says how many blocks kept block ``b`` stands for.
     repeats: dict[int, int] = field(default_factory=dict)
     joins: tuple[Join, ...] = ()  # stream concatenations and splits outside attention (see ModelCard.joins)
+    card: ModelCard | None = field(default=None, repr=False, compare=False)
 
     def count(self, block: int | None) -> int:
         return 1 if block is None else self.repeats.get(block, 1)
@@ -129,7 +130,8 @@ def graph_of(plan: Plan) -> Graph:
         linears.append(_linear_op(module, weight, biases.get(module), role, flow, roles))
     kept_attention = tuple(a for a in card.attention if a.qkv and a.qkv[0] in weights)
     linears = _with_phases(linears)
-    return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats, card.joins)
+    return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats, card.joins,
+                 card)
 
 
 def _with_phases(linears: list[LinearOp]) -> list[LinearOp]:

@@ -32,6 +32,8 @@ class Layout:
     batch_axis: str | None
     sequence_axis: str | None
     guidance_axis: str | None
+    rewrites: tuple[str, ...] = ()  # the strategy's model rewrites (see meshlab.strategy.schema.REWRITES)
+    activation_rules: tuple = ()  # the strategy's activation rules (ActivationRule), resolved per module when priced
 
     @property
     def sequence_split(self) -> int:
@@ -62,6 +64,8 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         batch_axis=batch_axis,
         sequence_axis=sequence_axis,
         guidance_axis=guidance,
+        rewrites=tuple(strategy.rewrites),
+        activation_rules=tuple(strategy.activations.rules),
     )
 
 

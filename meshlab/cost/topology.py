@@ -14,6 +14,10 @@ one group of a collective (all devices that differ only along its mesh axes) the
 
 Costs (jax-ml/scaling-book, sharding.md): an all-gather or reduce-scatter of ``V`` bytes moves
 ``V (n - 1) / n`` per chip; an all-reduce twice that; a collective-permute moves its ``V`` once over one link.
+An all-to-all of a per-chip buffer ``B`` is bisection-bound on a torus: a quarter of the whole array, ``n B / 4``,
+crosses the middle of the group each way, over the links that cut it: two on a ring (``n B / 8W``, a quarter of
+the all-gather's time as the scaling book states for a bidirectional ring), one on an open line (``n B / 4W``);
+a switch sends each GPU's ``B (n - 1) / n`` at its own bandwidth.
 Every step adds the hardware's per-hop latency.
 """
 
@@ -95,5 +99,7 @@ def collective_seconds(kind: str, nbytes: float, r: Route, hop_latency: float) -
     if kind == "collective-permute":
         return nbytes / (r.bandwidth / 2 if r.shape in ("ring", "grid") else r.bandwidth) + hop_latency
     if kind == "all-to-all":
-        return moved / (2 * r.bandwidth) + r.hops * hop_latency
+        if r.shape == "switch":
+            return moved / r.bandwidth + r.hops * hop_latency
+        return r.chips * nbytes / (4 * r.bandwidth) + r.hops * hop_latency  # ring/grid: bandwidth is 2W
     return moved / r.bandwidth + r.hops * hop_latency  # all-gather, reduce-scatter
