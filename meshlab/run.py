@@ -67,7 +67,6 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
     try:
         _refuse_if_too_big(planned, options)
-        _refuse_guidance_axis(planned)
         _require_torch_xla()
         checkpoint = _checkpoint(options.checkpoint)
         result = _run_worker(path, planned, checkpoint, workload, options)
@@ -94,17 +93,12 @@ def _workload(planned: PlannedStrategy, options: RunOptions) -> dict:
             "cfg_scale": options.cfg_scale if w.cfg else 1.0}
 
 
-def _refuse_guidance_axis(planned: PlannedStrategy) -> None:
+def _joint_guidance(planned: PlannedStrategy) -> bool:
+    """Does the strategy put the guidance branches on a mesh axis? Then the run makes one call of twice the batch
+    for both, split over that axis: the call the prediction prices."""
     from meshlab.plan.axes import guidance_axis
 
-    axis = guidance_axis(planned.plan.mesh)
-    if axis and planned.strategy.workload.cfg:
-        raise InputError(
-            f"{planned.strategy.name} puts the guidance branches on mesh axis {axis!r}, and the prediction assumes "
-            "both branches run as one call split over it; `meshlab run` runs them as two calls, so it would not "
-            "run what was predicted",
-            f"run it with `meshlab check` (which runs that call), or rename the {axis!r} axis to run it unguided-parallel",
-        )
+    return bool(guidance_axis(planned.plan.mesh) and planned.strategy.workload.cfg)
 
 
 def _load_dtype(options: RunOptions, workload: dict) -> str | None:
@@ -160,6 +154,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
     with tempfile.TemporaryDirectory(prefix=".meshlab-run-", dir=options.out_dir) as scratch:
         scratch = Path(scratch)
         request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
+                   "joint_guidance": _joint_guidance(planned),
                    "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
                    "verify": options.verify, "load_dtype": _load_dtype(options, workload),
                    "scan": planned.strategy.compile.scan_blocks if options.scan is None else options.scan,

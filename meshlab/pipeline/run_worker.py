@@ -39,7 +39,7 @@ def run(request: dict) -> dict:
     def shard(transformer, vae):
         from meshlab.api import apply
 
-        applied["value"] = apply(transformer, plan, scan=bool(request.get("scan")))
+        applied["value"] = apply(transformer, plan, scan=bool(request.get("scan")), strategy=strategy)
         return applied["value"].mesh
 
     def mark_input(name, tensor):
@@ -47,7 +47,8 @@ def run(request: dict) -> dict:
                                                           plan.mesh), name)
 
     before = xla.persistent_cache()
-    result = run_pipeline(pipe, *knobs, shard=shard, batch=w["batch"], mark_input=mark_input)
+    result = run_pipeline(pipe, *knobs, shard=shard, batch=w["batch"], mark_input=mark_input,
+                          joint_guidance=bool(request.get("joint_guidance")))
     cache = None
     summary = result.summary()
     if request.get("cache_dir"):

@@ -195,6 +195,7 @@ def run_pipeline(
     warm_rope: bool = True,
     batch: int = 1,
     mark_input: MarkInput | None = None,
+    joint_guidance: bool = False,
 ) -> RunResult:
     """Run `pipe` once: text encoder on the CPU, transformer and VAE on the XLA device (sharded by `shard`).
 
@@ -203,7 +204,9 @@ def run_pipeline(
     the stock pipeline's image for `seed`. `mark_input` splits the latents and prompt embeddings on the device
     (e.g. the batch over the strategy's batch axis); the image and pixels returned are image 0's.
     `warm_rope` fills the RoPE cache before the loop (``xla_fixes.warm_rope_cache``), saving the second step's
-    recompile; turn it off to measure the stock behaviour.
+    recompile; turn it off to measure the stock behaviour. `joint_guidance` runs both guidance branches as one
+    call of twice the batch ([cond; uncond], prompts padded to one length and masked), as a strategy with a
+    ``cfg`` axis splits it (see meshlab.cost.layout).
     """
     import torch
 
@@ -214,7 +217,7 @@ def run_pipeline(
     fallbacks_at_start = xla_fixes.fallback_counters()
     with torch.no_grad():
         embeds, encode_s, _ = _measured(lambda: _encode(pipe, prompt, negative_prompt, cfg_scale, setup, batch,
-                                                        mark_input))
+                                                        mark_input, joint_guidance))
         _, rope_s, rope_compiles = _measured(lambda: warm_rope and _warm_rope(pipe, embeds, height, width))
         loop = _denoise(pipe, embeds, steps, height, width, cfg_scale, seed, mark_input)
         decoded, decode_s, decode_compiles = _measured(lambda: _decode(pipe, loop.latents, height, width))
@@ -277,10 +280,15 @@ class _Embeds:
     cond_mask: Any
     uncond: Any
     uncond_mask: Any
+    joint: bool = False  # cond holds [cond; uncond] (twice the batch) and uncond is None: one call for both
+
+    @property
+    def images(self) -> int:
+        return self.cond.shape[0] // 2 if self.joint else self.cond.shape[0]
 
 
 def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: int = 1,
-            mark_input: MarkInput | None = None) -> _Embeds:
+            mark_input: MarkInput | None = None, joint: bool = False) -> _Embeds:
     """Encode on the CPU (once; repeated over the batch); embeddings and masks go to the device once, split as
     `mark_input` says."""
     embeds, mask = pipe.encode_prompt(prompt, device="cpu", num_images_per_prompt=batch)
@@ -292,6 +300,16 @@ def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: in
             embeds, mask, neg, neg_mask = xla_fixes.pad_prompt_pair(embeds, mask, neg, neg_mask)
     if not masked:
         mask, neg_mask = xla_fixes.drop_full_masks(mask, neg_mask)
+    import torch
+
+    if joint and neg is not None:  # one call of twice the batch: the prompts are padded to one length above
+        if masked is False and (mask is not None or neg_mask is not None):
+            raise BackendError("one call for both guidance branches pads the shorter prompt, and the attention "
+                               f"backend {setup.attention_backend} takes no mask", "use a mesh without a 'cfg' axis")
+        both = torch.cat([embeds, neg])
+        both_mask = None if mask is None else torch.cat([mask, neg_mask])
+        embeds, mask, neg, neg_mask = both, both_mask, None, None
+
     def to_device(t, name: str):  # once: the loop then reads device tensors and copies nothing per step
         if t is None:
             return None
@@ -301,7 +319,8 @@ def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: in
         return t
 
     return _Embeds(to_device(embeds, "encoder_hidden_states"), to_device(mask, "encoder_hidden_states_mask"),
-                   to_device(neg, "encoder_hidden_states"), to_device(neg_mask, "encoder_hidden_states_mask"))
+                   to_device(neg, "encoder_hidden_states"), to_device(neg_mask, "encoder_hidden_states_mask"),
+                   joint=joint and negative_prompt is not None and cfg_scale > 1)
 
 
 def _img_shapes(pipe, height, width, batch: int = 1):
@@ -310,7 +329,7 @@ def _img_shapes(pipe, height, width, batch: int = 1):
 
 def _warm_rope(pipe, embeds: _Embeds, height, width) -> None:
     lengths = [e.shape[1] for e in (embeds.cond, embeds.uncond) if e is not None]
-    shapes = _img_shapes(pipe, height, width, embeds.cond.shape[0])
+    shapes = _img_shapes(pipe, height, width, embeds.cond.shape[0])  # as the call passes them (joint: both halves)
     xla_fixes.warm_rope_cache(pipe.transformer, shapes, lengths, embeds.cond.device)
 
 
@@ -327,7 +346,7 @@ class _Loop:
 def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_input: MarkInput | None = None,
              ) -> _Loop:
     """The stock denoising loop, its schedule on the device (``_DeviceSchedule``), one blocking sync per step."""
-    batch = embeds.cond.shape[0]
+    batch = embeds.images
     latents = _initial_latents(pipe, height, width, embeds.cond.dtype, seed, batch).to(embeds.cond.device)
     if mark_input is not None:
         mark_input("hidden_states", latents)
@@ -339,7 +358,7 @@ def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_
     for i, t in enumerate(timesteps):
         start, compiles_before, traffic_before = time.perf_counter(), xla.compile_count(), xla.traffic()
         timestep = schedule.timestep() if schedule else t.expand(latents.shape[0]).to(latents.dtype) / 1000
-        noise = _predict(pipe, latents, timestep, shapes, embeds, cfg_scale)
+        noise = _predict(pipe, latents, timestep, shapes, embeds, cfg_scale, mark_input)
         if schedule:
             latents, schedule = schedule.step(noise, latents)
         else:
@@ -403,11 +422,12 @@ class _DeviceSchedule:
         return prev, replace(self, index=self.index + 1)
 
 
-def _predict(pipe, latents, timestep, shapes, embeds: _Embeds, cfg_scale):
-    """Noise prediction, with true CFG and norm rescale as ``QwenImagePipeline.__call__`` does it."""
+def _predict(pipe, latents, timestep, shapes, embeds: _Embeds, cfg_scale, mark_input: MarkInput | None = None):
+    """Noise prediction, with true CFG and norm rescale as ``QwenImagePipeline.__call__`` does it (both branches
+    in one call of twice the batch when `embeds` are joint)."""
     import torch
 
-    def forward(context, hidden, mask):
+    def forward(context, hidden, mask, latents=latents, timestep=timestep, shapes=shapes):
         with pipe.transformer.cache_context(context):
             return pipe.transformer(
                 hidden_states=latents,
@@ -418,10 +438,17 @@ def _predict(pipe, latents, timestep, shapes, embeds: _Embeds, cfg_scale):
                 return_dict=False,
             )[0]
 
-    cond = forward("cond", embeds.cond, embeds.cond_mask)
-    if embeds.uncond is None:
-        return cond
-    uncond = forward("uncond", embeds.uncond, embeds.uncond_mask)
+    if embeds.joint:
+        both = torch.cat([latents, latents])
+        if mark_input is not None:
+            mark_input("hidden_states", both)
+        out = forward("cfg", embeds.cond, embeds.cond_mask, both, torch.cat([timestep, timestep]), shapes * 2)
+        cond, uncond = out.chunk(2)
+    else:
+        cond = forward("cond", embeds.cond, embeds.cond_mask)
+        if embeds.uncond is None:
+            return cond
+        uncond = forward("uncond", embeds.uncond, embeds.uncond_mask)
     combined = uncond + cfg_scale * (cond - uncond)
     scale = torch.norm(cond, dim=-1, keepdim=True) / torch.norm(combined, dim=-1, keepdim=True)
     return combined * scale
