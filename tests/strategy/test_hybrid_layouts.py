@@ -1,0 +1,106 @@
+"""Rewrites and activation rules in the strategy layer: resolution against the card, bad input, and what the
+cost model makes of them (pure, no torch)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from meshlab.cli.app import app
+from meshlab.cost.predict import predict
+from meshlab.plan.activations import activation_points
+from meshlab.planning import plan_file
+from meshlab.strategy.schema import ActivationRule
+
+from tests.conftest import REPO
+
+runner = CliRunner()
+
+
+def _variant(tmp_path: Path, base: str, old: str, new: str) -> Path:
+    text = (REPO / "strategies" / f"{base}.yaml").read_text()
+    assert old in text
+    path = tmp_path / f"{base}-variant.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def _block0(planned) -> tuple[Counter, Counter]:
+    prediction = predict(planned.plan, planned.strategy, planned.hardware)
+    counts, nbytes = Counter(), Counter()
+    for c in prediction.collectives:
+        if c.block == 0:
+            counts[c.kind] += 1
+            nbytes[c.kind] += c.bytes
+    return counts, nbytes
+
+
+def test_rules_resolve_to_one_point_per_tensor():
+    planned = plan_file(REPO / "strategies" / "ulysses.yaml")
+    points = activation_points(planned.card, planned.strategy.activations.rules)
+    where = Counter((p.point, p.where) for p in points)
+    # 60 blocks: one attention kernel each, two output projections, two streams' block inputs
+    assert where == {("attention.qkv", "kernel"): 60, ("attention.output", "input"): 120,
+                     ("block.input", "argument:hidden_states"): 60,
+                     ("block.input", "argument:encoder_hidden_states"): 60}
+    only_image = activation_points(planned.card, [ActivationRule(point="attention.output", stream="image",
+                                                                 spec=[None, "seq", None])])
+    assert {p.module.rsplit(".", 1)[-1] for p in only_image} == {"0"} and len(only_image) == 60  # to_out.0
+
+
+def test_layernorm_rows_removes_the_rows_gathers(tmp_path):
+    with_rewrite = plan_file(REPO / "strategies" / "pairs.yaml")
+    stock = plan_file(_variant(tmp_path, "pairs", "rewrites: [layernorm-rows]", "rewrites: []"))
+    rewritten, _ = _block0(with_rewrite)
+    before, _ = _block0(stock)
+    assert before["all-gather"] == 4 and rewritten["all-gather"] == 0  # 2 LayerNorms x 2 streams, over data
+    assert rewritten["all-reduce"] == before["all-reduce"]
+
+
+def test_ulysses_moves_tokens_to_heads_with_all_to_alls():
+    counts, nbytes = _block0(plan_file(REPO / "strategies" / "ulysses.yaml"))
+    # q, k, v of two streams onto heads; the joint output back; the cut into streams moves the misaligned one
+    assert counts == {"all-to-all": 7, "collective-permute": counts["collective-permute"]}
+    assert "all-gather" not in counts  # no k/v gathers: the kernel reads whole sequences
+
+
+def test_ring_without_rules_gathers_keys_and_values(tmp_path):
+    text = (REPO / "strategies" / "ulysses.yaml").read_text()
+    start, end = text.index("  rules:\n    - point: block.input"), text.index("rewrites:")
+    path = tmp_path / "ring.yaml"
+    path.write_text(text[:start] + text[end:])
+    counts, _ = _block0(plan_file(path))
+    assert counts["all-gather"] == 2  # k and v of the joint sequence
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("rewrites: [layernorm-rows]", "rewrites: [layernorm-rowz]", "unknown rewrite 'layernorm-rowz'"),
+    ("point: attention.qkv", "point: attention.qkvv", "unknown activation point 'attention.qkvv'"),
+    ("      spec: [cfg, null, seq]", "      stream: image\n      spec: [cfg, null, seq]", "leave `stream` out"),
+    ("      spec: [cfg, seq, null]\n      note: tokens split", "      stream: audio\n      spec: [cfg, seq, null]\n"
+     "      note: tokens split", "stream 'audio'"),
+    ("spec: [cfg, null, seq]", "spec: [cfg, null, sequence]", "unknown mesh axis 'sequence'"),
+])
+def test_bad_rules_are_one_line_errors(tmp_path, old, new, message):
+    path = _variant(tmp_path, "ulysses", old, new)
+    result = runner.invoke(app, ["try", str(path)])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert message in line and str(path) in line and "\n" not in line and "Traceback" not in line
+
+
+def test_heads_that_do_not_divide_are_refused(tmp_path):
+    path = _variant(tmp_path, "ulysses", "mesh:\n  cfg: 2\n  seq: 4", "mesh:\n  cfg: 1\n  seq: 16")
+    path.write_text(path.read_text().replace("hardware: h100", "hardware: v6e-16"))
+    result = runner.invoke(app, ["try", str(path)])
+    assert result.exit_code == 2 and "24 heads, not divisible by 16" in result.output, result.output
+    assert ":" in result.output.split("error:")[1].split(" ")[1]  # file:line:column
+
+
+def test_tokens_that_do_not_divide_warn_with_padding(tmp_path):
+    path = _variant(tmp_path, "ulysses", "text_tokens: 512", "text_tokens: 510")
+    planned = plan_file(path)
+    assert any("510 tokens over 4 devices: XLA pads them to 512" in w for w in planned.plan.warnings)
