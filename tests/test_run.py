@@ -99,3 +99,15 @@ def test_a_scanned_run_matches_the_stock_pipeline(env, tmp_path):
     assert record["scanned"] == ["transformer_blocks"] and record["mismatches"] == []
     assert record["max_abs_error_vs_cpu"] < 1e-4
     assert record["compiles"]["steady"] == 0 and record["host_transfers"]["steady_per_step"] == 0
+
+
+def test_ulysses_with_a_guidance_axis_matches_the_stock_pipeline(env, tmp_path):
+    """cfg 2 x Ulysses 4: both guidance branches in one call split over cfg, q/k/v re-split to heads around every
+    attention; the pixels are the stock CPU pipeline's."""
+    result, out, results = run([str(REPO / "strategies" / "ulysses.yaml"), "--checkpoint", "tiny", "--height", "64",
+                                "--width", "64", "--steps", "3", "--verify"], env, tmp_path)
+    assert result.exit_code == 0, result.output
+    [record] = read_records([results / "ulysses.jsonl"]).records
+    assert record["status"] == "ok" and record["mismatches"] == []
+    assert record["max_abs_error_vs_cpu"] < 1e-4
+    assert record["compiles"]["steady"] == 0

@@ -88,6 +88,10 @@ KNOWN_DIFFERENCES = (
     "gathers v per stream before the concatenation (no all-to-alls for v), gathers the text stream back over the "
     "sequence axis after attention, and moves the 2-way modulation split as halo windows; the sequence rules hold "
     "exactly without a batch axis (seq2-model4.yaml, flux-seq2-model4.yaml)",
+    "the last block under Ulysses rules (ulysses.yaml, checked at depth one: this host cannot hold 8 replicas of "
+    "two full-width blocks): XLA cuts the joint attention output back into streams with 1 collective-permute "
+    "(nothing reads the text stream there), this model with 2, moving the same 147,456 B; hybrid.yaml's middle "
+    "block agrees exactly (7 all-to-alls, 2 permutes)",
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
 )
 
@@ -328,7 +332,7 @@ class _Deriver:
                 stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
                 for what in ("mean", "variance"):
                     self.emit("all-reduce", residual, stats, op.block, f"{phase}:{what}",
-                              f"the {stream} stream's row LayerNorm {norm} sums its {what} over features split "
+                              f"the {stream} stream's LayerNorm {norm} (row form) sums its {what} over features split "
                               f"on {'+'.join(residual)} (float32, one value per row)")
             elif residual:
                 self.emit("all-gather", residual, self.tensor_bytes(stream, width, None), op.block,

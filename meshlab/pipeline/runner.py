@@ -219,7 +219,9 @@ def run_pipeline(
         embeds, encode_s, _ = _measured(lambda: _encode(pipe, prompt, negative_prompt, cfg_scale, setup, batch,
                                                         mark_input, joint_guidance))
         _, rope_s, rope_compiles = _measured(lambda: warm_rope and _warm_rope(pipe, embeds, height, width))
-        loop = _denoise(pipe, embeds, steps, height, width, cfg_scale, seed, mark_input)
+        # joint guidance splits the doubled call's batch; the latents of one branch stay whole between steps
+        mark_latents = _replicated(setup.mesh) if embeds.joint and setup.mesh is not None else mark_input
+        loop = _denoise(pipe, embeds, steps, height, width, cfg_scale, seed, mark_input, mark_latents)
         decoded, decode_s, decode_compiles = _measured(lambda: _decode(pipe, loop.latents, height, width))
         pixels = _to_pixels(pipe, decoded)
     counters = Counters(
@@ -344,12 +346,13 @@ class _Loop:
 
 
 def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_input: MarkInput | None = None,
-             ) -> _Loop:
+             mark_latents: MarkInput | None = None) -> _Loop:
     """The stock denoising loop, its schedule on the device (``_DeviceSchedule``), one blocking sync per step."""
     batch = embeds.images
     latents = _initial_latents(pipe, height, width, embeds.cond.dtype, seed, batch).to(embeds.cond.device)
-    if mark_input is not None:
-        mark_input("hidden_states", latents)
+    mark_latents = mark_latents or mark_input
+    if mark_latents is not None:
+        mark_latents("hidden_states", latents)
     timesteps = _cpu_timesteps(pipe, steps, latents.shape[1])
     schedule = _DeviceSchedule.of(pipe.scheduler, timesteps, batch, latents.dtype, latents.device)
     shapes = _img_shapes(pipe, height, width, batch)
@@ -363,8 +366,8 @@ def _denoise(pipe, embeds: _Embeds, steps, height, width, cfg_scale, seed, mark_
             latents, schedule = schedule.step(noise, latents)
         else:
             latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
-        if mark_input is not None:  # the step's output keeps the input's split: every step runs one graph
-            mark_input("hidden_states", latents)
+        if mark_latents is not None:  # the step's output keeps the input's split: every step runs one graph
+            mark_latents("hidden_states", latents)
         has_complex = has_complex or (i == 0 and xla_fixes.has_complex_values(latents))
         xla.sync()
         seconds.append(time.perf_counter() - start)

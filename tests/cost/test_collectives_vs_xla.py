@@ -39,6 +39,8 @@ BLOCK = "transformer_blocks.0"
 DOCUMENTED = {
     ("2d", "collective-permute"): ((36, 107_520), (36, 55_296)),
     ("2d-stock", "collective-permute"): ((36, 107_520), (36, 55_296)),
+    ("ulysses", "collective-permute"): ((1, 147_456), (2, 147_456)),
+    ("hybrid", "collective-permute"): ((2, 147_456), (2, 147_456)),  # agrees; its last block cuts in 1 permute
     ("model", "collective-permute"): ((44, 72_192), (84, 64_512)),
     ("2d-4x2", "collective-permute"): ((12, 86_016), (12, 36_864)),
     ("flux-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),

@@ -73,8 +73,19 @@ def test_written_yaml_is_a_ready_strategy(qwen_sweep, tmp_path):
 
 def test_no_valid_factorization_is_bad_input():
     hw = load_hardware("v6e-8", {"chips": 7, "topology": [7], "wraparound": [False]})
+    # 24 heads do not split 7 ways and replicated weights do not fit: only FSDP over 7 chips is left
     with pytest.raises(InputError, match="no factorization of 7 devices"):
-        sweep(load_card("qwen-image"), hw, "qwen-image", Workload())
+        sweep(load_card("qwen-image"), hw, "qwen-image", Workload(), families=("data", "model", "2d", "pairs"))
+    assert sweep(load_card("qwen-image"), hw, "qwen-image", Workload()).best.family == "fsdp"
+
+
+def test_sweep_covers_the_hybrid_families(qwen_sweep):
+    result, _ = qwen_sweep
+    families = {c.family for c in result.candidates}
+    assert {"ulysses+pairs", "ring+pairs", "fsdp", "ulysses", "ring", "pairs", "2d", "data"} <= families
+    ulysses = next(c for c in result.candidates if c.family == "ulysses+pairs" and c.fits)
+    kinds = {c.kind for c in ulysses.prediction.collectives}
+    assert "all-to-all" in kinds and ulysses.strategy.rewrites == ["layernorm-rows"]
 
 
 def test_failed_write_leaves_nothing(tmp_path):
