@@ -52,16 +52,12 @@ class Arrangement:
 
     @property
     def family(self) -> str:
-        base = {"replicate": "data", "pairs": "pairs"}.get(self.weights) or (
-            "model" if self.mesh.get("data", 1) == 1 else "2d")
         parts = [self.sequence] if self.sequence else []
-        if self.weights != "replicate" or not parts:
-            parts.append(base if not (self.fsdp and base == "data") else "fsdp")
-        elif self.fsdp:
+        if self.weights != "replicate":
+            parts.append("pairs" if self.weights == "pairs" else "model" if self.mesh.get("data", 1) == 1 else "2d")
+        if self.fsdp:
             parts.append("fsdp")
-        if self.fsdp and base != "data":
-            parts.append("fsdp")
-        return "+".join(parts)
+        return "+".join(parts) or "data"
 
     def uses(self, families: tuple[str, ...]) -> bool:
         return all(part in families for part in self.family.split("+"))
@@ -106,8 +102,6 @@ def arrangements(devices: int, cfg: bool) -> list[Arrangement]:
         for data, seq, model in factorizations(devices // g, 3):
             mesh = {**({GUIDANCE_AXIS: g} if g > 1 else {}), "data": data,
                     **({SEQUENCE_AXIS: seq} if seq > 1 else {}), **({"model": model} if model > 1 else {})}
-            if seq == 1 and model > 1:
-                mesh = {**({GUIDANCE_AXIS: g} if g > 1 else {}), "data": data, "model": model}
             for weights in (["largest", "pairs"] if model > 1 else ["replicate"]):
                 for sequence in (["ulysses", "ring"] if seq > 1 else [None]):
                     for fsdp in ([False, True] if data > 1 and model == 1 else [False]):
@@ -116,21 +110,8 @@ def arrangements(devices: int, cfg: bool) -> list[Arrangement]:
 
 
 def meshes(devices: int, cfg: bool) -> list[tuple[str, dict[str, int]]]:
-    """(family, mesh) for every family and factorization; duplicates of the data family dropped."""
-    found = [("data", {"data": devices})]
-    guided = [1, 2] if cfg and devices % 2 == 0 else [1]
-    for g in guided:
-        rest = devices // g
-        front = {GUIDANCE_AXIS: g} if g > 1 else {}
-        if g > 1:
-            found.append(("data", {**front, "data": rest}))
-        for data, model in factorizations(rest, 2):
-            if model == 1:
-                continue
-            mesh = {**front, "data": data, "model": model}
-            found.append(("model" if data == 1 else "2d", mesh))
-            found.append(("pairs", mesh))
-    return found
+    """(family, mesh) of the arrangements without a sequence axis or FSDP: the data, model, 2d and pairs families."""
+    return [(a.family, a.mesh) for a in arrangements(devices, cfg) if not a.sequence and not a.fsdp]
 
 
 def family_rules(family: str) -> list[Rule]:

@@ -28,13 +28,20 @@ def run(args, env, tmp_path):
     return result, out, results
 
 
-def test_sharded_run_matches_the_stock_pipeline_and_is_recorded(env, tmp_path):
-    result, out, results = run([str(REPO / "strategies" / "2d.yaml"), "--checkpoint", "tiny", "--height", "64",
-                                "--width", "64", "--steps", "3", "--verify"], env, tmp_path)
+def verified_tiny_run(strategy: str, env, tmp_path):
+    """`meshlab run` of a built-in strategy on the tiny checkpoint with --verify: its record (checked ok, every
+    parameter as planned, pixels within 1e-4 of the stock CPU pipeline), the output and results folders."""
+    result, out, results = run([str(REPO / "strategies" / f"{strategy}.yaml"), "--checkpoint", "tiny", "--height",
+                                "64", "--width", "64", "--steps", "3", "--verify"], env, tmp_path)
     assert result.exit_code == 0, result.output
-    [record] = read_records([results / "2d.jsonl"]).records
+    [record] = read_records([results / f"{strategy}.jsonl"]).records
     assert record["status"] == "ok" and record["mismatches"] == []
     assert record["max_abs_error_vs_cpu"] < 1e-4
+    return record, out, results
+
+
+def test_sharded_run_matches_the_stock_pipeline_and_is_recorded(env, tmp_path):
+    record, out, _ = verified_tiny_run("2d", env, tmp_path)
     assert record["hardware"] == {"platform": "cpu", "devices": 8, "host": record["hardware"]["host"]}
     assert record["compiles"]["steady"] == 0 and record["timings"]["steady_step_median_s"] > 0
     assert record["strategy"]["sha256"] and record["prediction"]["hardware"] == "v6e-8"
@@ -104,10 +111,5 @@ def test_a_scanned_run_matches_the_stock_pipeline(env, tmp_path):
 def test_ulysses_with_a_guidance_axis_matches_the_stock_pipeline(env, tmp_path):
     """cfg 2 x Ulysses 4: both guidance branches in one call split over cfg, q/k/v re-split to heads around every
     attention; the pixels are the stock CPU pipeline's."""
-    result, out, results = run([str(REPO / "strategies" / "ulysses.yaml"), "--checkpoint", "tiny", "--height", "64",
-                                "--width", "64", "--steps", "3", "--verify"], env, tmp_path)
-    assert result.exit_code == 0, result.output
-    [record] = read_records([results / "ulysses.jsonl"]).records
-    assert record["status"] == "ok" and record["mismatches"] == []
-    assert record["max_abs_error_vs_cpu"] < 1e-4
+    record, _, _ = verified_tiny_run("ulysses", env, tmp_path)
     assert record["compiles"]["steady"] == 0

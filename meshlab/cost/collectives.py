@@ -125,7 +125,7 @@ class _State:
 def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point."""
     found: list[Collective] = []
-    deriver = _Deriver(layout, mesh, graph, found, card_points(graph, layout))
+    deriver = _Deriver(layout, mesh, graph, found, _card_points(graph, layout))
     by_module = {op.module: op for op in graph.linears}
     done_attention: set[str] = set()
     for position, op in enumerate(graph.linears):
@@ -149,7 +149,7 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective
     return tuple(found)
 
 
-def card_points(graph: Graph, layout: Layout) -> dict:
+def _card_points(graph: Graph, layout: Layout) -> dict:
     """(module, where) -> the ActivationPoint of the strategy's activation rules, for the graph's modules."""
     if not layout.activation_rules or graph.card is None:
         return {}
@@ -324,11 +324,12 @@ class _Deriver:
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
         width = op.chunk_width  # a LayerNorm over the residual: as wide as the pieces that modulate it
         whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
-        if "layernorm-rows" in self.layout.rewrites:
+        row_form = "layernorm-rows" in self.layout.rewrites
+        if row_form:
             rows = ()  # a per-row reduction: the rows stay split
         for norm in range(1, op.layer_norms + 1):
             phase = f"norm{norm}" if op.block is not None else "norm_out"
-            if residual and "layernorm-rows" in self.layout.rewrites:
+            if residual and row_form:
                 stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
                 for what in ("mean", "variance"):
                     self.emit("all-reduce", residual, stats, op.block, f"{phase}:{what}",
@@ -354,7 +355,7 @@ class _Deriver:
         split_tokens = (axis,) if axis and self.size((axis,)) > 1 and self.layout.local.of_stream(op.stream) < \
             self.layout.tokens.of_stream(op.stream) else ()
         onto_features = tuple(a for a in want if a in split_tokens and a not in want_tokens and a not in have)
-        onto_tokens = tuple(a for a in want_tokens if a in have and a not in want)
+        onto_tokens = _onto_tokens(state, point)
         if onto_features:
             self.emit("all-to-all", onto_features, self.tensor_bytes(op.stream, features, state.split), op.block,
                       f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
@@ -374,8 +375,8 @@ class _Deriver:
         """The joint output of a marked attention kernel returns to tokens before it is cut into streams: one
         all-to-all of the joint sequence, then the cut moves the streams whose even split does not line up with
         the joint one (measured: cfg 2 x seq 2 x model 2, Qwen-Image: 1 all-to-all and 2 permutes per block)."""
-        want_tokens, want = point.spec.entries[1] or (), point.spec.entries[2] or ()
-        back = tuple(a for a in want_tokens if a in (state.split or ()) and a not in want)
+        want = point.spec.entries[2] or ()
+        back = _onto_tokens(state, point)
         if not back:
             return
         width = -(-attention.heads * attention.head_dim // self.size(want or None))
@@ -383,9 +384,14 @@ class _Deriver:
         nbytes = self.layout.batch * joint_local * width * self.layout.itemsize
         self.emit("all-to-all", back, nbytes, op.block, "attention:out",
                   f"the joint attention output moves its split on {'+'.join(back)} from the heads back onto the tokens")
-        misaligned = self._misaligned(attention.streams, self.size(back))
+        self._cut_into_streams(attention.streams, back, nbytes, op.block)
+
+    def _cut_into_streams(self, streams: tuple[str, ...], axes: Axes, joint_bytes: int, block) -> None:
+        """Cutting a joint attention output, split over `axes` on its tokens, back into streams: the streams whose
+        own even split does not line up with the joint one move one joint shard between them, one permute each."""
+        misaligned = self._misaligned(streams, self.size(axes))
         for stream in misaligned:
-            self.emit("collective-permute", back, nbytes // len(misaligned), op.block, "attention:split",
+            self.emit("collective-permute", axes, joint_bytes // len(misaligned), block, "attention:split",
                       f"the {stream} stream's share of the joint output sits on other chips than its own split wants")
 
     def attention(self, attention, qkv: list[LinearOp]) -> _State:
@@ -436,10 +442,8 @@ class _Deriver:
         for what in ("k", "v"):
             self.emit("all-gather", (axis,), nbytes(joint_whole), block, "attention:kv",
                       f"{what}: tokens are split over {axis}; every query needs every key and value")
-        misaligned = self._misaligned(streams, self.size((axis,))) if concatenated else []
-        for stream in misaligned:
-            self.emit("collective-permute", (axis,), nbytes(joint_local) // len(misaligned), block, "attention:split",
-                      f"the {stream} stream's share of the joint output sits on other chips than its own split wants")
+        if concatenated:
+            self._cut_into_streams(streams, (axis,), nbytes(joint_local), block)
 
     def joins(self, graph: Graph) -> None:
         """Streams joined into one sequence (or cut back) outside attention, each block that does it (Flux's single
@@ -503,6 +507,12 @@ class _Deriver:
             if p.spec.axes and p.parameter.kind == "norm":
                 self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
                           f"{p.name} (a norm scale) is split, but every chip applies it whole")
+
+
+def _onto_tokens(state: _State, point) -> Axes:
+    """Axes an activation rule moves from the features (heads) of `state` onto the tokens."""
+    want_tokens, want = point.spec.entries[1] or (), point.spec.entries[2] or ()
+    return tuple(a for a in want_tokens if a in (state.split or ()) and a not in want)
 
 
 def _without(axes: Axes | None, dropped: set[str]) -> Axes | None:

@@ -293,6 +293,8 @@ def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: in
             mark_input: MarkInput | None = None, joint: bool = False) -> _Embeds:
     """Encode on the CPU (once; repeated over the batch); embeddings and masks go to the device once, split as
     `mark_input` says."""
+    import torch
+
     embeds, mask = pipe.encode_prompt(prompt, device="cpu", num_images_per_prompt=batch)
     neg = neg_mask = None
     masked = setup.attention_backend in xla_fixes.MASKED_BACKENDS
@@ -302,10 +304,9 @@ def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: in
             embeds, mask, neg, neg_mask = xla_fixes.pad_prompt_pair(embeds, mask, neg, neg_mask)
     if not masked:
         mask, neg_mask = xla_fixes.drop_full_masks(mask, neg_mask)
-    import torch
-
-    if joint and neg is not None:  # one call of twice the batch: the prompts are padded to one length above
-        if masked is False and (mask is not None or neg_mask is not None):
+    joint = joint and neg is not None
+    if joint:  # one call of twice the batch: the prompts are padded to one length above
+        if embeds.shape[1] != neg.shape[1]:
             raise BackendError("one call for both guidance branches pads the shorter prompt, and the attention "
                                f"backend {setup.attention_backend} takes no mask", "use a mesh without a 'cfg' axis")
         both = torch.cat([embeds, neg])
@@ -322,7 +323,7 @@ def _encode(pipe, prompt, negative_prompt, cfg_scale, setup: XlaSetup, batch: in
 
     return _Embeds(to_device(embeds, "encoder_hidden_states"), to_device(mask, "encoder_hidden_states_mask"),
                    to_device(neg, "encoder_hidden_states"), to_device(neg_mask, "encoder_hidden_states_mask"),
-                   joint=joint and negative_prompt is not None and cfg_scale > 1)
+                   joint=joint)
 
 
 def _img_shapes(pipe, height, width, batch: int = 1):

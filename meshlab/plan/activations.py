@@ -43,7 +43,7 @@ class ActivationPoint:
 
 
 def rule_spec(rule: ActivationRule) -> PartitionSpec:
-    return PartitionSpec(*[tuple(e) if isinstance(e, list) else e for e in rule.spec])
+    return PartitionSpec(*rule.spec)
 
 
 def linear_streams(card: ModelCard) -> dict[str, str]:
@@ -87,10 +87,6 @@ def activation_points(card: ModelCard, rules: list[ActivationRule] | tuple[Activ
     return tuple(found.values())
 
 
-def point_of(points: tuple[ActivationPoint, ...], module: str, where: str) -> ActivationPoint | None:
-    return next((p for p in points if p.module == module and p.where == where), None)
-
-
 def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> tuple[str, ...]:
     """Errors (PlanError, placed at the rule) for a rule the model or mesh cannot take; warnings for padding."""
     warnings = []
@@ -106,26 +102,26 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
             raise PlanError(f"activations.rules[{index}] names stream {rule.stream!r}, which {card.name} does not "
                             "have", f"use one of {list(streams)} or leave `stream` out (every stream)",
                             field=field + ("stream",))
-        for dim in range(3):
-            for axis in rule.axes_of(dim):
-                if axis not in mesh.names:
-                    raise PlanError(f"activations.rules[{index}].spec names unknown mesh axis {axis!r}",
-                                    f"use axes of the mesh {list(mesh.names)}", field=field + ("spec",))
-        used = [a for dim in range(3) for a in rule.axes_of(dim)]
-        if len(used) != len(set(used)):
-            raise PlanError(f"activations.rules[{index}].spec uses a mesh axis on two dims",
-                            "name each axis at most once", field=field + ("spec",))
-        features = math.prod(mesh.size(a) for a in rule.axes_of(2))
+        try:
+            spec = rule_spec(rule)
+        except PlanError as exc:
+            raise PlanError(f"activations.rules[{index}].spec: {exc.problem}", exc.fix, field=field + ("spec",)) from None
+        for axis in spec.axes:
+            if axis not in mesh.names:
+                raise PlanError(f"activations.rules[{index}].spec names unknown mesh axis {axis!r}",
+                                f"use axes of the mesh {list(mesh.names)}", field=field + ("spec",))
+        _, token_axes, feature_axes = spec.entries
+        features = math.prod(mesh.size(a) for a in feature_axes or ())
         if rule.point in ("attention.qkv", "attention.output") and features > 1:
             for attention in card.attention:
                 if attention.heads % features:
                     divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
                     raise PlanError(
                         f"activations.rules[{index}] splits {rule.point} features over {features} devices "
-                        f"({'+'.join(rule.axes_of(2))}), but {attention.module} has {attention.heads} heads, "
+                        f"({'+'.join(feature_axes)}), but {attention.module} has {attention.heads} heads, "
                         f"not divisible by {features}",
                         f"split heads over axes whose sizes multiply to one of {divisors}", field=field + ("spec",))
-        split = math.prod(mesh.size(a) for a in rule.axes_of(1))
+        split = math.prod(mesh.size(a) for a in token_axes or ())
         for stream in (streams if rule.stream is None else (rule.stream,)):
             n = tokens.of_stream(stream)
             if split > 1 and n % split:

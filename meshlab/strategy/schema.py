@@ -100,10 +100,6 @@ class ActivationRule(Closed):
             raise ValueError(f"unknown activation point {point!r}; the points are {', '.join(ACTIVATION_POINTS)}")
         return point
 
-    def axes_of(self, dim: int) -> tuple[str, ...]:
-        entry = self.spec[dim]
-        return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-
 
 class Activations(Closed):
     """How the activations (the transformer's inputs and everything computed from them) shard."""
