@@ -119,11 +119,24 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
     if vae is not None and placement.vae == "device":
         vae_weights = vae.parameters * itemsize
         per_chip_batch = -(-workload.batch // _batch_split(plan, strategy))  # XLA pads an uneven batch
-        # working_bytes_per_pixel was measured in bfloat16 (2 bytes an element)
-        vae_decode = int(vae.working_bytes_per_pixel * workload.height * workload.width * per_chip_batch * itemsize / 2)
+        vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
+                                                       workload.height, workload.width, workload.frames, itemsize)
     if text is not None and placement.text_encoder == "device":
         text_bytes = text.parameters * itemsize
     return vae_weights, vae_decode, text_bytes
+
+
+def vae_decode_bytes(working_bytes_per_pixel: float, arch, height: int, width: int, frames: int,
+                     itemsize: int) -> int:
+    """Peak bytes of one sample's decode. working_bytes_per_pixel was measured in bfloat16 (2 bytes an element)
+    from a one-frame decode. A video VAE (Wan's) decodes one latent frame at a time, a causal cache carrying
+    the frames before it, so its working set is that of the frames one latent frame becomes
+    (``temporal_scale_factor``), plus the decoded video it accumulates (3 channels x every frame)."""
+    pixels = height * width
+    if not arch.is_video:
+        return int(working_bytes_per_pixel * pixels * itemsize / 2)
+    chunk = min(frames, arch.temporal_scale_factor)
+    return int(working_bytes_per_pixel * pixels * chunk * itemsize / 2) + 3 * frames * pixels * itemsize
 
 
 def _batch_split(plan: Plan, strategy: Strategy) -> int:
@@ -182,8 +195,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
-    keys = sum(shape.tokens.of_stream(s) for s in attention.streams)
-    gathered_kv = 2 * (keys - queries) * heads * attention.head_dim
+    local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
+    keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
+    gathered_kv = 2 * (keys - local_keys) * heads * attention.head_dim
     output = queries * heads * attention.head_dim
     scores = 0 if shape.flash else 2 * heads * queries * keys
     return qkv + gathered_kv + output + scores

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from meshlab.backend.models import Geometry, ModelSpec, model_spec
+from meshlab.backend.forward_inputs import FAMILIES, Family, Geometry, family, forward_inputs
 from meshlab.cards.card import (
     BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Flow, Join, ModelCard, Parameter, card_to_json,
 )
@@ -38,23 +38,15 @@ from meshlab.errors import InputError, Location
 
 __all__ = ["PRESETS", "import_card", "import_preset", "import_from_config_file", "write_card"]
 
-#: The traced forward: batch 2, a 3x5 grid of image tokens, 7 text tokens. 15, 7 and 22 differ from every
-#: width and head count of the supported models, so a dim of one of these sizes can only be a token dim.
-TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_SEED = 2, (3, 5), 7, 0
+#: The traced forward: batch 2, a 3x5 grid of image tokens (two token frames for a video model: 30), 7 text
+#: tokens. 15 (30), 7 and 22 (37) differ from every width and head count of the supported models, so a dim of
+#: one of these sizes can only be a token dim.
+TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_SEED, TRACE_VIDEO_FRAMES = 2, (3, 5), 7, 0, 2
 #: The traced VAE decode: one image from an 8x8 latent (64x64 pixels for an 8x VAE).
 DECODE_LATENT = 8
 
 _QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
 _OUT = ("to_out.0", "to_add_out")
-
-
-#: Latent pixels per token side, as each pipeline packs them: QwenImagePipeline packs 2x2, as its config says;
-#: FluxPipeline packs 2x2 before the model although its config says patch_size 1. The block lists and the
-#: forward's inputs come from ``meshlab.backend.models``, which `meshlab check` builds the same classes with.
-_PATCH_SIZE = {
-    "QwenImageTransformer2DModel": lambda config: config["patch_size"],
-    "FluxTransformer2DModel": lambda config: 2,
-}
 
 
 def import_card(
@@ -83,7 +75,7 @@ def import_card(
     streams, (dataflow, joins) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _component(n, s, dtype) for n, s in specs.items()}
-    vae_scale = built["vae"][1] if "vae" in built else 8
+    vae_scale = built["vae"][1] if "vae" in built else (8, 1)
     return ModelCard(
         name=name,
         class_name=class_name,
@@ -134,7 +126,7 @@ def import_from_config_file(
         raise InputError("config is not a JSON object", "pass a diffusers config.json", Location(str(path)))
     class_name = class_name or config.get("_class_name")
     if not class_name:
-        raise InputError("config names no _class_name", f"pass the class, one of {', '.join(_PATCH_SIZE)}",
+        raise InputError("config names no _class_name", f"pass the class, one of {', '.join(FAMILIES)}",
                          Location(str(path)))
     name = name or path.resolve().parent.name
     return import_card(class_name, config, name, components, dtype=dtype)
@@ -160,11 +152,8 @@ def write_card(card: ModelCard, path: str | Path) -> Path:
 # --- the transformer -------------------------------------------------------------------------------------
 
 
-def _tracer(class_name: str) -> ModelSpec:
-    if class_name not in _PATCH_SIZE:
-        raise InputError(f"cannot import {class_name!r}: no forward inputs known for it",
-                         f"supported classes: {', '.join(_PATCH_SIZE)}")
-    return model_spec(class_name)
+def _tracer(class_name: str) -> Family:
+    return family(class_name)
 
 
 def _require(module: str) -> Any:
@@ -187,7 +176,7 @@ def _resolve(library: str, class_name: str) -> type:
     return cls
 
 
-def _block_offsets(model: Any, tracer: ModelSpec) -> dict[str, int]:
+def _block_offsets(model: Any, tracer: Family) -> dict[str, int]:
     """First global block index of each block list: dual-stream blocks first, single-stream after them."""
     offsets, start = {}, 0
     for attr, _ in tracer.blocks:
@@ -205,7 +194,7 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], tuple[tuple[Flow, ...], tuple[Join, ...]]]:
+def _trace(cls: type, config: dict, tracer: Family) -> tuple[dict[str, str], tuple[tuple[Flow, ...], tuple[Join, ...]]]:
     """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow
     (meshlab.backend.dataflow_trace), from one forward."""
     import torch
@@ -213,23 +202,25 @@ def _trace(cls: type, config: dict, tracer: ModelSpec) -> tuple[dict[str, str], 
     torch.manual_seed(TRACE_SEED)
     # two blocks of each kind: the first is a middle block (the last one's text stream feeds nothing)
     model = cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval()
-    image = TRACE_GRID[0] * TRACE_GRID[1]
+    geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_VIDEO_FRAMES if tracer.latent == "video" else 1)
+    image = geometry.image_tokens
     counts = {image: "image", TRACE_TEXT: "text", image + TRACE_TEXT: "joint"}
     seen: dict[str, set[str]] = {}
+    inputs = forward_inputs(cls, config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))
+    latent = tuple(inputs["hidden_states"].shape)  # an unpacked latent (SD3, Wan) is the image stream too
 
     def recorder(path: str) -> Callable:
         def hook(module, args, kwargs):
             x = next((a for a in (*args, *kwargs.values()) if torch.is_tensor(a)), None)
             if x is not None:
-                seen.setdefault(path, set()).add(_stream_of(tuple(x.shape), counts))
+                shape = tuple(x.shape)
+                seen.setdefault(path, set()).add("image" if shape == latent else _stream_of(shape, counts))
 
         return hook
 
     for path, module in model.named_modules():
         if next(module.parameters(recurse=False), None) is not None:
             module.register_forward_pre_hook(recorder(path), with_kwargs=True)
-    geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT)
-    inputs = tracer.inputs(config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))
     hidden = config["num_attention_heads"] * config["attention_head_dim"]
     # one forward: the stream hooks above record while the dataflow tracer runs it
     flows = trace_dataflow(model, inputs, {attr for attr, _ in tracer.blocks}, hidden,
@@ -289,8 +280,11 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> 
             continue
         qkv = tuple(f"{path}.{n}" for n in _QKV if isinstance(modules.get(f"{path}.{n}"), nn.Linear))
         out = tuple(f"{path}.{n}" for n in _OUT if isinstance(modules.get(f"{path}.{n}"), nn.Linear))
-        joined = {streams.get(_locate(q, offsets)[1], "none") for q in qkv}
-        found.append(Attention(path, heads, module.to_q.out_features // heads, _sequence(joined), qkv, out))
+        stream = {q: streams.get(_locate(q, offsets)[1], "none") for q in qkv}
+        queries = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_q", "add_q_proj")})
+        keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
+        found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
+                               keys if keys != queries else ()))
     return tuple(found)
 
 
@@ -300,19 +294,23 @@ def _sequence(streams: set[str]) -> tuple[str, ...]:
     return tuple(s for s in ("text", "image", "conditioning", "none") if s in parts)
 
 
-def _architecture(model: Any, config: dict, tracer: ModelSpec, streams: dict[str, str], offsets: dict[str, int],
-                  vae_scale: int) -> Architecture:
+def _architecture(model: Any, config: dict, tracer: Family, streams: dict[str, str], offsets: dict[str, int],
+                  vae_scale: tuple[int, int]) -> Architecture:
     hidden = config["num_attention_heads"] * config["attention_head_dim"]
+    patch, temporal_patch = tracer.patch(config), tracer.temporal_patch(config)
+    packed = 1 if tracer.latent == "tokens" else patch * patch * temporal_patch  # latent values per token
     return Architecture(
         hidden_size=hidden,
         num_layers=sum(len(getattr(model, attr)) for attr, _ in tracer.blocks),
         num_attention_heads=config["num_attention_heads"],
         attention_head_dim=config["attention_head_dim"],
-        patch_size=_PATCH_SIZE[type(model).__name__](config),
-        in_channels=config["in_channels"],
-        text_dim=config["joint_attention_dim"],
-        vae_scale_factor=vae_scale,
+        patch_size=patch,
+        in_channels=config["in_channels"] * packed,
+        text_dim=config[tracer.text_width],
+        vae_scale_factor=vae_scale[0],
         mlp_ratio=_mlp_ratio(model, streams, offsets, hidden),
+        temporal_scale_factor=vae_scale[1] if tracer.latent == "video" else 1,
+        temporal_patch=temporal_patch,
     )
 
 
@@ -353,8 +351,9 @@ def _build(spec: ComponentSpec, cls: type) -> Any:
     return cls(cls.config_class(**spec.config))
 
 
-def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, int]:
-    """The component counted on ``meta``, and the VAE scale factor it implies (8 when not a VAE)."""
+def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, tuple[int, int]]:
+    """The component counted on ``meta``, and the VAE's (spatial, temporal) scale factors ((8, 1) when not a
+    VAE)."""
     import torch
 
     cls = _resolve(spec.library, spec.class_name)
@@ -363,14 +362,17 @@ def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, i
     count = sum(p.numel() for p in model.parameters())
     is_vae = spec.library == "diffusers" and hasattr(model, "decode")
     working = _decode_working_bytes_per_pixel(spec, cls) if is_vae else 0.0
-    return Component(name, spec.class_name, count, dtype, working), _vae_scale_factor(model.config) if is_vae else 8
+    return Component(name, spec.class_name, count, dtype, working), _vae_scale_factor(model.config) if is_vae else (8, 1)
 
 
-def _vae_scale_factor(config: Mapping) -> int:
-    """Pixels per latent pixel along a side, computed as QwenImagePipeline and FluxPipeline do."""
+def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
+    """Pixels per latent pixel along a side, and frames per latent frame past the first, computed as
+    QwenImagePipeline, FluxPipeline and WanPipeline do (WanPipeline reads the VAE's ``scale_factor_*``)."""
+    if config.get("scale_factor_spatial") and config.get("scale_factor_temporal"):
+        return int(config["scale_factor_spatial"]), int(config["scale_factor_temporal"])
     if "temperal_downsample" in config:
-        return 2 ** len(config["temperal_downsample"])
-    return 2 ** (len(config["block_out_channels"]) - 1)
+        return 2 ** len(config["temperal_downsample"]), 2 ** sum(bool(t) for t in config["temperal_downsample"])
+    return 2 ** (len(config["block_out_channels"]) - 1), 1
 
 
 def _decode_working_bytes_per_pixel(spec: ComponentSpec, cls: type) -> float:

@@ -16,7 +16,8 @@ in (Flux's single blocks do both; the q/k/v concatenations inside attention are 
 
 An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a
 modulation: those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last
-dim. Model inputs are tagged ``input:<name>``. Per-head q/k norms (over the head dim) are not boundaries.
+dim. Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head
+q/k norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
 
 The result is keyed by module pattern: a path with the block index replaced by ``*``
 (``transformer_blocks.*.attn.to_q``), so one traced block stands for every block of its list.
@@ -109,7 +110,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     feeds[name] = pattern_of(owner, block_lists)
                 tag(out, frozenset({f"attention:{pattern_of(owner, block_lists)}"}))
                 return out
-            if func in norms and torch.is_tensor(args[0]) and args[0].shape[-1] == hidden:
+            if func in norms and torch.is_tensor(args[0]) and args[0].shape[-1] == hidden and not any(
+                    p in attention_modules for p in stack):  # a q/k norm across heads (Wan) is attention's own
                 residual.update(linears(incoming[0]))
                 norm = pattern_of(stack[-1] if stack else "norm", block_lists)
                 tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))

@@ -10,47 +10,29 @@ by ``(width / ...)`` image tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
+from meshlab.backend.forward_inputs import Family, Geometry, family, forward_inputs
 from meshlab.cards.card import ModelCard
 from meshlab.errors import InputError
+from meshlab.tokens import token_frames
+
+__all__ = ["Geometry", "geometry", "model_spec", "depth_config", "build_model", "example_inputs", "forward"]
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """The shapes of one forward."""
-
-    batch: int
-    grid: tuple[int, int]  # image tokens per column and per row
-    text_tokens: int
-
-    @property
-    def image_tokens(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    blocks: tuple[tuple[str, str], ...]  # (ModuleList attribute, config key of its depth)
-    inputs: Callable[[dict, Geometry, object, object], dict]  # (config, geometry, dtype, generator) -> kwargs
-
-
-def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: int) -> Geometry:
-    """Image tokens as the pipeline packs them; a size that does not pack is an InputError."""
+def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: int, frames: int = 1) -> Geometry:
+    """Image tokens as the pipeline packs them; a size (or frame count) that does not pack is an InputError."""
     step = card.architecture.vae_scale_factor * card.architecture.patch_size
     for side, value in (("height", height), ("width", width)):
         if value < step or value % step:
             raise InputError(f"--{side} {value} is not a positive multiple of {step} "
                              f"(VAE {card.architecture.vae_scale_factor}x, patch {card.architecture.patch_size})",
                              f"use a multiple of {step}, e.g. {max(step, value // step * step)}")
-    return Geometry(batch, (height // step, width // step), text_tokens)
+    return Geometry(batch, (height // step, width // step), text_tokens, token_frames(frames, card.architecture))
 
 
-def model_spec(class_name: str) -> ModelSpec:
-    if class_name not in MODELS:
-        raise InputError(f"meshlab cannot build {class_name!r}", f"supported classes: {', '.join(MODELS)}")
-    return MODELS[class_name]
+def model_spec(class_name: str) -> Family:
+    """The family row of a class meshlab can build and run (see meshlab.backend.forward_inputs)."""
+    return family(class_name)
 
 
 def depth_config(card: ModelCard, layers: int) -> dict:
@@ -105,56 +87,12 @@ def example_inputs(card: ModelCard, geo: Geometry, dtype: str, seed: int) -> dic
     import torch
 
     generator = torch.Generator().manual_seed(seed + 1)
-    return model_spec(card.class_name).inputs(dict(card.source["config"]), geo, getattr(torch, dtype), generator)
+    import diffusers
+
+    cls = getattr(diffusers, card.class_name)
+    return forward_inputs(cls, dict(card.source["config"]), geo, getattr(torch, dtype), generator)
 
 
 def forward(model, inputs: dict):
     """The sample the transformer returns (the first element of its tuple output)."""
     return model(**inputs, return_dict=False)[0]
-
-
-def _qwen_inputs(config: dict, geo: Geometry, dtype, generator) -> dict:
-    import torch
-
-    b, t = geo.batch, geo.text_tokens
-    h, w = geo.grid
-    inputs = {
-        "hidden_states": torch.randn(b, h * w, config["in_channels"], generator=generator).to(dtype),
-        "encoder_hidden_states": torch.randn(b, t, config["joint_attention_dim"], generator=generator).to(dtype),
-        "encoder_hidden_states_mask": torch.ones(b, t, dtype=torch.long),
-        "timestep": torch.full((b,), 0.5, dtype=dtype),
-        "img_shapes": [(1, h, w)] * b,
-    }
-    if config.get("use_additional_t_cond"):
-        inputs["additional_t_cond"] = torch.zeros(b, dtype=torch.long)
-    return inputs
-
-
-def _flux_inputs(config: dict, geo: Geometry, dtype, generator) -> dict:
-    import torch
-
-    b, t = geo.batch, geo.text_tokens
-    h, w = geo.grid
-    img_ids = torch.zeros(h, w, 3)
-    img_ids[..., 1] += torch.arange(h)[:, None]
-    img_ids[..., 2] += torch.arange(w)[None, :]
-    inputs = {
-        "hidden_states": torch.randn(b, h * w, config["in_channels"], generator=generator).to(dtype),
-        "encoder_hidden_states": torch.randn(b, t, config["joint_attention_dim"], generator=generator).to(dtype),
-        "pooled_projections": torch.randn(b, config["pooled_projection_dim"], generator=generator).to(dtype),
-        "timestep": torch.full((b,), 0.5, dtype=dtype),
-        "img_ids": img_ids.reshape(h * w, 3).to(dtype),
-        "txt_ids": torch.zeros(t, 3, dtype=dtype),
-    }
-    if config.get("guidance_embeds"):
-        # Flux multiplies guidance by 1000 in the model's dtype: 3500 rounds to 3504 in bfloat16 and turns the
-        # sinusoidal embedding into noise next to a float32 reference; 4000 is exact
-        inputs["guidance"] = torch.full((b,), 4.0, dtype=dtype)
-    return inputs
-
-
-MODELS = {
-    "QwenImageTransformer2DModel": ModelSpec((("transformer_blocks", "num_layers"),), _qwen_inputs),
-    "FluxTransformer2DModel": ModelSpec(
-        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), _flux_inputs),
-}

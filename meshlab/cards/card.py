@@ -21,7 +21,7 @@ STREAMS = ("image", "text", "joint", "conditioning", "none")
 #: Module kinds the planner distinguishes (column/row apply only to ``linear``).
 MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
-CARD_SCHEMA_VERSION = 2  # 2: the traced dataflow (``ModelCard.dataflow``)
+CARD_SCHEMA_VERSION = 3  # 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,20 @@ class Attention:
     module: str
     heads: int
     head_dim: int
-    streams: tuple[str, ...]  # token streams joined in its sequence, e.g. ("text", "image")
+    streams: tuple[str, ...]  # token streams of its queries (joined in one sequence), e.g. ("text", "image")
     qkv: tuple[str, ...]  # module paths of the q/k/v projections (all streams)
     out: tuple[str, ...]  # module paths of the output projections
+    #: token streams of its keys and values; () means the queries' own sequence (self or joint attention).
+    #: A cross-attention (Wan's attn2) has image queries against text keys: streams ("image",), keys ("text",).
+    keys: tuple[str, ...] = ()
+
+    @property
+    def key_streams(self) -> tuple[str, ...]:
+        return self.keys or self.streams
+
+    @property
+    def is_cross(self) -> bool:
+        return bool(self.keys) and self.keys != self.streams
 
 
 _BLOCK = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?:\.|$)")
@@ -165,6 +176,14 @@ class Architecture:
     text_dim: int  # width of one text token at the transformer's input
     vae_scale_factor: int  # pixels per latent pixel along each side
     mlp_ratio: float
+    #: video models: pixel frames per latent frame past the first (Wan's VAE: 4, so 81 frames are 21 latent
+    #: frames); 1 for an image model, whatever its VAE can do
+    temporal_scale_factor: int = 1
+    temporal_patch: int = 1  # latent frames per token frame
+
+    @property
+    def is_video(self) -> bool:
+        return self.temporal_scale_factor > 1
 
 
 @dataclass(frozen=True)
@@ -222,7 +241,7 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "attention": [
             {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
-             "qkv": list(a.qkv), "out": list(a.out)}
+             "keys": list(a.keys), "qkv": list(a.qkv), "out": list(a.out)}
             for a in card.attention
         ],
         "components": [
@@ -244,8 +263,9 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
     version = data.get("schema_version") if isinstance(data, dict) else None
     if isinstance(version, int) and version < CARD_SCHEMA_VERSION:
         raise InputError(
-            f"model card of schema {version}, older than this meshlab's {CARD_SCHEMA_VERSION}: it has no traced "
-            "dataflow (which Linear feeds which), which the cost model reads",
+            f"model card of schema {version}, older than this meshlab's {CARD_SCHEMA_VERSION}: "
+            + ("it has no traced dataflow (which Linear feeds which), which the cost model reads" if version < 2 else
+               "it records no video compression or cross-attention keys, which token counts and FLOPs read"),
             f"regenerate it: {_regenerate_command(data)}",
             Location(origin),
         )
@@ -293,7 +313,8 @@ def _flow(f: dict) -> Flow:
 
 
 def _attention(a: dict) -> Attention:
-    return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]))
+    return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]),
+                     tuple(a.get("keys", ())))
 
 
 BUILTIN_DIR = Path(__file__).parent

@@ -125,5 +125,106 @@ FLUX_DEV = Preset(
     },
 )
 
+_T5_XXL = ComponentSpec(
+    "transformers",
+    "T5EncoderModel",
+    {
+        "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
+        "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32, "tie_word_embeddings": False,
+    },
+    "stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json",
+)
+
+_WAN_VAE = ComponentSpec(
+    "diffusers",
+    "AutoencoderKLWan",
+    # latents_mean / latents_std omitted: the constructor defaults are Wan 2.1's published values.
+    {
+        "base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [],
+        "temperal_downsample": [False, True, True], "dropout": 0.0,
+    },
+    "Wan-AI/Wan2.1-T2V-14B-Diffusers vae/config.json",
+)
+
+#: UMT5-XXL's encoder, the text encoder of every Wan 2.1 pipeline.
+_UMT5_XXL = ComponentSpec(
+    "transformers",
+    "UMT5EncoderModel",
+    {
+        "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 256384,
+        "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32, "tie_word_embeddings": False,
+    },
+    "Wan-AI/Wan2.1-T2V-14B-Diffusers text_encoder/config.json",
+)
+
+
+def _wan(name: str, heads: int, ffn: int, layers: int, repo: str) -> Preset:
+    return Preset(
+        name,
+        "WanTransformer3DModel",
+        {
+            "patch_size": [1, 2, 2], "num_attention_heads": heads, "attention_head_dim": 128, "in_channels": 16,
+            "out_channels": 16, "text_dim": 4096, "freq_dim": 256, "ffn_dim": ffn, "num_layers": layers,
+            "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads", "eps": 1e-06, "image_dim": None,
+            "added_kv_proj_dim": None, "rope_max_seq_len": 1024,
+        },
+        f"{repo} transformer/config.json",
+        {"vae": _WAN_VAE, "text_encoder": _UMT5_XXL},
+    )
+
+
+#: Wan 2.1 text-to-video (Wan technical report, arXiv:2503.20314, table 1: 1.3B: dim 1536, 12 heads, FFN 8960,
+#: 30 layers; 14B: dim 5120, 40 heads, FFN 13824, 40 layers).
+WAN_14B = _wan("wan-2.1-t2v-14b", 40, 13824, 40, "Wan-AI/Wan2.1-T2V-14B-Diffusers")
+WAN_1_3B = _wan("wan-2.1-t2v-1.3b", 12, 8960, 30, "Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
+
+SD35_LARGE = Preset(
+    "sd3.5-large",
+    "SD3Transformer2DModel",
+    {
+        "sample_size": 128, "patch_size": 2, "in_channels": 16, "out_channels": 16, "num_layers": 38,
+        "attention_head_dim": 64, "num_attention_heads": 38, "joint_attention_dim": 4096,
+        "caption_projection_dim": 2432, "pooled_projection_dim": 2048, "pos_embed_max_size": 192,
+        "qk_norm": "rms_norm", "dual_attention_layers": [],
+    },
+    "stabilityai/stable-diffusion-3.5-large transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKL",
+            {
+                "in_channels": 3, "out_channels": 3, "latent_channels": 16,
+                "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
+                "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+                "act_fn": "silu", "norm_num_groups": 32, "sample_size": 1024,
+                "use_quant_conv": False, "use_post_quant_conv": False,
+                "scaling_factor": 1.5305, "shift_factor": 0.0609,
+            },
+            "stabilityai/stable-diffusion-3.5-large vae/config.json",
+        ),
+        # CLIP ViT-L/14 and OpenCLIP ViT-bigG/14 text towers (pooled and per-token embeddings), then T5-XXL.
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "CLIPTextModelWithProjection",
+            {
+                "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+                "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 768,
+                "hidden_act": "quick_gelu",
+            },
+            "stabilityai/stable-diffusion-3.5-large text_encoder/config.json",
+        ),
+        "text_encoder_2": ComponentSpec(
+            "transformers",
+            "CLIPTextModelWithProjection",
+            {
+                "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32, "num_attention_heads": 20,
+                "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 1280, "hidden_act": "gelu",
+            },
+            "stabilityai/stable-diffusion-3.5-large text_encoder_2/config.json",
+        ),
+        "text_encoder_3": _T5_XXL,
+    },
+)
+
 #: The presets ``python -m meshlab.backend.card_import --all`` turns into the shipped cards, by card name.
-PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV, WAN_14B, WAN_1_3B, SD35_LARGE)}

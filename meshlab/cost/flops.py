@@ -2,7 +2,8 @@
 
 Counted: every Linear as 2 x in x out per token of the stream it serves (image tokens, text tokens, their
 sum for joint Linears, once per sample for conditioning Linears), and attention as QK^T plus AV,
-2 x 2 x queries x keys x head_dim per head over the joint sequence. Not counted: biases, norms, RoPE,
+2 x 2 x queries x keys x head_dim per head over the joint sequence (a cross-attention: its queries' stream
+against its keys' stream). Not counted: biases, norms, RoPE,
 activations and other elementwise work (well under 1% of a DiT's FLOPs).
 
 On one chip each Linear does the work of its local shard: ceil(out / split) x ceil(in / split) at the
@@ -58,8 +59,7 @@ def model_flops(card: ModelCard, tokens: TokenCounts) -> float:
         if p.kind == "linear" and p.rank == 2 and not p.is_bias:
             total += linear_flops(p.shape[1], p.shape[0], tokens.of_stream(p.stream))
     for attention in card.attention:
-        sequence = sum(tokens.of_stream(s) for s in attention.streams)
-        total += attention_flops(attention, sequence, sequence)
+        total += attention_flops(attention, *_sequence(attention, tokens))
     return total
 
 
@@ -69,9 +69,14 @@ def graph_flops(graph: Graph, tokens: TokenCounts) -> float:
                 for op in graph.linears)
     by_module = {op.module: op for op in graph.linears}
     for attention in graph.attentions:
-        sequence = sum(tokens.of_stream(s) for s in attention.streams)
-        total += graph.count(by_module[attention.qkv[0]].block) * attention_flops(attention, sequence, sequence)
+        total += graph.count(by_module[attention.qkv[0]].block) * attention_flops(attention, *_sequence(attention, tokens))
     return total
+
+
+def _sequence(attention: Attention, tokens: TokenCounts) -> tuple[int, int]:
+    """(queries, keys) per sample: the joint sequence twice, or a cross-attention's queries against its keys."""
+    return (sum(tokens.of_stream(s) for s in attention.streams),
+            sum(tokens.of_stream(s) for s in attention.key_streams))
 
 
 def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool) -> tuple[Work, ...]:
@@ -107,7 +112,7 @@ def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: 
     head_split = compute_split(qkv[0].weight.spec.entries[0], mesh, layout.activation_axes())
     heads = -(-attention.heads // head_split) if attention.heads % head_split == 0 else attention.heads
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
-    keys = sum(layout.tokens.of_stream(s) for s in attention.streams)
+    keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)
     width = heads * attention.head_dim
     io = (2 * queries + 2 * keys) * width  # q and output at the local queries, k and v at every key
     scores = 0 if flash else 4 * heads * queries * keys  # scores and probabilities, written then read

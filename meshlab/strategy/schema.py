@@ -118,7 +118,9 @@ class Workload(Closed):
 
     height: int = Field(1024, ge=16, le=16384, description="image height in pixels")
     width: int = Field(1024, ge=16, le=16384, description="image width in pixels")
-    batch: int = Field(1, ge=1, le=4096, description="images per call")
+    frames: int = Field(1, ge=1, le=10000, description="video frames per sample (video models only; Wan: 1 + 4k, "
+                        "e.g. 81); 1 for an image")
+    batch: int = Field(1, ge=1, le=4096, description="images (or videos) per call")
     steps: int = Field(50, ge=1, le=1000, description="denoising steps")
     cfg: bool = Field(True, description="classifier-free guidance: the transformer runs twice per step")
     text_tokens: int = Field(512, ge=1, le=65536, description="text tokens per prompt after padding")

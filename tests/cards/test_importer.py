@@ -172,8 +172,11 @@ def test_unsupported_class_is_an_input_error():
     pytest.importorskip("diffusers")
     from meshlab.backend.card_import import import_card
 
-    with pytest.raises(InputError, match="FluxTransformer2DModel"):
-        import_card("SD3Transformer2DModel", {}, "sd3")
+    with pytest.raises(InputError, match="FluxTransformer2DModel") as raised:
+        import_card("HunyuanVideoTransformer3DModel", {}, "hunyuan")
+    assert "no row for it" in str(raised.value)
+    with pytest.raises(InputError, match="to_qkv_mlp_proj"):  # diffusers has it; meshlab says why it cannot
+        import_card("Flux2Transformer2DModel", {}, "flux2")
 
 
 # --- the traced dataflow (pure, on the shipped cards) ------------------------------------------------------
