@@ -15,7 +15,7 @@ from meshlab.cards.card import DTYPE_BYTES
 from meshlab.plan.axes import activation_axes, compute_split
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
-from meshlab.tokens import TokenCounts, local_token_counts, token_counts
+from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
@@ -150,8 +150,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axis = strategy.activations.sequence
     split_image = plan.mesh.size(sequence_axis) if sequence_axis else 1
-    shape = _Shape(tokens, local_token_counts(tokens, split_image, plan.card), activation_axes(strategy.activations, plan.mesh),
-                   strategy.workload.flash_attention)
+    local = local_token_counts(tokens, split_image, plan.card, rules_split_text(strategy.activations.rules, sequence_axis))
+    shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:

@@ -60,16 +60,32 @@ def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:
     return TokenCounts(frames * (workload.height // step) * (workload.width // step), workload.text_tokens)
 
 
-def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard) -> TokenCounts:
+def rules_split_text(rules, sequence_axis: str | None) -> bool:
+    """Whether an activation rule puts the sequence axis on the text stream's tokens: a ``block.input`` or
+    ``linear.output`` rule for every stream (or the text) with that axis in its tokens entry."""
+    if not sequence_axis:
+        return False
+    for rule in rules:
+        tokens = rule.spec[1]
+        axes = (tokens,) if isinstance(tokens, str) else tuple(tokens or ())
+        if rule.point in ("block.input", "linear.output") and rule.stream in (None, "text") and sequence_axis in axes:
+            return True
+    return False
+
+
+def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard,
+                       text_split: bool = False) -> TokenCounts:
     """Tokens per sample on one chip when a sequence axis splits the image tokens `sequence_split` ways.
 
     Where an attention concatenates text and image tokens into one sequence (Qwen-Image, Flux's dual blocks),
     XLA's sharding propagation carries the joint sequence's split back through the text stream onto its
     (replicated) input, so the text tokens are split too: measured on 8 virtual CPU devices, seq 2 x model 4,
     every text tensor of Qwen-Image's block 0 holds 16 of 32 text tokens (tests/cost/data/xla_collectives_seq2-model4.json).
+    An activation rule that splits the text stream's tokens (``text_split``, see ``rules_split_text``) does it too
+    (Wan's cross-attention k and v under a ``linear.output`` rule on every stream).
     """
     if sequence_split == 1:
         return tokens
     joint = any({"text", "image"} <= set(a.streams) for a in card.attention)
-    text = -(-tokens.text // sequence_split) if joint else tokens.text
+    text = -(-tokens.text // sequence_split) if joint or text_split else tokens.text
     return TokenCounts(-(-tokens.image // sequence_split), text)

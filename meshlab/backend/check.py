@@ -13,7 +13,7 @@ from pathlib import Path
 
 from meshlab.backend import hlo, xla
 from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
-from meshlab.backend.verdict import CheckReport, collectives_of, predicted_full_depth, predicted_per_block
+from meshlab.backend.verdict import CheckReport, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.devices import child_environment
@@ -72,9 +72,11 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
     parameters = tuple(compare_parameter(p, setup.plan.mesh, ids, read[p.name]["sharding"], read[p.name]["slices"],
                                          read[p.name]["dtype"]) for p in setup.plan.parameters)
     module = forward_module(result["forwards"], dump_dir)
-    collectives, memory = (), None
+    collectives, memory, dot_flops = (), None, None
     if module is not None:
-        collectives = collectives_of(hlo.parse_collectives(module.read_text()), setup, ids)
+        text = module.read_text()
+        collectives = collectives_of(hlo.parse_collectives(text), setup, ids)
+        dot_flops = hlo.dot_flops(text) if not result.get("scanned") else None  # a loop body runs many times
         assignment = module.with_name(module.name.replace(".txt", "-buffer-assignment.txt"))
         memory = hlo.parse_buffer_assignment(assignment.read_text()) if assignment.exists() else None
     return CheckReport(
@@ -83,7 +85,7 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
         tuple({k: f[k] for k in ("compiles", "seconds", "compile_seconds", "host_transfers") if k in f}
               for f in result["forwards"]),
         result["timings"], module.name if module else None, predicted_per_block(setup), predicted_full_depth(setup),
-        tuple(result.get("scanned", ())))
+        tuple(result.get("scanned", ())), predicted_flops(setup), dot_flops)
 
 
 def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:

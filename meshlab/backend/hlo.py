@@ -184,6 +184,32 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     return tuple(found)
 
 
+_DOT = re.compile(r"\sdot\(")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+
+
+def dot_flops(hlo_text: str) -> float:
+    """FLOPs of every dot in an HLO module's text, as XLA's HloCostAnalysis counts a dot: 2 x the result's
+    elements x the contracted elements (fused computations included; each is called once in a module without
+    loops). Convolutions and elementwise work are left out, as meshlab's FLOP count leaves them out."""
+    shapes = _definitions(hlo_text)
+    total = 0.0
+    for line in hlo_text.splitlines():
+        instruction = _INSTRUCTION.match(line)
+        dot = _DOT.search(line) if instruction else None
+        if not dot:
+            continue
+        result = _shapes(line[instruction.start(2):dot.start()])
+        operands = _operand_names(line[dot.end():])
+        contracting = _CONTRACTING.search(line)
+        lhs = shapes.get(operands[0], ()) if operands else ()
+        if not result or not lhs or contracting is None:
+            continue
+        contracted = math.prod(lhs[0].dims[i] for i in _ints(contracting.group(1)))
+        total += 2.0 * math.prod(result[0].dims) * contracted
+    return total
+
+
 def _definitions(hlo_text: str) -> dict[str, tuple[ArrayShape, ...]]:
     shapes = {}
     for line in hlo_text.splitlines():

@@ -1,7 +1,9 @@
 """How a transformer's forward inputs shard under a strategy's ``activations``. Pure, no torch.
 
-Inputs that carry the batch in dim 0 split it over ``activations.batch``; ``hidden_states`` (the image tokens)
-also split dim 1 over ``activations.sequence``. Everything else (position ids, image shapes) stays whole.
+Inputs that carry the batch in dim 0 split it over ``activations.batch``; ``hidden_states`` packed as tokens
+(``[batch, tokens, channels]``) also splits dim 1 over ``activations.sequence``; an unpatchified latent (SD3's
+4-D, Wan's 5-D) stays whole past the batch: the model patchifies it, and a ``block.input`` rule splits the tokens.
+Everything else (position ids, image shapes) stays whole.
 
 With a guidance axis (a mesh axis ``cfg`` of size 2, see meshlab.cost.layout), one transformer call carries both
 guidance branches as a batch of twice the images, and dim 0 splits over ``cfg`` first (the branch), then over
@@ -38,7 +40,7 @@ def input_spec(name: str, shape: tuple[int, ...], activations: Activations, mesh
     axes = batch_axes(activations, mesh)
     if axes and name in BATCHED_INPUTS and shape:
         entries[0] = axes[0] if len(axes) == 1 else axes
-    if activations.sequence and name in SEQUENCE_INPUTS and len(shape) > 1:
+    if activations.sequence and name in SEQUENCE_INPUTS and len(shape) == 3:  # packed [batch, tokens, channels]
         entries[1] = activations.sequence
     for dim, axis in enumerate(entries):
         split = math.prod(mesh.size(a) for a in ((axis,) if isinstance(axis, str) else axis or ()))

@@ -42,10 +42,16 @@ def apply_rewrites(module: torch.nn.Module, names: list[str] | tuple[str, ...]) 
     return changed
 
 
+#: LayerNorm classes whose forward is the plain normalization (diffusers' FP32LayerNorm, Wan's, computes it in
+#: float32 and casts back, as RowLayerNorm does); a subclass with another forward is left alone.
+_PLAIN_LAYER_NORMS = ("LayerNorm", "FP32LayerNorm")
+
+
 def _layernorm_rows(module: torch.nn.Module) -> int:
     count = 0
     for sub in module.modules():
-        if type(sub) is torch.nn.LayerNorm and len(sub.normalized_shape) == 1:
+        if type(sub).__name__ in _PLAIN_LAYER_NORMS and isinstance(sub, torch.nn.LayerNorm) \
+                and len(sub.normalized_shape) == 1:
             sub.__class__ = RowLayerNorm  # same parameters and buffers, another forward
             count += 1
     return count

@@ -31,13 +31,14 @@ class CheckOptions:
     height: int = 128
     width: int = 128
     text_tokens: int = 32
+    frames: int | None = None  # video frames; None: 1 for an image model, two latent frames for a video model
     seed: int = 0
     dump_dir: Path | None = None  # keep XLA's dump here; None: a temporary folder, removed afterwards
     scan: bool | None = None  # run block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
 
     def to_json(self) -> dict:
         return {"layers": self.layers, "height": self.height, "width": self.width,
-                "text_tokens": self.text_tokens, "seed": self.seed, "scan": self.scan}
+                "text_tokens": self.text_tokens, "frames": self.frames, "seed": self.seed, "scan": self.scan}
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,13 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
     axes = batch_axes(planned.strategy.activations, planned.plan.mesh)
     batch = math.prod(planned.plan.mesh.size(a) for a in axes)
-    geo = geometry(card, options.height, options.width, options.text_tokens, batch)
+    arch = card.architecture
+    frames = options.frames if options.frames is not None else (arch.temporal_scale_factor + 1 if arch.is_video else 1)
+    geo = geometry(card, options.height, options.width, options.text_tokens, batch, frames)
     images = batch // 2 if GUIDANCE_AXIS in axes else batch
     workload = planned.strategy.workload.model_copy(update={
-        "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": images})
+        "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": images,
+        "frames": frames})
     strategy = planned.strategy.model_copy(update={"workload": workload})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware

@@ -73,6 +73,9 @@ class CheckReport:
     predicted_per_block: dict[str, Counter] = field(default_factory=dict)  # meshlab's cost model, per block
     predicted_full_depth: Counter = field(default_factory=Counter)  # meshlab's cost model, one call, full depth
     scanned: tuple[str, ...] = ()  # block lists that ran through torch_xla's scan (one loop body each)
+    #: FLOPs of one forward on one device: meshlab's per-chip count, and the dots of XLA's partitioned program
+    predicted_flops: float = 0.0
+    xla_dot_flops: float | None = None
 
     @property
     def mismatches(self) -> tuple[AppliedParameter, ...]:
@@ -196,6 +199,13 @@ def collectives_of(hlo: tuple[HloCollective, ...], setup: CheckSetup,
     return tuple(MeasuredCollective(c, mesh_axes(c.groups, axes, device_ids)) for c in hlo)
 
 
+def predicted_flops(setup: CheckSetup) -> float:
+    """meshlab's FLOPs of the checked forward on one device (Linears and attention, as XLA's dots count)."""
+    from meshlab.cost.predict import predict
+
+    return sum(w.flops * w.count for w in predict(setup.plan, setup.strategy, setup.planned.hardware).work)
+
+
 def predicted_per_block(setup: CheckSetup) -> dict[str, Counter]:
     """meshlab's cost model, keyed as ``per_block`` keys XLA's counts. It derives one block of each list and
     counts the blocks identical to it, so every checked block of a list gets its list's first block."""
@@ -272,5 +282,10 @@ def check_document(report: CheckReport) -> dict:
         "forwards": list(report.forwards),
         "timings_seconds": report.timings,
         "hlo_module": report.hlo_module,
+        "flops_per_device": {
+            "predicted": report.predicted_flops, "xla_dots": report.xla_dot_flops,
+            "ratio": report.predicted_flops / report.xla_dot_flops if report.xla_dot_flops else None,
+            "what": "one forward on one device: meshlab's Linears and attention against the dots of XLA's "
+                    "partitioned program (2 x result elements x contracted elements, as HloCostAnalysis counts)"},
         "caveats": report.caveats(),
     }

@@ -26,6 +26,8 @@ def check(
     height: int = typer.Option(128, "--height", help="image height in pixels for the check's forward"),
     width: int = typer.Option(128, "--width", help="image width in pixels for the check's forward"),
     text_tokens: int = typer.Option(32, "--text-tokens", min=1, help="text tokens for the check's forward"),
+    frames: Optional[int] = typer.Option(None, "--frames", min=1, help="video frames for the check's forward "
+                                         "(video models; default: two latent frames, 5 for Wan)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random weights and inputs"),
     dump_dir: Optional[Path] = typer.Option(None, "--dump-dir", help="keep XLA's dump here (default: a temp folder)"),
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
@@ -37,7 +39,7 @@ def check(
     from meshlab.backend.check import CheckOptions, run_check
     from meshlab.cli.render_check import Progress, check_document, render_check
 
-    options = CheckOptions(layers=layers, height=height, width=width, text_tokens=text_tokens, seed=seed,
+    options = CheckOptions(layers=layers, height=height, width=width, text_tokens=text_tokens, frames=frames, seed=seed,
                            dump_dir=dump_dir, scan=scan)
     with Progress() as progress:
         report = run_check(strategy, options, progress.update)

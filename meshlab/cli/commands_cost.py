@@ -45,7 +45,7 @@ def compare(
 
 
 def sweep(
-    model: str = typer.Option(..., "--model", help="a built-in model card (qwen-image, flux-dev) or a card .json"),
+    model: str = typer.Option(..., "--model", help="a built-in model card (see `meshlab models`) or a card .json"),
     hardware: str = typer.Option(..., "--hardware", help="a hardware catalog name (see `meshlab hardware`)"),
     devices: Optional[int] = typer.Option(None, "--devices", min=1, help="sweep over this many devices instead "
                                           "(one open line of chips)"),
@@ -53,6 +53,7 @@ def sweep(
     batch_per_replica: int = typer.Option(1, "--batch-per-replica", min=1, help="images per data shard per call"),
     height: int = typer.Option(1024, "--height", help="image height in pixels"),
     width: int = typer.Option(1024, "--width", help="image width in pixels"),
+    frames: int = typer.Option(1, "--frames", min=1, help="video frames per sample (video models, e.g. 81)"),
     steps: int = typer.Option(50, "--steps", min=1, help="denoising steps"),
     text_tokens: int = typer.Option(512, "--text-tokens", min=1, help="text tokens per prompt after padding"),
     cfg: bool = typer.Option(True, "--cfg/--no-cfg", help="classifier-free guidance (two branches per step)"),
@@ -67,7 +68,8 @@ def sweep(
     from meshlab.sweep import strategy_yaml, sweep as run_sweep, sweep_document, write_atomic
 
     card, hw = _card_and_hardware(model, hardware, devices)
-    workload = _workload(Workload, height=height, width=width, steps=steps, text_tokens=text_tokens, cfg=cfg)
+    workload = _workload(Workload, height=height, width=width, frames=frames, steps=steps, text_tokens=text_tokens,
+                         cfg=cfg)
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = run_sweep(card, hw, model, workload, batch_per_replica, progress=advance)

@@ -70,6 +70,8 @@ def render_check(report: CheckReport, console) -> None:
     console.print(_plan_vs_xla(report))
     console.print(_collective_table(report))
     console.print(_output_line(report))
+    if report.xla_dot_flops:
+        console.print(_flops_line(report))
     console.print(_timings_line(report))
     console.print(_collectives_line(report))
     console.print("[green]the plan and XLA agree[/green]" if report.agrees else "[red]the plan and XLA disagree[/red]")
@@ -161,6 +163,12 @@ def _layers(members: list, where: str) -> str:
                     for c in members)
     shown = ", ".join(f"{layer} x{n}" if n > 1 else layer for layer, n in named.most_common(3))
     return shown + (f", +{len(named) - 3} more" if len(named) > 3 else "")
+
+
+def _flops_line(report: CheckReport) -> str:
+    ratio = report.predicted_flops / report.xla_dot_flops
+    return (f"FLOPs of one forward on one device: meshlab {report.predicted_flops:,.0f}, the dots of XLA's partitioned "
+            f"program {report.xla_dot_flops:,.0f} (predicted/XLA {ratio:.4f})")
 
 
 def _output_line(report: CheckReport) -> str:

@@ -188,9 +188,17 @@ class _Deriver:
         #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph)
         self.modulation = {(op.block, op.modulates): (self.chunk_split(op), i)
                            for i, op in enumerate(graph.linears) if op.role == "chunks"}
-        #: stream -> how its residual stream is split between blocks: as the gates that scale its updates
-        self.residual = {stream: split for (block, stream), (split, _) in self.modulation.items()
-                         if block is not None and split}
+        self.flows = {f.module: f for f in graph.card.dataflow} if graph.card is not None else {}
+        #: kept blocks of each block list, for collectives of a module outside the blocks that act in every block
+        self.blocks_of: dict[str, list[int]] = defaultdict(list)
+        for op in graph.linears:
+            if op.block is not None and op.block not in self.blocks_of[op.module.split(".", 1)[0]]:
+                self.blocks_of[op.module.split(".", 1)[0]].append(op.block)
+        #: stream -> how its residual stream is split between blocks: as the gates that scale its updates (a
+        #: modulation outside the blocks that conditions the blocks' norms, as Wan's time_proj, counts too)
+        self.residual = {stream: split for (block, stream), (split, at) in self.modulation.items()
+                         if split and (block is not None or self._block_norms(graph.linears[at]))}
+        self.plain_norms_done: set[tuple] = set()
 
     def size(self, axes: Axes | None) -> int:
         return math.prod(self.mesh.size(a) for a in axes) if axes else 1
@@ -226,6 +234,10 @@ class _Deriver:
     def linear(self, op: LinearOp, incoming: _State) -> _State:
         w_out, w_in = self.used_split(op)
         phase = f"{_phase_name(op)}:in"
+        self._plain_norms(op)
+        shared = self._shared_source(op)
+        if shared is not None:
+            incoming = shared
         point = self.points.get((op.module, "input"))
         attention = self.attentions.get(op.source)
         if point is not None and attention is not None and (attention.module, "kernel") in self.points \
@@ -288,6 +300,8 @@ class _Deriver:
         if op.stream == "conditioning" and op.block is None:
             self.states[_CONDITIONING] = _State(out.split)  # its consumers gather it, each for itself
             return _State(out.split)
+        if self._feeds_blocks_only(op):
+            return _State(out.split)  # each reading Linear gathers it in its own block (see _shared_source)
         if out.split == self.residual.get(op.stream):
             return _State(out.split)  # joins a residual stream split alike: the next LayerNorm gathers it
         why = f"{op.short} is split on its output dim but its consumer needs it whole"
@@ -317,9 +331,57 @@ class _Deriver:
                       f"{op.short}: {shard}-row shards hold {piece}-row pieces of its {chunk}-wide chunks "
                       f"that other chips want")
 
+    def _block_norms(self, op: LinearOp) -> list[int]:
+        """The kept blocks whose norms a modulation Linear outside the blocks conditions (Wan's time_proj)."""
+        flow = self.flows.get(op.module)
+        if op.block is not None or flow is None:
+            return []
+        lists = {m.norm.partition(".*")[0] for m in flow.modulates if ".*" in m.norm}
+        return [b for name in sorted(lists) for b in self.blocks_of.get(name, [])]
+
+    def _plain_norms(self, op: LinearOp) -> None:
+        """LayerNorms of a residual stream that no modulation conditions (Wan's cross-attention norm2), read by
+        this Linear: the same gathers as a modulated one, once per norm and block."""
+        flow = self.flows.get(_pattern(op, self.graph))
+        if flow is None or op.block is None:
+            return
+        modulated = {m.norm for f in self.flows.values() for m in f.modulates}
+        for label in flow.sources("norm"):
+            norm, _, stream = label.rpartition("|")
+            if norm in modulated or ".*" not in norm or (op.block, norm) in self.plain_norms_done:
+                continue
+            self.plain_norms_done.add((op.block, norm))
+            self._norm(stream, self.graph.hidden_size, self.residual.get(stream), op.block,
+                       norm.rsplit(".", 1)[-1], norm.rsplit(".", 1)[-1])
+
+    def _feeds_blocks_only(self, op: LinearOp) -> bool:
+        """A Linear outside the blocks whose output only Linears inside the blocks read (Wan's text embedding,
+        read by every cross-attention's k and v): XLA leaves it split and gathers it for each reader."""
+        if op.block is None and op.module in self.flows and not self.flows[op.module].residual:
+            readers = [f for f in self.flows.values() if f"linear:{op.module}" in f.reads]
+            return bool(readers) and all(".*" in f.module for f in readers)
+        return False
+
+    def _shared_source(self, op: LinearOp) -> _State | None:
+        """The state of an input that `_feeds_blocks_only` left split, for a Linear in a block that reads it."""
+        flow = self.flows.get(_pattern(op, self.graph))
+        if flow is None or op.block is None or op.source:
+            return None
+        for source in flow.sources("linear"):
+            if source in self.states and ".*" not in source and self._feeds_blocks_only(self.by_module[source]):
+                return self.states[source]
+        return None
+
     def _layer_norms(self, op: LinearOp, split: Axes | None) -> None:
         """The LayerNorms a modulation Linear conditions: a split residual is gathered, then the rows."""
         stream = op.modulates or "image"
+        blocks = self._block_norms(op)
+        if blocks:  # a modulation outside the blocks conditioning every block's norms (Wan)
+            norms = sorted({m.norm.rsplit(".", 1)[-1] for m in self.flows[op.module].modulates if ".*" in m.norm})
+            for block in blocks:
+                for norm in norms:
+                    self._norm(stream, op.chunk_width, self.residual.get(stream), block, norm, norm)
+            return
         residual = self.residual.get(stream) if op.block is not None or split else split
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
         width = op.chunk_width  # a LayerNorm over the residual: as wide as the pieces that modulate it
@@ -343,6 +405,26 @@ class _Deriver:
                 self.emit("all-gather", rows, whole_rows, op.block, f"{phase}:rows",
                           f"the {stream} stream's LayerNorm {norm} is a batch norm over batch x tokens rows, "
                           f"split on {'+'.join(rows)}: XLA gathers them")
+
+    def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str) -> None:
+        """One LayerNorm of a residual stream in `block`: gathers (or, in row form, row statistics) as above."""
+        rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
+        whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
+        if "layernorm-rows" in self.layout.rewrites:
+            if residual:
+                stats = self.layout.batch * self.layout.local.of_stream(stream) * 4
+                for what in ("mean", "variance"):
+                    self.emit("all-reduce", residual, stats, block, f"{phase}:{what}",
+                              f"the {stream} stream's {name} (row form) sums its {what} over features split on "
+                              f"{'+'.join(residual)} (float32, one value per row)")
+            return
+        if residual:
+            self.emit("all-gather", residual, self.tensor_bytes(stream, width, None), block, f"{phase}:features",
+                      f"the {stream} stream's {name} reads a residual split on {'+'.join(residual)}")
+        if rows:
+            self.emit("all-gather", rows, whole_rows, block, f"{phase}:rows",
+                      f"the {stream} stream's {name} is a batch norm over batch x tokens rows, split on "
+                      f"{'+'.join(rows)}: XLA gathers them")
 
     def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str) -> _State:
         """The tensor an activation rule marks, resharded from `state` to the rule's split (see the rules)."""
@@ -413,10 +495,28 @@ class _Deriver:
                 self.emit("all-gather", state.split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
                           phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
                           f"{'on ' + '+'.join(target) if target else 'whole'}")
+        self._norms_across_heads(attention, qkv)
         axis = self.layout.sequence_axis
         if point is None or (axis and axis in (point.spec.entries[1] or ())):  # tokens still split at the kernel
             self._sequence(attention, qkv, target)
         return _State(target)
+
+    def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> None:
+        """A q or k norm over all heads at once (Wan's ``rms_norm_across_heads``) reads the projection's output
+        before any activation rule moves it: where that output is split on features, each row's sum of squares
+        is all-reduced, one float32 value per token (measured: Wan 2.1 under 2d and pairs; none under Ulysses,
+        where the projection's output is whole in features)."""
+        names = {p.name: p for p in self.graph.others}
+        width = attention.heads * attention.head_dim
+        for norm, projection in _QK_NORMS:
+            scale = names.get(f"{attention.module}.{norm}.weight")
+            op = next((o for o in qkv if o.module == f"{attention.module}.{projection}"), None)
+            split = self.used_split(op)[0] if op is not None else None
+            if scale is None or not split or scale.shape != (width,) or attention.heads == 1:
+                continue
+            self.emit("all-reduce", split, self.layout.batch * self.layout.local.of_stream(op.stream) * 4, op.block,
+                      "attention:qknorm", f"{attention.module.rsplit('.', 1)[-1]}.{norm} normalizes across heads "
+                      f"split on {'+'.join(split)}: one float32 sum of squares per token")
 
     def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None) -> None:
         """A sequence axis splits the tokens: q, k and v of several streams are concatenated along a split dim,
@@ -507,6 +607,10 @@ class _Deriver:
             if p.spec.axes and p.parameter.kind == "norm":
                 self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
                           f"{p.name} (a norm scale) is split, but every chip applies it whole")
+            elif p.spec.axes and p.parameter.kind == "other" and p.parameter.rank <= 3:
+                self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
+                          f"{p.name} (a table added to the modulation, Wan's scale_shift_table) is split, but "
+                          "every chip adds it whole")
 
 
 def _onto_tokens(state: _State, point) -> Axes:
@@ -518,6 +622,16 @@ def _onto_tokens(state: _State, point) -> Axes:
 def _without(axes: Axes | None, dropped: set[str]) -> Axes | None:
     kept = tuple(a for a in axes or () if a not in dropped)
     return kept or None
+
+
+#: q/k norms of an attention and the projection whose output each normalizes.
+_QK_NORMS = (("norm_q", "to_q"), ("norm_k", "to_k"), ("norm_added_q", "add_q_proj"), ("norm_added_k", "add_k_proj"))
+
+
+def _pattern(op: LinearOp, graph: Graph) -> str:
+    from meshlab.cards.card import module_pattern
+
+    return module_pattern(op.module, graph.card.block_lists) if graph.card is not None else op.module
 
 
 def _phase_name(op: LinearOp) -> str:

@@ -15,7 +15,7 @@ from meshlab.errors import PlanError
 from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
-from meshlab.tokens import TokenCounts, local_token_counts, token_counts
+from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 
 
@@ -54,7 +54,8 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     calls = 2 if workload.cfg and guidance is None else 1
     return Layout(
         tokens=tokens,
-        local=local_token_counts(tokens, image_split, plan.card),
+        local=local_token_counts(tokens, image_split, plan.card,
+                                 rules_split_text(strategy.activations.rules, sequence_axis)),
         batch=-(-workload.batch // batch_split),
         calls=calls,
         images=workload.batch,

@@ -1,7 +1,7 @@
 """The importer and the cards it ships.
 
 Pure tests read the shipped JSON (no torch, milliseconds). Tests marked ``xla`` build the real diffusers
-classes: the two fresh imports of the shipped presets take most of the time (about a minute on two cores).
+classes: the fresh imports of the shipped presets take most of the time (about a minute on two cores).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from meshlab.cards.card import BUILTIN_DIR, card_to_json, load_card
 from meshlab.errors import InputError
 
-SHIPPED = ("qwen-image", "flux-dev")
+SHIPPED = ("qwen-image", "flux-dev", "wan-2.1-t2v-14b", "wan-2.1-t2v-1.3b", "sd3.5-large")
 
 
 def params_by_name(card) -> dict:
