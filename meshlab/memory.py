@@ -114,15 +114,15 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     workload, placement = strategy.workload, strategy.placement
     vae = plan.card.component("vae")
-    text = plan.card.component("text_encoder")
+    encoders = [c for c in plan.card.components if c.name.startswith("text_encoder")]  # SD3.5 has three
     vae_weights = vae_decode = text_bytes = 0
     if vae is not None and placement.vae == "device":
         vae_weights = vae.parameters * itemsize
         per_chip_batch = -(-workload.batch // _batch_split(plan, strategy))  # XLA pads an uneven batch
         vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
                                                        workload.height, workload.width, workload.frames, itemsize)
-    if text is not None and placement.text_encoder == "device":
-        text_bytes = text.parameters * itemsize
+    if encoders and placement.text_encoder == "device":
+        text_bytes = sum(c.parameters for c in encoders) * itemsize
     return vae_weights, vae_decode, text_bytes
 
 

@@ -44,7 +44,13 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
 - Streams joined into one sequence outside attention, and cut back (Flux's single blocks: the card's ``joins``),
   cost under a sequence axis what attention's concatenation and split-back cost, at the joined tensor's width.
 - A weight split over an axis that splits activations (batch, sequence, guidance) is all-gathered over it
-  before use (FSDP); so is a bias or norm scale split differently from the output it adds to.
+  before use (FSDP); so is a bias or norm scale split differently from the output it adds to, and a table added
+  to the modulation (Wan's scale_shift_table; chunk by chunk where FSDP splits it).
+- Wan (measured under 2d, pairs and cfg x Ulysses with FSDP): the modulation comes from one Linear outside the
+  blocks and conditions every block's norms, so its split is the residual's in every block; LayerNorms no
+  modulation conditions (the cross-attention's norm2) cost what a modulated one does; a q or k norm across all
+  heads on a projection output split on features all-reduces one float32 per token; the text embedding, read
+  only by the blocks' cross-attention k and v, stays split and each reader gathers it.
 
 Each collective is counted on its own: XLA's partitioned HLO on the CPU backend keeps the image and text
 streams' all-reduces separate; `combine` merges equal (block, point, kind, axes) for backends whose combiner
@@ -93,6 +99,13 @@ KNOWN_DIFFERENCES = (
     "(nothing reads the text stream there), this model with 2, moving the same 147,456 B; hybrid.yaml's middle "
     "block agrees exactly (7 all-to-alls, 2 permutes)",
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
+    "Wan's modulation under largest-dim rules (wan-2d.yaml: XLA 6 all-to-alls moving 30,720 B and 9 "
+    "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
+    "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
+    "of the block's collective bytes. All-gathers and all-reduces agree exactly",
+    "Wan's rotary embedding under Ulysses (wan13-v6e-8.yaml: XLA 10 all-to-alls, this model 8, both moving 638,976 "
+    "B): Wan rotates q and k as two interleaved halves of each head, and XLA moves the halves in separate "
+    "all-to-alls; the bytes agree exactly",
 )
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -229,6 +242,11 @@ class _Deriver:
         if op.role == "chunks":
             return self.states.get(_CONDITIONING, _State())
         split, at = self.modulation.get((op.block, op.stream), (None, None))
+        if at is None and op.block is not None and "layernorm-rows" in self.layout.rewrites:
+            # no modulation of its own in the block (Wan's comes from outside): a row-form norm's output keeps
+            # the residual's feature split, and the reading Linear gathers it (measured: Wan under 2d)
+            flow = self.flows.get(_pattern(op, self.graph))
+            return _State(self.residual.get(op.stream) if flow is not None and flow.sources("norm") else None)
         return _State(split) if at is not None and (op.block is not None or position > at) else _State()
 
     def linear(self, op: LinearOp, incoming: _State) -> _State:
@@ -608,9 +626,15 @@ class _Deriver:
                 self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
                           f"{p.name} (a norm scale) is split, but every chip applies it whole")
             elif p.spec.axes and p.parameter.kind == "other" and p.parameter.rank <= 3:
-                self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
-                          f"{p.name} (a table added to the modulation, Wan's scale_shift_table) is split, but "
-                          "every chip adds it whole")
+                # a table added to the modulation (Wan's scale_shift_table, [1, chunks, width]): gathered once; split
+                # over an axis that splits activations (FSDP), each chunk is gathered where it is used (measured:
+                # Wan under 2d, one [6, 5120] gather; under cfg x Ulysses with FSDP over seq, six [1, 1536] gathers)
+                fsdp = set(p.spec.axes) <= set(self.layout.activation_axes()) and p.parameter.rank == 3
+                pieces = p.shape[1] if fsdp else 1
+                for _ in range(pieces):
+                    self.emit("all-gather", p.spec.axes, p.parameter.bytes // pieces, p.parameter.block, "parameters",
+                              f"{p.name} (a table added to the modulation) is split, but every chip adds it whole"
+                              + (", one chunk at a time" if fsdp else ""))
 
 
 def _onto_tokens(state: _State, point) -> Axes:

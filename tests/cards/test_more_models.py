@@ -137,3 +137,35 @@ def test_bad_frames_are_one_line_errors_naming_the_line(write_strategy, model, f
     result = runner.invoke(app, ["try", str(path)])
     assert result.exit_code == 2
     assert says in result.output and f"{path}:" in result.output and "Traceback" not in result.output
+
+
+def test_video_decode_holds_one_latent_frame_of_work_and_the_decoded_video():
+    """Wan's VAE decodes a latent frame at a time (4 output frames) and accumulates the whole video."""
+    from meshlab.memory import vae_decode_bytes
+
+    card = load_card("wan-2.1-t2v-14b")
+    per_pixel = card.component("vae").working_bytes_per_pixel
+    pixels = 720 * 1280
+    got = vae_decode_bytes(per_pixel, card.architecture, 720, 1280, 81, 2)
+    assert got == int(per_pixel * pixels * 4) + 3 * 81 * pixels * 2
+    image = load_card("qwen-image")
+    assert vae_decode_bytes(100.0, image.architecture, 1024, 1024, 1, 2) == 100 * 1024 * 1024
+
+
+def test_every_text_encoder_on_the_device_counts(write_strategy):
+    from meshlab.planning import plan_file
+
+    path = write_strategy("""\
+        name: sd35-encoders
+        model: sd3.5-large
+        hardware: v6e-8
+        mesh: {data: 8}
+        rules: [{match: "*", shard: replicate}]
+        activations: {batch: data}
+        workload: {batch: 8}
+        placement: {text_encoder: device, vae: cpu}
+        """)
+    planned = plan_file(path)
+    card = planned.card
+    encoders = sum(card.component(n).parameters for n in ("text_encoder", "text_encoder_2", "text_encoder_3"))
+    assert planned.memory.most_loaded.text_encoder == encoders * 2

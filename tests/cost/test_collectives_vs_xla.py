@@ -32,7 +32,10 @@ BUILT_IN = ("data", "model", "2d", "pairs", "ulysses", "hybrid", "fsdp")
 #: The built-in strategies as they were before they took the layernorm-rows rewrite (the LayerNorm rows gathers)
 STOCK = ("data-stock", "2d-stock", "pairs-stock")
 MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs",
-          "flux-seq2-model4", "seq2-data2-model2")
+          "flux-seq2-model4", "seq2-data2-model2", "wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs")
+#: Cards beyond Qwen-Image and Flux (issue 12): Wan 2.1 (video, cross-attention, modulation from outside the
+#: blocks) and SD3.5 Large (an MMDiT with 38 heads), each under largest-dim and column/row rules
+OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs")
 TOLERANCE = 0.10
 BLOCK = "transformer_blocks.0"
 #: (strategy, kind[, block list]) -> ((XLA count, bytes), (derived count, bytes)): see KNOWN_DIFFERENCES.
@@ -48,6 +51,9 @@ DOCUMENTED = {
     ("seq2-data2-model2", "all-gather"): ((24, 5_812_224), (22, 5_025_792)),
     ("seq2-data2-model2", "all-to-all"): ((6, 589_824), (9, 884_736)),
     ("seq2-data2-model2", "collective-permute"): ((18, 436_224), (14, 184_320)),
+    ("wan-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
+    ("wan-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
+    ("wan13-v6e-8", "all-to-all", "blocks"): ((10, 638_976), (8, 638_976)),
 }
 #: In a checked depth of one, the block is the last: XLA drops its text stream after the attention.
 LAST_BLOCK_DROPS = ("to_add_out", "txt_mlp", "text stream's LayerNorm 2")
@@ -99,6 +105,12 @@ def assert_agrees(strategy: str, xla: dict, derived: dict, block_list: str = "tr
             assert abs(d - x) <= TOLERANCE * x, f"{strategy} {block_list} {kind} {what}: XLA {x}, derived {d}"
 
 
+def check_options(document: dict) -> dict:
+    """The checked forward's options as the measurement recorded them (frames: video models, newer files)."""
+    return {k: document["options"][k] for k in ("layers", "height", "width", "text_tokens", "frames")
+            if k in document["options"]}
+
+
 def load(strategy: str) -> dict:
     return json.loads((DATA / f"xla_collectives_{strategy}.json").read_text())
 
@@ -133,7 +145,7 @@ def block_lists(document: dict) -> list[str]:
 def test_out_of_sample_matrix_agrees_with_xla_on_a_middle_block(strategy):
     document = load(strategy)
     assert document["command"].startswith(f"meshlab check tests/cost/data/strategies/{strategy}.yaml --layers 2")
-    options = {k: document["options"][k] for k in ("layers", "height", "width", "text_tokens")}
+    options = check_options(document)
     assert options["layers"] == 2  # block 0 is a middle block
     for block_list in block_lists(document):
         derived, itemsize = derived_block(strategy, options, block=f"{block_list}.0")
@@ -150,6 +162,26 @@ def test_the_matrix_covers_what_the_rules_were_not_read_from():
     assert block_lists(load("flux-2d")) == ["single_transformer_blocks", "transformer_blocks"]
     axes = {s: {a for c in load(s)["collectives"] for a in c["mesh_axes"]} for s in MATRIX}
     assert "cfg" in axes["cfg2-model4"] and {"data", "cfg", "model"} <= axes["data2-cfg2-model2"]
+
+
+@pytest.mark.parametrize("strategy", [s for s in BUILT_IN + STOCK + MATRIX if "flops_per_device" in load(s)])
+def test_flops_per_device_agree_with_the_dots_of_xlas_program(strategy):
+    """One forward on one device: meshlab's Linears and attention against every dot of XLA's partitioned
+    program (2 x result elements x contracted elements, as HloCostAnalysis counts a dot), within 2%."""
+    from meshlab.backend.verdict import predicted_flops
+
+    document = load(strategy)
+    setup = check_setup(strategy_path(strategy), CheckOptions(**check_options(document)))
+    xla = document["flops_per_device"]["xla_dots"]
+    assert abs(predicted_flops(setup) - xla) <= 0.02 * xla
+    assert document["flops_per_device"]["predicted"] == predicted_flops(setup)  # recorded beside the measurement
+
+
+def test_the_other_models_are_in_the_matrix_with_their_flops():
+    for strategy in OTHER_MODELS:
+        document = load(strategy)
+        assert "flops_per_device" in document and document["command"].endswith("--layers 2 --json")
+    assert load("wan-2d")["forward"]["image_tokens"] == 2 * 8 * 8  # 5 frames: two latent frames of 8 x 8 tokens
 
 
 def test_every_documented_difference_is_listed():
