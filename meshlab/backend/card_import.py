@@ -82,7 +82,7 @@ def import_card(
         source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets, dtype),
-        attention=_attention(model, streams, offsets),
+        attention=_attention(model, streams, offsets, tracer.rotary_halves),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
@@ -269,7 +269,8 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dt
     return tuple(out)
 
 
-def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> tuple[Attention, ...]:
+def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
+               rotary_halves: bool = False) -> tuple[Attention, ...]:
     from torch import nn
 
     modules = dict(model.named_modules())
@@ -283,8 +284,9 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> 
         stream = {q: streams.get(_locate(q, offsets)[1], "none") for q in qkv}
         queries = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_q", "add_q_proj")})
         keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
+        cross = keys != queries
         found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
-                               keys if keys != queries else ()))
+                               keys if cross else (), rotary_halves and not cross))
     return tuple(found)
 
 

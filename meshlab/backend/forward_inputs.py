@@ -46,6 +46,8 @@ class Family:
     patch: Callable[[dict], int]  # latent pixels per token side
     text_width: str  # config key of the text embedding width
     temporal_patch: Callable[[dict], int] = lambda config: 1  # latent frames per token frame
+    #: self-attention rotates q and k as interleaved halves of each head (see ``Attention.rotary_halves``)
+    rotary_halves: bool = False
 
 
 #: One row per supported class. Patch sizes are the pipeline's packing: QwenImagePipeline packs 2x2 as its
@@ -60,7 +62,7 @@ FAMILIES: dict[str, Family] = {
     "SD3Transformer2DModel": Family((("transformer_blocks", "num_layers"),), "image",
                                     lambda c: c["patch_size"], "joint_attention_dim"),
     "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
-                                    lambda c: c["patch_size"][0]),
+                                    lambda c: c["patch_size"][0], rotary_halves=True),
 }
 
 

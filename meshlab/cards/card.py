@@ -69,6 +69,9 @@ class Attention:
     #: token streams of its keys and values; () means the queries' own sequence (self or joint attention).
     #: A cross-attention (Wan's attn2) has image queries against text keys: streams ("image",), keys ("text",).
     keys: tuple[str, ...] = ()
+    #: q and k are rotated as two interleaved halves of each head (Wan's RoPE writes out[..., 0::2] and
+    #: out[..., 1::2]); XLA then moves each half on its own where an activation rule re-splits them
+    rotary_halves: bool = False
 
     @property
     def key_streams(self) -> tuple[str, ...]:
@@ -241,7 +244,7 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "attention": [
             {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
-             "keys": list(a.keys), "qkv": list(a.qkv), "out": list(a.out)}
+             "keys": list(a.keys), "rotary_halves": a.rotary_halves, "qkv": list(a.qkv), "out": list(a.out)}
             for a in card.attention
         ],
         "components": [
@@ -314,7 +317,7 @@ def _flow(f: dict) -> Flow:
 
 def _attention(a: dict) -> Attention:
     return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]),
-                     tuple(a.get("keys", ())))
+                     tuple(a.get("keys", ())), bool(a.get("rotary_halves", False)))
 
 
 BUILTIN_DIR = Path(__file__).parent

@@ -50,7 +50,8 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
   blocks and conditions every block's norms, so its split is the residual's in every block; LayerNorms no
   modulation conditions (the cross-attention's norm2) cost what a modulated one does; a q or k norm across all
   heads on a projection output split on features all-reduces one float32 per token; the text embedding, read
-  only by the blocks' cross-attention k and v, stays split and each reader gathers it.
+  only by the blocks' cross-attention k and v, stays split and each reader gathers it; q and k rotated as two
+  interleaved halves of each head (``Attention.rotary_halves``) move in two half-width all-to-alls each.
 
 Each collective is counted on its own: XLA's partitioned HLO on the CPU backend keeps the image and text
 streams' all-reduces separate; `combine` merges equal (block, point, kind, axes) for backends whose combiner
@@ -103,9 +104,6 @@ KNOWN_DIFFERENCES = (
     "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
     "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
     "of the block's collective bytes. All-gathers and all-reduces agree exactly",
-    "Wan's rotary embedding under Ulysses (wan13-v6e-8.yaml: XLA 10 all-to-alls, this model 8, both moving 638,976 "
-    "B): Wan rotates q and k as two interleaved halves of each head, and XLA moves the halves in separate "
-    "all-to-alls; the bytes agree exactly",
 )
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -499,8 +497,11 @@ class _Deriver:
         arrived = {}
         for op in qkv:
             state = _State(*self.used_split(op))
+            before = len(self.found)
             arrived[op.module] = state if point is None else self._marked(op, op.out_features, state, point,
                                                                           "attention:in")
+            if attention.rotary_halves and op.module.rsplit(".", 1)[-1] in _ROTATED:
+                self._in_halves(before)
         splits = [arrived[op.module].split for op in qkv]
         target = max(splits, key=lambda s: (splits.count(s), s is not None))
         phase = "attention:in"
@@ -518,6 +519,15 @@ class _Deriver:
         if point is None or (axis and axis in (point.spec.entries[1] or ())):  # tokens still split at the kernel
             self._sequence(attention, qkv, target)
         return _State(target)
+
+    def _in_halves(self, since: int) -> None:
+        """The all-to-alls emitted since `since` move a rotated q or k: two half-width ones each (measured: Wan
+        under cfg x Ulysses, four of 98,304 B where q and k would be two of 196,608 B)."""
+        for i in range(len(self.found) - 1, since - 1, -1):
+            c = self.found[i]
+            if c.kind == "all-to-all":
+                half = replace(c, bytes=c.bytes // 2, why=c.why + " (one of the two rotary halves)")
+                self.found[i:i + 1] = [half, half]
 
     def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> None:
         """A q or k norm over all heads at once (Wan's ``rms_norm_across_heads``) reads the projection's output
@@ -648,6 +658,8 @@ def _without(axes: Axes | None, dropped: set[str]) -> Axes | None:
     return kept or None
 
 
+#: Projections whose output rotary embeddings rotate (q and k of each stream).
+_ROTATED = ("to_q", "to_k", "add_q_proj", "add_k_proj")
 #: q/k norms of an attention and the projection whose output each normalizes.
 _QK_NORMS = (("norm_q", "to_q"), ("norm_k", "to_k"), ("norm_added_q", "add_q_proj"), ("norm_added_k", "add_k_proj"))
 

@@ -226,6 +226,26 @@ def test_a_card_of_the_older_schema_is_refused_with_the_command_that_regenerates
     assert "meshlab models import flux-dev -o" in lines[0]
 
 
+def test_a_card_of_schema_2_is_refused_saying_what_it_lacks(tmp_path):
+    """Schema 2 cards (before video models and cross-attention keys) are one line naming the file and the fix."""
+    from typer.testing import CliRunner
+
+    from meshlab.cli.app import app
+
+    old = json.loads((BUILTIN_DIR / "qwen-image.json").read_text())
+    old["schema_version"] = 2
+    for key in ("temporal_scale_factor", "temporal_patch"):
+        del old["architecture"][key]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    strategy = tmp_path / "s.yaml"
+    strategy.write_text("name: t\nmodel: old.json\nhardware: v6e-8\nmesh: {model: 8}\n")
+    result = CliRunner().invoke(app, ["try", str(strategy)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "old.json" in lines[0] and "schema 2" in lines[0], lines
+    assert "video compression" in lines[0] and "meshlab models import qwen-image -o" in lines[0]
+
+
 def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
     """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end;
     Qwen-Image joins them only inside attention (q/k/v), which the attention's own rules price."""

@@ -53,7 +53,6 @@ DOCUMENTED = {
     ("seq2-data2-model2", "collective-permute"): ((18, 436_224), (14, 184_320)),
     ("wan-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
     ("wan-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
-    ("wan13-v6e-8", "all-to-all", "blocks"): ((10, 638_976), (8, 638_976)),
 }
 #: In a checked depth of one, the block is the last: XLA drops its text stream after the attention.
 LAST_BLOCK_DROPS = ("to_add_out", "txt_mlp", "text stream's LayerNorm 2")
