@@ -132,8 +132,9 @@ def _collective_table(p) -> Table:
     blocks = sorted({c.block for c in p.collectives if c.block is not None})
     first = blocks[0] if blocks else None
     repeats = next((c.count for c in p.collectives if c.block == first), 1)
-    table = Table(title=f"Collectives of one call: block {first} (stands for {repeats} identical blocks) and "
-                        f"outside the blocks {PREDICTED}", title_justify="left")
+    where = f"block {first} (stands for {repeats} identical blocks) and outside the blocks" if first is not None \
+        else "none in the blocks" if not p.collectives else "outside the blocks only"
+    table = Table(title=f"Collectives of one call: {where} {PREDICTED}", title_justify="left")
     for c in ("where", "kind", "axes", "route", "bytes", "time", "why"):
         table.add_column(c, justify="right" if c in ("bytes", "time") else "left")
     for t in p.step.collectives:

@@ -173,7 +173,6 @@ def test_flops_per_device_agree_with_the_dots_of_xlas_program(strategy):
     setup = check_setup(strategy_path(strategy), CheckOptions(**check_options(document)))
     xla = document["flops_per_device"]["xla_dots"]
     assert abs(predicted_flops(setup) - xla) <= 0.02 * xla
-    assert document["flops_per_device"]["predicted"] == predicted_flops(setup)  # recorded beside the measurement
 
 
 def test_the_other_models_are_in_the_matrix_with_their_flops():
