@@ -277,6 +277,12 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
     found = []
     for path, module in modules.items():
         heads = getattr(module, "heads", None)
+        fused = getattr(module, "to_qkv_mlp_proj", None)
+        if isinstance(heads, int) and isinstance(fused, nn.Linear):  # Flux.2's single blocks: q, k, v and MLP-in
+            stream = streams.get(_locate(f"{path}.to_qkv_mlp_proj", offsets)[1], "none")
+            found.append(Attention(path, heads, module.head_dim, _sequence({stream}), (f"{path}.to_qkv_mlp_proj",),
+                                   (), fused_width=3 * heads * module.head_dim))
+            continue
         if not isinstance(heads, int) or not isinstance(getattr(module, "to_q", None), nn.Linear):
             continue
         qkv = tuple(f"{path}.{n}" for n in _QKV if isinstance(modules.get(f"{path}.{n}"), nn.Linear))

@@ -9,7 +9,7 @@ InputError naming what is missing.
 
 Latent layouts:
 
-- ``tokens``: ``[batch, tokens, channels]``, packed by the pipeline before the model (Qwen-Image, Flux);
+- ``tokens``: ``[batch, tokens, channels]``, packed by the pipeline before the model (Qwen-Image, Flux, Flux.2);
 - ``image``: ``[batch, channels, height, width]`` latents, patchified inside the model (SD3);
 - ``video``: ``[batch, channels, frames, height, width]`` latents, patchified inside the model (Wan).
 """
@@ -51,12 +51,15 @@ class Family:
 
 
 #: One row per supported class. Patch sizes are the pipeline's packing: QwenImagePipeline packs 2x2 as its
-#: config says; FluxPipeline packs 2x2 before the model although their configs say patch 1;
+#: config says; FluxPipeline and Flux2Pipeline pack 2x2 before the model although their configs say patch 1;
 #: SD3 and Wan patchify inside the model with the config's patch size ((t, h, w) for Wan).
 FAMILIES: dict[str, Family] = {
     "QwenImageTransformer2DModel": Family((("transformer_blocks", "num_layers"),), "tokens",
                                           lambda c: c["patch_size"], "joint_attention_dim"),
     "FluxTransformer2DModel": Family(
+        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "tokens",
+        lambda c: 2, "joint_attention_dim"),
+    "Flux2Transformer2DModel": Family(
         (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "tokens",
         lambda c: 2, "joint_attention_dim"),
     "SD3Transformer2DModel": Family((("transformer_blocks", "num_layers"),), "image",
@@ -67,10 +70,7 @@ FAMILIES: dict[str, Family] = {
 
 
 #: Classes diffusers has that meshlab knows it cannot describe yet, and why.
-NOT_YET = {
-    "Flux2Transformer2DModel": "its single-stream blocks fuse q, k, v and the MLP's input into one Linear "
-    "(attn.to_qkv_mlp_proj), a role the card's attentions and the cost model's Linear roles do not describe yet",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def family(class_name: str) -> Family:

@@ -72,6 +72,9 @@ class Attention:
     #: q and k are rotated as two interleaved halves of each head (Wan's RoPE writes out[..., 0::2] and
     #: out[..., 1::2]); XLA then moves each half on its own where an activation rule re-splits them
     rotary_halves: bool = False
+    #: one Linear makes q, k, v and more (Flux.2's single blocks: ``to_qkv_mlp_proj``, q | k | v | MLP-in along
+    #: its output): the width of its q, k and v part; 0 where each of q, k and v has its own Linear
+    fused_width: int = 0
 
     @property
     def key_streams(self) -> tuple[str, ...]:
@@ -244,7 +247,8 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "attention": [
             {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
-             "keys": list(a.keys), "rotary_halves": a.rotary_halves, "qkv": list(a.qkv), "out": list(a.out)}
+             "keys": list(a.keys), "rotary_halves": a.rotary_halves, "fused_width": a.fused_width,
+             "qkv": list(a.qkv), "out": list(a.out)}
             for a in card.attention
         ],
         "components": [
@@ -317,7 +321,7 @@ def _flow(f: dict) -> Flow:
 
 def _attention(a: dict) -> Attention:
     return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]),
-                     tuple(a.get("keys", ())), bool(a.get("rotary_halves", False)))
+                     tuple(a.get("keys", ())), bool(a.get("rotary_halves", False)), int(a.get("fused_width", 0)))
 
 
 BUILTIN_DIR = Path(__file__).parent

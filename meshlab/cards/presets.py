@@ -226,5 +226,40 @@ SD35_LARGE = Preset(
     },
 )
 
+FLUX2_DEV = Preset(
+    "flux2-dev",
+    "Flux2Transformer2DModel",
+    {
+        "patch_size": 1, "in_channels": 128, "out_channels": None, "num_layers": 8, "num_single_layers": 48,
+        "attention_head_dim": 128, "num_attention_heads": 48, "joint_attention_dim": 15360,
+        "timestep_guidance_channels": 256, "mlp_ratio": 3.0, "axes_dims_rope": [32, 32, 32, 32], "rope_theta": 2000,
+        "eps": 1e-06, "guidance_embeds": True,
+    },
+    "black-forest-labs/FLUX.2-dev transformer/config.json",
+    {
+        # the constructor defaults are FLUX.2's VAE: 32 latent channels, patchified 2x2 by the pipeline (128 per token)
+        "vae": ComponentSpec("diffusers", "AutoencoderKLFlux2", {}, "black-forest-labs/FLUX.2-dev vae/config.json"),
+        # Mistral Small 3.1 24B (text and vision towers); the pipeline reads hidden states of its text tower
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Mistral3ForConditionalGeneration",
+            {
+                "text_config": {
+                    "model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+                    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
+                },
+                "vision_config": {
+                    "model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+                    "num_attention_heads": 16, "head_dim": 64, "patch_size": 14, "image_size": 1540,
+                    "num_channels": 3,
+                },
+                "spatial_merge_size": 2, "multimodal_projector_bias": False, "projector_hidden_act": "gelu",
+            },
+            "black-forest-labs/FLUX.2-dev text_encoder/config.json",
+        ),
+    },
+)
+
 #: The presets ``python -m meshlab.backend.card_import --all`` turns into the shipped cards, by card name.
-PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV, WAN_14B, WAN_1_3B, SD35_LARGE)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV, WAN_14B, WAN_1_3B, SD35_LARGE, FLUX2_DEV)}

@@ -175,8 +175,7 @@ def test_unsupported_class_is_an_input_error():
     with pytest.raises(InputError, match="FluxTransformer2DModel") as raised:
         import_card("HunyuanVideoTransformer3DModel", {}, "hunyuan")
     assert "no row for it" in str(raised.value)
-    with pytest.raises(InputError, match="to_qkv_mlp_proj"):  # diffusers has it; meshlab says why it cannot
-        import_card("Flux2Transformer2DModel", {}, "flux2")
+
 
 
 # --- the traced dataflow (pure, on the shipped cards) ------------------------------------------------------

@@ -54,6 +54,9 @@ DOCUMENTED = {
     ("wan-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
     ("wan-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
 }
+#: strategy -> (XLA's dot FLOPs per device, derived): see KNOWN_DIFFERENCES (XLA gathers the text stream back over
+#: the sequence axis after attention and runs its Linears on every text token: 14% more FLOPs than the split)
+DOCUMENTED_FLOPS = {"seq2-data2-model2": (11_676_155_904.0, 10_013_638_656.0)}
 #: In a checked depth of one, the block is the last: XLA drops its text stream after the attention.
 LAST_BLOCK_DROPS = ("to_add_out", "txt_mlp", "text stream's LayerNorm 2")
 
@@ -172,6 +175,9 @@ def test_flops_per_device_agree_with_the_dots_of_xlas_program(strategy):
     document = load(strategy)
     setup = check_setup(strategy_path(strategy), CheckOptions(**check_options(document)))
     xla = document["flops_per_device"]["xla_dots"]
+    if strategy in DOCUMENTED_FLOPS:
+        assert (xla, predicted_flops(setup)) == DOCUMENTED_FLOPS[strategy], "the documented difference moved"
+        return
     assert abs(predicted_flops(setup) - xla) <= 0.02 * xla
 
 
