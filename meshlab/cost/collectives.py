@@ -101,6 +101,13 @@ KNOWN_DIFFERENCES = (
     "(nothing reads the text stream there), this model with 2, moving the same 147,456 B; hybrid.yaml's middle "
     "block agrees exactly (7 all-to-alls, 2 permutes)",
     "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
+    "FLUX.2's packed Linears split on their output (flux2-2d.yaml and flux2-pairs.yaml, checked at 16 heads): the "
+    "gated MLP's first Linear (gate | up) and the single blocks' to_qkv_mlp_proj (q | k | v | gate | up) are cut "
+    "into pieces that do not line up with their shards, and XLA realigns them: under pairs, 8 collective-permutes "
+    "moving 1,474,560 B per dual block, and 14 permutes moving 4,227,072 B plus 3 all-to-alls moving 786,432 B per "
+    "single block (under 2d: 42 permutes moving 1,517,568 B; 21 moving 4,237,312 B and 3 all-to-alls moving "
+    "786,432 B); this model prices none of them, so it under-prices column splits of FLUX.2 by 2 to 6 times the "
+    "all-reduce bytes it does price. All-reduces, all-gathers and FLOPs agree exactly",
     "Wan's modulation under largest-dim rules (wan-2d.yaml: XLA 6 all-to-alls moving 30,720 B and 9 "
     "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
     "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
@@ -207,9 +214,13 @@ class _Deriver:
             if op.block is not None and op.block not in self.blocks_of[op.module.split(".", 1)[0]]:
                 self.blocks_of[op.module.split(".", 1)[0]].append(op.block)
         #: stream -> how its residual stream is split between blocks: as the gates that scale its updates (a
-        #: modulation outside the blocks that conditions the blocks' norms, as Wan's time_proj, counts too)
+        #: modulation outside the blocks that conditions the blocks' norms, as Wan's time_proj and FLUX.2's
+        #: double_stream_modulation_img, counts too; the output norm's modulation, also outside, does not)
         self.residual = {stream: split for (block, stream), (split, at) in self.modulation.items()
-                         if split and (block is not None or self._block_norms(graph.linears[at]))}
+                         if split and block is not None}
+        for op in graph.linears:
+            if op.role == "chunks" and op.block is None and self._block_norms(op) and self.chunk_split(op):
+                self.residual.setdefault(op.modulates, self.chunk_split(op))
         self.plain_norms_done: set[tuple] = set()
 
     def size(self, axes: Axes | None) -> int:

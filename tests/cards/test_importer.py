@@ -15,7 +15,7 @@ import pytest
 from meshlab.cards.card import BUILTIN_DIR, card_to_json, load_card
 from meshlab.errors import InputError
 
-SHIPPED = ("qwen-image", "flux-dev", "wan-2.1-t2v-14b", "wan-2.1-t2v-1.3b", "sd3.5-large")
+SHIPPED = ("qwen-image", "flux-dev", "wan-2.1-t2v-14b", "wan-2.1-t2v-1.3b", "sd3.5-large", "flux2-dev")
 
 
 def params_by_name(card) -> dict:
@@ -176,6 +176,23 @@ def test_unsupported_class_is_an_input_error():
         import_card("HunyuanVideoTransformer3DModel", {}, "hunyuan")
     assert "no row for it" in str(raised.value)
 
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_the_narrow_flux2_card_of_the_agreement_matrix_equals_a_fresh_import():
+    """tests/cost/data/cards/flux2-dev-narrow.json: FLUX.2-dev's preset at 16 heads (2048 wide), the width at which
+    8 CPU replicas of its blocks fit this project's 24 GiB test host."""
+    pytest.importorskip("diffusers")
+    from meshlab.backend.card_import import import_card
+    from meshlab.cards.presets import PRESETS
+
+    from tests.conftest import REPO
+
+    preset = PRESETS["flux2-dev"]
+    fresh = import_card(preset.class_name, {**preset.config, "num_attention_heads": 16}, "flux2-dev-narrow")
+    shipped = json.loads((REPO / "tests" / "cost" / "data" / "cards" / "flux2-dev-narrow.json").read_text())
+    assert card_to_json(fresh) == shipped
 
 
 # --- the traced dataflow (pure, on the shipped cards) ------------------------------------------------------

@@ -26,6 +26,8 @@ PUBLISHED = {
     "wan-2.1-t2v-1.3b": 1.3e9,
     # stabilityai/stable-diffusion-3.5-large model card: "8.1 billion parameters"
     "sd3.5-large": 8.1e9,
+    # black-forest-labs/FLUX.2-dev model card: "a 32 billion parameter rectified flow transformer"
+    "flux2-dev": 32.0e9,
 }
 
 
@@ -169,3 +171,20 @@ def test_every_text_encoder_on_the_device_counts(write_strategy):
     card = planned.card
     encoders = sum(card.component(n).parameters for n in ("text_encoder", "text_encoder_2", "text_encoder_3"))
     assert planned.memory.most_loaded.text_encoder == encoders * 2
+
+
+def test_flux2_single_blocks_make_q_k_v_and_the_mlp_input_in_one_linear():
+    card = load_card("flux2-dev")
+    assert (card.architecture.hidden_size, card.architecture.num_layers) == (6144, 8 + 48)
+    dual, single = card.attention[0], card.attention[-1]
+    assert dual.fused_width == 0 and len(dual.qkv) == 6
+    assert single.module == "single_transformer_blocks.47.attn"
+    assert single.qkv == ("single_transformer_blocks.47.attn.to_qkv_mlp_proj",) and single.out == ()
+    assert single.fused_width == 3 * 6144 and single.streams == ("text", "image")
+    params = {p.name: p for p in card.parameters}
+    assert params["single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight"].shape == (3 * 6144 + 2 * 18432, 6144)
+    assert params["single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight"].stream == "joint"
+    # the modulation comes from three Linears outside the blocks, as Wan's does
+    flows = {f.module: f for f in card.dataflow}
+    assert [m.norm for m in flows["single_stream_modulation.linear"].modulates] == ["single_transformer_blocks.*.norm"]
+    assert card.component("text_encoder").class_name == "Mistral3ForConditionalGeneration"

@@ -32,10 +32,10 @@ BUILT_IN = ("data", "model", "2d", "pairs", "ulysses", "hybrid", "fsdp")
 #: The built-in strategies as they were before they took the layernorm-rows rewrite (the LayerNorm rows gathers)
 STOCK = ("data-stock", "2d-stock", "pairs-stock")
 MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs",
-          "flux-seq2-model4", "seq2-data2-model2", "wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs")
+          "flux-seq2-model4", "seq2-data2-model2", "wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs", "flux2-2d", "flux2-pairs")
 #: Cards beyond Qwen-Image and Flux (issue 12): Wan 2.1 (video, cross-attention, modulation from outside the
 #: blocks) and SD3.5 Large (an MMDiT with 38 heads), each under largest-dim and column/row rules
-OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs")
+OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs", "flux2-2d", "flux2-pairs")
 TOLERANCE = 0.10
 BLOCK = "transformer_blocks.0"
 #: (strategy, kind[, block list]) -> ((XLA count, bytes), (derived count, bytes)): see KNOWN_DIFFERENCES.
@@ -53,6 +53,12 @@ DOCUMENTED = {
     ("seq2-data2-model2", "collective-permute"): ((18, 436_224), (14, 184_320)),
     ("wan-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
     ("wan-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
+    ("flux2-2d", "collective-permute"): ((42, 1_517_568), (0, 0)),
+    ("flux2-2d", "collective-permute", "single_transformer_blocks"): ((21, 4_237_312), (0, 0)),
+    ("flux2-2d", "all-to-all", "single_transformer_blocks"): ((3, 786_432), (0, 0)),
+    ("flux2-pairs", "collective-permute"): ((8, 1_474_560), (0, 0)),
+    ("flux2-pairs", "collective-permute", "single_transformer_blocks"): ((14, 4_227_072), (0, 0)),
+    ("flux2-pairs", "all-to-all", "single_transformer_blocks"): ((3, 786_432), (0, 0)),
 }
 #: strategy -> (XLA's dot FLOPs per device, derived): see KNOWN_DIFFERENCES (XLA gathers the text stream back over
 #: the sequence axis after attention and runs its Linears on every text token: 14% more FLOPs than the split)
