@@ -69,14 +69,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-#: Classes diffusers has that meshlab knows it cannot describe yet, and why.
-NOT_YET: dict[str, str] = {}
-
-
 def family(class_name: str) -> Family:
-    if NOT_YET.get(class_name):
-        raise InputError(f"meshlab cannot model {class_name!r} yet: {NOT_YET[class_name]}",
-                         f"supported classes: {', '.join(FAMILIES)}")
     if class_name not in FAMILIES:
         raise InputError(f"meshlab cannot build forward inputs for {class_name!r}: no row for it in "
                          "meshlab.backend.forward_inputs.FAMILIES (its block lists, latent layout and patch size)",

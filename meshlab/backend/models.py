@@ -84,11 +84,10 @@ def _is_norm_scale(name: str, shape) -> bool:
 
 
 def example_inputs(card: ModelCard, geo: Geometry, dtype: str, seed: int) -> dict:
+    import diffusers
     import torch
 
     generator = torch.Generator().manual_seed(seed + 1)
-    import diffusers
-
     cls = getattr(diffusers, card.class_name)
     return forward_inputs(cls, dict(card.source["config"]), geo, getattr(torch, dtype), generator)
 
