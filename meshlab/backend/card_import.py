@@ -129,6 +129,10 @@ def import_from_config_file(
         raise InputError("config names no _class_name", f"pass the class, one of {', '.join(FAMILIES)}",
                          Location(str(path)))
     name = name or path.resolve().parent.name
+    try:
+        family(class_name)
+    except InputError as exc:
+        raise InputError(exc.problem, exc.fix, Location(str(path))) from None
     return import_card(class_name, config, name, components, dtype=dtype)
 
 

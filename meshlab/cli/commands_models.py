@@ -33,9 +33,10 @@ def _card_row(card) -> dict:
 @models.command("import")
 @reports_errors
 def import_card(
-    preset: str = typer.Argument(None, help="a preset name (qwen-image, flux-dev); or use --config"),
+    preset: str = typer.Argument(None, help="a preset name (see `meshlab models list`); or use --config"),
     config: Path = typer.Option(None, "--config", help="a local diffusers config.json"),
-    class_name: str = typer.Option(None, "--class", help="diffusers class for --config, e.g. QwenImageTransformer2DModel"),
+    class_name: str = typer.Option(None, "--class", help="diffusers class for --config (default: its _class_name), "
+                                   "e.g. WanTransformer3DModel"),
     name: str = typer.Option(None, "--name", help="card name (default: the preset or the config's folder)"),
     out: Path = typer.Option(..., "--out", "-o", help="where to write the card .json"),
 ) -> None:
@@ -43,9 +44,7 @@ def import_card(
     importer = _importer()
     if (preset is None) == (config is None):
         raise InputError("give either a preset or --config", "e.g. `meshlab models import qwen-image -o card.json`")
-    if config is not None:
-        if class_name is None:
-            raise InputError("--config needs --class", "e.g. --class QwenImageTransformer2DModel")
+    if config is not None:  # the class defaults to the config's _class_name
         card = importer.import_from_config_file(config, class_name, name or config.parent.name)
     else:
         card = importer.import_preset(preset)

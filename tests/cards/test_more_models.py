@@ -188,3 +188,33 @@ def test_flux2_single_blocks_make_q_k_v_and_the_mlp_input_in_one_linear():
     flows = {f.module: f for f in card.dataflow}
     assert [m.norm for m in flows["single_stream_modulation.linear"].modulates] == ["single_transformer_blocks.*.norm"]
     assert card.component("text_encoder").class_name == "Mistral3ForConditionalGeneration"
+
+
+@pytest.mark.xla
+def test_a_config_of_a_class_without_a_family_row_is_one_line_naming_the_file(tmp_path):
+    pytest.importorskip("diffusers")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"_class_name": "HunyuanVideoTransformer3DModel", "num_layers": 2}))
+    result = runner.invoke(app, ["models", "import", "--config", str(config), "-o", str(tmp_path / "card.json")])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(config) in lines[0] and "FAMILIES" in lines[0] and "WanTransformer3DModel" in lines[0]
+    assert not (tmp_path / "card.json").exists()
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_a_published_config_imports_with_its_own_class_name(tmp_path):
+    """A Hugging Face config.json names its class: `meshlab models import --config` needs nothing else."""
+    pytest.importorskip("diffusers")
+    from meshlab.cards.presets import PRESETS
+
+    folder = tmp_path / "Wan2.1-T2V-1.3B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"_class_name": "WanTransformer3DModel",
+                                                    **PRESETS["wan-2.1-t2v-1.3b"].config}))
+    result = runner.invoke(app, ["models", "import", "--config", str(folder / "config.json"), "-o",
+                                 str(tmp_path / "card.json")])
+    assert result.exit_code == 0, result.output
+    card = load_card(str(tmp_path / "card.json"))
+    assert card.name == "Wan2.1-T2V-1.3B" and card.total_params == load_card("wan-2.1-t2v-1.3b").total_params
