@@ -75,7 +75,7 @@ def import_card(
     streams, (dataflow, joins) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _component(n, s, dtype) for n, s in specs.items()}
-    vae_scale = built["vae"][1] if "vae" in built else (8, 1)
+    vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
     return ModelCard(
         name=name,
         class_name=class_name,

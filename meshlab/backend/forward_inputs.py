@@ -48,6 +48,9 @@ class Family:
     temporal_patch: Callable[[dict], int] = lambda config: 1  # latent frames per token frame
     #: self-attention rotates q and k as interleaved halves of each head (see ``Attention.rotary_halves``)
     rotary_halves: bool = False
+    #: (spatial, temporal) VAE compression when a card is imported without its VAE: what the pipeline assumes
+    #: then (WanPipeline: 8 and 4; the image pipelines: 8)
+    vae_default: tuple[int, int] = (8, 1)
 
 
 #: One row per supported class. Patch sizes are the pipeline's packing: QwenImagePipeline packs 2x2 as its
@@ -65,7 +68,7 @@ FAMILIES: dict[str, Family] = {
     "SD3Transformer2DModel": Family((("transformer_blocks", "num_layers"),), "image",
                                     lambda c: c["patch_size"], "joint_attention_dim"),
     "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
-                                    lambda c: c["patch_size"][0], rotary_halves=True),
+                                    lambda c: c["patch_size"][0], rotary_halves=True, vae_default=(8, 4)),
 }
 
 
