@@ -65,6 +65,11 @@ CASES = [
          "vllm-project/vllm-omni issue #3266 (single device on H200, version 0.19.1, diffuse mean)", 2.17,
          "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h200", ONE_GPU, {"data": 1}, REPLICATE,
          {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}),
+    Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 832x480 x 81 frames, 40 steps, CFG",
+         "ModelTC/LightX2V docs, Benchmark, H200 480P 5s video: 'Wan2.1 Official (baseline)' inference time", 366.04,
+         "inference of one video (end to end; I2V adds a CLIP image embedding to each cross-attention's keys, which "
+         "the T2V card leaves out)", "wan-2.1-t2v-14b", "h200", ONE_GPU, {"data": 1}, REPLICATE,
+         {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 480, "width": 832, "frames": 81}),
 ]
 
 
