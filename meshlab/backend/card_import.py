@@ -4,8 +4,8 @@ Every figure is measured from the classes, never written down:
 
 - parameters: the full model is built on the ``meta`` device from its config and walked with
   ``named_parameters()``; ``kind`` is the class of the module that owns each parameter.
-- stream: a copy with real widths but two blocks of each kind runs one forward on the CPU (float32, random
-  weights, seed 0) with distinct small token counts; a hook on every module that owns parameters reads the
+- stream: a copy with real widths but two blocks of each kind runs one forward on the ``meta`` device (shapes
+  only: no weights in memory, no arithmetic; a 32B model traces in seconds) with distinct small token counts; a hook on every module that owns parameters reads the
   token dim of its input: image tokens -> "image", text tokens -> "text", their sum -> "joint", no token dim
   (a ``[batch, width]`` input such as the timestep embedding) -> "conditioning". Modules the forward never
   calls are "none". Block 0's streams are mapped onto every block of the full model.
@@ -96,7 +96,7 @@ def _source(version: str, class_name: str, config: dict, preset: str | None, spe
         source["transformers_version"] = _require("transformers").__version__
     source["components"] = {n: s.to_json() for n, s in specs.items()}
     source["trace"] = {"batch": TRACE_BATCH, "image_tokens": TRACE_GRID[0] * TRACE_GRID[1], "text_tokens": TRACE_TEXT,
-                       "seed": TRACE_SEED, "dtype": "float32", "device": "cpu"}
+                       "dtype": "float32", "device": "meta"}
     return source
 
 
@@ -201,6 +201,13 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
 def _trace(cls: type, config: dict, tracer: Family) -> tuple[dict[str, str], tuple[tuple[Flow, ...], tuple[Join, ...]]]:
     """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow
     (meshlab.backend.dataflow_trace), from one forward."""
+    import torch
+
+    with torch.device("meta"):  # shapes only: the streams and the dataflow need no values
+        return _trace_on_this_device(cls, config, tracer)
+
+
+def _trace_on_this_device(cls: type, config: dict, tracer: Family):
     import torch
 
     torch.manual_seed(TRACE_SEED)

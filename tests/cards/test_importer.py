@@ -177,7 +177,6 @@ def test_unsupported_class_is_an_input_error():
     assert "no row for it" in str(raised.value)
 
 
-
 @pytest.mark.xla
 @pytest.mark.slow
 def test_the_narrow_flux2_card_of_the_agreement_matrix_equals_a_fresh_import():

@@ -1,5 +1,6 @@
-"""Cards beyond Qwen-Image and Flux: Wan 2.1 (video, cross-attention) and SD3.5 Large (an MMDiT that patchifies
-inside the model), read from the shipped JSON (pure, no torch), and video workloads end to end through the CLI."""
+"""Cards beyond Qwen-Image and Flux: Wan 2.1 (video, cross-attention), SD3.5 Large (an MMDiT that patchifies
+inside the model) and FLUX.2 (packed Linears), read from the shipped JSON (pure, no torch), and video workloads end
+to end through the CLI."""
 
 from __future__ import annotations
 
