@@ -35,6 +35,35 @@ class Preset:
     components: dict[str, ComponentSpec] = field(default_factory=dict)
 
 
+def _kl16_vae(scaling: float, shift: float, origin: str) -> ComponentSpec:
+    """The 16-channel AutoencoderKL that FLUX.1 and SD3.5 share; only the latent normalisation differs."""
+    return ComponentSpec(
+        "diffusers",
+        "AutoencoderKL",
+        {
+            "in_channels": 3, "out_channels": 3, "latent_channels": 16,
+            "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
+            "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+            "act_fn": "silu", "norm_num_groups": 32, "sample_size": 1024,
+            "use_quant_conv": False, "use_post_quant_conv": False,
+            "scaling_factor": scaling, "shift_factor": shift,
+        },
+        origin,
+    )
+
+
+#: CLIP ViT-L/14's text tower (FLUX.1 and SD3.5: the pooled prompt embedding).
+_CLIP_L = {
+    "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 768, "hidden_act": "quick_gelu",
+}
+
+#: T5 v1.1 XXL's encoder (FLUX.1's `text_encoder_2` and SD3.5's `text_encoder_3`: the per-token prompt embedding).
+_T5_XXL_CONFIG = {
+    "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
+    "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32, "tie_word_embeddings": False,
+}
+
 _QWEN_TEXT_ENCODER = ComponentSpec(
     "transformers",
     "Qwen2_5_VLForConditionalGeneration",
@@ -87,53 +116,16 @@ FLUX_DEV = Preset(
     },
     "black-forest-labs/FLUX.1-dev transformer/config.json",
     {
-        "vae": ComponentSpec(
-            "diffusers",
-            "AutoencoderKL",
-            {
-                "in_channels": 3, "out_channels": 3, "latent_channels": 16,
-                "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
-                "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
-                "act_fn": "silu", "norm_num_groups": 32, "sample_size": 1024,
-                "use_quant_conv": False, "use_post_quant_conv": False,
-                "scaling_factor": 0.3611, "shift_factor": 0.1159,
-            },
-            "black-forest-labs/FLUX.1-dev vae/config.json",
-        ),
+        "vae": _kl16_vae(0.3611, 0.1159, "black-forest-labs/FLUX.1-dev vae/config.json"),
         # CLIP ViT-L/14 text tower (the pipeline's `text_encoder`, pooled prompt embedding).
-        "text_encoder": ComponentSpec(
-            "transformers",
-            "CLIPTextModel",
-            {
-                "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
-                "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 768,
-                "hidden_act": "quick_gelu",
-            },
-            "black-forest-labs/FLUX.1-dev text_encoder/config.json",
-        ),
+        "text_encoder": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L,
+                                      "black-forest-labs/FLUX.1-dev text_encoder/config.json"),
         # T5 v1.1 XXL encoder (the pipeline's `text_encoder_2`, per-token prompt embedding).
-        "text_encoder_2": ComponentSpec(
-            "transformers",
-            "T5EncoderModel",
-            {
-                "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
-                "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32,
-                "tie_word_embeddings": False,
-            },
-            "black-forest-labs/FLUX.1-dev text_encoder_2/config.json",
-        ),
+        "text_encoder_2": ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG,
+                                        "black-forest-labs/FLUX.1-dev text_encoder_2/config.json"),
     },
 )
 
-_T5_XXL = ComponentSpec(
-    "transformers",
-    "T5EncoderModel",
-    {
-        "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
-        "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32, "tie_word_embeddings": False,
-    },
-    "stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json",
-)
 
 _WAN_VAE = ComponentSpec(
     "diffusers",
@@ -146,16 +138,9 @@ _WAN_VAE = ComponentSpec(
     "Wan-AI/Wan2.1-T2V-14B-Diffusers vae/config.json",
 )
 
-#: UMT5-XXL's encoder, the text encoder of every Wan 2.1 pipeline.
-_UMT5_XXL = ComponentSpec(
-    "transformers",
-    "UMT5EncoderModel",
-    {
-        "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 256384,
-        "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32, "tie_word_embeddings": False,
-    },
-    "Wan-AI/Wan2.1-T2V-14B-Diffusers text_encoder/config.json",
-)
+#: UMT5-XXL's encoder, the text encoder of every Wan 2.1 pipeline: T5-XXL's shape with a 256,384-token vocabulary.
+_UMT5_XXL = ComponentSpec("transformers", "UMT5EncoderModel", {**_T5_XXL_CONFIG, "vocab_size": 256384},
+                          "Wan-AI/Wan2.1-T2V-14B-Diffusers text_encoder/config.json")
 
 
 def _wan(name: str, heads: int, ffn: int, layers: int, repo: str) -> Preset:
@@ -189,30 +174,10 @@ SD35_LARGE = Preset(
     },
     "stabilityai/stable-diffusion-3.5-large transformer/config.json",
     {
-        "vae": ComponentSpec(
-            "diffusers",
-            "AutoencoderKL",
-            {
-                "in_channels": 3, "out_channels": 3, "latent_channels": 16,
-                "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
-                "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
-                "act_fn": "silu", "norm_num_groups": 32, "sample_size": 1024,
-                "use_quant_conv": False, "use_post_quant_conv": False,
-                "scaling_factor": 1.5305, "shift_factor": 0.0609,
-            },
-            "stabilityai/stable-diffusion-3.5-large vae/config.json",
-        ),
+        "vae": _kl16_vae(1.5305, 0.0609, "stabilityai/stable-diffusion-3.5-large vae/config.json"),
         # CLIP ViT-L/14 and OpenCLIP ViT-bigG/14 text towers (pooled and per-token embeddings), then T5-XXL.
-        "text_encoder": ComponentSpec(
-            "transformers",
-            "CLIPTextModelWithProjection",
-            {
-                "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
-                "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 768,
-                "hidden_act": "quick_gelu",
-            },
-            "stabilityai/stable-diffusion-3.5-large text_encoder/config.json",
-        ),
+        "text_encoder": ComponentSpec("transformers", "CLIPTextModelWithProjection", _CLIP_L,
+                                      "stabilityai/stable-diffusion-3.5-large text_encoder/config.json"),
         "text_encoder_2": ComponentSpec(
             "transformers",
             "CLIPTextModelWithProjection",
@@ -222,7 +187,8 @@ SD35_LARGE = Preset(
             },
             "stabilityai/stable-diffusion-3.5-large text_encoder_2/config.json",
         ),
-        "text_encoder_3": _T5_XXL,
+        "text_encoder_3": ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG,
+                                        "stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json"),
     },
 )
 

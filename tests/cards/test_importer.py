@@ -223,40 +223,36 @@ def test_flux_single_blocks_read_the_norm_not_proj_out():
     assert [(m.stream, m.width) for m in flows[f"{s}.norm.linear"].modulates] == [("joint", 3072)]
 
 
-def test_a_card_of_the_older_schema_is_refused_with_the_command_that_regenerates_it(tmp_path):
+def try_old_card(tmp_path, card: dict) -> list[str]:
+    """`meshlab try` on a strategy naming `card` written as old.json: asserts exit 2; the lines it printed."""
     from typer.testing import CliRunner
 
     from meshlab.cli.app import app
 
-    old = json.loads((BUILTIN_DIR / "flux-dev.json").read_text())
-    old["schema_version"] = 1
-    del old["dataflow"]
-    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "old.json").write_text(json.dumps(card))
     strategy = tmp_path / "s.yaml"
     strategy.write_text("name: t\nmodel: old.json\nhardware: v6e-8\nmesh: {model: 8}\n")
     result = CliRunner().invoke(app, ["try", str(strategy)])
     assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
+    return result.stderr.strip().splitlines()
+
+
+def test_a_card_of_the_older_schema_is_refused_with_the_command_that_regenerates_it(tmp_path):
+    old = json.loads((BUILTIN_DIR / "flux-dev.json").read_text())
+    old["schema_version"] = 1
+    del old["dataflow"]
+    lines = try_old_card(tmp_path, old)
     assert len(lines) == 1 and "old.json" in lines[0] and "schema 1" in lines[0], lines
     assert "meshlab models import flux-dev -o" in lines[0]
 
 
 def test_a_card_of_schema_2_is_refused_saying_what_it_lacks(tmp_path):
     """Schema 2 cards (before video models and cross-attention keys) are one line naming the file and the fix."""
-    from typer.testing import CliRunner
-
-    from meshlab.cli.app import app
-
     old = json.loads((BUILTIN_DIR / "qwen-image.json").read_text())
     old["schema_version"] = 2
     for key in ("temporal_scale_factor", "temporal_patch"):
         del old["architecture"][key]
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    strategy = tmp_path / "s.yaml"
-    strategy.write_text("name: t\nmodel: old.json\nhardware: v6e-8\nmesh: {model: 8}\n")
-    result = CliRunner().invoke(app, ["try", str(strategy)])
-    assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
+    lines = try_old_card(tmp_path, old)
     assert len(lines) == 1 and "old.json" in lines[0] and "schema 2" in lines[0], lines
     assert "video compression" in lines[0] and "meshlab models import qwen-image -o" in lines[0]
 
