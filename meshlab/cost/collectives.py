@@ -64,6 +64,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from meshlab.cards.card import module_pattern
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.mesh import AbstractMesh
@@ -94,7 +95,8 @@ KNOWN_DIFFERENCES = (
     "per block; this model 22 moving 5,025,792 B, 9 moving 884,736 B and 14 moving 184,320 B): XLA's propagation "
     "gathers v per stream before the concatenation (no all-to-alls for v), gathers the text stream back over the "
     "sequence axis after attention (so its text Linears run on every text token: XLA 11,676,155,904 dot FLOPs per "
-    "device at depth two, this model 10,013,638,656), and moves the 2-way modulation split as halo windows; the sequence rules hold "
+    "device at depth two, this model 10,013,638,656), and moves the 2-way modulation split as halo windows; the "
+    "sequence rules hold "
     "exactly without a batch axis (seq2-model4.yaml, flux-seq2-model4.yaml)",
     "the last block under Ulysses rules (ulysses.yaml, checked at depth one: this host cannot hold 8 replicas of "
     "two full-width blocks): XLA cuts the joint attention output back into streams with 1 collective-permute "
@@ -411,36 +413,18 @@ class _Deriver:
                     self._norm(stream, op.chunk_width, self.residual.get(stream), block, norm, norm)
             return
         residual = self.residual.get(stream) if op.block is not None or split else split
-        rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
-        width = op.chunk_width  # a LayerNorm over the residual: as wide as the pieces that modulate it
-        whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
-        row_form = "layernorm-rows" in self.layout.rewrites
-        if row_form:
-            rows = ()  # a per-row reduction: the rows stay split
         for norm in range(1, op.layer_norms + 1):
-            phase = f"norm{norm}" if op.block is not None else "norm_out"
-            if residual and row_form:
-                stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
-                for what in ("mean", "variance"):
-                    self.emit("all-reduce", residual, stats, op.block, f"{phase}:{what}",
-                              f"the {stream} stream's LayerNorm {norm} (row form) sums its {what} over features split "
-                              f"on {'+'.join(residual)} (float32, one value per row)")
-            elif residual:
-                self.emit("all-gather", residual, self.tensor_bytes(stream, width, None), op.block,
-                          f"{phase}:features", f"the {stream} stream's LayerNorm {norm} reads a residual split on "
-                          f"{'+'.join(residual)}")
-            if rows:
-                self.emit("all-gather", rows, whole_rows, op.block, f"{phase}:rows",
-                          f"the {stream} stream's LayerNorm {norm} is a batch norm over batch x tokens rows, "
-                          f"split on {'+'.join(rows)}: XLA gathers them")
+            # a LayerNorm over the residual: as wide as the pieces that modulate it
+            self._norm(stream, op.chunk_width, residual, op.block, f"norm{norm}" if op.block is not None
+                       else "norm_out", f"LayerNorm {norm}")
 
     def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str) -> None:
         """One LayerNorm of a residual stream in `block`: gathers (or, in row form, row statistics) as above."""
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
         whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
-        if "layernorm-rows" in self.layout.rewrites:
+        if "layernorm-rows" in self.layout.rewrites:  # a per-row reduction: the rows stay split
             if residual:
-                stats = self.layout.batch * self.layout.local.of_stream(stream) * 4
+                stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
                 for what in ("mean", "variance"):
                     self.emit("all-reduce", residual, stats, block, f"{phase}:{what}",
                               f"the {stream} stream's {name} (row form) sums its {what} over features split on "
@@ -677,8 +661,7 @@ _QK_NORMS = (("norm_q", "to_q"), ("norm_k", "to_k"), ("norm_added_q", "add_q_pro
 
 
 def _pattern(op: LinearOp, graph: Graph) -> str:
-    from meshlab.cards.card import module_pattern
-
+    """The module pattern of a Linear (``blocks.*.attn1.to_q``), as the card's dataflow names it."""
     return module_pattern(op.module, graph.card.block_lists) if graph.card is not None else op.module
 
 
