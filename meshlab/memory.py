@@ -150,7 +150,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axis = strategy.activations.sequence
     split_image = plan.mesh.size(sequence_axis) if sequence_axis else 1
-    local = local_token_counts(tokens, split_image, plan.card, rules_split_text(strategy.activations.rules, sequence_axis))
+    text_split = rules_split_text(strategy.activations.rules, sequence_axis)
+    local = local_token_counts(tokens, split_image, plan.card, text_split)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:

@@ -41,7 +41,8 @@ def token_frames(frames: int, arch: Architecture) -> int:
     latent = (frames - 1) // t + 1
     if latent % arch.temporal_patch:
         raise PlanError(f"workload.frames {frames} gives {latent} latent frames, not a multiple of the temporal "
-                        f"patch {arch.temporal_patch}", f"pick frames whose latent count divides by {arch.temporal_patch}",
+                        f"patch {arch.temporal_patch}",
+                        f"pick frames whose latent count divides by {arch.temporal_patch}",
                         field=("workload", "frames"))
     return latent // arch.temporal_patch
 

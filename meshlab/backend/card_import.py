@@ -5,8 +5,9 @@ Every figure is measured from the classes, never written down:
 - parameters: the full model is built on the ``meta`` device from its config and walked with
   ``named_parameters()``; ``kind`` is the class of the module that owns each parameter.
 - stream: a copy with real widths but two blocks of each kind runs one forward on the ``meta`` device (shapes
-  only: no weights in memory, no arithmetic; a 32B model traces in seconds) with distinct small token counts; a hook on every module that owns parameters reads the
-  token dim of its input: image tokens -> "image", text tokens -> "text", their sum -> "joint", no token dim
+  only: no weights in memory, no arithmetic; a 32B model traces in seconds) with distinct small token counts;
+  a hook on every module that owns parameters reads the token dim of its input: image tokens -> "image", text
+  tokens -> "text", their sum -> "joint", no token dim
   (a ``[batch, width]`` input such as the timestep embedding) -> "conditioning". Modules the forward never
   calls are "none". Block 0's streams are mapped onto every block of the full model.
 - blocks: ``transformer_blocks.i`` is block i; Flux's ``single_transformer_blocks.j`` is numbered after the
@@ -381,7 +382,8 @@ def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, t
     count = sum(p.numel() for p in model.parameters())
     is_vae = spec.library == "diffusers" and hasattr(model, "decode")
     working = _decode_working_bytes_per_pixel(spec, cls) if is_vae else 0.0
-    return Component(name, spec.class_name, count, dtype, working), _vae_scale_factor(model.config) if is_vae else (8, 1)
+    scales = _vae_scale_factor(model.config) if is_vae else (8, 1)
+    return Component(name, spec.class_name, count, dtype, working), scales
 
 
 def _vae_scale_factor(config: Mapping) -> tuple[int, int]:

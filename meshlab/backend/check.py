@@ -13,7 +13,9 @@ from pathlib import Path
 
 from meshlab.backend import hlo, xla
 from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
-from meshlab.backend.verdict import CheckReport, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block
+from meshlab.backend.verdict import (
+    CheckReport, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block,
+)
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.devices import child_environment

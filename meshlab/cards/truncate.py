@@ -3,15 +3,15 @@
 Each list of repeated blocks (``transformer_blocks``, Flux's ``single_transformer_blocks``) keeps its first
 `layers - 1` entries and its last, renamed into the last slot: diffusers builds a model of reduced depth with
 the list's last block last (SD3.5's has no text output). Names of the other kept parameters are unchanged, so a
-plan of the cut card gives every kept parameter the spec the full plan gives it; ``block`` is renumbered as the importer numbers a model of that depth
-(each list after the one before it).
+plan of the cut card gives every kept parameter the spec the full plan gives it; ``block`` is renumbered as the
+importer numbers a model of that depth (each list after the one before it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from meshlab.cards.card import ModelCard, Parameter, block_position
+from meshlab.cards.card import Attention, ModelCard, Parameter, block_position
 from meshlab.errors import InputError
 
 def block_lists(card: ModelCard) -> dict[str, int]:
@@ -66,7 +66,7 @@ def _as_last(p: Parameter, lists: dict[str, int], kept: dict[str, int]) -> Param
     return dataclasses.replace(p, name=_moved(p.name, lists, kept))
 
 
-def _attention_as_last(a, lists: dict[str, int], kept: dict[str, int]):
+def _attention_as_last(a: Attention, lists: dict[str, int], kept: dict[str, int]) -> Attention:
     move = lambda path: _moved(path, lists, kept)  # noqa: E731
     return dataclasses.replace(a, module=move(a.module), qkv=tuple(map(move, a.qkv)), out=tuple(map(move, a.out)))
 

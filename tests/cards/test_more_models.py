@@ -199,7 +199,8 @@ def test_a_config_of_a_class_without_a_family_row_is_one_line_naming_the_file(tm
     result = runner.invoke(app, ["models", "import", "--config", str(config), "-o", str(tmp_path / "card.json")])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(config) in lines[0] and "FAMILIES" in lines[0] and "WanTransformer3DModel" in lines[0]
+    assert len(lines) == 1 and str(config) in lines[0]
+    assert "FAMILIES" in lines[0] and "WanTransformer3DModel" in lines[0]
     assert not (tmp_path / "card.json").exists()
 
 
