@@ -11,7 +11,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
-from meshlab.cards.card import DTYPE_BYTES
+from meshlab.cards.card import DTYPE_BYTES, Architecture
 from meshlab.plan.axes import activation_axes, compute_split
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
@@ -126,7 +126,7 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
     return vae_weights, vae_decode, text_bytes
 
 
-def vae_decode_bytes(working_bytes_per_pixel: float, arch, height: int, width: int, frames: int,
+def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height: int, width: int, frames: int,
                      itemsize: int) -> int:
     """Peak bytes of one sample's decode. working_bytes_per_pixel was measured in bfloat16 (2 bytes an element)
     from a one-frame decode. A video VAE (Wan's) decodes one latent frame at a time, a causal cache carrying

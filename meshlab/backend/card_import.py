@@ -67,7 +67,7 @@ def import_card(
     diffusers, torch = _require("diffusers"), _require("torch")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}", f"use one of {', '.join(DTYPE_BYTES)}")
-    tracer = _tracer(class_name)
+    tracer = family(class_name)
     cls = _resolve("diffusers", class_name)
     with torch.device("meta"):
         model = cls.from_config(dict(config))
@@ -155,10 +155,6 @@ def write_card(card: ModelCard, path: str | Path) -> Path:
 
 
 # --- the transformer -------------------------------------------------------------------------------------
-
-
-def _tracer(class_name: str) -> Family:
-    return family(class_name)
 
 
 def _require(module: str) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 from meshlab.backend import hlo, xla
 from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
 from meshlab.backend.verdict import (
-    CheckReport, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block,
+    CheckReport, checked_prediction, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block,
 )
 from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
@@ -74,6 +74,7 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
     parameters = tuple(compare_parameter(p, setup.plan.mesh, ids, read[p.name]["sharding"], read[p.name]["slices"],
                                          read[p.name]["dtype"]) for p in setup.plan.parameters)
     module = forward_module(result["forwards"], dump_dir)
+    prediction = checked_prediction(setup)
     collectives, memory, dot_flops = (), None, None
     if module is not None:
         text = module.read_text()
@@ -86,8 +87,8 @@ def build_report(setup: CheckSetup, result: dict, dump_dir: Path) -> CheckReport
         result["device_type"], result["device_count"],
         tuple({k: f[k] for k in ("compiles", "seconds", "compile_seconds", "host_transfers") if k in f}
               for f in result["forwards"]),
-        result["timings"], module.name if module else None, predicted_per_block(setup), predicted_full_depth(setup),
-        tuple(result.get("scanned", ())), predicted_flops(setup), dot_flops)
+        result["timings"], module.name if module else None, predicted_per_block(setup, prediction),
+        predicted_full_depth(setup), tuple(result.get("scanned", ())), predicted_flops(setup, prediction), dot_flops)
 
 
 def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:

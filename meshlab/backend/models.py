@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 
-from meshlab.backend.forward_inputs import Family, Geometry, family, forward_inputs
+from meshlab.backend.forward_inputs import Geometry, family, forward_inputs
 from meshlab.cards.card import ModelCard
 from meshlab.errors import InputError
 from meshlab.tokens import token_frames
 
-__all__ = ["Geometry", "geometry", "model_spec", "depth_config", "build_model", "example_inputs", "forward"]
+__all__ = ["Geometry", "geometry", "depth_config", "build_model", "example_inputs", "forward"]
 
 
 def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: int, frames: int = 1) -> Geometry:
@@ -30,17 +30,12 @@ def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: 
     return Geometry(batch, (height // step, width // step), text_tokens, token_frames(frames, card.architecture))
 
 
-def model_spec(class_name: str) -> Family:
-    """The family row of a class meshlab can build and run (see meshlab.backend.forward_inputs)."""
-    return family(class_name)
-
-
 def depth_config(card: ModelCard, layers: int) -> dict:
     """The card's diffusers config with every block list cut to at most `layers` blocks."""
     config = dict(card.source.get("config") or {})
     if not config:
         raise InputError(f"card {card.name!r} carries no diffusers config", "regenerate it with the importer")
-    for _attr, key in model_spec(card.class_name).blocks:
+    for _attr, key in family(card.class_name).blocks:
         config[key] = min(layers, int(config[key]))
     return config
 

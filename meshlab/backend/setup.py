@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.backend.inputs import batch_axes
-from meshlab.backend.models import Geometry, geometry, model_spec
+from meshlab.backend.forward_inputs import family
+from meshlab.backend.models import Geometry, geometry
 from meshlab.cards.card import ModelCard
 from meshlab.cards.truncate import truncate_card
 from meshlab.plan.axes import GUIDANCE_AXIS
@@ -74,7 +75,7 @@ def check_setup(path: str | Path, options: CheckOptions) -> CheckSetup:
 
 
 def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
-    model_spec(planned.card.class_name)
+    family(planned.card.class_name)  # a class meshlab cannot build is refused before any worker starts
     card = truncate_card(planned.card, options.layers)
     # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
     axes = batch_axes(planned.strategy.activations, planned.plan.mesh)

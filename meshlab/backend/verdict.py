@@ -199,15 +199,22 @@ def collectives_of(hlo: tuple[HloCollective, ...], setup: CheckSetup,
     return tuple(MeasuredCollective(c, mesh_axes(c.groups, axes, device_ids)) for c in hlo)
 
 
-def predicted_flops(setup: CheckSetup) -> float:
+def checked_prediction(setup: CheckSetup):
+    """meshlab's prediction for the checked (cut) model and forward: what the per-block collectives and the FLOPs
+    of the report come from, computed once."""
+    from meshlab.cost.predict import predict
+
+    return predict(setup.plan, setup.strategy, setup.planned.hardware)
+
+
+def predicted_flops(setup: CheckSetup, prediction=None) -> float:
     """meshlab's FLOPs of the checked forward on one device (Linears and attention, as XLA's dots count), less
     the dead tail of the model's last block: where the last block list ends on a block whose attention joins
     text and image (Qwen-Image), nothing reads its text stream after the attention, and XLA drops the text
     Linears that would compute it (see KNOWN_DIFFERENCES: the cost model counts every block alike)."""
     from meshlab.cost.graph import graph_of
-    from meshlab.cost.predict import predict
 
-    work = predict(setup.plan, setup.strategy, setup.planned.hardware).work
+    work = (prediction or checked_prediction(setup)).work
     dead = _dead_text_tail(graph_of(setup.plan))
     # a kept block stands for `count` identical ones (Graph.repeats): the tail is dead in the last of them only
     return sum(w.flops * (w.count - (w.name in dead)) for w in work)
@@ -225,12 +232,10 @@ def _dead_text_tail(graph) -> set[str]:
             if joint and op.block == last and op.stream == "text" and op.role != "qkv"}
 
 
-def predicted_per_block(setup: CheckSetup) -> dict[str, Counter]:
+def predicted_per_block(setup: CheckSetup, prediction=None) -> dict[str, Counter]:
     """meshlab's cost model, keyed as ``per_block`` keys XLA's counts. It derives one block of each list and
     counts the blocks identical to it, so every checked block of a list gets its list's first block."""
-    from meshlab.cost.predict import predict
-
-    prediction = predict(setup.plan, setup.strategy, setup.planned.hardware)
+    prediction = prediction or checked_prediction(setup)
     first: dict[str, int] = {}
     for p in setup.plan.parameters:
         position = block_position(p.name) if p.parameter.block is not None else None

@@ -224,6 +224,16 @@ class _Deriver:
             if op.role == "chunks" and op.block is None and self._block_norms(op) and self.chunk_split(op):
                 self.residual.setdefault(op.modulates, self.chunk_split(op))
         self.plain_norms_done: set[tuple] = set()
+        #: norms some modulation conditions (the others are "plain", see _plain_norms)
+        self.modulated_norms = {m.norm for f in self.flows.values() for m in f.modulates}
+        #: Linears outside the blocks whose output only Linears inside the blocks read (see _feeds_blocks_only)
+        readers: dict[str, list[str]] = defaultdict(list)
+        for f in self.flows.values():
+            for source in f.sources("linear"):
+                readers[source].append(f.module)
+        self.block_only_sources = {
+            module for module, flow in self.flows.items() if ".*" not in module and not flow.residual
+            and readers.get(module) and all(".*" in reader for reader in readers[module])}
 
     def size(self, axes: Axes | None) -> int:
         return math.prod(self.mesh.size(a) for a in axes) if axes else 1
@@ -375,10 +385,9 @@ class _Deriver:
         flow = self.flows.get(_pattern(op, self.graph))
         if flow is None or op.block is None:
             return
-        modulated = {m.norm for f in self.flows.values() for m in f.modulates}
         for label in flow.sources("norm"):
             norm, _, stream = label.rpartition("|")
-            if norm in modulated or ".*" not in norm or (op.block, norm) in self.plain_norms_done:
+            if norm in self.modulated_norms or ".*" not in norm or (op.block, norm) in self.plain_norms_done:
                 continue
             self.plain_norms_done.add((op.block, norm))
             self._norm(stream, self.graph.hidden_size, self.residual.get(stream), op.block,
@@ -387,10 +396,7 @@ class _Deriver:
     def _feeds_blocks_only(self, op: LinearOp) -> bool:
         """A Linear outside the blocks whose output only Linears inside the blocks read (Wan's text embedding,
         read by every cross-attention's k and v): XLA leaves it split and gathers it for each reader."""
-        if op.block is None and op.module in self.flows and not self.flows[op.module].residual:
-            readers = [f for f in self.flows.values() if f"linear:{op.module}" in f.reads]
-            return bool(readers) and all(".*" in f.module for f in readers)
-        return False
+        return op.block is None and op.module in self.block_only_sources
 
     def _shared_source(self, op: LinearOp) -> _State | None:
         """The state of an input that `_feeds_blocks_only` left split, for a Linear in a block that reads it."""
@@ -398,7 +404,7 @@ class _Deriver:
         if flow is None or op.block is None or op.source:
             return None
         for source in flow.sources("linear"):
-            if source in self.states and ".*" not in source and self._feeds_blocks_only(self.by_module[source]):
+            if source in self.states and source in self.block_only_sources:
                 return self.states[source]
         return None
 
