@@ -12,6 +12,14 @@
 
 Parameters still on the CPU move to the XLA device one at a time before they are marked, so the whole model is
 never held twice.
+
+The same plan drives torch.distributed's DTensor (every rank runs the script, e.g. under ``torchrun``)::
+
+    torch.distributed.init_process_group()
+    applied = meshlab.apply(pipe.transformer, planned, backend="dtensor")   # a DeviceMesh; DTensor parameters
+    inputs = meshlab.shard_inputs(applied, planned, hidden_states=latents, ...)
+    with meshlab.backend.dtensor.forward_context():
+        out = pipe.transformer(**inputs)
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Any
 
 from meshlab.backend import xla
 from meshlab.backend.inputs import input_spec
-from meshlab.backend.readback import AppliedParameter, compare_parameter
+from meshlab.backend.readback import AppliedParameter, LocalParameter, compare_parameter
 from meshlab.errors import InputError
 from meshlab.plan.plan import Plan
 from meshlab.planning import PlannedStrategy, plan_file
@@ -32,12 +40,13 @@ from meshlab.planning import PlannedStrategy, plan_file
 class Applied:
     """A plan applied to a module: the ``xs.Mesh`` it built, and every parameter as planned and as XLA holds it."""
 
-    mesh: Any  # torch_xla.distributed.spmd.Mesh
+    mesh: Any  # torch_xla.distributed.spmd.Mesh, or a DeviceMesh under the DTensor backend
     plan: Plan
-    parameters: tuple[AppliedParameter, ...]
+    parameters: tuple[AppliedParameter, ...] | tuple[LocalParameter, ...]
     scanned: tuple[str, ...] = ()  # block lists that run through torch_xla's scan (see meshlab.backend.scan)
     rewrites: tuple[tuple[str, int], ...] = ()  # (rewrite, modules it changed), see meshlab.backend.rewrites
     activation_points: int = 0  # tensors the strategy's activation rules mark (one hook each)
+    backend: str = "xla"
 
     @property
     def mismatches(self) -> tuple[AppliedParameter, ...]:
@@ -49,17 +58,29 @@ def load_plan(path: str | Path) -> PlannedStrategy:
     return plan_file(path)
 
 
-def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = None, strategy=None) -> Applied:
+#: What ``apply`` can apply a plan with.
+BACKENDS = ("xla", "dtensor")
+
+
+def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = None, strategy=None,
+          backend: str = "xla") -> Applied:
     """Mark every parameter of `module` with its spec on a mesh of the plan's axes; read back what XLA holds.
+
+    ``backend="dtensor"`` gives every parameter its DTensor placements on a ``DeviceMesh`` instead (see
+    meshlab.backend.dtensor; torch.distributed's process group must be up) and reads back each local shard.
 
     With a strategy, its ``rewrites`` change the module first (meshlab.backend.rewrites) and its activation rules
     become hooks that mark the tensors they name (meshlab.backend.activation_hooks).
     `scan` runs every block list through torch_xla's scan (one compiled loop body; meshlab.backend.scan); None
     takes the strategy's ``compile.scan_blocks`` (off for a bare Plan). `strategy` gives a bare Plan the strategy
     whose rewrites and activation rules to apply (a PlannedStrategy carries its own)."""
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    strategy = plan.strategy if isinstance(plan, PlannedStrategy) else strategy
+    if backend == "dtensor":
+        return _apply_dtensor(module, plan.plan if isinstance(plan, PlannedStrategy) else plan, strategy, mesh)
     xla.require()
     xla.require_spmd()
-    strategy = plan.strategy if isinstance(plan, PlannedStrategy) else strategy
     if scan is None:
         scan = strategy.compile.scan_blocks if strategy else False
     plan = plan.plan if isinstance(plan, PlannedStrategy) else plan
@@ -89,8 +110,60 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
         from meshlab.plan.activations import activation_points
 
         points = activation_points(plan.card, rules)
-        activation_hooks.install(module, points, xla_mesh)
+        activation_hooks.install(module, points, activation_hooks.xla_marker(xla_mesh))
     return Applied(xla_mesh, plan, read_back(module, plan, xla_mesh), scanned, rewrites, len(points))
+
+
+def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
+    from meshlab.backend import dtensor
+
+    dtensor.require_process_group()
+    _check_names(module, plan)
+    rewrites = ()
+    if strategy and strategy.rewrites:
+        from meshlab.backend.rewrites import apply_rewrites
+
+        rewrites = tuple(apply_rewrites(module, strategy.rewrites).items())
+    device_mesh = device_mesh if device_mesh is not None else dtensor.build_mesh(plan.mesh)
+    position = dtensor.mesh_position(device_mesh, plan.mesh)
+    specs = {p.name: p for p in plan.parameters}
+    parameters = []
+    for name in [name for name, _ in module.named_parameters()]:
+        planned, value = specs[name], module.get_parameter(name).detach()
+        sharded = dtensor.distribute(value, device_mesh, planned.spec, plan.mesh, name)
+        parameters.append(_local_parameter(planned, plan, position, sharded,
+                                           dtensor.holds_its_slice(value, sharded, planned.spec, plan.mesh, position)))
+        _replace(module, name, sharded)
+        del value
+    points = ()
+    if strategy and strategy.activations.rules:
+        from meshlab.backend import activation_hooks
+        from meshlab.plan.activations import activation_points
+
+        points = activation_points(plan.card, strategy.activations.rules)
+        activation_hooks.install(module, points, dtensor.marker(device_mesh, plan.mesh))
+    return Applied(device_mesh, plan, tuple(parameters), (), rewrites, len(points), "dtensor")
+
+
+def _local_parameter(planned, plan: Plan, position: int, sharded, holds: bool) -> LocalParameter:
+    from meshlab.plan.placements import local_shape, placements_of
+
+    held = "[" + ", ".join(_placement_name(p) for p in sharded.placements) + "]"
+    return LocalParameter(planned.name, planned.shape, planned.spec, str(placements_of(planned.spec, plan.mesh)), held,
+                          local_shape(planned.shape, planned.spec, plan.mesh, position),
+                          tuple(sharded.to_local().shape), holds)
+
+
+def _placement_name(placement) -> str:
+    return f"Shard({placement.dim})" if placement.is_shard() else "Replicate()"
+
+
+def _replace(module, name: str, value) -> None:
+    import torch
+
+    owner_path, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(owner_path) if owner_path else module
+    setattr(owner, leaf, torch.nn.Parameter(value, requires_grad=False))
 
 
 def read_back(module, plan: Plan, xla_mesh) -> tuple[AppliedParameter, ...]:
@@ -110,6 +183,8 @@ def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
 
     if not isinstance(plan, PlannedStrategy):
         raise InputError("shard_inputs needs the strategy's activations", "pass what meshlab.load_plan returned")
+    if isinstance(mesh, Applied) and mesh.backend == "dtensor":
+        return _shard_inputs_dtensor(mesh.mesh, plan, inputs)
     xla_mesh = mesh.mesh if isinstance(mesh, Applied) else mesh
     out = {}
     for name, value in inputs.items():
@@ -117,6 +192,20 @@ def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
             value = value if value.device.type == "xla" else xla.to_device(value)
             spec = input_spec(name, tuple(value.shape), plan.strategy.activations, plan.plan.mesh)
             xla.mark(value, xla_mesh, spec, name)
+        out[name] = value
+    return out
+
+
+def _shard_inputs_dtensor(device_mesh, plan: PlannedStrategy, inputs: dict) -> dict[str, Any]:
+    import torch
+
+    from meshlab.backend import dtensor
+
+    mesh, out = plan.plan.mesh, {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            spec = input_spec(name, tuple(value.shape), plan.strategy.activations, mesh)
+            value = dtensor.distribute(value, device_mesh, spec, mesh, name)
         out[name] = value
     return out
 

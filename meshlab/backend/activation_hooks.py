@@ -1,13 +1,15 @@
 """Activation rules made real: each resolved point (meshlab.plan.activations) becomes one forward hook that
-marks the tensor there with ``xs.mark_sharding``. XLA's partitioner then moves the data between the splits on
-either side (a token split turned into a heads split is an all-to-all)."""
+marks the tensor there. Under torch_xla the mark is ``xs.mark_sharding`` and XLA's partitioner then moves the
+data between the splits on either side (a token split turned into a heads split is an all-to-all); under DTensor
+it is a ``redistribute`` to the point's placements (meshlab.backend.dtensor.marker), whose result the hook passes
+on in place of the tensor."""
 
 from __future__ import annotations
 
 import contextvars
 import sys
+from typing import Any, Callable
 
-from meshlab.backend import xla
 from meshlab.errors import BackendError
 from meshlab.plan.activations import ActivationPoint
 from meshlab.spec import PartitionSpec
@@ -17,21 +19,35 @@ from meshlab.spec import PartitionSpec
 _ACTIVE = contextvars.ContextVar("meshlab_attention_marks", default=None)
 
 
-def install(module, points: tuple[ActivationPoint, ...], xla_mesh) -> list:
+#: ``mark(tensor, spec, label) -> tensor``: the tensor as the backend holds it under `spec`.
+Mark = Callable[[Any, PartitionSpec, str], Any]
+
+
+def xla_marker(xla_mesh) -> Mark:
+    from meshlab.backend import xla
+
+    def mark(tensor, spec: PartitionSpec, label: str):
+        xla.mark(tensor, xla_mesh, spec, label)
+        return tensor
+
+    return mark
+
+
+def install(module, points: tuple[ActivationPoint, ...], mark: Mark) -> list:
     """Register one hook per point on the named submodules of `module`; returns the hook handles."""
     handles = []
     for point in points:
         target = module.get_submodule(point.module)
         if point.where == "kernel":
             _wrap_dispatch(target, point)
-            handles.append(target.register_forward_pre_hook(_enter(point, xla_mesh)))
+            handles.append(target.register_forward_pre_hook(_enter(point, mark)))
             handles.append(target.register_forward_hook(_leave))
         elif point.where == "output":
-            handles.append(target.register_forward_hook(_mark_output(point, xla_mesh)))
+            handles.append(target.register_forward_hook(_mark_output(point, mark)))
         elif point.where == "input":
-            handles.append(target.register_forward_pre_hook(_mark_input(point, xla_mesh)))
+            handles.append(target.register_forward_pre_hook(_mark_input(point, mark)))
         else:
-            handles.append(target.register_forward_pre_hook(_mark_argument(point, xla_mesh), with_kwargs=True))
+            handles.append(target.register_forward_pre_hook(_mark_argument(point, mark), with_kwargs=True))
     return handles
 
 
@@ -39,12 +55,12 @@ def _label(point: ActivationPoint) -> str:
     return f"{point.point} of {point.module} ({point.stream})"
 
 
-def _enter(point: ActivationPoint, xla_mesh):
+def _enter(point: ActivationPoint, mark: Mark):
     batch, tokens, heads = point.spec.entries
     spec = PartitionSpec(batch, tokens, heads, None)  # [batch, tokens, heads, head dim], as the kernel reads them
 
     def hook(_module, _args):
-        _ACTIVE.set((point, spec, xla_mesh))
+        _ACTIVE.set((point, spec, mark))
         return None
 
     return hook
@@ -71,45 +87,44 @@ def _wrap_dispatch(attention_module, point: ActivationPoint) -> None:
         active = _ACTIVE.get()
         if active is None:
             return original(query, key, value, *args, **kwargs)
-        marked, spec, xla_mesh = active
-        for name, tensor in (("q", query), ("k", key), ("v", value)):
-            xla.mark(tensor, xla_mesh, spec, f"{name} of {marked.module}")
+        marked, spec, mark = active
+        query, key, value = (mark(tensor, spec, f"{name} of {marked.module}")
+                             for name, tensor in (("q", query), ("k", key), ("v", value)))
         out = original(query, key, value, *args, **kwargs)
         if out.dim() == 4:
-            xla.mark(out, xla_mesh, spec, f"the attention output of {marked.module}")
+            out = mark(out, spec, f"the attention output of {marked.module}")
         return out
 
     dispatch.__meshlab_wrapped__ = True
     home.dispatch_attention_fn = dispatch
 
 
-def _mark_output(point: ActivationPoint, xla_mesh):
+def _mark_output(point: ActivationPoint, mark: Mark):
     batch, _tokens, features = point.spec.entries
     flat = PartitionSpec(batch, features)  # a [batch, features] output (conditioning Linears)
 
     def hook(_module, _args, output):
-        xla.mark(output, xla_mesh, point.spec if output.dim() == 3 else flat, _label(point))
-        return output
+        return mark(output, point.spec if output.dim() == 3 else flat, _label(point))
 
     return hook
 
 
-def _mark_input(point: ActivationPoint, xla_mesh):
+def _mark_input(point: ActivationPoint, mark: Mark):
     def hook(_module, args):
         if args:
-            xla.mark(args[0], xla_mesh, point.spec, _label(point))
+            return (mark(args[0], point.spec, _label(point)), *args[1:])
         return None
 
     return hook
 
 
-def _mark_argument(point: ActivationPoint, xla_mesh):
+def _mark_argument(point: ActivationPoint, mark: Mark):
     name = point.where.split(":", 1)[1]
 
     def hook(_module, args, kwargs):
         value = kwargs.get(name)
         if value is not None:
-            xla.mark(value, xla_mesh, point.spec, _label(point))
+            return args, {**kwargs, name: mark(value, point.spec, _label(point))}
         return None
 
     return hook

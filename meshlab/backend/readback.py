@@ -114,6 +114,31 @@ def _normal(slices: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in slices]
 
 
+@dataclass(frozen=True)
+class LocalParameter:
+    """One parameter as planned and as DTensor holds it on one rank (meshlab.plan.placements)."""
+
+    name: str
+    shape: tuple[int, ...]
+    predicted_spec: PartitionSpec
+    predicted_placements: str
+    placements: str
+    predicted_local_shape: tuple[int, ...]
+    local_shape: tuple[int, ...]
+    holds_its_slice: bool  # the local tensor equals the slice of the whole weight the plan gives this rank
+
+    @property
+    def agrees(self) -> bool:
+        return (self.predicted_placements == self.placements and self.holds_its_slice
+                and self.predicted_local_shape == self.local_shape)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "predicted_spec": self.predicted_spec.to_json(),
+                "predicted_placements": self.predicted_placements, "placements": self.placements,
+                "predicted_shard_shape": list(self.predicted_local_shape), "shard_shape": list(self.local_shape),
+                "holds_its_slice": self.holds_its_slice, "agrees": self.agrees}
+
+
 def weights_per_device(parameters: tuple[AppliedParameter, ...]) -> tuple[int, int]:
     """(predicted, XLA) bytes of padded weight shards on one device."""
     return sum(p.predicted_bytes for p in parameters), sum(p.xla_bytes for p in parameters)

@@ -33,14 +33,29 @@ def check(
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
                                         "(default: the strategy's compile.scan_blocks)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
+    backend: str = typer.Option("xla", "--backend", help="xla: PyTorch/XLA SPMD against XLA's partitioner; "
+                                "dtensor: torch.distributed DTensor on one gloo process per device"),
 ) -> None:
-    """Apply a plan with PyTorch/XLA SPMD and hold it against XLA's partitioner. Exit 0 agrees, 1 disagrees,
-    2 bad input, 3 torch_xla missing or XLA rejected the plan."""
+    """Apply a plan with PyTorch/XLA SPMD (or DTensor) and hold it against what the backend did. Exit 0 agrees,
+    1 disagrees, 2 bad input, 3 the backend is missing or failed (XLA rejected the plan, a rank failed)."""
+    from meshlab.api import BACKENDS
     from meshlab.backend.check import CheckOptions, run_check
     from meshlab.cli.render_check import Progress, check_document, render_check
 
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}", f"use --backend {' or '.join(BACKENDS)}")
     options = CheckOptions(layers=layers, height=height, width=width, text_tokens=text_tokens, frames=frames, seed=seed,
                            dump_dir=dump_dir, scan=scan)
+    if backend == "dtensor":
+        from meshlab.backend.dtensor_check import dtensor_check_document, run_dtensor_check
+        from meshlab.cli.render_check import render_dtensor_check
+
+        with Progress() as progress:
+            report = run_dtensor_check(strategy, options, progress.update)
+        print_json(dtensor_check_document(report)) if as_json else render_dtensor_check(report, console())
+        if not report.agrees:
+            raise typer.Exit(1)
+        return
     with Progress() as progress:
         report = run_check(strategy, options, progress.update)
     print_json(check_document(report)) if as_json else render_check(report, console())

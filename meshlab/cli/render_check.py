@@ -9,7 +9,7 @@ from rich.table import Table
 
 from meshlab.backend.verdict import OUTSIDE, CheckReport, check_document, is_last_block
 
-__all__ = ["Progress", "check_document", "render_check"]
+__all__ = ["Progress", "check_document", "render_check", "render_dtensor_check"]
 
 KIND_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -207,3 +207,41 @@ def _timings_line(report: CheckReport) -> str:
         parts.append(f"compile at full depth up to ~{full:.0f} s ({how}; this host's CPU compile scaled by "
                      "blocks, an upper bound; a TPU compiles differently)")
     return f"[dim]Time: {', '.join(parts)}{note}[/dim]"
+
+
+def render_dtensor_check(report, console) -> None:
+    """`meshlab check --backend dtensor` (a meshlab.backend.dtensor_check.DTensorCheckReport)."""
+    setup = report.setup
+    depth = ", ".join(f"{n} of {setup.full_blocks[k]} {k}" for k, n in setup.checked_blocks.items())
+    geo = setup.geometry
+    console.print(f"[bold]{setup.strategy.name}[/bold] with DTensor: {setup.card.name} ({depth}) on {report.world} "
+                  f"gloo processes, mesh {setup.plan.mesh.describe()}; forward of batch {geo.batch}, "
+                  f"{geo.image_tokens} image + {geo.text_tokens} text tokens, {setup.strategy.workload.dtype}")
+    agreeing = len(report.parameters) - len(report.mismatches)
+    console.print(f"Parameters: {agreeing} of {len(report.parameters)} agree on every rank (placements, local shard "
+                  "shape, and the slice of the whole weight each rank holds)")
+    if report.mismatches:
+        table = Table("parameter", "planned", "DTensor", "predicted shard", "held", "ranks off", title="Mismatches")
+        for p in report.mismatches[:20]:
+            r = p.disagreeing_ranks[0]
+            table.add_row(p.name, p.predicted_placements, p.placements[r], str(p.predicted_shard_shapes[r]),
+                          str(p.shard_shapes[r]), ", ".join(map(str, p.disagreeing_ranks)))
+        console.print(table)
+    predicted, held = report.predicted_weight_bytes, report.local_weight_bytes
+    console.print(f"Weights per rank: predicted {mib(max(predicted))} on the busiest, {mib(min(predicted))} on the "
+                  f"lightest; DTensor holds {mib(max(held))} and {mib(min(held))}")
+    table = Table("block", "predicted (XLA partitioner)", "issued by DTensor", title="Collectives of one forward")
+    for block, counter in report.predicted_per_block().items():
+        table.add_row(block, kinds(counter), kinds(Counter(report.collectives_per_block.get(block, {}))))
+    table.add_row("whole forward", "", kinds(Counter(report.collectives)))
+    console.print(table)
+    verdict = "[green]within[/green]" if report.output_agrees else "[red]beyond[/red]"
+    console.print(f"Output: max |sharded - unsharded CPU float32| = {report.max_abs_error:.4g} (largest |value| "
+                  f"{report.reference_max_abs:.3g}), {verdict} the {setup.strategy.workload.dtype} tolerance "
+                  f"{report.tolerance:.3g}")
+    t = report.timings
+    console.print(f"[dim]Time: reference {t.get('reference', 0):.1f} s, build and apply "
+                  f"{t.get('build_and_apply', 0):.1f} s, forward {t.get('forward', 0):.1f} s (rank 0; "
+                  f"{report.world} processes share this host's cores)[/dim]")
+    console.print("[green]the plan and DTensor agree[/green]" if report.agrees
+                  else "[red]the plan and DTensor disagree[/red]")
