@@ -1,4 +1,5 @@
-"""A plan in forms other tools read: a standalone PyTorch/XLA snippet, and the parameter-to-spec map. Pure.
+"""A plan in forms other tools read: a standalone PyTorch/XLA snippet, the same plan as a torch.distributed
+DTensor snippet, and the parameter-to-spec map. Pure.
 
 The snippet carries the strategy's rules, not one line per parameter: a ten-line resolver in it gives every
 parameter the spec meshlab's planner gave it (tests hold the two to exact agreement on every built-in strategy).
@@ -11,7 +12,7 @@ from collections import Counter
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Activations, Rule
 
-_RESOLVER = '''
+_SPEC_FOR = '''
 
 
 def spec_for(name, shape):
@@ -31,7 +32,9 @@ def spec_for(name, shape):
             return (axis, None) if shard == "column" else (None, axis)
         return tuple(shard)  # an explicit spec, one entry per dim
     return (None,) * len(shape)
+'''
 
+_TORCH_XLA = '''
 
 def make_mesh():
     count = xr.global_runtime_device_count()
@@ -74,7 +77,94 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
         *_rule_lines(plan, rules),
         "]",
     ]
-    return "\n".join(lines) + _RESOLVER + _inputs_comment(activations, mesh.names)
+    return "\n".join(lines) + _SPEC_FOR + _TORCH_XLA + _inputs_comment(activations, mesh.names)
+
+
+_DTENSOR = '''
+
+def placements_for(spec):
+    """DTensor placements, one per mesh axis: Shard(d) where the axis splits dim d, else Replicate()."""
+    placements = [Replicate()] * len(AXES)
+    for dim, entry in enumerate(spec):
+        for axis in (entry,) if isinstance(entry, str) else entry or ():
+            placements[AXES.index(axis)] = Shard(dim)
+    return placements
+
+
+def make_mesh():
+    """Every rank calls this after torch.distributed.init_process_group() (torchrun sets the environment)."""
+    world = dist.get_world_size()
+    if world != DEVICES:
+        raise RuntimeError(f"this plan is for {DEVICES} ranks, the process group has {world}")
+    kind = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    if kind == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank() % torch.cuda.device_count())))
+    return init_device_mesh(kind, MESH_SHAPE, mesh_dim_names=AXES)
+
+
+def shard_module(module, mesh):
+    """Give every parameter its placements. Every rank holds the same weights (same checkpoint or seed), so each
+    keeps its own slice with no communication (src_data_rank=None)."""
+    for name, param in list(module.named_parameters()):
+        owner_path, _, leaf = name.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        value = param.detach().to(mesh.device_type)
+        placed = distribute_tensor(value, mesh, placements_for(spec_for(name, tuple(value.shape))),
+                                   src_data_rank=None)
+        setattr(owner, leaf, torch.nn.Parameter(placed, requires_grad=False))
+'''
+
+
+def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations) -> str:
+    """The plan for torch.distributed: a DeviceMesh of the plan's axes and DTensor placements from the same rules.
+    A spec DTensor cannot express (meshlab.plan.placements) is a PlanError naming the parameter."""
+    from meshlab.errors import PlanError
+    from meshlab.plan.placements import placements_of
+
+    mesh = plan.mesh
+    for p in plan.parameters:
+        problem = placements_of(p.spec, mesh).problem
+        if problem:
+            raise PlanError(f"DTensor cannot hold {p.name} as planned ({p.spec}): {problem}",
+                            "list the axes of that dim in mesh order in the rule, or export --format torch-xla")
+    lines = [
+        f"# Sharding plan {plan.strategy_name!r} for {plan.card.name} ({plan.card.class_name}) on a "
+        f"{mesh.describe()} mesh, exported by meshlab for torch.distributed (DTensor).",
+        f"# Usage: torchrun --nproc-per-node {mesh.device_count} your_script.py; in it, after",
+        "# torch.distributed.init_process_group(): mesh = make_mesh(); shard_module(pipe.transformer, mesh); run the",
+        "# forward under torch.distributed.tensor.experimental.implicit_replication(). On CPU ranks (gloo), DTensor has",
+        "# no rule for SDPA's CPU kernel: meshlab.backend.dtensor.cpu_attention_rule() registers one.",
+        "import fnmatch",
+        "import os",
+        "import re",
+        "",
+        "import torch",
+        "import torch.distributed as dist",
+        "from torch.distributed.device_mesh import init_device_mesh",
+        "from torch.distributed.tensor import Replicate, Shard, distribute_tensor",
+        "",
+        f"DEVICES = {mesh.device_count}",
+        f"MESH_SHAPE = {tuple(mesh.shape)!r}",
+        f"AXES = {tuple(mesh.names)!r}",
+        "",
+        "# (regex over the parameter path, how, mesh axes, min rank); the first match wins, no match: replicated.",
+        "RULES = [",
+        *_rule_lines(plan, rules),
+        "]",
+    ]
+    return "\n".join(lines) + _SPEC_FOR + _DTENSOR + _dtensor_inputs_comment(activations)
+
+
+def _dtensor_inputs_comment(activations: Activations) -> str:
+    if not activations.batch and not activations.sequence:
+        return ""
+    batch, sequence = activations.batch, activations.sequence
+    hidden = f"({batch!r}, {sequence!r}, None)"
+    return (
+        "\n\n# Inputs: split the batch dim (dim 0) of every batched input over "
+        f"{batch!r}" + (f", and hidden_states' token dim over {sequence!r}" if sequence else "") + ", e.g.\n"
+        f"# hidden_states = distribute_tensor(hidden_states, mesh, placements_for({hidden}), src_data_rank=None)\n"
+    )
 
 
 def _rule_lines(plan: Plan, rules) -> list[str]:

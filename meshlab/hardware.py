@@ -29,7 +29,7 @@ INTERCONNECTS = ("ici-torus", "nvswitch")
 
 COUNT_FIELDS = ("chips", "hosts", "ici_links")
 BYTE_FIELDS = ("hbm_bytes", "usable_hbm_bytes", "runtime_reserve_bytes", "host_memory_bytes")
-RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth")
+RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth", "dcn_bandwidth_per_host")
 TIME_FIELDS = ("collective_latency_s", "step_overhead_s")
 FRACTION_FIELDS = ("compute_efficiency", "hbm_efficiency")
 # Every field that is a figure: each carries a source, and each can be overridden.
@@ -57,6 +57,8 @@ class Hardware:
     ``topology`` is a ring where ``wraparound`` says so, else an open line. On ``nvswitch`` hardware the node is
     one axis with ``wraparound`` true and a single link carrying the GPU's whole NVLink bandwidth.
     The planner's memory budget per chip is `budget_bytes` (usable HBM less the runtime reserve).
+    Several slices (``v6e-8x2``) count every chip and host of all of them; ``topology`` is one slice's, and a
+    collective that crosses slices moves over the data-center network at `dcn_bandwidth_per_chip`.
     """
 
     name: str
@@ -75,12 +77,14 @@ class Hardware:
     hbm_bandwidth: float  # bytes/s per chip
     bf16_flops: float  # dense bf16 peak FLOP/s per chip
     ici_link_bandwidth: float  # bytes/s one way per link (GPUs: whole NVLink bandwidth one way)
+    dcn_bandwidth_per_host: float  # bytes/s a host sends over the data-center network
     compute_efficiency: float  # fraction of bf16_flops a large matmul reaches
     hbm_efficiency: float  # fraction of hbm_bandwidth a streaming kernel reaches
     collective_latency_s: float  # fixed latency per collective hop/step
     step_overhead_s: float  # host overhead per step
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     overridden: tuple[str, ...] = ()
+    slices: int = 1  # slices joined by DCN (a `<system>x<k>` name)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", tuple(self.topology))
@@ -92,6 +96,15 @@ class Hardware:
         problems = _problems(self)
         if problems:  # the first broken invariant; fixing it reveals the next
             raise ValueError(f"hardware {self.name!r}: {problems[0]}")
+
+    @property
+    def chips_per_slice(self) -> int:
+        return self.chips // self.slices
+
+    @property
+    def dcn_bandwidth_per_chip(self) -> float:
+        """Each chip's share of its host's DCN bandwidth (the hosts of a slice share theirs among its chips)."""
+        return self.dcn_bandwidth_per_host * self.hosts / self.chips
 
     @property
     def budget_bytes(self) -> int:
@@ -119,8 +132,12 @@ def _problems(hw: Hardware) -> list[str]:
             problems.append(f"{name} ({getattr(hw, name)!r}) must be a positive integer")
     if not hw.topology or not all(_is_int(n) and n >= 1 for n in hw.topology):
         problems.append(f"topology {list(hw.topology)} must be a non-empty list of positive integers")
-    elif math.prod(hw.topology) != hw.chips:
-        problems.append(f"topology {list(hw.topology)} holds {math.prod(hw.topology)} chips, not chips ({hw.chips})")
+    elif not _is_int(hw.slices) or hw.slices < 1:
+        problems.append(f"slices ({hw.slices!r}) must be a positive integer")
+    elif math.prod(hw.topology) * hw.slices != hw.chips:
+        per = f" per slice over {hw.slices} slices" if hw.slices > 1 else ""
+        problems.append(f"topology {list(hw.topology)} holds {math.prod(hw.topology)} chips{per}, not chips "
+                        f"({hw.chips})")
     if len(hw.wraparound) != len(hw.topology) or not all(isinstance(w, bool) for w in hw.wraparound):
         problems.append(f"wraparound {list(hw.wraparound)} must be one true/false per topology axis")
     problems += _byte_problems(hw)
@@ -259,12 +276,29 @@ def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hard
     each other (e.g. ``chips`` without a matching ``topology``).
     """
     table = catalog()
+    slices = _MULTISLICE.fullmatch(name)
+    if slices and slices.group(1) in table and table[slices.group(1)].kind == "tpu" and int(slices.group(2)) >= 2:
+        hardware = multislice(table[slices.group(1)], int(slices.group(2)))
+        return _override(hardware, overrides) if overrides else hardware
     base, _, part = name.partition(":")  # "h100:1": one GPU of an h100 node (what `Hardware.using` names)
     if base not in table or (part and not (part.isdigit() and table[base].kind == "gpu"
                                            and 1 <= int(part) <= table[base].chips)):
         raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)}")
     hardware = table[base].using(int(part)) if part else table[base]
     return _override(hardware, overrides) if overrides else hardware
+
+
+_MULTISLICE = re.compile(r"(.+)x([0-9]+)")
+
+
+def multislice(one: Hardware, slices: int) -> Hardware:
+    """`slices` copies of the slice `one`, joined by DCN: every chip and host counted, one slice's topology."""
+    if one.slices != 1:
+        raise InputError(f"{one.name} is already {one.slices} slices", "name a single slice, e.g. v6e-8x2")
+    sources = {**one.sources, "chips": f"{slices} slices of {one.name}: {one.sources['chips']}",
+               "hosts": f"{slices} slices of {one.name}: {one.sources['hosts']}"}
+    return replace(one, name=f"{one.name}x{slices}", chips=one.chips * slices, hosts=one.hosts * slices,
+                   slices=slices, sources=sources)
 
 
 def _override(hardware: Hardware, overrides: dict[str, object]) -> Hardware:
@@ -298,7 +332,11 @@ def _load() -> tuple[tuple[str, Hardware], ...]:
     # libyaml's parser when PyYAML has it: the pure-Python one takes ~0.4 s on this catalog
     data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     accelerators = data["accelerators"]
-    return tuple((name, _build(name, entry, accelerators)) for name, entry in data["systems"].items())
+    systems = {name: _build(name, entry, accelerators) for name, entry in data["systems"].items()}
+    for name in data.get("multislice", ()):
+        base, slices = _MULTISLICE.fullmatch(name).groups()
+        systems[name] = multislice(systems[base], int(slices))
+    return tuple(systems.items())
 
 
 def _build(name: str, system: dict[str, Any], accelerators: dict[str, Any]) -> Hardware:
@@ -342,7 +380,7 @@ def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
         "name": hw.name,
         "kind": hw.kind,
         "chips": str(hw.chips),
-        "topology": "x".join(map(str, hw.topology)),
+        "topology": "x".join(map(str, hw.topology)) + (f" x{hw.slices} slices" if hw.slices > 1 else ""),
         "hbm": _gib(hw.hbm_bytes),
         "usable_hbm": _gib(hw.usable_hbm_bytes),
         "hbm_bandwidth": f"{hw.hbm_bandwidth / 1e12:.2f} TB/s",

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.cards.card import ModelCard, load_card
-from meshlab.errors import MeshlabError
+from meshlab.errors import MeshlabError, PlanError
 from meshlab.hardware import Hardware, load_hardware
 from meshlab.memory import MemoryReport, memory_report
+from meshlab.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
@@ -47,8 +48,30 @@ def plan_strategy(loaded: LoadedStrategy) -> PlannedStrategy:
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
     plan = make_plan(strategy, card, hardware.chips)
+    check_dcn(strategy.dcn, plan.mesh, hardware)
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
     return PlannedStrategy(loaded, card, hardware, plan, memory)
+
+
+def check_dcn(dcn: dict[str, int], mesh: AbstractMesh, hardware: Hardware) -> None:
+    """`dcn` (axis -> slices it spans) must name mesh axes, divide them, and multiply to the hardware's slices."""
+    for axis, slices in dcn.items():
+        if axis not in mesh.names:
+            raise PlanError(f"dcn names axis {axis!r}, which the mesh ({', '.join(mesh.names)}) does not have",
+                            f"name a mesh axis, e.g. dcn: {{{mesh.names[0]}: {hardware.slices}}}", field=("dcn", axis))
+        if mesh.size(axis) % slices:
+            raise PlanError(f"dcn: {{{axis}: {slices}}} does not divide axis {axis!r} of size {mesh.size(axis)}",
+                            f"span a divisor of {mesh.size(axis)} slices, or grow the axis", field=("dcn", axis))
+    spanned = math.prod(dcn.values())
+    if spanned == hardware.slices:
+        return
+    if hardware.slices == 1:
+        raise PlanError(f"dcn spans {spanned} slices, but {hardware.name} is one slice",
+                        f"drop dcn, or use hardware {hardware.name}x{spanned}", field=("dcn",))
+    fits = [a for a in mesh.names if mesh.size(a) % hardware.slices == 0]
+    example = f"e.g. dcn: {{{fits[0]}: {hardware.slices}}}" if fits else "grow an axis to a multiple of the slices"
+    raise PlanError(f"{hardware.name} is {hardware.slices} slices, and dcn spans {spanned}",
+                    f"say which mesh axes cross slices, {example}", field=("dcn",))
 
 
 def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:

@@ -8,9 +8,9 @@ from typing import Optional
 import typer
 
 from meshlab.cli.output import console, print_json, reports_errors
-from meshlab.errors import InputError
+from meshlab.errors import InputError, MeshlabError
 
-EXPORT_FORMATS = ("torch-xla", "json")
+EXPORT_FORMATS = ("torch-xla", "dtensor", "json")
 
 
 def register(app: typer.Typer) -> None:
@@ -66,16 +66,23 @@ def check(
 @reports_errors
 def export(
     strategy: Path = typer.Argument(..., help="strategy YAML file"),
-    fmt: str = typer.Option("torch-xla", "--format", help="torch-xla: a Python snippet; json: the spec map"),
+    fmt: str = typer.Option("torch-xla", "--format", help="torch-xla: a PyTorch/XLA snippet; dtensor: a "
+                            "torch.distributed DeviceMesh/DTensor snippet; json: the spec map"),
 ) -> None:
-    """Print a plan as a standalone PyTorch/XLA snippet, or as the parameter-to-spec map in JSON."""
+    """Print a plan as a standalone PyTorch/XLA or DTensor snippet, or as the parameter-to-spec map in JSON."""
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
-    from meshlab.export import spec_map_document, torch_xla_snippet
+    from meshlab.export import dtensor_snippet, spec_map_document, torch_xla_snippet
     from meshlab.planning import plan_file
 
     planned = plan_file(strategy)
     if fmt == "json":
         print_json(spec_map_document(planned.plan))
+    elif fmt == "dtensor":
+        try:
+            text = dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations)
+        except MeshlabError as exc:
+            raise planned.loaded.place(exc) from None
+        typer.echo(text, nl=False)
     else:
         typer.echo(torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations), nl=False)

@@ -109,6 +109,9 @@ def render_explain(planned, prediction, console) -> None:
         ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}"),
         ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed"),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"),
+        *([("  of which DCN", _ms(step.dcn), f"crossing {hw.slices} slices ({_dcn_axes(planned)}) at "
+            f"{hw.dcn_bandwidth_per_chip / 1e9:.2f} GB/s per chip ({hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s per "
+            f"host)")] if hw.slices > 1 else []),
         ("host overhead", _ms(step.overhead), "per step"),
         ("[bold]step[/bold]", f"[bold]{_ms(step.total)}[/bold]", ""),
         ("roofline", _ms(step.roofline), "100% of peak FLOPs or HBM bandwidth, no collectives"),
@@ -126,6 +129,10 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _dcn_axes(planned) -> str:
+    return ", ".join(f"{axis} over {k}" for axis, k in planned.strategy.dcn.items() if k > 1)
 
 
 def _collective_table(p) -> Table:

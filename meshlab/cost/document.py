@@ -21,6 +21,7 @@ def prediction_document(p: Prediction) -> dict:
             "hbm_s": step.hbm,
             "compute_or_hbm_s": step.local,
             "collective_s": step.collective,
+            "dcn_s": step.dcn,
             "overhead_s": step.overhead,
             "step_s": step.total,
             "collective_bytes_per_chip": step.collective_bytes,
@@ -51,7 +52,7 @@ def collectives_document(p: Prediction) -> list[dict]:
     return [
         {"kind": c.kind, "axes": list(c.axes), "bytes": c.bytes, "block": c.block, "blocks_like_it": c.count,
          "phase": c.phase, "operands": c.operands, "per_step": c.per_step, "why": c.why,
-         "route": t.route.shape, "seconds": t.seconds}
+         "route": t.route.shape, "seconds": t.seconds, "dcn_seconds": t.dcn_seconds}
         for t in p.step.collectives
         for c in [t.collective]
     ]

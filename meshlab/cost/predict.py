@@ -67,7 +67,7 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     graph = graph_of(plan)
     work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
     collectives = derive(graph, layout, plan.mesh)
-    routes = {axes: route(axes, plan.mesh, hardware) for axes in {c.axes for c in collectives}}
+    routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
     step = step_time(work, collectives, routes, layout, hardware, assumptions)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
                       hardware.bf16_flops)

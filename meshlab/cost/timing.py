@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from meshlab.cost.collectives import KNOWN_DIFFERENCES, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
-from meshlab.cost.topology import Route, collective_seconds
+from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
 from meshlab.hardware import Hardware
 
 
@@ -62,6 +62,7 @@ class TimedCollective:
     collective: Collective
     route: Route
     seconds: float
+    dcn_seconds: float = 0.0  # the part of `seconds` spent crossing slices
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class StepTime:
     overhead: float
     roofline: float  # 100% peak or 100% HBM bandwidth, no collectives, no overhead
     collectives: tuple[TimedCollective, ...] = field(default=())
+    dcn: float = 0.0  # the part of `collective` spent crossing slices (DCN)
 
     @property
     def total(self) -> float:
@@ -94,8 +96,10 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     flops = sum(w.count * w.flops for w in work)
     nbytes = sum(w.count * w.hbm_bytes for w in work)
     timed = tuple(TimedCollective(c, routes[c.axes], collective_seconds(c.kind, c.bytes, routes[c.axes],
-                                                                          hardware.collective_latency_s))
+                                                                          hardware.collective_latency_s),
+                                  dcn_seconds(c.kind, c.bytes, routes[c.axes]))
                   for c in collectives)
+    dcn = sum(t.collective.count * t.dcn_seconds * (1 if t.collective.per_step else calls) for t in timed)
     per_call = sum(t.collective.count * t.seconds for t in timed if not t.collective.per_step)
     per_step = sum(t.collective.count * t.seconds for t in timed if t.collective.per_step)
     coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives)
@@ -104,5 +108,5 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
         calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
         compute=calls * flops / peak, hbm=calls * nbytes / bandwidth, local=calls * local,
         collective=(1 - assumptions.overlap) * (calls * per_call + per_step), collective_bytes=coll_bytes,
-        overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
+        overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed, dcn=(1 - assumptions.overlap) * dcn,
     )

@@ -19,12 +19,22 @@ crosses the middle of the group each way, over the links that cut it: two on a r
 the all-gather's time as the scaling book states for a bidirectional ring), one on an open line (``n B / 4W``);
 a switch sends each GPU's ``B (n - 1) / n`` at its own bandwidth.
 Every step adds the hardware's per-hop latency.
+
+Across slices (a strategy's ``dcn``, hardware ``v6e-8x2``): a mesh axis of size ``n`` spanning ``k`` slices has
+``n / k`` chips inside each slice, numbered minor, as ``HybridMesh`` lays devices out. A collective over axes that
+cross slices runs hierarchically, as XLA's multi-slice collectives do: the ICI part among the ``n_i`` chips of
+the group inside one slice (routed as above), and a DCN part among the ``k`` slices, at each chip's share of its
+host's DCN bandwidth. The DCN part moves, per chip: for an all-gather or reduce-scatter the ICI-sized piece
+``V / n_i`` times ``(k - 1) / k``; an all-reduce twice that (reduce-scatter in the slice, all-reduce of the piece
+over DCN, all-gather in the slice); an all-to-all the ``(k - 1) / k`` of its buffer bound for other slices (the
+rest is an all-to-all inside the slice); a collective-permute its whole buffer. DCN latency is not modelled.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshlab.hardware import Hardware
@@ -38,12 +48,22 @@ class Route:
     chips: int
     bandwidth: float  # bytes/s each chip moves, both directions together
     hops: int  # latency steps of one all-gather
-    shape: str  # "ring", "line", "grid", "strided", "switch", "local"
+    shape: str  # "ring", "line", "grid", "strided", "switch", "local"; "+dcn" when it crosses slices
+    slices: int = 1  # slices the group spans (1: it stays inside one slice)
+    dcn_bandwidth: float = math.inf  # bytes/s each chip sends over DCN
 
 
-def route(axes: tuple[str, ...], mesh: AbstractMesh, hardware: Hardware) -> Route:
-    return _route(axes, mesh.axes, hardware.topology, hardware.wraparound, hardware.interconnect,
-                  hardware.ici_link_bandwidth)
+def route(axes: tuple[str, ...], mesh: AbstractMesh, hardware: Hardware,
+          dcn: Mapping[str, int] | None = None) -> Route:
+    """How the group of `axes` runs on `hardware`; `dcn` (axis -> slices it spans) puts part of axes on DCN."""
+    dcn = dcn or {}
+    inside = tuple((name, size // dcn.get(name, 1)) for name, size in mesh.axes)  # the mesh within one slice
+    ici = _route(axes, inside, hardware.topology, hardware.wraparound, hardware.interconnect,
+                 hardware.ici_link_bandwidth)
+    slices = math.prod(dcn.get(a, 1) for a in axes)
+    if slices == 1:
+        return ici
+    return replace(ici, shape=f"{ici.shape}+dcn", slices=slices, dcn_bandwidth=hardware.dcn_bandwidth_per_chip)
 
 
 @lru_cache(maxsize=512)
@@ -90,7 +110,26 @@ def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def collective_seconds(kind: str, nbytes: float, r: Route, hop_latency: float) -> float:
-    """Time of one collective whose per-chip buffer is `nbytes` (see `Collective.bytes`)."""
+    """Time of one collective whose per-chip buffer is `nbytes` (see `Collective.bytes`): its ICI part, and its
+    DCN part when the group spans slices."""
+    inside = nbytes / r.slices if kind == "all-to-all" else nbytes
+    return _ici_seconds(kind, inside, r, hop_latency) + dcn_seconds(kind, nbytes, r)
+
+
+def dcn_seconds(kind: str, nbytes: float, r: Route) -> float:
+    """The part of one collective that crosses slices (0 inside one slice); see the module's docstring."""
+    k = r.slices
+    if k == 1:
+        return 0.0
+    if kind == "collective-permute":
+        return nbytes / r.dcn_bandwidth
+    if kind == "all-to-all":
+        return nbytes * (k - 1) / k / r.dcn_bandwidth
+    piece = nbytes / r.chips * (k - 1) / k
+    return (2 if kind == "all-reduce" else 1) * piece / r.dcn_bandwidth
+
+
+def _ici_seconds(kind: str, nbytes: float, r: Route, hop_latency: float) -> float:
     if r.chips == 1:
         return 0.0
     moved = nbytes * (r.chips - 1) / r.chips

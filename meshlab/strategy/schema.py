@@ -170,6 +170,10 @@ class Strategy(Closed):
     mesh: dict[AxisName, int] = Field(
         description="ordered mesh axes, name to size; one size may be -1 (inferred from the device count)"
     )
+    dcn: dict[AxisName, int] = Field(
+        default_factory=dict,
+        description="on several slices (hardware v6e-8x2): the mesh axes that cross slices, each with the number of "
+        "slices it spans (data: 2 is 2 slices x the rest of data within each); their product is the slice count")
     rules: list[Rule] = Field(default_factory=list, max_length=1000, description="first match wins")
     activations: Activations = Field(default_factory=Activations)
     workload: Workload = Field(default_factory=Workload)
@@ -199,6 +203,14 @@ class Strategy(Closed):
             if size != -1 and size < 1:
                 raise ValueError(f"axis {name!r} has size {size}; sizes are positive or -1 (inferred)")
         return mesh
+
+    @field_validator("dcn")
+    @classmethod
+    def _dcn_sizes(cls, dcn: dict[str, int]) -> dict[str, int]:
+        for name, size in dcn.items():
+            if size < 1:
+                raise ValueError(f"dcn axis {name!r} spans {size} slices; give a positive count")
+        return dcn
 
     @property
     def hardware_name(self) -> str:

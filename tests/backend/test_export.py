@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from meshlab.export import spec_map_document, torch_xla_snippet
 from meshlab.planning import plan_file
+from meshlab.spec import PartitionSpec
 from meshlab.strategy.schema import Activations, Rule
 
 from tests.conftest import REPO, STRATEGIES, small_card
@@ -188,3 +189,73 @@ def test_export_rejects_an_unknown_format():
         register(app)
     result = CliRunner().invoke(app, ["export", str(STRATEGIES[0]), "--format", "onnx"])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda p: p.stem)
+def test_dtensor_snippet_places_every_parameter_as_the_plan(strategy):
+    pytest.importorskip("torch")
+    from meshlab.export import dtensor_snippet
+    from meshlab.plan.placements import placements_of
+
+    planned = plan_file(strategy)
+    namespace = run_snippet(dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations))
+    for p in planned.plan.parameters:
+        placements = namespace["placements_for"](namespace["spec_for"](p.name, p.shape))
+        assert "[" + ", ".join(map(_placement, placements)) + "]" == str(placements_of(p.spec, planned.plan.mesh))
+    assert (namespace["MESH_SHAPE"], namespace["AXES"]) == (planned.plan.mesh.shape, planned.plan.mesh.names)
+
+
+@pytest.fixture
+def fake_process_group():
+    """torch's in-process fake backend: a DeviceMesh of 8 ranks in one process, this one rank 0."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    yield torch
+    dist.destroy_process_group()
+
+
+def _app():
+    from meshlab.cli.app import app
+    from meshlab.cli.commands_check import register
+
+    if "export" not in {c.name for c in app.registered_commands}:
+        register(app)
+    return app
+
+
+def _placement(p) -> str:
+    return f"Shard({p.dim})" if p.is_shard() else "Replicate()"
+
+
+def test_dtensor_snippet_runs_on_a_device_mesh(fake_process_group):
+    """The pasted snippet builds the mesh and leaves rank 0 holding exactly its planned slice of each weight."""
+    import torch
+
+    from meshlab.export import dtensor_snippet
+    from meshlab.plan.placements import local_shape
+
+    planned = plan_file(STRATEGIES[0].with_name("2d.yaml"))
+    namespace = run_snippet(dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations))
+    module = torch.nn.Module()
+    module.proj = torch.nn.Linear(6, 10)  # 10 x 6: the largest dim (10) over model's 4 ranks: 3, 3, 3, 1
+    mesh = namespace["make_mesh"]()
+    namespace["shard_module"](module, mesh)
+    weight = module.proj.weight
+    spec = namespace["spec_for"]("proj.weight", (10, 6))
+    assert spec == ("model", None)
+    assert tuple(weight.to_local().shape) == local_shape((10, 6), PartitionSpec("model", None),
+                                                         planned.plan.mesh, 0) == (3, 6)
+    assert tuple(weight.shape) == (10, 6)
+
+
+def test_dtensor_export_refuses_what_dtensor_cannot_hold(tmp_path):
+    strategy = tmp_path / "reversed.yaml"
+    strategy.write_text((REPO / "strategies" / "2d.yaml").read_text().replace(
+        "    axis: model\n", "    axis: [model, data]\n", 1))
+    result = CliRunner().invoke(_app(), ["export", str(strategy), "--format", "dtensor"])
+    assert result.exit_code == 2, result.output
+    assert "DTensor cannot hold" in result.output and "mesh order" in result.output
+    assert "reversed.yaml" in result.output
