@@ -40,8 +40,8 @@ def make_mesh():
     count = xr.global_runtime_device_count()
     if count != DEVICES:
         raise RuntimeError(f"this plan is for {DEVICES} devices, {count} are present")
-    if xr.device_type() == "TPU":  # device order that follows the physical topology
-        return xs.HybridMesh(ici_mesh_shape=MESH_SHAPE, axis_names=AXES)
+    if xr.device_type() == "TPU":  # device order that follows the physical topology (and the slices)
+        return xs.HybridMesh(ici_mesh_shape=ICI_MESH_SHAPE, dcn_mesh_shape=DCN_MESH_SHAPE, axis_names=AXES)
     return xs.Mesh(np.arange(count), MESH_SHAPE, AXES)
 
 
@@ -53,9 +53,13 @@ def shard_module(module, mesh):
 '''
 
 
-def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations) -> str:
-    """A Python snippet a user pastes into a script: the mesh, the rules, and the mark_sharding calls."""
-    mesh = plan.mesh
+def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations,
+                      dcn: dict[str, int] | None = None) -> str:
+    """A Python snippet a user pastes into a script: the mesh, the rules, and the mark_sharding calls. With `dcn`
+    (axis -> slices it spans) the TPU mesh is a ``HybridMesh`` whose DCN shape puts those axes across slices."""
+    mesh, dcn = plan.mesh, dcn or {}
+    dcn_shape = tuple(dcn.get(name, 1) for name in mesh.names)
+    ici_shape = tuple(size // k for size, k in zip(mesh.shape, dcn_shape))
     lines = [
         f"# Sharding plan {plan.strategy_name!r} for {plan.card.name} ({plan.card.class_name}) on a "
         f"{mesh.describe()} mesh, exported by meshlab.",
@@ -71,6 +75,9 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
         f"DEVICES = {mesh.device_count}",
         f"MESH_SHAPE = {tuple(mesh.shape)!r}",
         f"AXES = {tuple(mesh.names)!r}",
+        f"ICI_MESH_SHAPE = {ici_shape!r}  # within one slice",
+        f"DCN_MESH_SHAPE = {dcn_shape!r}  # across slices" + (
+            f": {', '.join(f'{a} spans {k}' for a, k in dcn.items())}" if dcn else ": one slice"),
         "",
         "# (regex over the parameter path, how, mesh axes, min rank); the first match wins, no match: replicated.",
         "RULES = [",

@@ -387,6 +387,7 @@ def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
         "bf16_peak": f"{hw.bf16_flops / 1e12:.0f} TFLOP/s",
         "ici": f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s x {hw.ici_links}",
         "wraparound": _wrap(hw),
+        "dcn": f"{hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s/host",
     }
     if with_sources:
         row["figures"] = {name: _plain(getattr(hw, name)) for name in FIGURES}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from meshlab.cards.card import ModelCard
 from meshlab.cost.graph import graph_of
@@ -49,6 +49,7 @@ class Arrangement:
     weights: str  # "replicate", "largest" or "pairs"
     sequence: str | None = None  # "ulysses", "ring" or None
     fsdp: bool = False
+    dcn: dict[str, int] = field(default_factory=dict)  # on several slices: the axis that crosses them
 
     @property
     def family(self) -> str:
@@ -150,7 +151,8 @@ def _wildcard(module: str) -> str:
 
 def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, batch_per_replica: int = 1,
           families: tuple[str, ...] = FAMILIES, progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    layouts = [a for a in arrangements(hardware.chips, workload.cfg) if a.uses(families)]
+    layouts = across_slices([a for a in arrangements(hardware.chips, workload.cfg) if a.uses(families)],
+                            hardware.slices)
     base_rules = None
     candidates = []
     for i, arrangement in enumerate(layouts):
@@ -160,7 +162,7 @@ def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, b
                                                card, hardware.chips))
         rules = _rules(arrangement, base_rules, card)
         candidates.append(_evaluate(arrangement.family, arrangement.mesh, rules, card, hardware, model, workload,
-                                    batch_per_replica, _activations(arrangement), SWEEP_REWRITES))
+                                    batch_per_replica, _activations(arrangement), SWEEP_REWRITES, arrangement.dcn))
         if progress:
             progress(i + 1, len(layouts))
     fitting = [c for c in candidates if c.fits]
@@ -174,6 +176,14 @@ def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, b
     front = pareto(fitting)
     best = min(fitting, key=lambda c: (c.prediction.seconds_per_image, -c.headroom))
     return SweepResult(tuple(candidates), front, best)
+
+
+def across_slices(layouts: list[Arrangement], slices: int) -> list[Arrangement]:
+    """On several slices, each arrangement once per mesh axis that can cross them (its size a multiple of the
+    slice count): which axis goes over DCN is part of the plan."""
+    if slices == 1:
+        return layouts
+    return [replace(a, dcn={axis: slices}) for a in layouts for axis, size in a.mesh.items() if size % slices == 0]
 
 
 def _rules(arrangement: Arrangement, pairs: list[Rule] | None, card: ModelCard) -> list[Rule]:
@@ -219,17 +229,20 @@ def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     return tuple(front)
 
 
-def _name(family: str, mesh: dict[str, int]) -> str:
-    return family.replace("+", "-") + "-" + "x".join(f"{k}{v}" for k, v in mesh.items())
+def _name(family: str, mesh: dict[str, int], dcn: dict[str, int] | None = None) -> str:
+    across = "".join(f"-dcn-{axis}" for axis in dcn or {})
+    return family.replace("+", "-") + "-" + "x".join(f"{k}{v}" for k, v in mesh.items()) + across
 
 
 def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations=None,
-              rewrites=()) -> Strategy:
+              rewrites=(), dcn=None) -> Strategy:
     data = mesh.get("data", 1)
+    across = "".join(f", {axis} across {k} slices" for axis, k in (dcn or {}).items())
     return Strategy(
         name=name,
-        description=f"{family} family on a {' x '.join(f'{k} {v}' for k, v in mesh.items())} mesh (from meshlab sweep)",
-        model=model, hardware=hardware.name, mesh=mesh, rules=rules,
+        description=f"{family} family on a {' x '.join(f'{k} {v}' for k, v in mesh.items())} mesh{across} "
+                    "(from meshlab sweep)",
+        model=model, hardware=hardware.name, mesh=mesh, rules=rules, dcn=dict(dcn or {}),
         activations=activations or Activations(batch="data"),
         workload=workload.model_copy(update={"batch": data * batch_per_replica}),
         rewrites=list(rewrites),
@@ -237,9 +250,9 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
 
 
 def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica, activations=None,
-              rewrites=()) -> Candidate:
-    strategy = _strategy(_name(family, mesh), family, mesh, rules, model, hardware, workload, batch_per_replica,
-                         activations, rewrites)
+              rewrites=(), dcn=None) -> Candidate:
+    strategy = _strategy(_name(family, mesh, dcn), family, mesh, rules, model, hardware, workload, batch_per_replica,
+                         activations, rewrites, dcn)
     try:
         plan = make_plan(strategy, card, hardware.chips)
         memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
@@ -260,7 +273,7 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
              for r in s.rules]
     document = {
         "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
-        "mesh": dict(s.mesh), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
+        "mesh": dict(s.mesh), **({"dcn": dict(s.dcn)} if s.dcn else {}), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
         "rewrites": list(s.rewrites), "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
     }
     header = (
@@ -315,6 +328,7 @@ def sweep_document(result: SweepResult, hardware: Hardware, seconds: float | Non
 
     def row(c: Candidate) -> dict:
         doc = {"name": c.strategy.name, "family": c.family, "mesh": dict(c.strategy.mesh),
+               **({"dcn": dict(c.strategy.dcn)} if c.strategy.dcn else {}),
                "batch": c.strategy.workload.batch, "fits": c.fits, "dropped": c.dropped}
         if c.memory is not None:
             doc["peak_bytes_per_chip"] = c.memory.most_loaded.total

@@ -85,4 +85,5 @@ def export(
             raise planned.loaded.place(exc) from None
         typer.echo(text, nl=False)
     else:
-        typer.echo(torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations), nl=False)
+        typer.echo(torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations,
+                                      planned.strategy.dcn), nl=False)
