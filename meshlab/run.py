@@ -47,6 +47,7 @@ class RunOptions:
     experiment: str | None = None
     timeout_s: float = 3600.0
     scan: bool | None = None  # block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
+    backend: str = "xla"  # "xla": PyTorch/XLA SPMD; "dtensor": torch.distributed DTensor, one process per device
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
     try:
         _refuse_if_too_big(planned, options)
-        _require_torch_xla()
+        _require_backend(planned, options)
         checkpoint = _checkpoint(options.checkpoint)
         result = _run_worker(path, planned, checkpoint, workload, options)
     except MeshlabError as error:
@@ -117,13 +118,25 @@ def _refuse_if_too_big(planned: PlannedStrategy, options: RunOptions) -> None:
         )
 
 
-def _require_torch_xla() -> None:
+def _require_backend(planned: PlannedStrategy, options: RunOptions) -> None:
     from importlib.util import find_spec
 
-    missing = [name for name in ("torch", "torch_xla", "diffusers", "transformers") if find_spec(name) is None]
+    from meshlab.api import BACKENDS
+
+    if options.backend not in BACKENDS:
+        raise InputError(f"unknown backend {options.backend!r}", f"use --backend {' or '.join(BACKENDS)}")
+    needed = ("torch", "diffusers", "transformers") + (("torch_xla",) if options.backend == "xla" else ())
+    missing = [name for name in needed if find_spec(name) is None]
     if missing:
         raise BackendError(f"running a pipeline needs {', '.join(missing)}, which is not installed",
                            "install the extra: pip install -e '.[xla]'")
+    if options.backend == "dtensor":
+        if _joint_guidance(planned):
+            raise InputError("the DTensor run calls the transformer once per guidance branch, as the stock pipeline "
+                             "does, so a cfg mesh axis (both branches in one call) has nothing to split",
+                             "run this plan with --backend xla, or use a plan without a cfg axis")
+        if options.scan:
+            raise InputError("--scan is torch_xla's; the DTensor backend has no scan", "drop --scan")
 
 
 def _checkpoint(name: str) -> Path:
@@ -153,6 +166,8 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
     options.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".meshlab-run-", dir=options.out_dir) as scratch:
         scratch = Path(scratch)
+        if options.backend == "dtensor":
+            return _run_dtensor(path, planned, checkpoint, workload, options, scratch)
         request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
                    "joint_guidance": _joint_guidance(planned),
                    "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
@@ -173,6 +188,23 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         if result.get("image"):
             result["image_bytes"] = Path(result["image"]).read_bytes()
         return result
+
+
+def _run_dtensor(path: Path, planned: PlannedStrategy, checkpoint: Path, workload: dict, options: RunOptions,
+                 scratch: Path) -> dict:
+    request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
+               "world": planned.plan.mesh.device_count, "prompt": options.prompt,
+               "negative_prompt": options.negative_prompt, "seed": options.seed, "verify": options.verify,
+               "load_dtype": _load_dtype(options, workload), "scratch": str(scratch)}
+    env = dict(os.environ)
+    env.setdefault("PJRT_DEVICE", "CPU")  # diffusers imports torch_xla when it is installed; keep it quiet
+    try:
+        result = call_worker("meshlab.pipeline.dtensor_run", request, env, folder=scratch, timeout_s=options.timeout_s)
+    except InputError as error:
+        raise InputError(error.problem, "use a strategy that applies to this checkpoint's model") from None
+    if result.get("image"):
+        result["image_bytes"] = Path(result["image"]).read_bytes()
+    return result
 
 
 CACHE_MANIFEST = "meshlab-cache.json"
@@ -242,6 +274,7 @@ def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) 
         "strategy": {"name": planned.strategy.name, **strategy_identity(Path(planned.loaded.document.file))},
         "model": planned.card.name,
         "checkpoint": options.checkpoint,
+        "backend": options.backend,
         "hardware": {"platform": (accelerator_platform() or "cpu").lower(), "devices": planned.plan.mesh.device_count,
                      "host": platform.node()},
         "versions": _versions(),

@@ -128,8 +128,60 @@ def forward_context():
 
     if device_type() == "cpu":
         cpu_attention_rule()
-    with torch.no_grad(), implicit_replication():
+    with torch.no_grad(), implicit_replication(), _linears():
         yield
+
+
+@contextlib.contextmanager
+def _linears():
+    """Two things every ``nn.Linear`` does differently while a sharded forward runs (restored afterwards):
+
+    - its output never stays a pending sum (``Partial``): it is all-reduced there, as a row-split Linear is under
+      XLA and in ``RowwiseParallel``. DTensor in torch 2.9 adds a Python scalar to each rank's part of a pending
+      sum (``1 + scale`` in every modulation gives wrong pixels; pytorch/pytorch#163193, fixed by #170030 after
+      2.9), and diffusers adds scalars right after Linears;
+    - an input split on both batch and tokens runs as a batched matmul: ``F.linear`` flattens the two into one
+      dim, which DTensor cannot do while both are split (a batch and a sequence axis together, as Ulysses with
+      data or guidance parallelism has them).
+    """
+    import torch
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    original = torch.nn.Linear.forward
+
+    def forward(self, x):
+        if isinstance(x, DTensor) and x.ndim == 3 and _splits(x, 0) and _splits(x, 1):
+            weight = self.weight.t().unsqueeze(0).expand(x.shape[0], -1, -1)
+            y = torch.bmm(x, weight)
+            y = y + self.bias if self.bias is not None else y
+        else:
+            y = original(self, x)
+        if isinstance(y, DTensor) and any(isinstance(p, Partial) for p in y.placements):
+            y = y.redistribute(y.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in y.placements])
+        return y
+
+    torch.nn.Linear.forward = forward
+    try:
+        yield
+    finally:
+        torch.nn.Linear.forward = original
+
+
+@contextlib.contextmanager
+def missing_rules():
+    """An op DTensor has no sharding rule for (``NotImplementedError``) becomes a BackendError naming it."""
+    try:
+        yield
+    except NotImplementedError as exc:
+        import torch
+
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BackendError(f"DTensor (torch {torch.__version__}) cannot run this model's forward: {first}",
+                           "check this plan with --backend xla; the DTensor backend needs that rule") from None
+
+
+def _splits(tensor, dim: int) -> bool:
+    return any(p.is_shard(dim) for p in tensor.placements)
 
 
 _REGISTERED: list[bool] = []

@@ -107,35 +107,56 @@ def _itemsize(dtype: str) -> int:
 
 def run_dtensor_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None,
                       ) -> DTensorCheckReport:
-    setup = check_setup(path, options)
+    (report,) = run_dtensor_checks([path], options, progress)
+    return report
+
+
+def run_dtensor_checks(paths: list[str | Path], options: CheckOptions, progress: Progress = lambda _: None,
+                       ) -> list[DTensorCheckReport]:
+    """Check several strategy files on one set of ranks (they must plan for the same number of devices)."""
     if options.scan:
         raise InputError("--scan runs block lists through torch_xla's scan, which the DTensor backend does not have",
                          "drop --scan with --backend dtensor")
-    try:
-        refuse_inexpressible(setup)
-    except MeshlabError as exc:
-        raise setup.planned.loaded.place(exc) from None
+    setups = [check_setup(path, options) for path in paths]
+    for setup in setups:
+        try:
+            refuse_inexpressible(setup)
+        except MeshlabError as exc:
+            raise setup.planned.loaded.place(exc) from None
     require_torch()
-    world = setup.plan.mesh.device_count
-    request = {"job": {"strategy": str(path), "options": options.to_json()}, "world": world}
+    worlds = {s.plan.mesh.device_count for s in setups}
+    if len(worlds) > 1:
+        raise InputError(f"the strategies plan for different device counts {sorted(worlds)}", "check them one by one")
+    world = worlds.pop()
+    request = {"jobs": [{"strategy": str(path), "options": options.to_json()} for path in paths], "world": world}
     try:
-        ranks = call_worker("meshlab.backend.dtensor_worker", request, _environment(), progress=progress)["ranks"]
+        results = call_worker("meshlab.backend.dtensor_worker", request, _environment(),
+                              progress=progress)["results"]
     except WorkerFailed as error:
         if error.status != "oom":
             raise
         raise WorkerFailed(error.problem, f"check fewer blocks (--layers 1) or a smaller image; the {world} ranks "
                            "each build the model in this host's memory", status="oom") from None
-    return build_report(setup, ranks)
+    return [build_report(setup, ranks) for setup, ranks in zip(setups, results)]
 
 
 def refuse_inexpressible(setup: CheckSetup) -> None:
     """The plan's specs DTensor cannot hold, refused before any process starts, with the first reason."""
+    from meshlab.plan.activations import rule_spec
+
     mesh = setup.plan.mesh
     for p in setup.plan.parameters:
         placements = placements_of(p.spec, mesh)
         if not placements.expressible:
             raise InputError(f"DTensor cannot hold {p.name} as planned ({p.spec}): {placements.problem}",
                              "list the axes of that dim in mesh order, or check with the torch_xla backend")
+    for index, rule in enumerate(setup.strategy.activations.rules):
+        placements = placements_of(rule_spec(rule), mesh)
+        if not placements.expressible:
+            raise InputError(f"DTensor cannot split {rule.point} as activations.rules[{index}] says "
+                             f"({rule_spec(rule)}): {placements.problem}",
+                             "list the axes of that dim in mesh order, or check with the torch_xla backend",
+                             field=("activations", "rules", index))
 
 
 def require_torch() -> None:

@@ -1,56 +1,47 @@
 """The torch half of `meshlab check --backend dtensor`: ``python -m meshlab.backend.dtensor_worker REQUEST RESULT``.
 
-It runs the float32 reference forward on the unsharded model, then starts one process per device with
-``torch.multiprocessing`` (the gloo backend on the CPU: no torchrun needed). Every rank builds the same random
-weights, applies the plan with ``meshlab.apply(..., backend="dtensor")``, reads back its local shards, and runs
-the sharded forward under ``CommDebugMode``, which counts the collectives DTensor issues. Each rank writes its
-findings to its own file; a rank's failure comes back as that rank's error. The ranks die with this process
-(``PR_SET_PDEATHSIG``) and ``torch.multiprocessing`` stops the others when one fails, so no process is left behind.
+It runs the float32 reference forward on the unsharded model, then starts one gloo process per device
+(meshlab.backend.ranks). Every rank builds the same random weights, applies the plan with
+``meshlab.apply(..., backend="dtensor")``, reads back its local shards, and runs the sharded forward under
+``CommDebugMode``, which counts the collectives DTensor issues.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 
-from meshlab.backend.protocol import _ERRORS, error_document, serve
 from meshlab.backend.protocol import report_progress as progress
-from meshlab.errors import BackendError
+from meshlab.backend.protocol import serve
 
 #: CommDebugMode's op names, as the kinds meshlab's cost model and XLA's HLO use.
 KINDS = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
          "all_to_all_single": "all-to-all", "shard_dim_alltoall": "all-to-all", "all_gather": "all-gather",
          "broadcast": "broadcast", "scatter": "scatter", "reduce_scatter": "reduce-scatter", "all_to_all": "all-to-all"}
-#: How long a rank waits on the others before gloo gives up (a rank that died leaves the rest waiting).
-RANK_TIMEOUT_S = 600
 
 
 def handle(request: dict) -> dict:
     import torch
-    import torch.multiprocessing as mp
 
-    job, world = request["job"], request["world"]
-    with tempfile.TemporaryDirectory(prefix="meshlab-ranks-") as scratch:
-        start = time.perf_counter()
-        progress("running the unsharded reference forward on the CPU (float32)")
-        torch.save(_reference(job), Path(scratch) / "reference.pt")
-        reference_s = time.perf_counter() - start
+    from meshlab.backend.ranks import spawn
+
+    jobs, world = request["jobs"], request["world"]
+    with tempfile.TemporaryDirectory(prefix="meshlab-references-") as scratch:
+        references, reference_s = [], []
+        for index, job in enumerate(jobs):
+            start = time.perf_counter()
+            progress(f"running the unsharded reference forward on the CPU (float32), {index + 1} of {len(jobs)}")
+            references.append(str(Path(scratch) / f"reference{index}.pt"))
+            torch.save(_reference(job), references[-1])
+            reference_s.append(time.perf_counter() - start)
         progress(f"starting {world} gloo processes; each builds the model and applies the plan with DTensor")
-        try:
-            mp.start_processes(_rank, args=(world, _free_port(), job, scratch), nprocs=world, join=True,
-                               start_method="spawn")
-        except Exception as exc:  # noqa: BLE001 - the ranks' own error files say what went wrong
-            _raise_rank_error(Path(scratch), world, exc)
-        ranks = [json.loads((Path(scratch) / f"rank{r}.json").read_text()) for r in range(world)]
-    ranks[0]["timings"]["reference"] = reference_s
-    return {"ranks": ranks}
+        ranks = spawn(_check_rank, world, {"jobs": jobs, "references": references})
+    for index, seconds in enumerate(reference_s):
+        ranks[0][index]["timings"]["reference"] = seconds
+    return {"results": [[rank[index] for rank in ranks] for index in range(len(jobs))]}
 
 
 def _reference(job: dict):
@@ -67,27 +58,14 @@ def _reference(job: dict):
         return forward(model, inputs).float()
 
 
-def _rank(rank: int, world: int, port: int, job: dict, scratch: str) -> None:
-    import torch
+def _check_rank(payload: dict, _folder: Path) -> list[dict]:
     import torch.distributed as dist
 
-    _die_with_parent()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    folder = Path(scratch)
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=RANK_TIMEOUT_S))
-        found = _run_rank(rank, job, folder)
-        _write(folder / f"rank{rank}.json", found)
-    except BaseException as exc:  # noqa: BLE001 - every failure goes back as this rank's error
-        _write(folder / f"error{rank}.json", error_document(exc, f"rank {rank} of the DTensor check"))
-        raise SystemExit(1) from None
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    rank = dist.get_rank()
+    return [_run_rank(rank, job, reference) for job, reference in zip(payload["jobs"], payload["references"])]
 
 
-def _run_rank(rank: int, job: dict, folder: Path) -> dict:
+def _run_rank(rank: int, job: dict, reference_path: str) -> dict:
     import torch
     from torch.distributed.tensor.debug import CommDebugMode
 
@@ -105,9 +83,9 @@ def _run_rank(rank: int, job: dict, folder: Path) -> dict:
     sharded = shard_inputs(applied, setup.planned, **inputs)
     timings["build_and_apply"] = time.perf_counter() - start
     if rank == 0:
-        progress("running the sharded forward on every rank")
+        progress(f"running the sharded forward on every rank ({setup.strategy.name})")
     start = time.perf_counter()
-    with dtensor.forward_context(), CommDebugMode() as comm:
+    with dtensor.forward_context(), CommDebugMode() as comm, dtensor.missing_rules():
         output = forward(model, sharded)
     timings["forward"] = time.perf_counter() - start
     whole = dtensor.whole(output).float()
@@ -119,7 +97,7 @@ def _run_rank(rank: int, job: dict, folder: Path) -> dict:
                                         for fqn, counts in comm.comm_module_counts.items() if counts["forward"]},
              "timings": timings}
     if rank == 0:
-        reference = torch.load(folder / "reference.pt")
+        reference = torch.load(reference_path)
         found["max_abs_error"] = float((whole - reference).abs().max())
         found["reference_max_abs"] = float(reference.abs().max())
     return found
@@ -131,41 +109,6 @@ def _kinds(counts) -> dict[str, int]:
         name = str(op).rsplit(".", 1)[-1].removesuffix(".default")
         kinds[KINDS.get(name, name)] += int(count)
     return dict(kinds)
-
-
-def _raise_rank_error(folder: Path, world: int, exc: BaseException) -> None:
-    for rank in range(world):
-        path = folder / f"error{rank}.json"
-        if path.exists():
-            error = json.loads(path.read_text())
-            raise _ERRORS.get(error["type"], BackendError)(error["problem"], error["fix"]) from None
-    raise BackendError(f"the DTensor ranks could not start or stopped: {str(exc).strip().splitlines()[-1][:300]}",
-                       "check that this host can start processes and open local TCP ports; rerun with "
-                       "MESHLAB_DEBUG=1 for the traceback") from None
-
-
-def _write(path: Path, document: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document))
-    os.replace(tmp, path)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """Linux: this rank gets SIGKILL when the worker that started it dies, however it dies."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def main(argv: list[str]) -> int:

@@ -34,6 +34,8 @@ def run(
     verify: bool = typer.Option(False, "--verify", help="also run the stock pipeline on the CPU and compare pixels"),
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
                                         "(default: the strategy's compile.scan_blocks)"),
+    backend: str = typer.Option("xla", "--backend", help="xla: PyTorch/XLA SPMD; dtensor: torch.distributed DTensor "
+                                "on one gloo process per device (or the ranks torchrun started)"),
 ) -> None:
     """Run the pipeline with a plan applied (text encoder on the CPU), time it, record it. Exit 0 ok, 2 bad input
     or refused, 3 failed on the device (oom, error)."""
@@ -44,7 +46,7 @@ def run(
     options = RunOptions(checkpoint=checkpoint or "tiny", prompt=prompt, negative_prompt=negative_prompt,
                          steps=steps, height=height, width=width, cfg_scale=cfg_scale, seed=seed, out_dir=out,
                          results_dir=results, cache_dir=cache_dir, force=force,
-                         verify=verify, scan=scan)
+                         verify=verify, scan=scan, backend=backend)
     if is_experiment(target):
         from meshlab.cli.render_run import run_experiment
 

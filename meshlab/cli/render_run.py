@@ -24,8 +24,11 @@ def render_outcome(outcome, console) -> None:
                   str(record["compiles"]["total"]))
     console.print(table)
     memory = record.get("memory")
-    if memory:
+    if memory and "peak_bytes_per_device" in memory:
         console.print(f"XLA per-device memory (largest program): {memory['peak_bytes_per_device'] / 2**20:.1f} MiB")
+    elif memory and memory.get("weight_bytes_per_rank"):
+        console.print(f"DTensor weight shards per rank: {max(memory['weight_bytes_per_rank']) / 2**20:.2f} MiB on the "
+                      f"busiest of {len(memory['weight_bytes_per_rank'])}")
     if record.get("max_abs_error_vs_cpu") is not None:
         console.print(f"largest pixel difference from the stock pipeline on the CPU: {record['max_abs_error_vs_cpu']:.2e}")
     if record.get("mismatches"):

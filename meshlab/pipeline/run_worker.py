@@ -81,9 +81,9 @@ def cache_outcome(folder: str, counted: dict) -> dict:
     return outcome
 
 
-def plan_for(strategy_path: str, transformer):
+def plan_for(strategy_path: str, transformer, devices: int | None = None):
     """The strategy, the card of the checkpoint's own transformer (a shipped card when it is one), and the
-    strategy's rules planned over that card."""
+    strategy's rules planned over that card for `devices` (None: torch_xla's device count)."""
     from meshlab.cards.card import builtin_cards, load_card
     from meshlab.plan.planner import make_plan
     from meshlab.planning import plan_file
@@ -95,9 +95,11 @@ def plan_for(strategy_path: str, transformer):
         from meshlab.backend.card_import import import_card
 
         card = import_card(type(transformer).__name__, config, name="checkpoint")
-    import torch_xla.runtime as xr
+    if devices is None:
+        import torch_xla.runtime as xr
 
-    return planned.strategy, card, make_plan(planned.strategy, card, xr.global_runtime_device_count())
+        devices = xr.global_runtime_device_count()
+    return planned.strategy, card, make_plan(planned.strategy, card, devices)
 
 
 def _same_model(card, transformer, config: dict) -> bool:

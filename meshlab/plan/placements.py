@@ -9,10 +9,13 @@ The two say the same thing except in two places:
   so meshlab says it cannot express it rather than place the data elsewhere than XLA would.
 - **Uneven dims.** XLA pads every shard to ``ceil(n / k)``; DTensor cuts as ``torch.chunk`` does: chunks of
   ``ceil(n / k)`` rows, so the last ranks hold fewer rows, or none (5 rows over 4 ranks: 2, 2, 1, 0 where XLA
-  holds 2, 2, 2, 2 with three rows of padding). Nested splits compose the same way, and since
+  holds 2, 2, 2, 2 with three rows of padding). A dim split over two axes is cut by the first, then each piece by
+  the second, so uneven rows also sit elsewhere than XLA puts them: 20 rows over (data 2, model 4) are 10 + 10,
+  then 3, 3, 3, 1 of each, where XLA's flat split gives 3, 3, 3, 3, 3, 3, 2, 0. Since
   ``ceil(ceil(n / a) / b) == ceil(n / (a * b))``, the rank at coordinate 0 on every axis holds exactly XLA's
   padded shard. The busiest chip, which is what the memory model reports, is therefore the same under both
-  backends; only the lighter ranks differ (``local_shape`` gives each).
+  backends; only the lighter ranks differ (``local_shape`` gives each, and ``check --backend dtensor`` holds
+  every rank to it).
 """
 
 from __future__ import annotations

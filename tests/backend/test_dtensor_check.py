@@ -1,0 +1,122 @@
+"""meshlab.apply(backend="dtensor") and `meshlab check --backend dtensor` on 8 gloo processes (slow: a minute).
+
+The small Qwen-Image of test_apply_check under the built-in strategies DTensor can express, and an uneven split
+(20 rows over data x model: 3, 3, 3, 1 per half where XLA pads each of 8 shards to 3), all on one set of ranks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.backend.test_apply_check import PADDED, SMALL
+from tests.conftest import REPO
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch", "diffusers")),
+                       reason="needs torch and diffusers: pip install -e '.[xla]'"),
+]
+
+#: Built-in strategies DTensor runs (the others: see test_the_ones_it_cannot_are_refused_with_the_reason).
+EXPRESSIBLE = ("data", "model", "2d", "pairs", "fsdp", "ulysses")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    from meshlab.backend.card_import import import_card, write_card
+    from meshlab.backend.dtensor_check import run_dtensor_checks
+    from meshlab.backend.setup import CheckOptions
+
+    folder = tmp_path_factory.mktemp("dtensor")
+    class_name, config = SMALL["qwen"]
+    card = write_card(import_card(class_name, config, "qwen-small"), folder / "qwen-small.json")
+    paths = {}
+    for name in EXPRESSIBLE:
+        text = (REPO / "strategies" / f"{name}.yaml").read_text()
+        paths[name] = folder / f"{name}.yaml"
+        paths[name].write_text(re.sub(r"(?m)^model: .*$", f"model: {card}", text))
+    paths["padded"] = folder / "padded.yaml"
+    paths["padded"].write_text(PADDED.format(card=card))
+    keys = sorted(paths)
+    return dict(zip(keys, run_dtensor_checks([paths[k] for k in keys], CheckOptions(layers=2))))
+
+
+@pytest.mark.parametrize("name", EXPRESSIBLE)
+def test_every_rank_holds_its_planned_slice_and_the_forward_matches(reports, name):
+    report = reports[name]
+    assert report.world == 8
+    assert not report.mismatches, [p.to_json() for p in report.mismatches[:3]]
+    assert report.output_agrees, (report.max_abs_error, report.tolerance)
+    assert report.local_weight_bytes == report.predicted_weight_bytes
+
+
+def test_uneven_splits_follow_torch_chunk_on_each_rank(reports):
+    report = reports["padded"]
+    (norm,) = [p for p in report.parameters if p.name == "txt_norm.weight"]
+    # split over data then model: 10 rows per data half, then 3, 3, 3, 1 of them per model rank, where XLA's flat
+    # padded split of 20 into 8 gives 3, 3, 3, 3, 3, 3, 2, 0 rows of real data
+    assert norm.shard_shapes == ((3,), (3,), (3,), (1,)) * 2
+    assert norm.agrees and report.agrees
+    # the busiest rank holds XLA's padded shard; the lightest holds less
+    assert max(report.local_weight_bytes) == report.predicted_weight_bytes[0]
+    assert min(report.local_weight_bytes) < max(report.local_weight_bytes)
+
+
+def test_dtensor_issues_the_all_reduces_the_cost_model_predicts_for_pairs(reports):
+    """Pairs splits each Linear pair column then row: one all-reduce per pair, as XLA also does."""
+    report = reports["pairs"]
+    predicted = report.predicted_per_block()["transformer_blocks.0"]
+    assert report.collectives_per_block["transformer_blocks.0"].get("all-reduce") == predicted["all-reduce"]
+
+
+@pytest.mark.parametrize("strategy, message, code", [
+    ("hybrid", "DTensor cannot split attention.qkv", 2),
+])
+def test_the_ones_it_cannot_are_refused_with_the_reason(strategy, message, code):
+    result = subprocess.run([sys.executable, "-m", "meshlab", "check", f"strategies/{strategy}.yaml", "--backend",
+                             "dtensor", "--layers", "1"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unknown_backend_is_exit_2():
+    result = subprocess.run([sys.executable, "-m", "meshlab", "check", "strategies/2d.yaml", "--backend", "jax"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "unknown backend 'jax'" in result.stderr
+
+
+def test_no_rank_is_left_running_when_the_worker_dies():
+    """Killing the process that started the ranks kills them too (PR_SET_PDEATHSIG); the check exits 3."""
+    before = _ranks()
+    check = subprocess.Popen([sys.executable, "-m", "meshlab", "check", "strategies/2d.yaml", "--backend", "dtensor",
+                              "--layers", "1"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    for line in check.stderr:
+        if "starting 8 gloo processes" in line:
+            break
+    time.sleep(5)  # the ranks are importing torch
+    started = _ranks() - before
+    assert started, "the ranks did not start"
+    worker = subprocess.run(["pgrep", "-f", "meshlab.backend.dtensor_worker"], capture_output=True, text=True)
+    for pid in worker.stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    rest = check.stderr.read()
+    assert check.wait(timeout=120) == 3, rest
+    assert "Traceback" not in rest
+    deadline = time.time() + 30
+    while _ranks() & started and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _ranks() & started
+
+
+def _ranks() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "multiprocessing.spawn"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
