@@ -88,6 +88,24 @@ def test_the_ones_it_cannot_are_refused_with_the_reason(strategy, message, code)
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_model_dtensor_has_no_rule_for_stops_with_the_op_named(tmp_path):
+    """Wan 2.1's forward calls aten.unbind, which DTensor in torch 2.9 has no sharding rule for: exit 3, one line."""
+    from meshlab.backend.card_import import import_card, write_card
+
+    class_name, config = SMALL["wan"]
+    card = write_card(import_card(class_name, config, "wan-small"), tmp_path / "wan-small.json")
+    strategy = tmp_path / "wan.yaml"
+    strategy.write_text(re.sub(r"(?m)^model: .*$", f"model: {card}",
+                               (REPO / "strategies" / "wan-14b-v6e-8.yaml").read_text()))
+    result = subprocess.run([sys.executable, "-m", "meshlab", "check", str(strategy), "--backend", "dtensor",
+                             "--layers", "1"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    if result.returncode == 0:
+        pytest.skip("this torch's DTensor runs Wan's forward")
+    assert result.returncode == 3, result.stderr
+    assert "cannot run this model's forward" in result.stderr and "unbind" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_an_unknown_backend_is_exit_2():
     result = subprocess.run([sys.executable, "-m", "meshlab", "check", "strategies/2d.yaml", "--backend", "jax"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
