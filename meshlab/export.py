@@ -125,15 +125,11 @@ def shard_module(module, mesh):
 def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations) -> str:
     """The plan for torch.distributed: a DeviceMesh of the plan's axes and DTensor placements from the same rules.
     A spec DTensor cannot express (meshlab.plan.placements) is a PlanError naming the parameter."""
-    from meshlab.errors import PlanError
-    from meshlab.plan.placements import placements_of
+    from meshlab.plan.placements import required
 
     mesh = plan.mesh
     for p in plan.parameters:
-        problem = placements_of(p.spec, mesh).problem
-        if problem:
-            raise PlanError(f"DTensor cannot hold {p.name} as planned ({p.spec}): {problem}",
-                            "list the axes of that dim in mesh order in the rule, or export --format torch-xla")
+        required(p.spec, mesh, p.name)
     lines = [
         f"# Sharding plan {plan.strategy_name!r} for {plan.card.name} ({plan.card.class_name}) on a "
         f"{mesh.describe()} mesh, exported by meshlab for torch.distributed (DTensor).",

@@ -6,7 +6,7 @@ communication, since every rank already holds the whole value) and frees the res
 meshlab.plan.placements; the few specs DTensor cannot express are refused there with the reason.
 
 The forward runs under ``implicit_replication`` (plain tensors the model makes, such as RoPE tables, count as
-replicated). DTensor (torch 2.9 to 2.11) has no sharding rule for SDPA's CPU kernel
+replicated). DTensor (torch 2.9) has no sharding rule for SDPA's CPU kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``), and its math kernel reshapes batch and heads into one dim,
 which DTensor cannot do when both are split. ``cpu_attention_rule`` registers one, through DTensor's private
 ``register_op_strategy`` (the only private call here): attention is independent per batch row and per head, so q,
@@ -23,7 +23,7 @@ import os
 
 from meshlab.errors import BackendError, InputError
 from meshlab.mesh import AbstractMesh
-from meshlab.plan.placements import Placements, local_slices, placements_of
+from meshlab.plan.placements import Placements, local_slices, required
 from meshlab.spec import PartitionSpec
 
 
@@ -73,19 +73,11 @@ def torch_placements(placements: Placements) -> list:
     return [Shard(p[1]) if p[0] == "shard" else Replicate() for p in placements.placements]
 
 
-def expressible(spec: PartitionSpec, mesh: AbstractMesh, name: str) -> Placements:
-    placements = placements_of(spec, mesh)
-    if not placements.expressible:
-        raise InputError(f"DTensor cannot hold {name} as planned ({spec}): {placements.problem}",
-                         "list the axes of that dim in mesh order in the rule, or use the torch_xla backend")
-    return placements
-
-
 def distribute(value, device_mesh, spec: PartitionSpec, mesh: AbstractMesh, name: str):
     """`value` (the same on every rank) as a DTensor holding only this rank's slice; the rest can be freed."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    placements = torch_placements(expressible(spec, mesh, name))
+    placements = torch_placements(required(spec, mesh, name))
     if device_type() == "cuda" and value.device.type != "cuda":
         value = value.to("cuda")
     sharded = distribute_tensor(value, device_mesh, placements, src_data_rank=None)
@@ -108,7 +100,7 @@ def marker(device_mesh, mesh: AbstractMesh):
     from torch.distributed.tensor import DTensor, Replicate
 
     def mark(tensor, spec: PartitionSpec, label: str):
-        placements = torch_placements(expressible(spec, mesh, label))
+        placements = torch_placements(required(spec, mesh, label))
         if not isinstance(tensor, DTensor):  # a tensor the model made whole on every rank
             tensor = DTensor.from_local(tensor, device_mesh, [Replicate()] * len(mesh.axes), run_check=False)
         try:

@@ -20,7 +20,7 @@ from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.backend.verdict import TOLERANCE, predicted_per_block
 from meshlab.errors import BackendError, InputError, MeshlabError
-from meshlab.plan.placements import local_shape, placements_of
+from meshlab.plan.placements import local_shape, placements_of, required
 from meshlab.spec import PartitionSpec
 
 
@@ -146,17 +146,9 @@ def refuse_inexpressible(setup: CheckSetup) -> None:
 
     mesh = setup.plan.mesh
     for p in setup.plan.parameters:
-        placements = placements_of(p.spec, mesh)
-        if not placements.expressible:
-            raise InputError(f"DTensor cannot hold {p.name} as planned ({p.spec}): {placements.problem}",
-                             "list the axes of that dim in mesh order, or check with the torch_xla backend")
+        required(p.spec, mesh, p.name)
     for index, rule in enumerate(setup.strategy.activations.rules):
-        placements = placements_of(rule_spec(rule), mesh)
-        if not placements.expressible:
-            raise InputError(f"DTensor cannot split {rule.point} as activations.rules[{index}] says "
-                             f"({rule_spec(rule)}): {placements.problem}",
-                             "list the axes of that dim in mesh order, or check with the torch_xla backend",
-                             field=("activations", "rules", index))
+        required(rule_spec(rule), mesh, f"{rule.point} (activations.rules[{index}])", ("activations", "rules", index))
 
 
 def require_torch() -> None:

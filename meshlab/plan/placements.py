@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshlab.errors import PlanError
 from meshlab.mesh import AbstractMesh
 from meshlab.spec import PartitionSpec
 
@@ -57,6 +58,16 @@ def placements_of(spec: PartitionSpec, mesh: AbstractMesh) -> Placements:
         for index in order:
             placements[index] = ("shard", dim)
     return Placements(tuple(placements))
+
+
+def required(spec: PartitionSpec, mesh: AbstractMesh, what: str, field: tuple = ()) -> Placements:
+    """`spec`'s placements, or a PlanError naming `what` (a parameter, an activation rule) and why DTensor cannot
+    hold it."""
+    placements = placements_of(spec, mesh)
+    if not placements.expressible:
+        raise PlanError(f"DTensor cannot hold {what} as planned ({spec}): {placements.problem}",
+                        "list the axes of that dim in mesh order, or use the torch_xla backend", field=field)
+    return placements
 
 
 def local_slices(shape: tuple[int, ...], spec: PartitionSpec, mesh: AbstractMesh,
