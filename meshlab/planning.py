@@ -83,6 +83,18 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
 
 
+def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:
+    """The same strategy planned over its card cut to `layers` blocks per list (what ``--checkpoint random
+    --layers`` builds): memory and predictions for the model that runs."""
+    from meshlab.cards.truncate import truncate_card
+
+    card = truncate_card(planned.card, layers)
+    plan = make_plan(planned.strategy, card, planned.hardware.chips)
+    memory = memory_report(plan, planned.strategy, planned.hardware.usable_hbm_bytes,
+                           planned.hardware.runtime_reserve_bytes)
+    return PlannedStrategy(planned.loaded, card, planned.hardware, plan, memory)
+
+
 def _with_field(load, field: tuple):
     try:
         return load()

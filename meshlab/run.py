@@ -16,7 +16,7 @@ import platform
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -24,9 +24,10 @@ from meshlab.backend.protocol import WorkerFailed, call_worker
 from meshlab.devices import accelerator_platform, child_environment
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
-from meshlab.planning import PlannedStrategy, plan_file, with_workload
+from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_workload
 
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
+RUN_BACKENDS = ("xla", "dtensor", "torch")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,10 @@ class RunOptions:
     experiment: str | None = None
     timeout_s: float = 3600.0
     scan: bool | None = None  # block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
-    backend: str = "xla"  # "xla": PyTorch/XLA SPMD; "dtensor": torch.distributed DTensor, one process per device
+    #: "xla": PyTorch/XLA SPMD; "dtensor": torch.distributed DTensor, one process per device; "torch": plain
+    #: PyTorch on one device (eager, SDPA); "auto": torch (one device) or dtensor on a CUDA host, else xla
+    backend: str = "auto"
+    layers: int | None = None  # with checkpoint "random": blocks per list (and text-encoder layers) to build
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,23 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     workload = _workload(planned, options)
     planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
                             batch=workload["batch"])  # fits and predictions at the size this run uses
+    options = replace(options, backend=resolve_backend(options.backend, planned.plan.mesh.device_count))
+    if options.checkpoint == "random":
+        from meshlab.cards.truncate import block_lists
+
+        planned = at_depth(planned, options.layers or max(block_lists(planned.card).values()))
+    elif options.layers is not None:
+        raise InputError("--layers cuts the blocks of a pipeline meshlab builds, and a saved checkpoint is run whole",
+                         "use --checkpoint random with --layers, or drop --layers")
     record = _base_record(planned, workload, options)
     record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
     try:
         _refuse_if_too_big(planned, options)
         _require_backend(planned, options)
+        if options.checkpoint == "random":
+            from meshlab.pipeline.random_pipeline import refuse_unless_buildable
+
+            refuse_unless_buildable(planned.card)
         checkpoint = _checkpoint(options.checkpoint)
         result = _run_worker(path, planned, checkpoint, workload, options)
     except MeshlabError as error:
@@ -79,6 +95,16 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     if result.get("is_writer", True):
         append_record(record_path, record)
     return RunOutcome(record, record_path, image, tuple(result["summary"].get("warnings", [])))
+
+
+def resolve_backend(backend: str, devices: int) -> str:
+    """``auto``: on a CUDA host plain PyTorch for one device and DTensor for more (torch_xla's CUDA build is not on
+    PyPI); elsewhere PyTorch/XLA. Decided without importing torch (``/dev/nvidiactl``, or CUDA_VISIBLE_DEVICES)."""
+    if backend != "auto":
+        return backend
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    cuda = os.path.exists("/dev/nvidiactl") and visible not in ("", "-1")
+    return ("torch" if devices == 1 else "dtensor") if cuda else "xla"
 
 
 def file_stem(name: str) -> str:
@@ -121,10 +147,14 @@ def _refuse_if_too_big(planned: PlannedStrategy, options: RunOptions) -> None:
 def _require_backend(planned: PlannedStrategy, options: RunOptions) -> None:
     from importlib.util import find_spec
 
-    from meshlab.api import BACKENDS
-
-    if options.backend not in BACKENDS:
-        raise InputError(f"unknown backend {options.backend!r}", f"use --backend {' or '.join(BACKENDS)}")
+    if options.backend not in RUN_BACKENDS:
+        raise InputError(f"unknown backend {options.backend!r}", f"use --backend {', '.join(RUN_BACKENDS)}")
+    if options.backend == "torch" and planned.plan.mesh.device_count != 1:
+        raise InputError(f"plain PyTorch runs on one device, and {planned.strategy.name} plans for "
+                         f"{planned.plan.mesh.device_count}", "use --backend dtensor (or xla), or a one-device plan")
+    if options.backend == "torch" and options.verify:
+        raise InputError("--verify compares a sharded run with the stock pipeline, and --backend torch is the stock "
+                         "pipeline", "drop --verify")
     needed = ("torch", "diffusers", "transformers") + (("torch_xla",) if options.backend == "xla" else ())
     missing = [name for name in needed if find_spec(name) is None]
     if missing:
@@ -139,7 +169,9 @@ def _require_backend(planned: PlannedStrategy, options: RunOptions) -> None:
             raise InputError("--scan is torch_xla's; the DTensor backend has no scan", "drop --scan")
 
 
-def _checkpoint(name: str) -> Path:
+def _checkpoint(name: str) -> Path | str:
+    if name == "random":
+        return name  # built in the worker from the card (meshlab.pipeline.random_pipeline)
     if name == "tiny":
         return _tiny_checkpoint()
     path = Path(name).expanduser()
@@ -166,10 +198,10 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
     options.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".meshlab-run-", dir=options.out_dir) as scratch:
         scratch = Path(scratch)
-        if options.backend == "dtensor":
-            return _run_dtensor(path, planned, checkpoint, workload, options, scratch)
+        if options.backend in ("dtensor", "torch"):
+            return _run_torch(path, planned, checkpoint, workload, options, scratch)
         request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
-                   "joint_guidance": _joint_guidance(planned),
+                   "layers": options.layers, "joint_guidance": _joint_guidance(planned),
                    "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
                    "verify": options.verify, "load_dtype": _load_dtype(options, workload),
                    "scan": planned.strategy.compile.scan_blocks if options.scan is None else options.scan,
@@ -190,16 +222,18 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         return result
 
 
-def _run_dtensor(path: Path, planned: PlannedStrategy, checkpoint: Path, workload: dict, options: RunOptions,
-                 scratch: Path) -> dict:
-    request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
+def _run_torch(path: Path, planned: PlannedStrategy, checkpoint: Path | str, workload: dict, options: RunOptions,
+               scratch: Path) -> dict:
+    """The DTensor run (meshlab.pipeline.dtensor_run) or the plain-PyTorch one (meshlab.pipeline.torch_run)."""
+    request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload, "layers": options.layers,
                "world": planned.plan.mesh.device_count, "prompt": options.prompt,
                "negative_prompt": options.negative_prompt, "seed": options.seed, "verify": options.verify,
                "load_dtype": _load_dtype(options, workload), "scratch": str(scratch)}
     env = dict(os.environ)
     env.setdefault("PJRT_DEVICE", "CPU")  # diffusers imports torch_xla when it is installed; keep it quiet
+    module = "meshlab.pipeline.dtensor_run" if options.backend == "dtensor" else "meshlab.pipeline.torch_run"
     try:
-        result = call_worker("meshlab.pipeline.dtensor_run", request, env, folder=scratch, timeout_s=options.timeout_s)
+        result = call_worker(module, request, env, folder=scratch, timeout_s=options.timeout_s)
     except InputError as error:
         raise InputError(error.problem, "use a strategy that applies to this checkpoint's model") from None
     if result.get("image"):
@@ -274,6 +308,7 @@ def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) 
         "strategy": {"name": planned.strategy.name, **strategy_identity(Path(planned.loaded.document.file))},
         "model": planned.card.name,
         "checkpoint": options.checkpoint,
+        **({"layers": planned.card.source["truncated"]["layers_per_list"]} if options.checkpoint == "random" else {}),
         "backend": options.backend,
         "hardware": {"platform": (accelerator_platform() or "cpu").lower(), "devices": planned.plan.mesh.device_count,
                      "host": platform.node()},

@@ -43,12 +43,18 @@ def depth_config(card: ModelCard, layers: int) -> dict:
 def build_model(card: ModelCard, layers: int, dtype: str, seed: int):
     """The transformer of `card` with `layers` blocks per list, random weights in `dtype`, in eval mode."""
     import diffusers
-    import torch
     from diffusers.models.modeling_utils import no_init_weights
 
     cls = getattr(diffusers, card.class_name)
     with no_init_weights():
         model = cls.from_config(depth_config(card, layers))
+    return randomize(model, dtype, seed)
+
+
+def randomize(model, dtype: str, seed: int):
+    """Every parameter of `model` drawn from the seeded pool into `dtype` (replacing whatever it held); eval mode."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     pool = torch.empty(POOL, dtype=getattr(torch, dtype)).uniform_(-1.0, 1.0, generator=generator)
     offsets = torch.randint(0, POOL, (len(list(model.parameters())),), generator=generator).tolist()

@@ -19,7 +19,10 @@ def register(app: typer.Typer) -> None:
 @reports_errors
 def run(
     target: Path = typer.Argument(..., help="a strategy YAML, or an experiment YAML (lists strategies)"),
-    checkpoint: str = typer.Option(None, "--checkpoint", help="local pipeline folder, or 'tiny' (offline test model)"),
+    checkpoint: str = typer.Option(None, "--checkpoint", help="local pipeline folder, 'tiny' (offline test model), or "
+                                   "'random' (the strategy's card at real width, random weights)"),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="with --checkpoint random: blocks per list "
+                                         "and text-encoder layers to build (default: all)"),
     prompt: str = typer.Option("a red cube on a blue table", "--prompt"),
     negative_prompt: str = typer.Option("blurry, low quality", "--negative-prompt"),
     steps: int = typer.Option(None, "--steps", help="default: the strategy's workload"),
@@ -34,8 +37,9 @@ def run(
     verify: bool = typer.Option(False, "--verify", help="also run the stock pipeline on the CPU and compare pixels"),
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
                                         "(default: the strategy's compile.scan_blocks)"),
-    backend: str = typer.Option("xla", "--backend", help="xla: PyTorch/XLA SPMD; dtensor: torch.distributed DTensor "
-                                "on one gloo process per device (or the ranks torchrun started)"),
+    backend: str = typer.Option("auto", "--backend", help="xla: PyTorch/XLA SPMD; dtensor: torch.distributed DTensor "
+                                "on one gloo process per device (or the ranks torchrun started); torch: plain PyTorch "
+                                "on one device; auto: torch or dtensor on a CUDA host, else xla"),
 ) -> None:
     """Run the pipeline with a plan applied (text encoder on the CPU), time it, record it. Exit 0 ok, 2 bad input
     or refused, 3 failed on the device (oom, error)."""
@@ -46,7 +50,7 @@ def run(
     options = RunOptions(checkpoint=checkpoint or "tiny", prompt=prompt, negative_prompt=negative_prompt,
                          steps=steps, height=height, width=width, cfg_scale=cfg_scale, seed=seed, out_dir=out,
                          results_dir=results, cache_dir=cache_dir, force=force,
-                         verify=verify, scan=scan, backend=backend)
+                         verify=verify, scan=scan, backend=backend, layers=layers)
     if is_experiment(target):
         from meshlab.cli.render_run import run_experiment
 
@@ -55,7 +59,8 @@ def run(
     if checkpoint is None:
         from meshlab.errors import InputError
 
-        raise InputError("--checkpoint is required", "give a local pipeline folder, or 'tiny' for the offline test model")
+        raise InputError("--checkpoint is required", "give a local pipeline folder, 'tiny' for the offline test model, "
+                         "or 'random'")
     with console().status(f"running {target} (compiles on first use)"):
         outcome = run_strategy(target, options)
     render_outcome(outcome, console())

@@ -11,15 +11,11 @@ weights in this process, with the same arguments, and rank 0's pixels are compar
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from meshlab.backend.protocol import report_progress as progress
-
-#: Steps before the steady state (the first step builds DTensor's sharding-propagation caches).
-WARMUP_STEPS = 1
+from meshlab.pipeline import stock
 
 
 def handle(request: dict) -> dict:
@@ -49,20 +45,8 @@ def handle(request: dict) -> dict:
 def _stock_pixels(request: dict):
     import numpy as np
 
-    from meshlab.pipeline.tiny import load_pipeline
-
-    pipe = load_pipeline(Path(request["checkpoint"]), request.get("load_dtype"))
-    return np.asarray(_call(pipe, request).images[0], dtype=np.float32)
-
-
-def _call(pipe, request: dict, callback=None):
-    import torch
-
-    w = request["workload"]
-    return pipe(prompt=request["prompt"], negative_prompt=request["negative_prompt"] if w["cfg"] else None,
-                true_cfg_scale=w["cfg_scale"], num_inference_steps=w["steps"], height=w["height"], width=w["width"],
-                num_images_per_prompt=w["batch"], generator=torch.Generator("cpu").manual_seed(request["seed"]),
-                output_type="np", callback_on_step_end=callback)
+    pipe = stock.load_checkpoint(request)
+    return np.asarray(stock.call(pipe, request).images[0], dtype=np.float32)
 
 
 def _run_rank(request: dict, _folder: Path) -> dict:
@@ -72,20 +56,19 @@ def _run_rank(request: dict, _folder: Path) -> dict:
     from meshlab.api import apply
     from meshlab.backend import dtensor
     from meshlab.pipeline.run_worker import plan_for
-    from meshlab.pipeline.tiny import load_pipeline
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    pipe = load_pipeline(Path(request["checkpoint"]), request.get("load_dtype"))
+    pipe = stock.load_checkpoint(request)
     strategy, card, plan = plan_for(request["strategy"], pipe.transformer, world)
     applied = apply(pipe.transformer, plan, strategy=strategy, backend="dtensor")
     _shard_forward(pipe.transformer, applied, strategy)
-    clock = _Clock(pipe)
+    clock = stock.Clock(pipe)
     if rank == 0:
         progress(f"running the pipeline on {world} ranks ({strategy.name})")
     with dtensor.forward_context():
-        out = _call(pipe, request, clock.step)
+        out = stock.call(pipe, request, clock.step)
     image = out.images[0]
-    summary = clock.summary(applied, dist.get_backend())
+    summary = clock.summary(f"{dist.get_backend()} x{world}", applied.plan.mesh)
     result = {"summary": summary, "mismatches": [p.name for p in applied.mismatches], "weight_bytes": dtensor.local_bytes(pipe.transformer),
               "is_writer": rank == 0,
               "hardware": {"device_type": dtensor.device_type(), "devices": world, "process_group": dist.get_backend()},
@@ -118,50 +101,6 @@ def _shard_forward(transformer, applied, strategy) -> None:
             sample=dtensor.whole(out.sample))
 
     transformer.forward = forward
-
-
-class _Clock:
-    """Wall time of the text encoder, each denoising step and the VAE decode, as the stock pipeline runs them."""
-
-    def __init__(self, pipe):
-        self.start = self.last = time.perf_counter()
-        self.steps: list[float] = []
-        self.encode_s = self.decode_s = 0.0
-        encode, decode = pipe.encode_prompt, pipe.vae.decode
-
-        def timed_encode(*args, **kwargs):
-            started = time.perf_counter()
-            value = encode(*args, **kwargs)
-            self.encode_s += time.perf_counter() - started
-            self.last = time.perf_counter()
-            return value
-
-        def timed_decode(*args, **kwargs):
-            started = time.perf_counter()
-            value = decode(*args, **kwargs)
-            self.decode_s += time.perf_counter() - started
-            return value
-
-        pipe.encode_prompt, pipe.vae.decode = timed_encode, timed_decode
-
-    def step(self, _pipe, _index, _timestep, _kwargs):
-        now = time.perf_counter()
-        self.steps.append(now - self.last)
-        self.last = now
-        return {}
-
-    def summary(self, applied, process_group: str) -> dict:
-        steady = self.steps[WARMUP_STEPS:]
-        timings = {"text_encode_s": self.encode_s, "rope_warmup_s": 0.0, "step_s": self.steps,
-                   "vae_decode_s": self.decode_s, "total_s": time.perf_counter() - self.start,
-                   "first_step_s": self.steps[0] if self.steps else None,
-                   "second_step_s": self.steps[1] if len(self.steps) > 1 else None,
-                   "steady_step_median_s": statistics.median(steady) if steady else None}
-        counters = {"compiles_total": 0, "compiles_steady": 0, "compile_s": None, "host_transfers": None,
-                    "run_fallbacks": {}}
-        return {"device": f"{process_group} x{applied.plan.mesh.device_count}", "attention_backend": "sdpa",
-                "mesh_shape": list(applied.plan.mesh.shape), "mesh_axes": list(applied.plan.mesh.names),
-                "timings": timings, "counters": counters, "warnings": []}
 
 
 def main(argv: list[str]) -> int:

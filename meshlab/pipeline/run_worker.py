@@ -23,16 +23,15 @@ def run(request: dict) -> dict:
     from meshlab.backend import xla
     from meshlab.backend.inputs import input_spec
     from meshlab.pipeline.runner import run_pipeline, run_reference
-    from meshlab.pipeline.tiny import load_pipeline
+    from meshlab.pipeline.stock import load_checkpoint
 
     w = request["workload"]
     negative = request["negative_prompt"] if w["cfg"] else None
     knobs = (request["prompt"], negative, w["steps"], w["height"], w["width"], w["cfg_scale"], request["seed"])
-    dtype = request.get("load_dtype")  # None: as saved (the tiny pipeline, compared with the stock one in float32)
     reference = None
     if request.get("verify"):  # the stock pipeline on the CPU, on a second copy of the weights
-        reference, _ = run_reference(load_pipeline(Path(request["checkpoint"]), dtype), *knobs)
-    pipe = load_pipeline(Path(request["checkpoint"]), dtype)
+        reference, _ = run_reference(load_checkpoint(request), *knobs)
+    pipe = load_checkpoint(request)
     strategy, card, plan = plan_for(request["strategy"], pipe.transformer)
     applied = {}
 
