@@ -29,7 +29,8 @@ INTERCONNECTS = ("ici-torus", "nvswitch")
 
 COUNT_FIELDS = ("chips", "hosts", "ici_links")
 BYTE_FIELDS = ("hbm_bytes", "usable_hbm_bytes", "runtime_reserve_bytes", "host_memory_bytes")
-RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth", "dcn_bandwidth_per_host")
+RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth", "dcn_bandwidth_per_host", "host_link_bandwidth",
+               "host_flops")
 TIME_FIELDS = ("collective_latency_s", "step_overhead_s")
 FRACTION_FIELDS = ("compute_efficiency", "hbm_efficiency")
 # Every field that is a figure: each carries a source, and each can be overridden.
@@ -78,6 +79,8 @@ class Hardware:
     bf16_flops: float  # dense bf16 peak FLOP/s per chip
     ici_link_bandwidth: float  # bytes/s one way per link (GPUs: whole NVLink bandwidth one way)
     dcn_bandwidth_per_host: float  # bytes/s a host sends over the data-center network
+    host_link_bandwidth: float  # bytes/s one way between one chip and its host (PCIe)
+    host_flops: float  # FLOP/s the host CPU gives a component placed on it
     compute_efficiency: float  # fraction of bf16_flops a large matmul reaches
     hbm_efficiency: float  # fraction of hbm_bandwidth a streaming kernel reaches
     collective_latency_s: float  # fixed latency per collective hop/step

@@ -377,9 +377,23 @@ def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, t
         model = _build(spec, cls)
     count = sum(p.numel() for p in model.parameters())
     is_vae = spec.library == "diffusers" and hasattr(model, "decode")
-    working = _decode_working_bytes_per_pixel(spec, cls) if is_vae else 0.0
+    working, decode_flops = _traced_decode(spec, cls) if is_vae else (0.0, 0.0)
+    per_token = 0.0 if is_vae else 2.0 * _text_path_parameters(model)
     scales = _vae_scale_factor(model.config) if is_vae else (8, 1)
-    return Component(name, spec.class_name, count, dtype, working), scales
+    return Component(name, spec.class_name, count, dtype, working, decode_flops, per_token), scales
+
+
+#: Parameter paths a prompt encode does not multiply with: token embeddings (a lookup), the LM head (the pipeline
+#: reads hidden states), a vision tower (no images go in), pooling projections of CLIP-style encoders aside.
+_NOT_PER_TOKEN = ("embed_tokens", "token_embedding", "shared", "lm_head", "visual", "vision", "vision_tower",
+                  "multi_modal_projector", "position_embedding",
+                  "embed_positions")
+
+
+def _text_path_parameters(model) -> int:
+    """Parameters a text encoder multiplies each prompt token by (counted on ``meta``)."""
+    return sum(p.numel() for name, p in model.named_parameters()
+               if not any(part in _NOT_PER_TOKEN for part in name.split(".")) and p.dim() >= 2)
 
 
 def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
@@ -392,15 +406,18 @@ def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
     return 2 ** (len(config["block_out_channels"]) - 1), 1
 
 
-def _decode_working_bytes_per_pixel(spec: ComponentSpec, cls: type) -> float:
-    """An estimate of the decoder's peak working set, in bf16 bytes per output pixel of one image.
+def _traced_decode(spec: ComponentSpec, cls: type) -> tuple[float, float]:
+    """The decoder's peak working set, in bf16 bytes per output pixel of one image, and its FLOPs per output pixel.
 
     A decode from a small latent (random weights, CPU, float32) records, for each leaf module, the elements of
     its tensor inputs plus outputs; the largest, at 2 bytes an element, over the output pixels. A convolutional
     decoder's activations scale with the pixel count, so this multiplies out to any size; the mid-block's
-    attention scores (computed functionally, quadratic in latent pixels) are not included.
+    attention scores (computed functionally, quadratic in latent pixels) are not included. The same decode runs
+    under torch's FlopCounterMode (convolutions, matmuls, attention), whose total over the output pixels scales the
+    same way, the mid-block attention's quadratic part aside.
     """
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(TRACE_SEED)
     vae = cls.from_config(spec.config).eval()
@@ -414,9 +431,10 @@ def _decode_working_bytes_per_pixel(spec: ComponentSpec, cls: type) -> float:
     for module in vae.modules():
         if next(module.children(), None) is None:
             module.register_forward_hook(hook)
-    with torch.no_grad():
+    with torch.no_grad(), FlopCounterMode(display=False) as flops:
         image = vae.decode(torch.randn(_latent_shape(vae.config))).sample
-    return peak * DTYPE_BYTES["bfloat16"] / (image.numel() // image.shape[1])
+    pixels = image.numel() // image.shape[1]
+    return peak * DTYPE_BYTES["bfloat16"] / pixels, flops.get_total_flops() / pixels
 
 
 def _latent_shape(config: Mapping) -> tuple[int, ...]:

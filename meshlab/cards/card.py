@@ -163,6 +163,12 @@ class Component:
     #: Peak working set while decoding, in bytes per output pixel per image (VAE only), measured by a traced
     #: decode at a small size; activations of a convolutional decoder scale with the pixel count.
     working_bytes_per_pixel: float = 0.0
+    #: FLOPs of one decode per output pixel per image (VAE only; convolutions and matmuls as torch's
+    #: FlopCounterMode counts them in the same traced decode). 0: not known (a card from before it was recorded).
+    decode_flops_per_pixel: float = 0.0
+    #: FLOPs of one encode per prompt token (text encoders: 2 x the parameters of the text path, without token
+    #: embeddings, output head or vision tower). 0: not known.
+    flops_per_token: float = 0.0
 
     @property
     def bytes(self) -> int:
@@ -253,7 +259,8 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "components": [
             {"name": c.name, "class_name": c.class_name, "parameters": c.parameters, "dtype": c.dtype,
-             "working_bytes_per_pixel": c.working_bytes_per_pixel}
+             "working_bytes_per_pixel": c.working_bytes_per_pixel,
+             "decode_flops_per_pixel": c.decode_flops_per_pixel, "flops_per_token": c.flops_per_token}
             for c in card.components
         ],
         "dataflow": [

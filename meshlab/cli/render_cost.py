@@ -46,8 +46,9 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             console.print(f"  [bold]{e.planned.strategy.name}[/bold] loses: {e.why}")
     for note in comparison.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
-    console.print("[dim]Every time above is predicted by meshlab's cost model (denoising only); compute/step is "
-                  "FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
+    console.print("[dim]Every time above is predicted by meshlab's cost model; s/image is end to end (text encode, "
+                  "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
+                  "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
                   "collectives + host overhead. `meshlab explain FILE` lists the assumptions.[/dim]")
     if plot is not None:
         console.print(f"plot written to {plot}")
@@ -115,13 +116,14 @@ def render_explain(planned, prediction, console) -> None:
         ("host overhead", _ms(step.overhead), "per step"),
         ("[bold]step[/bold]", f"[bold]{_ms(step.total)}[/bold]", ""),
         ("roofline", _ms(step.roofline), "100% of peak FLOPs or HBM bandwidth, no collectives"),
-        ("seconds per image", f"{p.seconds_per_image:.2f}",
+        ("denoise per image", f"{p.denoise_seconds_per_image:.2f} s",
          f"{layout.steps} steps / {layout.images} image(s) per call; roofline {p.roofline_seconds_per_image:.2f}"),
         ("MFU", f"{100 * p.mfu:.1f}%", f"useful FLOPs over all chips' peak; roofline MFU {100 * p.roofline_mfu:.1f}%"),
     ]
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    console.print(_terms_table(planned, p))
     console.print(_collective_table(p))
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
@@ -129,6 +131,37 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _terms_table(planned, p) -> Table:
+    """Seconds per image end to end, term by term (meshlab.cost.pipeline_time)."""
+    hw, workload, card = planned.hardware, planned.strategy.workload, planned.card
+    table = Table(title=f"One image end to end {PREDICTED}", title_justify="left")
+    for column, justify in (("term", "left"), ("seconds", "right"), ("how", "left")):
+        table.add_column(column, justify=justify)
+    terms = p.terms
+    on_host = planned.strategy.placement.text_encoder == "cpu"
+    encoders = [c for c in card.components if c.name.startswith("text_encoder")]
+    per_token = sum(c.flops_per_token for c in encoders)
+    where = (f"the host at {hw.host_flops / 1e12:.1f} TFLOP/s (assumed)" if on_host
+             else f"the chip at {hw.bf16_flops / 1e12:.0f} TFLOP/s x {hw.compute_efficiency}")
+    vae = next((c for c in card.components if c.name == "vae"), None)
+    rows = [
+        ("text encode", terms.text_encode_s, f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens} tokens x "
+         f"{2 if workload.cfg else 1} prompt(s) on {where}"),
+        ("denoise", terms.denoise_s, f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
+        ("VAE decode", terms.vae_decode_s, f"{(vae.decode_flops_per_pixel if vae else 0) / 1e6:.1f} MFLOP per output "
+         "pixel (traced decode) at the chip's effective peak"),
+        ("host transfers", terms.transfer_s, f"prompt embeddings in, float32 pixels out at "
+         f"{hw.host_link_bandwidth / 1e9:.0f} GB/s"),
+        ("host overhead", terms.overhead_s, f"{_ms(p.step.overhead)} per step"),
+    ]
+    for name, seconds, how in rows:
+        key = {"text encode": "text_encode_s", "VAE decode": "vae_decode_s"}.get(name)
+        table.add_row(name, "unknown" if key in terms.unknown else f"{seconds:.3f}",
+                      "the card lacks this figure: regenerate it" if key in terms.unknown else how)
+    table.add_row("[bold]seconds per image[/bold]", f"[bold]{p.seconds_per_image:.2f}[/bold]", "end to end")
+    return table
 
 
 def _dcn_axes(planned) -> str:
@@ -208,6 +241,8 @@ def _time_parts(entries) -> dict[str, list[float]]:
         values = {"compute / HBM": p.step.local, "collectives": p.step.collective, "host overhead": p.step.overhead}
         for k, v in values.items():
             parts.setdefault(k, []).append(v * per_image)
+        outside = p.terms.text_encode_s + p.terms.vae_decode_s + p.terms.transfer_s if p.terms else 0.0
+        parts.setdefault("text encode + VAE + transfers", []).append(outside)
     return parts
 
 

@@ -28,6 +28,8 @@ def prediction_document(p: Prediction) -> dict:
             "roofline_s": step.roofline,
         },
         "seconds_per_image": p.seconds_per_image,
+        "denoise_seconds_per_image": p.denoise_seconds_per_image,
+        "terms": p.terms.to_json() if p.terms is not None else None,
         "images_per_second": p.images_per_second,
         "roofline_seconds_per_image": p.roofline_seconds_per_image,
         "mfu": p.mfu,

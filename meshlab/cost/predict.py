@@ -9,6 +9,7 @@ from meshlab.cost.collectives import Collective, derive
 from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
+from meshlab.cost.pipeline_time import Terms, pipeline_terms
 from meshlab.cost.timing import Assumptions, StepTime, step_time
 from meshlab.cost.topology import route
 from meshlab.hardware import Hardware
@@ -27,9 +28,16 @@ class Prediction:
     model_flops_per_call: float  # one sample, unsharded
     chips: int
     peak_flops: float  # one chip, 100%
+    terms: Terms | None = None  # one image end to end, term by term (meshlab.cost.pipeline_time)
 
     @property
     def seconds_per_image(self) -> float:
+        """End to end: text encode, denoise, VAE decode, host transfers and per-step overhead."""
+        return self.terms.total if self.terms is not None else self.denoise_seconds_per_image
+
+    @property
+    def denoise_seconds_per_image(self) -> float:
+        """The denoising loop alone (its host overhead included), as it was before the other terms."""
         return self.layout.steps * self.step.total / self.layout.images
 
     @property
@@ -69,5 +77,8 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     collectives = derive(graph, layout, plan.mesh)
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
     step = step_time(work, collectives, routes, layout, hardware, assumptions)
+    batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
+    terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,
+                           batch_split)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
-                      hardware.bf16_flops)
+                      hardware.bf16_flops, terms)

@@ -1,0 +1,79 @@
+"""Seconds per image end to end, term by term: text encode, denoise, VAE decode, host transfers, per-step overhead.
+
+Pure, no torch. Every term is predicted, and each says what it rests on:
+
+- **text_encode_s**: each text encoder's FLOPs per prompt token (the card: 2 x the parameters of its text path) x
+  the workload's text tokens x the prompts one call encodes (two with guidance: the negative prompt too; the
+  pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
+  cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
+- **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
+- **vae_decode_s**: the VAE's FLOPs per output pixel (the card: a traced decode under torch's FlopCounterMode) x
+  the pixels (and frames) of the images one chip decodes (its share of the batch split), at the chip's effective
+  peak (``placement.vae: cpu``: the host's);
+- **transfer_s**: the prompt embeddings in and the decoded pixels (float32) out over one chip's host link;
+- **overhead_s**: the catalog's host overhead per step.
+
+A term whose figure the card lacks (a card imported before it was recorded) is 0 and named in ``unknown``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshlab.cards.card import DTYPE_BYTES, ModelCard
+from meshlab.hardware import Hardware
+from meshlab.strategy.schema import Strategy
+
+TERMS = ("text_encode_s", "denoise_s", "vae_decode_s", "transfer_s", "overhead_s")
+PIXEL_BYTES = 4  # the pipeline hands images back as float32 (output_type "np" or "pt" before PIL)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """One image's share of one pipeline call, in seconds (predicted)."""
+
+    text_encode_s: float
+    denoise_s: float
+    vae_decode_s: float
+    transfer_s: float
+    overhead_s: float
+    unknown: tuple[str, ...] = field(default=())  # terms left at 0 because the card lacks their figure
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, name) for name in TERMS)
+
+    def to_json(self) -> dict:
+        return {**{name: getattr(self, name) for name in TERMS}, "unknown": list(self.unknown)}
+
+
+def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, steps: int, step_s: float,
+                   step_overhead_s: float, images: int, batch_split: int) -> Terms:
+    """The terms for `images` images per call, `steps` steps of `step_s` (of which `step_overhead_s` host
+    overhead), on a mesh whose batch axis splits the images `batch_split` ways."""
+    workload, placement = strategy.workload, strategy.placement
+    device_flops = hardware.bf16_flops * hardware.compute_efficiency
+    unknown = []
+    encoders = [c for c in card.components if c.name.startswith("text_encoder")]
+    if any(c.flops_per_token == 0 for c in encoders):
+        unknown.append("text_encode_s")
+    prompts = 2 if workload.cfg else 1
+    encode_flops = sum(c.flops_per_token for c in encoders) * workload.text_tokens * prompts
+    encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
+    vae = next((c for c in card.components if c.name == "vae"), None)
+    if vae is None or vae.decode_flops_per_pixel == 0:
+        unknown.append("vae_decode_s")
+    pixels = workload.height * workload.width * workload.frames
+    decoded_per_chip = -(-images // batch_split)
+    decode_flops = (vae.decode_flops_per_pixel if vae else 0.0) * pixels * decoded_per_chip
+    decode_rate = hardware.host_flops if placement.vae == "cpu" else device_flops
+    embeddings = workload.text_tokens * card.architecture.text_dim * DTYPE_BYTES[workload.dtype] * prompts
+    moved = embeddings + 3 * pixels * PIXEL_BYTES * decoded_per_chip
+    return Terms(
+        text_encode_s=encode_flops / encode_rate / images,
+        denoise_s=steps * (step_s - step_overhead_s) / images,
+        vae_decode_s=decode_flops / decode_rate / images,
+        transfer_s=moved / hardware.host_link_bandwidth / images,
+        overhead_s=steps * step_overhead_s / images,
+        unknown=tuple(unknown),
+    )

@@ -1,0 +1,107 @@
+"""Seconds per image end to end, term by term (meshlab.cost.pipeline_time): what each term rests on."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from meshlab.cards.card import load_card
+from meshlab.cli.app import app
+from meshlab.cost.pipeline_time import TERMS
+from meshlab.cost.predict import predict
+from meshlab.planning import plan_file
+
+from tests.conftest import REPO
+
+
+def predicted(path=REPO / "strategies" / "2d.yaml", **placement):
+    planned = plan_file(path)
+    strategy = planned.strategy
+    if placement:
+        strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(update=placement)})
+    return planned, predict(planned.plan, strategy, planned.hardware)
+
+
+def test_the_terms_add_up_to_seconds_per_image_and_keep_the_denoise_figure():
+    _, p = predicted()
+    t = p.terms
+    assert p.seconds_per_image == pytest.approx(sum(getattr(t, name) for name in TERMS))
+    assert t.denoise_s + t.overhead_s == pytest.approx(p.denoise_seconds_per_image)
+    assert t.unknown == ()
+    assert all(getattr(t, name) > 0 for name in TERMS)
+
+
+def test_text_encode_is_the_encoders_flops_at_the_hosts_or_the_chips_rate():
+    planned, host = predicted(text_encoder="cpu")
+    _, device = predicted(text_encoder="device")
+    w, hw = planned.strategy.workload, planned.hardware
+    per_token = sum(c.flops_per_token for c in planned.card.components if c.name.startswith("text_encoder"))
+    flops = per_token * w.text_tokens * (2 if w.cfg else 1)  # one encode per prompt for all images of the call
+    assert host.terms.text_encode_s == pytest.approx(flops / hw.host_flops / w.batch)
+    assert device.terms.text_encode_s == pytest.approx(flops / (hw.bf16_flops * hw.compute_efficiency) / w.batch)
+
+
+def test_vae_decode_scales_with_pixels_and_is_split_by_the_batch_axis():
+    planned, p = predicted()  # 2d: batch 2 over data 2, so each chip decodes one image
+    vae = next(c for c in planned.card.components if c.name == "vae")
+    hw, w = planned.hardware, planned.strategy.workload
+    one_image = vae.decode_flops_per_pixel * w.height * w.width / (hw.bf16_flops * hw.compute_efficiency)
+    assert p.terms.vae_decode_s == pytest.approx(one_image / 2)
+    _, model = predicted(REPO / "strategies" / "model.yaml")  # batch 1, no batch split: one image per chip
+    assert model.terms.vae_decode_s == pytest.approx(one_image)
+
+
+def test_a_card_without_the_figures_names_the_terms_it_cannot_price(tmp_path):
+    card = load_card("qwen-image")
+    bare = dataclasses.replace(card, components=tuple(dataclasses.replace(c, decode_flops_per_pixel=0.0,
+                                                                           flops_per_token=0.0)
+                                                      for c in card.components))
+    from meshlab.cost.pipeline_time import pipeline_terms
+
+    planned = plan_file(REPO / "strategies" / "2d.yaml")
+    terms = pipeline_terms(bare, planned.strategy, planned.hardware, 50, 0.2, 0.001, 2, 2)
+    assert terms.unknown == ("text_encode_s", "vae_decode_s")
+    assert terms.text_encode_s == terms.vae_decode_s == 0.0
+
+
+def test_compare_json_carries_every_term():
+    result = CliRunner().invoke(app, ["compare", str(REPO / "strategies" / "2d.yaml"), "--json"])
+    entry = json.loads(result.stdout)["entries"][0]["predicted"]
+    assert set(entry["terms"]) == {*TERMS, "unknown"}
+    assert entry["seconds_per_image"] == pytest.approx(sum(entry["terms"][k] for k in TERMS))
+    assert entry["denoise_seconds_per_image"] < entry["seconds_per_image"]
+
+
+def test_explain_shows_each_term():
+    result = CliRunner().invoke(app, ["explain", str(REPO / "strategies" / "2d.yaml")])
+    for row in ("text encode", "denoise", "VAE decode", "host transfers", "host overhead", "end to end"):
+        assert row in result.stdout
+
+
+def test_qwen_text_encoder_per_token_flops_match_the_published_non_embedding_parameters():
+    """Qwen2.5 technical report (arXiv:2412.15115, table 1): Qwen2.5-7B has 6.53B non-embedding parameters."""
+    encoder = next(c for c in load_card("qwen-image").components if c.name == "text_encoder")
+    assert encoder.flops_per_token / 2 == pytest.approx(6.53e9, rel=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("diffusers") is None, reason="needs diffusers")
+def test_decode_flops_per_pixel_extrapolates_to_a_larger_decode():
+    """The card's figure comes from an 8x8-latent decode; a 32x32-latent decode of the same VAE counts within 5%
+    per pixel (what grows faster than the pixels is the mid-block's attention, small at this size)."""
+    import diffusers
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    card = load_card("qwen-image")
+    spec = card.source["components"]["vae"]
+    vae = getattr(diffusers, spec["class"]).from_config(spec["config"]).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        image = vae.decode(torch.randn(1, spec["config"]["z_dim"], 1, 32, 32)).sample
+    per_pixel = counter.get_total_flops() / (image.shape[-1] * image.shape[-2])
+    vae_card = next(c for c in card.components if c.name == "vae")
+    assert per_pixel == pytest.approx(vae_card.decode_flops_per_pixel, rel=0.05)
