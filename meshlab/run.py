@@ -72,7 +72,12 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     if options.checkpoint == "random":
         from meshlab.cards.truncate import block_lists
 
+        from meshlab.pipeline.random_pipeline import card_as_built
+
         planned = at_depth(planned, options.layers or max(block_lists(planned.card).values()))
+        if options.layers is not None:
+            built = card_as_built(planned.card, options.layers)
+            planned = replace(planned, card=built, plan=replace(planned.plan, card=built))
     elif options.layers is not None:
         raise InputError("--layers cuts the blocks of a pipeline meshlab builds, and a saved checkpoint is run whole",
                          "use --checkpoint random with --layers, or drop --layers")
@@ -326,7 +331,9 @@ def _prediction(at_run: PlannedStrategy) -> dict:
     return {"hardware": at_run.hardware.name, "chips": at_run.hardware.chips, "model": at_run.card.name,
             "config_digest": at_run.card.config_digest, "batch": at_run.strategy.workload.batch,
             "dtype": at_run.strategy.workload.dtype, "step_s": predicted.step.total,
-            "seconds_per_image": predicted.seconds_per_image, "compute_s": predicted.step.compute,
+            "seconds_per_image": predicted.seconds_per_image,
+            "denoise_seconds_per_image": predicted.denoise_seconds_per_image, "terms": predicted.terms.to_json(),
+            "compute_s": predicted.step.compute,
             "local_s": predicted.step.local, "collective_s": predicted.step.collective,
             "overhead_s": predicted.step.overhead,
             "peak_bytes_per_chip": at_run.memory.most_loaded.total, "fits": at_run.memory.fits,

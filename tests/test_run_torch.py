@@ -78,3 +78,15 @@ def test_a_random_full_width_block_runs_with_plain_pytorch_and_is_recorded(tmp_p
     # the prediction is for the model that ran: one block, not sixty
     assert record["prediction"]["step_s"] < 0.1 and record["prediction"]["hardware"] == "h200:1"
     assert len(list(out.glob("*.png"))) == 1
+
+
+def test_the_random_card_as_built_scales_the_text_encoder_by_the_layers_kept():
+    from meshlab.cards.card import load_card
+    from meshlab.pipeline.random_pipeline import card_as_built
+
+    card = load_card("qwen-image")
+    built = card_as_built(card, 2)
+    full = {c.name: c for c in card.components}
+    for c in built.components:
+        expected = full[c.name].flops_per_token * (2 / 28 if c.name == "text_encoder" else 1)
+        assert c.flops_per_token == pytest.approx(expected)

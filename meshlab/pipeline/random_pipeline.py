@@ -34,6 +34,22 @@ def refuse_unless_buildable(card: ModelCard) -> None:
                          "random builds from", "regenerate the card with `meshlab models import`")
 
 
+def card_as_built(card: ModelCard, layers: int) -> ModelCard:
+    """`card` as the random pipeline builds it at `layers`: the text encoder keeps `layers` of its decoder layers,
+    so its FLOPs per token scale by that share (the transformer's cut is meshlab.cards.truncate's)."""
+    import dataclasses
+
+    configs = card.source.get("components") or {}
+    components = []
+    for c in card.components:
+        config = (configs.get(c.name) or {}).get("config") or {}
+        total = int(config.get("num_hidden_layers") or 0)
+        if c.name == "text_encoder" and total > layers:
+            c = dataclasses.replace(c, flops_per_token=c.flops_per_token * layers / total)
+        components.append(c)
+    return dataclasses.replace(card, components=tuple(components))
+
+
 def build_random_pipeline(card: ModelCard, layers: int, dtype: str, seed: int):
     """A ``QwenImagePipeline`` of `card` with `layers` blocks per transformer list and text-encoder layers."""
     from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
