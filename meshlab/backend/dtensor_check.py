@@ -18,7 +18,7 @@ from pathlib import Path
 
 from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
-from meshlab.backend.verdict import TOLERANCE, predicted_per_block
+from meshlab.backend.verdict import OutputVerdict, predicted_per_block
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.plan.placements import local_shape, placements_of, required
 from meshlab.spec import PartitionSpec
@@ -58,7 +58,7 @@ class RankedParameter:
 
 
 @dataclass(frozen=True)
-class DTensorCheckReport:
+class DTensorCheckReport(OutputVerdict):
     setup: CheckSetup
     parameters: tuple[RankedParameter, ...]
     max_abs_error: float
@@ -71,18 +71,6 @@ class DTensorCheckReport:
     @property
     def world(self) -> int:
         return len(self.local_weight_bytes)
-
-    @property
-    def mismatches(self) -> tuple[RankedParameter, ...]:
-        return tuple(p for p in self.parameters if not p.agrees)
-
-    @property
-    def tolerance(self) -> float:
-        return TOLERANCE[self.setup.strategy.workload.dtype] * max(1.0, self.reference_max_abs)
-
-    @property
-    def output_agrees(self) -> bool:
-        return self.max_abs_error <= self.tolerance
 
     @property
     def agrees(self) -> bool:

@@ -57,8 +57,24 @@ class MeasuredCollective:
         }
 
 
+class OutputVerdict:
+    """What every check report says the same way: the parameters off the plan, and the forward's tolerance."""
+
+    @property
+    def mismatches(self) -> tuple:
+        return tuple(p for p in self.parameters if not p.agrees)
+
+    @property
+    def tolerance(self) -> float:
+        return TOLERANCE[self.setup.strategy.workload.dtype] * max(1.0, self.reference_max_abs)
+
+    @property
+    def output_agrees(self) -> bool:
+        return self.max_abs_error <= self.tolerance
+
+
 @dataclass(frozen=True)
-class CheckReport:
+class CheckReport(OutputVerdict):
     setup: CheckSetup
     parameters: tuple[AppliedParameter, ...]
     collectives: tuple[MeasuredCollective, ...]
@@ -76,18 +92,6 @@ class CheckReport:
     #: FLOPs of one forward on one device: meshlab's per-chip count, and the dots of XLA's partitioned program
     predicted_flops: float = 0.0
     xla_dot_flops: float | None = None
-
-    @property
-    def mismatches(self) -> tuple[AppliedParameter, ...]:
-        return tuple(p for p in self.parameters if not p.agrees)
-
-    @property
-    def tolerance(self) -> float:
-        return TOLERANCE[self.setup.strategy.workload.dtype] * max(1.0, self.reference_max_abs)
-
-    @property
-    def output_agrees(self) -> bool:
-        return self.max_abs_error <= self.tolerance
 
     def collective_differences(self) -> tuple[str, ...]:
         """Where the cost model's collectives of a middle block (not a list's last, where XLA drops what nothing

@@ -57,13 +57,17 @@ def kinds(counter: Counter) -> str:
     return ", ".join(f"{counter[k]} {k}" for k in KIND_ORDER if counter.get(k)) or "none"
 
 
-def render_check(report: CheckReport, console) -> None:
-    setup = report.setup
+def _header(setup, where: str) -> str:
     depth = ", ".join(f"{n} of {setup.full_blocks[k]} {k}" for k, n in setup.checked_blocks.items())
     geo = setup.geometry
-    console.print(f"[bold]{setup.strategy.name}[/bold]: {setup.card.name} ({depth}) on {report.device_count} "
-                  f"{report.device_type} devices, mesh {setup.plan.mesh.describe()}; forward of batch {geo.batch}, "
-                  f"{geo.image_tokens} image + {geo.text_tokens} text tokens, {setup.strategy.workload.dtype}")
+    return (f"{setup.card.name} ({depth}) on {where}, mesh {setup.plan.mesh.describe()}; forward of batch "
+            f"{geo.batch}, {geo.image_tokens} image + {geo.text_tokens} text tokens, {setup.strategy.workload.dtype}")
+
+
+def render_check(report: CheckReport, console) -> None:
+    setup = report.setup
+    console.print(f"[bold]{setup.strategy.name}[/bold]: "
+                  + _header(setup, f"{report.device_count} {report.device_type} devices"))
     console.print(_parameters_line(report))
     if report.mismatches:
         console.print(_mismatch_table(report))
@@ -212,11 +216,7 @@ def _timings_line(report: CheckReport) -> str:
 def render_dtensor_check(report, console) -> None:
     """`meshlab check --backend dtensor` (a meshlab.backend.dtensor_check.DTensorCheckReport)."""
     setup = report.setup
-    depth = ", ".join(f"{n} of {setup.full_blocks[k]} {k}" for k, n in setup.checked_blocks.items())
-    geo = setup.geometry
-    console.print(f"[bold]{setup.strategy.name}[/bold] with DTensor: {setup.card.name} ({depth}) on {report.world} "
-                  f"gloo processes, mesh {setup.plan.mesh.describe()}; forward of batch {geo.batch}, "
-                  f"{geo.image_tokens} image + {geo.text_tokens} text tokens, {setup.strategy.workload.dtype}")
+    console.print(f"[bold]{setup.strategy.name}[/bold] with DTensor: " + _header(setup, f"{report.world} gloo processes"))
     agreeing = len(report.parameters) - len(report.mismatches)
     console.print(f"Parameters: {agreeing} of {len(report.parameters)} agree on every rank (placements, local shard "
                   "shape, and the slice of the whole weight each rank holds)")
