@@ -117,8 +117,12 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
 def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
     from meshlab.backend import dtensor
 
+    from meshlab.plan.placements import required
+
     dtensor.require_process_group()
     _check_names(module, plan)
+    for p in plan.parameters:  # refused before any parameter changes, not halfway through the module
+        required(p.spec, plan.mesh, p.name)
     rewrites = ()
     if strategy and strategy.rewrites:
         from meshlab.backend.rewrites import apply_rewrites
