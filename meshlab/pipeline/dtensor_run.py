@@ -35,10 +35,11 @@ def handle(request: dict) -> dict:
     result["mismatches"] = sorted({name for rank in ranks for name in rank.pop("mismatches")})
     result["memory"] = {"source": "DTensor local shards of the transformer's parameters (weights only)",
                         "weight_bytes_per_rank": [rank.pop("weight_bytes") for rank in ranks]}
-    if reference is not None:
+    pixels = result.pop("pixels", None)  # rank 0's; another rank under torchrun has none
+    if reference is not None and pixels is not None:
         import numpy as np
 
-        result["max_abs_error"] = float(np.abs(np.load(result.pop("pixels")) - reference).max())
+        result["max_abs_error"] = float(np.abs(np.load(pixels) - reference).max())
     return result
 
 
@@ -59,18 +60,27 @@ def _run_rank(request: dict, _folder: Path) -> dict:
 
     rank, world = dist.get_rank(), dist.get_world_size()
     pipe = stock.load_checkpoint(request)
+    sync = lambda: None  # noqa: E731
+    if dtensor.device_type() == "cuda":  # nccl: the whole pipeline on this rank's GPU, the transformer sharded
+        import os
+
+        import torch
+
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
+        pipe.to("cuda")
+        sync = torch.cuda.synchronize
     strategy, card, plan = plan_for(request["strategy"], pipe.transformer, world)
     applied = apply(pipe.transformer, plan, strategy=strategy, backend="dtensor")
     _shard_forward(pipe.transformer, applied, strategy)
-    clock = stock.Clock(pipe)
+    clock = stock.Clock(pipe, sync)
     if rank == 0:
         progress(f"running the pipeline on {world} ranks ({strategy.name})")
     with dtensor.forward_context():
         out = stock.call(pipe, request, clock.step)
     image = out.images[0]
     summary = clock.summary(f"{dist.get_backend()} x{world}", applied.plan.mesh)
-    result = {"summary": summary, "mismatches": [p.name for p in applied.mismatches], "weight_bytes": dtensor.local_bytes(pipe.transformer),
-              "is_writer": rank == 0,
+    result = {"summary": summary, "mismatches": [p.name for p in applied.mismatches],
+              "weight_bytes": dtensor.local_bytes(pipe.transformer), "is_writer": rank == 0,
               "hardware": {"device_type": dtensor.device_type(), "devices": world, "process_group": dist.get_backend()},
               "ran": {"model": card.name, "config_digest": card.config_digest, "batch": request["workload"]["batch"],
                       "dtype": str(pipe.transformer.dtype).removeprefix("torch."), "backend": "dtensor"}}

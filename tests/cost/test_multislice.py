@@ -112,3 +112,25 @@ def test_dcn_leaves_memory_alone(tmp_path):
     b = plan_file(write(tmp_path, "b", dcn="dcn: {model: 2}"))
     assert a.memory.most_loaded == b.memory.most_loaded
     assert math.prod(a.plan.mesh.shape) == 16
+
+
+def test_the_sweep_tries_each_axis_across_the_slices_and_puts_data_there():
+    from meshlab.cards.card import load_card
+    from meshlab.strategy.schema import Workload
+    from meshlab.sweep import sweep
+
+    hardware = load_hardware("v6e-8x2")
+    result = sweep(load_card("qwen-image"), hardware, "qwen-image", Workload(), families=("data", "model", "2d"))
+    crossing = {tuple(c.strategy.dcn) for c in result.candidates}
+    assert crossing >= {("data",), ("model",)}
+    assert all(math.prod(c.strategy.dcn.values()) == 2 for c in result.candidates)
+    assert list(result.best.strategy.dcn) == ["data"]
+
+
+def test_explain_shows_the_dcn_term(tmp_path):
+    from typer.testing import CliRunner
+
+    from meshlab.cli.app import app
+
+    result = CliRunner().invoke(app, ["explain", str(write(tmp_path, dcn="dcn: {model: 2}"))])
+    assert result.exit_code == 0 and "of which DCN" in result.stdout and "model over 2" in result.stdout
