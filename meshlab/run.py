@@ -71,13 +71,12 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     options = replace(options, backend=resolve_backend(options.backend, planned.plan.mesh.device_count))
     if options.checkpoint == "random":
         from meshlab.cards.truncate import block_lists
-
         from meshlab.pipeline.random_pipeline import card_as_built
 
-        planned = at_depth(planned, options.layers or max(block_lists(planned.card).values()))
-        if options.layers is not None:
-            built = card_as_built(planned.card, options.layers)
-            planned = replace(planned, card=built, plan=replace(planned.plan, card=built))
+        options = replace(options, layers=options.layers or max(block_lists(planned.card).values()))
+        planned = at_depth(planned, options.layers)
+        built = card_as_built(planned.card, options.layers)
+        planned = replace(planned, card=built, plan=replace(planned.plan, card=built))
     elif options.layers is not None:
         raise InputError("--layers cuts the blocks of a pipeline meshlab builds, and a saved checkpoint is run whole",
                          "use --checkpoint random with --layers, or drop --layers")
