@@ -1,5 +1,6 @@
-"""The stock ``QwenImagePipeline.__call__`` as the plain-PyTorch and DTensor runs drive it: the checkpoint a request
-names, the call with the request's workload, and a clock over its phases. No torch_xla."""
+"""The checkpoint a run's request names (every backend loads it here), and the stock ``QwenImagePipeline.__call__``
+as the plain-PyTorch and DTensor runs drive it: the call with the request's workload and a clock over its phases.
+No torch_xla."""
 
 from __future__ import annotations
 
