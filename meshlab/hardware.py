@@ -101,10 +101,6 @@ class Hardware:
             raise ValueError(f"hardware {self.name!r}: {problems[0]}")
 
     @property
-    def chips_per_slice(self) -> int:
-        return self.chips // self.slices
-
-    @property
     def dcn_bandwidth_per_chip(self) -> float:
         """Each chip's share of its host's DCN bandwidth (the hosts of a slice share theirs among its chips)."""
         return self.dcn_bandwidth_per_host * self.hosts / self.chips
