@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -56,3 +57,32 @@ def test_pure_modules_do_not_import_torch(module):
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
+
+
+SYNC_SCRIPT = """
+import time, torch, torch_xla
+from meshlab.backend import xla
+device = torch_xla.device()
+b = torch.randn(1024, 1024, device=device)
+def step(x):
+    for _ in range(16):
+        x = torch.tanh(x @ b)
+    return x
+x = step(b)
+xla.sync()  # compiles
+start = time.perf_counter(); x = step(x); xla.sync(); ran = time.perf_counter() - start
+start = time.perf_counter(); x.cpu(); fetched = time.perf_counter() - start
+print(ran, fetched)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="needs torch_xla")
+def test_sync_waits_for_the_device_so_step_times_cover_the_work():
+    """After xla.sync() the result is computed: fetching it costs a small part of the step it ended (without the
+    wait, torch_xla 2.9's CPU backend runs the graph during the fetch instead)."""
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"}
+    run = subprocess.run([sys.executable, "-c", SYNC_SCRIPT], capture_output=True, text=True, cwd=REPO, env=env)
+    assert run.returncode == 0, run.stderr
+    ran, fetched = map(float, run.stdout.split())
+    assert fetched < 0.25 * ran, (ran, fetched)
