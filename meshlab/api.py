@@ -137,7 +137,7 @@ def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
         sharded = dtensor.distribute(value, device_mesh, planned.spec, plan.mesh, name)
         parameters.append(_local_parameter(planned, plan, position, sharded,
                                            dtensor.holds_its_slice(value, sharded, planned.spec, plan.mesh, position)))
-        _replace(module, name, sharded)
+        _set_parameter(module, name, sharded, requires_grad=False)
         del value
     points = ()
     if strategy and strategy.activations.rules:
@@ -150,24 +150,23 @@ def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
 
 
 def _local_parameter(planned, plan: Plan, position: int, sharded, holds: bool) -> LocalParameter:
+    from meshlab.backend.dtensor import placements_held
     from meshlab.plan.placements import local_shape, placements_of
 
-    held = "[" + ", ".join(_placement_name(p) for p in sharded.placements) + "]"
-    return LocalParameter(planned.name, planned.shape, planned.spec, str(placements_of(planned.spec, plan.mesh)), held,
-                          local_shape(planned.shape, planned.spec, plan.mesh, position),
+    return LocalParameter(planned.name, planned.shape, planned.spec, str(placements_of(planned.spec, plan.mesh)),
+                          str(placements_held(sharded)), local_shape(planned.shape, planned.spec, plan.mesh, position),
                           tuple(sharded.to_local().shape), holds)
 
 
-def _placement_name(placement) -> str:
-    return f"Shard({placement.dim})" if placement.is_shard() else "Replicate()"
-
-
-def _replace(module, name: str, value) -> None:
+def _set_parameter(module, name: str, value, requires_grad: bool):
+    """Put `value` in place of the parameter `name` of `module` (a dotted path), as a Parameter; returns it."""
     import torch
 
     owner_path, _, leaf = name.rpartition(".")
     owner = module.get_submodule(owner_path) if owner_path else module
-    setattr(owner, leaf, torch.nn.Parameter(value, requires_grad=False))
+    param = torch.nn.Parameter(value, requires_grad=requires_grad)
+    setattr(owner, leaf, param)
+    return param
 
 
 def read_back(module, plan: Plan, xla_mesh) -> tuple[AppliedParameter, ...]:
@@ -188,7 +187,9 @@ def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
     if not isinstance(plan, PlannedStrategy):
         raise InputError("shard_inputs needs the strategy's activations", "pass what meshlab.load_plan returned")
     if isinstance(mesh, Applied) and mesh.backend == "dtensor":
-        return _shard_inputs_dtensor(mesh.mesh, plan, inputs)
+        from meshlab.backend.dtensor import distribute_inputs
+
+        return distribute_inputs(inputs, mesh.mesh, plan.plan.mesh, plan.strategy.activations)
     xla_mesh = mesh.mesh if isinstance(mesh, Applied) else mesh
     out = {}
     for name, value in inputs.items():
@@ -196,20 +197,6 @@ def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
             value = value if value.device.type == "xla" else xla.to_device(value)
             spec = input_spec(name, tuple(value.shape), plan.strategy.activations, plan.plan.mesh)
             xla.mark(value, xla_mesh, spec, name)
-        out[name] = value
-    return out
-
-
-def _shard_inputs_dtensor(device_mesh, plan: PlannedStrategy, inputs: dict) -> dict[str, Any]:
-    import torch
-
-    from meshlab.backend import dtensor
-
-    mesh, out = plan.plan.mesh, {}
-    for name, value in inputs.items():
-        if isinstance(value, torch.Tensor):
-            spec = input_spec(name, tuple(value.shape), plan.strategy.activations, mesh)
-            value = dtensor.distribute(value, device_mesh, spec, mesh, name)
         out[name] = value
     return out
 
@@ -230,13 +217,7 @@ def _check_names(module, plan: Plan) -> None:
 def _on_device(module, name: str, param):
     if param.device.type == "xla":
         return param
-    import torch
-
-    owner_path, _, leaf = name.rpartition(".")
-    owner = module.get_submodule(owner_path) if owner_path else module
-    moved = torch.nn.Parameter(xla.to_device(param.detach()), requires_grad=param.requires_grad)
-    setattr(owner, leaf, moved)
-    return moved
+    return _set_parameter(module, name, xla.to_device(param.detach()), param.requires_grad)
 
 
 def _dtype_name(tensor) -> str:

@@ -34,3 +34,12 @@ def child_environment(device_count: int, extra_xla_flags: str = "") -> dict[str,
     if extra_xla_flags:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {extra_xla_flags}".strip()
     return env
+
+
+def torch_environment() -> dict[str, str]:
+    """The environment of a child that runs plain torch or torch.distributed (no SPMD): diffusers imports torch_xla
+    whenever it is installed, and torch_xla then warns that it picks the CPU; saying so keeps it quiet."""
+    env = dict(os.environ)
+    env.setdefault("PJRT_DEVICE", "CPU")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env

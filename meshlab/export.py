@@ -72,19 +72,15 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
         "import torch_xla.distributed.spmd as xs",
         "import torch_xla.runtime as xr",
         "",
-        f"DEVICES = {mesh.device_count}",
-        f"MESH_SHAPE = {tuple(mesh.shape)!r}",
-        f"AXES = {tuple(mesh.names)!r}",
-        f"ICI_MESH_SHAPE = {ici_shape!r}  # within one slice",
-        f"DCN_MESH_SHAPE = {dcn_shape!r}  # across slices" + (
-            f": {', '.join(f'{a} spans {k}' for a, k in dcn.items())}" if dcn else ": one slice"),
-        "",
-        "# (regex over the parameter path, how, mesh axes, min rank); the first match wins, no match: replicated.",
-        "RULES = [",
-        *_rule_lines(plan, rules),
-        "]",
+        *_constants(plan, rules, [
+            f"ICI_MESH_SHAPE = {ici_shape!r}  # within one slice",
+            f"DCN_MESH_SHAPE = {dcn_shape!r}  # across slices" + (
+                f": {', '.join(f'{a} spans {k}' for a, k in dcn.items())}" if dcn else ": one slice")]),
     ]
-    return "\n".join(lines) + _SPEC_FOR + _TORCH_XLA + _inputs_comment(activations, mesh.names)
+    hidden = f"({activations.batch!r}, {activations.sequence!r}, None)"
+    return "\n".join(lines) + _SPEC_FOR + _TORCH_XLA + _inputs_comment(activations, [
+        f"# xs.mark_sharding(hidden_states, mesh, {hidden})",
+        f"# xs.mark_sharding(encoder_hidden_states, mesh, ({activations.batch!r}, None, None))"])
 
 
 _DTENSOR = '''
@@ -146,28 +142,27 @@ def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activation
         "from torch.distributed.device_mesh import init_device_mesh",
         "from torch.distributed.tensor import Replicate, Shard, distribute_tensor",
         "",
+        *_constants(plan, rules),
+    ]
+    hidden = f"({activations.batch!r}, {activations.sequence!r}, None)"
+    return "\n".join(lines) + _SPEC_FOR + _DTENSOR + _inputs_comment(activations, [
+        f"# hidden_states = distribute_tensor(hidden_states, mesh, placements_for({hidden}), src_data_rank=None)"])
+
+
+def _constants(plan: Plan, rules, mesh_extra: list[str] | tuple = ()) -> list[str]:
+    """The snippet's constants: device count, mesh shape and axes (and what `mesh_extra` adds), then the rules."""
+    mesh = plan.mesh
+    return [
         f"DEVICES = {mesh.device_count}",
         f"MESH_SHAPE = {tuple(mesh.shape)!r}",
         f"AXES = {tuple(mesh.names)!r}",
+        *mesh_extra,
         "",
         "# (regex over the parameter path, how, mesh axes, min rank); the first match wins, no match: replicated.",
         "RULES = [",
         *_rule_lines(plan, rules),
         "]",
     ]
-    return "\n".join(lines) + _SPEC_FOR + _DTENSOR + _dtensor_inputs_comment(activations)
-
-
-def _dtensor_inputs_comment(activations: Activations) -> str:
-    if not activations.batch and not activations.sequence:
-        return ""
-    batch, sequence = activations.batch, activations.sequence
-    hidden = f"({batch!r}, {sequence!r}, None)"
-    return (
-        "\n\n# Inputs: split the batch dim (dim 0) of every batched input over "
-        f"{batch!r}" + (f", and hidden_states' token dim over {sequence!r}" if sequence else "") + ", e.g.\n"
-        f"# hidden_states = distribute_tensor(hidden_states, mesh, placements_for({hidden}), src_data_rank=None)\n"
-    )
 
 
 def _rule_lines(plan: Plan, rules) -> list[str]:
@@ -189,16 +184,15 @@ def _entry(entry):
     return tuple(entry) if isinstance(entry, list) else entry
 
 
-def _inputs_comment(activations: Activations, axes: tuple[str, ...]) -> str:
+def _inputs_comment(activations: Activations, examples: list[str]) -> str:
+    """How to split the inputs as ``activations`` says, with the backend's `examples` (comment lines)."""
     if not activations.batch and not activations.sequence:
         return ""
     batch, sequence = activations.batch, activations.sequence
-    hidden = (repr(batch), repr(sequence), "None")
     return (
         "\n\n# Inputs: split the batch dim (dim 0) of every batched input over "
         f"{batch!r}" + (f", and hidden_states' token dim over {sequence!r}" if sequence else "") + ", e.g.\n"
-        f"# xs.mark_sharding(hidden_states, mesh, ({', '.join(hidden)}))\n"
-        f"# xs.mark_sharding(encoder_hidden_states, mesh, ({batch!r}, None, None))\n"
+        + "".join(f"{line}\n" for line in examples)
     )
 
 

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from meshlab.backend.protocol import WorkerFailed, call_worker
-from meshlab.devices import accelerator_platform, child_environment
+from meshlab.devices import accelerator_platform, child_environment, torch_environment
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
 from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_workload
@@ -233,8 +233,7 @@ def _run_torch(path: Path, planned: PlannedStrategy, checkpoint: Path | str, wor
                "world": planned.plan.mesh.device_count, "prompt": options.prompt,
                "negative_prompt": options.negative_prompt, "seed": options.seed, "verify": options.verify,
                "load_dtype": _load_dtype(options, workload), "scratch": str(scratch)}
-    env = dict(os.environ)
-    env.setdefault("PJRT_DEVICE", "CPU")  # diffusers imports torch_xla when it is installed; keep it quiet
+    env = torch_environment()
     module = "meshlab.pipeline.dtensor_run" if options.backend == "dtensor" else "meshlab.pipeline.torch_run"
     try:
         result = call_worker(module, request, env, folder=scratch, timeout_s=options.timeout_s)

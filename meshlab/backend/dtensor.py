@@ -67,6 +67,11 @@ def mesh_position(device_mesh, mesh: AbstractMesh) -> int:
     return position
 
 
+def placements_held(sharded) -> Placements:
+    """What a DTensor holds, in meshlab.plan.placements' terms (compared with the plan's as strings)."""
+    return Placements(tuple(("shard", p.dim) if p.is_shard() else ("replicate",) for p in sharded.placements))
+
+
 def torch_placements(placements: Placements) -> list:
     from torch.distributed.tensor import Replicate, Shard
 
@@ -86,6 +91,17 @@ def distribute(value, device_mesh, spec: PartitionSpec, mesh: AbstractMesh, name
         local = local.clone()  # a view would keep the whole value alive
     return DTensor.from_local(local, device_mesh, placements, run_check=False, shape=sharded.shape,
                               stride=sharded.stride())
+
+
+def distribute_inputs(inputs: dict, device_mesh, mesh: AbstractMesh, activations) -> dict:
+    """A forward's tensor inputs split as the strategy's ``activations`` say (meshlab.backend.inputs); the rest as
+    they are."""
+    import torch
+
+    from meshlab.backend.inputs import input_spec
+
+    return {name: distribute(value, device_mesh, input_spec(name, tuple(value.shape), activations, mesh), mesh, name)
+            if isinstance(value, torch.Tensor) else value for name, value in inputs.items()}
 
 
 def holds_its_slice(value, sharded, spec: PartitionSpec, mesh: AbstractMesh, position: int) -> bool:
@@ -114,7 +130,8 @@ def marker(device_mesh, mesh: AbstractMesh):
 
 @contextlib.contextmanager
 def forward_context():
-    """What a sharded forward runs under: plain tensors count as replicated; on the CPU, SDPA's math kernel."""
+    """What a sharded forward runs under: plain tensors count as replicated, no autograd, the Linears of
+    ``_linears``; on the CPU, DTensor's rule for SDPA's kernel (``cpu_attention_rule``)."""
     import torch
     from torch.distributed.tensor.experimental import implicit_replication
 

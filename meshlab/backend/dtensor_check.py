@@ -19,6 +19,7 @@ from pathlib import Path
 from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.backend.verdict import OutputVerdict, predicted_per_block
+from meshlab.devices import torch_environment
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.plan.placements import local_shape, placements_of, required
 from meshlab.spec import PartitionSpec
@@ -118,7 +119,7 @@ def run_dtensor_checks(paths: list[str | Path], options: CheckOptions, progress:
     world = worlds.pop()
     request = {"jobs": [{"strategy": str(path), "options": options.to_json()} for path in paths], "world": world}
     try:
-        results = call_worker("meshlab.backend.dtensor_worker", request, _environment(),
+        results = call_worker("meshlab.backend.dtensor_worker", request, torch_environment(),
                               progress=progress)["results"]
     except WorkerFailed as error:
         if error.status != "oom":
@@ -144,15 +145,6 @@ def require_torch() -> None:
         if importlib.util.find_spec(package) is None:
             raise BackendError(f"{package} is not installed, and the DTensor check needs it",
                                "pip install -e '.[xla]' (torch and diffusers; torch_xla is not needed for DTensor)")
-
-
-def _environment() -> dict[str, str]:
-    import os
-
-    env = dict(os.environ)
-    env.setdefault("PJRT_DEVICE", "CPU")  # diffusers imports torch_xla when it is installed; keep it quiet
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
 
 
 def build_report(setup: CheckSetup, ranks: list[dict]) -> DTensorCheckReport:

@@ -147,19 +147,19 @@ def _terms_table(planned, p) -> Table:
              else f"the chip at {hw.bf16_flops / 1e12:.0f} TFLOP/s x {hw.compute_efficiency}")
     vae = next((c for c in card.components if c.name == "vae"), None)
     rows = [
-        ("text encode", terms.text_encode_s, f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens} tokens x "
+        ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens} tokens x "
          f"{2 if workload.cfg else 1} prompt(s) on {where}"),
-        ("denoise", terms.denoise_s, f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
-        ("VAE decode", terms.vae_decode_s, f"{(vae.decode_flops_per_pixel if vae else 0) / 1e6:.1f} MFLOP per output "
+        ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
+        ("VAE decode", "vae_decode_s", f"{(vae.decode_flops_per_pixel if vae else 0) / 1e6:.1f} MFLOP per output "
          "pixel (traced decode) at the chip's effective peak"),
-        ("host transfers", terms.transfer_s, f"prompt embeddings in, float32 pixels out at "
+        ("host transfers", "transfer_s", f"prompt embeddings in, float32 pixels out at "
          f"{hw.host_link_bandwidth / 1e9:.0f} GB/s"),
-        ("host overhead", terms.overhead_s, f"{_ms(p.step.overhead)} per step"),
+        ("host overhead", "overhead_s", f"{_ms(p.step.overhead)} per step"),
     ]
-    for name, seconds, how in rows:
-        key = {"text encode": "text_encode_s", "VAE decode": "vae_decode_s"}.get(name)
-        table.add_row(name, "unknown" if key in terms.unknown else f"{seconds:.3f}",
-                      "the card lacks this figure: regenerate it" if key in terms.unknown else how)
+    for name, key, how in rows:
+        unknown = key in terms.unknown
+        table.add_row(name, "unknown" if unknown else f"{getattr(terms, key):.3f}",
+                      "the card lacks this figure: regenerate it" if unknown else how)
     table.add_row("[bold]seconds per image[/bold]", f"[bold]{p.seconds_per_image:.2f}[/bold]", "end to end")
     return table
 

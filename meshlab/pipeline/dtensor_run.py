@@ -95,17 +95,12 @@ def _run_rank(request: dict, _folder: Path) -> dict:
 
 def _shard_forward(transformer, applied, strategy) -> None:
     """The transformer's forward takes the stock loop's plain tensors and returns its whole output."""
-    import torch
-
     from meshlab.backend import dtensor
-    from meshlab.backend.inputs import input_spec
 
-    original, mesh = transformer.forward, applied.plan.mesh
+    original = transformer.forward
 
     def forward(*args, **kwargs):
-        sharded = {name: dtensor.distribute(value, applied.mesh, input_spec(name, tuple(value.shape),
-                                                                            strategy.activations, mesh), mesh, name)
-                   if isinstance(value, torch.Tensor) else value for name, value in kwargs.items()}
+        sharded = dtensor.distribute_inputs(kwargs, applied.mesh, applied.plan.mesh, strategy.activations)
         out = original(*args, **sharded)
         return tuple(dtensor.whole(o) for o in out) if isinstance(out, tuple) else type(out)(
             sample=dtensor.whole(out.sample))
