@@ -22,7 +22,7 @@ import yaml
 
 from meshlab.errors import InputError
 
-CHIP_KINDS = ("tpu", "gpu")
+CHIP_KINDS = ("tpu", "gpu", "cpu")  # cpu: only from a profile (meshlab.cost.profile)
 # "ici-torus": nearest-neighbour links along each topology axis; an axis with wraparound is a ring.
 # "nvswitch": every device reaches every other through switches at its full link bandwidth.
 INTERCONNECTS = ("ici-torus", "nvswitch")
@@ -88,6 +88,9 @@ class Hardware:
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     overridden: tuple[str, ...] = ()
     slices: int = 1  # slices joined by DCN (a `<system>x<k>` name)
+    #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
+    #: hardware is a profile file
+    profile: Any = field(default=None, hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", tuple(self.topology))

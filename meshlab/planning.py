@@ -41,16 +41,30 @@ def plan_file(path: str | Path) -> PlannedStrategy:
         raise loaded.place(exc) from None
 
 
-def plan_strategy(loaded: LoadedStrategy) -> PlannedStrategy:
+def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> PlannedStrategy:
+    """`hardware`: plan on it instead of what the strategy names (`meshlab profile`, before the profile exists)."""
     strategy = loaded.strategy
     card = _with_field(lambda: load_card(strategy.model, loaded.path.parent), ("model",))
-    hardware = _with_field(lambda: load_hardware(strategy.hardware_name, strategy.hardware_overrides), ("hardware",))
+    hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
     plan = make_plan(strategy, card, hardware.chips)
     check_dcn(strategy.dcn, plan.mesh, hardware)
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
     return PlannedStrategy(loaded, card, hardware, plan, memory)
+
+
+def _hardware(loaded: LoadedStrategy) -> Hardware:
+    """The catalog entry the strategy names, or the one a profile file stands for (``hardware: cpu.json``, a path
+    relative to the strategy; read only then, so `meshlab try` on a catalog name never touches it)."""
+    strategy = loaded.strategy
+    name = strategy.hardware_name
+    if not name.endswith(".json"):
+        return load_hardware(name, strategy.hardware_overrides)
+    from meshlab.cost.profile import profile_hardware
+
+    devices = math.prod(strategy.mesh.values()) if -1 not in strategy.mesh.values() else None
+    return profile_hardware(loaded.path.parent / name, devices, strategy.hardware_overrides)
 
 
 def check_dcn(dcn: dict[str, int], mesh: AbstractMesh, hardware: Hardware) -> None:

@@ -96,9 +96,20 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
         raise
     image = _keep_image(result, planned, options) if result.get("is_writer", True) else None
     record |= _success(result, image)
+    encoded = ran_text_tokens(result["summary"].get("text_tokens") or [])
+    if encoded and encoded != planned.strategy.workload.text_tokens:  # price what ran, not the strategy's padding
+        record["prediction"] = _prediction(with_workload(planned, text_tokens=encoded)) | {
+            "text_tokens": encoded, "strategy_text_tokens": planned.strategy.workload.text_tokens}
     if result.get("is_writer", True):
         append_record(record_path, record)
     return RunOutcome(record, record_path, image, tuple(result["summary"].get("warnings", [])))
+
+
+def ran_text_tokens(lengths: list[int]) -> int | None:
+    """The text length a run's prediction is made at: the mean of the lengths its transformer calls got (the
+    pipeline encodes each prompt to its own length; a backend that pads the pair reports the padded length), to
+    the nearest token. Per-call time is near linear in text tokens, so two calls at the mean cost what both do."""
+    return round(sum(lengths) / len(lengths)) if lengths else None
 
 
 def resolve_backend(backend: str, devices: int) -> str:
@@ -323,6 +334,7 @@ def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) 
 
 def _prediction(at_run: PlannedStrategy) -> dict:
     """meshlab's prediction for this run's workload on the strategy's catalog hardware."""
+    from meshlab.cost.document import priced_document
     from meshlab.cost.predict import predict
 
     predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
@@ -335,7 +347,11 @@ def _prediction(at_run: PlannedStrategy) -> dict:
             "local_s": predicted.step.local, "collective_s": predicted.step.collective,
             "overhead_s": predicted.step.overhead,
             "peak_bytes_per_chip": at_run.memory.most_loaded.total, "fits": at_run.memory.fits,
-            "note": "predicted for the strategy's catalog hardware at this run's workload, not for its devices"}
+            "text_tokens": at_run.strategy.workload.text_tokens,
+            "priced": priced_document(predicted),
+            "note": ("predicted from the profile named as the strategy's hardware" if at_run.hardware.profile
+                     is not None else "predicted for the strategy's catalog hardware at this run's workload, "
+                     "not for its devices")}
 
 
 def _versions() -> dict:

@@ -14,6 +14,45 @@ def register(app: typer.Typer) -> None:
     app.command("run")(run)
     app.command("report")(report)
     app.command("calibrate")(calibrate)
+    app.command("profile")(profile)
+
+
+@reports_errors
+def profile(
+    strategy: Path = typer.Argument(..., help="strategy YAML: its plan's shapes on this device are measured"),
+    out: Path = typer.Option(..., "-o", "--out", help="the profile file to write (FILE.json)"),
+    text_tokens: Optional[str] = typer.Option(None, "--text-tokens", help="text lengths to time the call at, e.g. "
+                                              "8,32,512 (default: 8, 32 and the strategy's)"),
+    backend: str = typer.Option("auto", "--backend", help="xla (torch_xla: CPU or TPU), torch (plain PyTorch: one "
+                                "CUDA GPU), auto (torch on a CUDA host, else xla)"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="the catalog entry of this GPU or TPU "
+                                           "(default: from the device's name)"),
+    blocks: bool = typer.Option(True, "--blocks/--no-blocks", help="also time the call whole and one block alone"),
+    vae: bool = typer.Option(True, "--vae/--no-vae", help="also time the VAE decode at the workload's resolution"),
+    as_json: bool = typer.Option(False, "--json", help="print the profile instead of a summary"),
+) -> None:
+    """Measure this device at a plan's shard shapes (ops, one block, the VAE, the host) and write a profile that a
+    strategy can name as its hardware. Exit 0 written; 2 bad input; 3 the worker failed."""
+    from meshlab.cli.render_run import ProgressBar, render_profile
+    from meshlab.profiling import ProfileOptions, profile_strategy
+
+    lengths = _int_list(text_tokens, "--text-tokens") if text_tokens else ()
+    options = ProfileOptions(out=out, text_tokens=lengths, backend=backend, hardware=hardware, blocks=blocks, vae=vae)
+    with ProgressBar("profile") as progress:
+        outcome = profile_strategy(strategy, options, progress.update)
+    print_json(outcome.document) if as_json else render_profile(outcome, console())
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    from meshlab.errors import InputError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise InputError(f"{option} {text!r} is not a list of positive whole numbers", f"write e.g. {option} 8,32,512")
+    return values
 
 
 @reports_errors

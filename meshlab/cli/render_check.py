@@ -17,9 +17,10 @@ KIND_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "colle
 class Progress:
     """A spinner on stderr naming the slow step under way, with the seconds spent on it."""
 
-    def __init__(self):
+    def __init__(self, command: str = "check"):
         from rich.console import Console
 
+        self.command = command
         self.console = Console(stderr=True, highlight=False)
         self.status = None
         self.started = time.perf_counter()
@@ -35,7 +36,7 @@ class Progress:
         if self.status is not None:
             self.status.update(f"{message} [dim]({elapsed:.0f} s)[/dim]")
         else:
-            self.console.print(f"[dim]meshlab check: {message} ({elapsed:.0f} s)[/dim]")
+            self.console.print(f"[dim]meshlab {self.command}: {message} ({elapsed:.0f} s)[/dim]")
 
     def __exit__(self, *exc) -> None:
         if self.status is not None:

@@ -105,15 +105,20 @@ def render_explain(planned, prediction, console) -> None:
     table.add_column("how")
     rows = [
         ("FLOPs", f"{step.flops / 1e12:.2f} TFLOP", f"Linears per stream + attention, {step.calls} call(s)"),
-        ("compute", _ms(step.compute), f"at {hw.bf16_flops / 1e12:.0f} TFLOP/s x {hw.compute_efficiency}"),
+        ("compute", _ms(step.compute), f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"),
         ("HBM bytes", _bytes(step.hbm_bytes), "weight shards once per call + Linear/attention inputs and outputs"),
-        ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}"),
-        ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed"),
-        ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"),
+        ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}" if hw.hbm_bandwidth >= 1e11
+         else f"at {hw.hbm_bandwidth / 1e9:.1f} GB/s x {hw.hbm_efficiency}"),
+        ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed") if p.measured is None else
+        (f"call x {step.calls} (measured)", _ms(step.local), _measured_how(p.measured)),
+        ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
+         + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
+            else "")),
         *([("  of which DCN", _ms(step.dcn), f"crossing {hw.slices} slices ({_dcn_axes(planned)}) at "
             f"{hw.dcn_bandwidth_per_chip / 1e9:.2f} GB/s per chip ({hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s per "
             f"host)")] if hw.slices > 1 else []),
-        ("host overhead", _ms(step.overhead), "per step"),
+        ("host overhead", _ms(step.overhead), "per step" + (" (measured: an empty program's trace and run)"
+                                                            if hw.profile is not None else "")),
         ("[bold]step[/bold]", f"[bold]{_ms(step.total)}[/bold]", ""),
         ("roofline", _ms(step.roofline), "100% of peak FLOPs or HBM bandwidth, no collectives"),
         ("denoise per image", f"{p.denoise_seconds_per_image:.2f} s",
@@ -124,6 +129,8 @@ def render_explain(planned, prediction, console) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(_terms_table(planned, p))
+    if p.measured is not None:
+        console.print(_priced_table(hw.profile, p.measured))
     console.print(_collective_table(p))
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
@@ -131,6 +138,28 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _rate(flops: float) -> str:
+    return f"{flops / 1e12:.0f} TFLOP/s" if flops >= 1e12 else f"{flops / 1e9:.1f} GFLOP/s"
+
+
+def _measured_how(measured) -> str:
+    if measured.basis == "blocks":
+        return "; ".join(measured.measured)
+    return f"{len(measured.measured)} ops from measured points, {len(measured.assumed)} at assumed efficiencies"
+
+
+def _priced_table(profile, measured) -> Table:
+    """What the step rests on from the profile: measured, interpolated, fitted, or assumed."""
+    table = Table(title=f"Priced from {profile.path} ({profile.device.get('name')}, measured)", title_justify="left")
+    for column in ("basis", "measured", "assumed", "extrapolated", "note"):
+        table.add_column(column)
+    stretch = f"{measured.stretch:.1f}x beyond the measured sizes" if measured.stretch > 1.0 else "no"
+    table.add_row(measured.basis, ", ".join(measured.measured[:6]) + (" ..." if len(measured.measured) > 6 else ""),
+                  ", ".join(measured.assumed[:6]) + (" ..." if len(measured.assumed) > 6 else "") or "nothing",
+                  stretch, measured.note)
+    return table
 
 
 def _terms_table(planned, p) -> Table:
@@ -143,15 +172,18 @@ def _terms_table(planned, p) -> Table:
     on_host = planned.strategy.placement.text_encoder == "cpu"
     encoders = [c for c in card.components if c.name.startswith("text_encoder")]
     per_token = sum(c.flops_per_token for c in encoders)
-    where = (f"the host at {hw.host_flops / 1e12:.1f} TFLOP/s (assumed)" if on_host
-             else f"the chip at {hw.bf16_flops / 1e12:.0f} TFLOP/s x {hw.compute_efficiency}")
+    host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
+    where = (f"the host at {_rate(hw.host_flops)} ({host_how})" if on_host
+             else f"the chip at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}")
+    measured_decode = hw.profile is not None and hw.profile.of("vae_decode")
     vae = next((c for c in card.components if c.name == "vae"), None)
     rows = [
         ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens} tokens x "
          f"{2 if workload.cfg else 1} prompt(s) on {where}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
         ("VAE decode", "vae_decode_s", f"{(vae.decode_flops_per_pixel if vae else 0) / 1e6:.1f} MFLOP per output "
-         "pixel (traced decode) at the chip's effective peak"),
+         "pixel (traced decode) " + ("timed by the profile (at its resolution, else at its rate)" if measured_decode
+                                     else "at the chip's effective peak")),
         ("host transfers", "transfer_s", f"prompt embeddings in, float32 pixels out at "
          f"{hw.host_link_bandwidth / 1e9:.0f} GB/s"),
         ("host overhead", "overhead_s", f"{_ms(p.step.overhead)} per step"),

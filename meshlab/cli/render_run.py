@@ -111,3 +111,69 @@ def plot_report(rows, path: Path) -> None:
 
 def _seconds(value) -> str:
     return "-" if value is None else (f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s")
+
+
+def render_profile(outcome, console) -> None:
+    """What a profile measured: one row per op class (points, the fitted curve), then the call points."""
+    doc = outcome.document
+    device = doc["device"]
+    console.print(f"[bold green]ok[/bold green]: profiled {device['name']} ({device['platform']} x{device['devices']}"
+                  f"{', catalog ' + device['hardware'] if device.get('hardware') else ''}) in {outcome.seconds:.0f} s "
+                  f"for {doc['plan']['strategy']!r}; written to {outcome.path}")
+    table = Table(title="Measured op classes", title_justify="left")
+    for column, justify in (("op", "left"), ("points", "right"), ("fitted rate", "right"), ("latency", "right"),
+                            ("sizes measured", "right")):
+        table.add_column(column, justify=justify)
+    counts: dict[str, int] = {}
+    for p in doc["points"]:
+        counts[p["op"]] = counts.get(p["op"], 0) + 1
+    for op, count in counts.items():
+        curve = doc["curves"].get(op)
+        unit = {"flops": "FLOP/s", "bytes": "B/s"}.get(curve["basis"], "") if curve else ""
+        table.add_row(op, str(count), f"{curve['rate'] / 1e9:.1f} G{unit}" if curve else "",
+                      _seconds(curve["latency_s"]) if curve else "",
+                      f"{curve['low']:.3g} to {curve['high']:.3g} {curve['basis']}" if curve else "")
+    console.print(table)
+    calls = [p for p in doc["points"] if p["op"] in ("outer", "block")]
+    if calls:
+        table = Table(title="The call under the plan (image tokens, text tokens)", title_justify="left")
+        for column in ("what", "shape", "seconds"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for p in calls:
+            what = "one block per list, whole call" if p["op"] == "outer" else f"{p.get('label')}[0] alone"
+            table.add_row(what, "x".join(map(str, p["shape"])), _seconds(p["seconds"]))
+        console.print(table)
+
+
+class ProgressBar:
+    """A bar on stderr for workers that report ``i/n what`` (meshlab profile); plain lines when not a terminal."""
+
+    def __init__(self, command: str):
+        from rich.console import Console
+
+        self.command, self.console, self.bar, self.task = command, Console(stderr=True, highlight=False), None, None
+
+    def __enter__(self) -> "ProgressBar":
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                TimeElapsedColumn(), console=self.console)
+            self.bar.start()
+        return self
+
+    def update(self, message: str) -> None:
+        import re
+
+        found = re.match(r"(\d+)/(\d+) (.*)", message)
+        if self.bar is None:
+            self.console.print(f"[dim]meshlab {self.command}: {message}[/dim]")
+        elif found:
+            done, total, what = int(found.group(1)), int(found.group(2)), found.group(3)
+            if self.task is None:
+                self.task = self.bar.add_task(what, total=total)
+            self.bar.update(self.task, completed=done, description=what)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -37,7 +37,17 @@ def prediction_document(p: Prediction) -> dict:
         "model_flops_per_call_per_sample": p.model_flops_per_call,
         "collectives_per_block": dict(sorted(p.block_collectives().items())),
         "collectives_per_call": collective_totals(p),
+        "priced": priced_document(p),
     }
+
+
+def priced_document(p: Prediction) -> dict:
+    """What the time rests on: the catalog's assumed efficiencies, or a profile's measurements (and which)."""
+    m = p.measured
+    if m is None:
+        return {"from": "catalog", "measured": [], "assumed": ["every op (assumed efficiencies)"]}
+    return {"from": "profile", "basis": m.basis, "measured": list(m.measured), "assumed": list(m.assumed),
+            "collectives_measured": m.collectives_included, "extrapolated": m.stretch, "note": m.note}
 
 
 def collective_totals(p: Prediction) -> dict[str, dict]:

@@ -41,6 +41,8 @@ class Work:
     hbm_bytes: float
     kind: str  # "linear", "attention" or "other"
     count: int = 1  # identical blocks this op stands for (see `Graph.repeats`)
+    #: linear: (tokens, in, out) of the local shard GEMM; attention: (batch, heads, queries, keys, head_dim)
+    shape: tuple[int, ...] = ()
 
 
 def linear_flops(in_features: int, out_features: int, tokens: int) -> float:
@@ -105,7 +107,8 @@ def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
     if op.bias is not None:
         weight_bytes += op.bias.bytes_per_device(mesh)
     activations = tokens * (inp + out) * layout.itemsize
-    return Work(op.module, op.block, linear_flops(inp, out, tokens), float(weight_bytes + activations), "linear")
+    return Work(op.module, op.block, linear_flops(inp, out, tokens), float(weight_bytes + activations), "linear",
+                shape=(tokens, inp, out))
 
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
@@ -118,4 +121,5 @@ def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: 
     scores = 0 if flash else 4 * heads * queries * keys  # scores and probabilities, written then read
     nbytes = layout.batch * (io + scores) * layout.itemsize
     flops = layout.batch * attention_flops(attention, queries, keys, heads)
-    return Work(attention.module, qkv[0].block, flops, float(nbytes), "attention")
+    return Work(attention.module, qkv[0].block, flops, float(nbytes), "attention",
+                shape=(layout.batch, heads, queries, keys, attention.head_dim))

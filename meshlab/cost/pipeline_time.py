@@ -9,7 +9,8 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
 - **vae_decode_s**: the VAE's FLOPs per output pixel (the card: a traced decode under torch's FlopCounterMode) x
   the pixels (and frames) of the images one chip decodes (its share of the batch split), at the chip's effective
-  peak (``placement.vae: cpu``: the host's);
+  peak (``placement.vae: cpu``: the host's); with a profile as hardware, the decode it measured at that
+  resolution, else the measured decodes' rate;
 - **transfer_s**: the prompt embeddings in and the decoded pixels (float32) out over one chip's host link;
 - **overhead_s**: the catalog's host overhead per step.
 
@@ -67,12 +68,17 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     decoded_per_chip = -(-images // batch_split)
     decode_flops = (vae.decode_flops_per_pixel if vae else 0.0) * pixels * decoded_per_chip
     decode_rate = hardware.host_flops if placement.vae == "cpu" else device_flops
+    decode_s = decode_flops / decode_rate
+    profile = hardware.profile
+    if profile is not None and placement.vae != "cpu" and decode_flops:  # measured at a resolution, else its rate
+        priced = profile.op_seconds("vae_decode", (workload.height, workload.width), decode_flops / decoded_per_chip)
+        decode_s = priced.seconds * decoded_per_chip if priced is not None else decode_s
     embeddings = workload.text_tokens * card.architecture.text_dim * DTYPE_BYTES[workload.dtype] * prompts
     moved = embeddings + 3 * pixels * PIXEL_BYTES * decoded_per_chip
     return Terms(
         text_encode_s=encode_flops / encode_rate / images,
         denoise_s=steps * (step_s - step_overhead_s) / images,
-        vae_decode_s=decode_flops / decode_rate / images,
+        vae_decode_s=decode_s / images,
         transfer_s=moved / hardware.host_link_bandwidth / images,
         overhead_s=steps * step_overhead_s / images,
         unknown=tuple(unknown),

@@ -29,6 +29,7 @@ class Prediction:
     chips: int
     peak_flops: float  # one chip, 100%
     terms: Terms | None = None  # one image end to end, term by term (meshlab.cost.pipeline_time)
+    measured: object = None  # meshlab.cost.profile.MeasuredCall when the hardware is a profile
 
     @property
     def seconds_per_image(self) -> float:
@@ -76,9 +77,34 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
     collectives = derive(graph, layout, plan.mesh)
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
-    step = step_time(work, collectives, routes, layout, hardware, assumptions)
+    measured = _measured_call(plan, strategy, hardware, layout, work) if hardware.profile is not None else None
+    step = step_time(work, collectives, routes, layout, hardware, assumptions, measured)
     batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,
                            batch_split)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
-                      hardware.bf16_flops, terms)
+                      hardware.bf16_flops, terms, measured)
+
+
+def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: Layout, work: tuple[Work, ...]):
+    """One call priced from the hardware's profile (meshlab.cost.profile), blocks or op by op."""
+    from meshlab.cards.truncate import block_lists
+    from meshlab.cost.profile import price_call
+    from meshlab.cost.timing import op_seconds
+
+    key = profile_key(plan, strategy)
+    return price_call(hardware.profile, key, block_lists(plan.card), layout.tokens.text, work,
+                      lambda w: op_seconds(w, hardware), layout.calls)
+
+
+def profile_key(plan: Plan, strategy: Strategy) -> str:
+    """The identity of a plan's shard shapes at every text length (meshlab.cost.profile.plan_key)."""
+    from meshlab.cost.profile import plan_key
+    from meshlab.plan.axes import guidance_axis
+
+    w = strategy.workload
+    rules = [r.model_dump(mode="json") for r in strategy.rules]
+    activations = strategy.activations.model_dump(mode="json")
+    layout = layout_of(plan, strategy)
+    return plan_key(plan.card.config_digest, plan.mesh.as_dict(), rules, activations, layout.tokens.image,
+                    w.batch, w.dtype, bool(guidance_axis(plan.mesh) and w.cfg))

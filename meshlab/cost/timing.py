@@ -9,7 +9,8 @@ Every figure here is a prediction. The model, op by op on the busiest chip (all 
   compute (default 0: tensor-parallel all-reduces sit on the critical path between dependent matmuls);
 - a step runs ``calls`` transformer calls (2 with classifier-free guidance unless a ``cfg`` axis splits the
   branches), plus the once-per-step collectives, plus the hardware's ``step_overhead_s`` of host time;
-- the text encoder, the VAE decode and the scheduler are not timed (denoising only).
+- with a profile as hardware (meshlab.cost.profile), one call's seconds come from it instead of the rooflines;
+- the text encoder, the VAE decode and host transfers are meshlab.cost.pipeline_time's terms.
 
 The roofline beside each prediction: the same chip's FLOPs at 100% of peak, or its HBM bytes at 100% of the
 bandwidth if that is longer; no collectives, no overhead. MFU: the model's useful FLOPs (unsharded, no
@@ -49,7 +50,8 @@ class Assumptions:
             {"name": "device order", "value": None,
              "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
             {"name": "scope", "value": None,
-             "source": "denoising only: text encoding, VAE decode and scheduler time are not predicted"},
+             "source": "end to end: text encoding, denoising, VAE decode, host transfers and per-step overhead "
+                       "(meshlab.cost.pipeline_time); the scheduler's elementwise step is not counted"},
             {"name": "collectives vs XLA", "value": None, "source": "; ".join(KNOWN_DIFFERENCES)},
             {"name": "guidance", "value": None,
              "source": "with CFG and no 'cfg' mesh axis the transformer runs twice per step; a 'cfg' axis of size 2 "
@@ -87,12 +89,21 @@ class StepTime:
         return self.local + self.collective + self.overhead
 
 
+def op_seconds(w: Work, hardware: Hardware) -> float:
+    """One op on one chip at the catalog's assumed efficiencies: the longer of its FLOPs and its HBM bytes."""
+    return max(w.flops / (hardware.bf16_flops * hardware.compute_efficiency),
+               w.hbm_bytes / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
+
+
 def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], routes: dict, layout: Layout,
-              hardware: Hardware, assumptions: Assumptions) -> StepTime:
+              hardware: Hardware, assumptions: Assumptions, measured=None) -> StepTime:
+    """`measured` (a meshlab.cost.profile.MeasuredCall): one call's seconds from a profile, in place of the ops'
+    rooflines; when it timed the call whole on several devices its collectives are in it and add nothing."""
     peak = hardware.bf16_flops * hardware.compute_efficiency
     bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     calls = layout.calls
-    local = sum(w.count * max(w.flops / peak, w.hbm_bytes / bandwidth) for w in work)
+    local = measured.seconds if measured is not None else sum(w.count * op_seconds(w, hardware) for w in work)
+    inside = measured is not None and measured.collectives_included
     flops = sum(w.count * w.flops for w in work)
     nbytes = sum(w.count * w.hbm_bytes for w in work)
     timed = tuple(TimedCollective(c, routes[c.axes], collective_seconds(c.kind, c.bytes, routes[c.axes],
@@ -107,6 +118,7 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     return StepTime(
         calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
         compute=calls * flops / peak, hbm=calls * nbytes / bandwidth, local=calls * local,
-        collective=(1 - assumptions.overlap) * (calls * per_call + per_step), collective_bytes=coll_bytes,
-        overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed, dcn=(1 - assumptions.overlap) * dcn,
+        collective=0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step),
+        collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
+        dcn=0.0 if inside else (1 - assumptions.overlap) * dcn,
     )

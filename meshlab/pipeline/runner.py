@@ -113,6 +113,7 @@ class RunResult:
     mesh_shape: tuple[int, ...] | None
     mesh_axes: tuple[str, ...] | None
     warnings: tuple[str, ...]
+    text_tokens: tuple[int, ...] = ()  # the text length of each transformer call of a step (after any padding)
 
     def summary(self) -> dict[str, Any]:
         """Everything but the image, JSON-ready (derived timings and counters included)."""
@@ -131,6 +132,7 @@ class RunResult:
             "attention_backend": self.attention_backend,
             "mesh_shape": self.mesh_shape,
             "mesh_axes": self.mesh_axes,
+            "text_tokens": list(self.text_tokens),
             "timings": timings,
             "counters": counters,
             "warnings": list(self.warnings),
@@ -245,6 +247,7 @@ def run_pipeline(
         mesh_shape=_mesh_attr(setup.mesh, "mesh_shape"),
         mesh_axes=_mesh_attr(setup.mesh, "axis_names"),
         warnings=_warn(counters),
+        text_tokens=tuple(int(e.shape[1]) for e in (embeds.cond, embeds.uncond) if e is not None),
     )
 
 

@@ -46,12 +46,14 @@ class Clock:
         self.start = self.last = time.perf_counter()
         self.steps: list[float] = []
         self.encode_s = self.decode_s = 0.0
+        self.text_tokens: list[int] = []  # each encoded prompt's length, as the transformer gets it
         encode, decode = pipe.encode_prompt, pipe.vae.decode
 
         def timed_encode(*args, **kwargs):
             started = time.perf_counter()
             value = encode(*args, **kwargs)
             self.sync()
+            self.text_tokens.append(int(value[0].shape[1]))
             self.encode_s += time.perf_counter() - started
             self.last = time.perf_counter()
             return value
@@ -82,7 +84,7 @@ class Clock:
         counters = {"compiles_total": 0, "compiles_steady": 0, "compile_s": None, "host_transfers": None,
                     "run_fallbacks": {}}
         return {"device": device, "attention_backend": "sdpa", "mesh_shape": list(mesh.shape),
-                "mesh_axes": list(mesh.names),
+                "mesh_axes": list(mesh.names), "text_tokens": self.text_tokens,
                 "timings": timings, "counters": counters, "warnings": []}
 
 

@@ -166,7 +166,8 @@ class Strategy(Closed):
     name: str = Field(min_length=1, max_length=200, description="short name shown in tables")
     description: str = Field("", max_length=10000, description="what the plan is for")
     model: str = Field(description="a built-in model card (qwen-image, flux-dev) or a path to a card .json")
-    hardware: Union[str, HardwareRef] = Field(description="catalog name, or {name: ..., <figure>: <override>}")
+    hardware: Union[str, HardwareRef] = Field(description="catalog name, or {name: ..., <figure>: <override>}, or a "
+                                              "profile file from `meshlab profile` (a path ending .json)")
     mesh: dict[AxisName, int] = Field(
         description="ordered mesh axes, name to size; one size may be -1 (inferred from the device count)"
     )

@@ -1,0 +1,417 @@
+"""Measured op profiles (`meshlab profile`): reading one, checking it, and pricing a plan's ops from it. Pure.
+
+A profile is a JSON file of points measured on one device, each an op class at a shape with its FLOPs, bytes and
+seconds, plus one fitted curve per op class (seconds = latency + size / rate over the sizes measured). It names
+its device (platform, device count, the catalog entry for a GPU or TPU, the host's cores and memory) and the
+plan it was measured for (model config, mesh, rules, image tokens, dtype), so its points are that plan's shard
+shapes.
+
+Two ways to price one transformer call from it:
+
+- **blocks**: the transformer at one block per list under the plan (the "outer" point: embeddings, one block,
+  output), and one block alone at the same shapes, each compiled and timed whole at a few text lengths. A call
+  of depth L costs outer + (L - 1) x block, interpolated between text lengths. On an XLA device a fused program
+  is not the sum of its ops, and collectives inside the blocks are measured with them. Used when the plan,
+  image tokens and dtype are the profile's.
+- **ops**: each Linear and attention priced from its measured point at that shape, else interpolated along
+  tokens between points of the same weight shape, else from its class's curve; the rest of the call's work
+  (norm weights) at the measured copy bandwidth; collectives as the catalog times them.
+
+Measured on this machine's CPU (torch_xla, 1 device): blocks composes within a few percent of full runs and ops
+over-counts by about half (each op alone pays its own dtype conversions and dispatch, which XLA fuses away in a
+whole program), so blocks is used wherever it applies. The figures are in benchmarks/cpu_validation.py's output.
+
+Anything priced outside the measured range says how far it extrapolates (`Priced.stretch`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshlab.errors import InputError
+
+FORMAT = 1
+#: Op classes a profile may hold. linear / attention: shape as `Work.shape` gives it; outer / block: (image tokens,
+#: text tokens, calls in one program) for the whole call at one block per list / one block alone; stack: the
+#: same with a fourth figure, the blocks per list of a deeper whole call; vae_decode: (height, width);
+#: dispatch: an empty program's trace-and-run; copy: device memory read + write; host_matmul: the host CPU's
+#: Linear at the text encoder's width; host_transfer: device to host.
+OPS = ("linear", "attention", "outer", "block", "stack", "vae_decode", "dispatch", "copy", "host_matmul", "host_transfer")
+#: Which figure a curve's size is: FLOPs, bytes, or text tokens.
+BASIS = {"linear": "flops", "attention": "flops", "outer": "tokens", "block": "tokens", "stack": "tokens", "vae_decode": "flops",
+         "copy": "bytes", "host_matmul": "flops", "host_transfer": "bytes"}
+FIX = "measure it again with `meshlab profile STRATEGY -o FILE.json`"
+
+
+@dataclass(frozen=True)
+class Point:
+    op: str
+    shape: tuple[int, ...]
+    flops: float
+    bytes: float
+    seconds: float
+    label: str = ""  # block points: the block list
+
+    def size(self) -> float:
+        basis = BASIS.get(self.op, "flops")
+        return self.shape[1] if basis == "tokens" else (self.bytes if basis == "bytes" else self.flops)
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "shape": list(self.shape), "flops": self.flops, "bytes": self.bytes,
+                "seconds": self.seconds, **({"label": self.label} if self.label else {})}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """seconds = latency_s + size / rate, least squares over one op class's points; measured over [low, high]."""
+
+    op: str
+    latency_s: float
+    rate: float
+    low: float
+    high: float
+
+    def seconds(self, size: float) -> float:
+        return self.latency_s + size / self.rate
+
+    def stretch(self, size: float) -> float:
+        """How far outside the measured sizes `size` is, as a ratio (1: inside)."""
+        if size <= 0 or self.low <= 0:
+            return 1.0
+        return max(size / self.high, self.low / size, 1.0)
+
+    def to_json(self) -> dict:
+        return {"basis": BASIS.get(self.op, "flops"), "latency_s": self.latency_s, "rate": self.rate,
+                "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class Priced:
+    """An op's (or a call's) seconds from a profile, and how: measured, interpolated, fitted (a curve)."""
+
+    seconds: float
+    how: str
+    stretch: float = 1.0  # > 1: extrapolated that many times beyond the measured sizes
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: str
+    device: dict  # platform, devices, name, hardware (a catalog name or None), host, cores, memory_bytes
+    versions: dict
+    plan: dict  # key, strategy, model, mesh, image_tokens, height, width, dtype, text_tokens
+    points: tuple[Point, ...]
+    curves: dict = field(default_factory=dict)  # op -> Curve
+    duration_s: float = 0.0
+
+    @property
+    def platform(self) -> str:
+        return str(self.device["platform"])
+
+    @property
+    def devices(self) -> int:
+        return int(self.device["devices"])
+
+    def of(self, op: str, label: str | None = None) -> list[Point]:
+        return [p for p in self.points if p.op == op and (label is None or p.label == label)]
+
+    def single(self, op: str) -> Point | None:
+        points = self.of(op)
+        return min(points, key=lambda p: p.seconds) if points else None
+
+    def rate(self, op: str) -> float | None:
+        """The op class's fitted rate (FLOP/s or bytes/s), None when it was not measured."""
+        curve = self.curves.get(op)
+        return curve.rate if curve else None
+
+    def op_seconds(self, op: str, shape: tuple[int, ...], size: float) -> Priced | None:
+        """A Linear's or attention's seconds at `shape` (whose FLOPs are `size`), None when nothing was measured."""
+        exact = [p for p in self.of(op) if p.shape == tuple(shape)]
+        if exact:
+            return Priced(exact[0].seconds, "measured")
+        if op == "linear" and len(shape) == 3:  # same weight shape at other token counts
+            along = sorted((p.shape[0], p.seconds) for p in self.of(op) if p.shape[1:] == tuple(shape[1:]))
+            if len(along) >= 2:
+                seconds, stretch = interpolate(along, shape[0])
+                return Priced(max(seconds, 0.0), "interpolated", stretch)
+        curve = self.curves.get(op)
+        if curve is None:
+            return None
+        return Priced(curve.seconds(size), "fitted", curve.stretch(size))
+
+    def sequence(self, op: str, text_tokens: float, label: str = "", calls: int = 1) -> Priced | None:
+        """An outer or block point's seconds per call at `text_tokens`, interpolated between the measured text
+        lengths; points timed at `calls` calls per program when there are any (else per call of what there is)."""
+        points = self.of(op, label)
+        same = [p for p in points if _calls(p) == calls]
+        along = sorted((p.shape[1], p.seconds / _calls(p)) for p in (same or points))
+        if not along:
+            return None
+        if len(along) == 1:
+            exact = along[0][0] == text_tokens
+            return Priced(along[0][1], "measured" if exact else "fitted", 1.0 if exact else
+                          max(text_tokens / along[0][0], along[0][0] / max(text_tokens, 1)))
+        seconds, stretch = interpolate(along, text_tokens)
+        how = "measured" if any(t == text_tokens for t, _ in along) else "interpolated"
+        return Priced(max(seconds, 0.0), how, stretch)
+
+
+def _calls(point: Point) -> int:
+    """Transformer calls an outer or block point ran in one program (its shape's third figure; 1 when absent)."""
+    return point.shape[2] if len(point.shape) > 2 else 1
+
+
+def interpolate(points: list[tuple[float, float]], x: float) -> tuple[float, float]:
+    """Piecewise-linear through sorted (x, y) points; beyond them the nearest segment's line, with how far
+    outside the measured xs `x` lies as a ratio (1 inside)."""
+    xs = [p[0] for p in points]
+    if x <= xs[0]:
+        (x0, y0), (x1, y1) = points[0], points[1]
+        stretch = xs[0] / x if x > 0 else math.inf
+    elif x >= xs[-1]:
+        (x0, y0), (x1, y1) = points[-2], points[-1]
+        stretch = x / xs[-1]
+    else:
+        i = next(i for i in range(1, len(xs)) if xs[i] >= x)
+        (x0, y0), (x1, y1) = points[i - 1], points[i]
+        stretch = 1.0
+    y = y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return y, max(stretch, 1.0)
+
+
+def fit(op: str, points: list[Point]) -> Curve | None:
+    """Least squares of seconds = latency + size / rate over `points` (latency >= 0); None without two sizes."""
+    sizes = [p.size() for p in points]
+    if len(set(sizes)) < 2:
+        if len(points) == 1 and sizes[0] > 0 and points[0].seconds > 0:
+            return Curve(op, 0.0, sizes[0] / points[0].seconds, sizes[0], sizes[0])
+        return None
+    n, mean_x, mean_y = len(points), sum(sizes) / len(sizes), sum(p.seconds for p in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x in sizes)
+    slope = sum((x - mean_x) * (p.seconds - mean_y) for x, p in zip(sizes, points)) / spread
+    latency = mean_y - slope * mean_x
+    if slope <= 0:
+        return None
+    if latency < 0:  # through the origin instead
+        slope, latency = sum(x * p.seconds for x, p in zip(sizes, points)) / sum(x * x for x in sizes), 0.0
+    return Curve(op, latency, 1.0 / slope, min(sizes), max(sizes))
+
+
+def fit_all(points: tuple[Point, ...]) -> dict[str, Curve]:
+    curves = {}
+    for op in OPS:
+        if op in BASIS and op not in ("outer", "block", "stack"):  # outer/block interpolate over text tokens instead
+            curve = fit(op, [p for p in points if p.op == op])
+            if curve is not None:
+                curves[op] = curve
+    return curves
+
+
+# ---- the file ----
+
+
+def profile_document(device: dict, versions: dict, plan: dict, points: tuple[Point, ...], duration_s: float) -> dict:
+    """The JSON a profile file holds (curves fitted here, so the file says what the cost model will use)."""
+    return {"meshlab_profile": FORMAT, "device": device, "versions": versions, "plan": plan,
+            "duration_s": duration_s, "points": [p.to_json() for p in points],
+            "curves": {op: c.to_json() for op, c in fit_all(points).items()}}
+
+
+def load_profile(path: str | Path) -> Profile:
+    """A profile file, checked; anything wrong is an InputError naming the file and the fix."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such profile", "measure it with `meshlab profile STRATEGY -o FILE.json`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a readable profile (corrupt or truncated: {exc})", FIX) from None
+    try:
+        return _profile(path, data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: not a meshlab profile ({type(exc).__name__}: {exc})", FIX) from None
+
+
+def _profile(path: Path, data: dict) -> Profile:
+    if not isinstance(data, dict) or data.get("meshlab_profile") != FORMAT:
+        found = data.get("meshlab_profile") if isinstance(data, dict) else None
+        raise ValueError(f"format {found!r}, this meshlab reads format {FORMAT}")
+    points = []
+    for raw in data["points"]:
+        point = Point(str(raw["op"]), tuple(int(n) for n in raw["shape"]), float(raw["flops"]), float(raw["bytes"]),
+                      float(raw["seconds"]), str(raw.get("label", "")))
+        if point.op not in OPS:
+            raise ValueError(f"unknown op class {point.op!r}")
+        if not (math.isfinite(point.seconds) and point.seconds > 0):
+            raise ValueError(f"a {point.op} point has {point.seconds} seconds")
+        points.append(point)
+    device = dict(data["device"])
+    if device.get("platform") not in ("cpu", "cuda", "tpu") or int(device["devices"]) < 1:
+        raise ValueError(f"device {device}")
+    points = tuple(points)
+    return Profile(str(path), device, dict(data.get("versions") or {}), dict(data["plan"]), points, fit_all(points),
+                   float(data.get("duration_s", 0.0)))
+
+
+def plan_key(model_digest: str, mesh: dict, rules: list, activations: dict, image_tokens: int, batch: int,
+             dtype: str, cfg_axis: bool) -> str:
+    """What makes a profile's outer and block points this plan's: the same shard shapes at every text length."""
+    import hashlib
+
+    identity = json.dumps([model_digest, mesh, rules, activations, image_tokens, batch, dtype, cfg_axis],
+                          sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+# ---- pricing a call ----
+
+
+@dataclass(frozen=True)
+class MeasuredCall:
+    """One transformer call on one chip, priced from a profile."""
+
+    basis: str  # "blocks" (the call compiled and timed whole) or "ops" (op by op)
+    seconds: float
+    collectives_included: bool  # blocks on several devices: the collectives ran inside what was timed
+    measured: tuple[str, ...]  # what the figure rests on that was measured
+    assumed: tuple[str, ...]  # what fell back to the catalog's assumed efficiencies
+    stretch: float = 1.0  # the largest extrapolation beyond the measured sizes (1: none)
+    note: str = ""
+
+
+def price_call(profile: Profile, key: str, blocks: dict[str, int], text_tokens: float, work: tuple,
+               fallback, calls: int = 1) -> MeasuredCall:
+    """A call of `blocks` (list -> blocks) at `text_tokens`, by blocks when the profile measured this plan (`key`),
+    else op by op; `fallback(work)` gives an op's seconds from the catalog's assumptions."""
+    if profile.plan.get("key") == key and profile.of("outer"):
+        priced = by_blocks(profile, blocks, text_tokens, calls)
+        if priced is not None:
+            return priced
+    note = ("" if profile.plan.get("key") == key else
+            f"the profile was measured for {profile.plan.get('strategy')!r} at {profile.plan.get('image_tokens')} "
+            "image tokens; this plan's call is priced op by op")
+    return by_ops(profile, work, fallback, note)
+
+
+def by_blocks(profile: Profile, blocks: dict[str, int], text_tokens: float, calls: int = 1) -> MeasuredCall | None:
+    """Seconds per call: the one-block call plus each further block at the slope between it and the deeper call
+    (shared among block lists as their blocks alone compare), else at a block alone's time."""
+    outer = profile.sequence("outer", text_tokens, calls=calls)
+    if outer is None:
+        return None
+    seconds, stretch, measured = outer.seconds, outer.stretch, [f"one-block call ({outer.how})"]
+    alone = {name: profile.sequence("block", text_tokens, name, calls) for name in blocks}
+    stack = profile.sequence("stack", text_tokens, calls=calls)
+    if stack is not None:
+        depth = max(p.shape[3] for p in profile.of("stack"))
+        slope = (stack.seconds - outer.seconds) / (depth - 1)
+        known = {n: a.seconds for n, a in alone.items() if a is not None}
+        share = {n: known[n] / sum(known.values()) if len(known) == len(blocks) and sum(known.values()) else
+                 1 / len(blocks) for n in blocks}
+        stretch = max(stretch, stack.stretch)
+        per_block = {n: slope * len(blocks) * share[n] for n in blocks}
+        measured.append(f"{depth}-block call ({stack.how})")
+        how = f"a block at the slope between the 1- and {depth}-block calls"
+    elif all(a is not None for a in alone.values()):
+        per_block = {n: a.seconds for n, a in alone.items()}
+        stretch = max([stretch] + [a.stretch for a in alone.values()])
+        how = "each further block timed alone"
+    else:
+        return None
+    for name, count in blocks.items():
+        if count > 1:
+            seconds += (count - 1) * per_block[name]
+            measured.append(f"{name} x {count - 1}")
+    return MeasuredCall("blocks", seconds, profile.devices > 1, tuple(measured), (), stretch,
+                        f"the call at one block per list, plus {how}, at the plan's shapes")
+
+
+def by_ops(profile: Profile, work: tuple, fallback, note: str = "") -> MeasuredCall:
+    seconds, stretch, measured, assumed = 0.0, 1.0, [], []
+    copy = profile.rate("copy")
+    for w in work:
+        priced = profile.op_seconds(w.kind, w.shape, w.flops) if w.kind in ("linear", "attention") else None
+        if priced is None and w.kind == "other" and copy:
+            priced = Priced(w.hbm_bytes / copy, "fitted")
+        if priced is None:
+            seconds += w.count * fallback(w)
+            assumed.append(w.name)
+            continue
+        seconds += w.count * priced.seconds
+        stretch = max(stretch, priced.stretch)
+        measured.append(w.name)
+    return MeasuredCall("ops", seconds, False, tuple(measured), tuple(assumed), stretch, note)
+
+
+# ---- a profile as a hardware entry ----
+
+
+def profile_hardware(path: str | Path, devices: int | None, overrides: dict | None = None):
+    """The hardware entry a profile stands for: a GPU's or TPU's catalog entry with the profile's measured host
+    figures, or (CPU) an entry made of the profile's measured rates; the profile rides along for the cost model.
+    `devices`: what the strategy's mesh uses (None: not known yet)."""
+    from dataclasses import replace
+
+    from meshlab.hardware import Hardware, load_hardware
+
+    profile = load_profile(path)
+    if devices is not None and devices != profile.devices:
+        raise InputError(f"{path} was measured on {profile.devices} {profile.platform} device(s), and this mesh uses "
+                         f"{devices}: devices sharing a host do not run at one device's rates",
+                         f"profile a strategy with a {devices}-device mesh (meshlab profile STRATEGY -o FILE.json)")
+    source = f"measured: meshlab profile {Path(path).name}"
+    host = {}
+    for op, figure in (("host_matmul", "host_flops"), ("host_transfer", "host_link_bandwidth")):
+        if profile.rate(op):
+            host[figure] = profile.rate(op)
+    dispatch = profile.single("dispatch")
+    if dispatch is not None:
+        host["step_overhead_s"] = dispatch.seconds
+    if profile.platform != "cpu":
+        if not profile.device.get("hardware"):
+            raise InputError(f"{path} names no catalog entry for its {profile.platform} device",
+                             "profile again with --hardware NAME (meshlab hardware lists them)")
+        base = load_hardware(str(profile.device["hardware"])).using(profile.devices)
+        hardware = replace(base, **host, sources={**base.sources, **{k: source for k in host}},
+                           name=f"{base.name} (profile {Path(path).name})")
+    else:
+        hardware = _cpu_hardware(profile, host, source, Path(path).name)
+    if overrides:
+        from meshlab.hardware import _override
+
+        hardware = _override(hardware, overrides)
+    return replace(hardware, profile=profile)
+
+
+def _cpu_hardware(profile: Profile, host: dict, source: str, name: str):
+    from meshlab.hardware import Hardware
+
+    linear, copy = profile.rate("linear"), profile.rate("copy")
+    if not linear or not copy:
+        raise InputError(f"{profile.path} holds no linear or copy points, which a CPU entry is made of", FIX)
+    memory = int(profile.device.get("memory_bytes") or 0) or 2**34
+    n = profile.devices
+    assumed = "assumption: not measured by meshlab profile"
+    sources = {
+        "interconnect": "the virtual devices share the host's memory: any reaches any (modelled as a switch)",
+        "chips": source, "hosts": source, "ici_links": assumed, "topology": source, "wraparound": assumed,
+        "hbm_bytes": "the host's memory shared by its virtual devices", "usable_hbm_bytes": "as hbm_bytes",
+        "runtime_reserve_bytes": assumed, "host_memory_bytes": source,
+        "hbm_bandwidth": f"{source} (copy)", "bf16_flops": f"{source} (linear curve's rate)",
+        "ici_link_bandwidth": f"{assumed}; the copy rate", "dcn_bandwidth_per_host": "not applicable: one host",
+        "host_link_bandwidth": host.get("host_link_bandwidth") and source or assumed,
+        "host_flops": host.get("host_flops") and source or assumed,
+        "compute_efficiency": "1: bf16_flops is already the rate reached", "hbm_efficiency": "1: as bf16_flops",
+        "collective_latency_s": assumed, "step_overhead_s": source if "step_overhead_s" in host else assumed,
+    }
+    return Hardware(
+        name=f"cpu-{n} (profile {name})", kind="cpu", chip=str(profile.device.get("name") or "host CPU"),
+        interconnect="nvswitch", chips=n, hosts=1, ici_links=1, topology=(n,), wraparound=(True,),
+        hbm_bytes=memory // n, usable_hbm_bytes=memory // n, runtime_reserve_bytes=0, host_memory_bytes=memory,
+        hbm_bandwidth=copy, bf16_flops=linear, ici_link_bandwidth=copy, dcn_bandwidth_per_host=1.0,
+        host_link_bandwidth=host.get("host_link_bandwidth", copy), host_flops=host.get("host_flops", linear),
+        compute_efficiency=1.0, hbm_efficiency=1.0, collective_latency_s=1e-5,
+        step_overhead_s=host.get("step_overhead_s", 1e-3), sources=sources)

@@ -1,0 +1,197 @@
+"""`meshlab profile`: measure the local device at a plan's shapes and write a profile file. No torch here.
+
+The parent plans the strategy, lists what to measure (each Linear's shard GEMM and the attention at every text
+length, the whole call at one block per list and one block alone, the VAE decode at the workload's resolution,
+the host's matmul and transfer), starts the torch worker (meshlab.backend.profile_worker) with the device
+environment, fits one curve per op class (meshlab.cost.profile.fit) and writes the file atomically: a profile is
+whole or absent, never partial.
+
+Text lengths: the strategy's ``text_tokens`` and, by default, 8 and 32 as well, because the stock pipeline encodes
+each prompt to its own length (a short prompt is 10 to 20 tokens) and a run is priced at the length it encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from meshlab.backend.protocol import Progress, call_worker
+from meshlab.devices import child_environment, torch_environment
+from meshlab.errors import InputError
+from meshlab.planning import PlannedStrategy, plan_file, with_workload
+
+DEFAULT_TEXT_TOKENS = (8, 32)
+#: The deeper transformer the profile times beside the one-block one: the slope between them is a block's time
+#: inside a whole program (see meshlab.cost.profile).
+STACK_DEPTH = 3
+BACKENDS = ("auto", "xla", "torch")
+#: CUDA device names to catalog entries (the first that the name contains).
+GPU_NAMES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb"))
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    out: Path
+    text_tokens: tuple[int, ...] = ()  # () : the strategy's and DEFAULT_TEXT_TOKENS
+    backend: str = "auto"
+    hardware: str | None = None  # the catalog entry of a GPU or TPU (default: from the device's name)
+    blocks: bool = True
+    vae: bool = True
+    seed: int = 0
+    timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    path: Path
+    document: dict
+    seconds: float
+
+
+def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progress = lambda _: None) -> ProfileOutcome:
+    from meshlab.run import resolve_backend
+
+    planned = plan_for_profiling(Path(path))
+    devices = planned.plan.mesh.device_count
+    if options.backend not in BACKENDS:
+        raise InputError(f"unknown backend {options.backend!r}", f"use --backend {', '.join(BACKENDS)}")
+    backend = resolve_backend(options.backend, devices)
+    backend = "torch" if backend == "dtensor" else backend
+    if backend == "torch" and devices != 1:
+        raise InputError(f"plain PyTorch profiles one device, and {planned.strategy.name} plans for {devices}",
+                         "profile a one-device strategy on a GPU, or use --backend xla")
+    _writable(options.out)
+    request = _request(path, planned, backend, options)
+    env = child_environment(devices) if backend == "xla" else torch_environment()
+    started = time.perf_counter()
+    result = call_worker("meshlab.backend.profile_worker", request, env, timeout_s=options.timeout_s,
+                         progress=progress)
+    seconds = time.perf_counter() - started
+    device = result["device"] | {"hardware": _catalog_name(result["device"], planned, options)}
+    document = _document(planned, request, device, result, seconds)
+    write_atomically(options.out, json.dumps(document, indent=1) + "\n")
+    return ProfileOutcome(options.out, document, seconds)
+
+
+def plan_for_profiling(path: Path) -> PlannedStrategy:
+    """The strategy planned for its shapes. Its hardware may be the profile being written, which need not exist
+    yet: then it is planned on a stand-in entry of the mesh's device count (shapes do not depend on the entry)."""
+    from meshlab.hardware import load_hardware
+    from meshlab.planning import plan_strategy
+    from meshlab.strategy.loader import load_strategy
+
+    loaded = load_strategy(path)
+    name = loaded.strategy.hardware_name
+    if not name.endswith(".json") or (path.parent / name).is_file():
+        return plan_file(path)
+    sizes = loaded.strategy.mesh.values()
+    if -1 in sizes:
+        raise loaded.place(InputError(f"the hardware {name} is not measured yet, so the mesh cannot take its size "
+                                      "from it", "give every mesh axis a size", field=("mesh",)))
+    import math
+
+    stand_in = load_hardware("h200").using(math.prod(sizes)) if math.prod(sizes) <= 8 else None
+    if stand_in is None:
+        raise loaded.place(InputError(f"the hardware {name} is not measured yet", "name a catalog entry while "
+                                      "profiling a mesh of more than 8 devices", field=("hardware",)))
+    try:
+        return plan_strategy(loaded, replace(stand_in, usable_hbm_bytes=stand_in.hbm_bytes))
+    except Exception as exc:
+        from meshlab.errors import MeshlabError
+
+        if isinstance(exc, MeshlabError):
+            raise loaded.place(exc) from None
+        raise
+
+
+def text_lengths(planned: PlannedStrategy, given: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(set(given or (*DEFAULT_TEXT_TOKENS, planned.strategy.workload.text_tokens))))
+
+
+def _request(path, planned: PlannedStrategy, backend: str, options: ProfileOptions) -> dict:
+    """What to measure: the shapes the plan gives each chip at every text length."""
+    from meshlab.cards.truncate import block_lists
+    from meshlab.cost.predict import predict
+    from meshlab.plan.axes import guidance_axis
+
+    w = planned.strategy.workload
+    lengths = text_lengths(planned, options.text_tokens)
+    linear, attention = {}, {}
+    for text in lengths:
+        at = with_workload(planned, text_tokens=text)
+        for work in predict(at.plan, at.strategy, replace(at.hardware, profile=None)).work:
+            if work.kind == "linear":
+                linear[work.shape] = None
+            elif work.kind == "attention":
+                attention[work.shape] = None
+    text_encoder = next((c for c in planned.card.components if c.name.startswith("text_encoder")), None)
+    joint = bool(guidance_axis(planned.plan.mesh) and w.cfg)
+    return {"strategy": str(path), "backend": backend, "devices": planned.plan.mesh.device_count,
+            "dtype": w.dtype, "seed": options.seed, "text_tokens": list(lengths),
+            "workload": {"height": w.height, "width": w.width, "batch": w.batch},
+            "call_batch": w.batch * (2 if joint else 1), "calls": 2 if w.cfg and not joint else 1,
+            "depth": STACK_DEPTH,
+            "linear": [list(s) for s in linear], "attention": [list(s) for s in attention],
+            "blocks": options.blocks, "block_lists": len(block_lists(planned.card)),
+            "vae": [w.height, w.width] if options.vae and _has_vae(planned) else None,
+            "model": planned.strategy.model, "model_dir": str(planned.loaded.path.parent),
+            "host": {"tokens": w.text_tokens, "width": planned.card.architecture.text_dim} if text_encoder else None}
+
+
+def _has_vae(planned: PlannedStrategy) -> bool:
+    return bool(((planned.card.source.get("components") or {}).get("vae") or {}).get("config"))
+
+
+def _catalog_name(device: dict, planned: PlannedStrategy, options: ProfileOptions) -> str | None:
+    """The catalog entry whose figures a GPU's or TPU's profile keeps (None for the CPU)."""
+    if device["platform"] == "cpu":
+        return None
+    if options.hardware:
+        return options.hardware
+    if device["platform"] == "cuda":
+        found = next((entry for marker, entry in GPU_NAMES if marker in device.get("name", "")), None)
+        if found:
+            return found
+    if planned.hardware.kind == ("gpu" if device["platform"] == "cuda" else "tpu"):
+        return planned.hardware.name.split(":")[0]
+    raise InputError(f"no catalog entry is known for {device.get('name')!r}",
+                     "name it with --hardware (meshlab hardware lists them)")
+
+
+def _document(planned: PlannedStrategy, request: dict, device: dict, result: dict, seconds: float) -> dict:
+    from meshlab.cost.predict import layout_of, profile_key
+    from meshlab.cost.profile import Point, profile_document
+
+    points = tuple(Point(p["op"], tuple(p["shape"]), p["flops"], p["bytes"], p["seconds"], p.get("label", ""))
+                   for p in result["points"])
+    w = planned.strategy.workload
+    plan = {"key": profile_key(planned.plan, planned.strategy), "strategy": planned.strategy.name,
+            "model": planned.card.name, "config_digest": planned.card.config_digest,
+            "mesh": planned.plan.mesh.as_dict(), "height": w.height, "width": w.width, "batch": w.batch,
+            "dtype": w.dtype, "image_tokens": layout_of(planned.plan, planned.strategy).tokens.image,
+            "text_tokens": request["text_tokens"]}
+    return profile_document(device, result["versions"], plan, points, round(seconds, 1))
+
+
+def _writable(out: Path) -> None:
+    folder = out.parent if str(out.parent) else Path(".")
+    if out.suffix != ".json":
+        raise InputError(f"{out}: a profile is a .json file", "name the output FILE.json")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InputError(f"cannot write {out}: {folder} is not a writable folder", "give -o a path in a writable folder")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: a temporary file beside it, then one rename."""
+    folder = path.parent if str(path.parent) else Path(".")
+    with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False) as handle:
+        handle.write(text)
+    try:
+        os.replace(handle.name, path)
+    except OSError:
+        os.unlink(handle.name)
+        raise
