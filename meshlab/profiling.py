@@ -28,6 +28,9 @@ DEFAULT_TEXT_TOKENS = (8, 32)
 #: The deeper transformer the profile times beside the one-block one: the slope between them is a block's time
 #: inside a whole program (see meshlab.cost.profile).
 STACK_DEPTH = 3
+#: Collectives the profile makes on the devices (XLA's partitioner inserts them between two shardings); a
+#: collective-permute has no such simple form and stays priced from the catalog.
+MEASURED_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all")
 BACKENDS = ("auto", "xla", "torch")
 #: CUDA device names to catalog entries (the first that the name contains).
 GPU_NAMES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb"))
@@ -79,14 +82,15 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
 
 def plan_for_profiling(path: Path) -> PlannedStrategy:
     """The strategy planned for its shapes. Its hardware may be the profile being written, which need not exist
-    yet: then it is planned on a stand-in entry of the mesh's device count (shapes do not depend on the entry)."""
+    yet (or may be stale or broken): a profile as hardware is never read here, and the plan is made on a stand-in
+    entry of the mesh's device count instead (shapes do not depend on the entry)."""
     from meshlab.hardware import load_hardware
     from meshlab.planning import plan_strategy
     from meshlab.strategy.loader import load_strategy
 
     loaded = load_strategy(path)
     name = loaded.strategy.hardware_name
-    if not name.endswith(".json") or (path.parent / name).is_file():
+    if not name.endswith(".json"):
         return plan_file(path)
     sizes = loaded.strategy.mesh.values()
     if -1 in sizes:
@@ -120,14 +124,18 @@ def _request(path, planned: PlannedStrategy, backend: str, options: ProfileOptio
 
     w = planned.strategy.workload
     lengths = text_lengths(planned, options.text_tokens)
-    linear, attention = {}, {}
+    linear, attention, collectives = {}, {}, {}
     for text in lengths:
         at = with_workload(planned, text_tokens=text)
-        for work in predict(at.plan, at.strategy, replace(at.hardware, profile=None)).work:
+        predicted = predict(at.plan, at.strategy, replace(at.hardware, profile=None))
+        for work in predicted.work:
             if work.kind == "linear":
                 linear[work.shape] = None
             elif work.kind == "attention":
                 attention[work.shape] = None
+        for c in predicted.collectives:
+            if c.kind in MEASURED_COLLECTIVES and backend == "xla":
+                collectives[(c.kind, c.axes, c.bytes)] = None
     text_encoder = next((c for c in planned.card.components if c.name.startswith("text_encoder")), None)
     joint = bool(guidance_axis(planned.plan.mesh) and w.cfg)
     return {"strategy": str(path), "backend": backend, "devices": planned.plan.mesh.device_count,
@@ -136,6 +144,8 @@ def _request(path, planned: PlannedStrategy, backend: str, options: ProfileOptio
             "call_batch": w.batch * (2 if joint else 1), "calls": 2 if w.cfg and not joint else 1,
             "depth": STACK_DEPTH,
             "linear": [list(s) for s in linear], "attention": [list(s) for s in attention],
+            "collectives": [[kind, list(axes), nbytes] for kind, axes, nbytes in collectives],
+            "mesh": planned.plan.mesh.as_dict(),
             "blocks": options.blocks, "block_lists": len(block_lists(planned.card)),
             "vae": [w.height, w.width] if options.vae and _has_vae(planned) else None,
             "model": planned.strategy.model, "model_dir": str(planned.loaded.path.parent),

@@ -338,7 +338,9 @@ def _prediction(at_run: PlannedStrategy) -> dict:
     from meshlab.cost.predict import predict
 
     predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
-    return {"hardware": at_run.hardware.name, "chips": at_run.hardware.chips, "model": at_run.card.name,
+    return {"hardware": at_run.hardware.name, "kind": at_run.hardware.kind, "chips": at_run.hardware.chips,
+            **({"profile": at_run.hardware.profile.path} if at_run.hardware.profile is not None else {}),
+            "model": at_run.card.name,
             "config_digest": at_run.card.config_digest, "batch": at_run.strategy.workload.batch,
             "dtype": at_run.strategy.workload.dtype, "step_s": predicted.step.total,
             "seconds_per_image": predicted.seconds_per_image,

@@ -117,6 +117,9 @@ def handle(request: dict) -> dict:
             points.append(point("attention", (b, h, q, k, d), 4.0 * b * h * q * k * d,
                                 2 * b * h * (q + k) * d * qs.element_size(), seconds))
             tick(f"attention {b}x{h}x{q}x{k}x{d}")
+        for kind, axes, nbytes in request.get("collectives", []):
+            points.append(_collective(request, dev, dtype, kind, tuple(axes), nbytes))
+            tick(f"{kind} over {','.join(axes)}, {nbytes} B")
         if request.get("blocks"):
             points += _blocks(request, dev, tick)
         if request.get("vae"):
@@ -133,8 +136,8 @@ def handle(request: dict) -> dict:
 
 def _steps(request: dict) -> int:
     blocks = len(request["text_tokens"]) * (2 + request.get("block_lists", 1)) if request.get("blocks") else 0
-    return 2 + len(request["linear"]) + len(request["attention"]) + blocks + bool(request.get("vae")) + \
-        bool(request.get("host"))
+    return 2 + len(request["linear"]) + len(request["attention"]) + len(request.get("collectives", [])) + blocks + \
+        bool(request.get("vae")) + bool(request.get("host"))
 
 
 def _random(shape, dtype, dev):
@@ -155,6 +158,45 @@ def _copy(dev, dtype) -> dict:
     x = _random((64 * 2**20 // 2,), dtype, dev)  # 64 MiB
     seconds = timed(lambda: x * 2, dev.sync, reps=5)
     return point("copy", [x.numel()], 0, 2 * x.numel() * x.element_size(), seconds)
+
+
+def _collective(request: dict, dev, dtype, kind: str, axes: tuple[str, ...], nbytes: int) -> dict:
+    """One collective of `kind` over the mesh `axes` on a per-chip buffer of `nbytes` (meshlab's
+    `Collective.bytes`: all-gather the gathered buffer, all-reduce and reduce-scatter the reduced one, all-to-all
+    the buffer each chip holds), made by marking an elementwise op's output with another sharding than its input's
+    and letting XLA's partitioner insert the collective."""
+    import math
+
+    import torch
+
+    from meshlab.backend import xla
+    from meshlab.mesh import AbstractMesh
+    from meshlab.spec import PartitionSpec
+
+    mesh = AbstractMesh(tuple(request["mesh"].items()))
+    xla_mesh = xla.build_mesh(mesh)
+    g = math.prod(mesh.size(a) for a in axes)
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    n = max(g, -(-nbytes // itemsize // g) * g)  # elements of the per-chip buffer, a multiple of the group
+    over = axes
+    if kind == "all-gather":
+        shape, before, after = (n,), (over,), (None,)
+    elif kind in ("all-reduce", "reduce-scatter"):
+        shape, before, after = (g, n), (over, None), (None,) if kind == "all-reduce" else (over,)
+    elif kind == "all-to-all":
+        shape, before, after = (g, n), (over, None), (None, over)
+    else:
+        raise InputError(f"meshlab profile cannot make a {kind}", "it is priced from the catalog")
+    x = _random(shape, dtype, dev)
+    xla.mark(x, xla_mesh, PartitionSpec(*before), "input")
+
+    def run():
+        y = x.sum(0) if kind in ("all-reduce", "reduce-scatter") else x * 1
+        xla.mark(y, xla_mesh, PartitionSpec(*after), "output")
+        return y
+
+    seconds = timed(run, dev.sync, reps=5)
+    return point("collective", (g, n * itemsize), 0, n * itemsize, seconds, f"{kind} over {','.join(axes)}")
 
 
 def _blocks(request: dict, dev, tick) -> list[dict]:

@@ -127,7 +127,8 @@ def report(
 @reports_errors
 def calibrate(
     files: list[Path] = typer.Argument(..., help="experiments/results/*.jsonl"),
-    hardware: str = typer.Option("v6e-8", "--hardware", help="catalog entry to calibrate"),
+    hardware: str = typer.Option("v6e-8", "--hardware", help="catalog entry to calibrate, or a profile file (a "
+                                 "slowdown near 1 then says the profile agrees with the runs)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Fit the time model's efficiency and host overhead to recorded runs on that hardware; print overrides."""

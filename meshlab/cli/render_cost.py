@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
@@ -156,6 +157,10 @@ def _priced_table(profile, measured) -> Table:
     for column in ("basis", "measured", "assumed", "extrapolated", "note"):
         table.add_column(column)
     stretch = f"{measured.stretch:.1f}x beyond the measured sizes" if measured.stretch > 1.0 else "no"
+    if not measured.collectives_included and measured.collectives_measured + measured.collectives_assumed:
+        measured = replace(measured, measured=measured.measured + (f"{measured.collectives_measured} collectives",),
+                           assumed=measured.assumed + ((f"{measured.collectives_assumed} collectives (topology "
+                                                        "model)",) if measured.collectives_assumed else ()))
     table.add_row(measured.basis, ", ".join(measured.measured[:6]) + (" ..." if len(measured.measured) > 6 else ""),
                   ", ".join(measured.assumed[:6]) + (" ..." if len(measured.assumed) > 6 else "") or "nothing",
                   stretch, measured.note)

@@ -42,15 +42,25 @@ class Calibration:
 def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
     """Points from ok runs of exactly the work predicted for `hardware`: its kind of chip and chip count, and the
     predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
-    load_hardware(hardware)  # an unknown name is an error naming the catalog
+    name = entry(hardware).name  # an unknown name is an error naming the catalog
     points = []
     for r in records:
         prediction, timings = r.get("prediction") or {}, r.get("timings") or {}
-        if (prediction.get("hardware") == hardware and comparison_problem(r) is None
+        if (prediction.get("hardware") == name and comparison_problem(r) is None
                 and timings.get("steady_step_median_s") and "local_s" in prediction):
             points.append(Point(prediction["local_s"], prediction["collective_s"], prediction["overhead_s"],
                                 timings["steady_step_median_s"]))
     return points
+
+
+def entry(hardware: str):
+    """A catalog entry by name, or the entry a profile file stands for (its runs' predictions name it so): with a
+    profile, a slowdown near 1 says the profile and the recorded runs agree on this device."""
+    if hardware.endswith(".json"):
+        from meshlab.cost.profile import profile_hardware
+
+        return profile_hardware(hardware, None)
+    return load_hardware(hardware)
 
 
 def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
@@ -62,7 +72,7 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
             f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say nothing about a TPU",
         )
     slowdown, overhead = _fit(points)
-    catalog = load_hardware(hardware)
+    catalog = entry(hardware)
     return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
                        catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead))
 

@@ -47,7 +47,9 @@ def priced_document(p: Prediction) -> dict:
     if m is None:
         return {"from": "catalog", "measured": [], "assumed": ["every op (assumed efficiencies)"]}
     return {"from": "profile", "basis": m.basis, "measured": list(m.measured), "assumed": list(m.assumed),
-            "collectives_measured": m.collectives_included, "extrapolated": m.stretch, "note": m.note}
+            "collectives": ("inside the timed call" if m.collectives_included else
+                            {"measured": m.collectives_measured, "assumed": m.collectives_assumed}),
+            "extrapolated": m.stretch, "note": m.note}
 
 
 def collective_totals(p: Prediction) -> dict[str, dict]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshlab.cost.collectives import Collective, derive
 from meshlab.cost.flops import Work, chip_work, graph_flops
@@ -78,7 +78,11 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     collectives = derive(graph, layout, plan.mesh)
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
     measured = _measured_call(plan, strategy, hardware, layout, work) if hardware.profile is not None else None
-    step = step_time(work, collectives, routes, layout, hardware, assumptions, measured)
+    price = _collective_price(hardware.profile) if hardware.profile is not None else None
+    if measured is not None and not measured.collectives_included:
+        found = sum(price(c) is not None for c in collectives)
+        measured = replace(measured, collectives_measured=found, collectives_assumed=len(collectives) - found)
+    step = step_time(work, collectives, routes, layout, hardware, assumptions, measured, price)
     batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,
                            batch_split)
@@ -95,6 +99,14 @@ def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: L
     key = profile_key(plan, strategy)
     return price_call(hardware.profile, key, block_lists(plan.card), layout.tokens.text, work,
                       lambda w: op_seconds(w, hardware), layout.calls)
+
+
+def _collective_price(profile):
+    def price(c: Collective) -> float | None:
+        priced = profile.collective_seconds(c.kind, c.axes, c.bytes)
+        return priced.seconds if priced is not None else None
+
+    return price
 
 
 def profile_key(plan: Plan, strategy: Strategy) -> str:

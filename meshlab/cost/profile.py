@@ -37,11 +37,11 @@ FORMAT = 1
 #: Op classes a profile may hold. linear / attention: shape as `Work.shape` gives it; outer / block: (image tokens,
 #: text tokens, calls in one program) for the whole call at one block per list / one block alone; stack: the
 #: same with a fourth figure, the blocks per list of a deeper whole call; vae_decode: (height, width);
-#: dispatch: an empty program's trace-and-run; copy: device memory read + write; host_matmul: the host CPU's
+#: collective (label "<kind> over <axes>"): (group size, bytes per chip); dispatch: an empty program's trace and run; copy: device memory read + write; host_matmul: the host CPU's
 #: Linear at the text encoder's width; host_transfer: device to host.
-OPS = ("linear", "attention", "outer", "block", "stack", "vae_decode", "dispatch", "copy", "host_matmul", "host_transfer")
+OPS = ("linear", "attention", "collective", "outer", "block", "stack", "vae_decode", "dispatch", "copy", "host_matmul", "host_transfer")
 #: Which figure a curve's size is: FLOPs, bytes, or text tokens.
-BASIS = {"linear": "flops", "attention": "flops", "outer": "tokens", "block": "tokens", "stack": "tokens", "vae_decode": "flops",
+BASIS = {"linear": "flops", "attention": "flops", "collective": "bytes", "outer": "tokens", "block": "tokens", "stack": "tokens", "vae_decode": "flops",
          "copy": "bytes", "host_matmul": "flops", "host_transfer": "bytes"}
 FIX = "measure it again with `meshlab profile STRATEGY -o FILE.json`"
 
@@ -142,6 +142,21 @@ class Profile:
             return None
         return Priced(curve.seconds(size), "fitted", curve.stretch(size))
 
+    def collective_seconds(self, kind: str, axes: tuple[str, ...], nbytes: float) -> Priced | None:
+        """One collective of `kind` over `axes` moving a per-chip buffer of `nbytes`: measured at that size,
+        interpolated between sizes, or (one size) scaled by bytes; None when that kind over those axes was not."""
+        along = sorted((p.bytes, p.seconds) for p in self.of("collective", f"{kind} over {','.join(axes)}"))
+        if not along:
+            return None
+        exact = [s for b, s in along if b == nbytes]
+        if exact:
+            return Priced(exact[0], "measured")
+        if len(along) == 1:
+            (b, s), = along
+            return Priced(s * nbytes / b, "fitted", max(nbytes / b, b / max(nbytes, 1.0)))
+        seconds, stretch = interpolate(along, nbytes)
+        return Priced(max(seconds, 0.0), "interpolated", stretch)
+
     def sequence(self, op: str, text_tokens: float, label: str = "", calls: int = 1) -> Priced | None:
         """An outer or block point's seconds per call at `text_tokens`, interpolated between the measured text
         lengths; points timed at `calls` calls per program when there are any (else per call of what there is)."""
@@ -189,7 +204,7 @@ def fit(op: str, points: list[Point]) -> Curve | None:
         if len(points) == 1 and sizes[0] > 0 and points[0].seconds > 0:
             return Curve(op, 0.0, sizes[0] / points[0].seconds, sizes[0], sizes[0])
         return None
-    n, mean_x, mean_y = len(points), sum(sizes) / len(sizes), sum(p.seconds for p in points) / len(points)
+    mean_x, mean_y = sum(sizes) / len(sizes), sum(p.seconds for p in points) / len(points)
     spread = sum((x - mean_x) ** 2 for x in sizes)
     slope = sum((x - mean_x) * (p.seconds - mean_y) for x, p in zip(sizes, points)) / spread
     latency = mean_y - slope * mean_x
@@ -203,7 +218,7 @@ def fit(op: str, points: list[Point]) -> Curve | None:
 def fit_all(points: tuple[Point, ...]) -> dict[str, Curve]:
     curves = {}
     for op in OPS:
-        if op in BASIS and op not in ("outer", "block", "stack"):  # outer/block interpolate over text tokens instead
+        if op in BASIS and op not in ("outer", "block", "stack", "collective"):  # outer/block interpolate over text tokens instead
             curve = fit(op, [p for p in points if p.op == op])
             if curve is not None:
                 curves[op] = curve
@@ -280,6 +295,10 @@ class MeasuredCall:
     assumed: tuple[str, ...]  # what fell back to the catalog's assumed efficiencies
     stretch: float = 1.0  # the largest extrapolation beyond the measured sizes (1: none)
     note: str = ""
+    #: collectives of a call and step priced from measured points, and those priced by the topology model (when
+    #: they are not inside the timed call)
+    collectives_measured: int = 0
+    collectives_assumed: int = 0
 
 
 def price_call(profile: Profile, key: str, blocks: dict[str, int], text_tokens: float, work: tuple,
@@ -355,7 +374,7 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     `devices`: what the strategy's mesh uses (None: not known yet)."""
     from dataclasses import replace
 
-    from meshlab.hardware import Hardware, load_hardware
+    from meshlab.hardware import load_hardware
 
     profile = load_profile(path)
     if devices is not None and devices != profile.devices:

@@ -96,9 +96,10 @@ def op_seconds(w: Work, hardware: Hardware) -> float:
 
 
 def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], routes: dict, layout: Layout,
-              hardware: Hardware, assumptions: Assumptions, measured=None) -> StepTime:
+              hardware: Hardware, assumptions: Assumptions, measured=None, collective_price=None) -> StepTime:
     """`measured` (a meshlab.cost.profile.MeasuredCall): one call's seconds from a profile, in place of the ops'
-    rooflines; when it timed the call whole on several devices its collectives are in it and add nothing."""
+    rooflines; when it timed the call whole on several devices its collectives are in it and add nothing.
+    `collective_price(c)`: a collective's measured seconds, None where the topology model prices it."""
     peak = hardware.bf16_flops * hardware.compute_efficiency
     bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     calls = layout.calls
@@ -106,9 +107,12 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     inside = measured is not None and measured.collectives_included
     flops = sum(w.count * w.flops for w in work)
     nbytes = sum(w.count * w.hbm_bytes for w in work)
-    timed = tuple(TimedCollective(c, routes[c.axes], collective_seconds(c.kind, c.bytes, routes[c.axes],
-                                                                          hardware.collective_latency_s),
-                                  dcn_seconds(c.kind, c.bytes, routes[c.axes]))
+    def seconds(c: Collective) -> float:
+        found = collective_price(c) if collective_price is not None else None
+        return found if found is not None else collective_seconds(c.kind, c.bytes, routes[c.axes],
+                                                                  hardware.collective_latency_s)
+
+    timed = tuple(TimedCollective(c, routes[c.axes], seconds(c), dcn_seconds(c.kind, c.bytes, routes[c.axes]))
                   for c in collectives)
     dcn = sum(t.collective.count * t.dcn_seconds * (1 if t.collective.per_step else calls) for t in timed)
     per_call = sum(t.collective.count * t.seconds for t in timed if not t.collective.per_step)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from meshlab.errors import InputError
 from meshlab.hardware import load_hardware
 
-PLATFORMS = {"tpu": ("tpu",), "gpu": ("cuda", "gpu")}
+PLATFORMS = {"tpu": ("tpu",), "gpu": ("cuda", "gpu"), "cpu": ("cpu",)}
 
 
 def comparison_problem(record: dict) -> str | None:
@@ -19,14 +19,18 @@ def comparison_problem(record: dict) -> str | None:
     prediction, ran, hardware = record.get("prediction") or {}, record.get("ran") or {}, record.get("hardware") or {}
     if record.get("status") != "ok":
         return f"the run did not succeed ({record.get('status', '?')})"
-    try:
-        catalog = load_hardware(prediction.get("hardware", "?"))
-    except InputError:
-        return f"predicted for unknown hardware {prediction.get('hardware')!r}"
-    if hardware.get("platform") not in PLATFORMS.get(catalog.kind, ()):
-        return f"ran on {hardware.get('platform', '?')}, predicted for {catalog.name} ({catalog.kind})"
-    if hardware.get("devices") != catalog.chips:
-        return f"ran on {hardware.get('devices', '?')} devices, predicted for {catalog.chips}"
+    if prediction.get("kind"):  # a profile's entry (or a newer record): its kind and chips are in the record
+        name, kind, chips = prediction.get("hardware"), prediction["kind"], prediction.get("chips")
+    else:
+        try:
+            catalog = load_hardware(prediction.get("hardware", "?"))
+        except InputError:
+            return f"predicted for unknown hardware {prediction.get('hardware')!r}"
+        name, kind, chips = catalog.name, catalog.kind, catalog.chips
+    if hardware.get("platform") not in PLATFORMS.get(kind, ()):
+        return f"ran on {hardware.get('platform', '?')}, predicted for {name} ({kind})"
+    if hardware.get("devices") != chips:
+        return f"ran on {hardware.get('devices', '?')} devices, predicted for {chips}"
     if not ran:
         return "the record does not say which model, batch and dtype ran (recorded by an older meshlab)"
     for key, what in (("model", "model"), ("config_digest", "model config"), ("batch", "batch"), ("dtype", "dtype")):

@@ -90,6 +90,9 @@ def plan_for(strategy_path: str, transformer, devices: int | None = None):
     planned = plan_file(strategy_path)
     config = {k: v for k, v in dict(transformer.config).items() if not k.startswith("_")}
     card = next((c for c in map(load_card, builtin_cards()) if _same_model(c, transformer, config)), None)
+    if card is None:  # a shipped model cut to fewer blocks (--checkpoint random --layers N): its card, cut alike
+        card = next((_cut(c, config) for c in map(load_card, builtin_cards())
+                     if _same_model(c, transformer, config, ignore=_depth_keys(c))), None)
     if card is None:
         from meshlab.backend.card_import import import_card
 
@@ -101,10 +104,26 @@ def plan_for(strategy_path: str, transformer, devices: int | None = None):
     return planned.strategy, card, make_plan(planned.strategy, card, devices)
 
 
-def _same_model(card, transformer, config: dict) -> bool:
+def _same_model(card, transformer, config: dict, ignore: tuple[str, ...] = ()) -> bool:
     source = card.source.get("config", {})
     return card.class_name == type(transformer).__name__ and all(source.get(k) == v for k, v in config.items()
-                                                                 if k in source)
+                                                                 if k in source and k not in ignore)
+
+
+def _depth_keys(card) -> tuple[str, ...]:
+    """The config keys that give a block list's depth (meshlab.backend.forward_inputs' families)."""
+    from meshlab.backend.forward_inputs import FAMILIES
+
+    family = FAMILIES.get(card.class_name)
+    return tuple(key for _attr, key in family.blocks) if family else ()
+
+
+def _cut(card, config: dict):
+    """`card` cut to the blocks per list `config` has: same name and config digest (the full model's), so a run of
+    the cut model is compared with the prediction for it (meshlab.planning.at_depth)."""
+    from meshlab.cards.truncate import truncate_card
+
+    return truncate_card(card, max(int(config[key]) for key in _depth_keys(card)))
 
 
 def xla_memory(dump: Path) -> dict | None:

@@ -1,0 +1,102 @@
+"""`meshlab profile`: bad input is one line and exit 2, a failed profile leaves no file; the slow test profiles this
+CPU and holds a 2-layer Qwen-Image run to the profile's prediction (issue 8's validation)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from meshlab.backend.protocol import WorkerFailed
+from meshlab.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+ONE_CPU = ROOT / "experiments" / "strategies" / "qwen-image-one-cpu.yaml"
+
+
+def _strategy(folder: Path, steps: int = 5) -> Path:
+    data = yaml.safe_load(ONE_CPU.read_text())
+    data.update(hardware="cpu.json")
+    data["workload"]["steps"] = steps
+    path = folder / "one.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _meshlab(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "meshlab", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--backend", "tpu"], "unknown backend 'tpu'"),
+    (["--text-tokens", "8,x"], "--text-tokens '8,x' is not a list"),
+])
+def test_bad_options_are_one_line_and_exit_2(tmp_path, extra, says):
+    done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "cpu.json", *extra)
+    assert done.returncode == 2 and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "cpu.json").exists()
+
+
+def test_the_output_must_be_a_json_file_in_a_writable_folder(tmp_path):
+    done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "missing" / "cpu.json")
+    assert done.returncode == 2 and "not a writable folder" in done.stderr
+    done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "cpu.txt")
+    assert done.returncode == 2 and "a profile is a .json file" in done.stderr
+
+
+def test_a_failed_profile_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    from meshlab import profiling
+
+    out = tmp_path / "cpu.json"
+    out.write_text("the profile measured before")
+
+    def fail(*_args, **_kwargs):
+        raise WorkerFailed("the worker died", "")
+
+    monkeypatch.setattr(profiling, "call_worker", fail)
+    with pytest.raises(WorkerFailed):
+        profiling.profile_strategy(_strategy(tmp_path), profiling.ProfileOptions(out=out, backend="xla"))
+    assert out.read_text() == "the profile measured before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.json", "one.yaml"]
+
+
+def test_a_plan_the_profile_is_the_hardware_of_is_planned_before_it_exists(tmp_path):
+    from meshlab.profiling import plan_for_profiling
+
+    planned = plan_for_profiling(_strategy(tmp_path))
+    assert planned.plan.mesh.device_count == 1 and planned.hardware.profile is None
+
+
+def test_the_plain_pytorch_profile_is_one_device(tmp_path):
+    from meshlab.profiling import ProfileOptions, profile_strategy
+
+    data = yaml.safe_load((ROOT / "strategies" / "model.yaml").read_text())
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="plain PyTorch profiles one device"):
+        profile_strategy(path, ProfileOptions(out=tmp_path / "p.json", backend="torch"))
+
+
+@pytest.mark.slow
+def test_a_two_layer_cpu_run_is_within_15_percent_of_its_profile(tmp_path):
+    strategy = _strategy(tmp_path)
+    done = _meshlab("profile", strategy, "-o", tmp_path / "cpu.json", "--no-vae", "--backend", "xla")
+    assert done.returncode == 0, done.stderr
+    profile = json.loads((tmp_path / "cpu.json").read_text())
+    assert {p["op"] for p in profile["points"]} >= {"linear", "attention", "outer", "stack", "block", "dispatch"}
+    assert profile["device"]["platform"] == "cpu" and profile["device"]["devices"] == 1
+    done = _meshlab("run", strategy, "--checkpoint", "random", "--layers", "2", "--backend", "xla",
+                    "--results", tmp_path, "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "qwen-image-one-cpu.jsonl").read_text().splitlines()[-1])
+    prediction, measured = record["prediction"], record["timings"]["steady_step_median_s"]
+    assert prediction["priced"]["basis"] == "blocks" and prediction["priced"]["assumed"] == []
+    assert prediction["strategy_text_tokens"] == 32 and prediction["text_tokens"] < 32  # priced at what encoded
+    assert abs(prediction["step_s"] - measured) / measured < 0.15, (prediction["step_s"], measured)
+    done = _meshlab("calibrate", tmp_path / "qwen-image-one-cpu.jsonl", "--hardware", tmp_path / "cpu.json", "--json")
+    assert done.returncode == 0, done.stderr
+    assert 0.85 < json.loads(done.stdout)["slowdown"] < 1.15  # the profile and the run agree
