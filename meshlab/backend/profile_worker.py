@@ -302,11 +302,13 @@ def _host(request: dict, dev, dtype) -> list[dict]:
     tokens, width = request["host"]["tokens"], request["host"]["width"]
     x, w = torch.randn(tokens, width, dtype=dtype), torch.randn(width, width, dtype=dtype)
     seconds = timed(lambda: torch.nn.functional.linear(x, w), lambda: None)
+    found = [point("host_matmul", (tokens, width, width), 2.0 * tokens * width * width, 0, seconds)]
+    if dev.backend == "torch" and dev.platform == "cpu":
+        return found  # the device is the host: nothing moves
     h, wd = request["vae"] or (512, 512)
     pixels = _random((1, 3, h, wd), torch.float32, dev)
     moved = timed(lambda: pixels.cpu(), dev.sync, reps=3, warm=1)
-    return [point("host_matmul", (tokens, width, width), 2.0 * tokens * width * width, 0, seconds),
-            point("host_transfer", (1, 3, h, wd), 0, pixels.numel() * 4, moved)]
+    return found + [point("host_transfer", (1, 3, h, wd), 0, pixels.numel() * 4, moved)]
 
 
 def _cpu_model() -> str:

@@ -47,6 +47,9 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             console.print(f"  [bold]{e.planned.strategy.name}[/bold] loses: {e.why}")
     for note in comparison.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+    for e in comparison.entries:
+        if (warning := extrapolation_warning(e.prediction)) is not None:
+            console.print(f"[yellow]warning:[/yellow] {e.planned.strategy.name}: {warning}")
     console.print("[dim]Every time above is predicted by meshlab's cost model; s/image is end to end (text encode, "
                   "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
                   "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
@@ -132,6 +135,8 @@ def render_explain(planned, prediction, console) -> None:
     console.print(_terms_table(planned, p))
     if p.measured is not None:
         console.print(_priced_table(hw.profile, p.measured))
+        if (warning := extrapolation_warning(p)) is not None:
+            console.print(f"[yellow]warning:[/yellow] {warning}")
     console.print(_collective_table(p))
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
@@ -139,6 +144,19 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+#: A profile's figure priced this many times beyond its measured sizes (or more) is flagged where it is shown.
+EXTRAPOLATION_WARNING = 1.5
+
+
+def extrapolation_warning(prediction) -> str | None:
+    """A labelled warning when the profile priced part of the step far beyond the sizes it measured."""
+    m = prediction.measured
+    if m is None or m.stretch < EXTRAPOLATION_WARNING:
+        return None
+    return (f"priced {m.stretch:.1f}x beyond the sizes the profile measured (the nearest points are that far); "
+            "profile this plan at its workload for a measured figure")
 
 
 def _rate(flops: float) -> str:

@@ -34,7 +34,8 @@ def render_outcome(outcome, console) -> None:
     if record.get("mismatches"):
         console.print(f"[red]{len(record['mismatches'])} parameters sharded otherwise than planned[/red]")
     prediction = record["prediction"]
-    console.print(f"[dim]predicted for {prediction['hardware']} at the strategy's workload: "
+    console.print(f"[dim]predicted for {prediction['hardware']} at this run's workload "
+                  f"({prediction.get('text_tokens', '?')} text tokens): "
                   f"{prediction['step_s'] * 1000:.1f} ms/step, {prediction['seconds_per_image']:.2f} s/image[/dim]")
     for warning in outcome.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -208,9 +208,7 @@ def fit(op: str, points: list[Point]) -> Curve | None:
     spread = sum((x - mean_x) ** 2 for x in sizes)
     slope = sum((x - mean_x) * (p.seconds - mean_y) for x, p in zip(sizes, points)) / spread
     latency = mean_y - slope * mean_x
-    if slope <= 0:
-        return None
-    if latency < 0:  # through the origin instead
+    if slope <= 0 or latency < 0:  # noise at close sizes, or no fixed cost: through the origin instead
         slope, latency = sum(x * p.seconds for x, p in zip(sizes, points)) / sum(x * x for x in sizes), 0.0
     return Curve(op, latency, 1.0 / slope, min(sizes), max(sizes))
 

@@ -31,6 +31,9 @@ def comparison_problem(record: dict) -> str | None:
         return f"ran on {hardware.get('platform', '?')}, predicted for {name} ({kind})"
     if hardware.get("devices") != chips:
         return f"ran on {hardware.get('devices', '?')} devices, predicted for {chips}"
+    measured_with = prediction.get("profile_backend")
+    if measured_with and record.get("backend") and record["backend"] != measured_with:
+        return f"ran with backend {record['backend']}, its profile was measured with {measured_with}"
     if not ran:
         return "the record does not say which model, batch and dtype ran (recorded by an older meshlab)"
     for key, what in (("model", "model"), ("config_digest", "model config"), ("batch", "batch"), ("dtype", "dtype")):

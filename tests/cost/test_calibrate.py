@@ -46,3 +46,16 @@ def test_runs_of_other_work_never_enter_the_fit():
     assert result.points == 3 and result.slowdown == pytest.approx(k)
     with pytest.raises(InputError, match="ran model 'checkpoint', predicted for 'qwen-image'"):
         calibrate(wrong[:1], "v6e-8")
+
+
+def test_runs_predicted_from_a_profile_are_compared_only_on_its_device_and_backend():
+    from meshlab.experiments.comparable import comparison_problem
+
+    profiled = {"hardware": "cpu-1 (profile cpu.json)", "kind": "cpu", "chips": 1, "profile": "cpu.json",
+                "profile_backend": "xla"}
+    ok = record(0.1, 0.0, 0.1, platform="cpu", devices=1) | {"backend": "xla"}
+    ok["prediction"] |= profiled
+    assert comparison_problem(ok) is None
+    assert comparison_problem(ok | {"backend": "torch"}) == "ran with backend torch, its profile was measured with xla"
+    on_tpu = ok | {"hardware": {"platform": "tpu", "devices": 1}}
+    assert comparison_problem(on_tpu) == "ran on tpu, predicted for cpu-1 (profile cpu.json) (cpu)"

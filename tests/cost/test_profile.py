@@ -235,3 +235,14 @@ def test_collectives_are_priced_from_measured_points_over_their_axes(tmp_path):
                                                                    t.collective.bytes).seconds for t in reduces)
     assert p.measured.basis == "ops" and p.measured.collectives_measured == len(reduces)
     assert p.measured.collectives_assumed == len(p.collectives) - len(reduces)
+
+
+def test_compare_and_explain_warn_when_a_figure_is_far_beyond_the_measured_sizes(keyed, tmp_path):
+    strategy, _ = keyed
+    data = yaml.safe_load(strategy.read_text())
+    data["workload"]["text_tokens"] = 128  # points at 8 and 32 text tokens: 4x beyond
+    strategy.write_text(yaml.safe_dump(data))
+    for command in ("compare", "explain"):
+        done = subprocess.run([sys.executable, "-m", "meshlab", command, str(strategy)], capture_output=True,
+                              text=True, check=True)
+        assert "warning:" in done.stdout and "4.0x beyond the sizes the profile measured" in done.stdout
