@@ -356,7 +356,8 @@ def _spec(spec: ComponentSpec | Mapping[str, Any]) -> ComponentSpec:
     if isinstance(spec, ComponentSpec):
         return spec
     try:
-        return ComponentSpec(spec["library"], spec["class"], dict(spec["config"]), spec.get("origin", ""))
+        return ComponentSpec(spec["library"], spec["class"], dict(spec["config"]), spec.get("origin", ""),
+                             int(spec.get("prompt_prefix_tokens", 0)))
     except (KeyError, TypeError) as exc:
         raise InputError(f"bad component spec ({exc})", "give library, class and config") from None
 
@@ -379,12 +380,15 @@ def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, t
     is_vae = spec.library == "diffusers" and hasattr(model, "decode")
     working, decode_flops = _traced_decode(spec, cls) if is_vae else (0.0, 0.0)
     per_token = 0.0 if is_vae else 2.0 * _text_path_parameters(model)
+    head = getattr(model, "lm_head", None)
+    head_per_token = 2.0 * sum(p.numel() for p in head.parameters() if p.dim() >= 2) if head is not None else 0.0
     scales = _vae_scale_factor(model.config) if is_vae else (8, 1)
-    return Component(name, spec.class_name, count, dtype, working, decode_flops, per_token), scales
+    return Component(name, spec.class_name, count, dtype, working, decode_flops, per_token, head_per_token,
+                     spec.prompt_prefix_tokens), scales
 
 
-#: Parameter paths a prompt encode does not multiply with: token embeddings (a lookup), the LM head (the pipeline
-#: reads hidden states), a vision tower (no images go in), pooling projections of CLIP-style encoders aside.
+#: Parameter paths a prompt encode does not multiply with in its layers: token embeddings (a lookup), the LM head
+#: (counted apart: `Component.head_flops_per_token`), a vision tower (no images go in), pooling projections of CLIP-style encoders aside.
 _NOT_PER_TOKEN = ("embed_tokens", "token_embedding", "shared", "lm_head", "visual", "vision", "vision_tower",
                   "multi_modal_projector", "position_embedding",
                   "embed_positions")

@@ -169,6 +169,11 @@ class Component:
     #: FLOPs of one encode per prompt token (text encoders: 2 x the parameters of the text path, without token
     #: embeddings, output head or vision tower). 0: not known.
     flops_per_token: float = 0.0
+    #: FLOPs per token of an output head the encoder's forward computes though the pipeline reads hidden states
+    #: (Qwen2.5-VL's LM head: 2 x its parameters); it does not shrink when the encoder is cut to fewer layers.
+    head_flops_per_token: float = 0.0
+    #: Tokens the pipeline's prompt template puts before each prompt and drops from the embedding (Qwen-Image: 34).
+    prefix_tokens: int = 0
 
     @property
     def bytes(self) -> int:
@@ -260,7 +265,9 @@ def card_to_json(card: ModelCard) -> dict:
         "components": [
             {"name": c.name, "class_name": c.class_name, "parameters": c.parameters, "dtype": c.dtype,
              "working_bytes_per_pixel": c.working_bytes_per_pixel,
-             "decode_flops_per_pixel": c.decode_flops_per_pixel, "flops_per_token": c.flops_per_token}
+             "decode_flops_per_pixel": c.decode_flops_per_pixel, "flops_per_token": c.flops_per_token,
+             **({"head_flops_per_token": c.head_flops_per_token} if c.head_flops_per_token else {}),
+             **({"prefix_tokens": c.prefix_tokens} if c.prefix_tokens else {})}
             for c in card.components
         ],
         "dataflow": [

@@ -19,9 +19,13 @@ class ComponentSpec:
     class_name: str
     config: dict
     origin: str  # where the config was published
+    #: text encoders: tokens of the pipeline's prompt template encoded before each prompt and dropped from its
+    #: embedding (they cost encoder FLOPs, not transformer tokens)
+    prompt_prefix_tokens: int = 0
 
     def to_json(self) -> dict:
-        return {"library": self.library, "class": self.class_name, "config": self.config, "origin": self.origin}
+        return {"library": self.library, "class": self.class_name, "config": self.config, "origin": self.origin,
+                **({"prompt_prefix_tokens": self.prompt_prefix_tokens} if self.prompt_prefix_tokens else {})}
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ _QWEN_TEXT_ENCODER = ComponentSpec(
         },
     },
     "Qwen/Qwen-Image text_encoder/config.json",
+    # diffusers QwenImagePipeline: prompt_template_encode_start_idx = 34, the system prompt's tokens it drops
+    prompt_prefix_tokens=34,
 )
 
 QWEN_IMAGE = Preset(

@@ -194,14 +194,16 @@ def _terms_table(planned, p) -> Table:
     terms = p.terms
     on_host = planned.strategy.placement.text_encoder == "cpu"
     encoders = [c for c in card.components if c.name.startswith("text_encoder")]
-    per_token = sum(c.flops_per_token for c in encoders)
+    per_token = sum(c.flops_per_token + c.head_flops_per_token for c in encoders)
+    prefix = max((c.prefix_tokens for c in encoders), default=0)
     host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
     where = (f"the host at {_rate(hw.host_flops)} ({host_how})" if on_host
              else f"the chip at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}")
     measured_decode = hw.profile is not None and hw.profile.of("vae_decode")
     vae = next((c for c in card.components if c.name == "vae"), None)
     rows = [
-        ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens} tokens x "
+        ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens}"
+         f"{f' + {prefix} template' if prefix else ''} tokens x "
          f"{2 if workload.cfg else 1} prompt(s) on {where}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
         ("VAE decode", "vae_decode_s", f"{(vae.decode_flops_per_pixel if vae else 0) / 1e6:.1f} MFLOP per output "

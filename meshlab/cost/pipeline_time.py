@@ -2,8 +2,9 @@
 
 Pure, no torch. Every term is predicted, and each says what it rests on:
 
-- **text_encode_s**: each text encoder's FLOPs per prompt token (the card: 2 x the parameters of its text path) x
-  the workload's text tokens x the prompts one call encodes (two with guidance: the negative prompt too; the
+- **text_encode_s**: each text encoder's FLOPs per prompt token (the card: 2 x the parameters of its text path,
+  plus an output head its forward computes) x the workload's text tokens and the template tokens the pipeline puts
+  before each prompt (Qwen-Image: 34) x the prompts one call encodes (two with guidance: the negative prompt too; the
   pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
   cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
@@ -59,7 +60,8 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     if any(c.flops_per_token == 0 for c in encoders):
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
-    encode_flops = sum(c.flops_per_token for c in encoders) * workload.text_tokens * prompts
+    encode_flops = sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
+                       for c in encoders if c.flops_per_token) * prompts if "text_encode_s" not in unknown else 0.0
     encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
     vae = next((c for c in card.components if c.name == "vae"), None)
     if vae is None or vae.decode_flops_per_pixel == 0:

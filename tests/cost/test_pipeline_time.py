@@ -39,8 +39,11 @@ def test_text_encode_is_the_encoders_flops_at_the_hosts_or_the_chips_rate():
     planned, host = predicted(text_encoder="cpu")
     _, device = predicted(text_encoder="device")
     w, hw = planned.strategy.workload, planned.hardware
-    per_token = sum(c.flops_per_token for c in planned.card.components if c.name.startswith("text_encoder"))
-    flops = per_token * w.text_tokens * (2 if w.cfg else 1)  # one encode per prompt for all images of the call
+    (encoder,) = [c for c in planned.card.components if c.name.startswith("text_encoder")]
+    # Qwen-Image's pipeline encodes its 34-token template before each prompt, and Qwen2.5-VL's forward its LM head
+    assert encoder.prefix_tokens == 34 and encoder.head_flops_per_token == 2 * 3584 * 152064
+    per_token = encoder.flops_per_token + encoder.head_flops_per_token
+    flops = per_token * (w.text_tokens + 34) * (2 if w.cfg else 1)  # one encode per prompt for all images
     assert host.terms.text_encode_s == pytest.approx(flops / hw.host_flops / w.batch)
     assert device.terms.text_encode_s == pytest.approx(flops / (hw.bf16_flops * hw.compute_efficiency) / w.batch)
 
