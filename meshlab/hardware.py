@@ -281,13 +281,13 @@ def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hard
     slices = _MULTISLICE.fullmatch(name)
     if slices and slices.group(1) in table and table[slices.group(1)].kind == "tpu" and int(slices.group(2)) >= 2:
         hardware = multislice(table[slices.group(1)], int(slices.group(2)))
-        return _override(hardware, overrides) if overrides else hardware
+        return with_overrides(hardware, overrides) if overrides else hardware
     base, _, part = name.partition(":")  # "h100:1": one GPU of an h100 node (what `Hardware.using` names)
     if base not in table or (part and not (part.isdigit() and table[base].kind == "gpu"
                                            and 1 <= int(part) <= table[base].chips)):
         raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)}")
     hardware = table[base].using(int(part)) if part else table[base]
-    return _override(hardware, overrides) if overrides else hardware
+    return with_overrides(hardware, overrides) if overrides else hardware
 
 
 _MULTISLICE = re.compile(r"(.+)x([0-9]+)")
@@ -303,7 +303,8 @@ def multislice(one: Hardware, slices: int) -> Hardware:
                    slices=slices, sources=sources)
 
 
-def _override(hardware: Hardware, overrides: dict[str, object]) -> Hardware:
+def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware:
+    """`hardware` with figures replaced by `overrides` (each recorded with source ``"override"``)."""
     unknown = [key for key in overrides if key not in FIGURES]
     if unknown:
         raise InputError(

@@ -329,7 +329,7 @@ def by_blocks(profile: Profile, blocks: dict[str, int], text_tokens: float, call
         share = {n: known[n] / sum(known.values()) if len(known) == len(blocks) and sum(known.values()) else
                  1 / len(blocks) for n in blocks}
         stretch = max(stretch, stack.stretch)
-        per_block = {n: slope * len(blocks) * share[n] for n in blocks}
+        per_block = {n: slope * share[n] for n in blocks}  # the slope adds one block to every list
         measured.append(f"{depth}-block call ({stack.how})")
         how = f"a block at the slope between the 1- and {depth}-block calls"
     elif all(a is not None for a in alone.values()):
@@ -397,9 +397,9 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     else:
         hardware = _cpu_hardware(profile, host, source, Path(path).name)
     if overrides:
-        from meshlab.hardware import _override
+        from meshlab.hardware import with_overrides
 
-        hardware = _override(hardware, overrides)
+        hardware = with_overrides(hardware, overrides)
     return replace(hardware, profile=profile)
 
 

@@ -107,6 +107,7 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     inside = measured is not None and measured.collectives_included
     flops = sum(w.count * w.flops for w in work)
     nbytes = sum(w.count * w.hbm_bytes for w in work)
+
     def seconds(c: Collective) -> float:
         found = collective_price(c) if collective_price is not None else None
         return found if found is not None else collective_seconds(c.kind, c.bytes, routes[c.axes],

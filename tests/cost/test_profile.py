@@ -246,3 +246,16 @@ def test_compare_and_explain_warn_when_a_figure_is_far_beyond_the_measured_sizes
         done = subprocess.run([sys.executable, "-m", "meshlab", command, str(strategy)], capture_output=True,
                               text=True, check=True)
         assert "warning:" in done.stdout and "4.0x beyond the sizes the profile measured" in done.stdout
+
+
+def test_two_block_lists_share_the_slope_as_their_blocks_alone_compare():
+    from meshlab.cost.profile import Profile, by_blocks
+
+    points = (Point("outer", (256, 8, 1), 0, 0, 1.0), Point("stack", (256, 8, 1, 3), 0, 0, 3.0),
+              Point("block", (256, 8, 1), 0, 0, 0.2, "double"), Point("block", (256, 8, 1), 0, 0, 0.6, "single"))
+    profile = Profile("p.json", {"platform": "cpu", "devices": 1}, {}, {}, points)
+    # 3 blocks per list add one block to each list per step of depth: slope 1.0 s = one double + one single block
+    priced = by_blocks(profile, {"double": 3, "single": 5}, 8)
+    assert priced.seconds == pytest.approx(1.0 + 2 * 0.25 + 4 * 0.75)
+    alone = Profile("p.json", {"platform": "cpu", "devices": 1}, {}, {}, points[:1] + points[2:])
+    assert by_blocks(alone, {"double": 3, "single": 5}, 8).seconds == pytest.approx(1.0 + 2 * 0.2 + 4 * 0.6)
