@@ -144,6 +144,11 @@ def calibrate(
     out.print(f"{result.points} runs on {hardware}: measured steps are {result.slowdown:.2f}x the predicted "
               f"compute/HBM time; host overhead {result.overhead_s * 1000:.2f} ms/step; mean error "
               f"{result.error_before_pct:.0f}% -> {result.error_after_pct:.0f}%")
+    if hardware.endswith(".json"):
+        verdict = "agree" if abs(result.slowdown - 1) <= 0.15 else "disagree"
+        out.print(f"The profile and the runs {verdict}: the runs took {result.slowdown:.2f}x what the profile predicts "
+                  "(measure the profile again on this device if they disagree)")
+        return
     out.print("Put this in a strategy's `hardware:` to use it:")
     import yaml
 

@@ -66,7 +66,8 @@ def run_experiment(path: Path, options, console) -> None:
 
 
 def render_report(rows, console) -> None:
-    table = Table(title="Recorded runs (predicted figures are for the strategy's catalog hardware)",
+    table = Table(title="Recorded runs (predicted figures are for the strategy's hardware: a catalog entry, or a "
+                        "profile measured on the device)",
                   title_justify="left")
     for column in ("time", "strategy", "ran on", "workload", "status", "steady step", "predicted step",
                    "predicted for", "error", "first step", "compiles", "peak/device"):
