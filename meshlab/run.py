@@ -333,13 +333,14 @@ def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) 
 
 
 def _prediction(at_run: PlannedStrategy) -> dict:
-    """meshlab's prediction for this run's workload on the strategy's catalog hardware."""
+    """meshlab's prediction for this run's workload on the strategy's hardware (a catalog entry, or a profile)."""
     from meshlab.cost.document import priced_document
     from meshlab.cost.predict import predict
 
     predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
     return {"hardware": at_run.hardware.name, "kind": at_run.hardware.kind, "chips": at_run.hardware.chips,
-            **({"profile": at_run.hardware.profile.path, "profile_backend": at_run.hardware.profile.device.get("backend")}
+            **({"profile": at_run.hardware.profile.path,
+                "profile_backend": at_run.hardware.profile.device.get("backend")}
                if at_run.hardware.profile is not None else {}),
             "model": at_run.card.name,
             "config_digest": at_run.card.config_digest, "batch": at_run.strategy.workload.batch,

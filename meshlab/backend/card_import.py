@@ -388,7 +388,8 @@ def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, t
 
 
 #: Parameter paths a prompt encode does not multiply with in its layers: token embeddings (a lookup), the LM head
-#: (counted apart: `Component.head_flops_per_token`), a vision tower (no images go in), pooling projections of CLIP-style encoders aside.
+#: (counted apart: `Component.head_flops_per_token`), a vision tower (no images go in), pooling projections of
+#: CLIP-style encoders aside.
 _NOT_PER_TOKEN = ("embed_tokens", "token_embedding", "shared", "lm_head", "visual", "vision", "vision_tower",
                   "multi_modal_projector", "position_embedding",
                   "embed_positions")

@@ -240,8 +240,8 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
             points.append(point("block", (geo.image_tokens, text, calls), 0, 0, seconds, name))
             tick(f"{name}[0] alone, {text} text tokens, {calls} call(s)")
         deep_geo = geometry(stacked.card, w["height"], w["width"], text, request["call_batch"])
-        inputs = [deep_forward.inputs(example_inputs(stacked.card, deep_geo, request["dtype"], request["seed"] + 10 * i))
-                  for i in range(calls)]
+        inputs = [deep_forward.inputs(example_inputs(stacked.card, deep_geo, request["dtype"],
+                                                     request["seed"] + 10 * i)) for i in range(calls)]
         seconds = timed(lambda: [deep(**x, return_dict=False)[0] for x in inputs], dev.sync)
         points.append(point("stack", (geo.image_tokens, text, calls, depth), 0, 0, seconds))
         tick(f"transformer, {depth} blocks, {text} text tokens, {calls} call(s)")

@@ -111,8 +111,8 @@ def render_explain(planned, prediction, console) -> None:
         ("FLOPs", f"{step.flops / 1e12:.2f} TFLOP", f"Linears per stream + attention, {step.calls} call(s)"),
         ("compute", _ms(step.compute), f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"),
         ("HBM bytes", _bytes(step.hbm_bytes), "weight shards once per call + Linear/attention inputs and outputs"),
-        ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}" if hw.hbm_bandwidth >= 1e11
-         else f"at {hw.hbm_bandwidth / 1e9:.1f} GB/s x {hw.hbm_efficiency}"),
+        ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}"
+         if hw.hbm_bandwidth >= 1e11 else f"at {hw.hbm_bandwidth / 1e9:.1f} GB/s x {hw.hbm_efficiency}"),
         ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed") if p.measured is None else
         (f"call x {step.calls} (measured)", _ms(step.local), _measured_how(p.measured)),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
