@@ -67,6 +67,7 @@ def validate(devices: int, profile: Path | None, steps: int, folder: Path, progr
 
 def compositions(strategy: Path, text_tokens: int | None, measured: float) -> dict:
     """The step as each way of composing it from the profile prices it, and its error against `measured`."""
+    from meshlab.cards.truncate import block_lists
     from meshlab.cost.predict import predict
     from meshlab.cost.profile import by_blocks, by_ops
     from meshlab.cost.timing import op_seconds
@@ -77,7 +78,7 @@ def compositions(strategy: Path, text_tokens: int | None, measured: float) -> di
         planned = with_workload(planned, text_tokens=text_tokens)
     p = predict(planned.plan, planned.strategy, planned.hardware)
     profile, hw = planned.hardware.profile, planned.hardware
-    lists = {"transformer_blocks": 2}
+    lists = block_lists(planned.card)  # every list at the run's 2 blocks
     alone = replace(profile, points=tuple(pt for pt in profile.points if pt.op != "stack"))
     ways = {"blocks (1- and 3-block calls)": by_blocks(profile, lists, p.layout.tokens.text, p.layout.calls),
             "blocks (each block timed alone)": by_blocks(alone, lists, p.layout.tokens.text, p.layout.calls),

@@ -3,8 +3,8 @@
 The parent plans the strategy, lists what to measure (each Linear's shard GEMM and the attention at every text
 length, the whole call at one block per list and one block alone, the VAE decode at the workload's resolution,
 the host's matmul and transfer), starts the torch worker (meshlab.backend.profile_worker) with the device
-environment, fits one curve per op class (meshlab.cost.profile.fit) and writes the file atomically: a profile is
-whole or absent, never partial.
+environment, fits one curve per op class (meshlab.cost.profile.fit) and writes the file atomically
+(meshlab.sweep.write_atomic): a profile is whole or absent, never partial.
 
 Text lengths: the strategy's ``text_tokens`` and, by default, 8 and 32 as well, because the stock pipeline encodes
 each prompt to its own length (a short prompt is 10 to 20 tokens) and a run is priced at the length it encoded.
@@ -13,16 +13,17 @@ each prompt to its own length (a short prompt is 10 to 20 tokens) and a run is p
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshlab.backend.protocol import Progress, call_worker
 from meshlab.devices import child_environment, torch_environment
-from meshlab.errors import InputError
+from meshlab.errors import InputError, MeshlabError
 from meshlab.planning import PlannedStrategy, plan_file, with_workload
+from meshlab.sweep import write_atomic
 
 DEFAULT_TEXT_TOKENS = (8, 32)
 #: The deeper transformer the profile times beside the one-block one: the slope between them is a block's time
@@ -76,7 +77,7 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
     seconds = time.perf_counter() - started
     device = result["device"] | {"hardware": _catalog_name(result["device"], planned, options)}
     document = _document(planned, request, device, result, seconds)
-    write_atomically(options.out, json.dumps(document, indent=1) + "\n")
+    write_atomic(options.out, json.dumps(document, indent=1) + "\n")
     return ProfileOutcome(options.out, document, seconds)
 
 
@@ -96,20 +97,14 @@ def plan_for_profiling(path: Path) -> PlannedStrategy:
     if -1 in sizes:
         raise loaded.place(InputError(f"the hardware {name} is not measured yet, so the mesh cannot take its size "
                                       "from it", "give every mesh axis a size", field=("mesh",)))
-    import math
-
-    stand_in = load_hardware("h200").using(math.prod(sizes)) if math.prod(sizes) <= 8 else None
-    if stand_in is None:
+    if math.prod(sizes) > 8:
         raise loaded.place(InputError(f"the hardware {name} is not measured yet", "name a catalog entry while "
                                       "profiling a mesh of more than 8 devices", field=("hardware",)))
+    stand_in = load_hardware("h200").using(math.prod(sizes))
     try:
         return plan_strategy(loaded, replace(stand_in, usable_hbm_bytes=stand_in.hbm_bytes))
-    except Exception as exc:
-        from meshlab.errors import MeshlabError
-
-        if isinstance(exc, MeshlabError):
-            raise loaded.place(exc) from None
-        raise
+    except MeshlabError as exc:
+        raise loaded.place(exc) from None
 
 
 def text_lengths(planned: PlannedStrategy, given: tuple[int, ...]) -> tuple[int, ...]:
@@ -192,16 +187,5 @@ def _writable(out: Path) -> None:
     if out.suffix != ".json":
         raise InputError(f"{out}: a profile is a .json file", "name the output FILE.json")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise InputError(f"cannot write {out}: {folder} is not a writable folder", "give -o a path in a writable folder")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` into `path` whole or not at all: a temporary file beside it, then one rename."""
-    folder = path.parent if str(path.parent) else Path(".")
-    with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False) as handle:
-        handle.write(text)
-    try:
-        os.replace(handle.name, path)
-    except OSError:
-        os.unlink(handle.name)
-        raise
+        raise InputError(f"cannot write {out}: {folder} is not a writable folder",
+                         "give -o a path in a writable folder")

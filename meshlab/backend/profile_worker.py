@@ -214,10 +214,10 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
     planned = at_depth(whole, 1)
     card, calls, depth = planned.card, request["calls"], request["depth"]
     model = build_model(card, 1, request["dtype"], request["seed"])
-    forward = _on_device(model, planned, dev)
+    to_device = _on_device(model, planned, dev)
     stacked = at_depth(whole, depth)
     deep = build_model(stacked.card, depth, request["dtype"], request["seed"])
-    deep_forward = _on_device(deep, stacked, dev)
+    deep_to_device = _on_device(deep, stacked, dev)
     captured: dict[str, list] = {}
     lists = list(block_lists(card))
     for name in lists:
@@ -227,7 +227,7 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
     points = []
     for text in request["text_tokens"]:
         geo = geometry(card, w["height"], w["width"], text, request["call_batch"])
-        inputs = [forward.inputs(example_inputs(card, geo, request["dtype"], request["seed"] + 10 * i))
+        inputs = [to_device(example_inputs(card, geo, request["dtype"], request["seed"] + 10 * i))
                   for i in range(calls)]
         captured.clear()
         seconds = timed(lambda: [model(**x, return_dict=False)[0] for x in inputs], dev.sync)
@@ -240,27 +240,22 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
             points.append(point("block", (geo.image_tokens, text, calls), 0, 0, seconds, name))
             tick(f"{name}[0] alone, {text} text tokens, {calls} call(s)")
         deep_geo = geometry(stacked.card, w["height"], w["width"], text, request["call_batch"])
-        inputs = [deep_forward.inputs(example_inputs(stacked.card, deep_geo, request["dtype"],
-                                                     request["seed"] + 10 * i)) for i in range(calls)]
+        inputs = [deep_to_device(example_inputs(stacked.card, deep_geo, request["dtype"], request["seed"] + 10 * i))
+                  for i in range(calls)]
         seconds = timed(lambda: [deep(**x, return_dict=False)[0] for x in inputs], dev.sync)
         points.append(point("stack", (geo.image_tokens, text, calls, depth), 0, 0, seconds))
         tick(f"transformer, {depth} blocks, {text} text tokens, {calls} call(s)")
     return points
 
 
-class _Forward:
-    def __init__(self, inputs):
-        self.inputs = inputs
-
-
-def _on_device(model, planned, dev) -> _Forward:
-    """`model` on the device as the run puts it there: XLA with the run's fixes and the plan applied."""
+def _on_device(model, planned, dev):
+    """`model` on the device as the run puts it there (XLA: the run's fixes and the plan applied); returns what
+    puts a forward's inputs there too (XLA: split as the plan's activations say)."""
     import torch
 
     if dev.backend != "xla":
         model.to(dev.device)
-        return _Forward(lambda inputs: {k: v.to(dev.device) if isinstance(v, torch.Tensor) else v
-                                        for k, v in inputs.items()})
+        return lambda inputs: {k: v.to(dev.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     from meshlab.api import apply, shard_inputs
     from meshlab.pipeline import xla_fixes
 
@@ -268,7 +263,7 @@ def _on_device(model, planned, dev) -> _Forward:
     model.set_attention_backend(xla_fixes.choose_attention_backend(dev.platform))
     model.to(dev.device)
     applied = apply(model, planned.plan, strategy=planned.strategy)
-    return _Forward(lambda inputs: shard_inputs(applied, planned, **inputs))
+    return lambda inputs: shard_inputs(applied, planned, **inputs)
 
 
 def _vae(request: dict, dev) -> dict:

@@ -8,18 +8,20 @@ shapes.
 
 Two ways to price one transformer call from it:
 
-- **blocks**: the transformer at one block per list under the plan (the "outer" point: embeddings, one block,
-  output), and one block alone at the same shapes, each compiled and timed whole at a few text lengths. A call
-  of depth L costs outer + (L - 1) x block, interpolated between text lengths. On an XLA device a fused program
-  is not the sum of its ops, and collectives inside the blocks are measured with them. Used when the plan,
-  image tokens and dtype are the profile's.
+- **blocks**: the transformer under the plan at one block per list (the "outer" point: embeddings, one block,
+  output) and at three ("stack"), each compiled and timed whole, as many calls in one program as a step makes, at
+  a few text lengths. A call of depth L costs outer + (L - 1) x the slope between the two, interpolated between
+  text lengths (each block timed alone stands in when there is no stack point). On an XLA device a fused program
+  is not the sum of its ops, and collectives inside the blocks are measured with them. Used when the plan, image
+  tokens and dtype are the profile's.
 - **ops**: each Linear and attention priced from its measured point at that shape, else interpolated along
   tokens between points of the same weight shape, else from its class's curve; the rest of the call's work
-  (norm weights) at the measured copy bandwidth; collectives as the catalog times them.
+  (norm weights) at the measured copy bandwidth; each collective from its measured points over its axes, else
+  as the topology model times it.
 
-Measured on this machine's CPU (torch_xla, 1 device): blocks composes within a few percent of full runs and ops
-over-counts by about half (each op alone pays its own dtype conversions and dispatch, which XLA fuses away in a
-whole program), so blocks is used wherever it applies. The figures are in benchmarks/cpu_validation.py's output.
+Measured on this machine's CPU (torch_xla, 1 device, benchmarks/cpu_validation.py): blocks composes within 5% of
+a full run, each block timed alone about 19% over, and op by op about 35% over (each op alone pays its own dtype
+conversions and dispatch, which XLA fuses away in a whole program), so blocks is used wherever it applies.
 
 Anything priced outside the measured range says how far it extrapolates (`Priced.stretch`).
 """
@@ -34,15 +36,20 @@ from pathlib import Path
 from meshlab.errors import InputError
 
 FORMAT = 1
-#: Op classes a profile may hold. linear / attention: shape as `Work.shape` gives it; outer / block: (image tokens,
-#: text tokens, calls in one program) for the whole call at one block per list / one block alone; stack: the
-#: same with a fourth figure, the blocks per list of a deeper whole call; vae_decode: (height, width);
-#: collective (label "<kind> over <axes>"): (group size, bytes per chip); dispatch: an empty program's trace and run; copy: device memory read + write; host_matmul: the host CPU's
-#: Linear at the text encoder's width; host_transfer: device to host.
-OPS = ("linear", "attention", "collective", "outer", "block", "stack", "vae_decode", "dispatch", "copy", "host_matmul", "host_transfer")
-#: Which figure a curve's size is: FLOPs, bytes, or text tokens.
-BASIS = {"linear": "flops", "attention": "flops", "collective": "bytes", "outer": "tokens", "block": "tokens", "stack": "tokens", "vae_decode": "flops",
-         "copy": "bytes", "host_matmul": "flops", "host_transfer": "bytes"}
+#: Op classes a profile may hold, with their shapes. linear / attention: as `Work.shape` gives it; outer / block:
+#: (image tokens, text tokens, calls in one program) for the whole call at one block per list / one block alone;
+#: stack: the same with a fourth figure, the blocks per list of a deeper whole call; vae_decode: (height, width);
+#: collective (label "<kind> over <axes>"): (group size, bytes per chip); dispatch: an empty program's trace and
+#: run; copy: device memory read + write; host_matmul: the host CPU's Linear at the text encoder's width;
+#: host_transfer: device to host.
+OPS = ("linear", "attention", "collective", "outer", "block", "stack", "vae_decode", "dispatch", "copy", "host_matmul",
+       "host_transfer")
+#: Which figure a point's size is: FLOPs, bytes, or text tokens.
+BASIS = {"linear": "flops", "attention": "flops", "collective": "bytes", "outer": "tokens", "block": "tokens",
+         "stack": "tokens", "vae_decode": "flops", "copy": "bytes", "host_matmul": "flops", "host_transfer": "bytes"}
+#: Op classes priced from their own points rather than a class curve: the call points over text tokens, and each
+#: collective over its own axes.
+NOT_FITTED = ("outer", "block", "stack", "collective")
 FIX = "measure it again with `meshlab profile STRATEGY -o FILE.json`"
 
 
@@ -216,7 +223,7 @@ def fit(op: str, points: list[Point]) -> Curve | None:
 def fit_all(points: tuple[Point, ...]) -> dict[str, Curve]:
     curves = {}
     for op in OPS:
-        if op in BASIS and op not in ("outer", "block", "stack", "collective"):  # outer/block interpolate over text tokens instead
+        if op in BASIS and op not in NOT_FITTED:
             curve = fit(op, [p for p in points if p.op == op])
             if curve is not None:
                 curves[op] = curve
@@ -239,7 +246,8 @@ def load_profile(path: str | Path) -> Profile:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"{path}: no such profile", "measure it with `meshlab profile STRATEGY -o FILE.json`") from None
+        raise InputError(f"{path}: no such profile", "measure it with `meshlab profile STRATEGY -o FILE.json`") \
+            from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a readable profile (corrupt or truncated: {exc})", FIX) from None
     try:
@@ -382,8 +390,8 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     source = f"measured: meshlab profile {Path(path).name}"
     host = {}
     for op, figure in (("host_matmul", "host_flops"), ("host_transfer", "host_link_bandwidth")):
-        if profile.rate(op):
-            host[figure] = profile.rate(op)
+        if rate := profile.rate(op):
+            host[figure] = rate
     dispatch = profile.single("dispatch")
     if dispatch is not None:
         host["step_overhead_s"] = dispatch.seconds
