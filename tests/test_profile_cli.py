@@ -100,3 +100,24 @@ def test_a_two_layer_cpu_run_is_within_15_percent_of_its_profile(tmp_path):
     done = _meshlab("calibrate", tmp_path / "qwen-image-one-cpu.jsonl", "--hardware", tmp_path / "cpu.json", "--json")
     assert done.returncode == 0, done.stderr
     assert 0.85 < json.loads(done.stdout)["slowdown"] < 1.15  # the profile and the run agree
+
+
+def test_the_summary_shows_every_call_point(tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from meshlab.cli.render_run import render_profile
+    from meshlab.cost.profile import Point, profile_document
+
+    points = (Point("linear", (8, 16, 16), 4096.0, 1.0, 0.001), Point("outer", (256, 8, 2), 0, 0, 2.0),
+              Point("block", (256, 8, 2), 0, 0, 2.5, "transformer_blocks"), Point("stack", (256, 8, 2, 3), 0, 0, 7.0))
+    document = profile_document({"platform": "cpu", "devices": 1, "name": "test CPU"}, {}, {"strategy": "s"}, points,
+                                1.0)
+    out = io.StringIO()
+    render_profile(SimpleNamespace(document=document, seconds=1.0, path=tmp_path / "p.json"),
+                   Console(file=out, width=200))
+    text = out.getvalue()
+    assert "1 block(s) per list, whole call" in text and "transformer_blocks[0] alone" in text
+    assert "3 block(s) per list, whole call" in text and "256x8x2x3" in text

@@ -136,13 +136,17 @@ def render_profile(outcome, console) -> None:
                       _seconds(curve["latency_s"]) if curve else "",
                       f"{curve['low']:.3g} to {curve['high']:.3g} {curve['basis']}" if curve else "")
     console.print(table)
-    calls = [p for p in doc["points"] if p["op"] in ("outer", "block")]
+    calls = [p for p in doc["points"] if p["op"] in ("outer", "block", "stack")]
     if calls:
-        table = Table(title="The call under the plan (image tokens, text tokens)", title_justify="left")
+        table = Table(title="The call under the plan (image tokens, text tokens, calls per program[, blocks])",
+                      title_justify="left")
         for column in ("what", "shape", "seconds"):
             table.add_column(column, justify="right" if column == "seconds" else "left")
         for p in calls:
-            what = "one block per list, whole call" if p["op"] == "outer" else f"{p.get('label')}[0] alone"
+            if p["op"] == "block":
+                what = f"{p.get('label')}[0] alone"
+            else:
+                what = f"{p['shape'][3] if p['op'] == 'stack' else 1} block(s) per list, whole call"
             table.add_row(what, "x".join(map(str, p["shape"])), _seconds(p["seconds"]))
         console.print(table)
 
