@@ -31,9 +31,11 @@ from typing import Any, Callable, Mapping
 
 from meshlab.backend.forward_inputs import FAMILIES, Family, Geometry, family, forward_inputs
 from meshlab.cards.card import (
-    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Flow, Join, ModelCard, Parameter, card_to_json,
+    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Elementwise, Flow, Join, ModelCard, Parameter,
+    card_to_json,
 )
 from meshlab.backend.dataflow_trace import trace_dataflow
+from meshlab.backend.elementwise_trace import trace_elementwise
 from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
 from meshlab.errors import InputError, Location
 
@@ -87,6 +89,7 @@ def import_card(
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
+        elementwise=_elementwise(cls, full_config, tracer, dtype),
     )
 
 
@@ -234,6 +237,27 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
     flows = trace_dataflow(model, inputs, {attr for attr, _ in tracer.blocks}, hidden,
                            lambda shape: _stream_of(shape, counts))
     return {path: _merge(streams) for path, streams in seen.items()}, flows
+
+
+def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[Elementwise, ...]:
+    """Per block of each list, the bytes its fused elementwise gaps move per token of each stream
+    (meshlab.backend.elementwise_trace), from a forward of a three-blocks-per-kind copy at the card's dtype: the
+    middle block of each list stands for all of them (the first reads the list's input in a pass of its own, which
+    the others share with the block before them)."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_VIDEO_FRAMES if tracer.latent == "video" else 1)
+    image = geometry.image_tokens
+    tokens = {"image": image, "text": TRACE_TEXT, "joint": image + TRACE_TEXT}
+    counts = {n: s for s, n in tokens.items()}
+    with torch.device("meta"):
+        model = cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval().to(torch_dtype)
+        inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
+    traced = trace_elementwise(model, inputs, {attr: 1 for attr, _ in tracer.blocks},
+                               lambda shape: _stream_of(shape, counts))
+    return tuple(Elementwise(blocks, stream, traced[(blocks, stream)] / (TRACE_BATCH * tokens[stream]))
+                 for blocks, _ in tracer.blocks for stream in ("image", "text", "joint") if (blocks, stream) in traced)
 
 
 def _stream_of(shape: tuple[int, ...], counts: dict[int, str]) -> str:

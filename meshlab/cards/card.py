@@ -153,6 +153,17 @@ class Join:
 
 
 @dataclass(frozen=True)
+class Elementwise:
+    """HBM bytes one block of ``blocks`` moves per token of ``stream`` in its elementwise work (norms, modulation,
+    RoPE, activations, residual adds, casts) when each gap between its matmuls runs as one fused pass: traced from
+    the real forward at the card's dtype (meshlab.backend.elementwise_trace)."""
+
+    blocks: str  # the block list (``transformer_blocks``)
+    stream: str  # "image", "text" or "joint"
+    bytes_per_token: float
+
+
+@dataclass(frozen=True)
 class Component:
     """A pipeline component meshlab does not shard (VAE, text encoder): its size, and a decode working set."""
 
@@ -214,6 +225,7 @@ class ModelCard:
     components: tuple[Component, ...] = field(default=())
     dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
     joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention
+    elementwise: tuple[Elementwise, ...] = field(default=())  # per block; () on a card imported before it was traced
 
     @property
     def total_params(self) -> int:
@@ -276,6 +288,8 @@ def card_to_json(card: ModelCard) -> dict:
             for f in card.dataflow
         ],
         "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
+        "elementwise": [{"blocks": e.blocks, "stream": e.stream, "bytes_per_token": e.bytes_per_token}
+                        for e in card.elementwise],
     }
 
 
@@ -305,6 +319,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             components=tuple(Component(**c) for c in data.get("components", [])),
             dataflow=tuple(_flow(f) for f in data["dataflow"]),
             joins=tuple(Join(j["module"], j["kind"], int(j["width"])) for j in data.get("joins", [])),
+            elementwise=tuple(_elementwise(e) for e in data.get("elementwise", [])),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(
@@ -318,6 +333,12 @@ def _parameter(p: dict) -> Parameter:
     if p["kind"] not in MODULE_KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
         raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
     return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
+
+
+def _elementwise(e: dict) -> Elementwise:
+    if e["stream"] not in ("image", "text", "joint") or float(e["bytes_per_token"]) < 0:
+        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream or negative bytes")
+    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]))
 
 
 def _regenerate_command(data: dict) -> str:

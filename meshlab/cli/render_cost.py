@@ -110,11 +110,13 @@ def render_explain(planned, prediction, console) -> None:
     rows = [
         ("FLOPs", f"{step.flops / 1e12:.2f} TFLOP", f"Linears per stream + attention, {step.calls} call(s)"),
         ("compute", _ms(step.compute), f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"),
-        ("HBM bytes", _bytes(step.hbm_bytes), "weight shards once per call + Linear/attention inputs and outputs"),
+        ("HBM bytes", _bytes(step.hbm_bytes), "weight shards once per call + Linear/attention inputs and outputs "
+         "+ elementwise passes"),
         ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}"
          if hw.hbm_bandwidth >= 1e11 else f"at {hw.hbm_bandwidth / 1e9:.1f} GB/s x {hw.hbm_efficiency}"),
         ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed") if p.measured is None else
         (f"call x {step.calls} (measured)", _ms(step.local), _measured_how(p.measured)),
+        *([_elementwise_row(p, hw)] if p.measured is None else []),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
          + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
             else "")),
@@ -144,6 +146,19 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _elementwise_row(p, hw) -> tuple[str, str, str]:
+    from meshlab.cost.timing import op_seconds
+
+    rows = [w for w in p.work if w.kind == "elementwise"]
+    if not rows:
+        return ("  of which elementwise", "-", "not priced: the card records no elementwise trace "
+                "(regenerate it with `meshlab models import`)")
+    seconds = p.step.calls * sum(w.count * op_seconds(w, hw) for w in rows)
+    nbytes = p.step.calls * sum(w.count * w.hbm_bytes for w in rows)
+    return ("  of which elementwise", _ms(seconds),
+            f"{_bytes(nbytes)}: one fused pass per gap between matmuls, bytes per token traced into the card")
 
 
 #: A profile's figure priced this many times beyond its measured sizes (or more) is flagged where it is shown.

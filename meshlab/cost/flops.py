@@ -14,8 +14,12 @@ multiplies the whole of those dims with its own samples. Attention runs its loca
 
 HBM bytes per call: every weight shard this chip holds is read once (FSDP-gathered weights at their gathered
 size); each Linear reads its input and writes its output; attention reads q, k, v and writes its output, and
-without flash attention also writes and reads the scores and probabilities. Elementwise passes between them are
-assumed fused into the neighbouring ops.
+without flash attention also writes and reads the scores and probabilities. Elementwise work (norms,
+modulation, RoPE, activations, residual adds, casts) is one row per block list: each gap between matmuls runs as
+one fused pass that reads what it did not make and writes what others read, at the bytes per token the card
+traced from the real forward (``ModelCard.elementwise``, meshlab.backend.elementwise_trace), at the tokens this
+chip holds. Tensor-parallel splits are not applied to it: most of it is on the residual stream's full width,
+which such plans replicate. A card without that trace prices no elementwise work.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import math
 from dataclasses import dataclass, replace
 
 from meshlab.cards.card import Attention, ModelCard
+from meshlab.cards.truncate import block_lists
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.mesh import AbstractMesh
@@ -39,7 +44,7 @@ class Work:
     block: int | None
     flops: float
     hbm_bytes: float
-    kind: str  # "linear", "attention" or "other"
+    kind: str  # "linear", "attention", "elementwise" or "other"
     count: int = 1  # identical blocks this op stands for (see `Graph.repeats`)
     #: linear: (tokens, in, out) of the local shard GEMM; attention: (batch, heads, queries, keys, head_dim)
     shape: tuple[int, ...] = ()
@@ -91,7 +96,22 @@ def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention:
             work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention), count=graph.count(qkv[0].block)))
     weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others)
     work.append(Work("norms and other weights", None, 0.0, float(weights), "other"))
+    work.extend(elementwise_work(graph.card, layout) if graph.card is not None else ())
     return tuple(work)
+
+
+def elementwise_work(card: ModelCard, layout: Layout) -> tuple[Work, ...]:
+    """One row per block list: the HBM bytes of one block's fused elementwise gaps at this chip's tokens, counted
+    once for each block of the list."""
+    counts = block_lists(card)
+    rows = []
+    for blocks in dict.fromkeys(e.blocks for e in card.elementwise):
+        per_sample = sum(e.bytes_per_token * layout.local.of_stream(e.stream)
+                         for e in card.elementwise if e.blocks == blocks)
+        if counts.get(blocks):
+            rows.append(Work(f"elementwise passes ({blocks})", None, 0.0, float(layout.batch * per_sample),
+                             "elementwise", count=counts[blocks]))
+    return tuple(rows)
 
 
 def _split(axes, mesh: AbstractMesh) -> int:

@@ -359,7 +359,7 @@ def by_ops(profile: Profile, work: tuple, fallback, note: str = "") -> MeasuredC
     copy = profile.rate("copy")
     for w in work:
         priced = profile.op_seconds(w.kind, w.shape, w.flops) if w.kind in ("linear", "attention") else None
-        if priced is None and w.kind == "other" and copy:
+        if priced is None and w.kind in ("other", "elementwise") and copy:
             priced = Priced(w.hbm_bytes / copy, "fitted")
         if priced is None:
             seconds += w.count * fallback(w)

@@ -46,7 +46,8 @@ class Assumptions:
              "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
-                       "work is fused and not counted"},
+                       "work runs as one fused pass per gap between matmuls, at the bytes the card traced (an "
+                       "eager run moves more; fusing into the matmuls moves less)"},
             {"name": "device order", "value": None,
              "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
             {"name": "scope", "value": None,

@@ -265,3 +265,13 @@ def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
     assert load_card("flux-dev").joins == (Join("single_transformer_blocks.*", "concat", 3072),
                                             Join("single_transformer_blocks.*", "split", 3072))
     assert load_card("qwen-image").joins == ()
+
+
+def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
+    from meshlab.cards.card import card_from_json
+
+    data = card_to_json(load_card("qwen-image"))
+    assert card_from_json(data).elementwise == load_card("qwen-image").elementwise
+    data["elementwise"][0]["stream"] = "pixels"
+    with pytest.raises(InputError, match="unknown stream"):
+        card_from_json(data, "bad.json")

@@ -133,3 +133,43 @@ def test_qwen_image_fsdp_per_chip_flops_are_one_whole_forward():
     per_call = sum(w.flops * w.count for w in p.work)
     assert per_call == pytest.approx(78.3e12, rel=0.02)
     assert p.roofline_mfu <= 1.0
+
+
+def test_elementwise_passes_are_the_cards_bytes_per_token_at_the_chips_tokens():
+    """One row per block list, counted once per block: the traced bytes per token of each stream times the
+    tokens this chip holds; splitting the image tokens over a sequence axis halves the image stream's part."""
+    from meshlab.cost.predict import predict
+    from meshlab.hardware import load_hardware
+    from meshlab.plan.planner import make_plan
+    from tests.cost.helpers import strategy
+
+    card = load_card("qwen-image")
+    per_token = {e.stream: e.bytes_per_token for e in card.elementwise}
+    workload = {"batch": 2, "height": 1024, "width": 1024, "text_tokens": 64}
+
+    def rows(**overrides):
+        s = strategy(model="qwen-image", rules=[], workload=workload, **overrides)
+        p = predict(make_plan(s, card, 8), s, load_hardware("v6e-8"))
+        return p.layout, [w for w in p.work if w.kind == "elementwise"]
+
+    layout, (row,) = rows(mesh={"data": 2, "model": 4})
+    assert row.count == 60 and row.flops == 0
+    assert layout.local.image == 4096 and layout.local.text == 64 and layout.batch == 1
+    expected = per_token["image"] * 4096 + per_token["text"] * 64 + per_token["joint"] * (4096 + 64)
+    assert row.hbm_bytes == pytest.approx(expected)
+    split, (halved,) = rows(mesh={"data": 2, "seq": 4}, activations={"batch": "data", "sequence": "seq"})
+    assert split.local.image == 1024
+    assert halved.hbm_bytes == pytest.approx(per_token["image"] * 1024 + per_token["text"] * split.local.text
+                                             + per_token["joint"] * (1024 + split.local.text))
+    assert halved.hbm_bytes < row.hbm_bytes
+
+
+def test_a_card_without_an_elementwise_trace_prices_none():
+    import dataclasses
+
+    from tests.cost.helpers import predicted
+
+    card = dataclasses.replace(load_card("qwen-image"), elementwise=())
+    p = predicted(card=card, model="qwen-image", rules=[],
+                  workload={"batch": 2, "height": 256, "width": 256, "text_tokens": 8})
+    assert not [w for w in p.work if w.kind == "elementwise"]

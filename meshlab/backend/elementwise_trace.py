@@ -1,0 +1,141 @@
+"""The HBM traffic of a block's elementwise work when each gap between matmuls runs as one fused pass (needs torch).
+
+One forward runs under a ``TorchDispatchMode`` that records every aten op with the tensors it reads and writes,
+on the ``meta`` device (shapes only). Matmuls (``mm``, ``addmm``, ``bmm``, ``baddbmm``, convolutions) and each
+whole ``F.scaled_dot_product_attention`` are the heavy ops the cost model prices already; every other op is
+elementwise work (norms, modulation, RoPE, activations, residual adds, dtype casts).
+
+The ops between two consecutive heavy ops, in the order the forward runs them, make one *gap*. The model: a
+compiler (XLA, torch.compile) fuses each gap into one pass, so a gap's traffic is the tensors it reads that were
+made outside it (a matmul's output, the residual stream, RoPE tables) plus the tensors it makes that something
+outside it reads, each counted once per gap at its own size. Intermediates inside a gap cost nothing; views cost
+nothing; weights (and tensors made only from weights) are the matmuls' business and are not counted. Eager
+execution, which writes every op's output, moves more; a compiler that also fuses a gap into the neighbouring
+matmul moves less.
+
+Each counted tensor is charged to the stream whose token dim it carries (``stream_of``), per token, and to the
+block whose forward made the op; tensors without a token dim (per-sample modulation vectors) are left out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+#: aten ops the cost model prices as matmuls (the Linears, a convolutional patch embedding)
+HEAVY = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution"})
+
+
+def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
+                      stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple[str, str], float]:
+    """Bytes per block moved by the elementwise gaps of block `blocks[list]` of each block list, by (block list,
+    stream), from one forward of `model(**inputs)` (a model on the ``meta`` device at the dtype that runs)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    current: list[str | None] = [None]
+    for name, index in blocks.items():
+        block = getattr(model, name)[index]
+        block.register_forward_pre_hook(lambda module, args, name=name: current.__setitem__(0, name))
+        block.register_forward_hook(lambda module, args, output: current.__setitem__(0, None))
+
+    def tensors(tree) -> list:
+        return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+    recorder = _Recorder({id(p) for p in model.parameters()} | {id(b) for b in model.buffers()})
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not recorder.inside_attention:
+                schema = func._schema
+                view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+                recorder.op(func._overloadpacket.__name__, view, tensors((args, kwargs)), tensors(out), current[0])
+            return out
+
+    class Attention(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is not torch.nn.functional.scaled_dot_product_attention or recorder.inside_attention:
+                return func(*args, **(kwargs or {}))
+            recorder.inside_attention = True
+            try:
+                out = func(*args, **(kwargs or {}))
+            finally:
+                recorder.inside_attention = False
+            recorder.op("scaled_dot_product_attention", False, tensors((args, kwargs)), [out], current[0])
+            return out
+
+    with torch.no_grad(), Dispatch(), Attention():
+        model(**inputs)
+    return recorder.bytes_per_block(stream_of)
+
+
+class _Recorder:
+    """Ops in program order, each with the tensor versions it reads and writes (views resolved to their base)."""
+
+    def __init__(self, weights: set[int]):
+        self.weights = weights  # ids of parameters, buffers and tensors made from them alone
+        self.inside_attention = False
+        self.base: dict[int, int] = {}  # a view's id -> the id of the tensor it views
+        self.version: dict[int, int] = defaultdict(int)  # base id -> writes so far
+        self.keep: list = []  # every tensor seen stays alive, so no id is reused
+        self.ops: list[tuple[bool, str | None, list, list]] = []  # heavy, block, reads, writes
+
+    def root(self, t) -> int:
+        i = id(t)
+        while i in self.base:
+            i = self.base[i]
+        return i
+
+    def op(self, name: str, view: bool, reads: list, writes: list, block: str | None) -> None:
+        self.keep.extend(reads + writes)
+        if view:
+            for w in writes:
+                if reads and id(w) != id(reads[0]):
+                    self.base[id(w)] = self.root(reads[0])
+            return
+        roots = [self.root(t) for t in reads]
+        if roots and all(r in self.weights for r in roots):
+            self.weights.update(id(w) for w in writes)  # a cast or transpose of a weight is the matmul's business
+            return
+        heavy = name in HEAVY or name == "scaled_dot_product_attention"
+        read = [(self.root(t), self.version[self.root(t)], t) for t in reads
+                if self.root(t) not in self.weights and t.dim() > 0]
+        written = []
+        for t in writes:
+            r = self.root(t)
+            self.version[r] += 1
+            if t.dim() > 0:
+                written.append((r, self.version[r], t))
+        self.ops.append((heavy, block, read, written))
+
+    def bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple[str, str], float]:
+        gap, gaps = 0, []
+        for heavy, *_ in self.ops:
+            gap += heavy
+            gaps.append(None if heavy else gap)
+        made_in: dict[tuple[int, int], int | None] = {}  # tensor version -> the gap that made it (None: a matmul)
+        read_in: dict[tuple[int, int], set] = defaultdict(set)  # tensor version -> gaps (None: matmuls) reading it
+        for g, (heavy, block, read, written) in zip(gaps, self.ops):
+            for r, v, _ in read:
+                read_in[(r, v)].add(g)
+            for r, v, _ in written:
+                made_in[(r, v)] = g
+        counted: dict[tuple, tuple[str, float]] = {}
+        for g, (heavy, block, read, written) in zip(gaps, self.ops):
+            if heavy or block is None:
+                continue
+            for r, v, t in read:
+                if made_in.get((r, v), -1) != g:  # made by a matmul, another gap, or outside the forward
+                    counted.setdefault((g, "read", id(t)), (block, t))
+            for r, v, t in written:
+                if not read_in.get((r, v)) or read_in[(r, v)] != {g}:  # read outside this gap (or the output)
+                    counted.setdefault((g, "write", r, v), (block, t))
+        totals: dict[tuple[str, str], float] = defaultdict(float)
+        for block, t in counted.values():
+            stream = stream_of(tuple(t.shape))
+            if stream in ("image", "text", "joint"):
+                totals[(block, stream)] += t.numel() * t.element_size()
+        return dict(totals)
