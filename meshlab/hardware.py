@@ -39,6 +39,11 @@ FIGURES = (
     + BYTE_FIELDS + RATE_FIELDS + FRACTION_FIELDS + TIME_FIELDS
 )
 LABELS = ("kind", "chip")  # plain strings in the YAML, no source
+#: Figures only some entries have (each with a source where it is given): the attention kernel a run uses on
+#: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal).
+OPTIONAL_FIGURES = ("attention_kernel", "attention_rates")
+#: the head dim the published attention rates were measured at; other head dims use compute_efficiency
+ATTENTION_RATES_HEAD_DIM = 128
 
 _BYTE_UNITS = {
     "": 1, "b": 1,
@@ -88,6 +93,11 @@ class Hardware:
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     overridden: tuple[str, ...] = ()
     slices: int = 1  # slices joined by DCN (a `<system>x<k>` name)
+    #: the attention kernel a run uses ("" when the catalog has no published rates for this chip); a key of
+    #: `attention_rates`
+    attention_kernel: str = ""
+    #: per kernel, (sequence length, FLOP/s) of its published forward pass at head dim 128, non-causal
+    attention_rates: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
     #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -112,6 +122,21 @@ class Hardware:
     def budget_bytes(self) -> int:
         """HBM per chip the planner may fill: usable HBM less the runtime reserve."""
         return self.usable_hbm_bytes - self.runtime_reserve_bytes
+
+    def attention_rate(self, keys: int, head_dim: int) -> float | None:
+        """FLOP/s of one attention of `keys` keys per query on this chip's `attention_kernel`, interpolated
+        (in log sequence length) between its published rates and held at the ends; None where none applies
+        (no kernel, or another head dim), and compute_efficiency prices it."""
+        points = dict(self.attention_rates).get(self.attention_kernel)
+        if not points or head_dim != ATTENTION_RATES_HEAD_DIM or keys < 1:
+            return None
+        if keys <= points[0][0]:
+            return points[0][1]
+        for (n0, r0), (n1, r1) in zip(points, points[1:]):
+            if keys <= n1:
+                t = math.log(keys / n0) / math.log(n1 / n0)
+                return r0 + t * (r1 - r0)
+        return points[-1][1]
 
     def using(self, devices: int) -> "Hardware":
         """The same system using `devices` of its devices: any count up to a GPU node's (one GPU, or four of
@@ -150,8 +175,19 @@ def _problems(hw: Hardware) -> list[str]:
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
     missing = [name for name in FIGURES if not hw.sources.get(name)]
+    missing += [name for name in OPTIONAL_FIGURES if getattr(hw, name) and not hw.sources.get(name)]
     if missing:
         problems.append(f"figures without a source: {missing}")
+    kernels = [k for k, _ in hw.attention_rates]
+    if hw.attention_kernel and hw.attention_kernel not in kernels:
+        problems.append(f"attention_kernel {hw.attention_kernel!r} has no published rates here; "
+                        f"use one of {kernels}" if kernels else f"attention_kernel {hw.attention_kernel!r}: "
+                        "this chip has no published attention rates in the catalog")
+    for kernel, points in hw.attention_rates:
+        if not points or any(n < 1 or r <= 0 for n, r in points) or [n for n, _ in points] != sorted(
+                {n for n, _ in points}):
+            problems.append(f"attention_rates of {kernel!r} must be (sequence length, FLOP/s) pairs, lengths "
+                            "increasing, rates positive")
     return problems
 
 
@@ -259,6 +295,14 @@ def _coerce(name: str, value: object) -> object:
         return _wraparound(value)
     if name == "interconnect":
         return _interconnect(value)
+    if name == "attention_kernel":
+        if not isinstance(value, str):
+            raise ValueError(f"expected the name of a kernel, got {value!r}")
+        return "" if value in ("", "none") else value
+    if name == "attention_rates":
+        if not isinstance(value, dict):
+            raise ValueError("expected {kernel: [[sequence length, FLOP/s], ...]}")
+        return tuple((str(k), tuple((_count(n), _number(r)) for n, r in points)) for k, points in value.items())
     return _number(value)
 
 
@@ -305,11 +349,11 @@ def multislice(one: Hardware, slices: int) -> Hardware:
 
 def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware:
     """`hardware` with figures replaced by `overrides` (each recorded with source ``"override"``)."""
-    unknown = [key for key in overrides if key not in FIGURES]
+    unknown = [key for key in overrides if key not in FIGURES + OPTIONAL_FIGURES]
     if unknown:
         raise InputError(
             f"unknown hardware field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
-            f"override one of: {', '.join(FIGURES)}",
+            f"override one of: {', '.join(FIGURES + OPTIONAL_FIGURES)}",
         )
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
@@ -323,6 +367,10 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
     try:
         return replace(hardware, **changes, sources=sources, overridden=overridden)
     except ValueError as error:
+        if "attention_kernel" in changes and "attention_kernel" in str(error):
+            kernels = [k for k, _ in hardware.attention_rates]
+            raise InputError(f"hardware override attention_kernel: {error}",
+                             f"give one of {kernels}, or none" if kernels else "leave attention_kernel out") from None
         raise InputError(
             f"the overrides do not fit together: {error}",
             "override related figures together (chips with topology and wraparound; usable HBM within HBM)",
@@ -347,14 +395,15 @@ def _build(name: str, system: dict[str, Any], accelerators: dict[str, Any]) -> H
     where = f"meshlab/data/hardware.yaml: systems.{name}"
     entry = {**accelerators[system["accelerator"]], **{k: v for k, v in system.items() if k != "accelerator"}}
     expected = set(FIGURES) | set(LABELS)
-    if set(entry) != expected:
+    if not expected <= set(entry) <= expected | set(OPTIONAL_FIGURES):
         raise InputError(
-            f"{where}: fields missing {sorted(expected - set(entry))}, unknown {sorted(set(entry) - expected)}",
+            f"{where}: fields missing {sorted(expected - set(entry))}, unknown "
+            f"{sorted(set(entry) - expected - set(OPTIONAL_FIGURES))}",
             "give every figure once, as {value: ..., source: ...}",
         )
     values: dict[str, Any] = {label: entry[label] for label in LABELS}
     sources: dict[str, str] = {}
-    for figure in FIGURES:
+    for figure in FIGURES + tuple(f for f in OPTIONAL_FIGURES if f in entry):
         try:
             values[figure] = _coerce(figure, entry[figure]["value"])
         except (ValueError, TypeError, KeyError) as error:
@@ -393,8 +442,11 @@ def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
         "dcn": f"{hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s/host",
     }
     if with_sources:
-        row["figures"] = {name: _plain(getattr(hw, name)) for name in FIGURES}
-        row["sources"] = {name: hw.sources[name] for name in FIGURES}
+        given = FIGURES + tuple(name for name in OPTIONAL_FIGURES if getattr(hw, name))
+        row["figures"] = {name: _plain(getattr(hw, name)) for name in given}
+        if hw.attention_rates:
+            row["figures"]["attention_rates"] = {k: [list(p) for p in points] for k, points in hw.attention_rates}
+        row["sources"] = {name: hw.sources[name] for name in given}
     return row
 
 

@@ -216,3 +216,49 @@ def test_a_gpu_node_can_be_used_in_part(tmp_path):
         plan_file(path)
     with pytest.raises(Exception, match="unknown hardware 'v6e-8:4'"):
         load_hardware("v6e-8:4")
+
+
+# --- published attention rates ---------------------------------------------------------------------------
+
+
+def test_hopper_attention_is_priced_at_the_fa3_papers_published_rates():
+    """H100 (and the H200, the same GH100 compute) carry the FlashAttention-3 paper's forward rates at head dim 128;
+    the default kernel is the one torch 2.9's SDPA picks on sm90 (FlashAttention-2)."""
+    for name in ("h100", "h200"):
+        hw = load_hardware(name)
+        assert hw.attention_kernel == "fa2"
+        assert hw.attention_rate(512, 128) == 309e12 and hw.attention_rate(16384, 128) == 370e12
+        assert hw.sources["attention_rates"] and hw.sources["attention_kernel"]
+    fa3 = load_hardware("h100", {"attention_kernel": "fa3"})
+    assert fa3.attention_rate(8192, 128) == 646e12 and fa3.sources["attention_kernel"] == "override"
+
+
+def test_attention_rates_interpolate_in_log_length_and_hold_at_the_ends():
+    hw = load_hardware("h100")
+    between = hw.attention_rate(1448, 128)  # about halfway between 1k (350) and 2k (362) in log length
+    assert 350e12 < between < 362e12 and between == pytest.approx(356e12, rel=0.002)
+    assert hw.attention_rate(64, 128) == 309e12 and hw.attention_rate(65536, 128) == 370e12
+
+
+def test_attention_without_published_rates_falls_back_to_compute_efficiency():
+    assert load_hardware("h100").attention_rate(4096, 64) is None  # another head dim
+    assert load_hardware("v6e-8").attention_rate(4096, 128) is None  # no rates for the chip
+    assert load_hardware("h100", {"attention_kernel": "none"}).attention_rate(4096, 128) is None
+
+
+def test_an_unknown_attention_kernel_is_a_one_line_error():
+    with pytest.raises(InputError, match="attention_kernel 'fa9'.*fa2"):
+        load_hardware("h100", {"attention_kernel": "fa9"})
+    with pytest.raises(InputError, match="no published attention rates"):
+        load_hardware("v6e-8", {"attention_kernel": "fa3"})
+
+
+def test_an_attention_op_is_priced_at_its_kernels_rate():
+    from meshlab.cost.flops import Work
+    from meshlab.cost.timing import op_seconds
+
+    hw = load_hardware("h100:1")
+    work = Work("attn", 0, 1e12, 1.0, "attention", shape=(1, 24, 4096, 4096, 128))
+    assert op_seconds(work, hw) == pytest.approx(1e12 / 368e12)
+    other = Work("attn", 0, 1e12, 1.0, "attention", shape=(1, 24, 4096, 4096, 64))
+    assert op_seconds(other, hw) == pytest.approx(1e12 / (hw.bf16_flops * hw.compute_efficiency))

@@ -42,6 +42,12 @@ class Assumptions:
             {"name": "collective_latency_s", "value": hw.collective_latency_s,
              "source": hw.sources["collective_latency_s"]},
             {"name": "step_overhead_s", "value": hw.step_overhead_s, "source": hw.sources["step_overhead_s"]},
+            *([{"name": "attention_kernel", "value": hw.attention_kernel,
+                 "source": hw.sources.get("attention_kernel", "")},
+               {"name": "attention_rates", "value": None,
+                "source": f"attention on {hw.attention_kernel} at its published forward rate for the sequence length "
+                          f"(head dim 128; other head dims at compute_efficiency): "
+                          f"{hw.sources.get('attention_rates', '')}"}] if hw.attention_kernel else []),
             {"name": "overlap", "value": self.overlap,
              "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
             {"name": "per-op roofline", "value": None,
@@ -91,8 +97,11 @@ class StepTime:
 
 
 def op_seconds(w: Work, hardware: Hardware) -> float:
-    """One op on one chip at the catalog's assumed efficiencies: the longer of its FLOPs and its HBM bytes."""
-    return max(w.flops / (hardware.bf16_flops * hardware.compute_efficiency),
+    """One op on one chip from the catalog: the longer of its FLOPs and its HBM bytes. FLOPs run at the
+    assumed ``compute_efficiency`` of the peak, except an attention the catalog has published rates for (its
+    kernel at its sequence length, `Hardware.attention_rate`)."""
+    rate = hardware.attention_rate(w.shape[3], w.shape[4]) if w.kind == "attention" and len(w.shape) == 5 else None
+    return max(w.flops / (rate or hardware.bf16_flops * hardware.compute_efficiency),
                w.hbm_bytes / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
 
 
