@@ -2,7 +2,8 @@
 
 Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o.
 k > 1 means the chip reached a smaller fraction of its peak than the catalog assumes: the calibrated
-efficiencies are the catalog's divided by k. o is the host overhead per step. Least squares over the records
+efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel
+(where it has them, attention is priced from those, not from compute_efficiency). o is the host overhead per step. Least squares over the records
 (k alone, with o kept, when there is one record). Only runs on the hardware their prediction is for count.
 """
 
@@ -33,10 +34,17 @@ class Calibration:
     hbm_efficiency: float
     error_before_pct: float  # mean |predicted - measured| / measured, catalog figures
     error_after_pct: float
+    #: the entry's attention kernel and its published rates divided by k ("" and () when it has none)
+    attention_kernel: str = ""
+    attention_rates: tuple[tuple[int, float], ...] = ()
 
     def overrides(self) -> dict:
+        rates = ({"attention_kernel": self.attention_kernel,
+                  "attention_rates": {self.attention_kernel: [[n, float(f"{r:.4g}")] for n, r in self.attention_rates]}}
+                 if self.attention_kernel else {})
         return {"name": self.hardware, "compute_efficiency": round(self.compute_efficiency, 4),
-                "hbm_efficiency": round(self.hbm_efficiency, 4), "step_overhead_s": round(self.overhead_s, 6)}
+                "hbm_efficiency": round(self.hbm_efficiency, 4), "step_overhead_s": round(self.overhead_s, 6),
+                **rates}
 
 
 def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
@@ -73,8 +81,10 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
         )
     slowdown, overhead = _fit(points)
     catalog = entry(hardware)
+    rates = dict(catalog.attention_rates).get(catalog.attention_kernel, ())
     return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
-                       catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead))
+                       catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead),
+                       catalog.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates))
 
 
 def _fit(points: list[Point]) -> tuple[float, float]:

@@ -59,3 +59,19 @@ def test_runs_predicted_from_a_profile_are_compared_only_on_its_device_and_backe
     assert comparison_problem(ok | {"backend": "torch"}) == "ran with backend torch, its profile was measured with xla"
     on_tpu = ok | {"hardware": {"platform": "tpu", "devices": 1}}
     assert comparison_problem(on_tpu) == "ran on tpu, predicted for cpu-1 (profile cpu.json) (cpu)"
+
+
+def test_on_a_gpu_with_published_attention_rates_the_rates_slow_down_with_k():
+    """On the H100, attention is priced from its kernel's published rates, not compute_efficiency: the calibrated
+    overrides divide those rates by k too, and load back as a valid hardware entry."""
+    k = 1.25
+    records = (record(0.4, 0.0, k * 0.4 + 0.001, platform="cuda", hardware="h100:1", devices=1),)
+    result = calibrate(records, "h100:1")
+    assert result.slowdown == pytest.approx(k)
+    overrides = result.overrides()
+    assert overrides["attention_kernel"] == "fa2"
+    assert overrides["attention_rates"]["fa2"][0] == [512, pytest.approx(309e12 / k, rel=1e-3)]
+    name = overrides.pop("name")
+    calibrated = load_hardware(name, overrides)
+    assert calibrated.attention_rate(512, 128) == pytest.approx(309e12 / k, rel=1e-3)
+    assert calibrated.compute_efficiency == pytest.approx(load_hardware("h100").compute_efficiency / k, rel=1e-3)
