@@ -252,12 +252,26 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[E
     tokens = {"image": image, "text": TRACE_TEXT, "joint": image + TRACE_TEXT}
     counts = {n: s for s, n in tokens.items()}
     with torch.device("meta"):
-        model = cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval().to(torch_dtype)
+        model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
         inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
     traced = trace_elementwise(model, inputs, {attr: 1 for attr, _ in tracer.blocks},
                                lambda shape: _stream_of(shape, counts))
     return tuple(Elementwise(blocks, stream, traced[(blocks, stream)] / (TRACE_BATCH * tokens[stream]))
                  for blocks, _ in tracer.blocks for stream in ("image", "text", "joint") if (blocks, stream) in traced)
+
+
+def _at_dtype(model: Any, dtype: Any) -> Any:
+    """`model` cast to `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: the class's
+    ``_keep_in_fp32_modules`` (Wan's norms and modulation table) stay float32. ``nn.Module.to``, not diffusers'
+    override, which warns on every such cast."""
+    import torch
+
+    torch.nn.Module.to(model, dtype)
+    keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    for name, module in model.named_modules():
+        if keep & set(name.split(".")):
+            torch.nn.Module.to(module, torch.float32)
+    return model
 
 
 def _stream_of(shape: tuple[int, ...], counts: dict[int, str]) -> str:
