@@ -4,7 +4,8 @@
 
 Each case names its source, what was measured, and how meshlab models it. Nothing here is tuned to these
 figures: the hardware catalog's efficiency factors and published attention rates are used as they are; a case
-names the attention kernel only where its source shows which one ran (else the chip's default in the catalog). Each measured figure is compared with
+names the attention kernel only where its source shows which one ran (else the chip's default in the catalog).
+Each measured figure is compared with
 the terms it covers: the denoising loop alone (vllm-omni's `diffuse` stage) with meshlab's denoise-only figure, an
 end-to-end figure with the end-to-end prediction (text encode, denoise, VAE decode, host transfers, overhead:
 meshlab.cost.pipeline_time), with the text encoder where the source ran it.
@@ -28,7 +29,7 @@ ONE_GPU = {"chips": 1, "topology": [1], "wraparound": [True]}
 #: vllm-omni's diffusion attention on Hopper is FlashAttention-3: its CUDA backend selector picks FLASH_ATTN on
 #: compute capability 8.0-9.x and imports the fa3-fwd package first (vllm_omni/diffusion/attention, wheels 0.18.0
 #: and 0.20.0rc1); issue #3266's H200 profile lists fa3_fwd::fwd, 360 calls for 3 steps x 2 branches x 60 blocks.
-VLLM_OMNI_H100 = {**ONE_GPU, "attention_kernel": "fa3"}
+VLLM_OMNI_HOPPER = {**ONE_GPU, "attention_kernel": "fa3"}
 
 
 @dataclass(frozen=True)
@@ -63,15 +64,18 @@ CASES = [
          "flux-dev", "v6e-4", {}, {"data": 4}, FSDP, {"batch": 4, "steps": 4, "cfg": False, "text_tokens": 256}),
     Case("Qwen-Image, 1 x H100, 1536x1536, 35 steps, true CFG",
          "vllm-project/vllm-omni PR #2707 (test_qwen_image_single_device, diffuse p50)", 23.19,
-         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", VLLM_OMNI_H100, {"data": 1}, REPLICATE,
+         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", VLLM_OMNI_HOPPER, {"data": 1},
+         REPLICATE,
          {"batch": 1, "steps": 35, "cfg": True, "text_tokens": 128, "height": 1536, "width": 1536}, end_to_end=False),
     Case("Qwen-Image, 1 x H100, 512x512, 20 steps, true CFG",
          "vllm-project/vllm-omni PR #2707 (test_qwen_image_single_device, diffuse p50)", 2.32,
-         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", VLLM_OMNI_H100, {"data": 1}, REPLICATE,
+         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", VLLM_OMNI_HOPPER, {"data": 1},
+         REPLICATE,
          {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}, end_to_end=False),
     Case("Qwen-Image, 1 x H200, 512x512, 20 steps, true CFG",
          "vllm-project/vllm-omni issue #3266 (single device on H200, version 0.19.1, diffuse mean)", 2.17,
-         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h200", VLLM_OMNI_H100, {"data": 1}, REPLICATE,
+         "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h200", VLLM_OMNI_HOPPER, {"data": 1},
+         REPLICATE,
          {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}, end_to_end=False),
     Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 832x480 x 81 frames, 40 steps, CFG",
          "ModelTC/LightX2V docs, Benchmark, H200 480P 5s video: 'Wan2.1 Official (baseline)' inference time", 366.04,
@@ -101,8 +105,14 @@ def predict_case(case: Case) -> dict:
             "ratio_predicted_over_measured": round(predicted / case.measured_s, 3),
             "predicted_mfu": round(p.mfu, 3), "implied_measured_mfu": round(p.mfu * predicted / case.measured_s, 3),
             "assumed": "text tokens " + str(case.workload["text_tokens"]),
-            "attention": (f"{hardware.attention_kernel} ({'the source' if 'attention_kernel' in case.overrides else 'the catalog default'})"
-                          if hardware.attention_kernel else "at compute_efficiency (no published rates for this chip)")}
+            "attention": _attention_note(case, hardware)}
+
+
+def _attention_note(case: Case, hardware) -> str:
+    if not hardware.attention_kernel:
+        return "at compute_efficiency (no published rates for this chip)"
+    named = "the source's" if "attention_kernel" in case.overrides else "the catalog default"
+    return f"{hardware.attention_kernel} ({named})"
 
 
 def main() -> None:

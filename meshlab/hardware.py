@@ -180,9 +180,8 @@ def _problems(hw: Hardware) -> list[str]:
         problems.append(f"figures without a source: {missing}")
     kernels = [k for k, _ in hw.attention_rates]
     if hw.attention_kernel and hw.attention_kernel not in kernels:
-        problems.append(f"attention_kernel {hw.attention_kernel!r} has no published rates here; "
-                        f"use one of {kernels}" if kernels else f"attention_kernel {hw.attention_kernel!r}: "
-                        "this chip has no published attention rates in the catalog")
+        problems.append(f"attention_kernel {hw.attention_kernel!r} has no published attention rates on this chip "
+                        f"(it has: {', '.join(kernels) or 'none'})")
     for kernel, points in hw.attention_rates:
         if not points or any(n < 1 or r <= 0 for n, r in points) or [n for n, _ in points] != sorted(
                 {n for n, _ in points}):
@@ -370,7 +369,8 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
         if "attention_kernel" in changes and "attention_kernel" in str(error):
             kernels = [k for k, _ in hardware.attention_rates]
             raise InputError(f"hardware override attention_kernel: {error}",
-                             f"give one of {kernels}, or none" if kernels else "leave attention_kernel out") from None
+                             f"give one of {', '.join(kernels)}, or none" if kernels else "leave attention_kernel out"
+                             ) from None
         raise InputError(
             f"the overrides do not fit together: {error}",
             "override related figures together (chips with topology and wraparound; usable HBM within HBM)",
