@@ -29,9 +29,9 @@ DEFAULT_TEXT_TOKENS = (8, 32)
 #: The deeper transformer the profile times beside the one-block one: the slope between them is a block's time
 #: inside a whole program (see meshlab.cost.profile).
 STACK_DEPTH = 3
-#: Collectives the profile makes on the devices (XLA's partitioner inserts them between two shardings); a
-#: collective-permute has no such simple form and stays priced from the catalog.
-MEASURED_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all")
+#: Collectives the profile makes on the devices (XLA's partitioner inserts them between two shardings; a
+#: collective-permute between one spec on the mesh and on the mesh with its devices moved one step along an axis).
+MEASURED_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 BACKENDS = ("auto", "xla", "torch")
 #: CUDA device names to catalog entries (the first that the name contains).
 GPU_NAMES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb"))

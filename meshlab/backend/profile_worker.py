@@ -163,8 +163,11 @@ def _copy(dev, dtype) -> dict:
 def _collective(request: dict, dev, dtype, kind: str, axes: tuple[str, ...], nbytes: int) -> dict:
     """One collective of `kind` over the mesh `axes` on a per-chip buffer of `nbytes` (meshlab's
     `Collective.bytes`: all-gather the gathered buffer, all-reduce and reduce-scatter the reduced one, all-to-all
-    the buffer each chip holds), made by marking an elementwise op's output with another sharding than its input's
-    and letting XLA's partitioner insert the collective."""
+    and collective-permute the buffer each chip holds), made by marking an elementwise op's output with another
+    sharding than its input's and letting XLA's partitioner insert the collective. A collective-permute's output
+    has its input's spec on the mesh with the devices moved one step along the last of `axes`: each chip sends
+    its whole buffer to its neighbour. XLA's CPU compiler moves bf16 collectives as f32 and keeps a reduce-scatter
+    as the partitioner's all-reduce, as it does in a run (tests/backend/test_profile_collectives.py)."""
     import math
 
     import torch
@@ -185,14 +188,17 @@ def _collective(request: dict, dev, dtype, kind: str, axes: tuple[str, ...], nby
         shape, before, after = (g, n), (over, None), (None,) if kind == "all-reduce" else (over,)
     elif kind == "all-to-all":
         shape, before, after = (g, n), (over, None), (None, over)
+    elif kind == "collective-permute":
+        shape, before, after = (g * n,), (over,), (over,)
     else:
         raise InputError(f"meshlab profile cannot make a {kind}", "it is priced from the catalog")
     x = _random(shape, dtype, dev)
     xla.mark(x, xla_mesh, PartitionSpec(*before), "input")
+    out_mesh = xla.shifted_mesh(xla_mesh, mesh, axes[-1]) if kind == "collective-permute" else xla_mesh
 
     def run():
         y = x.sum(0) if kind in ("all-reduce", "reduce-scatter") else x * 1
-        xla.mark(y, xla_mesh, PartitionSpec(*after), "output")
+        xla.mark(y, out_mesh, PartitionSpec(*after), "output")
         return y
 
     seconds = timed(run, dev.sync, reps=5)

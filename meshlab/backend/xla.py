@@ -76,6 +76,17 @@ def build_mesh(mesh: AbstractMesh):
     return xs.Mesh(np.arange(present), mesh.shape, mesh.names)
 
 
+def shifted_mesh(xla_mesh, mesh: AbstractMesh, axis: str):
+    """The same mesh with its devices moved one step along `axis` (position i of that axis gets the device of
+    position i - 1): a tensor marked with one spec on both meshes goes from each device to its neighbour in one
+    collective-permute."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+
+    ids = np.array(mesh_device_ids(xla_mesh)).reshape(mesh.shape)
+    return xs.Mesh(np.roll(ids, 1, axis=mesh.names.index(axis)).flatten(), mesh.shape, mesh.names)
+
+
 def mesh_device_ids(xla_mesh) -> tuple[int, ...]:
     """The device id at each row-major mesh position."""
     return tuple(int(d) for d in xla_mesh.device_ids)
