@@ -17,13 +17,24 @@ if ! python3 -c "import diffusers, pydantic" 2>/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$OUT/nvidia-smi.csv"
+# which kernel SDPA runs here (the catalog's default, fa2, is torch 2.9's first choice; later torch may put cuDNN
+# first): the priority order after one call at Qwen-Image's head shape (SDPBackend: 1 flash, 3 cudnn)
+python3 -c "import torch, torch.nn.functional as F
+q = torch.randn(1, 24, 4096, 128, device='cuda', dtype=torch.bfloat16); F.scaled_dot_product_attention(q, q, q)
+print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'sdp order', torch._C._get_sdp_priority_order())" \
+  | tee "$OUT/sdpa.txt"
 for size in 512 1024; do
   strategy=experiments/strategies/qwen-image-one-h200-profiled-$size.yaml
   python3 -m meshlab profile "$strategy" -o "$OUT/profiles/h200-$size.json" --backend torch --hardware h200
   cp "$OUT/profiles/h200-$size.json" experiments/profiles/  # the strategy names it there
   python3 -m meshlab run "$strategy" --checkpoint random --backend torch --results "$OUT/results" \
       --out "$OUT/images"
-  # the same run's prediction from the catalog's assumed efficiencies, for the note
-  python3 -m meshlab compare experiments/strategies/qwen-image-one-h200.yaml --json > "$OUT/catalog-1024.json"
+  # the same run's prediction from the catalog (assumed efficiencies, published attention rates), for the note:
+  # with the default kernel (fa2) and with cuDNN's
+  for kernel in fa2 cudnn; do
+    sed -e "s#^hardware:.*#hardware: {name: 'h200:1', attention_kernel: $kernel}#" \
+        -e "s#^name:.*#name: qwen-image-one-h200-catalog-$size-$kernel#" "$strategy" > "$OUT/catalog-$size-$kernel.yaml"
+    python3 -m meshlab compare "$OUT/catalog-$size-$kernel.yaml" --json > "$OUT/catalog-$size-$kernel.json"
+  done
 done
 python3 -m meshlab report "$OUT"/results/*.jsonl | tee "$OUT/report.txt"
