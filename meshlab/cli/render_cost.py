@@ -116,7 +116,7 @@ def render_explain(planned, prediction, console) -> None:
          if hw.hbm_bandwidth >= 1e11 else f"at {hw.hbm_bandwidth / 1e9:.1f} GB/s x {hw.hbm_efficiency}"),
         ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed") if p.measured is None else
         (f"call x {step.calls} (measured)", _ms(step.local), _measured_how(p.measured)),
-        *([_elementwise_row(p, hw)] if p.measured is None else []),
+        *([_elementwise_row(p)] if p.measured is None else []),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
          + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
             else "")),
@@ -148,17 +148,13 @@ def render_explain(planned, prediction, console) -> None:
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
 
 
-def _elementwise_row(p, hw) -> tuple[str, str, str]:
-    from meshlab.cost.timing import op_seconds
-
-    rows = [w for w in p.work if w.kind == "elementwise"]
-    if not rows:
+def _elementwise_row(p) -> tuple[str, str, str]:
+    if not any(w.kind == "elementwise" for w in p.work):
         return ("  of which elementwise", "-", "not priced: the card records no elementwise trace "
                 "(regenerate it with `meshlab models import`)")
-    seconds = p.step.calls * sum(w.count * op_seconds(w, hw) for w in rows)
-    nbytes = p.step.calls * sum(w.count * w.hbm_bytes for w in rows)
-    return ("  of which elementwise", _ms(seconds),
-            f"{_bytes(nbytes)}: one fused pass per gap between matmuls, bytes per token traced into the card")
+    return ("  of which elementwise", _ms(p.step.elementwise),
+            f"{_bytes(p.step.elementwise_bytes)}: one fused pass per gap between matmuls, bytes per token traced "
+            "into the card")
 
 
 #: A profile's figure priced this many times beyond its measured sizes (or more) is flagged where it is shown.

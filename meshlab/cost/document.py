@@ -20,6 +20,8 @@ def prediction_document(p: Prediction) -> dict:
             "compute_s": step.compute,
             "hbm_s": step.hbm,
             "compute_or_hbm_s": step.local,
+            "elementwise_bytes_per_chip": step.elementwise_bytes,
+            "elementwise_s": step.elementwise,
             "collective_s": step.collective,
             "dcn_s": step.dcn,
             "overhead_s": step.overhead,

@@ -90,6 +90,8 @@ class StepTime:
     roofline: float  # 100% peak or 100% HBM bandwidth, no collectives, no overhead
     collectives: tuple[TimedCollective, ...] = field(default=())
     dcn: float = 0.0  # the part of `collective` spent crossing slices (DCN)
+    elementwise_bytes: float = 0.0  # the part of `hbm_bytes` in elementwise passes
+    elementwise: float | None = None  # the part of `local` they take (None: inside a call a profile timed whole)
 
     @property
     def total(self) -> float:
@@ -130,10 +132,14 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     per_step = sum(t.collective.count * t.seconds for t in timed if t.collective.per_step)
     coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives)
     roofline = calls * max(flops / hardware.bf16_flops, nbytes / hardware.hbm_bandwidth)
+    elementwise = [w for w in work if w.kind == "elementwise"]
     return StepTime(
         calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
         compute=calls * flops / peak, hbm=calls * nbytes / bandwidth, local=calls * local,
         collective=0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step),
         collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
         dcn=0.0 if inside else (1 - assumptions.overlap) * dcn,
+        elementwise_bytes=calls * sum(w.count * w.hbm_bytes for w in elementwise),
+        elementwise=None if measured is not None else calls * sum(w.count * op_seconds(w, hardware)
+                                                                  for w in elementwise),
     )

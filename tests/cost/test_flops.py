@@ -173,3 +173,23 @@ def test_a_card_without_an_elementwise_trace_prices_none():
     p = predicted(card=card, model="qwen-image", rules=[],
                   workload={"batch": 2, "height": 256, "width": 256, "text_tokens": 8})
     assert not [w for w in p.work if w.kind == "elementwise"]
+
+
+def test_the_step_reports_its_elementwise_part():
+    """`compare --json`'s per_step.elementwise_s: the elementwise rows priced at the effective HBM bandwidth, once per
+    call; a part of compute_or_hbm_s."""
+    from meshlab.cost.document import prediction_document
+    from meshlab.cost.predict import predict
+    from meshlab.hardware import load_hardware
+    from meshlab.plan.planner import make_plan
+    from tests.cost.helpers import strategy
+
+    s = strategy(model="qwen-image", rules=[], mesh={"data": 8},
+                 workload={"batch": 8, "height": 512, "width": 512, "text_tokens": 32})
+    hw = load_hardware("v6e-8")
+    p = predict(make_plan(s, load_card("qwen-image"), 8), s, hw)
+    (row,) = [w for w in p.work if w.kind == "elementwise"]
+    per_step = prediction_document(p)["per_step"]
+    assert per_step["elementwise_bytes_per_chip"] == pytest.approx(2 * 60 * row.hbm_bytes)
+    assert per_step["elementwise_s"] == pytest.approx(2 * 60 * row.hbm_bytes / (hw.hbm_bandwidth * hw.hbm_efficiency))
+    assert 0 < per_step["elementwise_s"] < per_step["compute_or_hbm_s"]
