@@ -15,6 +15,10 @@ matmul moves less.
 
 Each counted tensor is charged to the stream whose token dim it carries (``stream_of``), per token, and to the
 block whose forward made the op; tensors without a token dim (per-sample modulation vectors) are left out.
+
+The torch internals this leans on are all here: ``TorchDispatchMode`` (``torch.utils._python_dispatch``, the
+documented home of ``__torch_dispatch__`` modes) and an ``OpOverload``'s ``_schema`` (which outputs alias an
+input) and ``_overloadpacket`` (the op's name).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
     from torch.utils._pytree import tree_flatten
 
     current: list[str | None] = [None]
+    hooks = []
     for name, index in blocks.items():
         block = getattr(model, name)[index]
-        block.register_forward_pre_hook(lambda module, args, name=name: current.__setitem__(0, name))
-        block.register_forward_hook(lambda module, args, output: current.__setitem__(0, None))
+        hooks.append(block.register_forward_pre_hook(lambda module, args, name=name: current.__setitem__(0, name)))
+        hooks.append(block.register_forward_hook(lambda module, args, output: current.__setitem__(0, None)))
 
     def tensors(tree) -> list:
         return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
@@ -67,8 +72,12 @@ def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
             recorder.op("scaled_dot_product_attention", False, tensors((args, kwargs)), [out], current[0])
             return out
 
-    with torch.no_grad(), Dispatch(), Attention():
-        model(**inputs)
+    try:
+        with torch.no_grad(), Dispatch(), Attention():
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
     return recorder.bytes_per_block(stream_of)
 
 
