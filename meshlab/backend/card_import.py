@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 from meshlab.backend.forward_inputs import FAMILIES, Family, Geometry, family, forward_inputs
 from meshlab.cards.card import (
     BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Elementwise, Flow, Join, ModelCard, Parameter,
-    card_to_json,
+    card_to_json, module_pattern,
 )
 from meshlab.backend.dataflow_trace import trace_dataflow
 from meshlab.backend.elementwise_trace import trace_elementwise
@@ -254,10 +254,17 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[E
     with torch.device("meta"):
         model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
         inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
-    traced = trace_elementwise(model, inputs, {attr: 1 for attr, _ in tracer.blocks},
-                               lambda shape: _stream_of(shape, counts))
-    return tuple(Elementwise(blocks, stream, traced[(blocks, stream)] / (TRACE_BATCH * tokens[stream]))
-                 for blocks, _ in tracer.blocks for stream in ("image", "text", "joint") if (blocks, stream) in traced)
+    lists = {attr for attr, _ in tracer.blocks}
+    traced = trace_elementwise(model, inputs, {attr: 1 for attr in lists}, lambda shape: _stream_of(shape, counts))
+    merged: dict[tuple[str, str, str, str], float] = {}
+    for (blocks, stream, side, linear), nbytes in traced.items():
+        key = (blocks, stream, side, module_pattern(linear, lists) if linear else "")
+        merged[key] = merged.get(key, 0.0) + nbytes
+    order = {s: i for i, s in enumerate(("image", "text", "joint"))}
+    return tuple(Elementwise(blocks, stream, nbytes / (TRACE_BATCH * tokens[stream]), side, linear)
+                 for (blocks, stream, side, linear), nbytes in sorted(
+                     merged.items(), key=lambda kv: ([a for a, _ in tracer.blocks].index(kv[0][0]),
+                                                     order[kv[0][1]], kv[0][2], kv[0][3])))
 
 
 def _at_dtype(model: Any, dtype: Any) -> Any:

@@ -14,7 +14,9 @@ execution, which writes every op's output, moves more; a compiler that also fuse
 matmul moves less.
 
 Each counted tensor is charged to the stream whose token dim it carries (``stream_of``), per token, and to the
-block whose forward made the op; tensors without a token dim (per-sample modulation vectors) are left out.
+block whose forward made the op; tensors without a token dim (per-sample modulation vectors) are left out. It
+also says which matmul it meets: the output of a Linear (or of attention), the input of Linears only (or of
+attention), or neither (the residual stream): a plan that splits that Linear's features splits that tensor.
 
 The torch internals this leans on are all here: ``TorchDispatchMode`` (``torch.utils._python_dispatch``, the
 documented home of ``__torch_dispatch__`` modes) and an ``OpOverload``'s ``_schema`` (which outputs alias an
@@ -31,9 +33,11 @@ HEAVY = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution
 
 
 def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
-                      stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple[str, str], float]:
+                      stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple[str, str, str, str], float]:
     """Bytes per block moved by the elementwise gaps of block `blocks[list]` of each block list, by (block list,
-    stream), from one forward of `model(**inputs)` (a model on the ``meta`` device at the dtype that runs)."""
+    stream, side, Linear): how each counted tensor meets the matmul beside it (see `_side`), so a plan that splits
+    that Linear's features splits the tensor too. From one forward of `model(**inputs)` (a model on the ``meta``
+    device at the dtype that runs)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -49,7 +53,8 @@ def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
     def tensors(tree) -> list:
         return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
-    recorder = _Recorder({id(p) for p in model.parameters()} | {id(b) for b in model.buffers()})
+    recorder = _Recorder({id(t): name.rpartition(".")[0]
+                          for name, t in (*model.named_parameters(), *model.named_buffers())})
 
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -84,13 +89,14 @@ def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
 class _Recorder:
     """Ops in program order, each with the tensor versions it reads and writes (views resolved to their base)."""
 
-    def __init__(self, weights: set[int]):
-        self.weights = weights  # ids of parameters, buffers and tensors made from them alone
+    def __init__(self, weights: dict[int, str]):
+        self.weights = weights  # id of a parameter or buffer (or a tensor made from one alone) -> its module path
         self.inside_attention = False
         self.base: dict[int, int] = {}  # a view's id -> the id of the tensor it views
         self.version: dict[int, int] = defaultdict(int)  # base id -> writes so far
         self.keep: list = []  # every tensor seen stays alive, so no id is reused
-        self.ops: list[tuple[bool, str | None, list, list]] = []  # heavy, block, reads, writes
+        #: (heavy op: "linear:<module>", "attention" or "" for elementwise, block, reads, writes)
+        self.ops: list[tuple[str, str | None, list, list]] = []
 
     def root(self, t) -> int:
         i = id(t)
@@ -107,9 +113,15 @@ class _Recorder:
             return
         roots = [self.root(t) for t in reads]
         if roots and all(r in self.weights for r in roots):
-            self.weights.update(id(w) for w in writes)  # a cast or transpose of a weight is the matmul's business
+            for w in writes:  # a cast or transpose of a weight is the matmul's business
+                self.weights[id(w)] = self.weights[roots[0]]
             return
-        heavy = name in HEAVY or name == "scaled_dot_product_attention"
+        if name == "scaled_dot_product_attention":
+            heavy = "attention"
+        elif name in HEAVY:
+            heavy = "linear:" + next((self.weights[r] for r in roots if r in self.weights), "")
+        else:
+            heavy = ""
         read = [(self.root(t), self.version[self.root(t)], t) for t in reads
                 if self.root(t) not in self.weights and t.dim() > 0]
         written = []
@@ -120,31 +132,48 @@ class _Recorder:
                 written.append((r, self.version[r], t))
         self.ops.append((heavy, block, read, written))
 
-    def bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple[str, str], float]:
+    def bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
         gap, gaps = 0, []
         for heavy, *_ in self.ops:
-            gap += heavy
+            gap += bool(heavy)
             gaps.append(None if heavy else gap)
-        made_in: dict[tuple[int, int], int | None] = {}  # tensor version -> the gap that made it (None: a matmul)
-        read_in: dict[tuple[int, int], set] = defaultdict(set)  # tensor version -> gaps (None: matmuls) reading it
-        for g, (heavy, block, read, written) in zip(gaps, self.ops):
+        made_by: dict[tuple[int, int], int] = {}  # tensor version -> the op that made it
+        read_by: dict[tuple[int, int], list] = defaultdict(list)  # tensor version -> the ops that read it
+        for i, (heavy, block, read, written) in enumerate(self.ops):
             for r, v, _ in read:
-                read_in[(r, v)].add(g)
+                read_by[(r, v)].append(i)
             for r, v, _ in written:
-                made_in[(r, v)] = g
-        counted: dict[tuple, tuple[str, float]] = {}
-        for g, (heavy, block, read, written) in zip(gaps, self.ops):
+                made_by[(r, v)] = i
+        counted: dict[tuple, tuple[str, str, object]] = {}
+        for i, (heavy, block, read, written) in enumerate(self.ops):
+            g = gaps[i]
             if heavy or block is None:
                 continue
             for r, v, t in read:
-                if made_in.get((r, v), -1) != g:  # made by a matmul, another gap, or outside the forward
-                    counted.setdefault((g, "read", id(t)), (block, t))
+                maker = made_by.get((r, v))
+                if maker is None or gaps[maker] != g:  # made by a matmul, another gap, or outside the forward
+                    counted.setdefault((g, "read", id(t)), (block, _side("out", self.ops[maker][0]
+                                                                         if maker is not None else ""), t))
             for r, v, t in written:
-                if not read_in.get((r, v)) or read_in[(r, v)] != {g}:  # read outside this gap (or the output)
-                    counted.setdefault((g, "write", r, v), (block, t))
-        totals: dict[tuple[str, str], float] = defaultdict(float)
-        for block, t in counted.values():
+                outside = [c for c in read_by.get((r, v), []) if gaps[c] != g]
+                if outside or not read_by.get((r, v)):  # read outside this gap, or the forward's output
+                    heavy_readers = [self.ops[c][0] for c in outside if self.ops[c][0]]
+                    beside = heavy_readers[0] if heavy_readers and len(heavy_readers) == len(outside) else ""
+                    counted.setdefault((g, "write", r, v), (block, _side("in", beside), t))
+        totals: dict[tuple, float] = defaultdict(float)
+        for block, (side, linear), t in counted.values():
             stream = stream_of(tuple(t.shape))
             if stream in ("image", "text", "joint"):
-                totals[(block, stream)] += t.numel() * t.element_size()
+                totals[(block, stream, side, linear)] += t.numel() * t.element_size()
         return dict(totals)
+
+
+def _side(direction: str, heavy: str) -> tuple[str, str]:
+    """How a counted tensor meets the heavy op beside it: ("out", Linear) made by a Linear, ("in", Linear) read
+    only by Linears (the first), ("attention", "") made or read by attention, ("", "") neither (the residual
+    stream, RoPE tables, a tensor several kinds of op read)."""
+    if heavy == "attention":
+        return ("attention", "")
+    if heavy.startswith("linear:") and heavy != "linear:":
+        return (direction, heavy.removeprefix("linear:"))
+    return ("", "")

@@ -161,6 +161,10 @@ class Elementwise:
     blocks: str  # the block list (``transformer_blocks``)
     stream: str  # "image", "text" or "joint"
     bytes_per_token: float
+    #: the matmul these tensors meet: "out" (made by `linear`), "in" (read by `linear`, and by other Linears
+    #: only), "attention" (q/k/v going in, or the output coming out), "" (none: the residual stream and the rest)
+    side: str = ""
+    linear: str = ""  # the Linear's module pattern (``transformer_blocks.*.attn.to_q``) for "out" and "in"
 
 
 @dataclass(frozen=True)
@@ -288,7 +292,8 @@ def card_to_json(card: ModelCard) -> dict:
             for f in card.dataflow
         ],
         "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
-        "elementwise": [{"blocks": e.blocks, "stream": e.stream, "bytes_per_token": e.bytes_per_token}
+        "elementwise": [{"blocks": e.blocks, "stream": e.stream, "bytes_per_token": e.bytes_per_token,
+                         **({"side": e.side} if e.side else {}), **({"linear": e.linear} if e.linear else {})}
                         for e in card.elementwise],
     }
 
@@ -336,9 +341,12 @@ def _parameter(p: dict) -> Parameter:
 
 
 def _elementwise(e: dict) -> Elementwise:
-    if e["stream"] not in ("image", "text", "joint") or float(e["bytes_per_token"]) < 0:
-        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream or negative bytes")
-    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]))
+    side, linear = e.get("side", ""), e.get("linear", "")
+    if (e["stream"] not in ("image", "text", "joint") or float(e["bytes_per_token"]) < 0
+            or side not in ("", "in", "out", "attention") or bool(linear) != (side in ("in", "out"))):
+        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream or side, negative bytes, "
+                         "or a Linear where its side has none")
+    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]), side, str(linear))
 
 
 def _regenerate_command(data: dict) -> str:

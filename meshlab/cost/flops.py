@@ -18,8 +18,8 @@ without flash attention also writes and reads the scores and probabilities. Elem
 modulation, RoPE, activations, residual adds, casts) is one row per block list: each gap between matmuls runs as
 one fused pass that reads what it did not make and writes what others read, at the bytes per token the card
 traced from the real forward (``ModelCard.elementwise``, meshlab.backend.elementwise_trace), at the tokens this
-chip holds. Tensor-parallel splits are not applied to it: most of it is on the residual stream's full width,
-which such plans replicate. A card without that trace prices no elementwise work.
+chip holds, each tensor split as the matmul it meets splits its features (a Linear's output or input, attention's
+heads), the residual stream whole. A card without that trace prices no elementwise work.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from meshlab.cards.card import Attention, ModelCard
+from meshlab.cards.card import Attention, ModelCard, concrete_path
 from meshlab.cards.truncate import block_lists
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
@@ -96,22 +96,47 @@ def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention:
             work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention), count=graph.count(qkv[0].block)))
     weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others)
     work.append(Work("norms and other weights", None, 0.0, float(weights), "other"))
-    work.extend(elementwise_work(graph.card, layout) if graph.card is not None else ())
+    work.extend(elementwise_work(graph, layout, mesh) if graph.card is not None else ())
     return tuple(work)
 
 
-def elementwise_work(card: ModelCard, layout: Layout) -> tuple[Work, ...]:
+def elementwise_work(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Work, ...]:
     """One row per block list: the HBM bytes of one block's fused elementwise gaps at this chip's tokens, counted
-    once for each block of the list."""
+    once for each block of the list. A tensor the card says a Linear makes or reads is split as that Linear's
+    output or input features are; one going into or out of attention as its heads are; the rest (the residual
+    stream) is whole on every chip."""
+    card = graph.card
     counts = block_lists(card)
+    by_module = {op.module: op for op in graph.linears}
     rows = []
     for blocks in dict.fromkeys(e.blocks for e in card.elementwise):
+        like = next((op for op in graph.linears if op.module.startswith(f"{blocks}.")), None)
+        if not counts.get(blocks) or like is None:
+            continue
         per_sample = sum(e.bytes_per_token * layout.local.of_stream(e.stream)
+                         / _elementwise_split(e, like, by_module, graph, layout, mesh)
                          for e in card.elementwise if e.blocks == blocks)
-        if counts.get(blocks):
-            rows.append(Work(f"elementwise passes ({blocks})", None, 0.0, float(layout.batch * per_sample),
-                             "elementwise", count=counts[blocks]))
+        rows.append(Work(f"elementwise passes ({blocks})", None, 0.0, float(layout.batch * per_sample),
+                         "elementwise", count=counts[blocks]))
     return tuple(rows)
+
+
+def _elementwise_split(e, like: LinearOp, by_module: dict, graph: Graph, layout: Layout, mesh: AbstractMesh) -> int:
+    """How many ways the features of an elementwise entry's tensors are split on a chip (see `elementwise_work`)."""
+    gathered = layout.activation_axes()
+    if e.side in ("in", "out"):
+        op = by_module.get(concrete_path(e.linear, like.module))
+        if op is None:
+            return 1
+        return compute_split(op.weight.spec.entries[0 if e.side == "out" else 1], mesh, gathered)
+    if e.side == "attention":
+        block = like.module.split(".", 2)[:2]
+        for attention in graph.attentions:
+            q = by_module.get(attention.qkv[0])
+            if q is not None and q.module.split(".", 2)[:2] == block:
+                split = compute_split(q.weight.spec.entries[0], mesh, gathered)
+                return split if attention.heads % split == 0 else 1
+    return 1
 
 
 def _split(axes, mesh: AbstractMesh) -> int:

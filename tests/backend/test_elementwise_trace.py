@@ -49,25 +49,32 @@ def traced_block(index: int) -> dict:
     return trace_elementwise(model, {"hidden_states": x}, {"blocks": index}, stream_of)
 
 
-def widths(n: int) -> dict:
-    return {("blocks", "image"): BATCH * TOKENS * n * WIDTH * 2}  # n passes over the width in bf16
+WIDTH_BYTES = BATCH * TOKENS * WIDTH * 2  # one pass over the width of every token in bf16
+
+
+def total(traced: dict) -> float:
+    return sum(traced.values()) / WIDTH_BYTES
 
 
 def test_a_middle_block_moves_what_its_gaps_read_and_write_by_hand():
     """Block 1, by hand, in widths per token: its x*2 shares a pass with block 0's residual add, so it reads
-    nothing new and writes x*2 for fc1 (1); relu reads fc1's output and writes its own (4 + 4); the residual add
-    reads fc2's output and the block's input again (2) and writes the sum, which block 2's residual add reads
-    in a later pass (1). 12."""
-    assert traced_block(1) == widths(12)
+    nothing new and writes x*2 for fc1 (1, fc1's input); relu reads fc1's output and writes fc2's input (4 + 4);
+    the residual add reads fc2's output (1) and the block's input again (1, the residual stream) and writes the
+    sum, which block 2's residual add reads in a later pass (1, the residual stream). 12."""
+    traced = traced_block(1)
+    assert {(side, linear): n / WIDTH_BYTES for (_, _, side, linear), n in traced.items()} == {
+        ("in", "blocks.1.fc1"): 1, ("out", "blocks.1.fc1"): 4, ("in", "blocks.1.fc2"): 4,
+        ("out", "blocks.1.fc2"): 1, ("", ""): 2}
+    assert {(blocks, stream) for blocks, stream, _, _ in traced} == {("blocks", "image")}
 
 
 def test_the_first_block_also_reads_the_model_input():
     """Block 0's first pass starts the forward: it reads the input (1 more than a middle block)."""
-    assert traced_block(0) == widths(13)
+    assert total(traced_block(0)) == 13
 
 
 def test_the_last_block_writes_the_output_nothing_reads():
-    assert traced_block(2) == widths(12)
+    assert total(traced_block(2)) == 12
 
 
 @pytest.mark.parametrize("name", ["qwen-image", "flux-dev", "wan-2.1-t2v-14b", "sd3.5-large", "flux2-dev"])
@@ -76,5 +83,11 @@ def test_shipped_cards_trace_every_block_list(name):
     lists = {p.name.split(".", 1)[0] for p in card.parameters if p.block is not None}
     assert {e.blocks for e in card.elementwise} == lists
     width = card.architecture.hidden_size
-    for e in card.elementwise:
-        assert 0 < e.bytes_per_token < 40 * width * 2  # at most a few dozen bf16 passes over the residual width
+    for blocks, stream in {(e.blocks, e.stream) for e in card.elementwise}:
+        per_token = sum(e.bytes_per_token for e in card.elementwise if (e.blocks, e.stream) == (blocks, stream))
+        assert 0 < per_token < 40 * width * 2  # at most a few dozen bf16 passes over the residual width
+    linears = {p.module for p in card.parameters if p.kind == "linear"}
+    from meshlab.cards.card import concrete_path
+
+    for e in card.elementwise:  # every Linear named is one of the card's, in the same list
+        assert e.side != "in" and e.side != "out" or concrete_path(e.linear, f"{e.blocks}.0.x") in linears

@@ -144,7 +144,8 @@ def test_elementwise_passes_are_the_cards_bytes_per_token_at_the_chips_tokens():
     from tests.cost.helpers import strategy
 
     card = load_card("qwen-image")
-    per_token = {e.stream: e.bytes_per_token for e in card.elementwise}
+    per_token = {stream: sum(e.bytes_per_token for e in card.elementwise if e.stream == stream)
+                 for stream in ("image", "text", "joint")}
     workload = {"batch": 2, "height": 1024, "width": 1024, "text_tokens": 64}
 
     def rows(**overrides):
@@ -162,6 +163,36 @@ def test_elementwise_passes_are_the_cards_bytes_per_token_at_the_chips_tokens():
     assert halved.hbm_bytes == pytest.approx(per_token["image"] * 1024 + per_token["text"] * split.local.text
                                              + per_token["joint"] * (1024 + split.local.text))
     assert halved.hbm_bytes < row.hbm_bytes
+
+
+def test_tensor_parallel_splits_the_elementwise_tensors_its_linears_split():
+    """Under column/row pairs over a model axis of 4, what a column Linear makes (q/k/v, the MLP's hidden
+    activation), what a row Linear reads, and what goes into or comes out of attention is a quarter per chip; the
+    residual stream and what row Linears make stay whole."""
+    from meshlab.cost.predict import predict
+    from meshlab.hardware import load_hardware
+    from meshlab.plan.planner import make_plan
+    from tests.cost.helpers import PAIRS, strategy
+
+    card = load_card("qwen-image")
+    workload = {"batch": 2, "height": 1024, "width": 1024, "text_tokens": 64}
+    s = strategy(model="qwen-image", rules=PAIRS, workload=workload)
+    p = predict(make_plan(s, card, 8), s, load_hardware("v6e-8"))
+    (row,) = [w for w in p.work if w.kind == "elementwise"]
+    column = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "net.0.proj")
+    row_parallel = ("to_out.0", "to_add_out", "net.2")
+
+    def split(e) -> int:
+        if e.side == "attention" or (e.side == "out" and e.linear.endswith(column)) or (
+                e.side == "in" and e.linear.endswith(row_parallel)):
+            return 4
+        return 1
+
+    tokens = {"image": 4096, "text": 64, "joint": 4096 + 64}
+    expected = sum(e.bytes_per_token * tokens[e.stream] / split(e) for e in card.elementwise)
+    assert row.hbm_bytes == pytest.approx(expected)
+    whole = sum(e.bytes_per_token * tokens[e.stream] for e in card.elementwise)
+    assert 0.4 * whole < row.hbm_bytes < 0.7 * whole  # about half of Qwen-Image's passes are split
 
 
 def test_a_card_without_an_elementwise_trace_prices_none():
