@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from meshlab.backend.hlo import ELEMENT_BYTES  # noqa: E402
+from meshlab.backend.hlo import array_shapes, definitions  # noqa: E402
 
 HEIGHT = WIDTH = 128  # 64 image tokens
 TEXT = 32
@@ -46,7 +46,6 @@ rules:
     shard: replicate
 workload: {dtype: float32, height: 1024, width: 1024, batch: 1}
 """
-_SHAPE = re.compile(r"\b(" + "|".join(k for k in ELEMENT_BYTES if k != "token") + r")\[([0-9,]*)\]")
 _LINE = re.compile(r"\s+(?:ROOT )?%?([\w.\-]+) = (.*?) ([\w\-]+)\((.*?)\)(.*)$")
 _SKIP = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all"}
 
@@ -67,22 +66,11 @@ def check(strategy: Path, layers: int, dump: Path) -> None:
         sys.exit(f"{' '.join(command)} exited {run.returncode}: {run.stderr[-800:]}")
 
 
-def nbytes(text: str) -> tuple[int, list[tuple[int, ...]]]:
-    total, dims = 0, []
-    for dtype, ds in _SHAPE.findall(text):
-        shape = tuple(int(d) for d in ds.split(",") if d)
-        n = 1
-        for d in shape:
-            n *= d
-        total += n * ELEMENT_BYTES[dtype]
-        dims.append(shape)
-    return total, dims
-
-
 def traffic(path: str, tokens: set[int], seq: int) -> dict[str, float]:
     """Bytes of the entry computation's non-matmul instructions: elementwise, attention-shaped, weight-shaped."""
+    text = Path(path).read_text()
     computations, current, entry = {}, None, None
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         head = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{$", line)
         if head:
             current = head.group(2)
@@ -90,7 +78,7 @@ def traffic(path: str, tokens: set[int], seq: int) -> dict[str, float]:
             entry = current if head.group(1) else entry
         elif current and line.startswith("  "):
             computations[current].append(line)
-    shapes = {m.group(1): m.group(2) for m in map(_LINE.match, computations[entry]) if m}
+    shapes = definitions(text)
 
     def heavy(rest: str, seen: set) -> bool:
         for called in re.findall(r"(?:calls|to_apply)=%?([\w.\-]+)", rest):
@@ -109,9 +97,10 @@ def traffic(path: str, tokens: set[int], seq: int) -> dict[str, float]:
         shape, op, args, rest = m.group(2), m.group(3), m.group(4), m.group(5)
         if op in ("dot", "convolution", "custom-call") or heavy(rest, set()):
             continue
-        operands = " ".join(shapes.get(a.strip().lstrip("%"), "") for a in args.split(","))
-        size, dims = nbytes(shape + " " + operands)
-        if any(f"{seq},{seq}" in s for s in (shape, operands)):
+        arrays = array_shapes(shape) + tuple(a for name in args.split(",")
+                                             for a in shapes.get(name.strip().lstrip("%"), ()))
+        size, dims = sum(a.bytes for a in arrays), [a.dims for a in arrays]
+        if any(d[i:i + 2] == (seq, seq) for d in dims for i in range(len(d) - 1)):
             out["attention-shaped"] += size
         elif any(len(d) >= 2 and not set(d) & tokens and max(d) >= 1024 for d in dims):
             out["weight-shaped"] += size

@@ -123,11 +123,16 @@ class Hardware:
         """HBM per chip the planner may fill: usable HBM less the runtime reserve."""
         return self.usable_hbm_bytes - self.runtime_reserve_bytes
 
+    @property
+    def kernel_rates(self) -> tuple[tuple[int, float], ...]:
+        """The published (sequence length, FLOP/s) points of `attention_kernel`; () when there is no kernel."""
+        return dict(self.attention_rates).get(self.attention_kernel, ())
+
     def attention_rate(self, keys: int, head_dim: int) -> float | None:
         """FLOP/s of one attention of `keys` keys per query on this chip's `attention_kernel`, interpolated
         (in log sequence length) between its published rates and held at the ends; None where none applies
         (no kernel, or another head dim), and compute_efficiency prices it."""
-        points = dict(self.attention_rates).get(self.attention_kernel)
+        points = self.kernel_rates
         if not points or head_dim != ATTENTION_RATES_HEAD_DIM or keys < 1:
             return None
         if keys <= points[0][0]:

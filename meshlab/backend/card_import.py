@@ -254,17 +254,20 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[E
     with torch.device("meta"):
         model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
         inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
-    lists = {attr for attr, _ in tracer.blocks}
+    lists = [attr for attr, _ in tracer.blocks]
     traced = trace_elementwise(model, inputs, {attr: 1 for attr in lists}, lambda shape: _stream_of(shape, counts))
     merged: dict[tuple[str, str, str, str], float] = {}
     for (blocks, stream, side, linear), nbytes in traced.items():
-        key = (blocks, stream, side, module_pattern(linear, lists) if linear else "")
+        key = (blocks, stream, side, module_pattern(linear, set(lists)) if linear else "")
         merged[key] = merged.get(key, 0.0) + nbytes
-    order = {s: i for i, s in enumerate(("image", "text", "joint"))}
-    return tuple(Elementwise(blocks, stream, nbytes / (TRACE_BATCH * tokens[stream]), side, linear)
-                 for (blocks, stream, side, linear), nbytes in sorted(
-                     merged.items(), key=lambda kv: ([a for a, _ in tracer.blocks].index(kv[0][0]),
-                                                     order[kv[0][1]], kv[0][2], kv[0][3])))
+    streams = list(tokens)
+
+    def order(key: tuple[str, str, str, str]) -> tuple:
+        blocks, stream, side, linear = key
+        return lists.index(blocks), streams.index(stream), side, linear
+
+    return tuple(Elementwise(*key[:2], merged[key] / (TRACE_BATCH * tokens[key[1]]), *key[2:])
+                 for key in sorted(merged, key=order))
 
 
 def _at_dtype(model: Any, dtype: Any) -> Any:

@@ -122,8 +122,7 @@ class _Recorder:
             heavy = "linear:" + next((self.weights[r] for r in roots if r in self.weights), "")
         else:
             heavy = ""
-        read = [(self.root(t), self.version[self.root(t)], t) for t in reads
-                if self.root(t) not in self.weights and t.dim() > 0]
+        read = [(r, self.version[r], t) for t, r in zip(reads, roots) if r not in self.weights and t.dim() > 0]
         written = []
         for t in writes:
             r = self.root(t)

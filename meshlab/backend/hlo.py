@@ -164,7 +164,7 @@ _ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+(?:fn)?)?)\[([\d,]*)\]")
 
 def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     """Every collective of an HLO module's text, in program order (async pairs counted once, at -start)."""
-    shapes = _definitions(hlo_text)
+    shapes = definitions(hlo_text)
     found = []
     for line in hlo_text.splitlines():
         instruction = _INSTRUCTION.match(line)
@@ -176,7 +176,7 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
         found.append(HloCollective(
             name=instruction.group(1),
             kind=kind.group(1),
-            result=_shapes(head) if not kind.group(2) else _start_result(head),
+            result=array_shapes(head) if not kind.group(2) else _start_result(head),
             operands=tuple(s for o in operands for s in shapes.get(o, ())),
             groups=_groups(line),
             op_name=_op_name(line),
@@ -192,14 +192,14 @@ def dot_flops(hlo_text: str) -> float:
     """FLOPs of every dot in an HLO module's text, as XLA's HloCostAnalysis counts a dot: 2 x the result's
     elements x the contracted elements (fused computations included; each is called once in a module without
     loops). Convolutions and elementwise work are left out, as meshlab's FLOP count leaves them out."""
-    shapes = _definitions(hlo_text)
+    shapes = definitions(hlo_text)
     total = 0.0
     for line in hlo_text.splitlines():
         instruction = _INSTRUCTION.match(line)
         dot = _DOT.search(line) if instruction else None
         if not dot:
             continue
-        result = _shapes(line[instruction.start(2):dot.start()])
+        result = array_shapes(line[instruction.start(2):dot.start()])
         operands = _operand_names(line[dot.end():])
         contracting = _CONTRACTING.search(line)
         lhs = shapes.get(operands[0], ()) if operands else ()
@@ -210,23 +210,25 @@ def dot_flops(hlo_text: str) -> float:
     return total
 
 
-def _definitions(hlo_text: str) -> dict[str, tuple[ArrayShape, ...]]:
+def definitions(hlo_text: str) -> dict[str, tuple[ArrayShape, ...]]:
+    """Each instruction's result shapes, by its name (every computation of the module)."""
     shapes = {}
     for line in hlo_text.splitlines():
         instruction = _INSTRUCTION.match(line)
         if instruction:
             head = re.split(r"\s[a-z][a-z0-9\-]*\(", " " + instruction.group(2), maxsplit=1)[0]
-            shapes[instruction.group(1)] = _shapes(head)
+            shapes[instruction.group(1)] = array_shapes(head)
     return shapes
 
 
-def _shapes(text: str) -> tuple[ArrayShape, ...]:
+def array_shapes(text: str) -> tuple[ArrayShape, ...]:
+    """Every array shape written in `text` (``bf16[8,16]{1,0}``), in order."""
     return tuple(ArrayShape(dtype, _ints(dims)) for dtype, dims in _ARRAY.findall(text) if dtype in ELEMENT_BYTES)
 
 
 def _start_result(text: str) -> tuple[ArrayShape, ...]:
     """An async -start returns (operands, results[, scalar contexts]); keep the results."""
-    shapes = tuple(s for s in _shapes(text) if s.dims)
+    shapes = tuple(s for s in array_shapes(text) if s.dims)
     return shapes[len(shapes) // 2:] if len(shapes) > 1 else shapes
 
 

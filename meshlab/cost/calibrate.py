@@ -3,7 +3,8 @@
 Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o.
 k > 1 means the chip reached a smaller fraction of its peak than the catalog assumes: the calibrated
 efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel
-(where it has them, attention is priced from those, not from compute_efficiency). o is the host overhead per step. Least squares over the records
+(where it has them, attention is priced from those, not from compute_efficiency). o is the host overhead per
+step. Least squares over the records
 (k alone, with o kept, when there is one record). Only runs on the hardware their prediction is for count.
 """
 
@@ -81,7 +82,7 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
         )
     slowdown, overhead = _fit(points)
     catalog = entry(hardware)
-    rates = dict(catalog.attention_rates).get(catalog.attention_kernel, ())
+    rates = catalog.kernel_rates
     return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
                        catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead),
                        catalog.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates))
