@@ -16,7 +16,7 @@ SpecEntry = Union[None, AxisName, list[AxisName]]
 
 
 class Closed(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, defer_build=True)
 
 
 class Rule(Closed):
