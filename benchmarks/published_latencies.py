@@ -3,12 +3,12 @@
     python benchmarks/published_latencies.py [--json]
 
 Each case names its source, what was measured, and how meshlab models it. Nothing here is tuned to these
-figures: the hardware catalog's efficiency factors and published attention rates are used as they are; a case
-names the attention kernel only where its source shows which one ran (else the chip's default in the catalog).
-Each measured figure is compared with
-the terms it covers: the denoising loop alone (vllm-omni's `diffuse` stage) with meshlab's denoise-only figure, an
-end-to-end figure with the end-to-end prediction (text encode, denoise, VAE decode, host transfers, overhead:
-meshlab.cost.pipeline_time), with the text encoder where the source ran it.
+figures: the hardware catalog's efficiency factors, published attention rates and measured GEMM rates are used as
+they are; a case names the attention kernel only where its source shows which one ran (else the chip's default in
+the catalog). Each measured figure is compared with the terms it covers: the denoising loop alone (vllm-omni's
+`diffuse` stage) with meshlab's denoise-only figure, an end-to-end figure with the end-to-end prediction (text
+encode, denoise, VAE decode, host transfers, overhead: meshlab.cost.pipeline_time), with the text encoder where the
+source ran it.
 """
 
 from __future__ import annotations
@@ -105,7 +105,9 @@ def predict_case(case: Case) -> dict:
             "ratio_predicted_over_measured": round(predicted / case.measured_s, 3),
             "predicted_mfu": round(p.mfu, 3), "implied_measured_mfu": round(p.mfu * predicted / case.measured_s, 3),
             "assumed": "text tokens " + str(case.workload["text_tokens"]),
-            "attention": _attention_note(case, hardware)}
+            "attention": _attention_note(case, hardware),
+            "linears": "at OpenXLA's measured sm_90 GEMM rates for their shapes" if hardware.matmul_rates is not None
+            else f"at compute_efficiency {hardware.compute_efficiency} (no measured GEMM rates for this chip)"}
 
 
 def _attention_note(case: Case, hardware) -> str:
@@ -128,7 +130,8 @@ def main() -> None:
               f"({r['compared_with']}; terms: {terms}), "
               f"roofline {r['roofline_s']:.2f} s; predicted/measured {r['ratio_predicted_over_measured']:.2f}; "
               f"MFU predicted {100 * r['predicted_mfu']:.0f}%, implied by the measurement "
-              f"{100 * r['implied_measured_mfu']:.0f}%; attention {r['attention']}\n  source: {r['source']}")
+              f"{100 * r['implied_measured_mfu']:.0f}%; attention {r['attention']}; Linears {r['linears']}\n"
+              f"  source: {r['source']}")
 
 
 if __name__ == "__main__":

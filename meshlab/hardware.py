@@ -40,8 +40,9 @@ FIGURES = (
 )
 LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: Figures only some entries have (each with a source where it is given): the attention kernel a run uses on
-#: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal).
-OPTIONAL_FIGURES = ("attention_kernel", "attention_rates")
+#: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
+#: measured GEMM rates by shape (`MatmulRates`).
+OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 
@@ -52,6 +53,59 @@ _BYTE_UNITS = {
 }
 _BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _BYTES_HELP = 'give bytes as a number (34359738368, 1.6e12) or with a unit: "31.25GiB", "32GB", "512MiB", "2TiB"'
+
+
+@dataclass(frozen=True)
+class MatmulRates:
+    """Measured FLOP/s of one bf16 GEMM ``[m, k] x [k, n]`` on a grid of shapes: `rates` holds one figure per
+    (m, n, k) point, m-major then n then k. `rate` interpolates in log2 of each dim and holds the grid's edge
+    outside it (a GEMM below the grid is charged the edge's rate, so its time shrinks with its FLOPs; the HBM
+    roofline still bounds it from below; above the grid the largest measured shape's rate stands)."""
+
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    rates: tuple[float, ...]
+
+    def problems(self) -> list[str]:
+        grid = [("m", self.m), ("n", self.n), ("k", self.k)]
+        problems = [f"matmul_rates {name} ({list(axis)}) must be positive whole numbers, increasing"
+                    for name, axis in grid
+                    if not axis or not all(_is_int(x) and x >= 1 for x in axis) or list(axis) != sorted(set(axis))]
+        if not problems and len(self.rates) != len(self.m) * len(self.n) * len(self.k):
+            problems.append(f"matmul_rates has {len(self.rates)} rates for a {len(self.m)} x {len(self.n)} x "
+                            f"{len(self.k)} grid")
+        if not problems and not all(isinstance(r, float) and math.isfinite(r) and r > 0 for r in self.rates):
+            problems.append("matmul_rates must all be positive FLOP/s")
+        return problems
+
+    def rate(self, m: int, n: int, k: int) -> float:
+        (i, ti), (j, tj), (l, tl) = (_bracket(axis, x) for axis, x in ((self.m, m), (self.n, n), (self.k, k)))
+        nn, nk = len(self.n), len(self.k)
+        total = 0.0
+        for a, wa in ((i, 1 - ti), (i + 1, ti)):
+            for b, wb in ((j, 1 - tj), (j + 1, tj)):
+                for c, wc in ((l, 1 - tl), (l + 1, tl)):
+                    weight = wa * wb * wc
+                    if weight:
+                        total += weight * self.rates[(a * nn + b) * nk + c]
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        nn, nk = len(self.n), len(self.k)
+        return {"m": list(self.m), "n": list(self.n), "k": list(self.k),
+                "flops": [[list(self.rates[(a * nn + b) * nk:(a * nn + b + 1) * nk]) for b in range(nn)]
+                          for a in range(len(self.m))]}
+
+
+def _bracket(axis: tuple[int, ...], x: float) -> tuple[int, float]:
+    """(index of the grid point at or below `x`, fraction of the way to the next in log x), held at the ends."""
+    if len(axis) == 1 or x <= axis[0]:
+        return 0, 0.0
+    if x >= axis[-1]:
+        return len(axis) - 2, 1.0
+    i = max(j for j, point in enumerate(axis) if point <= x)
+    return i, math.log(x / axis[i]) / math.log(axis[i + 1] / axis[i])
 
 
 @dataclass(frozen=True)
@@ -98,6 +152,8 @@ class Hardware:
     attention_kernel: str = ""
     #: per kernel, (sequence length, FLOP/s) of its published forward pass at head dim 128, non-causal
     attention_rates: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    #: measured GEMM rates by shape (None: every matmul at compute_efficiency)
+    matmul_rates: MatmulRates | None = None
     #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -142,6 +198,11 @@ class Hardware:
                 t = math.log(keys / n0) / math.log(n1 / n0)
                 return r0 + t * (r1 - r0)
         return points[-1][1]
+
+    def matmul_rate(self, m: int, k: int, n: int) -> float | None:
+        """FLOP/s of a ``[m, k] x [k, n]`` GEMM from the measured `matmul_rates`; None where the entry has none
+        (compute_efficiency prices it)."""
+        return self.matmul_rates.rate(m, n, k) if self.matmul_rates is not None and min(m, k, n) >= 1 else None
 
     def using(self, devices: int) -> "Hardware":
         """The same system using `devices` of its devices: any count up to a GPU node's (one GPU, or four of
@@ -192,6 +253,8 @@ def _problems(hw: Hardware) -> list[str]:
                 {n for n, _ in points}):
             problems.append(f"attention_rates of {kernel!r} must be (sequence length, FLOP/s) pairs, lengths "
                             "increasing, rates positive")
+    if hw.matmul_rates is not None:
+        problems += hw.matmul_rates.problems()
     return problems
 
 
@@ -307,7 +370,28 @@ def _coerce(name: str, value: object) -> object:
         if not isinstance(value, dict):
             raise ValueError("expected {kernel: [[sequence length, FLOP/s], ...]}")
         return tuple((str(k), tuple((_count(n), _number(r)) for n, r in points)) for k, points in value.items())
+    if name == "matmul_rates":
+        return _matmul_rates(value)
     return _number(value)
+
+
+def _matmul_rates(value: object) -> MatmulRates | None:
+    """{m: [...], n: [...], k: [...], flops: [[[FLOP/s per k] per n] per m]}, or none."""
+    if value in (None, "none"):
+        return None
+    shape_help = "expected {m: [...], n: [...], k: [...], flops: [[[FLOP/s for each k] for each n] for each m]}"
+    if not isinstance(value, dict) or set(value) != {"m", "n", "k", "flops"}:
+        raise ValueError(shape_help + ", or none")
+    axes = [value[name] for name in ("m", "n", "k")]
+    if not all(isinstance(axis, list) for axis in axes):
+        raise ValueError(shape_help)
+    m, n, k = (tuple(_count(x) for x in axis) for axis in axes)
+    flops = value["flops"]
+    if not (isinstance(flops, list) and len(flops) == len(m) and all(
+            isinstance(row, list) and len(row) == len(n) and all(isinstance(r, list) and len(r) == len(k) for r in row)
+            for row in flops)):
+        raise ValueError(f"flops must be {len(m)} x {len(n)} x {len(k)} (m, then n, then k)")
+    return MatmulRates(m, n, k, tuple(_number(r) for row in flops for line in row for r in line))
 
 
 # ---- the catalog ----
@@ -376,6 +460,9 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
             raise InputError(f"hardware override attention_kernel: {error}",
                              f"give one of {', '.join(kernels)}, or none" if kernels else "leave attention_kernel out"
                              ) from None
+        if "matmul_rates" in changes and "matmul_rates" in str(error):
+            raise InputError(f"hardware override {str(error).partition(': ')[2]}",
+                             "give positive FLOP/s for every point of an increasing m, n, k grid, or none") from None
         raise InputError(
             f"the overrides do not fit together: {error}",
             "override related figures together (chips with topology and wraparound; usable HBM within HBM)",
@@ -451,6 +538,8 @@ def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
         row["figures"] = {name: _plain(getattr(hw, name)) for name in given}
         if hw.attention_rates:
             row["figures"]["attention_rates"] = {k: [list(p) for p in points] for k, points in hw.attention_rates}
+        if hw.matmul_rates is not None:
+            row["figures"]["matmul_rates"] = hw.matmul_rates.to_json()
         row["sources"] = {name: hw.sources[name] for name in given}
     return row
 

@@ -262,3 +262,75 @@ def test_an_attention_op_is_priced_at_its_kernels_rate():
     assert op_seconds(work, hw) == pytest.approx(1e12 / 368e12)
     other = Work("attn", 0, 1e12, 1.0, "attention", shape=(1, 24, 4096, 4096, 64))
     assert op_seconds(other, hw) == pytest.approx(1e12 / (hw.bf16_flops * hw.compute_efficiency))
+
+
+# ---- measured GEMM rates (OpenXLA's sm_90 table) ----
+
+
+def test_hopper_linears_are_priced_at_openxlas_measured_gemm_rates():
+    """Grid points come back exactly as OpenXLA's sm_90 table has them (bf16, batch 1), with the table's m (rows),
+    k (contracted) and n (columns): m=256 with k=4096, n=256 is 90.9 TFLOP/s; with k=256, n=4096 it is 82.6."""
+    for name in ("h100", "h200"):
+        hw = load_hardware(name)
+        assert hw.matmul_rate(4096, 4096, 4096) == 780.2e12
+        assert hw.matmul_rate(1024, 2048, 4096) == 639.1e12
+        assert hw.matmul_rate(256, 4096, 256) == 90.9e12 and hw.matmul_rate(256, 256, 4096) == 82.6e12
+        assert "default_matmul_perf_table.txtpb" in hw.sources["matmul_rates"]
+
+
+def test_gemm_rates_interpolate_in_log_shape_and_hold_at_the_grids_edges():
+    hw = load_hardware("h100")
+    halfway = hw.matmul_rate(round(1024 * 2 ** 0.5), 4096, 4096)  # m between 1024 (751.9) and 2048 (752.3)
+    assert halfway == pytest.approx((751.9e12 + 752.3e12) / 2, rel=1e-4)
+    corners = [hw.matmul_rate(m, k, n) for m in (1024, 2048) for k in (2048, 4096) for n in (2048, 4096)]
+    assert hw.matmul_rate(1448, 2896, 2896) == pytest.approx(sum(corners) / 8, rel=2e-3)
+    assert hw.matmul_rate(64, 3072, 3072) == hw.matmul_rate(256, 3072, 3072)  # below the grid: the edge's rate
+    assert hw.matmul_rate(32760, 5120, 13824) == 780.2e12  # above it: the largest measured shape's
+
+
+def test_matmuls_without_measured_rates_fall_back_to_compute_efficiency():
+    assert load_hardware("v6e-8").matmul_rate(4096, 4096, 4096) is None
+    assert load_hardware("a100-80gb").matmul_rate(4096, 4096, 4096) is None
+    off = load_hardware("h100", {"matmul_rates": "none"})
+    assert off.matmul_rate(4096, 4096, 4096) is None and off.sources["matmul_rates"] == "override"
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"m": [256], "n": [256]}, "expected .m"),
+    ({"m": [512, 256], "n": [256], "k": [256], "flops": [[[1e12]], [[1e12]]]}, r"matmul_rates m \(\[512, 256\]\) must be .*increasing"),
+    ({"m": [256], "n": [256], "k": [256, 512], "flops": [[[1e12]]]}, "flops must be 1 x 1 x 2"),
+    ({"m": [256], "n": [256], "k": [256], "flops": [[[0]]]}, "positive FLOP/s"),
+])
+def test_a_bad_gemm_rate_override_is_a_one_line_error(value, message):
+    with pytest.raises(InputError, match=message) as caught:
+        load_hardware("h100", {"matmul_rates": value})
+    assert "\n" not in caught.value.problem and "matmul_rates" in caught.value.problem
+
+
+def test_a_linear_op_is_priced_at_the_measured_rate_for_its_shape_or_its_weight_reads():
+    from meshlab.cost.flops import Work, linear_flops
+    from meshlab.cost.timing import op_seconds
+
+    hw = load_hardware("h100:1")
+    flops = linear_flops(3072, 3072, 1024)
+    image = Work("attn.to_q", 0, flops, 1.0, "linear", shape=(1024, 3072, 3072))
+    assert op_seconds(image, hw) == pytest.approx(flops / hw.matmul_rate(1024, 3072, 3072))
+    assert 0.6 < flops / op_seconds(image, hw) / hw.bf16_flops < 0.72  # not the flat 0.7 it was before
+    weight_bytes = 2.0 * 3072 * 18432
+    modulation = Work("img_mod.1", 0, linear_flops(3072, 18432, 1), weight_bytes, "linear", shape=(1, 3072, 18432))
+    assert op_seconds(modulation, hw) == pytest.approx(weight_bytes / (hw.hbm_bandwidth * hw.hbm_efficiency))
+    flat = load_hardware("h100:1", {"matmul_rates": "none"})
+    assert op_seconds(image, flat) == pytest.approx(flops / (hw.bf16_flops * hw.compute_efficiency))
+    # a column split over 8 GPUs leaves each a GEMM an eighth as wide, which runs at a lower rate: more than an
+    # eighth of the time (with a flat compute_efficiency it was exactly an eighth); at 1k tokens 533 vs 705 TFLOP/s
+    whole = Work("img_mlp.net.0.proj", 0, linear_flops(3072, 12288, 1024), 1.0, "linear", shape=(1024, 3072, 12288))
+    eighth = Work("img_mlp.net.0.proj", 0, linear_flops(3072, 1536, 1024), 1.0, "linear", shape=(1024, 3072, 1536))
+    assert op_seconds(eighth, hw) > 1.25 * op_seconds(whole, hw) / 8
+    assert op_seconds(eighth, flat) == pytest.approx(op_seconds(whole, flat) / 8)
+
+
+def test_the_catalog_json_carries_the_gemm_grid_with_its_source():
+    row = next(r for r in describe_rows(with_sources=True) if r["name"] == "h100")
+    grid = row["figures"]["matmul_rates"]
+    assert grid["m"] == [256, 512, 1024, 2048, 4096] and grid["flops"][4][4][4] == 780.2e12
+    assert "sm_90" in row["sources"]["matmul_rates"]

@@ -10,6 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from meshlab.errors import InputError, Location
@@ -240,9 +241,10 @@ class ModelCard:
         """A short hash of the diffusers config the card was made from: two cards of one model share it."""
         return config_digest(self.source.get("config") or {})
 
-    @property
+    @cached_property
     def block_lists(self) -> frozenset[str]:
-        """Names of the lists of repeated blocks (``transformer_blocks``, ...)."""
+        """Names of the lists of repeated blocks (``transformer_blocks``, ...); computed once per card (a sweep
+        asks thousands of times)."""
         return frozenset(p.name.split(".", 1)[0] for p in self.parameters if p.block is not None)
 
     def component(self, name: str) -> Component | None:

@@ -152,4 +152,5 @@ def calibrate(
     out.print("Put this in a strategy's `hardware:` to use it:")
     import yaml
 
-    out.print(yaml.safe_dump({"hardware": result.overrides()}, sort_keys=False).rstrip(), markup=False)
+    out.print(yaml.safe_dump({"hardware": result.overrides()}, sort_keys=False, default_flow_style=None).rstrip(),
+              markup=False)

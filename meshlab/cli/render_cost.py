@@ -97,6 +97,14 @@ def render_sweep(result, hardware, console, out: str, seconds: float) -> None:
     console.print(f"[dim]sweep took {seconds:.2f} s[/dim]")
 
 
+def _compute_how(hw) -> str:
+    rest = f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"
+    rated = [what for what, given in (("Linears at the measured GEMM rate for their shape", hw.matmul_rates is not None),
+                                      (f"attention at {hw.attention_kernel}'s published rate", hw.attention_kernel))
+             if given]
+    return f"{'; '.join(rated)}; the rest {rest}" if rated else rest
+
+
 def render_explain(planned, prediction, console) -> None:
     p, step, hw = prediction, prediction.step, planned.hardware
     layout = p.layout
@@ -109,7 +117,7 @@ def render_explain(planned, prediction, console) -> None:
     table.add_column("how")
     rows = [
         ("FLOPs", f"{step.flops / 1e12:.2f} TFLOP", f"Linears per stream + attention, {step.calls} call(s)"),
-        ("compute", _ms(step.compute), f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"),
+        ("compute", _ms(step.compute), _compute_how(hw)),
         ("HBM bytes", _bytes(step.hbm_bytes), "weight shards once per call + Linear/attention inputs and outputs "
          "+ elementwise passes"),
         ("HBM", _ms(step.hbm), f"at {hw.hbm_bandwidth / 1e12:.2f} TB/s x {hw.hbm_efficiency}"

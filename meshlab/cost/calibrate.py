@@ -2,19 +2,19 @@
 
 Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o.
 k > 1 means the chip reached a smaller fraction of its peak than the catalog assumes: the calibrated
-efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel
-(where it has them, attention is priced from those, not from compute_efficiency). o is the host overhead per
+efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel and its
+measured GEMM rates (where it has them, attention and Linears are priced from those, not from compute_efficiency). o is the host overhead per
 step. Least squares over the records
 (k alone, with o kept, when there is one record). Only runs on the hardware their prediction is for count.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshlab.errors import InputError
 from meshlab.experiments.comparable import comparison_problem
-from meshlab.hardware import load_hardware
+from meshlab.hardware import MatmulRates, load_hardware
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,15 @@ class Calibration:
     #: the entry's attention kernel and its published rates divided by k ("" and () when it has none)
     attention_kernel: str = ""
     attention_rates: tuple[tuple[int, float], ...] = ()
+    #: the entry's measured GEMM rates divided by k (None when it has none)
+    matmul_rates: MatmulRates | None = None
 
     def overrides(self) -> dict:
         rates = ({"attention_kernel": self.attention_kernel,
                   "attention_rates": {self.attention_kernel: [[n, float(f"{r:.4g}")] for n, r in self.attention_rates]}}
                  if self.attention_kernel else {})
+        if self.matmul_rates is not None:
+            rates["matmul_rates"] = self.matmul_rates.to_json()
         return {"name": self.hardware, "compute_efficiency": round(self.compute_efficiency, 4),
                 "hbm_efficiency": round(self.hbm_efficiency, 4), "step_overhead_s": round(self.overhead_s, 6),
                 **rates}
@@ -82,10 +86,12 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
         )
     slowdown, overhead = _fit(points)
     catalog = entry(hardware)
-    rates = catalog.kernel_rates
+    rates, gemm = catalog.kernel_rates, catalog.matmul_rates
     return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
                        catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead),
-                       catalog.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates))
+                       catalog.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates),
+                       None if gemm is None else replace(gemm, rates=tuple(float(f"{r / slowdown:.4g}")
+                                                                            for r in gemm.rates)))
 
 
 def _fit(points: list[Point]) -> tuple[float, float]:

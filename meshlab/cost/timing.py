@@ -4,7 +4,8 @@ Every figure here is a prediction. The model, op by op on the busiest chip (all 
 
 - an op takes the longer of its FLOPs at ``bf16_flops x compute_efficiency`` and its HBM bytes at
   ``hbm_bandwidth x hbm_efficiency`` (a roofline per op, so memory-bound modulation Linears cost their weight
-  reads, compute-bound matmuls their FLOPs);
+  reads, compute-bound matmuls their FLOPs); where the catalog has measured GEMM rates by shape or published
+  attention rates for the chip, a Linear or an attention runs at those instead of compute_efficiency;
 - collectives take the time `meshlab.cost.topology` gives them; a fraction ``overlap`` of it hides under
   compute (default 0: tensor-parallel all-reduces sit on the critical path between dependent matmuls);
 - a step runs ``calls`` transformer calls (2 with classifier-free guidance unless a ``cfg`` axis splits the
@@ -37,7 +38,8 @@ class Assumptions:
     def describe(self, hardware: Hardware) -> list[dict]:
         hw = hardware
         return [
-            {"name": "compute_efficiency", "value": hw.compute_efficiency, "source": hw.sources["compute_efficiency"]},
+            {"name": "compute_efficiency", "value": hw.compute_efficiency,
+             "source": hw.sources["compute_efficiency"] + _compute_efficiency_scope(hw)},
             {"name": "hbm_efficiency", "value": hw.hbm_efficiency, "source": hw.sources["hbm_efficiency"]},
             {"name": "collective_latency_s", "value": hw.collective_latency_s,
              "source": hw.sources["collective_latency_s"]},
@@ -48,6 +50,10 @@ class Assumptions:
                 "source": f"attention on {hw.attention_kernel} at its published forward rate for the sequence length "
                           f"(head dim 128; other head dims at compute_efficiency): "
                           f"{hw.sources.get('attention_rates', '')}"}] if hw.attention_kernel else []),
+            *([{"name": "matmul_rates", "value": None,
+                "source": "each Linear at the measured rate of a GEMM of its shard's shape (interpolated in log m, "
+                          "n, k; held at the grid's edges): " + hw.sources.get("matmul_rates", "")}]
+              if hw.matmul_rates is not None else []),
             {"name": "overlap", "value": self.overlap,
              "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
             {"name": "per-op roofline", "value": None,
@@ -66,6 +72,12 @@ class Assumptions:
         ]
 
 
+def _compute_efficiency_scope(hw: Hardware) -> str:
+    priced = [what for what, given in (("Linears", hw.matmul_rates is not None), ("attention", hw.attention_kernel))
+              if given]
+    return f" (here: every op but {' and '.join(priced)}, which run at the rates below)" if priced else ""
+
+
 @dataclass(frozen=True)
 class TimedCollective:
     collective: Collective
@@ -81,7 +93,7 @@ class StepTime:
     calls: int
     flops: float  # this chip's FLOPs per step
     hbm_bytes: float
-    compute: float  # FLOPs at the effective peak, summed over ops
+    compute: float  # each op's FLOPs at its rate (`op_compute_seconds`), summed over ops
     hbm: float  # bytes at the effective bandwidth, summed over ops
     local: float  # per-op max of compute and HBM, summed
     collective: float  # after overlap
@@ -99,12 +111,24 @@ class StepTime:
 
 
 def op_seconds(w: Work, hardware: Hardware) -> float:
-    """One op on one chip from the catalog: the longer of its FLOPs and its HBM bytes. FLOPs run at the
-    assumed ``compute_efficiency`` of the peak, except an attention the catalog has published rates for (its
-    kernel at its sequence length, `Hardware.attention_rate`)."""
-    rate = hardware.attention_rate(w.shape[3], w.shape[4]) if w.kind == "attention" and len(w.shape) == 5 else None
-    return max(w.flops / (rate or hardware.bf16_flops * hardware.compute_efficiency),
-               w.hbm_bytes / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
+    """One op on one chip from the catalog: the longer of its FLOPs and its HBM bytes."""
+    return max(op_compute_seconds(w, hardware), w.hbm_bytes / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
+
+
+def op_compute_seconds(w: Work, hardware: Hardware) -> float:
+    """An op's FLOPs at its rate: a Linear at the measured GEMM rate for its shard's shape and an attention at
+    its kernel's published rate for its sequence length, where the catalog has them (`Hardware.matmul_rate`,
+    `Hardware.attention_rate`); everything else at the assumed ``compute_efficiency`` of the peak."""
+    return w.flops / (op_rate(w, hardware) or hardware.bf16_flops * hardware.compute_efficiency)
+
+
+def op_rate(w: Work, hardware: Hardware) -> float | None:
+    """The published or measured FLOP/s the catalog gives this op, None where compute_efficiency prices it."""
+    if w.kind == "attention" and len(w.shape) == 5:
+        return hardware.attention_rate(w.shape[3], w.shape[4])
+    if w.kind == "linear" and len(w.shape) == 3:
+        return hardware.matmul_rate(*w.shape)
+    return None
 
 
 def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], routes: dict, layout: Layout,
@@ -112,7 +136,6 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     """`measured` (a meshlab.cost.profile.MeasuredCall): one call's seconds from a profile, in place of the ops'
     rooflines; when it timed the call whole on several devices its collectives are in it and add nothing.
     `collective_price(c)`: a collective's measured seconds, None where the topology model prices it."""
-    peak = hardware.bf16_flops * hardware.compute_efficiency
     bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     calls = layout.calls
     local = measured.seconds if measured is not None else sum(w.count * op_seconds(w, hardware) for w in work)
@@ -135,7 +158,8 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     elementwise = [w for w in work if w.kind == "elementwise"]
     return StepTime(
         calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
-        compute=calls * flops / peak, hbm=calls * nbytes / bandwidth, local=calls * local,
+        compute=calls * sum(w.count * op_compute_seconds(w, hardware) for w in work), hbm=calls * nbytes / bandwidth,
+        local=calls * local,
         collective=0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step),
         collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
         dcn=0.0 if inside else (1 - assumptions.overlap) * dcn,

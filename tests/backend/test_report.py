@@ -16,7 +16,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 
 from meshlab.backend import hlo

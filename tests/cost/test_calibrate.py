@@ -62,8 +62,9 @@ def test_runs_predicted_from_a_profile_are_compared_only_on_its_device_and_backe
 
 
 def test_on_a_gpu_with_published_attention_rates_the_rates_slow_down_with_k():
-    """On the H100, attention is priced from its kernel's published rates, not compute_efficiency: the calibrated
-    overrides divide those rates by k too, and load back as a valid hardware entry."""
+    """On the H100, attention is priced from its kernel's published rates and Linears from measured GEMM rates,
+    not compute_efficiency: the calibrated overrides divide those rates by k too, and load back as a valid
+    hardware entry."""
     k = 1.25
     records = (record(0.4, 0.0, k * 0.4 + 0.001, platform="cuda", hardware="h100:1", devices=1),)
     result = calibrate(records, "h100:1")
@@ -75,3 +76,5 @@ def test_on_a_gpu_with_published_attention_rates_the_rates_slow_down_with_k():
     calibrated = load_hardware(name, overrides)
     assert calibrated.attention_rate(512, 128) == pytest.approx(309e12 / k, rel=1e-3)
     assert calibrated.compute_efficiency == pytest.approx(load_hardware("h100").compute_efficiency / k, rel=1e-3)
+    for shape in ((4096, 4096, 4096), (1024, 3072, 12288), (256, 2048, 2048)):  # so are the measured GEMM rates
+        assert calibrated.matmul_rate(*shape) == pytest.approx(load_hardware("h100").matmul_rate(*shape) / k, rel=1e-3)

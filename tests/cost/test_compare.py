@@ -79,6 +79,15 @@ def test_cli_explain_lists_assumptions():
     assert {(c["kind"], tuple(c["axes"])) for c in document["collectives"]} == {("all-reduce", ("model",))}
 
 
+def test_cli_explain_on_a_hopper_gpu_names_its_measured_gemm_rates():
+    strategy = REPO / "experiments" / "strategies" / "qwen-image-one-h200.yaml"
+    result = CliRunner().invoke(cli(), ["explain", str(strategy), "--json"])
+    assert result.exit_code == 0, result.output
+    assumptions = {a["name"]: a["source"] for a in json.loads(result.stdout)["assumptions"]}
+    assert "sm_90" in assumptions["matmul_rates"] and "every op but Linears and attention" in assumptions[
+        "compute_efficiency"]
+
+
 def test_cli_sweep_writes_yaml_and_reports(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli(), ["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--no-progress"])

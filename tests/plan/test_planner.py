@@ -1,5 +1,4 @@
 import pytest
-import yaml
 
 from meshlab.errors import PlanError
 from meshlab.plan.planner import make_plan
