@@ -29,12 +29,14 @@ for size in 512 1024; do
   cp "$OUT/profiles/h200-$size.json" experiments/profiles/  # the strategy names it there
   python3 -m meshlab run "$strategy" --checkpoint random --backend torch --results "$OUT/results" \
       --out "$OUT/images"
-  # the same run's prediction from the catalog (assumed efficiencies, published attention rates), for the note:
-  # with the default kernel (fa2) and with cuDNN's
-  for kernel in fa2 cudnn; do
-    sed -e "s#^hardware:.*#hardware: {name: 'h200:1', attention_kernel: $kernel}#" \
-        -e "s#^name:.*#name: qwen-image-one-h200-catalog-$size-$kernel#" "$strategy" > "$OUT/catalog-$size-$kernel.yaml"
-    python3 -m meshlab compare "$OUT/catalog-$size-$kernel.yaml" --json > "$OUT/catalog-$size-$kernel.json"
+  # the same run's prediction from the catalog (published attention rates, OpenXLA's measured GEMM rates), for the
+  # note: with the default kernel (fa2), with cuDNN's, and with a flat compute_efficiency for the Linears
+  for variant in fa2:"attention_kernel: fa2" cudnn:"attention_kernel: cudnn" \
+                 fa2-flat-gemm:"attention_kernel: fa2, matmul_rates: none"; do
+    tag=${variant%%:*}
+    sed -e "s#^hardware:.*#hardware: {name: 'h200:1', ${variant#*:}}#" \
+        -e "s#^name:.*#name: qwen-image-one-h200-catalog-$size-$tag#" "$strategy" > "$OUT/catalog-$size-$tag.yaml"
+    python3 -m meshlab compare "$OUT/catalog-$size-$tag.yaml" --json > "$OUT/catalog-$size-$tag.json"
   done
 done
 python3 -m meshlab report "$OUT"/results/*.jsonl | tee "$OUT/report.txt"
