@@ -2,10 +2,10 @@
 
 Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o.
 k > 1 means the chip reached a smaller fraction of its peak than the catalog assumes: the calibrated
-efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel and its
-measured GEMM rates (where it has them, attention and Linears are priced from those, not from compute_efficiency). o is the host overhead per
-step. Least squares over the records
-(k alone, with o kept, when there is one record). Only runs on the hardware their prediction is for count.
+efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel and
+its measured GEMM rates (where it has them, attention and Linears are priced from those, not from
+compute_efficiency). o is the host overhead per step. Least squares over the records (k alone, with o kept, when
+there is one record). Only runs on the hardware their prediction is for count.
 """
 
 from __future__ import annotations
