@@ -91,6 +91,10 @@ class MatmulRates:
                         total += weight * self.rates[(a * nn + b) * nk + c]
         return total
 
+    def stretch(self, m: int, n: int, k: int) -> float:
+        """How many times beyond the measured grid the shape lies along its farthest dim (1: within it)."""
+        return max(max(axis[0] / x, x / axis[-1], 1.0) for axis, x in ((self.m, m), (self.n, n), (self.k, k)))
+
     def to_json(self) -> dict[str, Any]:
         nn, nk = len(self.n), len(self.k)
         return {"m": list(self.m), "n": list(self.n), "k": list(self.k),

@@ -147,6 +147,8 @@ def render_explain(planned, prediction, console) -> None:
         console.print(_priced_table(hw.profile, p.measured))
         if (warning := extrapolation_warning(p)) is not None:
             console.print(f"[yellow]warning:[/yellow] {warning}")
+    elif p.pricing is not None and (p.pricing.linears_measured or p.pricing.attention_published):
+        console.print(_catalog_pricing_line(p.pricing, hw))
     console.print(_collective_table(p))
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
@@ -154,6 +156,19 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _catalog_pricing_line(c, hw) -> str:
+    parts = []
+    if c.linears_measured:
+        grid = hw.matmul_rates
+        span = f"{min(grid.m[0], grid.n[0], grid.k[0])}..{max(grid.m[-1], grid.n[-1], grid.k[-1])} a dim"
+        beyond = (f", the farthest {c.linears_stretch:.1f}x beyond the measured shapes ({span}; held at the edge)"
+                  if c.linears_stretch > 1.0 else ", all within the measured shapes")
+        parts.append(f"{c.linears_measured} Linears at measured GEMM rates{beyond}")
+    if c.attention_published:
+        parts.append(f"{c.attention_published} attentions at {hw.attention_kernel}'s published rates")
+    return f"Priced from the catalog: {'; '.join(parts)}; {c.assumed} other ops at the assumed efficiencies"
 
 
 def _elementwise_row(p) -> tuple[str, str, str]:

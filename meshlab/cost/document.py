@@ -47,7 +47,15 @@ def priced_document(p: Prediction) -> dict:
     """What the time rests on: the catalog's assumed efficiencies, or a profile's measurements (and which)."""
     m = p.measured
     if m is None:
-        return {"from": "catalog", "measured": [], "assumed": ["every op (assumed efficiencies)"]}
+        c = p.pricing
+        measured = [f"{c.linears_measured} Linears at the measured GEMM rate for their shape"
+                    ] if c.linears_measured else []
+        published = [f"{c.attention_published} attentions at their kernel's published rate"
+                     ] if c.attention_published else []
+        rest = "the other ops" if measured or published else "every op"
+        return {"from": "catalog", "measured": measured, "published": published,
+                "assumed": [f"{rest} ({c.assumed}) at compute_efficiency and hbm_efficiency"],
+                "extrapolated": c.linears_stretch}
     return {"from": "profile", "basis": m.basis, "measured": list(m.measured), "assumed": list(m.assumed),
             "collectives": ("inside the timed call" if m.collectives_included else
                             {"measured": m.collectives_measured, "assumed": m.collectives_assumed}),

@@ -10,7 +10,7 @@ from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
 from meshlab.cost.pipeline_time import Terms, pipeline_terms
-from meshlab.cost.timing import Assumptions, StepTime, step_time
+from meshlab.cost.timing import Assumptions, CatalogPricing, StepTime, step_time
 from meshlab.cost.topology import route
 from meshlab.hardware import Hardware
 from meshlab.plan.plan import Plan
@@ -30,6 +30,7 @@ class Prediction:
     peak_flops: float  # one chip, 100%
     terms: Terms | None = None  # one image end to end, term by term (meshlab.cost.pipeline_time)
     measured: object = None  # meshlab.cost.profile.MeasuredCall when the hardware is a profile
+    pricing: CatalogPricing | None = None  # what the catalog priced the ops from (None: a profile did)
 
     @property
     def seconds_per_image(self) -> float:
@@ -87,7 +88,8 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,
                            batch_split)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
-                      hardware.bf16_flops, terms, measured)
+                      hardware.bf16_flops, terms, measured,
+                      CatalogPricing.of(work, hardware) if measured is None else None)
 
 
 def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: Layout, work: tuple[Work, ...]):

@@ -131,6 +131,28 @@ def op_rate(w: Work, hardware: Hardware) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class CatalogPricing:
+    """What a catalog prediction's ops rest on: how many Linears ran at measured GEMM rates (and how far beyond
+    the measured grid the farthest lies) and how many attentions at published rates; the rest is assumed."""
+
+    linears_measured: int
+    linears_stretch: float  # 1: every Linear whose time its rate sets lies within the grid
+    attention_published: int
+    assumed: int  # ops at compute_efficiency / hbm_efficiency alone
+
+    @staticmethod
+    def of(work: tuple[Work, ...], hardware: Hardware) -> "CatalogPricing":
+        rated = [w for w in work if op_rate(w, hardware) is not None]
+        linears = [w for w in rated if w.kind == "linear"]
+        bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
+        stretch = max((hardware.matmul_rates.stretch(w.shape[0], w.shape[2], w.shape[1]) for w in linears
+                       if op_compute_seconds(w, hardware) >= w.hbm_bytes / bandwidth), default=1.0)
+        return CatalogPricing(sum(w.count for w in linears), stretch,
+                              sum(w.count for w in rated if w.kind == "attention"),
+                              sum(w.count for w in work) - sum(w.count for w in rated))
+
+
 def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], routes: dict, layout: Layout,
               hardware: Hardware, assumptions: Assumptions, measured=None, collective_price=None) -> StepTime:
     """`measured` (a meshlab.cost.profile.MeasuredCall): one call's seconds from a profile, in place of the ops'

@@ -86,6 +86,9 @@ def test_cli_explain_on_a_hopper_gpu_names_its_measured_gemm_rates():
     assumptions = {a["name"]: a["source"] for a in json.loads(result.stdout)["assumptions"]}
     assert "sm_90" in assumptions["matmul_rates"] and "every op but Linears and attention" in assumptions[
         "compute_efficiency"]
+    text = CliRunner().invoke(cli(), ["explain", str(strategy)])
+    assert text.exit_code == 0 and "Priced from the catalog: 846 Linears at measured GEMM rates, the farthest 3.0x " \
+        "beyond the measured shapes" in " ".join(text.stdout.split())  # as one line, however rich wrapped it
 
 
 def test_cli_sweep_writes_yaml_and_reports(tmp_path, monkeypatch):

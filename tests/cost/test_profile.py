@@ -13,6 +13,7 @@ import yaml
 from meshlab.cost.predict import predict, profile_key
 from meshlab.cost.profile import Curve, Point, by_ops, fit, interpolate, load_profile, profile_document
 from meshlab.errors import InputError
+from meshlab.hardware import load_hardware
 from meshlab.planning import at_depth, plan_file, with_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +206,30 @@ def test_a_catalog_prediction_says_it_is_assumed():
     from meshlab.cost.document import priced_document
 
     planned = plan_file(ROOT / "strategies" / "2d.yaml")
-    assert priced_document(predict(planned.plan, planned.strategy, planned.hardware))["from"] == "catalog"
+    p = predict(planned.plan, planned.strategy, planned.hardware)
+    priced = priced_document(p)
+    assert priced["from"] == "catalog" and priced["measured"] == [] and priced["published"] == []
+    assert priced["assumed"] == [f"every op ({sum(w.count for w in p.work)}) at compute_efficiency and hbm_efficiency"]
+
+
+def test_a_hopper_catalog_prediction_says_which_ops_rest_on_measured_or_published_rates():
+    """On one H200, every Linear is priced from OpenXLA's GEMM table and every attention from fa2's rates; the
+    modulation Linears (one row each) lie far below the grid but their weight reads set their time, so only the
+    MLP's 12288-wide contraction counts as extrapolated: 3x the grid's 4096."""
+    from meshlab.cost.document import priced_document
+
+    planned = plan_file(ROOT / "experiments" / "strategies" / "qwen-image-one-h200.yaml")
+    p = predict(planned.plan, planned.strategy, planned.hardware)
+    linears = sum(w.count for w in p.work if w.kind == "linear")
+    attentions = sum(w.count for w in p.work if w.kind == "attention")
+    assert p.pricing.linears_measured == linears and p.pricing.attention_published == attentions == 60
+    assert p.pricing.assumed == sum(w.count for w in p.work) - linears - attentions
+    assert p.pricing.linears_stretch == pytest.approx(12288 / 4096)
+    priced = priced_document(p)
+    assert priced["measured"] == [f"{linears} Linears at the measured GEMM rate for their shape"]
+    flat = plan_file(ROOT / "experiments" / "strategies" / "qwen-image-one-h200.yaml")
+    flat_hw = load_hardware("h200:1", {"matmul_rates": "none", "attention_kernel": "none"})
+    assert predict(flat.plan, flat.strategy, flat_hw).pricing.linears_measured == 0
 
 
 def test_curve_json_round_trip():
