@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshlab.cards.card import ModelCard, load_card
@@ -95,6 +95,14 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes)
     loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
+
+
+def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrategy:
+    """The same plan priced with its elementwise work run as `execution` ("fused" or "eager"): what a backend
+    runs (meshlab.run); planning and memory do not depend on it."""
+    strategy = planned.strategy.model_copy(
+        update={"compile": planned.strategy.compile.model_copy(update={"elementwise": execution})})
+    return replace(planned, loaded=LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path))
 
 
 def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:

@@ -24,7 +24,7 @@ from meshlab.backend.protocol import WorkerFailed, call_worker
 from meshlab.devices import accelerator_platform, child_environment, torch_environment
 from meshlab.errors import BackendError, InputError, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
-from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_workload
+from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_elementwise, with_workload
 
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 RUN_BACKENDS = ("xla", "dtensor", "torch")
@@ -69,6 +69,12 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
                             batch=workload["batch"])  # fits and predictions at the size this run uses
     options = replace(options, backend=resolve_backend(options.backend, planned.plan.mesh.device_count))
+    notes = []
+    ran = RUNS_ELEMENTWISE.get(options.backend)  # an unknown backend is refused below
+    if ran is not None and planned.strategy.compile.elementwise != ran:  # price what runs, as the text length below
+        planned = with_elementwise(planned, ran)
+        notes.append(f"priced with compile: {{elementwise: {ran}}}, as --backend {options.backend} runs it (the "
+                     f"strategy says {'eager' if ran == 'fused' else 'fused'})")
     if options.checkpoint == "random":
         from meshlab.cards.truncate import block_lists
         from meshlab.pipeline.random_pipeline import card_as_built
@@ -102,7 +108,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
             "text_tokens": encoded, "strategy_text_tokens": planned.strategy.workload.text_tokens}
     if result.get("is_writer", True):
         append_record(record_path, record)
-    return RunOutcome(record, record_path, image, tuple(result["summary"].get("warnings", [])))
+    return RunOutcome(record, record_path, image, (*notes, *result["summary"].get("warnings", [])))
 
 
 def ran_text_tokens(lengths: list[int]) -> int | None:
@@ -110,6 +116,10 @@ def ran_text_tokens(lengths: list[int]) -> int | None:
     pipeline encodes each prompt to its own length; a backend that pads the pair reports the padded length), to
     the nearest token. Per-call time is near linear in text tokens, so two calls at the mean cost what both do."""
     return round(sum(lengths) / len(lengths)) if lengths else None
+
+
+#: How each backend runs elementwise work: XLA fuses it; plain PyTorch and DTensor run each op eagerly
+RUNS_ELEMENTWISE = {"xla": "fused", "torch": "eager", "dtensor": "eager"}
 
 
 def resolve_backend(backend: str, devices: int) -> str:
@@ -352,6 +362,7 @@ def _prediction(at_run: PlannedStrategy) -> dict:
             "overhead_s": predicted.step.overhead,
             "peak_bytes_per_chip": at_run.memory.most_loaded.total, "fits": at_run.memory.fits,
             "text_tokens": at_run.strategy.workload.text_tokens,
+            "elementwise": at_run.strategy.compile.elementwise,
             "priced": priced_document(predicted),
             "note": ("predicted from the profile named as the strategy's hardware" if at_run.hardware.profile
                      is not None else "predicted for the strategy's catalog hardware at this run's workload, "

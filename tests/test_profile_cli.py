@@ -104,6 +104,7 @@ def test_a_two_layer_cpu_run_is_priced_by_its_profile(tmp_path):
     prediction, measured = record["prediction"], record["timings"]["steady_step_median_s"]
     assert prediction["priced"]["basis"] == "blocks" and prediction["priced"]["assumed"] == []
     assert prediction["strategy_text_tokens"] == 32 and prediction["text_tokens"] < 32  # priced at what encoded
+    assert prediction["elementwise"] == "fused"  # XLA fuses the elementwise work it compiles
     assert abs(prediction["step_s"] - measured) / measured < RUN_VS_PROFILE, (prediction["step_s"], measured)
     done = _meshlab("calibrate", tmp_path / "qwen-image-one-cpu.jsonl", "--hardware", tmp_path / "cpu.json", "--json")
     assert done.returncode == 0, done.stderr

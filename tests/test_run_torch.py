@@ -77,6 +77,8 @@ def test_a_random_full_width_block_runs_with_plain_pytorch_and_is_recorded(tmp_p
     assert len(record["timings"]["step_s"]) == 2 and record["timings"]["vae_decode_s"] > 0
     # the prediction is for the model that ran: one block, not sixty
     assert record["prediction"]["step_s"] < 0.1 and record["prediction"]["hardware"] == "h200:1"
+    # plain PyTorch runs the elementwise ops eagerly, so the prediction prices them so (the strategy said fused)
+    assert record["prediction"]["elementwise"] == "eager" and "elementwise: eager" in result.output
     assert len(list(out.glob("*.png"))) == 1
 
 

@@ -31,11 +31,11 @@ from typing import Any, Callable, Mapping
 
 from meshlab.backend.forward_inputs import FAMILIES, Family, Geometry, family, forward_inputs
 from meshlab.cards.card import (
-    BUILTIN_DIR, DTYPE_BYTES, Architecture, Attention, Component, Elementwise, Flow, Join, ModelCard, Parameter,
-    card_to_json, module_pattern,
+    BUILTIN_DIR, DTYPE_BYTES, ELEMENTWISE_EXECUTIONS, Architecture, Attention, Component, Elementwise, Flow, Join,
+    ModelCard, Parameter, card_to_json, module_pattern,
 )
 from meshlab.backend.dataflow_trace import trace_dataflow
-from meshlab.backend.elementwise_trace import trace_elementwise
+from meshlab.backend.elementwise_trace import trace_elementwise_both
 from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
 from meshlab.errors import InputError, Location
 
@@ -240,10 +240,10 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
 
 
 def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[Elementwise, ...]:
-    """Per block of each list, the bytes its fused elementwise gaps move per token of each stream
-    (meshlab.backend.elementwise_trace), from a forward of a three-blocks-per-kind copy at the card's dtype: the
-    middle block of each list stands for all of them (the first reads the list's input in a pass of its own, which
-    the others share with the block before them)."""
+    """Per block of each list, the bytes its elementwise work moves per token of each stream, fused (one pass per
+    gap between matmuls) and eager (every op its own kernel) (meshlab.backend.elementwise_trace), from a forward of
+    a three-blocks-per-kind copy at the card's dtype: the middle block of each list stands for all of them (the
+    first reads the list's input in a pass of its own, which the others share with the block before them)."""
     import torch
 
     torch_dtype = getattr(torch, dtype)
@@ -255,16 +255,18 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[E
         model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
         inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
     lists = [attr for attr, _ in tracer.blocks]
-    traced = trace_elementwise(model, inputs, {attr: 1 for attr in lists}, lambda shape: _stream_of(shape, counts))
-    merged: dict[tuple[str, str, str, str], float] = {}
-    for (blocks, stream, side, linear), nbytes in traced.items():
-        key = (blocks, stream, side, module_pattern(linear, set(lists)) if linear else "")
-        merged[key] = merged.get(key, 0.0) + nbytes
+    traced = trace_elementwise_both(model, inputs, {attr: 1 for attr in lists},
+                                    lambda shape: _stream_of(shape, counts))
+    merged: dict[tuple[str, str, str, str, str], float] = {}
+    for execution, found in zip(ELEMENTWISE_EXECUTIONS, traced):
+        for (blocks, stream, side, linear), nbytes in found.items():
+            key = (blocks, stream, side, module_pattern(linear, set(lists)) if linear else "", execution)
+            merged[key] = merged.get(key, 0.0) + nbytes
     streams = list(tokens)
 
-    def order(key: tuple[str, str, str, str]) -> tuple:
-        blocks, stream, side, linear = key
-        return lists.index(blocks), streams.index(stream), side, linear
+    def order(key: tuple[str, str, str, str, str]) -> tuple:
+        blocks, stream, side, linear, execution = key
+        return ELEMENTWISE_EXECUTIONS.index(execution), lists.index(blocks), streams.index(stream), side, linear
 
     return tuple(Elementwise(*key[:2], merged[key] / (TRACE_BATCH * tokens[key[1]]), *key[2:])
                  for key in sorted(merged, key=order))

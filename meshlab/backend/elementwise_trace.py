@@ -38,6 +38,17 @@ def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
     stream, side, Linear): how each counted tensor meets the matmul beside it (see `_side`), so a plan that splits
     that Linear's features splits the tensor too. From one forward of `model(**inputs)` (a model on the ``meta``
     device at the dtype that runs)."""
+    return _record(model, inputs, blocks).bytes_per_block(stream_of)
+
+
+def trace_elementwise_both(model: Any, inputs: dict, blocks: dict[str, int],
+                           stream_of: Callable[[tuple[int, ...]], str]) -> tuple[dict, dict]:
+    """`trace_elementwise`'s fused bytes and the eager bytes (`_Recorder.eager_bytes_per_block`) of one forward."""
+    recorder = _record(model, inputs, blocks)
+    return recorder.bytes_per_block(stream_of), recorder.eager_bytes_per_block(stream_of)
+
+
+def _record(model: Any, inputs: dict, blocks: dict[str, int]) -> "_Recorder":
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -83,7 +94,7 @@ def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
     finally:
         for hook in hooks:
             hook.remove()
-    return recorder.bytes_per_block(stream_of)
+    return recorder
 
 
 class _Recorder:
@@ -164,6 +175,58 @@ class _Recorder:
             stream = stream_of(tuple(t.shape))
             if stream in ("image", "text", "joint"):
                 totals[(block, stream, side, linear)] += t.numel() * t.element_size()
+        return dict(totals)
+
+
+    def eager_bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
+        """Bytes per block when every elementwise op runs as its own kernel (eager PyTorch): each op reads each
+        tensor it reads and writes each it writes, intermediates included. A tensor's side, as the fused count
+        has it at a gap's edges: a matmul's output is "out" of its Linear (or attention's), a tensor from another
+        gap has none (the residual stream); an elementwise op's output takes the side of the largest tensor it
+        reads (its first among equals: the residual stream in ``x + gate * y``), except an output only Linears
+        read, which is that Linear's input ("in")."""
+        gap, gaps = 0, []
+        for heavy, *_ in self.ops:
+            gap += bool(heavy)
+            gaps.append(None if heavy else gap)
+        read_by: dict[tuple[int, int], list] = defaultdict(list)
+        for i, (_, _, read, _) in enumerate(self.ops):
+            for r, v, _ in read:
+                read_by[(r, v)].append(i)
+        made_by: dict[tuple[int, int], int] = {}
+        side_of: dict[tuple[int, int], tuple[str, str]] = {}
+        totals: dict[tuple, float] = defaultdict(float)
+        for i, (heavy, block, read, written) in enumerate(self.ops):
+            for r, v, _ in written:
+                made_by[(r, v)] = i
+            if heavy:
+                for r, v, _ in written:
+                    side_of[(r, v)] = _side("out", heavy)
+                continue
+
+            def side(r: int, v: int) -> tuple[str, str]:
+                maker = made_by.get((r, v))
+                if maker is None or maker == i or not (self.ops[maker][0] or gaps[maker] == gaps[i]):
+                    return ("", "")  # from outside the forward, or from another gap's elementwise op
+                return side_of[(r, v)]
+
+            sides = {(r, v): side(r, v) for r, v, _ in read}
+            inherited = max(((t.numel(), -k, sides[(r, v)]) for k, (r, v, t) in enumerate(read)),
+                            default=(0, 0, ("", "")))[2]
+            for r, v, t in written:
+                readers = [self.ops[c][0] for c in read_by.get((r, v), [])]
+                only_linears = readers and all(h.startswith("linear:") for h in readers)
+                side_of[(r, v)] = sides[(r, v)] = _side("in", readers[0]) if only_linears else inherited
+            if block is None:
+                continue
+            seen = set()
+            for r, v, t in [*read, *written]:
+                if (r, v) in seen:
+                    continue
+                seen.add((r, v))
+                stream = stream_of(tuple(t.shape))
+                if stream in ("image", "text", "joint"):
+                    totals[(block, stream, *sides[(r, v)])] += t.numel() * t.element_size()
         return dict(totals)
 
 

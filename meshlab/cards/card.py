@@ -153,11 +153,17 @@ class Join:
     width: int  # features of the joint tensor
 
 
+#: How elementwise work runs: "fused", one pass per gap between matmuls (XLA, torch.compile); "eager", every op
+#: its own kernel reading and writing its tensors (plain PyTorch)
+ELEMENTWISE_EXECUTIONS = ("fused", "eager")
+
+
 @dataclass(frozen=True)
 class Elementwise:
     """HBM bytes one block of ``blocks`` moves per token of ``stream`` in its elementwise work (norms, modulation,
-    RoPE, activations, residual adds, casts) when each gap between its matmuls runs as one fused pass: traced from
-    the real forward at the card's dtype (meshlab.backend.elementwise_trace)."""
+    RoPE, activations, residual adds, casts) when each gap between its matmuls runs as one fused pass
+    (``execution`` "fused") or when every op runs as its own kernel ("eager"): traced from the real forward at the
+    card's dtype (meshlab.backend.elementwise_trace)."""
 
     blocks: str  # the block list (``transformer_blocks``)
     stream: str  # "image", "text" or "joint"
@@ -166,6 +172,7 @@ class Elementwise:
     #: only), "attention" (q/k/v going in, or the output coming out), "" (none: the residual stream and the rest)
     side: str = ""
     linear: str = ""  # the Linear's module pattern (``transformer_blocks.*.attn.to_q``) for "out" and "in"
+    execution: str = "fused"  # one of ELEMENTWISE_EXECUTIONS
 
 
 @dataclass(frozen=True)
@@ -295,7 +302,8 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
         "elementwise": [{"blocks": e.blocks, "stream": e.stream, "bytes_per_token": e.bytes_per_token,
-                         **({"side": e.side} if e.side else {}), **({"linear": e.linear} if e.linear else {})}
+                         **({"side": e.side} if e.side else {}), **({"linear": e.linear} if e.linear else {}),
+                         **({"execution": e.execution} if e.execution != "fused" else {})}
                         for e in card.elementwise],
     }
 
@@ -343,12 +351,13 @@ def _parameter(p: dict) -> Parameter:
 
 
 def _elementwise(e: dict) -> Elementwise:
-    side, linear = e.get("side", ""), e.get("linear", "")
+    side, linear, execution = e.get("side", ""), e.get("linear", ""), e.get("execution", "fused")
     if (e["stream"] not in ("image", "text", "joint") or float(e["bytes_per_token"]) < 0
-            or side not in ("", "in", "out", "attention") or bool(linear) != (side in ("in", "out"))):
-        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream or side, negative bytes, "
-                         "or a Linear where its side has none")
-    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]), side, str(linear))
+            or side not in ("", "in", "out", "attention") or bool(linear) != (side in ("in", "out"))
+            or execution not in ELEMENTWISE_EXECUTIONS):
+        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream, side or execution, "
+                         "negative bytes, or a Linear where its side has none")
+    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]), side, str(linear), execution)
 
 
 def _regenerate_command(data: dict) -> str:

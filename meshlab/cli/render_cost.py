@@ -172,12 +172,14 @@ def _catalog_pricing_line(c, hw) -> str:
 
 
 def _elementwise_row(p) -> tuple[str, str, str]:
+    eager = p.layout.elementwise == "eager"
     if not any(w.kind == "elementwise" for w in p.work):
-        return ("  of which elementwise", "-", "not priced: the card records no elementwise trace "
-                "(regenerate it with `meshlab models import`)")
+        return ("  of which elementwise", "-", f"not priced: the card records no {'eager ' if eager else ''}"
+                "elementwise trace (regenerate it with `meshlab models import`)")
+    how = "every op its own kernel (compile: {elementwise: eager})" if eager else \
+        "one fused pass per gap between matmuls"
     return ("  of which elementwise", _ms(p.step.elementwise),
-            f"{_bytes(p.step.elementwise_bytes)}: one fused pass per gap between matmuls, bytes per token traced "
-            "into the card")
+            f"{_bytes(p.step.elementwise_bytes)}: {how}, bytes per token traced into the card")
 
 
 #: A profile's figure priced this many times beyond its measured sizes (or more) is flagged where it is shown.

@@ -101,22 +101,24 @@ def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention:
 
 
 def elementwise_work(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Work, ...]:
-    """One row per block list: the HBM bytes of one block's fused elementwise gaps at this chip's tokens, counted
-    once for each block of the list. A tensor the card says a Linear makes or reads is split as that Linear's
-    output or input features are; one going into or out of attention as its heads are; the rest (the residual
-    stream) is whole on every chip."""
+    """One row per block list: the HBM bytes of one block's elementwise work at this chip's tokens, counted once
+    for each block of the list, as the layout runs it (`Layout.elementwise`: fused gaps, or eager ops). A tensor
+    the card says a Linear makes or reads is split as that Linear's output or input features are; one going into
+    or out of attention as its heads are; the rest (the residual stream) is whole on every chip."""
     card = graph.card
     counts = block_lists(card)
     by_module = {op.module: op for op in graph.linears}
+    entries = [e for e in card.elementwise if e.execution == layout.elementwise]
     rows = []
-    for blocks in dict.fromkeys(e.blocks for e in card.elementwise):
+    for blocks in dict.fromkeys(e.blocks for e in entries):
         like = next((op for op in graph.linears if op.module.startswith(f"{blocks}.")), None)
         if not counts.get(blocks) or like is None:
             continue
         per_sample = sum(e.bytes_per_token * layout.local.of_stream(e.stream)
                          / _elementwise_split(e, like, by_module, graph, layout, mesh)
-                         for e in card.elementwise if e.blocks == blocks)
-        rows.append(Work(f"elementwise passes ({blocks})", None, 0.0, float(layout.batch * per_sample),
+                         for e in entries if e.blocks == blocks)
+        what = "passes" if layout.elementwise == "fused" else "ops, eager"
+        rows.append(Work(f"elementwise {what} ({blocks})", None, 0.0, float(layout.batch * per_sample),
                          "elementwise", count=counts[blocks]))
     return tuple(rows)
 

@@ -34,6 +34,7 @@ class Layout:
     guidance_axis: str | None
     rewrites: tuple[str, ...] = ()  # the strategy's model rewrites (see meshlab.strategy.schema.REWRITES)
     activation_rules: tuple = ()  # the strategy's activation rules (ActivationRule), resolved per module when priced
+    elementwise: str = "fused"  # how elementwise work runs (meshlab.cards.card.ELEMENTWISE_EXECUTIONS)
 
     @property
     def sequence_split(self) -> int:
@@ -67,6 +68,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         guidance_axis=guidance,
         rewrites=tuple(strategy.rewrites),
         activation_rules=tuple(strategy.activations.rules),
+        elementwise=strategy.compile.elementwise,
     )
 
 

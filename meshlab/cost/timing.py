@@ -58,8 +58,10 @@ class Assumptions:
              "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
-                       "work runs as one fused pass per gap between matmuls, at the bytes the card traced (an "
-                       "eager run moves more; fusing into the matmuls moves less)"},
+                       "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
+                       "default; fusing into the matmuls moves less) or every op as its own kernel (eager), at the "
+                       "bytes the card traced for that; an eager run's per-op launch cost on the host is not "
+                       "counted"},
             {"name": "device order", "value": None,
              "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
             {"name": "scope", "value": None,

@@ -140,6 +140,10 @@ class Placement(Closed):
 class Compile(Closed):
     """How the plan is compiled."""
 
+    elementwise: Literal["fused", "eager"] = Field(
+        "fused", description="how the elementwise ops between matmuls (norms, modulation, RoPE, activations, residual "
+        "adds) run, for the time: 'fused', one pass per gap between matmuls (XLA, torch.compile); 'eager', every op "
+        "its own kernel reading and writing its tensors (plain PyTorch, as `meshlab run --backend torch` runs)")
     scan_blocks: bool = Field(
         False, description="run every block list through torch_xla's scan: one compiled loop body instead of one "
         "copy per block (compile time stops growing with depth; every block of a list must share its specs)")

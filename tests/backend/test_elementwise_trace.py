@@ -68,6 +68,23 @@ def test_a_middle_block_moves_what_its_gaps_read_and_write_by_hand():
     assert {(blocks, stream) for blocks, stream, _, _ in traced} == {("blocks", "image")}
 
 
+def test_eager_a_middle_block_moves_what_each_op_reads_and_writes_by_hand():
+    """Every op its own kernel, block 1 by hand: x*2 reads x and writes fc1's input (1 + 1); relu reads fc1's output
+    and writes fc2's input (4 + 4); the residual add reads the block's input again, reads fc2's output and writes
+    the sum (1 + 1 + 1), which takes the residual stream's side (the larger of its reads, the first among equals).
+    13 widths, where one fused pass per gap moves 12."""
+    from meshlab.backend.elementwise_trace import trace_elementwise_both
+
+    with torch.device("meta"):
+        model = Model().to(torch.bfloat16)
+        x = torch.empty(BATCH, TOKENS, WIDTH, dtype=torch.bfloat16)
+    fused, eager = trace_elementwise_both(model, {"hidden_states": x}, {"blocks": 1}, stream_of)
+    assert fused == traced_block(1)
+    assert {(side, linear): n / WIDTH_BYTES for (_, _, side, linear), n in eager.items()} == {
+        ("in", "blocks.1.fc1"): 1, ("out", "blocks.1.fc1"): 4, ("in", "blocks.1.fc2"): 4,
+        ("out", "blocks.1.fc2"): 1, ("", ""): 3}
+
+
 def test_the_first_block_also_reads_the_model_input():
     """Block 0's first pass starts the forward: it reads the input (1 more than a middle block)."""
     assert total(traced_block(0)) == 13
@@ -82,10 +99,18 @@ def test_shipped_cards_trace_every_block_list(name):
     card = load_card(name)
     lists = {p.name.split(".", 1)[0] for p in card.parameters if p.block is not None}
     assert {e.blocks for e in card.elementwise} == lists
+    assert {e.blocks for e in card.elementwise if e.execution == "eager"} == lists
     width = card.architecture.hidden_size
+
+    def per_token(blocks, stream, execution):
+        return sum(e.bytes_per_token for e in card.elementwise if (e.blocks, e.stream, e.execution) == (
+            blocks, stream, execution))
+
     for blocks, stream in {(e.blocks, e.stream) for e in card.elementwise}:
-        per_token = sum(e.bytes_per_token for e in card.elementwise if (e.blocks, e.stream) == (blocks, stream))
-        assert 0 < per_token < 40 * width * 2  # at most a few dozen bf16 passes over the residual width
+        fused, eager = per_token(blocks, stream, "fused"), per_token(blocks, stream, "eager")
+        assert fused < 40 * width * 2  # at most a few dozen bf16 passes over the residual width
+        assert fused <= eager < 250 * width * 2  # eager writes every intermediate (Wan's in float32: 190-odd)
+    assert sum(e.bytes_per_token for e in card.elementwise if e.execution == "fused") > 0
     linears = {p.module for p in card.parameters if p.kind == "linear"}
     from meshlab.cards.card import concrete_path
 

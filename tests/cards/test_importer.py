@@ -272,6 +272,11 @@ def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
 
     data = card_to_json(load_card("qwen-image"))
     assert card_from_json(data).elementwise == load_card("qwen-image").elementwise
+    assert {e.execution for e in card_from_json(data).elementwise} == {"fused", "eager"}
+    assert all(("execution" in e) == (e.get("execution") == "eager") for e in data["elementwise"])  # fused: implied
     data["elementwise"][0]["stream"] = "pixels"
     with pytest.raises(InputError, match="unknown stream"):
+        card_from_json(data, "bad.json")
+    data["elementwise"][0] |= {"stream": "image", "execution": "lazy"}
+    with pytest.raises(InputError, match="unknown stream, side or execution"):
         card_from_json(data, "bad.json")

@@ -144,8 +144,8 @@ def test_elementwise_passes_are_the_cards_bytes_per_token_at_the_chips_tokens():
     from tests.cost.helpers import strategy
 
     card = load_card("qwen-image")
-    per_token = {stream: sum(e.bytes_per_token for e in card.elementwise if e.stream == stream)
-                 for stream in ("image", "text", "joint")}
+    per_token = {stream: sum(e.bytes_per_token for e in card.elementwise if (e.stream, e.execution) == (
+        stream, "fused")) for stream in ("image", "text", "joint")}
     workload = {"batch": 2, "height": 1024, "width": 1024, "text_tokens": 64}
 
     def rows(**overrides):
@@ -189,10 +189,47 @@ def test_tensor_parallel_splits_the_elementwise_tensors_its_linears_split():
         return 1
 
     tokens = {"image": 4096, "text": 64, "joint": 4096 + 64}
-    expected = sum(e.bytes_per_token * tokens[e.stream] / split(e) for e in card.elementwise)
+    fused = [e for e in card.elementwise if e.execution == "fused"]
+    expected = sum(e.bytes_per_token * tokens[e.stream] / split(e) for e in fused)
     assert row.hbm_bytes == pytest.approx(expected)
-    whole = sum(e.bytes_per_token * tokens[e.stream] for e in card.elementwise)
+    whole = sum(e.bytes_per_token * tokens[e.stream] for e in fused)
     assert 0.4 * whole < row.hbm_bytes < 0.7 * whole  # about half of Qwen-Image's passes are split
+    s_eager = strategy(model="qwen-image", rules=PAIRS, workload=workload, compile={"elementwise": "eager"})
+    eager = predict(make_plan(s_eager, card, 8), s_eager, load_hardware("v6e-8"))
+    (eager_row,) = [w for w in eager.work if w.kind == "elementwise"]
+    eager_entries = [e for e in card.elementwise if e.execution == "eager"]
+    assert eager_row.hbm_bytes == pytest.approx(sum(e.bytes_per_token * tokens[e.stream] / split(e)
+                                                    for e in eager_entries))
+    eager_whole = sum(e.bytes_per_token * tokens[e.stream] for e in eager_entries)
+    assert 0.4 * eager_whole < eager_row.hbm_bytes < 0.8 * eager_whole  # eager intermediates split with their op
+
+
+def test_eager_execution_prices_every_ops_reads_and_writes():
+    """compile: {elementwise: eager} prices the card's eager entries (every op its own kernel) instead of the fused
+    gaps: for Qwen-Image about four times the bytes, and a step that much longer in its elementwise part."""
+    from meshlab.cost.predict import predict
+    from meshlab.hardware import load_hardware
+    from meshlab.plan.planner import make_plan
+    from tests.cost.helpers import strategy
+
+    card = load_card("qwen-image")
+    workload = {"batch": 1, "height": 1024, "width": 1024, "text_tokens": 64}
+    by_execution = {}
+    for execution in ("fused", "eager"):
+        s = strategy(model="qwen-image", rules=[], mesh={"data": 8}, workload=workload,
+                     compile={"elementwise": execution})
+        p = predict(make_plan(s, card, 8), s, load_hardware("h100"))
+        (row,) = [w for w in p.work if w.kind == "elementwise"]
+        per_token = {stream: sum(e.bytes_per_token for e in card.elementwise if (e.stream, e.execution) == (
+            stream, execution)) for stream in ("image", "text", "joint")}
+        assert row.hbm_bytes == pytest.approx(per_token["image"] * 4096 + per_token["text"] * 64
+                                              + per_token["joint"] * (4096 + 64))
+        assert ("eager" in row.name) == (execution == "eager")
+        by_execution[execution] = p
+    ratio = by_execution["eager"].step.elementwise_bytes / by_execution["fused"].step.elementwise_bytes
+    assert 3.5 < ratio < 5
+    assert by_execution["eager"].step.total - by_execution["fused"].step.total == pytest.approx(
+        by_execution["eager"].step.elementwise - by_execution["fused"].step.elementwise)
 
 
 def test_a_card_without_an_elementwise_trace_prices_none():
