@@ -5,7 +5,8 @@
 Each case names its source, what was measured, and how meshlab models it. Nothing here is tuned to these
 figures: the hardware catalog's efficiency factors, published attention rates and measured GEMM rates are used as
 they are; a case names the attention kernel only where its source shows which one ran (else the chip's default in
-the catalog). Each measured figure is compared with the terms it covers: the denoising loop alone (vllm-omni's
+the catalog), and prices its elementwise work eager only where its source ran without torch.compile or XLA (an
+eager column, diffusers, the official Wan2.1 code). Each measured figure is compared with the terms it covers: the denoising loop alone (vllm-omni's
 `diffuse` stage) with meshlab's denoise-only figure, an end-to-end figure with the end-to-end prediction (text
 encode, denoise, VAE decode, host transfers, overhead: meshlab.cost.pipeline_time), with the text encoder where the
 source ran it.
@@ -26,6 +27,33 @@ from meshlab.strategy.schema import Strategy
 REPLICATE = [{"match": "*", "shard": "replicate"}]
 FSDP = [{"match": "*", "min_rank": 2, "shard": "largest", "axis": "data"}]
 ONE_GPU = {"chips": 1, "topology": [1], "wraparound": [True]}
+
+
+def gpus(n: int, **more) -> dict:
+    """n GPUs of one node behind its switch."""
+    return {"chips": n, "topology": [n], "wraparound": [True], **more}
+
+
+def ulysses(batch_axis: str | None = None) -> dict:
+    """Ulysses over `seq` (tokens split between attentions, heads inside them), as strategies/ulysses.yaml has it;
+    `batch_axis` ("cfg") splits the guidance branches too."""
+    return {"sequence": "seq", "rules": [
+        {"point": "block.input", "spec": [batch_axis, "seq", None]},
+        {"point": "attention.qkv", "spec": [batch_axis, None, "seq"]},
+        {"point": "attention.output", "spec": [batch_axis, "seq", None]}]}
+
+
+#: xDiT times one pipeline call of examples/flux_example.py: FLUX.1-dev at 1024x1024, 28 steps, the prompt padded to
+#: 256 tokens, no CFG (guidance embedded), T5 and CLIP on the GPU, decode included; its attention processor calls
+#: flash_attn_func (FlashAttention-2) and yunchang's Ulysses attention (FA2) across GPUs
+XDIT = "xdit-project/xDiT docs/performance/flux.md (commit 8275240c, 4xH100 table; script examples/flux_example.py)"
+XDIT_FLUX = {"batch": 1, "steps": 28, "cfg": False, "text_tokens": 256}
+#: vllm-omni's performance dashboard: Qwen-Image served on 4 x A100-SXM4-80GB with CFG parallel 2 x Ulysses 2, one
+#: request at a time, timed at the client (end to end, plus HTTP and image encoding); torch.compile by default
+VLLM_OMNI_A100 = ("vllm-project/vllm-omni benchmarks/diffusion/performance_dashboard/qwen_image_serving_performance.md "
+                  "(commit d87348c0, A100-SXM4-80GB, CFG 2 x Usp 2, mean)")
+#: Wan-Video/Wan2.1 (9737cba) has no torch.compile: its official runs are eager
+WAN_OFFICIAL = "eager: the official Wan2.1 code runs without torch.compile"
 #: vllm-omni's diffusion attention on Hopper is FlashAttention-3: its CUDA backend selector picks FLASH_ATTN on
 #: compute capability 8.0-9.x and imports the fa3-fwd package first (vllm_omni/diffusion/attention, wheels 0.18.0
 #: and 0.20.0rc1); issue #3266's H200 profile lists fa3_fwd::fwd, 360 calls for 3 steps x 2 branches x 60 blocks.
@@ -46,6 +74,9 @@ class Case:
     workload: dict
     end_to_end: bool = True  # False: the source timed the denoising loop alone
     text_encoder: str = "device"  # where the source ran the text encoder ("cpu": the host)
+    activations: dict | None = None  # None: the batch over `data`
+    elementwise: str = "fused"  # how the source ran the elementwise ops: torch.compile or XLA, or eager PyTorch
+    rewrites: tuple = ()
 
 
 CASES = [
@@ -86,10 +117,46 @@ CASES = [
     Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 832x480 x 81 frames, 40 steps, CFG",
          "ModelTC/LightX2V docs, Benchmark, H200 480P 5s video: 'Wan2.1 Official (baseline)' inference time", 366.04,
          "inference of one video (end to end; I2V adds a CLIP image embedding to each cross-attention's keys, which "
-         "the T2V card leaves out)", "wan-2.1-t2v-14b", "h200", ONE_GPU,  # kernel unknown: Wan's attention.py
-         # runs FlashAttention-3 when flash_attn_interface is installed, else FlashAttention-2
+         "the T2V card leaves out; " + WAN_OFFICIAL + ")", "wan-2.1-t2v-14b", "h200", ONE_GPU,  # kernel unknown:
+         # Wan's attention.py runs FlashAttention-3 when flash_attn_interface is installed, else FlashAttention-2
          {"data": 1}, REPLICATE,
-         {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 480, "width": 832, "frames": 81}),
+         {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 480, "width": 832, "frames": 81},
+         elementwise="eager"),
+    Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 1280x720 x 81 frames, 40 steps, CFG",
+         "ModelTC/LightX2V docs, Benchmark, H200 720P 5s video: 'Wan2.1 Official (baseline)' inference time", 974.0,
+         "inference of one video (end to end; as the 480P case)", "wan-2.1-t2v-14b", "h200", ONE_GPU,
+         {"data": 1}, REPLICATE,
+         {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 720, "width": 1280, "frames": 81},
+         elementwise="eager"),
+    Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H100, 832x480 x 81 frames, 40 steps, CFG, diffusers",
+         "ModelTC/LightX2V README, Performance Benchmarks (2025.12.01), Cross-Framework Performance Comparison (H100): "
+         "'Diffusers | 1 | 9.77s/it', Wan2.1-I2V-14B-480P, 40 steps, 81 frames", 9.77 * 40,
+         "40 denoising steps at 9.77 s each (per step, both CFG branches; the 480P size and the H100 SXM part are "
+         "assumed: the README names neither; diffusers runs eager, SDPA)", "wan-2.1-t2v-14b", "h100", ONE_GPU,
+         {"data": 1}, REPLICATE,
+         {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 480, "width": 832, "frames": 81},
+         end_to_end=False, elementwise="eager"),
+    # xDiT's FLUX.1-dev table: each configuration eager ("PyTorch") and under torch.compile
+    *[Case(f"Flux.1-dev, {n} x H100, {layout}, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
+           XDIT, measured, "one pipeline call (end to end)", "flux-dev", "h100", gpus(n, attention_kernel="fa2"),
+           {"seq": n}, REPLICATE, XDIT_FLUX, activations=ulysses() if n > 1 else {"batch": None},
+           elementwise="fused" if compiled else "eager", rewrites=("layernorm-rows",) if n > 1 else ())
+      for n, layout, eager_s, compiled_s in ((1, "one GPU", 6.71, 4.30), (2, "Ulysses-2", 4.38, 2.68),
+                                            (4, "Ulysses-4", 4.24, 1.63))
+      for compiled, measured in ((False, eager_s), (True, compiled_s))],
+    *[Case(f"Qwen-Image, 4 x A100, CFG 2 x Ulysses 2, {size}x{size}, {steps} steps, true CFG", VLLM_OMNI_A100,
+           measured, "one request at the client (end to end, plus HTTP and image encoding)", "qwen-image",
+           "a100-80gb", gpus(4), {"cfg": 2, "seq": 2}, REPLICATE,
+           {"batch": 1, "steps": steps, "cfg": True, "text_tokens": 128, "height": size, "width": size},
+           activations=ulysses("cfg"), rewrites=("layernorm-rows",))
+      for size, steps, measured in ((512, 20, 2.2087), (1536, 35, 19.6739))],
+    *[Case(f"Flux.1-dev, 1 x A100, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
+           "chengzeyi/ParaAttention README, Performance, Context Parallelism (without First Block Cache), "
+           "A100-SXM4-80GB, FLUX.1-dev", measured, "one pipeline call (end to end: 'the wall time includes the "
+           "overhead of calling the text encoder and vae decoder')", "flux-dev", "a100-80gb", ONE_GPU, {"data": 1},
+           REPLICATE, {"batch": 1, "steps": 28, "cfg": False, "text_tokens": 512},
+           elementwise="fused" if compiled else "eager")
+      for compiled, measured in ((False, 13.843), (True, 9.997))],
 ]
 
 
@@ -98,8 +165,9 @@ def predict_case(case: Case) -> dict:
     hardware = load_hardware(case.hardware, case.overrides)
     strategy = Strategy.model_validate({
         "name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh, "rules": case.rules,
-        "activations": {"batch": "data"}, "workload": case.workload,
-        "placement": {"text_encoder": case.text_encoder}})
+        "activations": case.activations or {"batch": "data"}, "workload": case.workload,
+        "placement": {"text_encoder": case.text_encoder}, "rewrites": list(case.rewrites),
+        "compile": {"elementwise": case.elementwise}})
     p = predict(make_plan(strategy, card, hardware.chips), strategy, hardware)
     per_image = p.seconds_per_image if case.end_to_end else p.denoise_seconds_per_image
     predicted = per_image * p.layout.images
@@ -111,7 +179,7 @@ def predict_case(case: Case) -> dict:
             "ratio_predicted_over_measured": round(predicted / case.measured_s, 3),
             "predicted_mfu": round(p.mfu, 3), "implied_measured_mfu": round(p.mfu * predicted / case.measured_s, 3),
             "assumed": "text tokens " + str(case.workload["text_tokens"]),
-            "attention": _attention_note(case, hardware),
+            "attention": _attention_note(case, hardware), "elementwise": case.elementwise,
             "linears": "at OpenXLA's measured sm_90 GEMM rates for their shapes" if hardware.matmul_rates is not None
             else f"at compute_efficiency {hardware.compute_efficiency} (no measured GEMM rates for this chip)"}
 
@@ -136,7 +204,8 @@ def main() -> None:
               f"({r['compared_with']}; terms: {terms}), "
               f"roofline {r['roofline_s']:.2f} s; predicted/measured {r['ratio_predicted_over_measured']:.2f}; "
               f"MFU predicted {100 * r['predicted_mfu']:.0f}%, implied by the measurement "
-              f"{100 * r['implied_measured_mfu']:.0f}%; attention {r['attention']}; Linears {r['linears']}\n"
+              f"{100 * r['implied_measured_mfu']:.0f}%; attention {r['attention']}; Linears {r['linears']}; "
+              f"elementwise {r['elementwise']}\n"
               f"  source: {r['source']}")
 
 
