@@ -278,14 +278,17 @@ def test_hopper_linears_are_priced_at_openxlas_measured_gemm_rates():
         assert "default_matmul_perf_table.txtpb" in hw.sources["matmul_rates"]
 
 
-def test_gemm_rates_interpolate_in_log_shape_and_hold_at_the_grids_edges():
+def test_gemm_rates_interpolate_in_log_shape_continue_below_the_grid_and_hold_above_it():
     hw = load_hardware("h100")
     halfway = hw.matmul_rate(round(1024 * 2 ** 0.5), 4096, 4096)  # m between 1024 (751.9) and 2048 (752.3)
-    assert halfway == pytest.approx((751.9e12 + 752.3e12) / 2, rel=1e-4)
+    assert halfway == pytest.approx(math.sqrt(751.9e12 * 752.3e12), rel=1e-4)  # log rate, linear in log m
     corners = [hw.matmul_rate(m, k, n) for m in (1024, 2048) for k in (2048, 4096) for n in (2048, 4096)]
-    assert hw.matmul_rate(1448, 2896, 2896) == pytest.approx(sum(corners) / 8, rel=2e-3)
-    assert hw.matmul_rate(64, 3072, 3072) == hw.matmul_rate(256, 3072, 3072)  # below the grid: the edge's rate
-    assert hw.matmul_rate(32760, 5120, 13824) == 780.2e12  # above it: the largest measured shape's
+    assert hw.matmul_rate(1448, 2896, 2896) == pytest.approx(math.prod(corners) ** (1 / 8), rel=2e-3)
+    # below the grid the first two points' trend continues: 128 rows run at 418.4 x 418.4 / 661.6 TFLOP/s (m = 256
+    # and 512 at n = k = 4096), so halving the rows takes 0.79 of the time; a single row is far slower still
+    assert hw.matmul_rate(128, 4096, 4096) == pytest.approx(418.4e12 ** 2 / 661.6e12, rel=1e-6)
+    assert hw.matmul_rate(1, 3072, 3072) < hw.matmul_rate(64, 3072, 3072) < hw.matmul_rate(256, 3072, 3072)
+    assert hw.matmul_rate(32760, 5120, 13824) == pytest.approx(780.2e12)  # above it: the largest measured shape's
 
 
 def test_matmuls_without_measured_rates_fall_back_to_compute_efficiency():

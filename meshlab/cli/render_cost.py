@@ -163,9 +163,11 @@ def _catalog_pricing_line(c, hw) -> str:
     if c.linears_measured:
         grid = hw.matmul_rates
         span = f"{min(grid.m[0], grid.n[0], grid.k[0])}..{max(grid.m[-1], grid.n[-1], grid.k[-1])} a dim"
-        beyond = (f", the farthest {c.linears_stretch:.1f}x beyond the measured shapes ({span}; held at the edge)"
-                  if c.linears_stretch > 1.0 else ", all within the measured shapes")
-        parts.append(f"{c.linears_measured} Linears at measured GEMM rates{beyond}")
+        outside = [f"{c.linears_below:.1f}x below them (their trend continued)"] if c.linears_below > 1.0 else []
+        outside += [f"{c.linears_above:.1f}x above them (the largest shape's rate held)"] if c.linears_above > 1.0 \
+            else []
+        where = f", the farthest {' and '.join(outside)}" if outside else ", all within them"
+        parts.append(f"{c.linears_measured} Linears at measured GEMM rates ({span}){where}")
     if c.attention_published:
         parts.append(f"{c.attention_published} attentions at {hw.attention_kernel}'s published rates")
     return f"Priced from the catalog: {'; '.join(parts)}; {c.assumed} other ops at the assumed efficiencies"

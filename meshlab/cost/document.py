@@ -55,7 +55,7 @@ def priced_document(p: Prediction) -> dict:
         rest = "the other ops" if measured or published else "every op"
         return {"from": "catalog", "measured": measured, "published": published,
                 "assumed": [f"{rest} ({c.assumed}) at compute_efficiency and hbm_efficiency"],
-                "extrapolated": c.linears_stretch}
+                "extrapolated": {"below_measured_gemms": c.linears_below, "above_measured_gemms": c.linears_above}}
     return {"from": "profile", "basis": m.basis, "measured": list(m.measured), "assumed": list(m.assumed),
             "collectives": ("inside the timed call" if m.collectives_included else
                             {"measured": m.collectives_measured, "assumed": m.collectives_assumed}),

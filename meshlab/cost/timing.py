@@ -52,7 +52,7 @@ class Assumptions:
                           f"{hw.sources.get('attention_rates', '')}"}] if hw.attention_kernel else []),
             *([{"name": "matmul_rates", "value": None,
                 "source": "each Linear at the measured rate of a GEMM of its shard's shape (interpolated in log m, "
-                          "n, k; held at the grid's edges): " + hw.sources.get("matmul_rates", "")}]
+                          "n, k; below the grid its trend continues, above it the edge's rate holds): " + hw.sources.get("matmul_rates", "")}]
               if hw.matmul_rates is not None else []),
             {"name": "overlap", "value": self.overlap,
              "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
@@ -139,7 +139,9 @@ class CatalogPricing:
     the measured grid the farthest lies) and how many attentions at published rates; the rest is assumed."""
 
     linears_measured: int
-    linears_stretch: float  # 1: every Linear whose time its rate sets lies within the grid
+    #: how far below and above the measured grid the farthest Linear whose time its rate sets lies (1: within)
+    linears_below: float
+    linears_above: float
     attention_published: int
     assumed: int  # ops at compute_efficiency / hbm_efficiency alone
 
@@ -148,9 +150,10 @@ class CatalogPricing:
         rated = [w for w in work if op_rate(w, hardware) is not None]
         linears = [w for w in rated if w.kind == "linear"]
         bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
-        stretch = max((hardware.matmul_rates.stretch(w.shape[0], w.shape[2], w.shape[1]) for w in linears
-                       if op_compute_seconds(w, hardware) >= w.hbm_bytes / bandwidth), default=1.0)
-        return CatalogPricing(sum(w.count for w in linears), stretch,
+        stretches = [hardware.matmul_rates.stretch(w.shape[0], w.shape[2], w.shape[1]) for w in linears
+                     if op_compute_seconds(w, hardware) >= w.hbm_bytes / bandwidth]
+        return CatalogPricing(sum(w.count for w in linears), max((b for b, _ in stretches), default=1.0),
+                              max((a for _, a in stretches), default=1.0),
                               sum(w.count for w in rated if w.kind == "attention"),
                               sum(w.count for w in work) - sum(w.count for w in rated))
 

@@ -87,8 +87,8 @@ def test_cli_explain_on_a_hopper_gpu_names_its_measured_gemm_rates():
     assert "sm_90" in assumptions["matmul_rates"] and "every op but Linears and attention" in assumptions[
         "compute_efficiency"]
     text = CliRunner().invoke(cli(), ["explain", str(strategy)])
-    assert text.exit_code == 0 and "Priced from the catalog: 846 Linears at measured GEMM rates, the farthest 3.0x " \
-        "beyond the measured shapes" in " ".join(text.stdout.split())  # as one line, however rich wrapped it
+    assert text.exit_code == 0 and "Priced from the catalog: 846 Linears at measured GEMM rates (256..4096 a dim), " \
+        "the farthest 256.0x below them (their trend continued) and 3.0x above them" in " ".join(text.stdout.split())
 
 
 def test_cli_sweep_writes_yaml_and_reports(tmp_path, monkeypatch):

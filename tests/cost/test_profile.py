@@ -213,9 +213,10 @@ def test_a_catalog_prediction_says_it_is_assumed():
 
 
 def test_a_hopper_catalog_prediction_says_which_ops_rest_on_measured_or_published_rates():
-    """On one H200, every Linear is priced from OpenXLA's GEMM table and every attention from fa2's rates; the
-    modulation Linears (one row each) lie far below the grid but their weight reads set their time, so only the
-    MLP's 12288-wide contraction counts as extrapolated: 3x the grid's 4096."""
+    """On one H200, every Linear is priced from OpenXLA's GEMM table and every attention from fa2's rates. The
+    MLP's 12288-wide contraction lies 3x above the grid's 4096; the timestep embedder's first Linear (one row)
+    256x below its 256 rows, where the trend of its smallest shapes sets the time (the modulation Linears, also one
+    row, are bound by their weight reads and do not count)."""
     from meshlab.cost.document import priced_document
 
     planned = plan_file(ROOT / "experiments" / "strategies" / "qwen-image-one-h200.yaml")
@@ -224,7 +225,7 @@ def test_a_hopper_catalog_prediction_says_which_ops_rest_on_measured_or_publishe
     attentions = sum(w.count for w in p.work if w.kind == "attention")
     assert p.pricing.linears_measured == linears and p.pricing.attention_published == attentions == 60
     assert p.pricing.assumed == sum(w.count for w in p.work) - linears - attentions
-    assert p.pricing.linears_stretch == pytest.approx(12288 / 4096)
+    assert p.pricing.linears_above == pytest.approx(12288 / 4096) and p.pricing.linears_below == 256
     priced = priced_document(p)
     assert priced["measured"] == [f"{linears} Linears at the measured GEMM rate for their shape"]
     flat = plan_file(ROOT / "experiments" / "strategies" / "qwen-image-one-h200.yaml")
