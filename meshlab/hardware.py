@@ -81,7 +81,8 @@ class MatmulRates:
             problems.append("matmul_rates must all be positive FLOP/s")
         return problems
 
-    def rate(self, m: int, n: int, k: int) -> float:
+    def rate(self, m: int, k: int, n: int) -> float:
+        """FLOP/s of a ``[m, k] x [k, n]`` GEMM (a Linear's tokens, in and out features, as `Work.shape` has them)."""
         (i, ti), (j, tj), (l, tl) = (_bracket(axis, x) for axis, x in ((self.m, m), (self.n, n), (self.k, k)))
         nn, nk = len(self.n), len(self.k)
         corners = [(wa * wb * wc, self.rates[(a * nn + b) * nk + c])
@@ -91,7 +92,7 @@ class MatmulRates:
             return corners[0][1]
         return math.exp(sum(weight * math.log(rate) for weight, rate in corners))
 
-    def stretch(self, m: int, n: int, k: int) -> tuple[float, float]:
+    def stretch(self, m: int, k: int, n: int) -> tuple[float, float]:
         """How many times below and above the measured grid the shape lies along its farthest dim (1: within)."""
         dims = ((self.m, m), (self.n, n), (self.k, k))
         return max(max(axis[0] / x, 1.0) for axis, x in dims), max(max(x / axis[-1], 1.0) for axis, x in dims)
@@ -207,10 +208,17 @@ class Hardware:
                 return r0 + t * (r1 - r0)
         return points[-1][1]
 
+    @property
+    def rated_ops(self) -> tuple[str, ...]:
+        """The op kinds this entry prices at rates of their own, not compute_efficiency: "linear" (measured GEMM
+        rates), "attention" (its kernel's published rates)."""
+        return tuple(kind for kind, given in (("linear", self.matmul_rates is not None),
+                                              ("attention", bool(self.attention_kernel))) if given)
+
     def matmul_rate(self, m: int, k: int, n: int) -> float | None:
         """FLOP/s of a ``[m, k] x [k, n]`` GEMM from the measured `matmul_rates`; None where the entry has none
         (compute_efficiency prices it)."""
-        return self.matmul_rates.rate(m, n, k) if self.matmul_rates is not None and min(m, k, n) >= 1 else None
+        return self.matmul_rates.rate(m, k, n) if self.matmul_rates is not None and min(m, k, n) >= 1 else None
 
     def using(self, devices: int) -> "Hardware":
         """The same system using `devices` of its devices: any count up to a GPU node's (one GPU, or four of

@@ -70,11 +70,11 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
                             batch=workload["batch"])  # fits and predictions at the size this run uses
     options = replace(options, backend=resolve_backend(options.backend, planned.plan.mesh.device_count))
     notes = []
-    ran = RUNS_ELEMENTWISE.get(options.backend)  # an unknown backend is refused below
-    if ran is not None and planned.strategy.compile.elementwise != ran:  # price what runs, as the text length below
+    ran, said = RUNS_ELEMENTWISE.get(options.backend), planned.strategy.compile.elementwise  # unknown: refused below
+    if ran is not None and said != ran:  # price what runs, as the text length below
         planned = with_elementwise(planned, ran)
         notes.append(f"priced with compile: {{elementwise: {ran}}}, as --backend {options.backend} runs it (the "
-                     f"strategy says {'eager' if ran == 'fused' else 'fused'})")
+                     f"strategy says {said})")
     if options.checkpoint == "random":
         from meshlab.cards.truncate import block_lists
         from meshlab.pipeline.random_pipeline import card_as_built

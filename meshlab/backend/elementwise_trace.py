@@ -142,18 +142,24 @@ class _Recorder:
                 written.append((r, self.version[r], t))
         self.ops.append((heavy, block, read, written))
 
-    def bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
+    def _index(self) -> tuple[list, dict, dict]:
+        """Each op's gap (None for a heavy op), and by tensor version the op that made it and the ops that read
+        it."""
         gap, gaps = 0, []
         for heavy, *_ in self.ops:
             gap += bool(heavy)
             gaps.append(None if heavy else gap)
-        made_by: dict[tuple[int, int], int] = {}  # tensor version -> the op that made it
-        read_by: dict[tuple[int, int], list] = defaultdict(list)  # tensor version -> the ops that read it
-        for i, (heavy, block, read, written) in enumerate(self.ops):
+        made_by: dict[tuple[int, int], int] = {}
+        read_by: dict[tuple[int, int], list] = defaultdict(list)
+        for i, (_, _, read, written) in enumerate(self.ops):
             for r, v, _ in read:
                 read_by[(r, v)].append(i)
             for r, v, _ in written:
                 made_by[(r, v)] = i
+        return gaps, made_by, read_by
+
+    def bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
+        gaps, made_by, read_by = self._index()
         counted: dict[tuple, tuple[str, str, object]] = {}
         for i, (heavy, block, read, written) in enumerate(self.ops):
             g = gaps[i]
@@ -171,12 +177,9 @@ class _Recorder:
                     beside = heavy_readers[0] if heavy_readers and len(heavy_readers) == len(outside) else ""
                     counted.setdefault((g, "write", r, v), (block, _side("in", beside), t))
         totals: dict[tuple, float] = defaultdict(float)
-        for block, (side, linear), t in counted.values():
-            stream = stream_of(tuple(t.shape))
-            if stream in ("image", "text", "joint"):
-                totals[(block, stream, side, linear)] += t.numel() * t.element_size()
+        for block, side, t in counted.values():
+            _charge(totals, block, side, t, stream_of)
         return dict(totals)
-
 
     def eager_bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
         """Bytes per block when every elementwise op runs as its own kernel (eager PyTorch): each op reads each
@@ -185,20 +188,10 @@ class _Recorder:
         gap has none (the residual stream); an elementwise op's output takes the side of the largest tensor it
         reads (its first among equals: the residual stream in ``x + gate * y``), except an output only Linears
         read, which is that Linear's input ("in")."""
-        gap, gaps = 0, []
-        for heavy, *_ in self.ops:
-            gap += bool(heavy)
-            gaps.append(None if heavy else gap)
-        read_by: dict[tuple[int, int], list] = defaultdict(list)
-        for i, (_, _, read, _) in enumerate(self.ops):
-            for r, v, _ in read:
-                read_by[(r, v)].append(i)
-        made_by: dict[tuple[int, int], int] = {}
+        gaps, made_by, read_by = self._index()
         side_of: dict[tuple[int, int], tuple[str, str]] = {}
         totals: dict[tuple, float] = defaultdict(float)
         for i, (heavy, block, read, written) in enumerate(self.ops):
-            for r, v, _ in written:
-                made_by[(r, v)] = i
             if heavy:
                 for r, v, _ in written:
                     side_of[(r, v)] = _side("out", heavy)
@@ -206,7 +199,7 @@ class _Recorder:
 
             def side(r: int, v: int) -> tuple[str, str]:
                 maker = made_by.get((r, v))
-                if maker is None or maker == i or not (self.ops[maker][0] or gaps[maker] == gaps[i]):
+                if maker is None or not (self.ops[maker][0] or gaps[maker] == gaps[i]):
                     return ("", "")  # from outside the forward, or from another gap's elementwise op
                 return side_of[(r, v)]
 
@@ -219,15 +212,19 @@ class _Recorder:
                 side_of[(r, v)] = sides[(r, v)] = _side("in", readers[0]) if only_linears else inherited
             if block is None:
                 continue
-            seen = set()
+            once: dict[tuple[int, int], object] = {}  # a tensor version an op meets twice moves once (the first view)
             for r, v, t in [*read, *written]:
-                if (r, v) in seen:
-                    continue
-                seen.add((r, v))
-                stream = stream_of(tuple(t.shape))
-                if stream in ("image", "text", "joint"):
-                    totals[(block, stream, *sides[(r, v)])] += t.numel() * t.element_size()
+                once.setdefault((r, v), t)
+            for version, t in once.items():
+                _charge(totals, block, sides[version], t, stream_of)
         return dict(totals)
+
+
+def _charge(totals: dict, block: str, side: tuple[str, str], t, stream_of: Callable[[tuple[int, ...]], str]) -> None:
+    """Add `t`'s bytes to its block, stream and side; a tensor without a token dim is left out."""
+    stream = stream_of(tuple(t.shape))
+    if stream in ("image", "text", "joint"):
+        totals[(block, stream, *side)] += t.numel() * t.element_size()
 
 
 def _side(direction: str, heavy: str) -> tuple[str, str]:

@@ -99,9 +99,8 @@ def render_sweep(result, hardware, console, out: str, seconds: float) -> None:
 
 def _compute_how(hw) -> str:
     rest = f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"
-    rated = [what for what, given in (("Linears at the measured GEMM rate for their shape", hw.matmul_rates is not None),
-                                      (f"attention at {hw.attention_kernel}'s published rate", hw.attention_kernel))
-             if given]
+    rated = [{"linear": "Linears at the measured GEMM rate for their shape",
+              "attention": f"attention at {hw.attention_kernel}'s published rate"}[kind] for kind in hw.rated_ops]
     return f"{'; '.join(rated)}; the rest {rest}" if rated else rest
 
 

@@ -46,7 +46,8 @@ class Calibration:
                   "attention_rates": {self.attention_kernel: [[n, float(f"{r:.4g}")] for n, r in self.attention_rates]}}
                  if self.attention_kernel else {})
         if self.matmul_rates is not None:
-            rates["matmul_rates"] = self.matmul_rates.to_json()
+            rates["matmul_rates"] = replace(self.matmul_rates, rates=tuple(
+                float(f"{r:.4g}") for r in self.matmul_rates.rates)).to_json()
         return {"name": self.hardware, "compute_efficiency": round(self.compute_efficiency, 4),
                 "hbm_efficiency": round(self.hbm_efficiency, 4), "step_overhead_s": round(self.overhead_s, 6),
                 **rates}
@@ -90,8 +91,7 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
     return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
                        catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead),
                        catalog.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates),
-                       None if gemm is None else replace(gemm, rates=tuple(float(f"{r / slowdown:.4g}")
-                                                                            for r in gemm.rates)))
+                       None if gemm is None else replace(gemm, rates=tuple(r / slowdown for r in gemm.rates)))
 
 
 def _fit(points: list[Point]) -> tuple[float, float]:

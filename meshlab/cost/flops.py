@@ -136,9 +136,14 @@ def _elementwise_split(e, like: LinearOp, by_module: dict, graph: Graph, layout:
         for attention in graph.attentions:
             q = by_module.get(attention.qkv[0])
             if q is not None and q.module.split(".", 2)[:2] == block:
-                split = compute_split(q.weight.spec.entries[0], mesh, gathered)
-                return split if attention.heads % split == 0 else 1
+                return _head_split(attention, q, layout, mesh)
     return 1
+
+
+def _head_split(attention: Attention, q: LinearOp, layout: Layout, mesh: AbstractMesh) -> int:
+    """Into how many pieces a chip's attention heads are split: as q's output features, when that divides them."""
+    split = compute_split(q.weight.spec.entries[0], mesh, layout.activation_axes())
+    return split if attention.heads % split == 0 else 1
 
 
 def _split(axes, mesh: AbstractMesh) -> int:
@@ -159,8 +164,7 @@ def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
 
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
-    head_split = compute_split(qkv[0].weight.spec.entries[0], mesh, layout.activation_axes())
-    heads = -(-attention.heads // head_split) if attention.heads % head_split == 0 else attention.heads
+    heads = attention.heads // _head_split(attention, qkv[0], layout, mesh)
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)
     width = heads * attention.head_dim

@@ -52,7 +52,8 @@ class Assumptions:
                           f"{hw.sources.get('attention_rates', '')}"}] if hw.attention_kernel else []),
             *([{"name": "matmul_rates", "value": None,
                 "source": "each Linear at the measured rate of a GEMM of its shard's shape (interpolated in log m, "
-                          "n, k; below the grid its trend continues, above it the edge's rate holds): " + hw.sources.get("matmul_rates", "")}]
+                          "n, k; below the grid its trend continues, above it the edge's rate holds): "
+                          + hw.sources.get("matmul_rates", "")}]
               if hw.matmul_rates is not None else []),
             {"name": "overlap", "value": self.overlap,
              "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next op)"},
@@ -75,8 +76,7 @@ class Assumptions:
 
 
 def _compute_efficiency_scope(hw: Hardware) -> str:
-    priced = [what for what, given in (("Linears", hw.matmul_rates is not None), ("attention", hw.attention_kernel))
-              if given]
+    priced = [{"linear": "Linears", "attention": "attention"}[kind] for kind in hw.rated_ops]
     return f" (here: every op but {' and '.join(priced)}, which run at the rates below)" if priced else ""
 
 
@@ -150,7 +150,7 @@ class CatalogPricing:
         rated = [w for w in work if op_rate(w, hardware) is not None]
         linears = [w for w in rated if w.kind == "linear"]
         bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
-        stretches = [hardware.matmul_rates.stretch(w.shape[0], w.shape[2], w.shape[1]) for w in linears
+        stretches = [hardware.matmul_rates.stretch(*w.shape) for w in linears
                      if op_compute_seconds(w, hardware) >= w.hbm_bytes / bandwidth]
         return CatalogPricing(sum(w.count for w in linears), max((b for b, _ in stretches), default=1.0),
                               max((a for _, a in stretches), default=1.0),
