@@ -39,7 +39,7 @@ def try_(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_jso
 @app.command("schema")
 @reports_errors
 def schema() -> None:
-    """Print the JSON Schema of a strategy file (from its pydantic models), for editors that validate YAML.
+    """Print the JSON Schema of a strategy file (from its typed records), for editors that validate YAML.
 
     With yaml-language-server: `meshlab schema > strategy.schema.json`, then put
     `# yaml-language-server: $schema=strategy.schema.json` at the top of a strategy file."""

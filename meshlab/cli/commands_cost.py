@@ -114,13 +114,12 @@ def _card_and_hardware(model: str, hardware: str, devices: int | None):
 
 
 def _workload(cls, **fields):
-    from pydantic import ValidationError
-
     from meshlab.errors import InputError
+    from meshlab.strategy.records import RecordError
 
     try:
-        return cls(**fields)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
+        return cls.model_validate(fields)
+    except RecordError as exc:
+        error = exc.errors()[0]
         name = "--" + str(error["loc"][0]).replace("_", "-")
         raise InputError(f"{name}: {error['msg']}", f"see `meshlab sweep --help` for {name}") from None

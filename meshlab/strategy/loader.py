@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
-
 from meshlab.errors import InputError, MeshlabError
+from meshlab.strategy.records import Closed, RecordError
 from meshlab.strategy.schema import Strategy
 from meshlab.strategy.yaml_source import YamlDocument, read_yaml
 
@@ -36,15 +35,14 @@ def load_strategy(path: str | Path) -> LoadedStrategy:
         )
     try:
         strategy = Strategy.model_validate(document.data)
-    except ValidationError as exc:
+    except RecordError as exc:
         raise validation_error(exc, document, Strategy) from None
     return LoadedStrategy(strategy, document, path)
 
 
-def validation_error(exc: ValidationError, document: YamlDocument, root: type[BaseModel]) -> InputError:
-    """pydantic's first error as one located InputError, with the valid keys or the field's description."""
-    located = [(_data_path(e["loc"], document.data, missing=e["type"] == "missing"), e)
-               for e in exc.errors(include_url=False)]
+def validation_error(exc: RecordError, document: YamlDocument, root: type[Closed]) -> InputError:
+    """The most specific problem as one located InputError, with the valid keys or the field's description."""
+    located = [(_data_path(e["loc"], document.data, missing=e["type"] == "missing"), e) for e in exc.errors()]
     loc, error = max(located, key=lambda pair: len(pair[0]))  # the most specific; the first among equals
     where = document.locate(loc)
     field = _show_path(loc) or "the file"
@@ -55,14 +53,12 @@ def validation_error(exc: ValidationError, document: YamlDocument, root: type[Ba
         return InputError(f"unknown key {loc[-1]!r} in {parent}", f"valid keys are: {valid}", where)
     if kind == "missing":
         return InputError(f"{field} is missing", f"add `{loc[-1]}:` ({_description(root, loc)})", where)
-    message = error["msg"].removeprefix("Value error, ")
-    return InputError(f"{field}: {message}", _fix_for(root, loc), where)
+    return InputError(f"{field}: {error['msg']}", _fix_for(root, loc), where)
 
 
 def _data_path(loc: tuple, data: object, missing: bool) -> tuple:
-    """pydantic's error path less the union members it names ('list[...]', 'HardwareRef'): keep only the
-    parts that walk the document's data (and, for a missing field, its name), so the path names what the
-    user wrote."""
+    """The parts of a problem's path that walk the document's data (and, for a missing field, its name), so
+    the path names what the user wrote."""
     path = []
     for position, part in enumerate(loc):
         if isinstance(data, dict) and part in data:
@@ -84,37 +80,33 @@ def _show_path(loc: tuple) -> str:
     return text
 
 
-def _field_model(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model that the field path `loc` points into (for listing its valid keys)."""
-    model: type[BaseModel] | None = root
+def _field_model(root: type[Closed], loc: tuple) -> type[Closed] | None:
+    """The record type that the field path `loc` points into (for listing its valid keys)."""
+    model: type[Closed] | None = root
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
-        info = model.model_fields.get(part)
-        model = _model_in(info.annotation) if info else None
+        model = model.field_record(part) if part in model.field_names() else None
     return model
 
 
-def _model_in(annotation: object) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found:
-            return found
-    return None
-
-
-def _valid_keys(root: type[BaseModel], loc: tuple) -> list[str]:
+def _valid_keys(root: type[Closed], loc: tuple) -> list[str]:
     model = _field_model(root, loc)
-    return list(model.model_fields) if model else []
+    return model.field_names() if model else []
 
 
-def _description(root: type[BaseModel], loc: tuple) -> str:
+def _description(root: type[Closed], loc: tuple) -> str:
     model = _field_model(root, loc[:-1])
-    info = model.model_fields.get(loc[-1]) if model else None
-    return (info.description or "see strategies/2d.yaml") if info else "see strategies/2d.yaml"
+    described = model.field_description(loc[-1]) if model and loc[-1] in model.field_names() else ""
+    return described or "see strategies/2d.yaml"
 
 
-def _fix_for(root: type[BaseModel], loc: tuple) -> str:
-    return f"{_show_path(loc)} is {_description(root, loc)}" if loc else "see strategies/2d.yaml"
+def _fix_for(root: type[Closed], loc: tuple) -> str:
+    """What the field is (an item of a list or mapping: what the field holding it is)."""
+    field = loc
+    while field and (isinstance(field[-1], int) or _field_model(root, field[:-1]) is None):
+        field = field[:-1]
+    described = _description(root, field) if field else ""
+    if not described or described == "see strategies/2d.yaml":
+        return "see strategies/2d.yaml"
+    return f"{_show_path(field)} is {described}"
