@@ -3,12 +3,16 @@
     python benchmarks/bench_cli.py                      # meshlab try strategies/2d.yaml, 15 runs
     python benchmarks/bench_cli.py --runs 5 -- sweep --model qwen-image --hardware v6e-8
 
-Reports figures for issue notes; nothing here asserts a time (machines are shared and noisy).
+Reports figures for issue notes; nothing here asserts a time (machines are shared and noisy). Beside the wall
+time it reports the CPU time (user + system) of each run: when the two agree, the command is bound by the CPU
+(imports and planning), not by waiting on files. On a shared host both swing by a fifth from one batch of runs
+to the next: compare two versions in alternating batches, never against a figure taken another day.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -24,15 +28,19 @@ def meshlab_executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("meshlab") or "meshlab")
 
 
-def time_runs(command: list[str], runs: int) -> list[float]:
-    times = []
+def time_runs(command: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds (user + system, the process and its children) of each run."""
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         result = subprocess.run(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        times.append(time.perf_counter() - start)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if result.returncode not in (0,):
             sys.exit(f"{' '.join(command)} exited {result.returncode}: {result.stderr.decode()[-500:]}")
-    return times
+    return walls, cpus
 
 
 def main() -> None:
@@ -42,9 +50,10 @@ def main() -> None:
     options = parser.parse_args()
     command = [meshlab_executable(), *options.args]
     time_runs(command, 1)  # warm the file cache and .pyc files
-    times = time_runs(command, options.runs)
-    print(f"{' '.join(['meshlab', *options.args])}: median {statistics.median(times):.3f} s, "
-          f"min {min(times):.3f} s, max {max(times):.3f} s over {options.runs} runs")
+    walls, cpus = time_runs(command, options.runs)
+    print(f"{' '.join(['meshlab', *options.args])}: wall median {statistics.median(walls):.3f} s, "
+          f"min {min(walls):.3f} s, max {max(walls):.3f} s; CPU median {statistics.median(cpus):.3f} s, "
+          f"min {min(cpus):.3f} s, max {max(cpus):.3f} s; over {options.runs} runs")
 
 
 if __name__ == "__main__":

@@ -4,14 +4,14 @@
 # random weights at real width, CFG, 20 steps) at both sizes with plain PyTorch, each run priced from its profile.
 # Profiles and records land in $OUT (the device tool brings them back); commit them under experiments/.
 #
-# The machine has torch, transformers, typer, rich and pyyaml but not diffusers or pydantic: carry them as wheels in
-# wheels/ (git-ignored), downloaded here with
+# The machine has torch, transformers, typer, rich and pyyaml but not diffusers: carry it as a wheel in wheels/
+# (git-ignored), downloaded here with (meshlab no longer needs pydantic)
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d wheels \
-#       diffusers pydantic pydantic-core annotated-types typing-inspection
+#       diffusers
 set -euo pipefail
 OUT=${OUT:-out/h200}
 mkdir -p "$OUT/results" "$OUT/images" "$OUT/profiles"
-if ! python3 -c "import diffusers, pydantic" 2>/dev/null; then
+if ! python3 -c "import diffusers" 2>/dev/null; then
   python3 -m pip install -q --no-deps --target /tmp/meshlab-deps wheels/*.whl
   export PYTHONPATH="/tmp/meshlab-deps${PYTHONPATH:+:$PYTHONPATH}"
 fi
