@@ -58,6 +58,13 @@ WAN_OFFICIAL = "eager: the official Wan2.1 code runs without torch.compile"
 #: compute capability 8.0-9.x and imports the fa3-fwd package first (vllm_omni/diffusion/attention, wheels 0.18.0
 #: and 0.20.0rc1); issue #3266's H200 profile lists fa3_fwd::fwd, 360 calls for 3 steps x 2 branches x 60 blocks.
 VLLM_OMNI_HOPPER = {**ONE_GPU, "attention_kernel": "fa3"}
+#: vllm-omni's benchmarks (the CI perf tests of PR #2707 and issue #3266, and the A100 dashboard) use its `random`
+#: dataset: the prompt is "Random prompt {idx} for benchmarking diffusion models" and the negative prompt "Negative
+#: prompt {idx} ..." (benchmarks/diffusion/diffusion_benchmark_serving.py, RandomDataset, unchanged from #1657 on
+#: 2026-03-20 through #2707). Its Qwen-Image pipeline pads only to the longest prompt of the batch and drops the
+#: template's 34-token system prefix, so the text stream carries the prompt's 8-10 tokens (Qwen2's pre-tokenizer
+#: splits a digit and the space before it into their own tokens) and the 5 of "<|im_end|>\n<|im_start|>assistant\n".
+VLLM_OMNI_TEXT_TOKENS = 14
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class Case:
     text_encoder: str = "device"  # where the source ran the text encoder ("cpu": the host)
     activations: dict | None = None  # None: the batch over `data`
     elementwise: str = "fused"  # how the source ran the elementwise ops: torch.compile or XLA, or eager PyTorch
+    pair: str | None = None  # the same source and setup at another size: read the two together (see PAIRS below)
     rewrites: tuple = ()
 
 
@@ -103,17 +111,19 @@ CASES = [
          "vllm-project/vllm-omni PR #2707 (test_qwen_image_single_device, diffuse p50)", 23.19,
          "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", VLLM_OMNI_HOPPER, {"data": 1},
          REPLICATE,
-         {"batch": 1, "steps": 35, "cfg": True, "text_tokens": 128, "height": 1536, "width": 1536}, end_to_end=False),
+         {"batch": 1, "steps": 35, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": 1536, "width": 1536},
+         end_to_end=False, pair="vllm-omni, 1 x H100, 512 and 1536"),
     Case("Qwen-Image, 1 x H100, 512x512, 20 steps, true CFG",
          "vllm-project/vllm-omni PR #2707 (test_qwen_image_single_device, diffuse p50)", 2.32,
          "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h100", VLLM_OMNI_HOPPER, {"data": 1},
          REPLICATE,
-         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}, end_to_end=False),
+         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": 512, "width": 512},
+         end_to_end=False, pair="vllm-omni, 1 x H100, 512 and 1536"),
     Case("Qwen-Image, 1 x H200, 512x512, 20 steps, true CFG",
          "vllm-project/vllm-omni issue #3266 (single device on H200, version 0.19.1, diffuse mean)", 2.17,
          "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h200", VLLM_OMNI_HOPPER, {"data": 1},
          REPLICATE,
-         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": 128, "height": 512, "width": 512}, end_to_end=False),
+         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": 512, "width": 512}, end_to_end=False),
     Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 832x480 x 81 frames, 40 steps, CFG",
          "ModelTC/LightX2V docs, Benchmark, H200 480P 5s video: 'Wan2.1 Official (baseline)' inference time", 366.04,
          "inference of one video (end to end; I2V adds a CLIP image embedding to each cross-attention's keys, which "
@@ -121,13 +131,13 @@ CASES = [
          # Wan's attention.py runs FlashAttention-3 when flash_attn_interface is installed, else FlashAttention-2
          {"data": 1}, REPLICATE,
          {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 480, "width": 832, "frames": 81},
-         elementwise="eager"),
+         elementwise="eager", pair="LightX2V, Wan official, 1 x H200, 480P and 720P"),
     Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 1280x720 x 81 frames, 40 steps, CFG",
          "ModelTC/LightX2V docs, Benchmark, H200 720P 5s video: 'Wan2.1 Official (baseline)' inference time", 974.0,
          "inference of one video (end to end; as the 480P case)", "wan-2.1-t2v-14b", "h200", ONE_GPU,
          {"data": 1}, REPLICATE,
          {"batch": 1, "steps": 40, "cfg": True, "text_tokens": 512, "height": 720, "width": 1280, "frames": 81},
-         elementwise="eager"),
+         elementwise="eager", pair="LightX2V, Wan official, 1 x H200, 480P and 720P"),
     Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H100, 832x480 x 81 frames, 40 steps, CFG, diffusers",
          "ModelTC/LightX2V README, Performance Benchmarks (2025.12.01), Cross-Framework Performance Comparison (H100): "
          "'Diffusers | 1 | 9.77s/it', Wan2.1-I2V-14B-480P, 40 steps, 81 frames", 9.77 * 40,
@@ -147,8 +157,8 @@ CASES = [
     *[Case(f"Qwen-Image, 4 x A100, CFG 2 x Ulysses 2, {size}x{size}, {steps} steps, true CFG", VLLM_OMNI_A100,
            measured, "one request at the client (end to end, plus HTTP and image encoding)", "qwen-image",
            "a100-80gb", gpus(4), {"cfg": 2, "seq": 2}, REPLICATE,
-           {"batch": 1, "steps": steps, "cfg": True, "text_tokens": 128, "height": size, "width": size},
-           activations=ulysses("cfg"), rewrites=("layernorm-rows",))
+           {"batch": 1, "steps": steps, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": size, "width": size},
+           activations=ulysses("cfg"), rewrites=("layernorm-rows",), pair="vllm-omni, 4 x A100, 512 and 1536")
       for size, steps, measured in ((512, 20, 2.2087), (1536, 35, 19.6739))],
     *[Case(f"Flux.1-dev, 1 x A100, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
            "chengzeyi/ParaAttention README, Performance, Context Parallelism (without First Block Cache), "
@@ -178,10 +188,35 @@ def predict_case(case: Case) -> dict:
             "roofline_s": round(p.step.roofline * p.layout.steps, 3),
             "ratio_predicted_over_measured": round(predicted / case.measured_s, 3),
             "predicted_mfu": round(p.mfu, 3), "implied_measured_mfu": round(p.mfu * predicted / case.measured_s, 3),
+            "transformer_calls": p.layout.steps * p.layout.calls, "pair": case.pair,
             "assumed": "text tokens " + str(case.workload["text_tokens"]),
             "attention": _attention_note(case, hardware), "elementwise": case.elementwise,
             "linears": "at OpenXLA's measured sm_90 GEMM rates for their shapes" if hardware.matmul_rates is not None
             else f"at compute_efficiency {hardware.compute_efficiency} (no measured GEMM rates for this chip)"}
+
+
+def read_pairs(rows: list[dict]) -> list[dict]:
+    """Each pair of cases from one source and setup at two sizes, read as measured = calls x fixed + scale x
+    predicted (two equations, two unknowns): `scale` near 1 says the predicted rates hold across the sizes, and
+    `fixed` is then what each transformer call costs beyond them (host dispatch, launches, syncs: anything that
+    does not grow with tokens). A diagnosis of what the model misses, never a figure it uses."""
+    grouped: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["pair"]:
+            grouped.setdefault(row["pair"], []).append(row)
+    out = []
+    for name, (small, large) in grouped.items():
+        c1, c2 = small["transformer_calls"], large["transformer_calls"]
+        m1, m2, p1, p2 = small["measured_s"], large["measured_s"], small["predicted_s"], large["predicted_s"]
+        det = c1 * p2 - c2 * p1
+        fixed, scale = (m1 * p2 - m2 * p1) / det, (c1 * m2 - c2 * m1) / det
+        holds = 0.9 <= scale <= 1.1 and fixed > 0
+        out.append({"pair": name, "cases": [small["case"], large["case"]], "scale": round(scale, 3),
+                    "fixed_per_call_s": round(fixed, 4),
+                    "reading": "the predicted rates hold across the two sizes; the miss is a fixed cost per "
+                    "transformer call" if holds else "no fixed cost per call explains the pair: the two sizes "
+                    "scale differently from the predicted terms"})
+    return out
 
 
 def _attention_note(case: Case, hardware) -> str:
@@ -195,8 +230,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     rows = [predict_case(c) for c in CASES]
+    pairs = read_pairs(rows)
     if parser.parse_args().json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"cases": rows, "pairs": pairs}, indent=2))
         return
     for r in rows:
         terms = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["predicted_terms_s"].items())
@@ -207,6 +243,11 @@ def main() -> None:
               f"{100 * r['implied_measured_mfu']:.0f}%; attention {r['attention']}; Linears {r['linears']}; "
               f"elementwise {r['elementwise']}\n"
               f"  source: {r['source']}")
+
+    print("\nPairs (measured = calls x fixed + scale x predicted):")
+    for pair in pairs:
+        print(f"  {pair['pair']}: scale {pair['scale']:.2f}, fixed {1000 * pair['fixed_per_call_s']:.1f} ms per "
+              f"transformer call: {pair['reading']}")
 
 
 if __name__ == "__main__":
