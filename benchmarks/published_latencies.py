@@ -170,7 +170,8 @@ CASES = [
 ]
 
 
-def predict_case(case: Case) -> dict:
+def prediction(case: Case):
+    """meshlab's prediction for the case, and the hardware entry it priced on."""
     card = load_card(case.model)
     hardware = load_hardware(case.hardware, case.overrides)
     strategy = Strategy.model_validate({
@@ -178,7 +179,11 @@ def predict_case(case: Case) -> dict:
         "activations": case.activations or {"batch": "data"}, "workload": case.workload,
         "placement": {"text_encoder": case.text_encoder}, "rewrites": list(case.rewrites),
         "compile": {"elementwise": case.elementwise}})
-    p = predict(make_plan(strategy, card, hardware.chips), strategy, hardware)
+    return predict(make_plan(strategy, card, hardware.chips), strategy, hardware), hardware
+
+
+def predict_case(case: Case) -> dict:
+    p, hardware = prediction(case)
     per_image = p.seconds_per_image if case.end_to_end else p.denoise_seconds_per_image
     predicted = per_image * p.layout.images
     terms = {k: round(v * p.layout.images, 3) for k, v in p.terms.to_json().items() if k != "unknown"}
@@ -193,6 +198,46 @@ def predict_case(case: Case) -> dict:
             "attention": _attention_note(case, hardware), "elementwise": case.elementwise,
             "linears": "at OpenXLA's measured sm_90 GEMM rates for their shapes" if hardware.matmul_rates is not None
             else f"at compute_efficiency {hardware.compute_efficiency} (no measured GEMM rates for this chip)"}
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """A kernel time a source measured inside a run (a profiler's total over its calls), against the time meshlab
+    gives that op in the same setup."""
+
+    name: str
+    source: str
+    case: Case  # the setup the kernel ran in
+    kind: str  # the Work kind priced ("attention", "linear")
+    measured_s: tuple[float, ...]  # seconds per call, one per measurement the source gives
+
+
+#: vllm-omni issue #3266 (fhfuih, 2026-04-30, "deepened torch profiler"): Qwen-Image at 1536x1536 on one H200,
+#: prompt "Random prompt 1 for benchmarking diffusion models" with its negative, 3 steps with true CFG, torch
+#: profiler: `fa3_fwd::fwd` Self CUDA ~575.5 ms over 360 calls (3 steps x 2 branches x 60 blocks) on 0.19.1 +
+#: cu129 and ~558.9 ms on 0.20.0 + cu130
+KERNEL_CHECKS = [
+    KernelCheck("FlashAttention-3 forward, Qwen-Image joint attention at 1536x1536 (9216 image + 14 text tokens, "
+                "24 heads of 128), 1 x H200",
+                "vllm-project/vllm-omni issue #3266 (torch profiler, fa3_fwd::fwd Self CUDA / 360 calls; 0.19.1 and "
+                "0.20.0)",
+                Case("Qwen-Image, 1 x H200, 1536x1536, 3 steps, true CFG", "vllm-omni issue #3266", 0.0, "",
+                     "qwen-image", "h200", VLLM_OMNI_HOPPER, {"data": 1}, REPLICATE,
+                     {"batch": 1, "steps": 3, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": 1536,
+                      "width": 1536}, end_to_end=False),
+                "attention", (575.5e-3 / 360, 558.9e-3 / 360)),
+]
+
+
+def check_kernel(check: KernelCheck) -> dict:
+    from meshlab.cost.timing import op_seconds
+
+    p, hardware = prediction(check.case)
+    ops = [w for w in p.work if w.kind == check.kind]
+    predicted = op_seconds(ops[0], hardware)
+    return {"check": check.name, "source": check.source, "shape": list(ops[0].shape),
+            "measured_s_per_call": [round(m, 6) for m in check.measured_s], "predicted_s_per_call": round(predicted, 6),
+            "ratio_predicted_over_measured": [round(predicted / m, 3) for m in check.measured_s]}
 
 
 def read_pairs(rows: list[dict]) -> list[dict]:
@@ -231,8 +276,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     rows = [predict_case(c) for c in CASES]
     pairs = read_pairs(rows)
+    kernels = [check_kernel(k) for k in KERNEL_CHECKS]
     if parser.parse_args().json:
-        print(json.dumps({"cases": rows, "pairs": pairs}, indent=2))
+        print(json.dumps({"cases": rows, "pairs": pairs, "kernels": kernels}, indent=2))
         return
     for r in rows:
         terms = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["predicted_terms_s"].items())
@@ -244,6 +290,12 @@ def main() -> None:
               f"elementwise {r['elementwise']}\n"
               f"  source: {r['source']}")
 
+    print("\nKernels measured inside a run, against meshlab's time for the op:")
+    for k in kernels:
+        measured = " and ".join(f"{1000 * m:.3f}" for m in k["measured_s_per_call"])
+        ratios = " and ".join(f"{r:.2f}" for r in k["ratio_predicted_over_measured"])
+        print(f"  {k['check']}: measured {measured} ms per call, predicted {1000 * k['predicted_s_per_call']:.3f} "
+              f"ms (shape {k['shape']}); predicted/measured {ratios}\n    source: {k['source']}")
     print("\nPairs (measured = calls x fixed + scale x predicted):")
     for pair in pairs:
         print(f"  {pair['pair']}: scale {pair['scale']:.2f}, fixed {1000 * pair['fixed_per_call_s']:.1f} ms per "
