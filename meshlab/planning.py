@@ -7,14 +7,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshlab.cards.card import ModelCard, load_card
-from meshlab.errors import MeshlabError, PlanError
+from meshlab.errors import InputError, Location, MeshlabError, PlanError
 from meshlab.hardware import Hardware, load_hardware
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
-from meshlab.strategy.schema import Strategy
+from meshlab.strategy.records import RecordError
+from meshlab.strategy.schema import Strategy, Workload
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,22 @@ def check_dcn(dcn: dict[str, int], mesh: AbstractMesh, hardware: Hardware) -> No
                     f"say which mesh axes cross slices, {example}", field=("dcn",))
 
 
+def workload_with(workload: Workload, **updates) -> Workload:
+    """`workload` with fields a command line set (``--height`` ...): a value out of the field's bounds is an
+    InputError naming the flag."""
+    try:
+        return workload.model_copy(update=updates)
+    except RecordError as exc:
+        problem = exc.problems[0]
+        flag = "--" + str(problem.loc[0]).replace("_", "-") if problem.loc else "the workload"
+        what = Workload.field_description(str(problem.loc[0])) if problem.loc else ""
+        raise InputError(f"{flag}: {problem.msg}", f"{flag} is {what}" if what else "see `meshlab schema`",
+                         Location("command line")) from None  # placed, so no strategy line claims it
+
+
 def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     """The same strategy planned at another workload (e.g. the size a run actually used)."""
-    strategy = planned.strategy.model_copy(update={"workload": planned.strategy.workload.model_copy(update=updates)})
+    strategy = planned.strategy.model_copy(update={"workload": workload_with(planned.strategy.workload, **updates)})
     plan = make_plan(strategy, planned.card, planned.hardware.chips)
     memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes)
     loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)

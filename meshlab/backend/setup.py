@@ -20,7 +20,7 @@ from meshlab.errors import MeshlabError
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
-from meshlab.planning import PlannedStrategy, plan_file
+from meshlab.planning import PlannedStrategy, plan_file, workload_with
 from meshlab.strategy.schema import Strategy
 
 
@@ -84,9 +84,8 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     frames = options.frames if options.frames is not None else (arch.temporal_scale_factor + 1 if arch.is_video else 1)
     geo = geometry(card, options.height, options.width, options.text_tokens, batch, frames)
     images = batch // 2 if GUIDANCE_AXIS in axes else batch
-    workload = planned.strategy.workload.model_copy(update={
-        "height": options.height, "width": options.width, "text_tokens": options.text_tokens, "batch": images,
-        "frames": frames})
+    workload = workload_with(planned.strategy.workload, height=options.height, width=options.width,
+                             text_tokens=options.text_tokens, batch=images, frames=frames)
     strategy = planned.strategy.model_copy(update={"workload": workload})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware

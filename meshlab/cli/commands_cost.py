@@ -70,6 +70,13 @@ def sweep(
     card, hw = _card_and_hardware(model, hardware, devices)
     workload = _workload(Workload, height=height, width=width, frames=frames, steps=steps, text_tokens=text_tokens,
                          cfg=cfg)
+    most = Workload.field_metadata("batch")["le"]
+    if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
+        from meshlab.errors import InputError
+
+        raise InputError(f"--batch-per-replica {batch_per_replica} on {hw.chips} devices makes batches of up to "
+                         f"{batch_per_replica * hw.chips} images, over the workload's {most}",
+                         f"ask for at most {most // hw.chips} images per replica")
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = run_sweep(card, hw, model, workload, batch_per_replica, progress=advance)

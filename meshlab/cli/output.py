@@ -10,7 +10,8 @@ from typing import NoReturn
 
 import typer
 
-from meshlab.errors import BackendError, MeshlabError
+from meshlab.errors import BackendError, InputError, MeshlabError
+from meshlab.strategy.records import RecordError
 
 EXIT_BAD_INPUT = 2
 EXIT_BACKEND = 3
@@ -44,6 +45,8 @@ def reports_errors(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except MeshlabError as error:
             fail(error)
+        except RecordError as error:  # a value built in code from input that its record refuses: still input
+            fail(InputError(str(error), "see `meshlab schema` for each field's type and bounds"))
         except KeyboardInterrupt:
             sys.stderr.write("meshlab: interrupted\n")
             raise typer.Exit(130) from None

@@ -161,7 +161,9 @@ class Closed:
         return tuple(getattr(self, spec.name) for spec in self._declared)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash((type(self), self._values()))
@@ -210,8 +212,14 @@ class Closed:
         described = next((f.metadata.get("description", "") for f in cls._declared if f.name == name), "")
         record = None if described else cls.field_record(name)
         if record is not None and record.__doc__:
-            described = inspect.cleandoc(record.__doc__).splitlines()[0]
+            first = inspect.cleandoc(record.__doc__).splitlines()[0].rstrip(".")
+            described = first[:1].lower() + first[1:]
         return described
+
+    @classmethod
+    def field_metadata(cls, name: str) -> dict:
+        """The field's description and bounds (ge, le, min_length, max_length; None where unset)."""
+        return dict(next(f.metadata for f in cls._declared if f.name == name))
 
     @classmethod
     def field_record(cls, name: str) -> type[Closed] | None:
@@ -291,7 +299,7 @@ def _as_type(hint: Any, value: Any, loc: tuple, problems: list[Problem]) -> Any:
     if origin is Annotated:
         converted = _as_type(args[0], value, loc, problems)
         for meta in args[1:]:
-            if isinstance(meta, Pattern) and converted is not _FAILED and not re.search(meta.regex, converted):
+            if isinstance(meta, Pattern) and converted is not _FAILED and not re.fullmatch(meta.regex, converted):
                 return _fail(problems, loc, "string_pattern_mismatch",
                              f"Input should be {meta.description or 'a string'} matching '{meta.regex}'")
         return converted
@@ -352,7 +360,7 @@ def _as_union(members: tuple, value: Any, loc: tuple, problems: list[Problem]) -
 def _as_bool(value: Any, loc: tuple, problems: list[Problem]) -> Any:
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value in (0, 1):
+    if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
@@ -366,7 +374,7 @@ def _as_int(value: Any, loc: tuple, problems: list[Problem]) -> Any:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", value):
         return int(value)
     return _fail(problems, loc, "int_type", "Input should be an integer")
 
@@ -440,7 +448,8 @@ def _record_schema(cls: type[Closed]) -> dict:
         for key, names in (("min_length", ("minLength", "minItems", "minProperties")),
                            ("max_length", ("maxLength", "maxItems", "maxProperties"))):
             if meta.get(key) is not None:
-                kind = {"string": 0, "array": 1, "object": 2}.get(schema.get("type"), 1)
+                typed = [m.get("type") for m in schema.get("anyOf", [schema]) if m.get("type") != "null"]
+                kind = {"string": 0, "array": 1, "object": 2}.get(typed[0] if typed else None, 1)
                 schema[names[kind]] = meta[key]
         if field.required:
             required.append(field.name)
@@ -465,6 +474,8 @@ def _type_schema(hint: Any) -> dict:
         for meta in args[1:]:
             if isinstance(meta, Pattern):
                 schema["pattern"] = meta.regex
+                if meta.description:
+                    schema["description"] = meta.description
         return schema
     if origin in _UNIONS:
         return {"anyOf": [_type_schema(a) for a in args]}

@@ -170,3 +170,28 @@ def test_try_imports_neither_pydantic_nor_torch():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_a_pattern_must_match_the_whole_string():
+    # Python's `$` also matches before a final newline; an axis name may not end in one
+    assert Strategy.model_validate({"name": "a", "model": "q", "hardware": "v6e-8", "mesh": {"model": 8}})
+    with pytest.raises(RecordError, match="a mesh axis name"):
+        Strategy.model_validate({"name": "a", "model": "q", "hardware": "v6e-8", "mesh": {"model\n": 8}})
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "１０２４", "١٠٢٤"])
+def test_only_short_ascii_digit_strings_are_ints(value):
+    with pytest.raises(RecordError, match="integer"):  # not Python's ValueError past its 4300-digit limit
+        Inner.model_validate({"size": value})
+
+
+def test_an_undescribed_record_field_is_described_by_its_record():
+    assert Strategy.field_description("workload") == "what one generation asks of the model"
+    assert Workload.field_metadata("batch")["le"] == 4096
+
+
+def test_optional_string_bounds_are_string_bounds_in_the_schema():
+    class Named(Closed):
+        label: Optional[str] = field(None, max_length=5)
+
+    assert Named.model_json_schema()["properties"]["label"]["maxLength"] == 5

@@ -1,0 +1,30 @@
+"""Command-line values out of a workload field's bounds: one line naming the flag, exit 2, before any work starts."""
+
+import pytest
+from typer.testing import CliRunner
+
+from meshlab.cli.app import app
+from meshlab.cli.commands_check import register
+
+from tests.conftest import STRATEGIES
+
+if "check" not in {c.name for c in app.registered_commands}:
+    register(app)
+
+TWO_D = str(next(p for p in STRATEGIES if p.stem == "2d"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["check", TWO_D, "--height", "100000"],
+     "command line: --height: Input should be less than or equal to 16384; --height is image height in pixels"),
+    (["run", TWO_D, "--steps", "5000", "--checkpoint", "tiny"],
+     "command line: --steps: Input should be less than or equal to 1000; --steps is denoising steps"),
+    (["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--batch-per-replica", "1024", "--no-progress"],
+     "--batch-per-replica 1024 on 8 devices makes batches of up to 8192 images, over the workload's 4096; ask for "
+     "at most 512 images per replica"),
+])
+def test_a_flag_out_of_bounds_is_one_line_and_exit_2(args, message):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line == f"meshlab: error: {message}"
