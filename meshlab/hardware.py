@@ -463,6 +463,9 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
     for key, value in overrides.items():
         try:
             changes[key] = _coerce(key, value)
+        except OverflowError:  # an integer past what a float holds (10**400)
+            raise InputError(f"hardware override {key}: {str(value)[:20]}... is too large a number",
+                             f"give {key} a value of the same kind as the catalog's") from None
         except ValueError as error:
             fix = _BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
             raise InputError(f"hardware override {key}: {error}", fix) from None

@@ -24,10 +24,12 @@ class WorkloadOverride(Closed):
 class Experiment(Closed):
     """Strategies x workloads, run in sequence by `meshlab run experiments/<name>.yaml`."""
 
+    EXAMPLE = "experiments/tiny-cpu.yaml"
+
     name: str = field(min_length=1, max_length=200, description="names the experiment in reports")
     description: str = field("", description="what it measures")
     strategies: list[str] = field(min_length=1, description="strategy files, relative to this file")
-    workloads: list[WorkloadOverride] = field(factory=lambda: [WorkloadOverride()],
+    workloads: list[WorkloadOverride] = field(factory=lambda: [WorkloadOverride()], min_length=1,
                                               description="each strategy runs once per workload")
     checkpoint: str = field(description="a local pipeline folder (save_pretrained layout), or 'tiny' to build one")
     prompt: str = field("a red cube on a blue table", description="the prompt")

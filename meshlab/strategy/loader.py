@@ -98,7 +98,7 @@ def _valid_keys(root: type[Closed], loc: tuple) -> list[str]:
 def _description(root: type[Closed], loc: tuple) -> str:
     model = _field_model(root, loc[:-1])
     described = model.field_description(loc[-1]) if model and loc[-1] in model.field_names() else ""
-    return described or "see strategies/2d.yaml"
+    return described or f"see {root.EXAMPLE}"
 
 
 def _fix_for(root: type[Closed], loc: tuple) -> str:
@@ -107,6 +107,6 @@ def _fix_for(root: type[Closed], loc: tuple) -> str:
     while field and (isinstance(field[-1], int) or _field_model(root, field[:-1]) is None):
         field = field[:-1]
     described = _description(root, field) if field else ""
-    if not described or described == "see strategies/2d.yaml":
-        return "see strategies/2d.yaml"
+    if not described or described == f"see {root.EXAMPLE}":
+        return f"see {root.EXAMPLE}"
     return f"{_show_path(field)} is {described}"

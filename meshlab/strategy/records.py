@@ -105,6 +105,7 @@ class Closed:
     compiles five methods per class, a few ms per record type at every start.)"""
 
     ALLOW_EXTRA: ClassVar[bool] = False  # keep unknown keys in the field `extra` instead of refusing them
+    EXAMPLE: ClassVar[str] = "the documentation"  # a file to copy from, named where a field has no description
     _declared: ClassVar[tuple[_Field, ...]] = ()
 
     def __init_subclass__(cls, **kwargs):

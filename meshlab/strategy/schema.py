@@ -48,7 +48,7 @@ class Rule(Closed):
             except re.error as exc:
                 raise ValueError(f"invalid regex {self.regex!r}: {exc}") from None
         needs_axis = self.shard in ("largest", "column", "row")
-        if needs_axis and self.axis is None:
+        if needs_axis and not self.axes:
             raise ValueError(f"shard: {self.shard} needs `axis: <mesh axis>`")
         if not needs_axis and self.axis is not None:
             raise ValueError(f"`axis` is only for largest / column / row, not for shard: {self.shard}")
@@ -160,6 +160,8 @@ class HardwareRef(Closed):
 
 class Strategy(Closed):
     """One sharding plan for one model on one kind of hardware."""
+
+    EXAMPLE = "strategies/2d.yaml"
 
     name: str = field(min_length=1, max_length=200, description="short name shown in tables")
     description: str = field("", max_length=10000, description="what the plan is for")

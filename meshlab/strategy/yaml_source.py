@@ -155,6 +155,8 @@ class _Converter:
             value = self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
             raise InputError(f"unsupported YAML value: {exc.problem}", "use plain strings, numbers, booleans or null", where) from None
+        except ValueError as exc:  # e.g. an integer past Python's 4300-digit limit
+            raise InputError(f"unreadable YAML value: {exc}", "use a number of a sensible size", where) from None
         if isinstance(value, (bytes, bytearray)) or type(value).__name__ in ("date", "datetime", "set"):
             raise InputError(f"unsupported YAML value of type {type(value).__name__}", "use plain strings or numbers", where)
         return value

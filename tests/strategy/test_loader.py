@@ -112,3 +112,34 @@ def test_deep_nesting_and_huge_files_are_refused(tmp_path):
     huge = tmp_path / "huge.yaml"
     huge.write_text("# " + "x" * (2 << 20) + "\n")
     assert "larger than" in error_of(huge).problem
+
+
+@pytest.mark.parametrize("change, message", [
+    (("height: 1024", "height: " + "9" * 5000), "unreadable YAML value: Exceeds the limit"),
+    (("axis: model", "axis: []"), "shard: largest needs `axis"),
+])
+def test_edge_values_are_one_located_error(write_strategy, change, message):
+    text = GOOD.replace("hardware: v6e-8", "hardware: v6e-8\nworkload:\n  height: 1024")
+    error = error_of(write_strategy(text.replace(*change)))
+    assert message in error.problem and error.location.line is not None
+
+
+def test_a_hardware_override_too_large_for_a_float_is_input(write_strategy):
+    from meshlab.planning import plan_file
+
+    path = write_strategy(GOOD.replace("hardware: v6e-8", "hardware: {name: v6e-8, chips: 1" + "0" * 400 + "}"))
+    with pytest.raises(InputError, match="hardware override chips: 1000.* is too large a number"):
+        plan_file(path)
+
+
+def test_an_experiment_needs_a_workload(tmp_path):
+    from meshlab.experiments.definition import load_experiment
+
+    (tmp_path / "a.yaml").write_text(GOOD)
+    path = tmp_path / "e.yaml"
+    path.write_text("name: e\nstrategies: [a.yaml]\ncheckpoint: tiny\nworkloads: []\n")
+    with pytest.raises(InputError, match="workloads: List should have at least 1 item"):
+        load_experiment(path)
+    path.write_text("name: e\nstrategies: [a.yaml]\ncheckpoint: tiny\nworkloads: [{height: tall}]\n")
+    with pytest.raises(InputError, match=r"workloads\[0\].height: Input should be an integer or null; see experiments/"):
+        load_experiment(path)
