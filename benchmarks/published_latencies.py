@@ -6,10 +6,15 @@ Each case names its source, what was measured, and how meshlab models it. Nothin
 figures: the hardware catalog's efficiency factors, published attention rates and measured GEMM rates are used as
 they are; a case names the attention kernel only where its source shows which one ran (else the chip's default in
 the catalog), and prices its elementwise work eager only where its source ran without torch.compile or XLA (an
-eager column, diffusers, the official Wan2.1 code). Each measured figure is compared with the terms it covers: the denoising loop alone (vllm-omni's
-`diffuse` stage) with meshlab's denoise-only figure, an end-to-end figure with the end-to-end prediction (text
+eager column, diffusers, the official Wan2.1 code). Each measured figure is compared with the terms it covers:
+the denoising loop alone (vllm-omni's `diffuse` stage) with meshlab's denoise-only figure, an end-to-end figure with the end-to-end prediction (text
 encode, denoise, VAE decode, host transfers, overhead: meshlab.cost.pipeline_time), with the text encoder where the
 source ran it.
+
+Two more readings follow the cases. Kernel checks: a kernel time a source profiled inside a run, against meshlab's
+time for that op in the same setup. Pairs: a source that timed one setup at two sizes, solved as a fixed cost per
+transformer call plus a scale on the prediction (what the model misses, never a figure it uses). `--json` prints
+{"cases": [...], "kernels": [...], "pairs": [...]}.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ class Case:
     text_encoder: str = "device"  # where the source ran the text encoder ("cpu": the host)
     activations: dict | None = None  # None: the batch over `data`
     elementwise: str = "fused"  # how the source ran the elementwise ops: torch.compile or XLA, or eager PyTorch
-    pair: str | None = None  # the same source and setup at another size: read the two together (see PAIRS below)
+    pair: str | None = None  # the same source and setup at another size: read the two together (read_pairs)
     rewrites: tuple = ()
 
 
@@ -123,7 +128,8 @@ CASES = [
          "vllm-project/vllm-omni issue #3266 (single device on H200, version 0.19.1, diffuse mean)", 2.17,
          "denoising loop only (QwenImagePipeline.diffuse)", "qwen-image", "h200", VLLM_OMNI_HOPPER, {"data": 1},
          REPLICATE,
-         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": 512, "width": 512}, end_to_end=False),
+         {"batch": 1, "steps": 20, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": 512, "width": 512},
+         end_to_end=False),
     Case("Wan 2.1 14B (I2V measured, T2V card), 1 x H200, 832x480 x 81 frames, 40 steps, CFG",
          "ModelTC/LightX2V docs, Benchmark, H200 480P 5s video: 'Wan2.1 Official (baseline)' inference time", 366.04,
          "inference of one video (end to end; I2V adds a CLIP image embedding to each cross-attention's keys, which "
@@ -157,7 +163,8 @@ CASES = [
     *[Case(f"Qwen-Image, 4 x A100, CFG 2 x Ulysses 2, {size}x{size}, {steps} steps, true CFG", VLLM_OMNI_A100,
            measured, "one request at the client (end to end, plus HTTP and image encoding)", "qwen-image",
            "a100-80gb", gpus(4), {"cfg": 2, "seq": 2}, REPLICATE,
-           {"batch": 1, "steps": steps, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": size, "width": size},
+           {"batch": 1, "steps": steps, "cfg": True, "text_tokens": VLLM_OMNI_TEXT_TOKENS, "height": size,
+            "width": size},
            activations=ulysses("cfg"), rewrites=("layernorm-rows",), pair="vllm-omni, 4 x A100, 512 and 1536")
       for size, steps, measured in ((512, 20, 2.2087), (1536, 35, 19.6739))],
     *[Case(f"Flux.1-dev, 1 x A100, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
@@ -278,7 +285,7 @@ def main() -> None:
     pairs = read_pairs(rows)
     kernels = [check_kernel(k) for k in KERNEL_CHECKS]
     if parser.parse_args().json:
-        print(json.dumps({"cases": rows, "pairs": pairs, "kernels": kernels}, indent=2))
+        print(json.dumps({"cases": rows, "kernels": kernels, "pairs": pairs}, indent=2))
         return
     for r in rows:
         terms = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["predicted_terms_s"].items())
