@@ -7,9 +7,9 @@ figures: the hardware catalog's efficiency factors, published attention rates an
 they are; a case names the attention kernel only where its source shows which one ran (else the chip's default in
 the catalog), and prices its elementwise work eager only where its source ran without torch.compile or XLA (an
 eager column, diffusers, the official Wan2.1 code). Each measured figure is compared with the terms it covers:
-the denoising loop alone (vllm-omni's `diffuse` stage) with meshlab's denoise-only figure, an end-to-end figure with the end-to-end prediction (text
-encode, denoise, VAE decode, host transfers, overhead: meshlab.cost.pipeline_time), with the text encoder where the
-source ran it.
+the denoising loop alone (vllm-omni's `diffuse` stage) with meshlab's denoise-only figure, an end-to-end figure
+with the end-to-end prediction (text encode, denoise, VAE decode, host transfers, overhead:
+meshlab.cost.pipeline_time), with the text encoder where the source ran it.
 
 Two more readings follow the cases. Kernel checks: a kernel time a source profiled inside a run, against meshlab's
 time for that op in the same setup. Pairs: a source that timed one setup at two sizes, solved as a fixed cost per
