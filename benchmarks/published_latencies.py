@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from meshlab.cards.card import load_card
 from meshlab.cost.predict import predict
+from meshlab.cost.timing import op_seconds
 from meshlab.hardware import load_hardware
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
@@ -237,8 +238,6 @@ KERNEL_CHECKS = [
 
 
 def check_kernel(check: KernelCheck) -> dict:
-    from meshlab.cost.timing import op_seconds
-
     p, hardware = prediction(check.case)
     ops = [w for w in p.work if w.kind == check.kind]
     predicted = op_seconds(ops[0], hardware)

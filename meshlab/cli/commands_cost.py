@@ -64,12 +64,13 @@ def sweep(
     import time
 
     from meshlab.cli.render_cost import progress_bar, render_sweep
+    from meshlab.planning import workload_with
     from meshlab.strategy.schema import Workload
     from meshlab.sweep import strategy_yaml, sweep as run_sweep, sweep_document, write_atomic
 
     card, hw = _card_and_hardware(model, hardware, devices)
-    workload = _workload(Workload, height=height, width=width, frames=frames, steps=steps, text_tokens=text_tokens,
-                         cfg=cfg)
+    workload = workload_with(Workload(), height=height, width=width, frames=frames, steps=steps,
+                             text_tokens=text_tokens, cfg=cfg)
     most = Workload.field_metadata("batch")["le"]
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
         from meshlab.errors import InputError
@@ -118,15 +119,3 @@ def _card_and_hardware(model: str, hardware: str, devices: int | None):
     card = load_card(model, Path.cwd())
     overrides = {"chips": devices, "topology": [devices], "wraparound": [False]} if devices else None
     return card, load_hardware(hardware, overrides)
-
-
-def _workload(cls, **fields):
-    from meshlab.errors import InputError
-    from meshlab.strategy.records import RecordError
-
-    try:
-        return cls.model_validate(fields)
-    except RecordError as exc:
-        error = exc.errors()[0]
-        name = "--" + str(error["loc"][0]).replace("_", "-")
-        raise InputError(f"{name}: {error['msg']}", f"see `meshlab sweep --help` for {name}") from None
