@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,27 +116,68 @@ def test_an_unknown_backend_is_exit_2():
 
 def test_no_rank_is_left_running_when_the_worker_dies():
     """Killing the process that started the ranks kills them too (PR_SET_PDEATHSIG); the check exits 3."""
-    before = _ranks()
     check = subprocess.Popen([sys.executable, "-m", "meshlab", "check", "strategies/2d.yaml", "--backend", "dtensor",
                               "--layers", "1"], cwd=REPO, stderr=subprocess.PIPE, text=True)
     for line in check.stderr:
         if "starting 8 gloo processes" in line:
             break
-    time.sleep(5)  # the ranks are importing torch
-    started = _ranks() - before
-    assert started, "the ranks did not start"
-    worker = subprocess.run(["pgrep", "-f", "meshlab.backend.dtensor_worker"], capture_output=True, text=True)
-    for pid in worker.stdout.split():
-        os.kill(int(pid), signal.SIGKILL)
+    worker = next(pid for pid in _descendants(check.pid) if "meshlab.backend.dtensor_worker" in _cmdline(pid))
+    deadline = time.time() + 300  # the ranks import torch, arm their death signal, then join the gloo group
+    while not ((started := _ranks(worker)) and len(started) == 8 and all(map(_joined, started))):
+        assert time.time() < deadline, "the ranks did not start"
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
     rest = check.stderr.read()
     assert check.wait(timeout=120) == 3, rest
     assert "Traceback" not in rest
     deadline = time.time() + 30
-    while _ranks() & started and time.time() < deadline:
+    while _alive(started) and time.time() < deadline:
         time.sleep(0.5)
-    assert not _ranks() & started
+    assert not _alive(started)
 
 
-def _ranks() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "multiprocessing.spawn"], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+def _ranks(worker: int) -> set[int]:
+    """The rank processes `worker` started (multiprocessing's spawned children, not its resource tracker)."""
+    return {pid for pid in _descendants(worker) if "multiprocessing.spawn" in _cmdline(pid)
+            and "resource_tracker" not in _cmdline(pid)}
+
+
+def _joined(pid: int) -> bool:
+    """Has the rank opened its gloo store socket (so it is past arming PR_SET_PDEATHSIG)?"""
+    try:
+        return any(os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if Path(f"/proc/{pid}").exists() and "(Z)" not in _status(pid)}
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0].join("()")
+    except OSError:
+        return "(gone)"

