@@ -23,7 +23,7 @@ from meshlab.backend.protocol import Progress, call_worker
 from meshlab.devices import child_environment, torch_environment
 from meshlab.errors import InputError, MeshlabError
 from meshlab.planning import PlannedStrategy, plan_file, with_workload
-from meshlab.sweep import write_atomic
+from meshlab.files import output_path, write_atomic
 
 DEFAULT_TEXT_TOKENS = (8, 32)
 #: The deeper transformer the profile times beside the one-block one: the slope between them is a block's time
@@ -68,7 +68,14 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
     if backend == "torch" and devices != 1:
         raise InputError(f"plain PyTorch profiles one device, and {planned.strategy.name} plans for {devices}",
                          "profile a one-device strategy on a GPU, or use --backend xla")
-    _writable(options.out)
+    _writable(options.out, path)
+    if options.hardware:  # an unknown name is an error naming the catalog, before the worker starts
+        from meshlab.hardware import load_hardware
+
+        try:
+            load_hardware(options.hardware)
+        except InputError as exc:
+            raise InputError(f"--hardware {options.hardware!r} is not a catalog entry", exc.fix) from None
     request = _request(path, planned, backend, options)
     env = child_environment(devices) if backend == "xla" else torch_environment()
     started = time.perf_counter()
@@ -77,7 +84,7 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
     seconds = time.perf_counter() - started
     device = result["device"] | {"hardware": _catalog_name(result["device"], planned, options)}
     document = _document(planned, request, device, result, seconds)
-    write_atomic(options.out, json.dumps(document, indent=1) + "\n")
+    write_atomic(options.out, json.dumps(document, indent=1) + "\n", [path], "-o")
     return ProfileOutcome(options.out, document, seconds)
 
 
@@ -182,10 +189,12 @@ def _document(planned: PlannedStrategy, request: dict, device: dict, result: dic
     return profile_document(device, result["versions"], plan, points, round(seconds, 1))
 
 
-def _writable(out: Path) -> None:
+def _writable(out: Path, strategy: Path) -> None:
+    """Before minutes of measuring: -o names a .json file, not a folder or the strategy, in a writable folder."""
     folder = out.parent if str(out.parent) else Path(".")
     if out.suffix != ".json":
         raise InputError(f"{out}: a profile is a .json file", "name the output FILE.json")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise InputError(f"cannot write {out}: {folder} is not a writable folder",
                          "give -o a path in a writable folder")
+    output_path(out, [strategy], "-o")

@@ -296,33 +296,6 @@ def _hardware_entry(hardware: Hardware) -> str | dict:
     return {"name": hardware.name, **plain}
 
 
-def write_atomic(path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename: never half a file."""
-    write_atomic_bytes(path, text.encode("utf-8"))
-
-
-def write_atomic_bytes(path, data: bytes) -> None:
-    import os
-    import tempfile
-    from pathlib import Path
-
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}", "choose a path in a writable folder") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"cannot write {path}: {exc.strerror}", "choose a path in a writable folder") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def sweep_document(result: SweepResult, hardware: Hardware, seconds: float | None = None) -> dict:
     from meshlab.cost.document import assumptions_document, prediction_document
 

@@ -34,6 +34,7 @@ def _meshlab(*args, cwd=None) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("extra, says", [
     (["--backend", "tpu"], "unknown backend 'tpu'"),
     (["--text-tokens", "8,x"], "--text-tokens '8,x' is not a list"),
+    (["--hardware", "zz-99"], "--hardware 'zz-99' is not a catalog entry"),
 ])
 def test_bad_options_are_one_line_and_exit_2(tmp_path, extra, says):
     done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "cpu.json", *extra)
@@ -46,6 +47,9 @@ def test_the_output_must_be_a_json_file_in_a_writable_folder(tmp_path):
     assert done.returncode == 2 and "not a writable folder" in done.stderr
     done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "cpu.txt")
     assert done.returncode == 2 and "a profile is a .json file" in done.stderr
+    (tmp_path / "folder.json").mkdir()  # refused before minutes of measuring, not after
+    done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "folder.json")
+    assert done.returncode == 2 and "is a folder" in done.stderr
 
 
 def test_a_failed_profile_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):

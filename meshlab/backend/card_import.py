@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -141,20 +139,11 @@ def import_from_config_file(
 
 
 def write_card(card: ModelCard, path: str | Path) -> Path:
-    """Write the card's JSON to ``path`` atomically (a temporary file in the same folder, then a rename)."""
-    path = Path(path)
-    text = json.dumps(card_to_json(card), indent=1, sort_keys=False) + "\n"
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644  # mkstemp's 0600 would stick
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write the card's JSON to ``path`` whole or not at all (meshlab.files.write_atomic)."""
+    from meshlab.files import write_atomic
+
+    write_atomic(path, json.dumps(card_to_json(card), indent=1, sort_keys=False) + "\n", what="-o")
+    return Path(path)
 
 
 # --- the transformer -------------------------------------------------------------------------------------

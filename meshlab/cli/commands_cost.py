@@ -27,13 +27,17 @@ def compare(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: memory and time per image by component"),
 ) -> None:
     """Rank strategies by predicted seconds per image; say why each loser loses. Exit 0; 2 bad input."""
-    from meshlab.ranking import compare as run_compare
+    from meshlab.ranking import compare as run_compare, expand
 
+    if plot is not None:  # refused before any work if it is a folder or one of the strategies
+        from meshlab.files import output_path
+
+        output_path(plot, expand(strategies), "--plot")
     comparison = run_compare(strategies)
     if plot is not None:
         from meshlab.cli.render_cost import plot_comparison
 
-        plot_comparison(comparison, plot)
+        plot_comparison(comparison, plot, inputs=expand(strategies))
     if as_json:
         from meshlab.ranking import comparison_document
 
@@ -66,7 +70,8 @@ def sweep(
     from meshlab.cli.render_cost import progress_bar, render_sweep
     from meshlab.planning import workload_with
     from meshlab.strategy.schema import Workload
-    from meshlab.sweep import strategy_yaml, sweep as run_sweep, sweep_document, write_atomic
+    from meshlab.files import output_path, write_atomic
+    from meshlab.sweep import strategy_yaml, sweep as run_sweep, sweep_document
 
     card, hw = _card_and_hardware(model, hardware, devices)
     workload = workload_with(Workload(), height=height, width=width, frames=frames, steps=steps,
@@ -75,9 +80,14 @@ def sweep(
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
         from meshlab.errors import InputError
 
+        if hw.chips > most:
+            raise InputError(f"{hw.chips} devices are more than a workload's batch of at most {most} images can "
+                             f"spread over", f"use --devices {most} or fewer")
         raise InputError(f"--batch-per-replica {batch_per_replica} on {hw.chips} devices makes batches of up to "
                          f"{batch_per_replica * hw.chips} images, over the workload's {most}",
                          f"ask for at most {most // hw.chips} images per replica")
+    if out != "-":
+        output_path(out, [model] if model.endswith(".json") else [], "--out")  # before the sweep, not after
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = run_sweep(card, hw, model, workload, batch_per_replica, progress=advance)
@@ -86,7 +96,7 @@ def sweep(
     if out == "-":
         typer.echo(text, nl=False)
     else:
-        write_atomic(out, text)
+        write_atomic(out, text, [model] if model.endswith(".json") else [], "--out")
     if as_json:
         print_json(sweep_document(result, hw, elapsed))
     elif out != "-":

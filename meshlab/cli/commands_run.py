@@ -116,11 +116,15 @@ def report(
     from meshlab.experiments.records import read_records
     from meshlab.experiments.measured import report_document, report_rows
 
+    if plot is not None:
+        from meshlab.files import output_path
+
+        output_path(plot, files, "--plot")
     rows = report_rows(read_records(files))
     if plot is not None:
         from meshlab.cli.render_run import plot_report
 
-        plot_report(rows, plot)
+        plot_report(rows, plot, inputs=files)
     print_json(report_document(rows)) if as_json else render_report(rows, console())
 
 

@@ -283,7 +283,7 @@ def _collective_table(p) -> Table:
     return table
 
 
-def plot_comparison(comparison, path: Path) -> None:
+def plot_comparison(comparison, path: Path, inputs=()) -> None:
     """Two panels: per-chip memory stacked by component against the usable HBM line; time per image stacked."""
     try:
         import matplotlib
@@ -294,7 +294,7 @@ def plot_comparison(comparison, path: Path) -> None:
         from meshlab.errors import InputError
 
         raise InputError("--plot needs matplotlib", "pip install 'meshlab[plot]'") from None
-    from meshlab.sweep import write_atomic_bytes
+    from meshlab.files import write_atomic_bytes
 
     entries = comparison.entries
     names = [e.planned.strategy.name for e in entries]
@@ -312,7 +312,7 @@ def plot_comparison(comparison, path: Path) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
-    write_atomic_bytes(path, buffer.getvalue())
+    write_atomic_bytes(path, buffer.getvalue(), inputs, "--plot")
 
 
 def _memory_parts(entries) -> dict[str, list[float]]:

@@ -87,7 +87,7 @@ def render_report(rows, console) -> None:
             console.print(f"† {r.source}: not compared: {r.not_compared}")
 
 
-def plot_report(rows, path: Path) -> None:
+def plot_report(rows, path: Path, inputs=()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -106,9 +106,14 @@ def plot_report(rows, path: Path) -> None:
     fig.text(0.01, 0.01, "o: ran what was predicted; x: other hardware, model, batch or dtype (not comparable)", fontsize=7)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    temporary = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(temporary)
-    temporary.replace(path)
+    import io
+
+    from meshlab.files import write_atomic_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    write_atomic_bytes(path, buffer.getvalue(), inputs, "--plot")
 
 
 def _seconds(value) -> str:

@@ -1,0 +1,96 @@
+"""meshlab.files: every output is written whole, never over an input, a folder or a device; links are written
+through and a replaced file keeps its permissions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from meshlab.errors import InputError
+from meshlab.files import output_path, write_atomic
+
+from tests.conftest import REPO
+
+
+def test_a_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(tmp_path):
+    old = os.umask(0o022)
+    try:
+        fresh = write_atomic(tmp_path / "new.yaml", "a: 1\n")
+        assert fresh.read_text() == "a: 1\n" and fresh.stat().st_mode & 0o777 == 0o644
+        kept = tmp_path / "kept.yaml"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        write_atomic(kept, "new")
+        assert kept.read_text() == "new" and kept.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.yaml", "new.yaml"]  # no temporary left
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "best.yaml"
+    path.write_text("the old plan")
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(InputError, match="cannot write .*best.yaml: No space left on device"):
+        write_atomic(path, "the new plan")
+    assert path.read_text() == "the old plan" and [p.name for p in tmp_path.iterdir()] == ["best.yaml"]
+
+
+def test_a_link_is_written_through(tmp_path):
+    (tmp_path / "real.yaml").write_text("old")
+    (tmp_path / "link.yaml").symlink_to("real.yaml")
+    write_atomic(tmp_path / "link.yaml", "new")
+    assert (tmp_path / "link.yaml").is_symlink() and (tmp_path / "real.yaml").read_text() == "new"
+
+
+@pytest.mark.parametrize("target, says", [
+    ("folder", "is a folder"),
+    ("/dev/null", "is not a regular file"),
+    ("missing/out.yaml", "is not a folder"),
+    ("input.yaml", "is one of this command's inputs"),
+    ("link-to-input.yaml", "is one of this command's inputs"),
+])
+def test_what_is_not_an_output_file_is_refused_before_anything_is_written(tmp_path, target, says):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "input.yaml").write_text("the input")
+    (tmp_path / "link-to-input.yaml").symlink_to("input.yaml")
+    path = target if target.startswith("/") else tmp_path / target
+    with pytest.raises(InputError, match=says):
+        output_path(path, [tmp_path / "input.yaml"], "--out")
+    with pytest.raises(InputError, match=says):
+        write_atomic(path, "x", [tmp_path / "input.yaml"], "--out")
+    assert (tmp_path / "input.yaml").read_text() == "the input"
+
+
+def test_report_refuses_to_plot_over_its_records(tmp_path):
+    pytest.importorskip("matplotlib")
+    records = tmp_path / "runs.jsonl"
+    shutil.copy(REPO / "experiments" / "results" / "qwen-image-one-cpu.jsonl", records)
+    before = records.read_bytes()
+    done = subprocess.run([sys.executable, "-m", "meshlab", "report", str(records), "--plot", str(records)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--plot" in done.stderr and "one of this command's inputs" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and records.read_bytes() == before
+    done = subprocess.run([sys.executable, "-m", "meshlab", "report", str(records), "--plot", str(tmp_path / "p.png")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["export", "strategies/data.yaml"], ["try", "strategies/2d.yaml", "--json"],
+                                  ["schema"]])
+def test_a_full_disk_on_stdout_is_one_line_and_exit_2(args):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "meshlab", *args], stdout=full, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == ["meshlab: error: cannot write the output: No space left on device; "
+                                                "free space or write it elsewhere"]
