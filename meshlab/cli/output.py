@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -42,9 +44,15 @@ def reports_errors(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            result = command(*args, **kwargs)
+            sys.stdout.flush()  # a full disk or a closed pipe shows here, not in Python's shutdown
+            return result
         except MeshlabError as error:
             fail(error)
+        except OSError as error:
+            if error.errno not in STDOUT_ERRORS:
+                raise
+            _stdout_failed(error)
         except RecordError as error:  # a value built in code from input that its record refuses: still input
             fail(InputError(str(error), "see `meshlab schema` for each field's type and bounds"))
         except KeyboardInterrupt:
@@ -52,6 +60,21 @@ def reports_errors(command: Callable) -> Callable:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+#: Write errors of the output stream: a full disk, a quota, an I/O error, a reader that went away.
+STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE)
+
+
+def _stdout_failed(error: OSError) -> NoReturn:
+    """The output could not be written: one line (none for a closed pipe, as `| head` expects), and stdout
+    pointed at /dev/null so Python's own flush at exit does not print a traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if error.errno == errno.EPIPE:
+        raise typer.Exit(1)
+    sys.stderr.write(f"meshlab: error: cannot write the output: {error.strerror}; free space or write it "
+                     f"elsewhere\n")
+    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def gib(n: float) -> str:
