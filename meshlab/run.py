@@ -350,7 +350,8 @@ def _prediction(at_run: PlannedStrategy) -> dict:
     predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
     return {"hardware": at_run.hardware.name, "kind": at_run.hardware.kind, "chips": at_run.hardware.chips,
             **({"profile": at_run.hardware.profile.path,
-                "profile_backend": at_run.hardware.profile.device.get("backend")}
+                "profile_backend": at_run.hardware.profile.device.get("backend"),
+                "profile_digest": at_run.hardware.profile.digest}
                if at_run.hardware.profile is not None else {}),
             "model": at_run.card.name,
             "config_digest": at_run.card.config_digest, "batch": at_run.strategy.workload.batch,

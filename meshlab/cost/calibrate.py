@@ -56,15 +56,21 @@ class Calibration:
 def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
     """Points from ok runs of exactly the work predicted for `hardware`: its kind of chip and chip count, and the
     predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
-    name = entry(hardware).name  # an unknown name is an error naming the catalog
-    points = []
-    for r in records:
-        prediction, timings = r.get("prediction") or {}, r.get("timings") or {}
-        if (prediction.get("hardware") == name and comparison_problem(r) is None
-                and timings.get("steady_step_median_s") and "local_s" in prediction):
-            points.append(Point(prediction["local_s"], prediction["collective_s"], prediction["overhead_s"],
-                                timings["steady_step_median_s"]))
-    return points
+    hw = entry(hardware)  # an unknown name is an error naming the catalog
+    return [Point(r["prediction"]["local_s"], r["prediction"]["collective_s"], r["prediction"]["overhead_s"],
+                  r["timings"]["steady_step_median_s"]) for r in records if _problem(r, hw) is None]
+
+
+def _problem(record: dict, hw) -> str | None:
+    """Why a record is not a point for `hw` (None: it is one)."""
+    prediction, timings = record.get("prediction") or {}, record.get("timings") or {}
+    if prediction.get("hardware") != hw.name:
+        return "predicted for other hardware"
+    if hw.profile is not None and prediction.get("profile_digest") != hw.profile.digest:
+        return f"predicted from another measurement than {hw.profile.path} (its content differs)"
+    if not timings.get("steady_step_median_s") or "local_s" not in prediction:
+        return "no steady step or no predicted local time"
+    return comparison_problem(record)
 
 
 def entry(hardware: str):
@@ -80,7 +86,8 @@ def entry(hardware: str):
 def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
     points = comparable_points(records, hardware)
     if not points:
-        reasons = sorted({comparison_problem(r) or "predicted for other hardware" for r in records})
+        hw = entry(hardware)
+        reasons = sorted({_problem(r, hw) or "" for r in records} - {""})
         raise InputError(
             f"none of the {len(records)} records ran what was predicted for {hardware} ({'; '.join(reasons[:3])})",
             f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say nothing about a TPU",
@@ -100,7 +107,7 @@ def _fit(points: list[Point]) -> tuple[float, float]:
     xs = [p.local_s for p in points]
     n, mean_x, mean_y = len(points), sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - mean_x) ** 2 for x in xs)
-    if n < 2 or spread == 0:
+    if n < 2 or spread <= 1e-12 * sum(x * x for x in xs):  # one local time (repeats of one run): no slope to fit
         overhead = points[0].overhead_s
         return max(sum(y - overhead for y in ys) / sum(xs), 1e-6), overhead
     slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread

@@ -28,9 +28,10 @@ Anything priced outside the measured range says how far it extrapolates (`Priced
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshlab.errors import InputError
@@ -113,6 +114,7 @@ class Profile:
     points: tuple[Point, ...]
     curves: dict = field(default_factory=dict)  # op -> Curve
     duration_s: float = 0.0
+    digest: str = ""  # of the file's bytes: which measurement a run's prediction came from
 
     @property
     def platform(self) -> str:
@@ -244,14 +246,15 @@ def load_profile(path: str | Path) -> Profile:
     """A profile file, checked; anything wrong is an InputError naming the file and the fix."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such profile", "measure it with `meshlab profile STRATEGY -o FILE.json`") \
             from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a readable profile (corrupt or truncated: {exc})", FIX) from None
     try:
-        return _profile(path, data)
+        return replace(_profile(path, data), digest=hashlib.sha256(raw).hexdigest()[:16])
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: not a meshlab profile ({type(exc).__name__}: {exc})", FIX) from None
 
@@ -262,19 +265,43 @@ def _profile(path: Path, data: dict) -> Profile:
         raise ValueError(f"format {found!r}, this meshlab reads format {FORMAT}")
     points = []
     for raw in data["points"]:
-        point = Point(str(raw["op"]), tuple(int(n) for n in raw["shape"]), float(raw["flops"]), float(raw["bytes"]),
+        point = Point(str(raw["op"]), _shape(raw["op"], raw["shape"]), float(raw["flops"]), float(raw["bytes"]),
                       float(raw["seconds"]), str(raw.get("label", "")))
         if point.op not in OPS:
             raise ValueError(f"unknown op class {point.op!r}")
         if not (math.isfinite(point.seconds) and point.seconds > 0):
             raise ValueError(f"a {point.op} point has {point.seconds} seconds")
+        if not all(math.isfinite(v) and v >= 0 for v in (point.flops, point.bytes)):
+            raise ValueError(f"a {point.op} point has {point.flops} FLOPs and {point.bytes} bytes")
         points.append(point)
     device = dict(data["device"])
-    if device.get("platform") not in ("cpu", "cuda", "tpu") or int(device["devices"]) < 1:
+    if device.get("platform") not in ("cpu", "cuda", "tpu") or not _whole(device["devices"], 1):
         raise ValueError(f"device {device}")
+    if device.get("memory_bytes") is not None and not _whole(device["memory_bytes"], 1):
+        raise ValueError(f"device memory_bytes {device['memory_bytes']!r}, not a whole number of bytes >= 1")
     points = tuple(points)
     return Profile(str(path), device, dict(data.get("versions") or {}), dict(data["plan"]), points, fit_all(points),
                    float(data.get("duration_s", 0.0)))
+
+
+#: How many figures a shape has, where the op class fixes it, and which of them count calls or blocks (>= 1).
+ARITY = {"outer": 3, "block": 3, "stack": 4, "vae_decode": 2, "collective": 2}
+COUNTS = {"outer": (2,), "block": (2,), "stack": (2, 3)}
+
+
+def _shape(op, raw) -> tuple[int, ...]:
+    """A point's shape: a non-empty list of whole numbers >= 0 (>= 1 where it counts calls or blocks)."""
+    if not isinstance(raw, list) or not raw or not all(_whole(n, 0) for n in raw):
+        raise ValueError(f"a {op} point has shape {raw!r}, not a list of whole numbers >= 0")
+    if op in ARITY and len(raw) != ARITY[op]:
+        raise ValueError(f"a {op} point has shape {raw!r}, not {ARITY[op]} figures")
+    if any(raw[i] < 1 for i in COUNTS.get(op, ())):
+        raise ValueError(f"a {op} point has shape {raw!r}: its calls and blocks are at least 1")
+    return tuple(raw)
+
+
+def _whole(value, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def plan_key(model_digest: str, mesh: dict, rules: list, activations: dict, image_tokens: int, batch: int,
@@ -378,8 +405,6 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     """The hardware entry a profile stands for: a GPU's or TPU's catalog entry with the profile's measured host
     figures, or (CPU) an entry made of the profile's measured rates; the profile rides along for the cost model.
     `devices`: what the strategy's mesh uses (None: not known yet)."""
-    from dataclasses import replace
-
     from meshlab.hardware import load_hardware
 
     profile = load_profile(path)

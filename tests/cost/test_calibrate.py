@@ -31,6 +31,16 @@ def test_one_point_fits_the_slowdown_only():
     assert result.slowdown == pytest.approx(2.0) and result.overhead_s == 0.001
 
 
+@pytest.mark.parametrize("local", [0.1, 4.46])
+def test_repeats_of_one_run_fit_the_slowdown_only(local):
+    """Seven records of one prediction: their local times agree to the last bit or nearly (float sums), so there is
+    no slope to fit, only the mean slowdown with the predicted overhead kept."""
+    records = tuple(record(local * (1 + i * 1e-16), 0.0, 1.5 * local + 0.001 + 1e-3 * (i - 3)) for i in range(7))
+    result = calibrate(records, "v6e-8")
+    assert result.points == 7 and result.overhead_s == 0.001
+    assert result.slowdown == pytest.approx(1.5)
+
+
 def test_cpu_runs_are_refused():
     with pytest.raises(InputError, match="ran on cpu"):
         calibrate((record(0.1, 0.0, 1.0, platform="cpu"),), "v6e-8")
@@ -59,6 +69,29 @@ def test_runs_predicted_from_a_profile_are_compared_only_on_its_device_and_backe
     assert comparison_problem(ok | {"backend": "torch"}) == "ran with backend torch, its profile was measured with xla"
     on_tpu = ok | {"hardware": {"platform": "tpu", "devices": 1}}
     assert comparison_problem(on_tpu) == "ran on tpu, predicted for cpu-1 (profile cpu.json) (cpu)"
+
+
+def test_a_profile_calibrates_only_the_runs_predicted_from_its_own_measurement(tmp_path):
+    """Runs are matched to the profile by its content, not its file name: a profile measured again (or edited)
+    under the same name does not take credit for the old runs."""
+    import json
+    import shutil
+
+    from meshlab.cost.calibrate import entry
+    from tests.conftest import REPO
+
+    path = tmp_path / "cpu-1.json"
+    shutil.copy(REPO / "experiments" / "profiles" / "cpu-1.json", path)
+    hw = entry(str(path))
+    ran = record(0.1, 0.0, 0.2, platform="cpu", devices=1, hardware=hw.name) | {"backend": "xla"}
+    ran["prediction"] |= {"kind": "cpu", "chips": 1, "profile": str(path), "profile_backend": "xla",
+                          "profile_digest": hw.profile.digest}
+    assert calibrate((ran,), str(path)).slowdown == pytest.approx(1.99, rel=0.01)
+    document = json.loads(path.read_text())
+    document["points"][0]["seconds"] *= 10
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputError, match="predicted from another measurement than .*cpu-1.json"):
+        calibrate((ran,), str(path))
 
 
 def test_on_a_gpu_with_published_attention_rates_the_rates_slow_down_with_k():

@@ -144,6 +144,15 @@ def test_vae_decode_comes_from_the_profile_at_its_resolution(keyed):
     ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1}, "plan": {}, '
      '"points": [{"op": "fft", "shape": [1], "flops": 1, "bytes": 1, "seconds": 1}]}', "unknown op class"),
     ('{"meshlab_profile": 1, "plan": {}, "points": []}', "KeyError"),
+    *[(f'{{"meshlab_profile": 1, "device": {{"platform": "cpu", "devices": 1}}, "plan": {{}}, '
+       f'"points": [{{"op": "{op}", "shape": {shape}, "flops": 1, "bytes": 1, "seconds": 1}}]}}', says)
+      for op, shape, says in (("outer", "[]", "not a list of whole numbers"), ("stack", "[-1, 8, 2, 3]", ">= 0"),
+                              ("stack", "[1024, 8, 2.5, 3]", "whole numbers"), ("stack", "[1024, 8, 2]", "4 figures"),
+                              ("block", "[1024, 8, 0]", "calls and blocks are at least 1"))],
+    ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1}, "plan": {}, '
+     '"points": [{"op": "linear", "shape": [1], "flops": NaN, "bytes": 1, "seconds": 1}]}', "nan FLOPs"),
+    ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1, "memory_bytes": -5}, "plan": {}, '
+     '"points": []}', "memory_bytes -5"),
 ])
 def test_a_bad_profile_is_one_line_naming_the_file(tmp_path, content, says):
     path = tmp_path / "bad.json"
