@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,9 @@ def read_records(paths: list[Path]) -> RecordSet:
     records = []
     for path in paths:
         records.extend(_read_file(path))
+    if paths and not records:
+        raise InputError("no run records in " + ", ".join(map(str, paths)), "record runs with `meshlab run` first, "
+                         "or give the .jsonl files it wrote (experiments/results/)")
     return RecordSet(tuple(records))
 
 
@@ -74,5 +78,64 @@ def _read_file(path: Path) -> list[dict]:
             raise InputError(f"not a JSON record: {exc.msg}", "remove or fix that line", Location(str(path), number, exc.colno)) from None
         if not isinstance(record, dict) or record.get("schema_version") != RECORD_SCHEMA_VERSION:
             raise InputError("not a meshlab run record", "give a file written by meshlab run", Location(str(path), number))
+        problem = record_problem(record)
+        if problem:
+            raise InputError(problem, "remove or fix that line (meshlab run writes valid records)",
+                             Location(str(path), number))
         records.append(record | {"_source": f"{path}:{number}"})
     return records
+
+
+#: The fields `report` and `calibrate` read, and what each must be where present (absent or null is allowed):
+#: text, mapping, count (a whole number >= 0), number (a finite number >= 0), positive (> 0), and
+#: numbers (a list of them).
+FIELDS = {
+    "status": "status", "time": "text", "strategy": "mapping", "strategy.name": "text", "strategy.file": "text",
+    "hardware": "mapping", "hardware.platform": "text", "hardware.devices": "count", "backend": "text",
+    "workload": "mapping", "ran": "mapping", "ran.model": "text", "ran.batch": "count", "ran.dtype": "text",
+    "prediction": "mapping", "prediction.hardware": "text", "prediction.kind": "text", "prediction.chips": "count",
+    "prediction.model": "text", "prediction.batch": "count", "prediction.dtype": "text",
+    "prediction.profile": "text", "prediction.profile_backend": "text", "prediction.profile_digest": "text",
+    "prediction.step_s": "positive", "prediction.local_s": "positive", "prediction.collective_s": "number",
+    "prediction.overhead_s": "number", "prediction.compute_s": "number", "prediction.seconds_per_image": "number",
+    "prediction.denoise_seconds_per_image": "number", "prediction.peak_bytes_per_chip": "number",
+    "timings": "mapping", "timings.steady_step_median_s": "positive", "timings.first_step_s": "number",
+    "timings.second_step_s": "number", "timings.total_s": "number", "timings.compile_s": "number",
+    "timings.text_encode_s": "number", "timings.vae_decode_s": "number", "timings.step_s": "numbers",
+    "memory": "mapping", "memory.peak_bytes_per_device": "number", "compiles": "mapping",
+    "compiles.total": "count", "compiles.steady": "count",
+}
+#: What the kinds mean, for the message.
+KINDS = {"status": f"one of {', '.join(STATUSES)}", "text": "a string", "mapping": "a mapping",
+         "count": "a whole number >= 0", "number": "a finite number >= 0", "positive": "a finite number > 0",
+         "numbers": "a list of finite numbers >= 0"}
+
+
+def record_problem(record: dict) -> str | None:
+    """What is wrong with a record's fields (see FIELDS), or None."""
+    for name, kind in FIELDS.items():
+        value = _at(record, name)
+        if value is not None and not _is(kind, value):
+            return f"{name} must be {KINDS[kind]}, not {json.dumps(value)[:60]}"
+    prediction = record.get("prediction") or {}
+    if "local_s" in prediction and any(prediction.get(k) is None for k in ("collective_s", "overhead_s")):
+        return "prediction.local_s comes with prediction.collective_s and prediction.overhead_s, which are missing"
+    return None
+
+
+def _at(record: dict, name: str):
+    value = record
+    for part in name.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _is(kind: str, value) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return {"status": lambda: value in STATUSES, "text": lambda: isinstance(value, str),
+            "mapping": lambda: isinstance(value, dict),
+            "count": lambda: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            "number": lambda: number and value >= 0, "positive": lambda: number and value > 0,
+            "numbers": lambda: isinstance(value, list) and all(_is("number", v) for v in value)}[kind]()

@@ -59,3 +59,43 @@ def test_strategy_names_become_safe_file_names():
     from meshlab.run import file_stem
 
     assert file_stem("2d") == "2d" and file_stem("../etc/x y") == "_etc_x_y" and file_stem("...") == "strategy"
+
+
+SHIPPED = REPO / "experiments" / "results" / "qwen-image-one-cpu.jsonl"
+
+
+@pytest.mark.parametrize("field, value, says", [
+    (("prediction", "step_s"), "4.5", "prediction.step_s must be a finite number > 0"),
+    (("prediction", "local_s"), 0, "prediction.local_s must be a finite number > 0"),
+    (("timings", "steady_step_median_s"), float("nan"), "timings.steady_step_median_s must be a finite number > 0"),
+    (("timings", "steady_step_median_s"), [4.4], "must be a finite number > 0, not [4.4]"),
+    (("hardware",), "cpu", "hardware must be a mapping"),
+    (("status",), 3, "status must be one of ok, oom, error, refused"),
+    (("prediction", "kind"), ["cpu"], "prediction.kind must be a string"),
+    (("memory", "peak_bytes_per_device"), "lots", "memory.peak_bytes_per_device must be a finite number >= 0"),
+    (("timings", "step_s"), [4.4, -1], "timings.step_s must be a list of finite numbers >= 0"),
+    (("prediction", "overhead_s"), None, "prediction.collective_s and prediction.overhead_s, which are missing"),
+])
+def test_a_record_with_a_wrong_field_is_an_error_at_its_line(tmp_path, field, value, says):
+    """report and calibrate read these fields: a wrong one is one located line, not a traceback deep inside."""
+    record = json.loads(SHIPPED.read_text().splitlines()[0])
+    holder = record
+    for part in field[:-1]:
+        holder = holder[part]
+    holder[field[-1]] = value
+    path = tmp_path / "runs.jsonl"
+    path.write_text(SHIPPED.read_text().splitlines()[0] + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(InputError, match="prediction|timings|hardware|status|memory") as error:
+        read_records([path])
+    assert says in error.value.one_line() and f"{path}:2" in error.value.one_line()
+
+
+def test_the_shipped_records_read_back():
+    for path in (REPO / "experiments" / "results").glob("*.jsonl"):
+        assert read_records([path]).records
+
+
+def test_no_records_at_all_is_an_error_not_an_empty_report(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(InputError, match="no run records in"):
+        read_records([tmp_path / "empty.jsonl"])
