@@ -66,6 +66,8 @@ def _problem(record: dict, hw) -> str | None:
     prediction, timings = record.get("prediction") or {}, record.get("timings") or {}
     if prediction.get("hardware") != hw.name:
         return "predicted for other hardware"
+    if hw.profile is not None and prediction.get("profile_digest") is None:
+        return "recorded before runs named their profile's content, so which measurement priced it is unknown"
     if hw.profile is not None and prediction.get("profile_digest") != hw.profile.digest:
         return f"predicted from another measurement than {hw.profile.path} (its content differs)"
     if not timings.get("steady_step_median_s") or "local_s" not in prediction:
@@ -90,7 +92,9 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
         reasons = sorted({_problem(r, hw) or "" for r in records} - {""})
         raise InputError(
             f"none of the {len(records)} records ran what was predicted for {hardware} ({'; '.join(reasons[:3])})",
-            f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say nothing about a TPU",
+            f"run `meshlab run` on the device with {hardware} as the strategy's hardware first" if hw.profile
+            is not None else f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say "
+            "nothing about a TPU",
         )
     slowdown, overhead = _fit(points)
     catalog = entry(hardware)
