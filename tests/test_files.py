@@ -94,3 +94,11 @@ def test_a_full_disk_on_stdout_is_one_line_and_exit_2(args):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == ["meshlab: error: cannot write the output: No space left on device; "
                                                 "free space or write it elsewhere"]
+
+
+@pytest.mark.parametrize("command, name", [("try", "plan.yaml"), ("explain", "plan.yaml"), ("report", "runs.jsonl")])
+def test_a_pipe_given_as_an_input_is_refused_not_waited_on(tmp_path, command, name):
+    os.mkfifo(tmp_path / name)
+    done = subprocess.run([sys.executable, "-m", "meshlab", command, str(tmp_path / name)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "is not a regular file (a pipe or a device)" in done.stderr

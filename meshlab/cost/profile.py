@@ -245,6 +245,8 @@ def profile_document(device: dict, versions: dict, plan: dict, points: tuple[Poi
 def load_profile(path: str | Path) -> Profile:
     """A profile file, checked; anything wrong is an InputError naming the file and the fix."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder, a pipe or a device would fail, block or never end
+        raise InputError(f"{path}: not a regular file", FIX)
     try:
         raw = path.read_bytes()
         data = json.loads(raw.decode("utf-8"))

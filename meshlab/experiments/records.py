@@ -62,6 +62,11 @@ def read_records(paths: list[Path]) -> RecordSet:
 
 
 def _read_file(path: Path) -> list[dict]:
+    if path.is_dir():
+        raise InputError("is a folder", f"give the .jsonl files in it, e.g. {path}/*.jsonl", Location(str(path)))
+    if path.exists() and not path.is_file():  # a pipe or a device would block or never end
+        raise InputError("is not a regular file (a pipe or a device)", "give a .jsonl file written by meshlab run",
+                         Location(str(path)))
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:

@@ -91,6 +91,8 @@ def _read_text(path: Path) -> str:
     where = Location(str(path))
     if path.is_dir():
         raise InputError("is a directory, not a strategy file", "give a .yaml file", where)
+    if path.exists() and not path.is_file():  # a pipe or a device would block or never end
+        raise InputError("is not a regular file (a pipe or a device)", "give a .yaml file", where)
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_BYTES + 1)
