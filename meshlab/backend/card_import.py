@@ -138,11 +138,11 @@ def import_from_config_file(
     return import_card(class_name, config, name, components, dtype=dtype)
 
 
-def write_card(card: ModelCard, path: str | Path) -> Path:
-    """Write the card's JSON to ``path`` whole or not at all (meshlab.files.write_atomic)."""
+def write_card(card: ModelCard, path: str | Path, inputs=()) -> Path:
+    """Write the card's JSON to ``path`` whole or not at all, never over one of `inputs` (meshlab.files)."""
     from meshlab.files import write_atomic
 
-    write_atomic(path, json.dumps(card_to_json(card), indent=1, sort_keys=False) + "\n", what="-o")
+    write_atomic(path, json.dumps(card_to_json(card), indent=1, sort_keys=False) + "\n", inputs, "-o")
     return Path(path)
 
 

@@ -44,11 +44,15 @@ def import_card(
     importer = _importer()
     if (preset is None) == (config is None):
         raise InputError("give either a preset or --config", "e.g. `meshlab models import qwen-image -o card.json`")
+    from meshlab.files import output_path
+
+    inputs = [config] if config is not None else []
+    output_path(out, inputs, "-o")  # before the import, which builds the model
     if config is not None:  # the class defaults to the config's _class_name
         card = importer.import_from_config_file(config, class_name, name or config.parent.name)
     else:
         card = importer.import_preset(preset)
-    importer.write_card(card, out)
+    importer.write_card(card, out, inputs)
     console().print(f"wrote {out}: {card.name}, {card.total_params:,} parameters in {len(card.parameters)} tensors")
 
 
