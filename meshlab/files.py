@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -44,7 +43,8 @@ def output_path(path: str | Path, inputs: Iterable[str | Path] = (), what: str =
     return target
 
 
-def write_atomic(path: str | Path, text: str, inputs: Iterable[str | Path] = (), what: str = "the output") -> Path:
+def write_atomic(path: str | Path, text: str, inputs: Iterable[str | Path] = (),
+                 what: str = "the output") -> Path:
     """Write `text` (UTF-8) to `path` whole or not at all; see `write_atomic_bytes`."""
     return write_atomic_bytes(path, text.encode("utf-8"), inputs, what)
 
@@ -53,6 +53,8 @@ def write_atomic_bytes(path: str | Path, data: bytes, inputs: Iterable[str | Pat
                        what: str = "the output") -> Path:
     """Write `data` to `path` through a temporary file in the same folder and a rename: never half a file, and
     the old file intact if anything fails. Returns the file written (a link's target)."""
+    import tempfile  # here, not at import: `meshlab try` reads strategies through this module
+
     target = output_path(path, inputs, what)
     try:
         mode = stat.S_IMODE(target.stat().st_mode)
@@ -61,16 +63,19 @@ def write_atomic_bytes(path: str | Path, data: bytes, inputs: Iterable[str | Pat
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}", "choose a path in a writable folder") from None
+        raise InputError(f"cannot write {what} {path}: {exc.strerror}", "choose a path in a writable folder") \
+            from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename, so a crash leaves the old file or the new one
         os.chmod(tmp, mode)  # mkstemp's 0600 would stick
         os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"cannot write {path}: {exc.strerror}", "free space or choose a path in a writable "
-                         "folder") from None
+        raise InputError(f"cannot write {what} {path}: {exc.strerror}", "free space or choose a path in a "
+                         "writable folder") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -88,3 +93,12 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def is_device(path: Path) -> bool:
+    """Is `path` a character or block device (/dev/zero, a terminal), which an input read would never finish?"""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)

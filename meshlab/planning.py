@@ -32,6 +32,13 @@ class PlannedStrategy:
     def strategy(self) -> Strategy:
         return self.loaded.strategy
 
+    @property
+    def files_read(self) -> tuple[Path, ...]:
+        """The strategy file, and the card and profile files it names (not built-in cards or catalog entries)."""
+        folder, strategy = self.loaded.path.parent, self.strategy
+        named = [name for name in (strategy.model, strategy.hardware_name) if name.endswith(".json")]
+        return (self.loaded.path, *(folder / name for name in named))
+
 
 def plan_file(path: str | Path) -> PlannedStrategy:
     """Load, plan and size a strategy file; every error comes back placed at its line in the file."""

@@ -47,9 +47,19 @@ def test_the_output_must_be_a_json_file_in_a_writable_folder(tmp_path):
     assert done.returncode == 2 and "not a writable folder" in done.stderr
     done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "cpu.txt")
     assert done.returncode == 2 and "a profile is a .json file" in done.stderr
-    (tmp_path / "folder.json").mkdir()  # refused before minutes of measuring, not after
-    done = _meshlab("profile", _strategy(tmp_path), "-o", tmp_path / "folder.json")
-    assert done.returncode == 2 and "is a folder" in done.stderr
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_measuring(tmp_path, monkeypatch):
+    from meshlab import profiling
+
+    def measure(*_args, **_kwargs):
+        raise AssertionError("the worker started: -o was checked only after minutes of measuring")
+
+    monkeypatch.setattr(profiling, "call_worker", measure)
+    (tmp_path / "folder.json").mkdir()
+    with pytest.raises(InputError, match="is a folder"):
+        profiling.profile_strategy(_strategy(tmp_path), profiling.ProfileOptions(out=tmp_path / "folder.json",
+                                                                                 backend="xla"))
 
 
 def test_a_failed_profile_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):

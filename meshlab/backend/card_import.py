@@ -138,7 +138,7 @@ def import_from_config_file(
     return import_card(class_name, config, name, components, dtype=dtype)
 
 
-def write_card(card: ModelCard, path: str | Path, inputs=()) -> Path:
+def write_card(card: ModelCard, path: str | Path, inputs: tuple | list = ()) -> Path:
     """Write the card's JSON to ``path`` whole or not at all, never over one of `inputs` (meshlab.files)."""
     from meshlab.files import write_atomic
 

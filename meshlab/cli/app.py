@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from meshlab.cli.output import console, print_json, reports_errors
+from meshlab.cli.output import WatchedStdout, console, output_failed, print_json, reports_errors
 
 app = typer.Typer(
     name="meshlab",
@@ -71,4 +72,11 @@ commands_run.register(app)
 
 
 def main() -> None:
-    app()
+    sys.stdout = WatchedStdout(sys.stdout)
+    try:
+        app()
+    except OSError as error:  # help or usage text to a full disk or a closed pipe, outside any command
+        code = output_failed(error)
+        if code is None:
+            raise
+        sys.exit(code)

@@ -27,17 +27,13 @@ def compare(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: memory and time per image by component"),
 ) -> None:
     """Rank strategies by predicted seconds per image; say why each loser loses. Exit 0; 2 bad input."""
-    from meshlab.ranking import compare as run_compare, expand
+    from meshlab.ranking import compare as run_compare
 
-    if plot is not None:  # refused before any work if it is a folder or one of the strategies
-        from meshlab.files import output_path
-
-        output_path(plot, expand(strategies), "--plot")
     comparison = run_compare(strategies)
-    if plot is not None:
+    if plot is not None:  # never over a strategy, or a card or profile one names
         from meshlab.cli.render_cost import plot_comparison
 
-        plot_comparison(comparison, plot, inputs=expand(strategies))
+        plot_comparison(comparison, plot, inputs=[f for e in comparison.entries for f in e.planned.files_read])
     if as_json:
         from meshlab.ranking import comparison_document
 
@@ -86,8 +82,9 @@ def sweep(
         raise InputError(f"--batch-per-replica {batch_per_replica} on {hw.chips} devices makes batches of up to "
                          f"{batch_per_replica * hw.chips} images, over the workload's {most}",
                          f"ask for at most {most // hw.chips} images per replica")
+    card_file = [model] if model.endswith(".json") else []
     if out != "-":
-        output_path(out, [model] if model.endswith(".json") else [], "--out")  # before the sweep, not after
+        output_path(out, card_file, "--out")  # before the sweep, not after it
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = run_sweep(card, hw, model, workload, batch_per_replica, progress=advance)
@@ -96,7 +93,7 @@ def sweep(
     if out == "-":
         typer.echo(text, nl=False)
     else:
-        write_atomic(out, text, [model] if model.endswith(".json") else [], "--out")
+        write_atomic(out, text, card_file, "--out")
     if as_json:
         print_json(sweep_document(result, hw, elapsed))
     elif out != "-":

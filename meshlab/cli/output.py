@@ -50,9 +50,13 @@ def reports_errors(command: Callable) -> Callable:
         except MeshlabError as error:
             fail(error)
         except OSError as error:
-            if error.errno not in STDOUT_ERRORS:
-                raise
-            _stdout_failed(error)
+            code = output_failed(error)
+            if code is not None:
+                raise typer.Exit(code) from None
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):  # a file the command wrote, not stdout
+                fail(InputError(f"cannot write {error.filename or 'a file'}: {error.strerror}",
+                                "free space and run it again"))
+            raise
         except RecordError as error:  # a value built in code from input that its record refuses: still input
             fail(InputError(str(error), "see `meshlab schema` for each field's type and bounds"))
         except KeyboardInterrupt:
@@ -66,15 +70,44 @@ def reports_errors(command: Callable) -> Callable:
 STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE)
 
 
-def _stdout_failed(error: OSError) -> NoReturn:
-    """The output could not be written: one line (none for a closed pipe, as `| head` expects), and stdout
-    pointed at /dev/null so Python's own flush at exit does not print a traceback."""
+class WatchedStdout:
+    """sys.stdout while the CLI runs (`meshlab.cli.app.main` installs it): the same stream, remembering the write
+    error it raised, so a full disk on stdout is told apart from one under a file the command writes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            self.failed = error
+            raise
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except OSError as error:
+            self.failed = error
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def output_failed(error: OSError) -> int | None:
+    """If `error` is stdout failing: say so in one line (nothing for a closed pipe, as `| head` expects), point
+    stdout at /dev/null so Python's flush at exit prints no traceback, and give the exit code. None: the error is
+    about something else."""
+    if error.errno not in STDOUT_ERRORS or getattr(sys.stdout, "failed", None) is not error:
+        return None
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if error.errno == errno.EPIPE:
-        raise typer.Exit(1)
+        return 1
     sys.stderr.write(f"meshlab: error: cannot write the output: {error.strerror}; free space or write it "
                      f"elsewhere\n")
-    raise typer.Exit(EXIT_BAD_INPUT)
+    return EXIT_BAD_INPUT
 
 
 def gib(n: float) -> str:

@@ -283,7 +283,7 @@ def _collective_table(p) -> Table:
     return table
 
 
-def plot_comparison(comparison, path: Path, inputs=()) -> None:
+def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
     """Two panels: per-chip memory stacked by component against the usable HBM line; time per image stacked."""
     try:
         import matplotlib

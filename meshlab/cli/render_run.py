@@ -87,7 +87,7 @@ def render_report(rows, console) -> None:
             console.print(f"† {r.source}: not compared: {r.not_compared}")
 
 
-def plot_report(rows, path: Path, inputs=()) -> None:
+def plot_report(rows, path: Path, inputs: tuple | list = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -64,6 +64,9 @@ def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
 def _problem(record: dict, hw) -> str | None:
     """Why a record is not a point for `hw` (None: it is one)."""
     prediction, timings = record.get("prediction") or {}, record.get("timings") or {}
+    problem = comparison_problem(record)  # ran elsewhere, or did not finish: the clearest reason first
+    if problem is not None:
+        return problem
     if prediction.get("hardware") != hw.name:
         return "predicted for other hardware"
     if hw.profile is not None and prediction.get("profile_digest") is None:
@@ -72,7 +75,7 @@ def _problem(record: dict, hw) -> str | None:
         return f"predicted from another measurement than {hw.profile.path} (its content differs)"
     if not timings.get("steady_step_median_s") or "local_s" not in prediction:
         return "no steady step or no predicted local time"
-    return comparison_problem(record)
+    return None
 
 
 def entry(hardware: str):

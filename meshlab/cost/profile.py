@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshlab.errors import InputError
+from meshlab.files import is_device
 
 FORMAT = 1
 #: Op classes a profile may hold, with their shapes. linear / attention: as `Work.shape` gives it; outer / block:
@@ -245,8 +246,8 @@ def profile_document(device: dict, versions: dict, plan: dict, points: tuple[Poi
 def load_profile(path: str | Path) -> Profile:
     """A profile file, checked; anything wrong is an InputError naming the file and the fix."""
     path = Path(path)
-    if path.exists() and not path.is_file():  # a folder, a pipe or a device would fail, block or never end
-        raise InputError(f"{path}: not a regular file", FIX)
+    if path.is_dir() or is_device(path):  # a folder fails, a device never ends; a pipe is read
+        raise InputError(f"{path}: a {'folder' if path.is_dir() else 'device'}, not a profile", FIX)
     try:
         raw = path.read_bytes()
         data = json.loads(raw.decode("utf-8"))
@@ -279,8 +280,8 @@ def _profile(path: Path, data: dict) -> Profile:
     device = dict(data["device"])
     if device.get("platform") not in ("cpu", "cuda", "tpu") or not _whole(device["devices"], 1):
         raise ValueError(f"device {device}")
-    if device.get("memory_bytes") is not None and not _whole(device["memory_bytes"], 1):
-        raise ValueError(f"device memory_bytes {device['memory_bytes']!r}, not a whole number of bytes >= 1")
+    if device.get("memory_bytes") is not None and not _whole(device["memory_bytes"], 0):  # 0: not known
+        raise ValueError(f"device memory_bytes {device['memory_bytes']!r}, not a whole number of bytes")
     points = tuple(points)
     return Profile(str(path), device, dict(data.get("versions") or {}), dict(data["plan"]), points, fit_all(points),
                    float(data.get("duration_s", 0.0)))

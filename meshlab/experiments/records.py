@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.errors import InputError, Location
+from meshlab.files import is_device
 
 RECORD_SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "error", "refused")
@@ -64,8 +65,8 @@ def read_records(paths: list[Path]) -> RecordSet:
 def _read_file(path: Path) -> list[dict]:
     if path.is_dir():
         raise InputError("is a folder", f"give the .jsonl files in it, e.g. {path}/*.jsonl", Location(str(path)))
-    if path.exists() and not path.is_file():  # a pipe or a device would block or never end
-        raise InputError("is not a regular file (a pipe or a device)", "give a .jsonl file written by meshlab run",
+    if is_device(path):  # /dev/zero never ends; a pipe is read
+        raise InputError("is a device, not a records file", "give a .jsonl file written by meshlab run",
                          Location(str(path)))
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from meshlab.errors import InputError, Location
+from meshlab.files import is_device
 
 MAX_BYTES = 1 << 20  # a strategy is a few KiB; a MiB is already absurd
 MAX_DEPTH = 32
@@ -91,8 +92,8 @@ def _read_text(path: Path) -> str:
     where = Location(str(path))
     if path.is_dir():
         raise InputError("is a directory, not a strategy file", "give a .yaml file", where)
-    if path.exists() and not path.is_file():  # a pipe or a device would block or never end
-        raise InputError("is not a regular file (a pipe or a device)", "give a .yaml file", where)
+    if is_device(path):  # /dev/zero never ends; a pipe (cat x | meshlab try /dev/stdin) is read
+        raise InputError("is a device, not a strategy file", "give a .yaml file", where)
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_BYTES + 1)

@@ -293,3 +293,19 @@ def test_two_block_lists_share_the_slope_as_their_blocks_alone_compare():
     assert priced.seconds == pytest.approx(1.0 + 2 * 0.25 + 4 * 0.75)
     alone = Profile("p.json", {"platform": "cpu", "devices": 1}, {}, {}, points[:1] + points[2:])
     assert by_blocks(alone, {"double": 3, "single": 5}, 8).seconds == pytest.approx(1.0 + 2 * 0.2 + 4 * 0.6)
+
+
+def test_a_run_priced_from_a_profile_records_which_measurement_it_was(keyed):
+    """The record's prediction carries the profile's digest, which calibrate matches runs to."""
+    import hashlib
+
+    from meshlab.run import _prediction
+
+    strategy, profile = keyed
+    prediction = _prediction(plan_file(strategy))
+    assert prediction["profile_digest"] == hashlib.sha256(profile.read_bytes()).hexdigest()[:16]
+
+
+def test_a_device_is_not_read_as_a_profile():
+    with pytest.raises(InputError, match="/dev/zero: a device, not a profile"):
+        load_profile("/dev/zero")
