@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from meshlab.backend.protocol import WorkerFailed, call_worker
 from meshlab.devices import accelerator_platform, child_environment, torch_environment
-from meshlab.errors import BackendError, InputError, MeshlabError
+from meshlab.errors import BackendError, InputError, Location, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
 from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_elementwise, with_workload
 
@@ -52,6 +53,8 @@ class RunOptions:
     #: PyTorch on one device (eager, SDPA); "auto": torch (one device) or dtensor on a CUDA host, else xla
     backend: str = "auto"
     layers: int | None = None  # with checkpoint "random": blocks per list (and text-encoder layers) to build
+    batch: int | None = None  # None: the strategy's workload (an experiment's workloads may set these two)
+    cfg: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,7 @@ class RunOutcome:
 
 def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     """Run one strategy file end to end; raises after recording when the run did not succeed."""
-    planned = plan_file(path)
-    workload = _workload(planned, options)
-    planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
-                            batch=workload["batch"])  # fits and predictions at the size this run uses
+    planned, workload = preflight(path, options)
     options = replace(options, backend=resolve_backend(options.backend, planned.plan.mesh.device_count))
     notes = []
     ran, said = RUNS_ELEMENTWISE.get(options.backend), planned.strategy.compile.elementwise  # unknown: refused below
@@ -88,6 +88,9 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
                          "use --checkpoint random with --layers, or drop --layers")
     record = _base_record(planned, workload, options)
     record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
+    if record_path.is_dir():
+        raise InputError(f"{record_path} is a folder, where this strategy's records go",
+                         "move it away, or give --results another folder", Location("command line"))
     try:
         _refuse_if_too_big(planned, options)
         _require_backend(planned, options)
@@ -137,12 +140,39 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "strategy"
 
 
+def preflight(path: Path, options: RunOptions) -> tuple[PlannedStrategy, dict]:
+    """What a run checks before anything is built or written: the strategy planned at the workload the run uses
+    (bounds checked), finite guidance, folders that are folders. An experiment checks all its runs this way
+    before the first starts."""
+    planned = plan_file(path)
+    _check_options(options)
+    workload = _workload(planned, options)
+    planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
+                            batch=workload["batch"], cfg=workload["cfg"])  # fits and predictions at what runs
+    return planned, workload
+
+
 def _workload(planned: PlannedStrategy, options: RunOptions) -> dict:
-    """The workload this run uses: the strategy's batch and dtype (what was predicted), sizes and steps as given."""
+    """The workload this run uses: the strategy's dtype, and its sizes, steps, batch and guidance where the
+    command line (or an experiment) set none; 0 is a value (refused by the workload's bounds), not unset."""
     w = planned.strategy.workload
-    return {"height": options.height or w.height, "width": options.width or w.width,
-            "steps": options.steps or w.steps, "cfg": w.cfg, "batch": w.batch, "dtype": w.dtype,
-            "cfg_scale": options.cfg_scale if w.cfg else 1.0}
+    cfg = _given(options.cfg, w.cfg)
+    return {"height": _given(options.height, w.height), "width": _given(options.width, w.width),
+            "steps": _given(options.steps, w.steps), "cfg": cfg, "batch": _given(options.batch, w.batch),
+            "dtype": w.dtype, "cfg_scale": options.cfg_scale if cfg else 1.0}
+
+
+def _check_options(options: RunOptions) -> None:
+    """What the command line gave, before anything is built or written: finite guidance, and folders that are
+    folders (or can be made)."""
+    if not math.isfinite(options.cfg_scale):
+        raise InputError(f"--cfg-scale {options.cfg_scale} is not a finite number", "give e.g. --cfg-scale 4.0",
+                         Location("command line"))
+    for folder, flag in ((options.out_dir, "--out"), (options.results_dir, "--results"),
+                         (options.cache_dir, "--cache-dir")):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise InputError(f"{flag} {folder} is not a folder", f"give {flag} a folder (made if missing)",
+                             Location("command line"))
 
 
 def _joint_guidance(planned: PlannedStrategy) -> bool:
@@ -192,6 +222,8 @@ def _require_backend(planned: PlannedStrategy, options: RunOptions) -> None:
                              "run this plan with --backend xla, or use a plan without a cfg axis")
         if options.scan:
             raise InputError("--scan is torch_xla's; the DTensor backend has no scan", "drop --scan")
+    if options.backend == "torch" and options.scan:
+        raise InputError("--scan is torch_xla's; plain PyTorch has no scan", "drop --scan, or use --backend xla")
 
 
 def _checkpoint(name: str) -> Path | str:
@@ -203,6 +235,14 @@ def _checkpoint(name: str) -> Path | str:
     if not (path / "model_index.json").is_file():
         raise InputError(f"no pipeline at {path} (model_index.json missing)",
                          "give a local folder saved with save_pretrained; meshlab never downloads checkpoints")
+    try:
+        index = json.loads((path / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path / 'model_index.json'} is not a pipeline index ({exc})",
+                         "save the pipeline again with save_pretrained") from None
+    if not isinstance(index, dict) or not isinstance(index.get("_class_name"), str):
+        raise InputError(f"{path / 'model_index.json'} names no pipeline class (_class_name)",
+                         "save the pipeline again with save_pretrained")
     return path
 
 
@@ -273,8 +313,9 @@ def _cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) 
     a folder that holds another plan's or another version's programs is refused, never silently recompiled."""
     if options.cache_dir is None:
         return None
+    built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
     identity = {"plan": json.dumps(planned.strategy.model_dump(), sort_keys=True), "file": planned.loaded.document.file,
-                "checkpoint": str(checkpoint.resolve()), "torch_xla": _version("torch_xla")}
+                "checkpoint": built, "torch_xla": _version("torch_xla")}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"
     manifest = {"key": key, "strategy": planned.strategy.name, "checkpoint": identity["checkpoint"],
@@ -408,7 +449,13 @@ def experiment_runs(path: Path, options: RunOptions) -> list[tuple[Path, RunOpti
         for workload in experiment.workloads:
             run_options = replace(options, checkpoint=experiment.checkpoint, prompt=experiment.prompt,
                                   negative_prompt=experiment.negative_prompt, seed=experiment.seed,
-                                  experiment=experiment.name, steps=workload.steps or options.steps,
-                                  height=workload.height or options.height, width=workload.width or options.width)
+                                  experiment=experiment.name, steps=_given(workload.steps, options.steps),
+                                  height=_given(workload.height, options.height),
+                                  width=_given(workload.width, options.width),
+                                  batch=_given(workload.batch, options.batch), cfg=_given(workload.cfg, options.cfg))
             runs.append((Path(os.path.normpath(path.parent / strategy)), run_options))
     return runs
+
+
+def _given(value, default):
+    return default if value is None else value

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from meshlab.errors import MeshlabError
+from meshlab.errors import InputError, MeshlabError
 
 
 def render_outcome(outcome, console) -> None:
@@ -45,9 +45,15 @@ def run_experiment(path: Path, options, console) -> None:
     """Run every strategy x workload in order with a progress bar; a failed run is recorded and the rest go on."""
     from rich.progress import Progress
 
-    from meshlab.run import experiment_runs, run_strategy
+    from meshlab.run import experiment_runs, preflight, run_strategy
 
     runs = experiment_runs(path, options)
+    for strategy, run_options in runs:  # bad input anywhere stops the experiment before its first run
+        try:
+            preflight(strategy, run_options)
+        except MeshlabError as error:
+            raise InputError(f"experiment {path}: {error.one_line()}", "fix that strategy or the experiment's "
+                             "workloads; nothing was run") from None
     failed = 0
     with Progress(console=console) as progress:
         task = progress.add_task(f"experiment {path.name}", total=len(runs))

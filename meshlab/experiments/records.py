@@ -2,7 +2,7 @@
 
 Appends are atomic: the whole line goes out in one ``write`` on an ``O_APPEND`` descriptor under an
 exclusive ``flock``, so concurrent runs never interleave or lose a record, and a crash leaves either the whole
-line or nothing.
+line or nothing. A line something else cut short is ended before the next record, so only that line is lost.
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ def append_record(path: Path, record: dict) -> None:
         raise ValueError(f"record status must be one of {STATUSES}")
     line = (json.dumps({"schema_version": RECORD_SCHEMA_VERSION, **record}, sort_keys=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+        end = os.lseek(descriptor, 0, os.SEEK_END)
+        if end and os.pread(descriptor, 1, end - 1) != b"\n":  # a line cut short (a killed writer): end it first,
+            line = b"\n" + line                                 # so this record is not glued onto it
         written = os.write(descriptor, line)
         if written != len(line):  # a short write on a regular file means a full disk: undo it
             os.ftruncate(descriptor, os.lseek(descriptor, 0, os.SEEK_END) - written)

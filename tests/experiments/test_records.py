@@ -99,3 +99,16 @@ def test_no_records_at_all_is_an_error_not_an_empty_report(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(InputError, match="no run records in"):
         read_records([tmp_path / "empty.jsonl"])
+
+
+def test_a_record_after_a_line_cut_short_starts_its_own_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_record(path, {"status": "ok"})
+    with path.open("a") as handle:
+        handle.write('{"schema_version": 1, "status": "o')  # a writer killed mid-line
+    append_record(path, {"status": "refused"})
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[2])["status"] == "refused"
+    with pytest.raises(InputError) as info:  # the cut line is the one bad line, located
+        read_records([path])
+    assert info.value.location.line == 2
