@@ -109,7 +109,14 @@ class _dump_folder:
 
     def __enter__(self) -> Path:
         if self.keep is not None:
-            self.keep.mkdir(parents=True, exist_ok=True)
+            if self.keep.exists() and not self.keep.is_dir():
+                raise InputError(f"--dump-dir {self.keep} is not a folder", "give --dump-dir a folder (made if "
+                                 "missing)")
+            try:
+                self.keep.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(f"cannot make --dump-dir {self.keep}: {exc.strerror}", "give --dump-dir a folder "
+                                 "in a writable place") from None
             return self.keep.resolve()
         self.temporary = tempfile.TemporaryDirectory(prefix="meshlab-dump-")
         return Path(self.temporary.name)
