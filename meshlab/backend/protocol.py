@@ -90,6 +90,10 @@ def _follow(process: subprocess.Popen, progress: Progress, timeout_s: float | No
         for line in process.stdout:
             _report_progress(line, progress)
         code = process.wait()
+    except BaseException:  # interrupted or terminated: the worker goes too, and its scratch folder is removed
+        process.kill()
+        process.wait()
+        raise
     finally:
         if timer:
             timer.cancel()

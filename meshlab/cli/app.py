@@ -72,6 +72,10 @@ commands_run.register(app)
 
 
 def main() -> None:
+    import signal
+
+    # SIGTERM (`timeout`, a scheduler) unwinds like an interrupt: workers are stopped, scratch folders removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.stdout = WatchedStdout(sys.stdout)
     try:
         app()

@@ -43,3 +43,22 @@ def test_a_worker_past_its_time_is_stopped(tmp_path):
     with pytest.raises(WorkerFailed, match="took longer than 1 s"):
         call_worker(MODULE, {"action": "sleep"}, dict(os.environ), timeout_s=1, folder=tmp_path)
     assert list(tmp_path.iterdir()) == []  # its scratch folder is gone
+
+
+def test_an_interrupted_parent_stops_its_worker():
+    """Ctrl-C or SIGTERM (the CLI turns it into SystemExit) while a worker runs: the worker is killed, not
+    orphaned (call_worker's scratch folder then goes with its with-block)."""
+    import subprocess
+    import sys
+
+    from meshlab.backend.protocol import _follow
+
+    script = "import json, sys, time; print(json.dumps({'progress': 'started'}), flush=True); time.sleep(60)"
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+
+    def interrupted(_message):
+        raise SystemExit(143)
+
+    with pytest.raises(SystemExit):
+        _follow(process, interrupted, None)
+    assert process.poll() is not None  # killed and reaped, not left sleeping
