@@ -16,7 +16,7 @@ from meshlab.backend.models import Geometry, geometry
 from meshlab.cards.card import ModelCard
 from meshlab.cards.truncate import truncate_card
 from meshlab.plan.axes import GUIDANCE_AXIS
-from meshlab.errors import MeshlabError
+from meshlab.errors import InputError, Location, MeshlabError
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
@@ -82,7 +82,10 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     batch = math.prod(planned.plan.mesh.size(a) for a in axes)
     arch = card.architecture
     frames = options.frames if options.frames is not None else (arch.temporal_scale_factor + 1 if arch.is_video else 1)
-    geo = geometry(card, options.height, options.width, options.text_tokens, batch, frames)
+    try:
+        geo = geometry(card, options.height, options.width, options.text_tokens, batch, frames)
+    except InputError as exc:  # --height, --width or --frames: the command line's, not a strategy line's
+        raise exc.at(Location("command line")) from None
     images = batch // 2 if GUIDANCE_AXIS in axes else batch
     workload = workload_with(planned.strategy.workload, height=options.height, width=options.width,
                              text_tokens=options.text_tokens, batch=images, frames=frames)

@@ -34,7 +34,7 @@ def test_missing_torch_xla_is_one_line_naming_the_extra(monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--height", "100"], "--height 100 is not a positive multiple of 16"),
+    (["--height", "100"], "command line: --height 100 is not a positive multiple of 16"),  # not a strategy line
     (["--layers", "0"], "--layers"),
 ])
 def test_bad_options_exit_2(args, message):
