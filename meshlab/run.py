@@ -98,7 +98,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
             from meshlab.pipeline.random_pipeline import refuse_unless_buildable
 
             refuse_unless_buildable(planned.card)
-        checkpoint = _checkpoint(options.checkpoint)
+        checkpoint = _checkpoint(options.checkpoint, planned.card.class_name)
         result = _run_worker(path, planned, checkpoint, workload, options)
     except MeshlabError as error:
         append_record(record_path, record | _failure(error))
@@ -226,12 +226,12 @@ def _require_backend(planned: PlannedStrategy, options: RunOptions) -> None:
         raise InputError("--scan is torch_xla's; plain PyTorch has no scan", "drop --scan, or use --backend xla")
 
 
-def _checkpoint(name: str) -> Path | str:
+def _checkpoint(name: str, transformer: str) -> Path | str:
+    """The pipeline to run: "random" (built in the worker), the tiny one, or a saved folder whose index parses and
+    whose transformer is the strategy's model's class (`transformer`)."""
     if name == "random":
         return name  # built in the worker from the card (meshlab.pipeline.random_pipeline)
-    if name == "tiny":
-        return _tiny_checkpoint()
-    path = Path(name).expanduser()
+    path = _tiny_checkpoint() if name == "tiny" else Path(name).expanduser()
     if not (path / "model_index.json").is_file():
         raise InputError(f"no pipeline at {path} (model_index.json missing)",
                          "give a local folder saved with save_pretrained; meshlab never downloads checkpoints")
@@ -243,6 +243,10 @@ def _checkpoint(name: str) -> Path | str:
     if not isinstance(index, dict) or not isinstance(index.get("_class_name"), str):
         raise InputError(f"{path / 'model_index.json'} names no pipeline class (_class_name)",
                          "save the pipeline again with save_pretrained")
+    found = index.get("transformer")
+    if isinstance(found, list) and len(found) == 2 and found[1] != transformer:
+        raise InputError(f"the pipeline at {path} has a {found[1]}, and the strategy's model is a {transformer}",
+                         "use a strategy that applies to this checkpoint's model")
     return path
 
 

@@ -90,3 +90,13 @@ def test_an_experiment_with_a_bad_strategy_runs_nothing(tmp_path):
                                       str(tmp_path / "out")])
     assert result.exit_code == 2 and f"experiment {experiment}: {broken}:" in result.stderr
     assert "nothing was run" in result.stderr and not (tmp_path / "results").exists()
+
+
+def test_a_checkpoint_of_another_model_is_refused_in_the_parent(tmp_path):
+    folder = tmp_path / "flux"
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline",
+                                                         "transformer": ["diffusers", "FluxTransformer2DModel"]}))
+    with pytest.raises(InputError, match="has a FluxTransformer2DModel, and the strategy's model is a "
+                                         "QwenImageTransformer2DModel"):
+        run_strategy(ONE_CPU, options(tmp_path, checkpoint=str(folder)))
