@@ -78,9 +78,29 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.stdout = WatchedStdout(sys.stdout)
     try:
-        app()
+        code = app(standalone_mode=False)  # click's errors come back here, to be one line like meshlab's own
     except OSError as error:  # help or usage text to a full disk or a closed pipe, outside any command
         code = output_failed(error)
         if code is None:
             raise
-        sys.exit(code)
+    except Exception as error:  # noqa: BLE001 - only click's own exceptions are handled; the rest re-raised
+        code = click_error(error)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def click_error(error: Exception) -> int:
+    """A command-line error click raised (typer vendors click in some versions, so it is matched by class name):
+    one line and its exit code; `meshlab` alone still prints the help. Anything else is raised again."""
+    kinds = {cls.__name__ for cls in type(error).__mro__}
+    if "NoArgsIsHelpError" in kinds:
+        error.show()
+        return error.exit_code
+    if "Abort" in kinds:
+        sys.stderr.write("meshlab: interrupted\n")
+        return 130
+    if "ClickException" not in kinds:
+        raise error
+    context = getattr(error, "ctx", None)
+    where = f"see `{context.command_path} --help`" if context is not None else "see `meshlab --help`"
+    sys.stderr.write(f"meshlab: error: command line: {error.format_message().rstrip('.')}; {where}\n")
+    return error.exit_code

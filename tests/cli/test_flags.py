@@ -28,3 +28,31 @@ def test_a_flag_out_of_bounds_is_one_line_and_exit_2(args, message):
     assert result.exit_code == 2, result.output
     [line] = result.stderr.strip().splitlines()
     assert line == f"meshlab: error: {message}"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "strategies/2d.yaml", "--layers", "0"],
+     "command line: Invalid value for '--layers': 0 is not in the range x>=1; see `meshlab run --help`"),
+    (["try", "strategies/2d.yaml", "--bogus"], "command line: No such option: --bogus; see `meshlab try --help`"),
+    (["sweep", "--model", "qwen-image"], "command line: Missing option '--hardware'; see `meshlab sweep --help`"),
+    (["nosuch"], "command line: No such command 'nosuch'; see `meshlab --help`"),
+])
+def test_click_s_own_usage_errors_are_one_line_too(args, says):
+    """Options typer checks itself (types, ranges, unknown or missing ones) come out as meshlab's one line, not
+    typer's boxed usage text."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-m", "meshlab", *args], capture_output=True, text=True, cwd=REPO)
+    says = says.replace("`meshlab", "`python -m meshlab")  # click names the program as it was started
+    assert done.returncode == 2 and done.stderr == f"meshlab: error: {says}\n"
+
+
+def test_meshlab_alone_still_prints_its_help():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "meshlab"], capture_output=True, text=True)
+    assert "Usage: python -m meshlab" in done.stdout + done.stderr and "try" in done.stdout + done.stderr
