@@ -15,7 +15,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from meshlab.errors import InputError
+from meshlab.errors import InputError, Location
 
 
 def output_path(path: str | Path, inputs: Iterable[str | Path] = (), what: str = "the output") -> Path:
@@ -41,6 +41,13 @@ def output_path(path: str | Path, inputs: Iterable[str | Path] = (), what: str =
             raise InputError(f"{what} {given} is one of this command's inputs ({source}); writing it would "
                              f"replace that input", f"name a new file for {what}")
     return target
+
+
+def output_folder(path: Path, what: str, where: Location | None = None) -> Path:
+    """A folder outputs go into (made later where missing): refused if something other than a folder is there."""
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what} {path} is not a folder", f"give {what} a folder (made if missing)", where)
+    return path
 
 
 def write_atomic(path: str | Path, text: str, inputs: Iterable[str | Path] = (),

@@ -25,6 +25,7 @@ from meshlab.backend.protocol import WorkerFailed, call_worker
 from meshlab.devices import accelerator_platform, child_environment, torch_environment
 from meshlab.errors import BackendError, InputError, Location, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
+from meshlab.files import output_folder
 from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_elementwise, with_workload
 
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
@@ -170,9 +171,8 @@ def _check_options(options: RunOptions) -> None:
                          Location("command line"))
     for folder, flag in ((options.out_dir, "--out"), (options.results_dir, "--results"),
                          (options.cache_dir, "--cache-dir")):
-        if folder is not None and folder.exists() and not folder.is_dir():
-            raise InputError(f"{flag} {folder} is not a folder", f"give {flag} a folder (made if missing)",
-                             Location("command line"))
+        if folder is not None:
+            output_folder(folder, flag, Location("command line"))
 
 
 def _joint_guidance(planned: PlannedStrategy) -> bool:

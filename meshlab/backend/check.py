@@ -20,6 +20,7 @@ from meshlab.backend.readback import compare_parameter
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.devices import child_environment
 from meshlab.errors import BackendError, InputError
+from meshlab.files import output_folder
 
 
 def run_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None) -> CheckReport:
@@ -109,9 +110,7 @@ class _dump_folder:
 
     def __enter__(self) -> Path:
         if self.keep is not None:
-            if self.keep.exists() and not self.keep.is_dir():
-                raise InputError(f"--dump-dir {self.keep} is not a folder", "give --dump-dir a folder (made if "
-                                 "missing)")
+            output_folder(self.keep, "--dump-dir")
             try:
                 self.keep.mkdir(parents=True, exist_ok=True)
             except OSError as exc:

@@ -79,7 +79,8 @@ def main() -> None:
     sys.stdout = WatchedStdout(sys.stdout)
     try:
         code = app(standalone_mode=False)  # click's errors come back here, to be one line like meshlab's own
-    except OSError as error:  # help or usage text to a full disk or a closed pipe, outside any command
+        sys.stdout.flush()  # a full disk shows here, not in Python's shutdown
+    except OSError as error:  # stdout on a full disk or a closed pipe, in a command or in help text
         code = output_failed(error)
         if code is None:
             raise

@@ -116,10 +116,6 @@ def report(
     from meshlab.experiments.records import read_records
     from meshlab.experiments.measured import report_document, report_rows
 
-    if plot is not None:
-        from meshlab.files import output_path
-
-        output_path(plot, files, "--plot")
     rows = report_rows(read_records(files))
     if plot is not None:
         from meshlab.cli.render_run import plot_report

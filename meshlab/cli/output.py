@@ -44,18 +44,13 @@ def reports_errors(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            result = command(*args, **kwargs)
-            sys.stdout.flush()  # a full disk or a closed pipe shows here, not in Python's shutdown
-            return result
+            return command(*args, **kwargs)
         except MeshlabError as error:
             fail(error)
-        except OSError as error:
-            code = output_failed(error)
-            if code is not None:
-                raise typer.Exit(code) from None
-            if error.errno in (errno.ENOSPC, errno.EDQUOT):  # a file the command wrote, not stdout
+        except OSError as error:  # stdout's own failures go on to `meshlab.cli.app.main` (output_failed)
+            if error.errno in (errno.ENOSPC, errno.EDQUOT) and getattr(sys.stdout, "failed", None) is not error:
                 fail(InputError(f"cannot write {error.filename or 'a file'}: {error.strerror}",
-                                "free space and run it again"))
+                                "free space and run it again"))  # a file the command wrote
             raise
         except RecordError as error:  # a value built in code from input that its record refuses: still input
             fail(InputError(str(error), "see `meshlab schema` for each field's type and bounds"))

@@ -53,10 +53,9 @@ class Calibration:
                 **rates}
 
 
-def comparable_points(records: tuple[dict, ...], hardware: str) -> list[Point]:
-    """Points from ok runs of exactly the work predicted for `hardware`: its kind of chip and chip count, and the
-    predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
-    hw = entry(hardware)  # an unknown name is an error naming the catalog
+def comparable_points(records: tuple[dict, ...], hw) -> list[Point]:
+    """Points from ok runs of exactly the work predicted for the entry `hw`: its kind of chip and chip count, and
+    the predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
     return [Point(r["prediction"]["local_s"], r["prediction"]["collective_s"], r["prediction"]["overhead_s"],
                   r["timings"]["steady_step_median_s"]) for r in records if _problem(r, hw) is None]
 
@@ -89,9 +88,9 @@ def entry(hardware: str):
 
 
 def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
-    points = comparable_points(records, hardware)
+    hw = entry(hardware)  # read once (a profile is a file); an unknown name is an error naming the catalog
+    points = comparable_points(records, hw)
     if not points:
-        hw = entry(hardware)
         reasons = sorted({_problem(r, hw) or "" for r in records} - {""})
         raise InputError(
             f"none of the {len(records)} records ran what was predicted for {hardware} ({'; '.join(reasons[:3])})",
@@ -100,11 +99,10 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
             "nothing about a TPU",
         )
     slowdown, overhead = _fit(points)
-    catalog = entry(hardware)
-    rates, gemm = catalog.kernel_rates, catalog.matmul_rates
-    return Calibration(hardware, len(points), slowdown, overhead, catalog.compute_efficiency / slowdown,
-                       catalog.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead),
-                       catalog.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates),
+    rates, gemm = hw.kernel_rates, hw.matmul_rates
+    return Calibration(hardware, len(points), slowdown, overhead, hw.compute_efficiency / slowdown,
+                       hw.hbm_efficiency / slowdown, _error(points, 1.0, None), _error(points, slowdown, overhead),
+                       hw.attention_kernel if rates else "", tuple((n, r / slowdown) for n, r in rates),
                        None if gemm is None else replace(gemm, rates=tuple(r / slowdown for r in gemm.rates)))
 
 
