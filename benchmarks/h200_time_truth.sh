@@ -2,15 +2,21 @@
 # Issue 8, part 6, on one H200 (the device tool's machine; run from the repository root, within 10 minutes):
 # profile the H200 at Qwen-Image's one-GPU plan at 512x512 and 1024x1024, then run the full model (60 blocks,
 # random weights at real width, CFG, 20 steps) at both sizes with plain PyTorch, each run priced from its profile.
-# Profiles and records land in $OUT (the device tool brings them back); commit them under experiments/.
+# Everything is written under a scratch folder and packed into $OUT/h200-time-truth.tgz (with the log and the
+# report beside it), because the device tool brings back at most 8 files; unpack it and commit the profiles and
+# records under experiments/. 1024x1024 runs first: it is the size the issue's 15% target is held at.
 #
-# The machine has torch, transformers, typer, rich and pyyaml but not diffusers: carry it as a wheel in wheels/
-# (git-ignored), downloaded here with (meshlab no longer needs pydantic)
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d wheels \
-#       diffusers
+# The machine has torch, transformers, typer, rich and pyyaml but not diffusers or pydantic: carry them as wheels
+# in wheels/ (git-ignored), downloaded here with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_17_x86_64 -d wheels diffusers==0.42.1 pydantic pydantic-core annotated-types \
+#       typing-inspection
 set -euo pipefail
-OUT=${OUT:-out/h200}
-mkdir -p "$OUT/results" "$OUT/images" "$OUT/profiles"
+PACKED=${OUT:-out/h200}
+OUT=$(mktemp -d)
+mkdir -p "$PACKED" "$OUT/results" "$OUT/images" "$OUT/profiles"
+trap 'tar czf "$PACKED/h200-time-truth.tgz" -C "$OUT" . && cp "$OUT"/*.txt "$PACKED"/ 2>/dev/null; true' EXIT
+trap 'exit 143' TERM INT
 if ! python3 -c "import diffusers" 2>/dev/null; then
   python3 -m pip install -q --no-deps --target /tmp/meshlab-deps wheels/*.whl
   export PYTHONPATH="/tmp/meshlab-deps${PYTHONPATH:+:$PYTHONPATH}"
@@ -22,8 +28,10 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$OUT/
 python3 -c "import torch, torch.nn.functional as F
 q = torch.randn(1, 24, 4096, 128, device='cuda', dtype=torch.bfloat16); F.scaled_dot_product_attention(q, q, q)
 print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'sdp order', torch._C._get_sdp_priority_order())" \
-  | tee "$OUT/sdpa.txt"
-for size in 512 1024; do
+  | tee "$OUT/sdpa.txt" || true
+# eager PyTorch's host cost per kernel launch (issue 26, part 3)
+python3 benchmarks/cuda_launch_cost.py | tee "$OUT/launch-cost.json" || true
+for size in 1024 512; do
   strategy=experiments/strategies/qwen-image-one-h200-profiled-$size.yaml
   python3 -m meshlab profile "$strategy" -o "$OUT/profiles/h200-$size.json" --backend torch --hardware h200
   cp "$OUT/profiles/h200-$size.json" experiments/profiles/  # the strategy names it there

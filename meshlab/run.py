@@ -106,6 +106,9 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
         raise
     image = _keep_image(result, planned, options) if result.get("is_writer", True) else None
     record |= _success(result, image)
+    seen = result.get("hardware") or {}
+    if seen.get("device_type"):  # the worker saw the device; the parent (no torch) guessed it
+        record["hardware"] = record["hardware"] | {"platform": str(seen["device_type"]).lower()}
     encoded = ran_text_tokens(result["summary"].get("text_tokens") or [])
     if encoded and encoded != planned.strategy.workload.text_tokens:  # price what ran, not the strategy's padding
         record["prediction"] = _prediction(with_workload(planned, text_tokens=encoded)) | {

@@ -14,6 +14,16 @@ from meshlab.hardware import load_hardware
 PLATFORMS = {"tpu": ("tpu",), "gpu": ("cuda", "gpu"), "cpu": ("cpu",)}
 
 
+def ran_platform(record: dict) -> str:
+    """The platform a record's run went on: what its worker saw (``hardware_seen.device_type``) when it says,
+    else the parent's guess in ``hardware.platform`` (the parent imports no torch, so it cannot see a CUDA GPU:
+    records of plain-PyTorch runs before 2026-12 say cpu there)."""
+    seen = record.get("hardware_seen") or {}
+    if isinstance(seen, dict) and isinstance(seen.get("device_type"), str) and seen["device_type"]:
+        return seen["device_type"].lower()
+    return str((record.get("hardware") or {}).get("platform", "?"))
+
+
 def comparison_problem(record: dict) -> str | None:
     """Why `record`'s measurement cannot be compared with its prediction; None when it can."""
     prediction, ran, hardware = record.get("prediction") or {}, record.get("ran") or {}, record.get("hardware") or {}
@@ -27,8 +37,8 @@ def comparison_problem(record: dict) -> str | None:
         except InputError:
             return f"predicted for unknown hardware {prediction.get('hardware')!r}"
         name, kind, chips = catalog.name, catalog.kind, catalog.chips
-    if hardware.get("platform") not in PLATFORMS.get(kind, ()):
-        return f"ran on {hardware.get('platform', '?')}, predicted for {name} ({kind})"
+    if ran_platform(record) not in PLATFORMS.get(kind, ()):
+        return f"ran on {ran_platform(record)}, predicted for {name} ({kind})"
     if hardware.get("devices") != chips:
         return f"ran on {hardware.get('devices', '?')} devices, predicted for {chips}"
     measured_with = prediction.get("profile_backend")

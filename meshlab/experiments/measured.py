@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.experiments.comparable import comparison_problem
+from meshlab.experiments.comparable import comparison_problem, ran_platform
 from meshlab.experiments.records import RecordSet
 
 
@@ -53,7 +53,7 @@ def _row(record: dict) -> ReportRow:
         source=record.get("_source", ""),
         time=record.get("time", "")[5:16].replace("T", " "),
         strategy=(record.get("strategy") or {}).get("name", "?"),
-        ran_on=f"{hardware.get('platform', '?')} x{hardware.get('devices', '?')}",
+        ran_on=f"{ran_platform(record)} x{hardware.get('devices', '?')}",
         workload=f"{workload.get('height')}x{workload.get('width')}, {workload.get('steps')} steps"
         + (", cfg" if workload.get("cfg") else ""),
         status=record.get("status", "?"),

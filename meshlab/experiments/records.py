@@ -101,6 +101,7 @@ def _read_file(path: Path) -> list[dict]:
 FIELDS = {
     "status": "status", "time": "text", "strategy": "mapping", "strategy.name": "text", "strategy.file": "text",
     "hardware": "mapping", "hardware.platform": "text", "hardware.devices": "count", "backend": "text",
+    "hardware_seen": "mapping", "hardware_seen.device_type": "text",
     "workload": "mapping", "ran": "mapping", "ran.model": "text", "ran.batch": "count", "ran.dtype": "text",
     "prediction": "mapping", "prediction.hardware": "text", "prediction.kind": "text", "prediction.chips": "count",
     "prediction.model": "text", "prediction.batch": "count", "prediction.dtype": "text",

@@ -3,6 +3,7 @@
 from meshlab.cli.render_run import plot_report
 from meshlab.experiments.records import append_record, read_records
 from meshlab.experiments.measured import report_rows
+from tests.conftest import REPO
 
 
 WORK = {"model": "qwen-image", "config_digest": "abc", "batch": 2, "dtype": "bfloat16"}
@@ -47,3 +48,16 @@ def test_a_run_of_other_work_is_not_compared(tmp_path):
         "ran model 'checkpoint', predicted for 'qwen-image'", "ran batch 1, predicted for 2",
         "ran dtype 'float32', predicted for 'bfloat16'",
         "the record does not say which model, batch and dtype ran (recorded by an older meshlab)"]
+
+
+def test_the_platform_is_what_the_worker_saw(tmp_path):
+    """A plain-PyTorch run's parent imports no torch and once recorded cpu for an H200; the worker's
+    hardware_seen decides, and the shipped H200 records are compared with their profiles."""
+    path = tmp_path / "2d.jsonl"
+    seen = record("cpu", 0.2, 0.15) | {"hardware_seen": {"device_type": "TPU", "devices": 8}}
+    append_record(path, seen)
+    (row,) = report_rows(read_records([path]))
+    assert row.ran_on == "tpu x8" and round(row.step_error_pct, 6) == -25.0
+    shipped = sorted((REPO / "experiments" / "results").glob("qwen-image-one-h200-profiled-*.jsonl"))
+    rows = report_rows(read_records(shipped))
+    assert [r.ran_on for r in rows] == ["cuda x1", "cuda x1"] and all(r.not_compared is None for r in rows)
