@@ -42,7 +42,9 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: Figures only some entries have (each with a source where it is given): the attention kernel a run uses on
 #: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
 #: measured GEMM rates by shape (`MatmulRates`).
-OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates")
+OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour")
+#: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
+OPTIONAL_NUMBERS = ("usd_per_chip_hour",)
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 
@@ -163,6 +165,8 @@ class Hardware:
     attention_rates: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
     #: measured GEMM rates by shape (None: every matmul at compute_efficiency)
     matmul_rates: MatmulRates | None = None
+    #: what renting one chip (one GPU) costs per hour, on demand at list price (None: no price known)
+    usd_per_chip_hour: float | None = None
     #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -171,7 +175,7 @@ class Hardware:
         object.__setattr__(self, "topology", tuple(self.topology))
         object.__setattr__(self, "wraparound", tuple(self.wraparound))
         object.__setattr__(self, "overridden", tuple(self.overridden))
-        for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS:
+        for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS + OPTIONAL_NUMBERS:
             if _is_int(getattr(self, name)):
                 object.__setattr__(self, name, float(getattr(self, name)))
         problems = _problems(self)
@@ -182,6 +186,11 @@ class Hardware:
     def dcn_bandwidth_per_chip(self) -> float:
         """Each chip's share of its host's DCN bandwidth (the hosts of a slice share theirs among its chips)."""
         return self.dcn_bandwidth_per_host * self.hosts / self.chips
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """What the whole system costs per hour: every chip of it at `usd_per_chip_hour` (None: no price)."""
+        return None if self.usd_per_chip_hour is None else self.usd_per_chip_hour * self.chips
 
     @property
     def budget_bytes(self) -> int:
@@ -256,8 +265,12 @@ def _problems(hw: Hardware) -> list[str]:
         if not isinstance(value, float) or not low_ok or (name in FRACTION_FIELDS and value > 1):
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
+    for name in OPTIONAL_NUMBERS:
+        value = getattr(hw, name)
+        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or value < 0):
+            problems.append(f"{name} ({value!r}) must be a number >= 0")
     missing = [name for name in FIGURES if not hw.sources.get(name)]
-    missing += [name for name in OPTIONAL_FIGURES if getattr(hw, name) and not hw.sources.get(name)]
+    missing += [name for name in OPTIONAL_FIGURES if _given(hw, name) and not hw.sources.get(name)]
     if missing:
         problems.append(f"figures without a source: {missing}")
     kernels = [k for k, _ in hw.attention_rates]
@@ -290,6 +303,12 @@ def _byte_problems(hw: Hardware) -> list[str]:
             f"({hw.usable_hbm_bytes})"
         )
     return problems
+
+
+def _given(hw: Hardware, name: str) -> bool:
+    """Whether the optional figure `name` has a value on `hw` (a price of 0 is one)."""
+    value = getattr(hw, name)
+    return value is not None if name in OPTIONAL_NUMBERS else bool(value)
 
 
 def _is_int(value: object) -> bool:
@@ -388,6 +407,8 @@ def _coerce(name: str, value: object) -> object:
         return tuple((str(k), tuple((_count(n), _number(r)) for n, r in points)) for k, points in value.items())
     if name == "matmul_rates":
         return _matmul_rates(value)
+    if name in OPTIONAL_NUMBERS and value in (None, "none"):
+        return None
     return _number(value)
 
 
@@ -479,6 +500,9 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
             raise InputError(f"hardware override attention_kernel: {error}",
                              f"give one of {', '.join(kernels)}, or none" if kernels else "leave attention_kernel out"
                              ) from None
+        if "usd_per_chip_hour" in changes and "usd_per_chip_hour" in str(error):
+            raise InputError(f"hardware override usd_per_chip_hour: {changes['usd_per_chip_hour']!r} is not a price",
+                             "give US dollars per chip-hour as a number >= 0 (e.g. 1.2), or none") from None
         if "matmul_rates" in changes and "matmul_rates" in str(error):
             raise InputError(f"hardware override {str(error).partition(': ')[2]}",
                              "give positive FLOP/s for every point of an increasing m, n, k grid, or none") from None
@@ -551,9 +575,10 @@ def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
         "ici": f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s x {hw.ici_links}",
         "wraparound": _wrap(hw),
         "dcn": f"{hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s/host",
+        "usd_per_chip_hour": "-" if hw.usd_per_chip_hour is None else f"${hw.usd_per_chip_hour:.2f}",
     }
     if with_sources:
-        given = FIGURES + tuple(name for name in OPTIONAL_FIGURES if getattr(hw, name))
+        given = FIGURES + tuple(name for name in OPTIONAL_FIGURES if _given(hw, name))
         row["figures"] = {name: _plain(getattr(hw, name)) for name in given}
         if hw.attention_rates:
             row["figures"]["attention_rates"] = {k: [list(p) for p in points] for k, points in hw.attention_rates}

@@ -35,7 +35,19 @@ def try_document(planned: PlannedStrategy) -> dict:
         "fits": memory.fits,
         "warnings": list(plan.warnings),
         "activation_method": ACTIVATION_METHOD,
+        "predicted": predicted_summary(planned),
     }
+
+
+def predicted_summary(planned: PlannedStrategy) -> dict:
+    """Time and cost per image, predicted (`meshlab compare --json` has every term)."""
+    from meshlab.cost.predict import predict
+
+    p = predict(planned.plan, planned.strategy, planned.hardware)
+    return {"label": "predicted", "seconds_per_image": p.seconds_per_image, "step_s": p.step.total,
+            "steps": p.layout.steps, "images_per_call": p.layout.images, "images_per_second": p.images_per_second,
+            "usd_per_chip_hour": planned.hardware.usd_per_chip_hour, "usd_per_hour": p.usd_per_hour,
+            "usd_per_image": p.usd_per_image}
 
 
 def rule_summaries(planned: PlannedStrategy) -> list[dict]:

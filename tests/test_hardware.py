@@ -194,8 +194,30 @@ def test_describe_rows_with_sources_is_json_ready():
     v6e_8 = next(row for row in rows if row["name"] == "v6e-8")
     assert v6e_8["figures"]["topology"] == [2, 4]
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
-    assert set(v6e_8["sources"]) == set(FIGURES)
+    assert set(v6e_8["sources"]) == set(FIGURES) | {"usd_per_chip_hour"}
+    assert v6e_8["figures"]["usd_per_chip_hour"] == 2.7 and "per chip-hour" in v6e_8["sources"]["usd_per_chip_hour"]
     json.dumps(rows)
+
+
+def test_every_single_host_system_has_a_sourced_list_price():
+    """Dollars per image need a price per chip-hour; each carries where and when it was read."""
+    for hw in catalog().values():
+        assert hw.usd_per_chip_hour is not None and hw.usd_per_chip_hour > 0, hw.name
+        assert "list price, on demand" in hw.sources["usd_per_chip_hour"] and "read 20" in hw.sources["usd_per_chip_hour"]
+    assert load_hardware("h100:1").usd_per_hour == load_hardware("h100").usd_per_chip_hour
+
+
+@pytest.mark.parametrize("price, says", [(-1, "-1.0 is not a price"), ("inf", "not a finite number"),
+                                         ("nan", "not a finite number"), ("cheap", "is not a number")])
+def test_a_bad_price_override_is_one_error(price, says):
+    with pytest.raises(InputError, match="usd_per_chip_hour") as error:
+        load_hardware("v6e-8", {"usd_per_chip_hour": price})
+    assert says in error.value.one_line() or says in str(error.value)
+
+
+def test_a_price_override_of_zero_or_none_is_a_value():
+    assert load_hardware("v6e-8", {"usd_per_chip_hour": 0}).usd_per_hour == 0.0
+    assert load_hardware("v6e-8", {"usd_per_chip_hour": "none"}).usd_per_chip_hour is None
 
 
 def test_a_gpu_node_can_be_used_in_part(tmp_path):

@@ -21,10 +21,17 @@ def _bytes(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
+def usd(amount: float | None) -> str:
+    """Dollars to the cent, or to four digits below a cent ("-": no price)."""
+    if amount is None:
+        return "-"
+    return f"${amount:.2f}" if amount >= 1 else f"${amount:.4f}"
+
+
 def render_comparison(comparison, console, plot: Path | None = None) -> None:
     table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}", title_justify="left")
     columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "fits", "compute\nms/step", "HBM\nms/step",
-               "coll.\nms/step", "step\nms", "s/image", "images\n/s", "roofline\ns/image", "MFU", "coll.\nGiB/step",
+               "coll.\nms/step", "step\nms", "s/image", "images\n/s", "$/image", "roofline\ns/image", "MFU", "coll.\nGiB/step",
                "pad\nMiB")
     longest = max((len(e.planned.strategy.name) for e in comparison.entries), default=8)
     for c in columns:
@@ -38,7 +45,7 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", "yes" if e.fits else "[red]no[/red]",
             f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
             f"{p.step.total * 1e3:.1f}", f"{p.seconds_per_image:.2f}", f"{p.images_per_second:.3f}",
-            f"{p.roofline_seconds_per_image:.2f}", f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
+            usd(p.usd_per_image), f"{p.roofline_seconds_per_image:.2f}", f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
             f"{chip.padding / 2**20:.1f}",
         )
     console.print(table)
@@ -104,6 +111,15 @@ def _compute_how(hw) -> str:
     return f"{'; '.join(rated)}; the rest {rest}" if rated else rest
 
 
+def _cost_row(p, hw) -> tuple[str, str, str]:
+    if p.usd_per_image is None:
+        return ("cost per image", "-", f"no price for {hw.name} (give hardware: {{name: ..., usd_per_chip_hour: ...}})")
+    whose = "your override" if "usd_per_chip_hour" in hw.overridden else hw.sources["usd_per_chip_hour"].split(":")[0]
+    return ("cost per image", usd(p.usd_per_image),
+            f"${hw.usd_per_chip_hour:.2f} per chip-hour ({whose}) x {p.chips} chip(s) x {p.seconds_per_image:.2f} s "
+            "per image / 3600; `meshlab hardware --json` has the price's source")
+
+
 def render_explain(planned, prediction, console) -> None:
     p, step, hw = prediction, prediction.step, planned.hardware
     layout = p.layout
@@ -137,6 +153,7 @@ def render_explain(planned, prediction, console) -> None:
         ("denoise per image", f"{p.denoise_seconds_per_image:.2f} s",
          f"{layout.steps} steps / {layout.images} image(s) per call; roofline {p.roofline_seconds_per_image:.2f}"),
         ("MFU", f"{100 * p.mfu:.1f}%", f"useful FLOPs over all chips' peak; roofline MFU {100 * p.roofline_mfu:.1f}%"),
+        _cost_row(p, hw),
     ]
     for row in rows:
         table.add_row(*row)

@@ -20,6 +20,7 @@ def render_try(planned: PlannedStrategy, console) -> None:
     console.print(_coverage_line(info))
     console.print(_memory_table(planned))
     console.print(_verdict(planned))
+    console.print(predicted_line(planned))
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
@@ -81,3 +82,19 @@ def _verdict(planned: PlannedStrategy) -> str:
         return f"[bold green]FITS[/bold green]: {gib(chip.total)} of {gib(chip.hbm)} per chip, {gib(chip.headroom)} headroom"
     return (f"[bold red]DOES NOT FIT[/bold red] by {gib(-chip.headroom)}: {gib(chip.total)} needed per chip, "
             f"{gib(chip.hbm)} usable")
+
+
+def predicted_line(planned: PlannedStrategy) -> str:
+    """One line of predicted time and cost per image (`meshlab explain` shows how each term comes about)."""
+    from meshlab.cost.predict import predict
+
+    p = predict(planned.plan, planned.strategy, planned.hardware)
+    hw = planned.hardware
+    what = "video" if planned.strategy.workload.frames > 1 else "image"
+    line = (f"Predicted (not measured): {p.seconds_per_image:.2f} s per {what} end to end, "
+            f"{p.layout.steps} steps of {p.step.total * 1e3:.0f} ms, {p.layout.images} {what}(s) per call")
+    if p.usd_per_image is None:
+        return line + f"; no price for {hw.name} in the catalog (give hardware.usd_per_chip_hour)"
+    return (line + f"; ${p.usd_per_image:.4f} per {what} at ${hw.usd_per_chip_hour:.2f} per chip-hour x "
+            f"{hw.chips} chip(s) ({'your override' if 'usd_per_chip_hour' in hw.overridden else 'list price'}); "
+            "`meshlab explain` shows how")

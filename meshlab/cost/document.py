@@ -33,6 +33,8 @@ def prediction_document(p: Prediction) -> dict:
         "denoise_seconds_per_image": p.denoise_seconds_per_image,
         "terms": p.terms.to_json() if p.terms is not None else None,
         "images_per_second": p.images_per_second,
+        "usd_per_hour": p.usd_per_hour,
+        "usd_per_image": p.usd_per_image,
         "roofline_seconds_per_image": p.roofline_seconds_per_image,
         "mfu": p.mfu,
         "roofline_mfu": p.roofline_mfu,

@@ -31,6 +31,7 @@ class Prediction:
     terms: Terms | None = None  # one image end to end, term by term (meshlab.cost.pipeline_time)
     measured: object = None  # meshlab.cost.profile.MeasuredCall when the hardware is a profile
     pricing: CatalogPricing | None = None  # what the catalog priced the ops from (None: a profile did)
+    usd_per_chip_hour: float | None = None  # the hardware's price per chip-hour (None: not known)
 
     @property
     def seconds_per_image(self) -> float:
@@ -45,6 +46,17 @@ class Prediction:
     @property
     def images_per_second(self) -> float:
         return 1.0 / self.seconds_per_image
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """What the system's chips cost per hour while held (None: the hardware has no price)."""
+        return None if self.usd_per_chip_hour is None else self.usd_per_chip_hour * self.chips
+
+    @property
+    def usd_per_image(self) -> float | None:
+        """Dollars per image in the steady state: every chip held for `seconds_per_image` (which already shares
+        the text encode and VAE decode of a call among its images) at the hardware's price per chip-hour."""
+        return None if self.usd_per_hour is None else self.usd_per_hour * self.seconds_per_image / 3600.0
 
     @property
     def useful_flops_per_step(self) -> float:
@@ -72,11 +84,29 @@ class Prediction:
         return Counter(c.kind for c in self.collectives if c.block == block and block is not None)
 
 
-def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions()) -> Prediction:
+@dataclass(frozen=True)
+class PlanWork:
+    """What a plan asks of each chip, whatever the hardware: its layout, per-call work and collectives. A sweep
+    over several systems of one chip count prices one `PlanWork` on each (`predict(..., work=)`)."""
+
+    layout: Layout
+    graph: object  # meshlab.cost.graph.Graph
+    work: tuple[Work, ...]
+    collectives: tuple[Collective, ...]
+
+
+def plan_work(plan: Plan, strategy: Strategy) -> PlanWork:
     layout = layout_of(plan, strategy)
     graph = graph_of(plan)
     work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
-    collectives = derive(graph, layout, plan.mesh)
+    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh))
+
+
+def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions(),
+            work: PlanWork | None = None) -> Prediction:
+    """The plan's time and cost on `hardware`; `work` is `plan_work(plan, strategy)` when the caller has it."""
+    done = work if work is not None else plan_work(plan, strategy)
+    layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
     measured = _measured_call(plan, strategy, hardware, layout, work) if hardware.profile is not None else None
     price = _collective_price(hardware.profile) if hardware.profile is not None else None
@@ -89,7 +119,7 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
                            batch_split)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
                       hardware.bf16_flops, terms, measured,
-                      CatalogPricing.of(work, hardware) if measured is None else None)
+                      CatalogPricing.of(work, hardware) if measured is None else None, hardware.usd_per_chip_hour)
 
 
 def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: Layout, work: tuple[Work, ...]):
