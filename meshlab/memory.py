@@ -80,6 +80,11 @@ class MemoryReport:
     def fits(self) -> bool:
         return all(c.headroom >= 0 for c in self.chips)
 
+    def on(self, usable_hbm: int, reserve: int) -> "MemoryReport":
+        """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them)."""
+        return MemoryReport(tuple(dataclasses.replace(c, hbm=usable_hbm, reserve=reserve) for c in self.chips),
+                            self.tokens)
+
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int) -> MemoryReport:
     tokens = token_counts(strategy.workload, plan.card.architecture)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from meshlab.cards.card import ModelCard
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import GUIDANCE_AXIS
-from meshlab.cost.predict import Prediction, predict
+from meshlab.cost.predict import Prediction, plan_work, predict
 from meshlab.errors import InputError, MeshlabError
 from meshlab.hardware import Hardware
 from meshlab.memory import MemoryReport, memory_report
@@ -37,6 +37,9 @@ from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import ActivationRule, Activations, Rule, Strategy, Workload
 
 FAMILIES = ("data", "model", "2d", "pairs", "fsdp", "ulysses", "ring")
+#: What `meshlab sweep` compares when no --hardware is given: one host of each TPU in the catalog, each GPU
+#: node whole, and one GPU of each (what clouds rent by the hour); a model that fits none of them says so.
+DEFAULT_SYSTEMS = ("v6e-8", "v5e-8", "v5p-8", "v4-8", "h100", "h200", "a100-80gb", "h100:1", "h200:1", "a100-80gb:1")
 SWEEP_REWRITES = ("layernorm-rows",)
 SEQUENCE_AXIS = "seq"
 
@@ -72,6 +75,7 @@ class Candidate:
     memory: MemoryReport | None = None
     prediction: Prediction | None = None
     dropped: str = ""  # why it was dropped ("" if planned and fits)
+    hardware: Hardware | None = None  # the system it was planned and priced on
 
     @property
     def fits(self) -> bool:
@@ -81,12 +85,77 @@ class Candidate:
     def headroom(self) -> int:
         return self.memory.most_loaded.headroom if self.memory else 0
 
+    @property
+    def seconds(self) -> float:
+        return self.prediction.seconds_per_image
+
+    @property
+    def usd(self) -> float | None:
+        return self.prediction.usd_per_image if self.prediction is not None else None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Goals a plan must meet to be chosen: seconds and dollars per image at most (None: no goal)."""
+
+    max_seconds_per_image: float | None = None
+    max_usd_per_image: float | None = None
+
+    def problem(self, c: Candidate) -> str:
+        """Why a fitting candidate misses the goals ("" when it meets them)."""
+        if self.max_seconds_per_image is not None and c.seconds > self.max_seconds_per_image:
+            return f"{c.seconds:.2f} s per image, over the {self.max_seconds_per_image:g} s goal"
+        if self.max_usd_per_image is not None and (c.usd is None or c.usd > self.max_usd_per_image):
+            cost = "no price" if c.usd is None else f"${c.usd:.4f} per image"
+            return f"{cost}, over the ${self.max_usd_per_image:g} budget"
+        return ""
+
+    def shortfall(self, c: Candidate) -> float:
+        """How far a candidate is from the goals, as the largest ratio to a goal (<= 1: meets them)."""
+        ratios = [c.seconds / self.max_seconds_per_image] if self.max_seconds_per_image else []
+        if self.max_usd_per_image is not None:
+            ratios.append(math.inf if c.usd is None else c.usd / max(self.max_usd_per_image, 1e-12))
+        return max(ratios, default=0.0)
+
+    @property
+    def given(self) -> bool:
+        return self.max_seconds_per_image is not None or self.max_usd_per_image is not None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What limits a system: the term that takes the most of its best plan's time per image, or its memory."""
+
+    term: str  # "HBM capacity", "compute", "HBM bandwidth", "collectives", "host", "VAE decode"
+    seconds: float | None  # that term's seconds per image (None for HBM capacity)
+    share: float | None  # of the plan's seconds per image
+    move: str  # what would move it
+
+    def describe(self) -> str:
+        if self.seconds is None:
+            return f"{self.term}: {self.move}"
+        return f"{self.term} ({self.seconds:.2f} s, {100 * self.share:.0f}% of its time): {self.move}"
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    hardware: Hardware
+    best: Candidate | None  # the fastest plan that fits and meets the goals on this system
+    fitting: int
+    dropped: int
+    binding: Binding
+
 
 @dataclass(frozen=True)
 class SweepResult:
     candidates: tuple[Candidate, ...]
     front: tuple[Candidate, ...]  # Pareto front: fastest per image against most memory headroom, by time
-    best: Candidate
+    best: Candidate | None  # the fastest plan that fits and meets the goals (None: no plan meets them)
+    cheapest: Candidate | None = None  # the lowest dollars per image among those
+    cost_front: tuple[Candidate, ...] = ()  # Pareto front of seconds against dollars per image, fastest first
+    systems: tuple[SystemSummary, ...] = ()
+    limits: Limits = Limits()
+    closest: Candidate | None = None  # when no plan meets the goals: the one nearest them
 
 
 def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
@@ -150,32 +219,104 @@ def _wildcard(module: str) -> str:
 
 
 def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, batch_per_replica: int = 1,
-          families: tuple[str, ...] = FAMILIES, progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    layouts = across_slices([a for a in arrangements(hardware.chips, workload.cfg) if a.uses(families)],
-                            hardware.slices)
-    base_rules = None
+          families: tuple[str, ...] = FAMILIES, progress: Callable[[int, int], None] | None = None,
+          limits: Limits = Limits()) -> SweepResult:
+    """Every arrangement of `hardware`'s chips, planned and predicted (`sweep_systems` with one system)."""
+    return sweep_systems(card, (hardware,), model, workload, batch_per_replica, families, progress, limits)
+
+
+def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, workload: Workload,
+                  batch_per_replica: int = 1, families: tuple[str, ...] = FAMILIES,
+                  progress: Callable[[int, int], None] | None = None, limits: Limits = Limits()) -> SweepResult:
+    """Every arrangement of each system's chips, planned and predicted on it. Systems of one size share their
+    plans, per-chip memory (re-sized to each chip's HBM) and per-call work: only the pricing is per system.
+    With one system a candidate keeps its plain name; with several its name ends in the system's."""
+    groups: dict[tuple[int, int], list[Hardware]] = {}
+    for hw in systems:
+        groups.setdefault((hw.chips, hw.slices), []).append(hw)
+    layouts = {key: across_slices([a for a in arrangements(key[0], workload.cfg) if a.uses(families)], key[1])
+               for key in groups}
+    total, done = sum(len(layouts[k]) * len(v) for k, v in groups.items()), 0
+    suffix = len(systems) > 1
     candidates = []
-    for i, arrangement in enumerate(layouts):
-        if arrangement.weights == "pairs" and base_rules is None:
-            probe = {"data": 1, "model": hardware.chips}
-            base_rules = pairs_rules(make_plan(_strategy("probe", "pairs", probe, [], model, hardware, workload, 1),
-                                               card, hardware.chips))
-        rules = _rules(arrangement, base_rules, card)
-        candidates.append(_evaluate(arrangement.family, arrangement.mesh, rules, card, hardware, model, workload,
-                                    batch_per_replica, _activations(arrangement), SWEEP_REWRITES, arrangement.dcn))
-        if progress:
-            progress(i + 1, len(layouts))
+    for key, members in groups.items():
+        base_rules = None
+        for arrangement in layouts[key]:
+            if arrangement.weights == "pairs" and base_rules is None:
+                probe = {"data": 1, "model": key[0]}
+                base_rules = pairs_rules(make_plan(_strategy("probe", "pairs", probe, [], model, members[0],
+                                                             workload, 1), card, key[0]))
+            shared = _Shared()
+            for hw in members:
+                candidates.append(_evaluate(arrangement.family, arrangement.mesh, _rules(arrangement, base_rules, card),
+                                            card, hw, model, workload, batch_per_replica, _activations(arrangement),
+                                            SWEEP_REWRITES, arrangement.dcn, shared, suffix))
+                done += 1
+                if progress:
+                    progress(done, total)
     fitting = [c for c in candidates if c.fits]
-    if not fitting:
+    if not fitting and len(systems) == 1:
+        hardware = systems[0]
         examples = "; ".join(f"{c.strategy.name}: {c.dropped}" for c in candidates[:3])
         raise InputError(
             f"no factorization of {hardware.chips} devices over {', '.join(families)} plans and fits "
             f"{card.name} on {hardware.name} (e.g. {examples})",
             "try more devices, a smaller workload, or a strategy of your own with `meshlab try`",
         )
-    front = pareto(fitting)
-    best = min(fitting, key=lambda c: (c.prediction.seconds_per_image, -c.headroom))
-    return SweepResult(tuple(candidates), front, best)
+    eligible = [c for c in fitting if not limits.problem(c)]
+    best = min(eligible, key=lambda c: (c.seconds, -c.headroom), default=None)
+    priced = [c for c in eligible if c.usd is not None]
+    cheapest = min(priced, key=lambda c: (c.usd, c.seconds), default=None)
+    closest = min(fitting, key=lambda c: (limits.shortfall(c), c.seconds), default=None) if not eligible else None
+    summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits) for hw in systems)
+    return SweepResult(tuple(candidates), pareto(eligible), best, cheapest, cost_pareto(priced), summaries, limits,
+                       closest)
+
+
+class _Shared:
+    """What one arrangement's candidates on systems of one size share: its plan, memory and per-call work."""
+
+    plan = memory = work = None
+    problem = ""
+
+
+def _summary(hw: Hardware, candidates: list[Candidate], limits: Limits) -> SystemSummary:
+    fitting = [c for c in candidates if c.fits]
+    eligible = [c for c in fitting if not limits.problem(c)]
+    best = min(eligible, key=lambda c: (c.seconds, -c.headroom), default=None)
+    shown = best or min(fitting, key=lambda c: (limits.shortfall(c), c.seconds), default=None)
+    return SystemSummary(hw, best, len(fitting), len(candidates) - len(fitting), binding(shown, candidates, hw))
+
+
+def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -> Binding:
+    """The term that limits `best` on `hw` (or its memory, when nothing fits), and what would move it."""
+    if best is None:
+        planned = [c for c in candidates if c.memory is not None]
+        if not planned:
+            return Binding("HBM capacity", None, None, "no arrangement plans (heads or tokens do not divide)")
+        least = min(planned, key=lambda c: c.memory.most_loaded.total)
+        chip = least.memory.most_loaded
+        return Binding("HBM capacity", None, None, f"no plan fits: the leanest needs {chip.total / 2**30:.1f} GiB "
+                       f"of {chip.hbm / 2**30:.2f} GiB per chip; more chips, or chips with more HBM")
+    p = best.prediction
+    steps_per_image = p.layout.steps / p.layout.images
+    compute_bound = p.step.compute >= p.step.hbm
+    terms = p.terms
+    on_host = best.strategy.placement.text_encoder != "device"
+    host = terms.overhead_s + terms.transfer_s + (terms.text_encode_s if on_host else 0.0)
+    rows = [
+        ("compute" if compute_bound else "HBM bandwidth", p.step.local * steps_per_image,
+         f"more chips splitting the work, or a faster chip" if compute_bound else
+         "more images per call (the weights are read once per call), or chips with faster HBM"),
+        ("collectives", p.step.collective * steps_per_image,
+         "fewer splits of the weights (more data or cfg parallelism), or a faster interconnect"),
+        ("host", host, "placement.text_encoder: device, where it fits" if on_host else
+         "fewer host round trips per step"),
+        ("text encode", 0.0 if on_host else terms.text_encode_s, "an encoder split over the chips, or a smaller one"),
+        ("VAE decode", terms.vae_decode_s, "decode the batch over more chips"),
+    ]
+    term, seconds, move = max(rows, key=lambda row: row[1])
+    return Binding(term, seconds, seconds / p.seconds_per_image, move)
 
 
 def across_slices(layouts: list[Arrangement], slices: int) -> list[Arrangement]:
@@ -229,6 +370,17 @@ def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     return tuple(front)
 
 
+def cost_pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    """Priced candidates no other beats on both seconds and dollars per image (both lower), fastest first."""
+    ordered = sorted((c for c in candidates if c.usd is not None), key=lambda c: (c.seconds, c.usd))
+    front, cheapest = [], math.inf
+    for c in ordered:
+        if c.usd < cheapest:
+            front.append(c)
+            cheapest = c.usd
+    return tuple(front)
+
+
 def _name(family: str, mesh: dict[str, int], dcn: dict[str, int] | None = None) -> str:
     across = "".join(f"-dcn-{axis}" for axis in dcn or {})
     return family.replace("+", "-") + "-" + "x".join(f"{k}{v}" for k, v in mesh.items()) + across
@@ -250,24 +402,38 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
 
 
 def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica, activations=None,
-              rewrites=(), dcn=None) -> Candidate:
-    strategy = _strategy(_name(family, mesh, dcn), family, mesh, rules, model, hardware, workload, batch_per_replica,
-                         activations, rewrites, dcn)
+              rewrites=(), dcn=None, shared: _Shared | None = None, suffix: bool = False) -> Candidate:
+    """One arrangement planned and priced on `hardware`; `shared` carries the plan, memory and work to the other
+    systems of its size (each prices them itself)."""
+    shared = shared if shared is not None else _Shared()
+    name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
+    strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
+                         rewrites, dcn)
     try:
-        plan = make_plan(strategy, card, hardware.chips)
-        memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
-        prediction = predict(plan, strategy, hardware)
+        if shared.problem:
+            raise InputError(shared.problem, "")
+        if shared.plan is None:
+            shared.plan = make_plan(strategy, card, hardware.chips)
+            shared.memory = memory_report(shared.plan, strategy, hardware.usable_hbm_bytes,
+                                          hardware.runtime_reserve_bytes)
+            shared.work = plan_work(shared.plan, strategy)
+        plan = shared.plan
+        memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+        prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
-        return Candidate(strategy, family, dropped=f"invalid: {exc.problem}")
+        shared.problem = exc.problem
+        return Candidate(strategy, family, dropped=f"invalid: {exc.problem}", hardware=hardware)
     chip = memory.most_loaded
     dropped = "" if memory.fits else f"does not fit: {chip.total / 2**30:.1f} GiB of {chip.hbm / 2**30:.2f} GiB"
-    return Candidate(strategy, family, plan, memory, prediction, dropped)
+    return Candidate(strategy, family, plan, memory, prediction, dropped, hardware)
 
 
-def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
-    """A ready strategy file for `candidate`, with a header saying what it is and what meshlab predicts."""
+def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None) -> str:
+    """A ready strategy file for `candidate` (on its own system unless `hardware` is given), with a header saying
+    what it is and what meshlab predicts."""
     import yaml
 
+    hardware = hardware or candidate.hardware
     s, p = candidate.strategy, candidate.prediction
     rules = [{k: v for k, v in r.model_dump(exclude_none=True).items() if not (k == "min_rank" and v == 0)}
              for r in s.rules]
@@ -280,7 +446,8 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware) -> str:
         f"# Written by `meshlab sweep`: the fastest plan that fits, of {candidate.family} family.\n"
         f"# Predicted (not measured) on {hardware.name}: {p.seconds_per_image:.2f} s per image, "
         f"{p.step.total * 1e3:.0f} ms per step, MFU {100 * p.mfu:.0f}%, "
-        f"{candidate.headroom / 2**30:.2f} GiB headroom per chip.\n"
+        f"{candidate.headroom / 2**30:.2f} GiB headroom per chip"
+        + (f", ${p.usd_per_image:.4f} per image at list price.\n" if p.usd_per_image is not None else ".\n")
     )
     if GUIDANCE_AXIS in s.mesh:
         header += (f"# Mesh axis '{GUIDANCE_AXIS}' puts the two guidance branches on different chips: run cond and "
@@ -296,27 +463,53 @@ def _hardware_entry(hardware: Hardware) -> str | dict:
     return {"name": hardware.name, **plain}
 
 
-def sweep_document(result: SweepResult, hardware: Hardware, seconds: float | None = None) -> dict:
+def sweep_document(result: SweepResult, hardware: Hardware | None = None, seconds: float | None = None,
+                   default_systems: tuple[str, ...] = ()) -> dict:
+    """The sweep as JSON. `hardware` names the one system of a single-system sweep (kept for its callers);
+    `default_systems` says the systems were meshlab's default set (and which)."""
     from meshlab.cost.document import assumptions_document, prediction_document
 
     def row(c: Candidate) -> dict:
-        doc = {"name": c.strategy.name, "family": c.family, "mesh": dict(c.strategy.mesh),
-               **({"dcn": dict(c.strategy.dcn)} if c.strategy.dcn else {}),
+        doc = {"name": c.strategy.name, "family": c.family, "hardware": c.hardware.name if c.hardware else None,
+               "mesh": dict(c.strategy.mesh), **({"dcn": dict(c.strategy.dcn)} if c.strategy.dcn else {}),
                "batch": c.strategy.workload.batch, "fits": c.fits, "dropped": c.dropped}
         if c.memory is not None:
             doc["peak_bytes_per_chip"] = c.memory.most_loaded.total
             doc["headroom_bytes_per_chip"] = c.headroom
         if c.prediction is not None:
             doc["predicted"] = prediction_document(c.prediction)
+            doc["meets_goals"] = c.fits and not result.limits.problem(c)
         return doc
 
+    def name(c: Candidate | None) -> str | None:
+        return c.strategy.name if c is not None else None
+
+    systems = [s.hardware for s in result.systems] or ([hardware] if hardware else [])
     return {
         "label": "predicted",
-        "hardware": hardware.name,
-        "devices": hardware.chips,
+        "hardware": systems[0].name if len(systems) == 1 else [hw.name for hw in systems],
+        "devices": systems[0].chips if len(systems) == 1 else {hw.name: hw.chips for hw in systems},
+        "default_systems": list(default_systems),
+        "goals": {"max_seconds_per_image": result.limits.max_seconds_per_image,
+                  "max_usd_per_image": result.limits.max_usd_per_image},
         "candidates": [row(c) for c in result.candidates],
         "pareto_front": [c.strategy.name for c in result.front],
-        "best": result.best.strategy.name,
+        "cost_front": [c.strategy.name for c in result.cost_front],
+        "best": name(result.best),
+        "cheapest": name(result.cheapest),
+        "closest": None if result.closest is None else {
+            "name": result.closest.strategy.name, "misses": result.limits.problem(result.closest),
+            "binding": _binding_document(binding(result.closest, [], result.closest.hardware))},
+        "systems": [{"hardware": s.hardware.name, "chips": s.hardware.chips,
+                     "usd_per_chip_hour": s.hardware.usd_per_chip_hour, "best": name(s.best),
+                     "seconds_per_image": s.best.seconds if s.best else None,
+                     "usd_per_image": s.best.usd if s.best else None, "fitting": s.fitting, "dropped": s.dropped,
+                     "binding": _binding_document(s.binding)} for s in result.systems],
         "sweep_seconds": seconds,
-        "assumptions": assumptions_document(hardware),
+        "assumptions": assumptions_document(systems[0]) if len(systems) == 1 else
+        {hw.name: assumptions_document(hw) for hw in systems},
     }
+
+
+def _binding_document(b: Binding) -> dict:
+    return {"term": b.term, "seconds_per_image": b.seconds, "share": b.share, "move": b.move}

@@ -46,9 +46,15 @@ def compare(
 
 def sweep(
     model: str = typer.Option(..., "--model", help="a built-in model card (see `meshlab models`) or a card .json"),
-    hardware: str = typer.Option(..., "--hardware", help="a hardware catalog name (see `meshlab hardware`)"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="catalog names, comma-separated (see `meshlab "
+                                           "hardware`; h100:1 is one GPU of a node); default: one host of each "
+                                           "accelerator, whole nodes and single GPUs"),
     devices: Optional[int] = typer.Option(None, "--devices", min=1, help="sweep over this many devices instead "
-                                          "(one open line of chips)"),
+                                          "(one open line of chips; one system only)"),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds-per-image", help="keep only plans at most this "
+                                                "many seconds per image (a latency goal)"),
+    budget: Optional[float] = typer.Option(None, "--budget-usd-per-image", help="keep only plans at most this many "
+                                           "dollars per image at list price"),
     out: str = typer.Option("best.yaml", "--out", help="where to write the best plan's strategy YAML ('-': stdout)"),
     batch_per_replica: int = typer.Option(1, "--batch-per-replica", min=1, help="images per data shard per call"),
     height: int = typer.Option(1024, "--height", help="image height in pixels"),
@@ -60,19 +66,29 @@ def sweep(
     as_json: bool = JSON_OPTION,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar on stderr"),
 ) -> None:
-    """Try every factorization of the devices over each family's mesh axes; print the Pareto front; write the best."""
+    """Try every factorization of each system's devices over each family's mesh axes; rank by seconds and dollars
+    per image; write the fastest plan that meets the goals."""
     import time
 
     from meshlab.cli.render_cost import progress_bar, render_sweep
     from meshlab.planning import workload_with
     from meshlab.strategy.schema import Workload
     from meshlab.files import output_path, write_atomic
-    from meshlab.sweep import strategy_yaml, sweep as run_sweep, sweep_document
+    from meshlab.sweep import DEFAULT_SYSTEMS, Limits, strategy_yaml, sweep_document, sweep_systems
 
-    card, hw = _card_and_hardware(model, hardware, devices)
+    names = _system_names(hardware) if hardware is not None else DEFAULT_SYSTEMS
+    if devices is not None and len(names) > 1:
+        from meshlab.errors import InputError
+
+        raise InputError(f"--devices {devices} re-sizes one system, and {len(names)} are swept",
+                         "give one --hardware with --devices, or name sub-node sizes such as h100:4")
+    limits = Limits(_goal(max_seconds, "--max-seconds-per-image"), _goal(budget, "--budget-usd-per-image"))
+    card, systems = _card_and_systems(model, names, devices)
+    hw = systems[0]
     workload = workload_with(Workload(), height=height, width=width, frames=frames, steps=steps,
                              text_tokens=text_tokens, cfg=cfg)
     most = Workload.field_metadata("batch")["le"]
+    hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
         from meshlab.errors import InputError
 
@@ -87,17 +103,26 @@ def sweep(
         output_path(out, card_file, "--out")  # before the sweep, not after it
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
-        result = run_sweep(card, hw, model, workload, batch_per_replica, progress=advance)
+        result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits)
     elapsed = time.perf_counter() - start
-    text = strategy_yaml(result.best, hw)
-    if out == "-":
-        typer.echo(text, nl=False)
-    else:
-        write_atomic(out, text, card_file, "--out")
+    if out == "-" and as_json:
+        from meshlab.errors import InputError
+
+        raise InputError("--out - and --json would print YAML and JSON on one stdout",
+                         "write the plan to a file (--out best.yaml), or drop --json")
+    written = None
+    if result.best is not None:
+        text = strategy_yaml(result.best)
+        if out == "-":
+            typer.echo(text, nl=False)
+        else:
+            write_atomic(out, text, card_file, "--out")
+            written = out
+    default = DEFAULT_SYSTEMS if hardware is None else ()
     if as_json:
-        print_json(sweep_document(result, hw, elapsed))
+        print_json(sweep_document(result, None, elapsed, default))
     elif out != "-":
-        render_sweep(result, hw, console(), out, elapsed)
+        render_sweep(result, console(), written, elapsed, default)
 
 
 def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_json: bool = JSON_OPTION) -> None:
@@ -119,10 +144,36 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
         render_explain(planned, prediction, console())
 
 
-def _card_and_hardware(model: str, hardware: str, devices: int | None):
+def _system_names(text: str) -> tuple[str, ...]:
+    from meshlab.errors import InputError
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise InputError(f"--hardware {text!r} names no system", "give catalog names, e.g. --hardware v6e-8,h100")
+    return names
+
+
+def _goal(value: float | None, option: str) -> float | None:
+    import math
+
+    from meshlab.errors import InputError
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise InputError(f"{option} {value} is not a goal", f"give {option} a positive number")
+    return value
+
+
+def _card_and_systems(model: str, names: tuple[str, ...], devices: int | None):
     from meshlab.cards.card import load_card
+    from meshlab.errors import InputError
     from meshlab.hardware import load_hardware
 
     card = load_card(model, Path.cwd())
     overrides = {"chips": devices, "topology": [devices], "wraparound": [False]} if devices else None
-    return card, load_hardware(hardware, overrides)
+    systems = []
+    for name in names:
+        try:
+            systems.append(load_hardware(name, overrides))
+        except InputError as exc:
+            raise InputError(f"--hardware: {exc.problem}", exc.fix) from None
+    return card, tuple(systems)

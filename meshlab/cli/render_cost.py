@@ -83,25 +83,85 @@ def progress_bar(enabled: bool):
         yield advance
 
 
-def render_sweep(result, hardware, console, out: str, seconds: float) -> None:
+def render_sweep(result, console, out: str | None, seconds: float, default_systems: tuple[str, ...] = ()) -> None:
+    systems = [summary.hardware for summary in result.systems]
+    if default_systems:
+        console.print(f"systems: meshlab's default set ({', '.join(default_systems)}); --hardware A,B,... to choose")
+    if len(systems) == 1:
+        _render_front(result, systems[0], console)
+    else:
+        _render_cost_front(result, console)
+        _render_systems(result, console)
+    dropped = [c for c in result.candidates if c.dropped]
+    fitting = len(result.candidates) - len(dropped)
+    console.print(f"{len(result.candidates)} candidates: {fitting} fit, {len(dropped)} dropped"
+                  + ("".join(f"\n  dropped {c.strategy.name}: {c.dropped}" for c in dropped) if len(systems) == 1
+                     else " (`--json` lists why)"))
+    limits = result.limits
+    if limits.given:
+        goals = [f"at most {limits.max_seconds_per_image:g} s" for _ in [1] if limits.max_seconds_per_image]
+        goals += [f"at most ${limits.max_usd_per_image:g}" for _ in [1] if limits.max_usd_per_image is not None]
+        console.print(f"goals per image: {' and '.join(goals)}")
+    if result.best is None:
+        c = result.closest
+        console.print("[bold red]no plan meets the goals[/bold red]" + (
+            f"; the closest is {c.strategy.name} ({limits.problem(c)}), limited by "
+            f"{binding_of(c).describe()}" if c is not None else "; no plan fits any system"))
+    else:
+        b = result.best
+        console.print(f"fastest: [bold]{b.strategy.name}[/bold], {b.seconds:.2f} s/image, {usd(b.usd)}/image predicted"
+                      + (f"; written to {out}" if out else ""))
+        if result.cheapest is not None and result.cheapest is not b:
+            c = result.cheapest
+            console.print(f"cheapest: [bold]{c.strategy.name}[/bold], {c.seconds:.2f} s/image, {usd(c.usd)}/image "
+                          "predicted")
+    console.print(f"[dim]sweep took {seconds:.2f} s; s/image is the steady state with the plan's batch in flight, "
+                  "$/image its chips' list price for that time[/dim]")
+
+
+def binding_of(candidate):
+    from meshlab.sweep import binding
+
+    return binding(candidate, [], candidate.hardware)
+
+
+def _render_front(result, hardware, console) -> None:
     table = Table(title=f"Pareto front on {hardware.name} ({hardware.chips} devices): time per image against "
                         f"headroom {PREDICTED}", title_justify="left")
-    for c in ("candidate", "family", "mesh", "batch", "s/image", "step", "MFU", "peak/chip", "headroom"):
+    for c in ("candidate", "family", "mesh", "batch", "s/image", "$/image", "step", "MFU", "peak/chip", "headroom"):
         table.add_column(c, justify="left" if c in ("candidate", "family", "mesh") else "right")
     for c in result.front:
         p = c.prediction
         name = c.strategy.name + (" [bold green](best)[/bold green]" if c is result.best else "")
         table.add_row(name, c.family, "x".join(f"{k}{v}" for k, v in c.strategy.mesh.items()),
-                      str(c.strategy.workload.batch), f"{p.seconds_per_image:.2f}", _ms(p.step.total),
-                      f"{100 * p.mfu:.0f}%", gib(c.memory.most_loaded.total), gib(c.headroom))
+                      str(c.strategy.workload.batch), f"{p.seconds_per_image:.2f}", usd(p.usd_per_image),
+                      _ms(p.step.total), f"{100 * p.mfu:.0f}%", gib(c.memory.most_loaded.total), gib(c.headroom))
     console.print(table)
-    dropped = [c for c in result.candidates if c.dropped]
-    fitting = len(result.candidates) - len(dropped)
-    console.print(f"{len(result.candidates)} candidates: {fitting} fit, {len(dropped)} dropped"
-                  + "".join(f"\n  dropped {c.strategy.name}: {c.dropped}" for c in dropped))
-    console.print(f"best: [bold]{result.best.strategy.name}[/bold], "
-                  f"{result.best.prediction.seconds_per_image:.2f} s/image predicted; written to {out}")
-    console.print(f"[dim]sweep took {seconds:.2f} s[/dim]")
+
+
+def _render_cost_front(result, console) -> None:
+    table = Table(title=f"Seconds against dollars per image: the plans no other beats on both {PREDICTED}",
+                  title_justify="left")
+    for c in ("candidate", "system", "mesh", "batch", "s/image", "$/image", "peak/chip"):
+        table.add_column(c, justify="left" if c in ("candidate", "system", "mesh") else "right")
+    for c in result.cost_front:
+        tags = [t for t, who in (("fastest", result.best), ("cheapest", result.cheapest)) if c is who]
+        name = c.strategy.name + (f" [bold green]({', '.join(tags)})[/bold green]" if tags else "")
+        table.add_row(name, c.hardware.name, "x".join(f"{k}{v}" for k, v in c.strategy.mesh.items()),
+                      str(c.strategy.workload.batch), f"{c.seconds:.2f}", usd(c.usd), gib(c.memory.most_loaded.total))
+    console.print(table)
+
+
+def _render_systems(result, console) -> None:
+    table = Table(title=f"Each system's fastest plan, and what limits it {PREDICTED}", title_justify="left")
+    for c in ("system", "chips", "$/chip-h", "fastest plan", "s/image", "$/image", "fit", "limited by"):
+        table.add_column(c, justify="right" if c in ("chips", "$/chip-h", "s/image", "$/image", "fit") else "left")
+    for s in result.systems:
+        hw, b = s.hardware, s.best
+        table.add_row(hw.name, str(hw.chips), usd(hw.usd_per_chip_hour), b.strategy.name if b else "-",
+                      f"{b.seconds:.2f}" if b else "-", usd(b.usd) if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
+                      s.binding.describe())
+    console.print(table)
 
 
 def _compute_how(hw) -> str:

@@ -117,3 +117,77 @@ def test_no_candidate_computes_more_than_the_chips_can(model):
     assert len(planned) > 10 and any(c.family == "fsdp" for c in planned)
     for c in planned:
         assert c.prediction.roofline_mfu <= 1.0 and c.prediction.mfu <= 1.0, c.strategy.name
+
+
+@pytest.fixture(scope="module")
+def systems_sweep():
+    from meshlab.sweep import sweep_systems
+
+    systems = tuple(load_hardware(n) for n in ("v6e-8", "v5e-8", "h100", "h100:1"))
+    return sweep_systems(load_card("qwen-image"), systems, "qwen-image", Workload()), systems
+
+
+def test_several_systems_price_each_candidate_on_its_own(systems_sweep):
+    """A plan shared by systems of one size is priced on each: its time from that system's rates, its dollars
+    from that system's list price, its memory against that system's HBM."""
+    from meshlab.cost.predict import predict
+
+    result, systems = systems_sweep
+    assert {c.hardware.name for c in result.candidates} == {hw.name for hw in systems}
+    for c in result.candidates:
+        assert c.strategy.name.endswith("-on-" + c.hardware.name.replace(":", "-"))
+    twin = {c.hardware.name: c for c in result.candidates if c.strategy.name.startswith("fsdp-data8-on-")}
+    v6e, v5e = twin["v6e-8"], twin["v5e-8"]
+    assert v6e.plan is v5e.plan and v6e.prediction.seconds_per_image < v5e.prediction.seconds_per_image
+    fresh = predict(v5e.plan, v5e.strategy, load_hardware("v5e-8"))  # priced alone, without the shared work
+    assert fresh.seconds_per_image == v5e.seconds
+    assert v5e.usd == 1.20 * 8 * v5e.seconds / 3600  # the catalog's v5e list price x 8 chips x the time
+    assert v5e.memory.most_loaded.hbm == load_hardware("v5e-8").usable_hbm_bytes
+
+
+def test_best_is_fastest_and_cheapest_is_lowest_dollars(systems_sweep):
+    result, _ = systems_sweep
+    fitting = [c for c in result.candidates if c.fits]
+    assert result.best.seconds == min(c.seconds for c in fitting)
+    assert result.cheapest.usd == min(c.usd for c in fitting)
+    front = result.cost_front
+    assert front[0].seconds == result.best.seconds and front[-1].usd == result.cheapest.usd
+    assert all(a.seconds <= b.seconds and a.usd > b.usd for a, b in zip(front, front[1:]))
+    assert not any(o.seconds <= c.seconds and o.usd < c.usd for c in front for o in fitting)
+
+
+def test_each_system_says_what_limits_it(systems_sweep):
+    result, _ = systems_sweep
+    by = {s.hardware.name: s for s in result.systems}
+    assert by["h100:1"].fitting == 1 and by["h100:1"].best.strategy.mesh == {"data": 1}
+    for s in result.systems:
+        p = s.best.prediction
+        terms = {"collectives": p.step.collective * p.layout.steps / p.layout.images,
+                 "VAE decode": p.terms.vae_decode_s}
+        assert s.binding.seconds >= max(terms.values())  # the binding term is the largest
+        assert 0 < s.binding.share <= 1 and s.binding.move
+
+
+def test_goals_keep_only_plans_that_meet_them_and_name_the_closest():
+    from meshlab.sweep import Limits, sweep_systems
+
+    systems = (load_hardware("v6e-8"), load_hardware("v5e-8"))
+    card = load_card("qwen-image")
+    goal = sweep_systems(card, systems, "qwen-image", Workload(), limits=Limits(max_seconds_per_image=10.0))
+    assert goal.best is not None and all(c.seconds <= 10.0 for c in goal.cost_front)
+    assert goal.best.hardware.name == "v6e-8"  # nothing on v5e-8 makes 10 s
+    none = sweep_systems(card, systems, "qwen-image", Workload(), limits=Limits(max_seconds_per_image=0.5))
+    assert none.best is None and none.cheapest is None and none.cost_front == ()
+    assert none.closest.seconds == min(c.seconds for c in none.candidates if c.fits)
+    budget = sweep_systems(card, systems, "qwen-image", Workload(), limits=Limits(max_usd_per_image=0.001))
+    assert budget.best is None and budget.closest.usd == min(c.usd for c in budget.candidates if c.fits)
+
+
+def test_a_system_nothing_fits_is_named_not_an_error():
+    from meshlab.sweep import sweep_systems
+
+    result = sweep_systems(load_card("qwen-image"), (load_hardware("v6e-8"), load_hardware("v6e-1")), "qwen-image",
+                           Workload())
+    lone = next(s for s in result.systems if s.hardware.name == "v6e-1")
+    assert lone.best is None and lone.fitting == 0 and lone.binding.term == "HBM capacity"
+    assert "no plan fits" in lone.binding.move and result.best.hardware.name == "v6e-8"
