@@ -76,6 +76,7 @@ class Candidate:
     prediction: Prediction | None = None
     dropped: str = ""  # why it was dropped ("" if planned and fits)
     hardware: Hardware | None = None  # the system it was planned and priced on
+    images: int | None = None  # the images a user plans to make in one session (None: the steady state)
 
     @property
     def fits(self) -> bool:
@@ -91,7 +92,11 @@ class Candidate:
 
     @property
     def usd(self) -> float | None:
-        return self.prediction.usd_per_image if self.prediction is not None else None
+        """Dollars per image: the steady state's, or over `images` images with the startup (load, compile) shared
+        among them."""
+        if self.prediction is None:
+            return None
+        return self.prediction.usd_per_image if self.images is None else self.prediction.usd_per_image_over(self.images)
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,7 @@ class SweepResult:
     systems: tuple[SystemSummary, ...] = ()
     limits: Limits = Limits()
     closest: Candidate | None = None  # when no plan meets the goals: the one nearest them
+    images: int | None = None  # dollars per image are over this many images, startup included (None: steady state)
 
 
 def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
@@ -227,10 +233,12 @@ def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, b
 
 def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, workload: Workload,
                   batch_per_replica: int = 1, families: tuple[str, ...] = FAMILIES,
-                  progress: Callable[[int, int], None] | None = None, limits: Limits = Limits()) -> SweepResult:
+                  progress: Callable[[int, int], None] | None = None, limits: Limits = Limits(),
+                  images: int | None = None) -> SweepResult:
     """Every arrangement of each system's chips, planned and predicted on it. Systems of one size share their
     plans, per-chip memory (re-sized to each chip's HBM) and per-call work: only the pricing is per system.
-    With one system a candidate keeps its plain name; with several its name ends in the system's."""
+    With one system a candidate keeps its plain name; with several its name ends in the system's. With `images`,
+    dollars per image are over that many images, the load and compile before the first shared among them."""
     groups: dict[tuple[int, int], list[Hardware]] = {}
     for hw in systems:
         groups.setdefault((hw.chips, hw.slices), []).append(hw)
@@ -250,7 +258,7 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
             for hw in members:
                 candidates.append(_evaluate(arrangement.family, arrangement.mesh, _rules(arrangement, base_rules, card),
                                             card, hw, model, workload, batch_per_replica, _activations(arrangement),
-                                            SWEEP_REWRITES, arrangement.dcn, shared, suffix))
+                                            SWEEP_REWRITES, arrangement.dcn, shared, suffix, images))
                 done += 1
                 if progress:
                     progress(done, total)
@@ -270,7 +278,7 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
     closest = min(fitting, key=lambda c: (limits.shortfall(c), c.seconds), default=None) if not eligible else None
     summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits) for hw in systems)
     return SweepResult(tuple(candidates), pareto(eligible), best, cheapest, cost_pareto(priced), summaries, limits,
-                       closest)
+                       closest, images)
 
 
 class _Shared:
@@ -402,7 +410,8 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
 
 
 def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica, activations=None,
-              rewrites=(), dcn=None, shared: _Shared | None = None, suffix: bool = False) -> Candidate:
+              rewrites=(), dcn=None, shared: _Shared | None = None, suffix: bool = False,
+              images: int | None = None) -> Candidate:
     """One arrangement planned and priced on `hardware`; `shared` carries the plan, memory and work to the other
     systems of its size (each prices them itself)."""
     shared = shared if shared is not None else _Shared()
@@ -422,10 +431,10 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
         prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem
-        return Candidate(strategy, family, dropped=f"invalid: {exc.problem}", hardware=hardware)
+        return Candidate(strategy, family, dropped=f"invalid: {exc.problem}", hardware=hardware, images=images)
     chip = memory.most_loaded
     dropped = "" if memory.fits else f"does not fit: {chip.total / 2**30:.1f} GiB of {chip.hbm / 2**30:.2f} GiB"
-    return Candidate(strategy, family, plan, memory, prediction, dropped, hardware)
+    return Candidate(strategy, family, plan, memory, prediction, dropped, hardware, images)
 
 
 def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None) -> str:
@@ -479,6 +488,8 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
         if c.prediction is not None:
             doc["predicted"] = prediction_document(c.prediction)
             doc["meets_goals"] = c.fits and not result.limits.problem(c)
+            if result.images is not None:
+                doc["usd_per_image_over_images"] = c.usd
         return doc
 
     def name(c: Candidate | None) -> str | None:
@@ -492,6 +503,7 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
         "default_systems": list(default_systems),
         "goals": {"max_seconds_per_image": result.limits.max_seconds_per_image,
                   "max_usd_per_image": result.limits.max_usd_per_image},
+        "usd_per_image_over": result.images,
         "candidates": [row(c) for c in result.candidates],
         "pareto_front": [c.strategy.name for c in result.front],
         "cost_front": [c.strategy.name for c in result.cost_front],
@@ -503,7 +515,9 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
         "systems": [{"hardware": s.hardware.name, "chips": s.hardware.chips,
                      "usd_per_chip_hour": s.hardware.usd_per_chip_hour, "best": name(s.best),
                      "seconds_per_image": s.best.seconds if s.best else None,
-                     "usd_per_image": s.best.usd if s.best else None, "fitting": s.fitting, "dropped": s.dropped,
+                     "usd_per_image": s.best.usd if s.best else None,
+                     "time_to_first_image_s": s.best.prediction.time_to_first_image if s.best else None,
+                     "fitting": s.fitting, "dropped": s.dropped,
                      "binding": _binding_document(s.binding)} for s in result.systems],
         "sweep_seconds": seconds,
         "assumptions": assumptions_document(systems[0]) if len(systems) == 1 else

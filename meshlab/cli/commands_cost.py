@@ -55,6 +55,8 @@ def sweep(
                                                 "many seconds per image (a latency goal)"),
     budget: Optional[float] = typer.Option(None, "--budget-usd-per-image", help="keep only plans at most this many "
                                            "dollars per image at list price"),
+    images: Optional[int] = typer.Option(None, "--images", min=1, help="images you plan to make in one session: "
+                                         "dollars per image then share the load and compile among them"),
     out: str = typer.Option("best.yaml", "--out", help="where to write the best plan's strategy YAML ('-': stdout)"),
     batch_per_replica: int = typer.Option(1, "--batch-per-replica", min=1, help="images per data shard per call"),
     height: int = typer.Option(1024, "--height", help="image height in pixels"),
@@ -103,7 +105,8 @@ def sweep(
         output_path(out, card_file, "--out")  # before the sweep, not after it
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
-        result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits)
+        result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits,
+                               images=images)
     elapsed = time.perf_counter() - start
     if out == "-" and as_json:
         from meshlab.errors import InputError

@@ -115,8 +115,19 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
             c = result.cheapest
             console.print(f"cheapest: [bold]{c.strategy.name}[/bold], {c.seconds:.2f} s/image, {usd(c.usd)}/image "
                           "predicted")
+    if result.images is not None:
+        costly = [c for c in (result.best, result.cheapest) if c is not None
+                  and c.prediction.usd_to_first_image is not None
+                  and c.prediction.startup.total > result.images * c.seconds]
+        for c in [c for i, c in enumerate(costly) if all(c is not o for o in costly[:i])]:
+            console.print(f"[yellow]note:[/yellow] {c.strategy.name}: loading and compiling "
+                          f"({c.prediction.startup.total:.0f} s) take longer than the {result.images} images "
+                          f"({result.images * c.seconds:.0f} s)")
+    basis = (f"over {result.images} images with the load and compile before them" if result.images is not None
+             else "in the steady state")
     console.print(f"[dim]sweep took {seconds:.2f} s; s/image is the steady state with the plan's batch in flight, "
-                  "$/image its chips' list price for that time[/dim]")
+                  f"$/image its chips' list price for that time, {basis}; first image: load, compile and the first "
+                  "call (`meshlab explain` shows each)[/dim]")
 
 
 def binding_of(candidate):
@@ -154,12 +165,14 @@ def _render_cost_front(result, console) -> None:
 
 def _render_systems(result, console) -> None:
     table = Table(title=f"Each system's fastest plan, and what limits it {PREDICTED}", title_justify="left")
-    for c in ("system", "chips", "$/chip-h", "fastest plan", "s/image", "$/image", "fit", "limited by"):
-        table.add_column(c, justify="right" if c in ("chips", "$/chip-h", "s/image", "$/image", "fit") else "left")
+    numbers = ("chips", "$/chip-h", "s/image", "$/image", "first image", "fit")
+    for c in ("system", "chips", "$/chip-h", "fastest plan", "s/image", "$/image", "first image", "fit", "limited by"):
+        table.add_column(c, justify="right" if c in numbers else "left")
     for s in result.systems:
         hw, b = s.hardware, s.best
         table.add_row(hw.name, str(hw.chips), usd(hw.usd_per_chip_hour), b.strategy.name if b else "-",
-                      f"{b.seconds:.2f}" if b else "-", usd(b.usd) if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
+                      f"{b.seconds:.2f}" if b else "-", usd(b.usd) if b else "-",
+                      f"{b.prediction.time_to_first_image:.0f} s" if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
                       s.binding.describe())
     console.print(table)
 
@@ -178,6 +191,17 @@ def _cost_row(p, hw) -> tuple[str, str, str]:
     return ("cost per image", usd(p.usd_per_image),
             f"${hw.usd_per_chip_hour:.2f} per chip-hour ({whose}) x {p.chips} chip(s) x {p.seconds_per_image:.2f} s "
             "per image / 3600; `meshlab hardware --json` has the price's source")
+
+
+def _first_image_row(p, hw) -> tuple[str, str, str]:
+    s = p.startup
+    compiled = (f"compile {s.compile_s:.0f} s ({hw.compile_seconds_base:g} s + {hw.compile_seconds_per_block:g} s x "
+                f"{s.compiled_blocks} blocks)" if s.compile_s else "no compile (eager)")
+    price = f"; {usd(p.usd_to_first_image)} for the wait" if p.usd_to_first_image is not None else ""
+    return ("time to first image", f"{p.time_to_first_image:.0f} s",
+            f"read {s.checkpoint_bytes / 1e9:.1f} GB at {hw.checkpoint_read_bandwidth / 1e9:g} GB/s {s.read_s:.0f} s + "
+            f"to the chips {s.transfer_s:.1f} s + {compiled} + first call {p.first_call_s:.1f} s{price} "
+            "(`meshlab hardware --json` has each figure's source)")
 
 
 def render_explain(planned, prediction, console) -> None:
@@ -214,6 +238,7 @@ def render_explain(planned, prediction, console) -> None:
          f"{layout.steps} steps / {layout.images} image(s) per call; roofline {p.roofline_seconds_per_image:.2f}"),
         ("MFU", f"{100 * p.mfu:.1f}%", f"useful FLOPs over all chips' peak; roofline MFU {100 * p.roofline_mfu:.1f}%"),
         _cost_row(p, hw),
+        _first_image_row(p, hw),
     ]
     for row in rows:
         table.add_row(*row)

@@ -10,6 +10,7 @@ from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
 from meshlab.cost.pipeline_time import Terms, pipeline_terms
+from meshlab.cost.startup import Startup, startup
 from meshlab.cost.timing import Assumptions, CatalogPricing, StepTime, step_time
 from meshlab.cost.topology import route
 from meshlab.hardware import Hardware
@@ -32,6 +33,7 @@ class Prediction:
     measured: object = None  # meshlab.cost.profile.MeasuredCall when the hardware is a profile
     pricing: CatalogPricing | None = None  # what the catalog priced the ops from (None: a profile did)
     usd_per_chip_hour: float | None = None  # the hardware's price per chip-hour (None: not known)
+    startup: Startup | None = None  # loading and compiling before the first image (meshlab.cost.startup)
 
     @property
     def seconds_per_image(self) -> float:
@@ -51,6 +53,27 @@ class Prediction:
     def usd_per_hour(self) -> float | None:
         """What the system's chips cost per hour while held (None: the hardware has no price)."""
         return None if self.usd_per_chip_hour is None else self.usd_per_chip_hour * self.chips
+
+    @property
+    def first_call_s(self) -> float:
+        """The first pipeline call end to end, all its images together."""
+        return self.seconds_per_image * self.layout.images
+
+    @property
+    def time_to_first_image(self) -> float:
+        """Load, compile, then the first call (its images come out together)."""
+        return (self.startup.total if self.startup is not None else 0.0) + self.first_call_s
+
+    @property
+    def usd_to_first_image(self) -> float | None:
+        return None if self.usd_per_hour is None else self.usd_per_hour * self.time_to_first_image / 3600.0
+
+    def usd_per_image_over(self, images: int) -> float | None:
+        """Dollars per image over `images` images in one session, its startup shared among them."""
+        from meshlab.cost.startup import usd_per_image_over
+
+        return usd_per_image_over(images, self.startup.total if self.startup else 0.0, self.seconds_per_image,
+                                  self.usd_per_hour)
 
     @property
     def usd_per_image(self) -> float | None:
@@ -93,13 +116,15 @@ class PlanWork:
     graph: object  # meshlab.cost.graph.Graph
     work: tuple[Work, ...]
     collectives: tuple[Collective, ...]
+    weights_per_chip: int  # the busiest chip's transformer bytes, as allocated
 
 
 def plan_work(plan: Plan, strategy: Strategy) -> PlanWork:
     layout = layout_of(plan, strategy)
     graph = graph_of(plan)
     work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
-    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh))
+    weights = sum(p.bytes_per_device(plan.mesh) for p in plan.parameters)
+    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh), weights)
 
 
 def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions(),
@@ -119,7 +144,8 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
                            batch_split)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
                       hardware.bf16_flops, terms, measured,
-                      CatalogPricing.of(work, hardware) if measured is None else None, hardware.usd_per_chip_hour)
+                      CatalogPricing.of(work, hardware) if measured is None else None, hardware.usd_per_chip_hour,
+                      startup(plan.card, strategy, hardware, done.weights_per_chip))
 
 
 def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: Layout, work: tuple[Work, ...]):

@@ -64,3 +64,16 @@ def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
     done = sweep(*args, cwd=tmp_path)
     assert done.exit_code == 2 and says in done.output and "Traceback" not in done.output
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_images_share_the_startup_and_say_when_it_outweighs_them(tmp_path):
+    done = sweep("--hardware", "v6e-8", "--images", "5", "--json", "--out", str(tmp_path / "b.yaml"))
+    doc = json.loads(done.output)
+    assert doc["usd_per_image_over"] == 5
+    best = next(c for c in doc["candidates"] if c["name"] == doc["best"])
+    p = best["predicted"]
+    startup = p["time_to_first_image"]["startup_s"]
+    assert abs(best["usd_per_image_over_images"] - p["usd_per_hour"] * (startup + 5 * p["seconds_per_image"]) / 3600 / 5
+               ) < 1e-12
+    shown = sweep("--hardware", "v6e-8", "--images", "5", "--out", str(tmp_path / "b.yaml"))
+    assert "take longer than the 5 images" in shown.output

@@ -1,0 +1,70 @@
+"""Time to first image: loading the weights, compiling the step, then the first call. Pure, no torch; predicted.
+
+- **read_s**: every weight the pipeline loads (transformer, text encoders, VAE) in the workload's dtype, read by
+  each host from its storage at ``checkpoint_read_bandwidth`` (hosts read in parallel, each the whole checkpoint,
+  as ``from_pretrained`` does);
+- **transfer_s**: what each chip holds of them over its host link (``host_link_bandwidth``; chips in parallel);
+- **compile_s**: ``compile_seconds_base + compile_seconds_per_block x blocks`` (the catalog's figures: XLA:TPU
+  compiles measured ahead of time on TPUs, 0 for eager PyTorch on GPUs); a list run through scan compiles one
+  block body, so it counts once;
+- **first_call_s**: the first pipeline call end to end, its images together (the steady state's seconds per image
+  times the images of one call).
+
+Dollars: the system's price for the whole wait; over N images, the startup shared among them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshlab.cards.card import DTYPE_BYTES, ModelCard
+from meshlab.cards.truncate import block_lists
+from meshlab.hardware import Hardware
+from meshlab.strategy.schema import Strategy
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Before the first image (seconds, predicted)."""
+
+    read_s: float
+    transfer_s: float
+    compile_s: float
+    compiled_blocks: int  # blocks the compile is priced for (a scanned list counts once)
+    checkpoint_bytes: int
+
+    @property
+    def load_s(self) -> float:
+        return self.read_s + self.transfer_s
+
+    @property
+    def total(self) -> float:
+        return self.read_s + self.transfer_s + self.compile_s
+
+    def to_json(self) -> dict:
+        return {"read_s": self.read_s, "transfer_s": self.transfer_s, "compile_s": self.compile_s,
+                "compiled_blocks": self.compiled_blocks, "checkpoint_bytes": self.checkpoint_bytes,
+                "startup_s": self.total}
+
+
+def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per_chip: int) -> Startup:
+    """`weights_per_chip`: the transformer's bytes on the busiest chip (its shards, padded as allocated)."""
+    itemsize = DTYPE_BYTES[strategy.workload.dtype]
+    checkpoint = (card.total_params + sum(c.parameters for c in card.components)) * itemsize
+    placement = strategy.placement
+    on_device = [c for c in card.components if (placement.vae if c.name == "vae" else placement.text_encoder
+                                                if c.name.startswith("text_encoder") else "cpu") == "device"]
+    on_chip = weights_per_chip + sum(c.parameters for c in on_device) * itemsize
+    lists = block_lists(card)
+    blocks = len(lists) if strategy.compile.scan_blocks else sum(lists.values())
+    compile_s = hardware.compile_seconds_base + hardware.compile_seconds_per_block * blocks
+    return Startup(checkpoint / hardware.checkpoint_read_bandwidth, on_chip / hardware.host_link_bandwidth,
+                   compile_s, blocks, checkpoint)
+
+
+def usd_per_image_over(images: int, startup_s: float, seconds_per_image: float, usd_per_hour: float | None
+                       ) -> float | None:
+    """Dollars per image over `images` images, the startup shared among them (None: no price)."""
+    if usd_per_hour is None:
+        return None
+    return usd_per_hour * (startup_s + images * seconds_per_image) / 3600.0 / images
