@@ -133,6 +133,7 @@ class HloCollective:
     operands: tuple[ArrayShape, ...]  # empty when the operands' definitions were not found
     groups: tuple[tuple[int, ...], ...]  # replica groups; source-target pairs for collective-permute
     op_name: str | None  # the op_name of its metadata (meshlab tags it "<module path>/<aten op>")
+    asynchronous: bool = False  # issued as a start/done pair (XLA:TPU overlaps compute between the two)
 
     @property
     def bytes_per_device(self) -> int:
@@ -163,25 +164,74 @@ _ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+(?:fn)?)?)\[([\d,]*)\]")
 
 
 def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
-    """Every collective of an HLO module's text, in program order (async pairs counted once, at -start)."""
+    """Every collective of an HLO module's text, in program order, each once.
+
+    Async pairs count once, at -start. XLA:TPU's async collective fusions copy one collective into the
+    computations that start and finish it (the same ``channel_id``, under ``AsyncCollectiveStart`` /
+    ``AsyncCollectiveDone`` custom calls): it counts once, marked asynchronous. A reduce-scatter XLA:TPU writes
+    as an all-reduce and a slice inside an ``all-reduce-scatter`` fusion counts as the reduce-scatter it is."""
     shapes = definitions(hlo_text)
-    found = []
-    for line in hlo_text.splitlines():
-        instruction = _INSTRUCTION.match(line)
-        kind = _KIND.search(line) if instruction else None
-        if not kind:
-            continue
-        head = line[instruction.start(2):kind.start()]
-        operands = _operand_names(line[kind.end():])
-        found.append(HloCollective(
-            name=instruction.group(1),
-            kind=kind.group(1),
-            result=array_shapes(head) if not kind.group(2) else _start_result(head),
-            operands=tuple(s for o in operands for s in shapes.get(o, ())),
-            groups=_groups(line),
-            op_name=_op_name(line),
-        ))
+    computations = _computations(hlo_text)
+    asynchronous = {channel for name, lines in computations for channel in _channels(lines)
+                    if any("AsyncCollective" in line for line in lines)}
+    found, seen = [], set()
+    for computation, lines in computations:
+        for line in lines:
+            instruction = _INSTRUCTION.match(line)
+            kind = _KIND.search(line) if instruction else None
+            if not kind:
+                continue
+            channel = _channel(line)
+            if channel is not None and channel in seen:
+                continue
+            seen.add(channel) if channel is not None else None
+            head = line[instruction.start(2):kind.start()]
+            operands = tuple(s for o in _operand_names(line[kind.end():]) for s in shapes.get(o, ()))
+            result = array_shapes(head) if not kind.group(2) else _start_result(head)
+            name = kind.group(1)
+            if name == "all-reduce" and computation.startswith("all-reduce-scatter"):
+                name, result = "reduce-scatter", _computation_result(hlo_text, computation) or result
+            found.append(HloCollective(
+                name=instruction.group(1), kind=name, result=result, operands=operands, groups=_groups(line),
+                op_name=_op_name(line), asynchronous=bool(kind.group(2)) or channel in asynchronous,
+            ))
     return tuple(found)
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?\s*->.*\{\s*$")
+
+
+def _computations(hlo_text: str) -> list[tuple[str, list[str]]]:
+    """(name, instruction lines) of each computation of the module, in order ("" for lines outside any)."""
+    out, name, lines = [], "", []
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and not line.startswith(" "):
+            if lines:
+                out.append((name, lines))
+            name, lines = header.group(1), []
+        elif line.startswith("}"):
+            out.append((name, lines))
+            name, lines = "", []
+        else:
+            lines.append(line)
+    if lines:
+        out.append((name, lines))
+    return out
+
+
+def _computation_result(hlo_text: str, computation: str) -> tuple[ArrayShape, ...]:
+    header = re.search(r"^%?" + re.escape(computation) + r"\s*\(.*\)\s*->\s*(.*)\{\s*$", hlo_text, re.M)
+    return array_shapes(header.group(1)) if header else ()
+
+
+def _channel(line: str) -> int | None:
+    match = re.search(r"channel_id=(\d+)", line)
+    return int(match.group(1)) if match else None
+
+
+def _channels(lines: list[str]) -> set[int]:
+    return {c for line in lines if _KIND.search(line) and (c := _channel(line)) is not None}
 
 
 _DOT = re.compile(r"\sdot\(")
@@ -259,7 +309,27 @@ def _groups(line: str) -> tuple[tuple[int, ...], ...]:
     explicit = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}", line)
     if explicit:
         return tuple(_ints(g) for g in re.findall(r"\{([\d,]*)\}", explicit.group(1)))
+    named = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(([\d,]*)\))?\s*\{([^}]*)\}", line)
+    if named:
+        groups = mesh_groups(tuple((a, int(n)) for a, n in re.findall(r"'([^']+)'=(\d+)", named.group(1))),
+                             tuple(re.findall(r"'([^']+)'", named.group(3))))
+        ids = _ints(named.group(2)) if named.group(2) else None
+        return tuple(tuple(ids[p] for p in g) for g in groups) if ids else groups
     return ()
+
+
+def mesh_groups(axes: tuple[tuple[str, int], ...], over: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """Replica groups written as a mesh (``mesh['x'=2,'y'=4] {'y'}``): mesh positions numbered row-major, each
+    group the positions that differ only along the axes `over` (``device_ids=(...)`` after the mesh maps
+    positions to devices; the caller applies it)."""
+    sizes = [n for _, n in axes]
+    names = [a for a, _ in axes]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for device in range(math.prod(sizes)):
+        coords = _coordinates(device, sizes)
+        key = tuple(c for c, name in zip(coords, names) if name not in over)
+        groups.setdefault(key, []).append(device)
+    return tuple(tuple(g) for g in groups.values())
 
 
 def mesh_axes(groups: tuple[tuple[int, ...], ...], axes: tuple[tuple[str, int], ...],

@@ -36,10 +36,13 @@ class CheckOptions:
     seed: int = 0
     dump_dir: Path | None = None  # keep XLA's dump here; None: a temporary folder, removed afterwards
     scan: bool | None = None  # run block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
+    #: images per call; None: one sample per chip along every axis that splits the batch (the check on CPU)
+    batch: int | None = None
 
     def to_json(self) -> dict:
         return {"layers": self.layers, "height": self.height, "width": self.width,
-                "text_tokens": self.text_tokens, "frames": self.frames, "seed": self.seed, "scan": self.scan}
+                "text_tokens": self.text_tokens, "frames": self.frames, "seed": self.seed, "scan": self.scan,
+                **({"batch": self.batch} if self.batch is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
     axes = batch_axes(planned.strategy.activations, planned.plan.mesh)
     batch = math.prod(planned.plan.mesh.size(a) for a in axes)
+    if options.batch is not None:  # the workload's images, both guidance branches in one call on a cfg axis
+        batch = options.batch * (2 if GUIDANCE_AXIS in axes else 1)
     arch = card.architecture
     frames = options.frames if options.frames is not None else (arch.temporal_scale_factor + 1 if arch.is_video else 1)
     try:

@@ -54,6 +54,7 @@ class MeasuredCollective:
             "bytes_per_device": self.hlo.bytes_per_device,
             "mesh_axes": list(self.mesh_axes),
             "layer": self.hlo.layer,
+            "async": self.hlo.asynchronous,
         }
 
 
@@ -163,11 +164,7 @@ class CheckReport(OutputVerdict):
         """Collectives by kind in each checked block, keyed ``transformer_blocks.0``; ``outside blocks`` too.
 
         `measure` says what to add up per collective: 1 (a count, the default) or its bytes per device."""
-        counts: dict[str, Counter] = {OUTSIDE: Counter()}
-        for c in self.collectives:
-            key = f"{c.group[0]}.{c.group[1]}" if c.group and c.group[0] in self.setup.checked_blocks else OUTSIDE
-            counts.setdefault(key, Counter())[c.hlo.kind] += measure(c)
-        return counts
+        return per_block_counts(self.collectives, self.setup, measure)
 
     def full_depth_collectives(self, measure=lambda c: 1) -> Counter:
         per_block = self.per_block(measure)
@@ -190,6 +187,16 @@ class CheckReport(OutputVerdict):
 
     def caveats(self) -> dict[str, str]:
         return dict(CPU_CAVEATS) if self.on_cpu else {}
+
+
+def per_block_counts(collectives, setup: CheckSetup, measure=lambda c: 1) -> dict[str, Counter]:
+    """Collectives by kind in each checked block (``transformer_blocks.0``) and ``outside blocks``, each adding
+    `measure` (1: a count; or its bytes per device)."""
+    counts: dict[str, Counter] = {OUTSIDE: Counter()}
+    for c in collectives:
+        key = f"{c.group[0]}.{c.group[1]}" if c.group and c.group[0] in setup.checked_blocks else OUTSIDE
+        counts.setdefault(key, Counter())[c.hlo.kind] += measure(c)
+    return counts
 
 
 def _in_block(name: str, setup: CheckSetup) -> bool:
@@ -224,6 +231,16 @@ def predicted_flops(setup: CheckSetup, prediction=None) -> float:
     return sum(w.flops * (w.count - (w.name in dead)) for w in work)
 
 
+def dead_tail_weight_bytes(setup: CheckSetup) -> int:
+    """Bytes per device of the weights of the last block's dead text tail (see `predicted_flops`): a compiled
+    program takes no argument nothing reads, though a run holds them on the device."""
+    from meshlab.cost.graph import graph_of
+
+    dead = _dead_text_tail(graph_of(setup.plan))
+    return sum(p.bytes_per_device(setup.plan.mesh) for p in setup.plan.parameters
+               if p.parameter.module in dead)
+
+
 def _dead_text_tail(graph) -> set[str]:
     """Text-stream Linears of the last block that no later block reads (not its q/k/v)."""
     blocks = [op.block for op in graph.linears if op.block is not None]
@@ -236,16 +253,17 @@ def _dead_text_tail(graph) -> set[str]:
             if joint and op.block == last and op.stream == "text" and op.role != "qkv"}
 
 
-def predicted_per_block(setup: CheckSetup, prediction=None) -> dict[str, Counter]:
+def predicted_per_block(setup: CheckSetup, prediction=None, issued: bool = False) -> dict[str, Counter]:
     """meshlab's cost model, keyed as ``per_block`` keys XLA's counts. It derives one block of each list and
-    counts the blocks identical to it, so every checked block of a list gets its list's first block."""
+    counts the blocks identical to it, so every checked block of a list gets its list's first block. `issued`:
+    as the hardware's compiler issues them (XLA:TPU combines), not as the partitioner makes them."""
     prediction = prediction or checked_prediction(setup)
     first: dict[str, int] = {}
     for p in setup.plan.parameters:
         position = block_position(p.name) if p.parameter.block is not None else None
         if position and position[1] == 0:
             first.setdefault(position[0], p.parameter.block)
-    return {f"{name}.{index}": Counter(prediction.block_collectives(first[name]))
+    return {f"{name}.{index}": Counter(prediction.block_collectives(first[name], issued))
             for name, checked in setup.checked_blocks.items() if name in first for index in range(checked)}
 
 

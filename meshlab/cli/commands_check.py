@@ -11,6 +11,7 @@ from meshlab.cli.output import console, print_json, reports_errors
 from meshlab.errors import InputError, MeshlabError
 
 EXPORT_FORMATS = ("torch-xla", "dtensor", "json")
+CHECK_BACKENDS = ("xla", "dtensor", "tpu")
 
 
 def register(app: typer.Typer) -> None:
@@ -21,11 +22,15 @@ def register(app: typer.Typer) -> None:
 @reports_errors
 def check(
     strategy: Path = typer.Argument(..., help="strategy YAML file"),
-    layers: int = typer.Option(2, "--layers", min=1, help="blocks of each kind to build (real widths); from 2 "
-                               "on, a middle block's collectives are held to the prediction"),
-    height: int = typer.Option(128, "--height", help="image height in pixels for the check's forward"),
-    width: int = typer.Option(128, "--width", help="image width in pixels for the check's forward"),
-    text_tokens: int = typer.Option(32, "--text-tokens", min=1, help="text tokens for the check's forward"),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="blocks of each kind to build (real "
+                                         "widths; default 2, and the whole model with --backend tpu); from 2 on, a "
+                                         "middle block's collectives are held to the prediction"),
+    height: Optional[int] = typer.Option(None, "--height", help="image height in pixels for the check's forward "
+                                         "(default 128; --backend tpu: the workload's)"),
+    width: Optional[int] = typer.Option(None, "--width", help="image width in pixels for the check's forward "
+                                        "(default 128; --backend tpu: the workload's)"),
+    text_tokens: Optional[int] = typer.Option(None, "--text-tokens", min=1, help="text tokens for the check's "
+                                              "forward (default 32; --backend tpu: the workload's)"),
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="video frames for the check's forward "
                                          "(video models; default: two latent frames, 5 for Wan)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random weights and inputs"),
@@ -33,19 +38,33 @@ def check(
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
                                         "(default: the strategy's compile.scan_blocks)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
-    backend: str = typer.Option("xla", "--backend", help="xla: PyTorch/XLA SPMD against XLA's partitioner; "
-                                "dtensor: torch.distributed DTensor on one gloo process per device"),
+    backend: str = typer.Option("xla", "--backend", help="xla: PyTorch/XLA SPMD against XLA's partitioner on "
+                                "virtual CPU devices; dtensor: torch.distributed DTensor on one gloo process per "
+                                "device; tpu: XLA:TPU's own compile for the strategy's TPU system, ahead of time"),
+    front_end: str = typer.Option("auto", "--front-end", help="with --backend tpu: torch-xla (the program "
+                                  "PyTorch/XLA runs), torchax, both, or auto (torch-xla, else torchax)"),
 ) -> None:
-    """Apply a plan with PyTorch/XLA SPMD (or DTensor) and hold it against what the backend did. Exit 0 agrees,
-    1 disagrees, 2 bad input, 3 the backend is missing or failed (XLA rejected the plan, a rank failed)."""
-    from meshlab.api import BACKENDS
+    """Apply a plan with PyTorch/XLA SPMD (or DTensor, or XLA:TPU ahead of time) and hold it against what the
+    backend did. Exit 0 agrees, 1 disagrees, 2 bad input, 3 the backend is missing or failed."""
     from meshlab.backend.check import CheckOptions, run_check
     from meshlab.cli.render_check import Progress, check_document, render_check
 
-    if backend not in BACKENDS:
-        raise InputError(f"unknown backend {backend!r}", f"use --backend {' or '.join(BACKENDS)}")
-    options = CheckOptions(layers=layers, height=height, width=width, text_tokens=text_tokens, frames=frames, seed=seed,
-                           dump_dir=dump_dir, scan=scan)
+    if backend not in CHECK_BACKENDS:
+        raise InputError(f"unknown backend {backend!r}", f"use --backend {' or '.join(CHECK_BACKENDS)}")
+    given = {name for name, value in (("layers", layers), ("height", height), ("width", width),
+                                      ("text_tokens", text_tokens), ("frames", frames)) if value is not None}
+    options = CheckOptions(layers=layers or 2, height=height or 128, width=width or 128, text_tokens=text_tokens or 32,
+                           frames=frames, seed=seed, dump_dir=dump_dir, scan=scan)
+    if backend == "tpu":
+        from meshlab.backend.tpu_check import run_tpu_check, tpu_check_document, tpu_options
+        from meshlab.cli.render_check import render_tpu_check
+
+        with Progress() as progress:
+            report = run_tpu_check(strategy, tpu_options(strategy, options, given), front_end, progress.update)
+        print_json(tpu_check_document(report)) if as_json else render_tpu_check(report, console())
+        if not report.agrees:
+            raise typer.Exit(1)
+        return
     if backend == "dtensor":
         from meshlab.backend.dtensor_check import dtensor_check_document, run_dtensor_check
         from meshlab.cli.render_check import render_dtensor_check

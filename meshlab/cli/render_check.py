@@ -246,3 +246,61 @@ def render_dtensor_check(report, console) -> None:
                   f"{report.world} processes share this host's cores)[/dim]")
     console.print("[green]the plan and DTensor agree[/green]" if report.agrees
                   else "[red]the plan and DTensor disagree[/red]")
+
+
+def render_tpu_check(report, console) -> None:
+    """`meshlab check --backend tpu`: XLA:TPU's compile of the plan beside meshlab's prediction."""
+    from meshlab.backend.tpu_check import _bytes
+
+    setup, c = report.setup, report.primary
+    topology = report.topology
+    where = f"TPU {topology['name']}" + (f" x{topology['slices']} slices" if topology["slices"] > 1 else "")
+    console.print(f"[bold]{setup.strategy.name}[/bold]: " + _header(setup, f"{where} ({topology['chips']} chips), "
+                                                                         "compiled ahead of time by XLA:TPU"))
+    for other in report.compiled:
+        if not other.ok:
+            console.print(f"[yellow]{other.front_end}:[/yellow] {other.error}")
+    console.print(f"front end: {c.front_end}; XLA:TPU compiled it in {c.compile_seconds:.1f} s "
+                  f"(traced in {c.trace_seconds:.1f} s)")
+    memory = setup.memory.most_loaded
+    table = Table(title="Per chip: meshlab's plan against XLA:TPU's compile", title_justify="left")
+    for column in ("", "meshlab (predicted)", "XLA:TPU"):
+        table.add_column(column, justify="left" if not column else "right")
+    if c.out_of_memory:
+        table.add_row("fits", _yes(report.fits_predicted), "[red]no[/red]")
+        table.add_row("needs", mib(memory.total), mib(c.required_bytes) if c.required_bytes else "?")
+        console.print(table)
+        console.print(f"XLA:TPU refused: {c.out_of_memory}")
+    else:
+        table.add_row("weights (as arguments)", mib(report.predicted_argument_weights), mib(c.weights))
+        table.add_row("activations / temporaries", mib(memory.activation_peak), mib(c.memory["temp"]))
+        table.add_row("inputs and buffers", "", mib(sum(c.other_arguments.values())))
+        table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
+        table.add_row("total", mib(memory.total), mib(c.total_bytes))
+        table.add_row("fits", _yes(report.fits_predicted), _yes(report.fits_xla))
+        console.print(table)
+        blocks = report.middle_blocks() or [f"{name}.0" for name in setup.checked_blocks]
+        counts, sizes, asynchronous = c.per_block(setup), c.per_block(setup, _bytes), c.asynchronous(setup)
+        collectives = Table(title="Collectives of one block, by kind: count (bytes per chip)", title_justify="left")
+        for column in ("block", "kind", "meshlab (predicted)", "XLA:TPU", "of them async"):
+            collectives.add_column(column, justify="left" if column in ("block", "kind") else "right")
+        for block in blocks:
+            found = set(counts.get(block, Counter())) | set(report.predicted_per_block.get(block, Counter()))
+            for kind in [k for k in KIND_ORDER if k in found]:
+                p = report.predicted_per_block.get(block, Counter()).get(kind, 0)
+                pb = report.predicted_bytes_per_block.get(block, Counter()).get(kind, 0)
+                x, xb = counts.get(block, Counter()).get(kind, 0), sizes.get(block, Counter()).get(kind, 0)
+                collectives.add_row(block, kind, f"{p} ({mib(pb)})", f"{x} ({mib(xb)})",
+                                    str(asynchronous.get(block, Counter()).get(kind, 0)))
+        console.print(collectives)
+        outside = counts.get(OUTSIDE, Counter())
+        if outside:
+            console.print(f"outside the blocks (or not attributed to one): {kinds(outside)}")
+    for line in report.differences():
+        console.print(f"  [red]differs:[/red] {line}")
+    console.print("[green]the plan and XLA:TPU agree[/green]" if report.agrees
+                  else "[red]the plan and XLA:TPU disagree[/red] (XLA:TPU is the truth for TPU hardware)")
+
+
+def _yes(value) -> str:
+    return "?" if value is None else ("yes" if value else "[red]no[/red]")

@@ -42,7 +42,7 @@ def prediction_document(p: Prediction) -> dict:
         "mfu": p.mfu,
         "roofline_mfu": p.roofline_mfu,
         "model_flops_per_call_per_sample": p.model_flops_per_call,
-        "collectives_per_block": dict(sorted(p.block_collectives().items())),
+        "collectives_per_block": dict(sorted(p.block_collectives(issued=True).items())),
         "collectives_per_call": collective_totals(p),
         "priced": priced_document(p),
     }
@@ -68,10 +68,11 @@ def priced_document(p: Prediction) -> dict:
 
 
 def collective_totals(p: Prediction) -> dict[str, dict]:
-    """By kind: how many per transformer call (per step for per-step ones), and their bytes per chip."""
+    """By kind: how many per transformer call (per step for per-step ones), and their bytes per chip, as the
+    hardware's compiler issues them (what the step is priced from)."""
     counts: Counter = Counter()
     nbytes: Counter = Counter()
-    for c in p.collectives:
+    for c in p.issued or p.collectives:
         counts[c.kind] += c.count
         nbytes[c.kind] += c.count * c.bytes
     return {kind: {"count": counts[kind], "bytes": nbytes[kind]} for kind in sorted(counts)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from meshlab.cost.collectives import Collective, derive
+from meshlab.cost.collectives import Collective, derive, issued_on
 from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
@@ -34,6 +34,9 @@ class Prediction:
     pricing: CatalogPricing | None = None  # what the catalog priced the ops from (None: a profile did)
     usd_per_chip_hour: float | None = None  # the hardware's price per chip-hour (None: not known)
     startup: Startup | None = None  # loading and compiling before the first image (meshlab.cost.startup)
+    #: what the hardware's compiler issues of `collectives` (TPUs combine all-reduces; meshlab.cost.collectives
+    #: .issued_on), and what the step is priced from; () : the same as `collectives`
+    issued: tuple[Collective, ...] = ()
 
     @property
     def seconds_per_image(self) -> float:
@@ -99,12 +102,14 @@ class Prediction:
     def roofline_seconds_per_image(self) -> float:
         return self.layout.steps * self.step.roofline / self.layout.images
 
-    def block_collectives(self, block: int | None = None) -> Counter:
-        """Collectives of one block (the first one by default) by kind."""
-        blocks = sorted({c.block for c in self.collectives if c.block is not None})
+    def block_collectives(self, block: int | None = None, issued: bool = False) -> Counter:
+        """Collectives of one block (the first one by default) by kind: as the partitioner makes them, or
+        (`issued`) as the hardware's compiler issues them."""
+        found = (self.issued or self.collectives) if issued else self.collectives
+        blocks = sorted({c.block for c in found if c.block is not None})
         if block is None:
             block = blocks[0] if blocks else None
-        return Counter(c.kind for c in self.collectives if c.block == block and block is not None)
+        return Counter(c.kind for c in found if c.block == block and block is not None)
 
 
 @dataclass(frozen=True)
@@ -138,14 +143,15 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     if measured is not None and not measured.collectives_included:
         found = sum(price(c) is not None for c in collectives)
         measured = replace(measured, collectives_measured=found, collectives_assumed=len(collectives) - found)
-    step = step_time(work, collectives, routes, layout, hardware, assumptions, measured, price)
+    issued = issued_on(collectives, hardware.kind)
+    step = step_time(work, issued, routes, layout, hardware, assumptions, measured, price)
     batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,
                            batch_split)
     return Prediction(layout, work, collectives, step, graph_flops(graph, layout.tokens), hardware.chips,
                       hardware.bf16_flops, terms, measured,
                       CatalogPricing.of(work, hardware) if measured is None else None, hardware.usd_per_chip_hour,
-                      startup(plan.card, strategy, hardware, done.weights_per_chip))
+                      startup(plan.card, strategy, hardware, done.weights_per_chip), issued)
 
 
 def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: Layout, work: tuple[Work, ...]):

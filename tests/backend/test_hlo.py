@@ -145,3 +145,43 @@ def test_tuple_shaped_collectives_sum_their_bytes():
             "  %ar = (f32[4]{0}, f32[8]{0}) all-reduce(%a, %b), replica_groups={{0,1}}, to_apply=%add\n")
     (collective,) = hlo.parse_collectives(text)
     assert collective.bytes_per_device == 48
+
+
+# --- XLA:TPU's optimized programs (compiled ahead of time for real topologies through libtpu, jax 0.10.2) -------
+
+
+def test_an_async_collective_fusion_counts_once_and_is_async():
+    """v5e:2x4, x [8,512,2048] over data, w [2048,2048] with its input dim over model, an all-gather of w's
+    second dim over data: XLA:TPU copies the all-gather into the start and done computations of an async
+    collective fusion (one channel_id); it is one all-gather, async, beside one synchronous all-reduce."""
+    found = hlo.parse_collectives((DATA / "tpu_v5e_async_all_gather.txt").read_text())
+    assert [(c.kind, c.asynchronous) for c in found] == [("all-gather", True), ("all-reduce", False)]
+    gather, reduce = found
+    assert gather.groups == ((0, 4), (1, 5), (2, 6), (3, 7)) and hlo.mesh_axes(gather.groups, MESH) == ("data",)
+    assert gather.bytes_per_device == 1024 * 1024 * 2  # bf16[1024,1024] gathered
+    assert hlo.mesh_axes(reduce.groups, MESH) == ("model",)
+
+
+def test_reduce_scatter_fusions_mesh_groups_and_permutes_of_a_tpu_program():
+    """v6e:2x4, x [8,512,2048] (batch over data, features over model) times w [2048,2048] (rows over model),
+    the product constrained to tokens over model (a reduce-scatter), then to features over model (an
+    all-to-all), then shifted one step around model (a collective-permute)."""
+    found = hlo.parse_collectives((DATA / "tpu_v6e_reduce_scatter_all_to_all.txt").read_text())
+    assert [(c.kind, c.asynchronous) for c in found] == [
+        ("reduce-scatter", False), ("all-to-all", False), ("collective-permute", True)]
+    scatter, to_all, permute = found
+    per_device_in = 4 * 512 * 2048 * 2  # this chip's partial product, bf16
+    assert [str(s) for s in scatter.result] == ["bf16[4,128,2048]"] and scatter.bytes_per_device == per_device_in
+    assert to_all.groups == ((0, 1, 2, 3), (4, 5, 6, 7))  # written mesh['axis_0'=2,'axis_1'=4] {'axis_1'}
+    assert {hlo.mesh_axes(c.groups, MESH) for c in found} == {("model",)}
+    assert to_all.bytes_per_device == 4 * 128 * 2048 * 2 and permute.bytes_per_device == 4 * 512 * 512 * 2
+    assert all(c.layer == "blk" for c in found[1:])
+
+
+def test_mesh_replica_groups_with_device_ids():
+    line = ("%all-reduce.3 = bf16[1,64]{1,0} all-reduce(%x), channel_id=2, replica_groups=mesh['axis_0'=2,"
+            "'axis_1'=4], device_ids=(0,1,2,3,7,6,5,4) {'axis_1'}, use_global_device_ids=true")
+    (c,) = hlo.parse_collectives(line)
+    assert c.groups == ((0, 1, 2, 3), (7, 6, 5, 4))
+    assert hlo.mesh_axes(c.groups, MESH, (0, 1, 2, 3, 7, 6, 5, 4)) == ("model",)
+    assert hlo.mesh_groups((("a", 2), ("b", 2), ("c", 2)), ("a", "c")) == ((0, 1, 4, 5), (2, 3, 6, 7))

@@ -1,0 +1,323 @@
+"""The torch half of `meshlab check --backend tpu`: ``python -m meshlab.backend.tpu_worker REQUEST RESULT``.
+
+Compiles the strategy's transformer for its TPU system with XLA:TPU ahead of time (meshlab.backend.libtpu), at
+the depth and size the parent asks (by default the whole model at the workload's real size), through one or both
+front ends, and returns what XLA:TPU made of each. No weight is allocated:
+
+- ``torch-xla``: the program a PyTorch/XLA SPMD user runs. The model is built on ``meta``, every parameter
+  becomes a torch_xla placeholder (a tensor with no data) annotated with its spec on a mesh laid out as
+  ``xs.HybridMesh`` lays it over the topology, the plan is applied as ``meshlab.apply`` applies it (rewrites,
+  activation rules, scan), the forward is traced lazily on virtual CPU devices, and torch_xla's pre-partitioning
+  HLO is compiled for the TPU. Nothing is compiled for the CPU.
+- ``torchax``: the same module run as a jax function by torchax, every parameter an abstract
+  ``jax.ShapeDtypeStruct`` with its ``NamedSharding``, activation rules as ``with_sharding_constraint``.
+
+The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topology": Topology}``. Each result:
+``{"front_end", "compile_seconds", "memory", "flops", "bytes_accessed", "hlo_file", "mesh_device_ids",
+"trace_seconds", "out_of_memory", "required_bytes"}`` or ``{"front_end", "error"}``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+from meshlab.backend.protocol import report_progress as progress
+from meshlab.backend.protocol import serve
+from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
+from meshlab.errors import BackendError, MeshlabError
+
+FRONT_ENDS = ("torch-xla", "torchax")
+
+
+def handle(request: dict) -> dict:
+    from meshlab.backend import libtpu
+
+    topology = libtpu.Topology(**request["topology"])
+    if "torch-xla" in request["front_ends"]:
+        from meshlab.backend import xla
+
+        xla.enable_spmd()  # torch_xla before jax: the two XLA builds share the process in this order
+    setup = check_setup(request["strategy"], CheckOptions(**request["options"]))
+    devices = libtpu.devices(topology)
+    mesh_ids = libtpu.device_grid(devices, setup.plan.mesh.shape)
+    out = Path(request["scratch"])
+    results = []
+    for front in request["front_ends"]:
+        try:
+            results.append(_compile(front, setup, devices, mesh_ids, out))
+        except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
+            results.append({"front_end": front, "error": exc.one_line()})
+    return {"results": results, "topology_devices": [{"id": d.id, "coords": list(d.coords)} for d in devices]}
+
+
+def _compile(front: str, setup: CheckSetup, devices: list, mesh_ids: list[int], out: Path) -> dict:
+    from meshlab.backend import libtpu
+
+    progress(f"{front}: tracing {setup.card.class_name} ({_depth(setup)}) with no weights")
+    start = time.perf_counter()
+    if front == "torch-xla":
+        hlo_text = torch_xla_program(setup, mesh_ids)
+        traced = time.perf_counter() - start
+        progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
+        compiled = libtpu.compile_hlo(hlo_text, devices)
+    else:
+        lowered = torchax_program(setup, devices, mesh_ids)
+        traced = time.perf_counter() - start
+        progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
+        compiled = libtpu.compile_lowered(lowered)
+    hlo_file = out / f"{front}.tpu.hlo.txt"
+    hlo_file.write_text(compiled.hlo)
+    return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
+            "other_argument_bytes": _other_arguments(setup, front),
+            "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
+            "hlo_file": str(hlo_file) if compiled.hlo else None, "mesh_device_ids": mesh_ids,
+            "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes}
+
+
+def _depth(setup: CheckSetup) -> str:
+    return ", ".join(f"{n} of {setup.full_blocks[k]} {k}" for k, n in setup.checked_blocks.items())
+
+
+def empty_model(setup: CheckSetup):
+    """The checked depth of the card's diffusers class with every parameter on ``meta`` (buffers real)."""
+    import diffusers
+    from accelerate import init_empty_weights
+
+    from meshlab.backend.models import depth_config
+
+    cls = getattr(diffusers, setup.card.class_name)
+    with init_empty_weights(include_buffers=False):
+        model = cls.from_config(depth_config(setup.card, setup.options.layers))
+    return model.eval().requires_grad_(False)
+
+
+def _other_arguments(setup: CheckSetup, front: str) -> dict[str, int]:
+    """Bytes per chip of the program's arguments that are not weights: the inputs, split as the activations say,
+    and (torch_xla, which passes them in; torchax folds them into the program) the model's buffers, whole."""
+    import math
+
+    import torch
+
+    from meshlab.backend.inputs import input_spec
+
+    mesh, activations = setup.plan.mesh, setup.strategy.activations
+    inputs = sum(math.prod(input_spec(k, tuple(v.shape), activations, mesh).shard_shape(tuple(v.shape), mesh))
+                 * v.element_size() for k, v in _inputs(setup).items() if isinstance(v, torch.Tensor))
+    model = empty_model(setup)
+    tables = [*model.buffers(), *(value for _, _, value in tensor_attributes(model))]
+    buffers = sum(b.numel() * b.element_size() for b in tables) if front == "torch-xla" else 0
+    return {"inputs": int(inputs), "buffers": int(buffers)}
+
+
+def tensor_attributes(model) -> list[tuple]:
+    """(module, name, tensor) of every tensor a module keeps as a plain attribute, neither parameter nor buffer
+    (Qwen-Image's RoPE frequency tables): torch_xla passes them to the program as arguments of their own."""
+    import torch
+
+    found = []
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                found.append((module, name, value))
+    return found
+
+
+def _inputs(setup: CheckSetup) -> dict:
+    from meshlab.backend.models import example_inputs
+
+    return example_inputs(setup.card, setup.geometry, setup.strategy.workload.dtype, setup.options.seed)
+
+
+# --- torch_xla -----------------------------------------------------------------------------------------------
+
+
+def torch_xla_program(setup: CheckSetup, mesh_ids: list[int]) -> str:
+    """torch_xla's pre-partitioning HLO of one forward under the plan, parameters as sharded placeholders."""
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_builder as xb
+    import torch_xla.distributed.spmd as xs
+
+    from meshlab.backend import activation_hooks, xla
+    from meshlab.backend.inputs import input_spec
+    from meshlab.backend.models import forward
+
+    plan, strategy = setup.plan, setup.strategy
+    model = empty_model(setup)
+    dtype = getattr(torch, strategy.workload.dtype)
+    if strategy.rewrites:
+        from meshlab.backend.rewrites import apply_rewrites
+
+        apply_rewrites(model, strategy.rewrites)
+    mesh = xs.Mesh(np.array(mesh_ids), plan.mesh.shape, plan.mesh.names)
+    specs = {p.name: p.spec for p in plan.parameters}
+    for module_name, module in model.named_modules():
+        for leaf, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            name = f"{module_name}.{leaf}" if module_name else leaf
+            placeholder = xb.create_placeholder_tensor(tuple(param.shape), dtype)
+            torch_xla._XLAC._xla_annotate_custom_sharding(placeholder, mesh.get_op_sharding(
+                specs[name].to_torch_xla()))
+            module._parameters[leaf] = torch.nn.Parameter(placeholder, requires_grad=False)
+    model = model.to(xla.device())  # buffers (masks, tables): small and real
+    for module, attribute, value in tensor_attributes(model):  # tables kept as plain attributes (Qwen's RoPE)
+        setattr(module, attribute, value.to(xla.device()))
+    if setup.scan:
+        from meshlab.backend import scan as scanning
+
+        scanning.install(model, plan, mesh)
+    if strategy.activations.rules:
+        from meshlab.plan.activations import activation_points
+
+        activation_hooks.install(model, activation_points(plan.card, strategy.activations.rules),
+                                 activation_hooks.xla_marker(mesh))
+    inputs = {}
+    for name, value in _inputs(setup).items():
+        if isinstance(value, torch.Tensor):
+            value = xla.to_device(value)
+            xla.mark(value, mesh, input_spec(name, tuple(value.shape), strategy.activations, plan.mesh), name)
+        inputs[name] = value
+    try:
+        with torch.no_grad(), xla.tag_layers(model):
+            output = forward(model, inputs)
+        text = xla.pending_hlo([output])
+    except RuntimeError as exc:
+        raise BackendError(f"torch_xla could not trace the forward: {xla.error_message(exc)}",
+                           "run `meshlab check` (XLA on CPU) on the strategy first") from None
+    return shard_parameters(text)
+
+
+_ANNOTATION = re.compile(r'custom-call\(([^)]*%([\w.\-]+))\), custom_call_target="Sharding", '
+                         r'sharding=(\{[^}]*\})')
+
+
+def shard_parameters(hlo_text: str) -> str:
+    """Give each HLO parameter the sharding of the ``Sharding`` custom call torch_xla wrapped around it (what a
+    placeholder's annotation becomes), so that XLA:TPU takes the argument as sharded, as a marked tensor is."""
+    for _, name, sharding in _ANNOTATION.findall(hlo_text):
+        hlo_text = re.sub(r"(%" + re.escape(name) + r" = [^\n]*? parameter\(\d+\))(?!, sharding)",
+                          lambda m: m.group(1) + ", sharding=" + sharding, hlo_text)
+    return hlo_text
+
+
+# --- torchax -------------------------------------------------------------------------------------------------
+
+
+def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
+    """The forward as a jax function (torchax), lowered over abstract sharded parameters and inputs; each module's
+    ops under a named scope of its path (as torch_xla's are under meshlab.backend.xla.tag_layers)."""
+    import warnings
+
+    import jax
+    import numpy as np
+    import torch
+    import torchax
+    from jax.sharding import Mesh, NamedSharding
+    from torchax import interop
+
+    from meshlab.backend import activation_hooks
+    from meshlab.backend.inputs import input_spec
+
+    plan, strategy = setup.plan, setup.strategy
+    if setup.scan:
+        raise BackendError("torchax has no scan of a torch block list that meshlab drives",
+                           "compile the torch-xla front end for a scanned plan (--front-end torch-xla)")
+    model = empty_model(setup)
+    if strategy.rewrites:
+        from meshlab.backend.rewrites import apply_rewrites
+
+        apply_rewrites(model, strategy.rewrites)
+    by_id = {d.id: d for d in devices}
+    mesh = Mesh(np.array([by_id[i] for i in mesh_ids]).reshape(plan.mesh.shape), plan.mesh.names)
+    jdtype = getattr(jax.numpy, strategy.workload.dtype)
+
+    def named(spec) -> NamedSharding:
+        return NamedSharding(mesh, jax.sharding.PartitionSpec(*spec.to_torch_xla()))
+
+    specs = {p.name: p.spec for p in plan.parameters}
+    params = {name: jax.ShapeDtypeStruct(tuple(p.shape), jdtype, sharding=named(specs[name]))
+              for name, p in model.named_parameters()}
+    buffers = dict(model.named_buffers())
+    example = _inputs(setup)
+    tensors = {k: v for k, v in example.items() if isinstance(v, torch.Tensor)}
+    rest = {k: v for k, v in example.items() if not isinstance(v, torch.Tensor)}
+    abstract = {k: jax.ShapeDtypeStruct(tuple(v.shape), _jax_dtype(v.dtype),
+                                        sharding=named(input_spec(k, tuple(v.shape), strategy.activations, plan.mesh)))
+                for k, v in tensors.items()}
+    env = torchax.default_env()
+    if strategy.activations.rules:
+        from meshlab.plan.activations import activation_points
+
+        def mark(tensor, spec, _label):
+            constrained = jax.lax.with_sharding_constraint(interop.jax_view(tensor), named(spec))
+            return interop.torch_view(constrained)
+
+        activation_hooks.install(model, activation_points(plan.card, strategy.activations.rules), mark)
+
+    def run(params, inputs):
+        with env, jax_scopes(model):
+            state = {**interop.torch_view(params), **{k: env.to_xla(v) for k, v in buffers.items()}}
+            kwargs = {**interop.torch_view(inputs), **rest, "return_dict": False}
+            out = torch.func.functional_call(model, state, args=(), kwargs=kwargs)[0]
+            return interop.jax_view(out)
+
+    try:
+        with warnings.catch_warnings():  # int64 inputs become int32 without jax's x64 mode, as a TPU run has them
+            warnings.simplefilter("ignore", UserWarning)
+            return jax.jit(run).lower(params, abstract)
+    except Exception as exc:  # torchax raises plain errors naming the aten op it has no lowering for
+        raise BackendError(f"torchax could not lower {setup.card.class_name}: {str(exc).splitlines()[0][:300]}",
+                           "compile the torch-xla front end (--front-end torch-xla)") from None
+
+
+class jax_scopes:
+    """Every submodule's forward under ``jax.named_scope("<path>#")``: the op names XLA:TPU keeps on the
+    collectives then say which module caused each, as meshlab.backend.xla.tag_layers makes torch_xla's do."""
+
+    def __init__(self, model):
+        self.model, self.handles, self.open = model, [], []
+
+    def __enter__(self):
+        import jax
+
+        from meshlab.backend.xla import SCOPE_MARK
+
+        def enter(_module, _args, name):
+            scope = jax.named_scope(name + SCOPE_MARK)
+            scope.__enter__()
+            self.open.append(scope)
+
+        def leave(_module, _args, _output):
+            self.open.pop().__exit__(None, None, None)
+
+        for name, sub in self.model.named_modules():
+            if name:
+                self.handles.append(sub.register_forward_pre_hook(lambda m, a, name=name: enter(m, a, name)))
+                self.handles.append(sub.register_forward_hook(leave))
+        return self
+
+    def __exit__(self, *exc):
+        while self.open:
+            self.open.pop().__exit__(None, None, None)
+        for handle in self.handles:
+            handle.remove()
+
+
+def _jax_dtype(dtype):
+    import jax.numpy as jnp
+
+    return {"torch.bfloat16": jnp.bfloat16, "torch.float32": jnp.float32, "torch.float16": jnp.float16,
+            "torch.int64": jnp.int64, "torch.int32": jnp.int32, "torch.bool": jnp.bool_}.get(str(dtype), jnp.float32)
+
+
+def main(argv: list[str]) -> int:
+    return serve(handle, argv, "the XLA:TPU compile")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""`meshlab check --backend tpu`: the plan held against XLA:TPU's own ahead-of-time compile for a TPU topology.
+
+The pure parts (the topology of a catalog entry, what XLA:TPU's refusal says, the verdict over a compiled
+program) run everywhere; the compiles need jax and libtpu (marker ``tpu``) and run at full width, two blocks and
+a small image, as CI can afford."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import Counter
+
+import pytest
+
+from meshlab.backend import libtpu
+from meshlab.errors import InputError
+from meshlab.hardware import load_hardware
+from tests.conftest import REPO
+
+HAVE_TPU_COMPILER = all(importlib.util.find_spec(m) for m in ("jax", "libtpu", "torchax", "torch_xla"))
+
+
+def test_catalog_tpus_name_their_libtpu_topology():
+    assert libtpu.topology_of(load_hardware("v6e-8")).name == "v6e:2x4"
+    v5p = libtpu.topology_of(load_hardware("v5p-8"))
+    assert (v5p.name, v5p.chip_config, v5p.chips) == ("v5p:2x2x1", "megacore", 4)
+    two = libtpu.topology_of(load_hardware("v6e-8x2"))
+    assert (two.name, two.slices, two.chips) == ("v6e:2x4", 2, 16)
+    assert libtpu.environment(v5p)["TPU_ACCELERATOR_TYPE"] == "v5p-8"  # v5p names count TensorCores
+
+
+def test_a_gpu_is_refused_with_the_fix():
+    with pytest.raises(InputError, match="compiles for a TPU system, and h100 is a gpu") as error:
+        libtpu.topology_of(load_hardware("h100"))
+    assert "--backend xla or dtensor" in error.value.fix
+
+
+def test_xla_tpu_s_refusal_gives_the_bytes_it_asked_for():
+    message = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used "
+               "39.04G of 31.25G hbm. Exceeded hbm capacity by 7.79G.\nTotal hbm usage >= 39.04G: ...\n"
+               "the total memory required for HLO temporaries (39.04G) exceeds available HBM (31.25G)")
+    assert libtpu.required_bytes(message) == int(39.04 * 2**30)
+
+
+def test_a_missing_extra_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(Exception, match="jax and libtpu are not installed") as error:
+        libtpu.require()
+    assert "'.[tpu]'" in error.value.fix
+
+
+def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
+    """A compiled program made up to the plan's own figures agrees; each figure moved past its tolerance is named."""
+    from dataclasses import replace
+
+    from meshlab.backend.hlo import ArrayShape, HloCollective
+    from meshlab.backend.setup import CheckOptions, check_setup
+    from meshlab.backend.tpu_check import Compiled, TpuCheckReport
+    from meshlab.backend.verdict import MeasuredCollective
+
+    setup = check_setup(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=2))
+    chip = setup.memory.most_loaded
+
+    def reduce(name, nbytes):
+        shape = ArrayShape("bf16", (nbytes // 2,))
+        return MeasuredCollective(HloCollective(name, "all-reduce", (shape,), (shape,), (), 
+                                                f"transformer_blocks.0#/transformer_blocks.0.{name}#/dot"), ("model",))
+
+    predicted = {"transformer_blocks.0": Counter({"all-reduce": 3}), "transformer_blocks.1": Counter()}
+    sizes = {"transformer_blocks.0": Counter({"all-reduce": 3000}), "transformer_blocks.1": Counter()}
+    program = Compiled("torch-xla", memory={"argument": 0, "output": 0, "alias": 0, "temp": chip.activation_peak,
+                                            "generated_code": 0},
+                       collectives=tuple(reduce(f"x{i}", 1000) for i in range(3)))
+    report = TpuCheckReport(setup, {"name": "v6e:2x4", "slices": 1, "chips": 8}, (program,), predicted, sizes, {})
+    weights = report.predicted_argument_weights
+    program = replace(program, memory={**program.memory, "argument": weights})
+    report = replace(report, compiled=(program,))
+    assert report.agrees, report.differences()
+    worse = replace(program, memory={**program.memory, "argument": int(weights * 1.02), "temp": 1},
+                    collectives=program.collectives[:2])
+    differences = replace(report, compiled=(worse,)).differences()
+    assert any(d.startswith("weights per chip") for d in differences)
+    assert any(d.startswith("temporaries per chip") for d in differences)
+    assert "transformer_blocks.0: all-reduce count predicted 3, XLA:TPU 2" in differences
+    refused = Compiled("torch-xla", out_of_memory="Ran out of memory in memory space hbm", required_bytes=40 * 2**30)
+    verdict = replace(report, compiled=(refused,))
+    assert verdict.fits_xla is False and verdict.differences() == ("fits: meshlab says True, XLA:TPU False",)
+
+
+tpu = pytest.mark.skipif(not HAVE_TPU_COMPILER, reason="needs the [tpu] extra: jax, libtpu, torchax")
+
+
+def _check(*args):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "meshlab", "check", *args, "--backend", "tpu", "--json"],
+                          capture_output=True, text=True, cwd=REPO)
+    return done.returncode, (json.loads(done.stdout) if done.stdout.startswith("{") else None), done.stderr
+
+
+@pytest.fixture(scope="module")
+def pairs_both():
+    code, doc, err = _check("strategies/pairs.yaml", "--layers", "2", "--height", "256", "--width", "256",
+                            "--text-tokens", "32", "--front-end", "both")
+    assert doc is not None, err
+    return code, doc
+
+
+@tpu
+@pytest.mark.tpu
+def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both):
+    _code, doc = pairs_both
+    assert doc["device"]["type"] == "TPU v6e:2x4" and doc["front_end"] == "torch-xla"
+    assert [f["front_end"] for f in doc["front_ends"]] == ["torch-xla", "torchax"]
+    weights = doc["weights_per_device"]
+    assert abs(weights["xla"] - weights["predicted_as_arguments"]) <= 0.01 * weights["predicted_as_arguments"]
+    for front in doc["front_ends"]:
+        assert abs(front["weights"] - weights["predicted_as_arguments"]) <= 0.01 * weights["predicted_as_arguments"]
+    assert doc["fits"] == {**doc["fits"], "predicted": True, "xla": True}
+    assert doc["compile_seconds"] > 0 and doc["model"]["blocks"] == {"transformer_blocks": 2}
+
+
+@tpu
+@pytest.mark.tpu
+def test_the_tpu_program_all_reduces_each_attention_and_mlp_output_over_model(pairs_both):
+    """Under pairs the attention's and the image MLP's row-split out-projections each leave a partial sum of
+    [1 sample, 256 image tokens, 3072] per chip (batch 2 over data 2): XLA:TPU all-reduces each over model,
+    whatever it combines with them."""
+    _code, doc = pairs_both
+    block0 = [c for c in doc["collectives"] if (c["layer"] or "").startswith("transformer_blocks.0.")]
+    image_sum = 1 * 256 * 3072 * 2
+    reduced = [c for c in block0 if c["kind"] == "all-reduce" and c["mesh_axes"] == ["model"]]
+    layers = {c["layer"] for c in reduced if c["bytes_per_device"] >= image_sum}
+    assert {"transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.img_mlp.net.2"} <= layers
+    assert doc["collectives_per_block"]["transformer_blocks.0"]["all-reduce"] == len(reduced)
+
+
+@tpu
+@pytest.mark.tpu
+def test_a_plan_xla_tpu_cannot_fit_is_a_verdict_not_a_traceback():
+    """One block at 4096x4096 (65,536 image tokens), a sample per chip: torch_xla's attention materialises its
+    scores, [24 heads, 66,048, 66,048] in float32 (about 390 GiB), far past a v6e chip's 31.25 GiB. XLA:TPU refuses
+    the program as it would on the chip; meshlab, which assumes a flash kernel, said it fits: a verdict (exit 1)
+    naming the bytes XLA:TPU asked for, not a traceback."""
+    code, doc, err = _check("strategies/data.yaml", "--layers", "1", "--height", "4096", "--width", "4096")
+    assert code == 1 and doc is not None, err
+    scores = 24 * 66048 * 66048 * 4
+    assert doc["fits"]["xla"] is False and doc["fits"]["xla_required_bytes"] > scores
+    assert "CompileTimeHbmOom" in doc["fits"]["xla_refusal"]
+    assert "fits: meshlab says True, XLA:TPU False" in doc["differences"]
+
+
+@tpu
+@pytest.mark.tpu
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text((REPO / "strategies" / "pairs.yaml").read_text().replace("hardware: v6e-8", "hardware: h100"))
+    code, _doc, err = _check(str(gpu))
+    assert code == 2 and "compiles for a TPU system, and h100 is a gpu" in err and "Traceback" not in err
+    code, _doc, err = _check("strategies/pairs.yaml", "--front-end", "jax")
+    assert code == 2 and "unknown front end 'jax'" in err
