@@ -27,6 +27,7 @@ from pathlib import Path
 from meshlab.backend import hlo
 from meshlab.backend.protocol import Progress, call_worker
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
+from meshlab.backend.tpu_schedule import Schedule, parse_schedule
 from meshlab.backend.verdict import (
     OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, checked_prediction, collectives_of,
     dead_tail_weight_bytes, per_block_counts, predicted_per_block,
@@ -56,6 +57,7 @@ class Compiled:
     collectives: tuple[MeasuredCollective, ...] = ()
     out_of_memory: str = ""  # XLA:TPU's refusal to fit the program
     required_bytes: int | None = None
+    schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
 
     @property
     def ok(self) -> bool:
@@ -90,6 +92,7 @@ class TpuCheckReport:
     predicted_per_block: dict[str, Counter]
     predicted_bytes_per_block: dict[str, Counter]
     hlo_files: dict[str, str]  # front end -> the kept TPU program (with --dump-dir)
+    predicted_call: dict = field(default_factory=dict)  # meshlab's seconds for one call of the compiled program
 
     @property
     def primary(self) -> Compiled | None:
@@ -196,7 +199,20 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
     prediction = checked_prediction(setup)
     return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, prediction, issued=True),
-                          predicted_bytes_per_block(setup, prediction), kept)
+                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(prediction))
+
+
+def predicted_call(prediction) -> dict:
+    """meshlab's seconds for one transformer call, term by term, beside XLA:TPU's schedule of the same program:
+    the ops (each the longer of its FLOPs and its HBM bytes) and the collectives by kind (no overlap)."""
+    step = prediction.step
+    by_kind = Counter()
+    for t in step.collectives:
+        if not t.collective.per_step:
+            by_kind[t.collective.kind] += t.collective.count * t.seconds
+    local = step.local / step.calls
+    return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
+            "collective_s_by_kind": dict(by_kind), "overlap": "none (collectives add to the ops' time)"}
 
 
 def _compile(path, options: CheckOptions, front_ends: list[str], topology, folder: Path, progress) -> list[dict]:
@@ -204,6 +220,9 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
 
     env = child_environment(topology.chips) | libtpu.environment(topology)
     env["XLA_HLO_DEBUG"] = "1"  # op names on the program's ops say which module made each collective
+    # XLA:TPU's latency-hiding schedule: its own time estimate of the program (meshlab.backend.tpu_schedule)
+    env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder / 'xla-dump'} "
+                        "--xla_dump_latency_hiding_schedule=true").strip()
     request = {"strategy": str(path), "options": options.to_json(), "front_ends": front_ends,
                "topology": topology.to_json(), "scratch": str(folder)}
     return call_worker("meshlab.backend.tpu_worker", request, env, progress=progress)["results"]
@@ -218,10 +237,13 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
         # torch_xla's groups name devices (its ordinals are the topology's ids); jax's name mesh positions
         ids = tuple(result["mesh_device_ids"]) if result["front_end"] == "torch-xla" else None
         collectives = collectives_of(hlo.parse_collectives(text), setup, ids)
+    schedule = None
+    if result.get("schedule_file"):
+        schedule = parse_schedule(Path(result["schedule_file"]).read_text())
     return Compiled(result["front_end"], "", result["compile_seconds"], result.get("trace_seconds"),
                     result.get("memory") or {}, result.get("other_argument_bytes") or {}, result.get("flops"),
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
-                    result.get("required_bytes"))
+                    result.get("required_bytes"), schedule)
 
 
 def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counter]:
@@ -309,6 +331,8 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                              "what": "one forward on one chip: meshlab's Linears and attention; XLA:TPU's cost "
                                      "analysis of the whole program (elementwise work too)"},
         "bytes_accessed_per_device": c.bytes_accessed if c else None,
+        "xla_schedule": c.schedule.to_json() if c and c.schedule else None,
+        "predicted_call": report.predicted_call,
         "front_ends": [_front_end_document(x, setup) for x in report.compiled],
         "hlo_files": report.hlo_files,
     }

@@ -57,7 +57,7 @@ def _compile(front: str, setup: CheckSetup, devices: list, mesh_ids: list[int], 
     from meshlab.backend import libtpu
 
     progress(f"{front}: tracing {setup.card.class_name} ({_depth(setup)}) with no weights")
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     if front == "torch-xla":
         hlo_text = torch_xla_program(setup, mesh_ids)
         traced = time.perf_counter() - start
@@ -70,10 +70,17 @@ def _compile(front: str, setup: CheckSetup, devices: list, mesh_ids: list[int], 
         compiled = libtpu.compile_lowered(lowered)
     hlo_file = out / f"{front}.tpu.hlo.txt"
     hlo_file.write_text(compiled.hlo)
+    schedules = sorted((p for p in (out / "xla-dump").glob("*.schedule.txt") if p.stat().st_mtime >= began - 1),
+                       key=lambda p: p.stat().st_mtime)
+    schedule = None
+    if schedules:  # XLA:TPU's latency-hiding schedule of this compile (the parent asked for it in XLA_FLAGS)
+        schedule = out / f"{front}.schedule.txt"
+        schedules[-1].replace(schedule)
     return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
             "hlo_file": str(hlo_file) if compiled.hlo else None, "mesh_device_ids": mesh_ids,
+            "schedule_file": str(schedule) if schedule else None,
             "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes}
 
 

@@ -296,6 +296,8 @@ def render_tpu_check(report, console) -> None:
         outside = counts.get(OUTSIDE, Counter())
         if outside:
             console.print(f"outside the blocks (or not attributed to one): {kinds(outside)}")
+        if c.schedule is not None:
+            console.print(_schedule_table(c.schedule, report.predicted_call))
     for line in report.differences():
         console.print(f"  [red]differs:[/red] {line}")
     console.print("[green]the plan and XLA:TPU agree[/green]" if report.agrees
@@ -304,3 +306,18 @@ def render_tpu_check(report, console) -> None:
 
 def _yes(value) -> str:
     return "?" if value is None else ("yes" if value else "[red]no[/red]")
+
+
+def _schedule_table(schedule, predicted: dict) -> Table:
+    table = Table(title="One call of the compiled program: XLA:TPU's scheduler estimate (its cost model, not a "
+                        "measurement) against meshlab's prediction", title_justify="left")
+    for column in ("", "meshlab (predicted)", "XLA:TPU schedule"):
+        table.add_column(column, justify="left" if not column else "right")
+    ms = lambda s: f"{s * 1e3:.2f} ms"
+    table.add_row("ops (matmuls, attention, elementwise)", ms(predicted["compute_s"]), ms(schedule.compute_s))
+    for kind in KIND_ORDER:
+        p, x = predicted["collective_s_by_kind"].get(kind, 0.0), schedule.by_kind.get(kind, 0.0)
+        if p or x:
+            table.add_row(f"{kind} on the timeline", ms(p), ms(x))
+    table.add_row("total", ms(predicted["total_s"]), ms(schedule.total_s))
+    return table

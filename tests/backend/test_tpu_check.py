@@ -160,3 +160,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert code == 2 and "compiles for a TPU system, and h100 is a gpu" in err and "Traceback" not in err
     code, _doc, err = _check("strategies/pairs.yaml", "--front-end", "jax")
     assert code == 2 and "unknown front end 'jax'" in err
+
+
+@tpu
+@pytest.mark.tpu
+def test_xla_tpu_s_schedule_is_read_beside_the_prediction(pairs_both):
+    """The scheduler's estimate of the compiled program: its pairs all-reduces are synchronous (none async in the
+    program), so they hold the timeline; meshlab's call is priced term by term beside it."""
+    _code, doc = pairs_both
+    schedule, predicted = doc["xla_schedule"], doc["predicted_call"]
+    assert schedule["cycles_per_microsecond"] == 1750 and schedule["total_s"] > 0
+    assert abs(schedule["compute_s"] + schedule["collective_s"] - schedule["total_s"]) < 1e-12
+    assert schedule["collective_s_by_kind"]["all-reduce"] > 0
+    assert doc["async_collectives_per_block"]["transformer_blocks.0"].get("all-reduce", 0) == 0
+    assert predicted["collective_s_by_kind"]["all-reduce"] > 0 and predicted["total_s"] > predicted["compute_s"]

@@ -1,0 +1,80 @@
+"""XLA:TPU's latency-hiding schedule, read from the text proto it dumps (the shape of a real v6e dump, cut short)."""
+
+from meshlab.backend.tpu_schedule import collective_kind, parse_schedule
+
+DUMP = """hlo_module {
+  name: "IrToHlo.1"
+  computations {
+    name: "main_spmd"
+    instructions {
+      name: "fusion.1"
+      opcode: "fusion"
+      shape {
+        element_type: BF16
+      }
+      metadata {
+        op_name: "transformer_blocks.0#/aten__mm"
+      }
+      id: 11
+    }
+    instructions {
+      name: "all-reduce.2"
+      opcode: "all-reduce"
+      id: 12
+    }
+    instructions {
+      name: "collective-permute-done"
+      opcode: "collective-permute-done"
+      id: 13
+    }
+    instructions {
+      name: "copy.4"
+      opcode: "copy"
+      id: 14
+    }
+  }
+  schedule {
+    instructions {
+      id: 11
+      start_timestamp_cycles: 0
+      end_timestamp_cycles: 1750000
+    }
+    instructions {
+      id: 12
+      start_timestamp_cycles: 1750000
+      end_timestamp_cycles: 2100000
+    }
+    instructions {
+      id: 13
+      start_timestamp_cycles: 2100000
+      end_timestamp_cycles: 2275000
+    }
+    instructions {
+      id: 14
+      start_timestamp_cycles: 2275000
+      end_timestamp_cycles: 2275001
+    }
+    scheduler_statistics {
+      total_cycles: 2275001
+      collective_permute_wasted_cycles: 175000
+      memory_pressure_peak: 64
+    }
+  }
+  cycles_per_microsecond: 1750
+}
+"""
+
+
+def test_reads_the_total_and_what_each_collective_kind_holds_of_the_timeline():
+    s = parse_schedule(DUMP)
+    assert abs(s.total_s - 2275001 / 1750e6) < 1e-12  # 1.3 ms
+    assert s.by_kind == {"all-reduce": 350000 / 1750e6, "collective-permute": 175000 / 1750e6}
+    assert abs(s.compute_s - (2275001 - 525000) / 1750e6) < 1e-12
+    assert s.wasted_s == {"collective_permute": 175000 / 1750e6}
+
+
+def test_a_text_without_a_schedule_is_none_and_async_dones_count_as_their_kind():
+    assert parse_schedule("hlo_module {\n}\n") is None
+    assert collective_kind("all-gather-done.3", "all-gather-done") == "all-gather"
+    assert collective_kind("async-collective-done.2.all-gather", "fusion") == "all-gather"
+    assert collective_kind("fusion.7", "fusion") is None
