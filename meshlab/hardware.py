@@ -270,8 +270,8 @@ def _problems(hw: Hardware) -> list[str]:
             problems.append(f"{name} ({value!r}) must be a number {bound}")
     for name in OPTIONAL_NUMBERS:
         value = getattr(hw, name)
-        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or value < 0):
-            problems.append(f"{name} ({value!r}) must be a number >= 0")
+        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not 0 <= value <= 1e6):
+            problems.append(f"{name} ({value!r}) must be a number from 0 to 1e6")
     missing = [name for name in FIGURES if not hw.sources.get(name)]
     missing += [name for name in OPTIONAL_FIGURES if _given(hw, name) and not hw.sources.get(name)]
     if missing:
@@ -505,7 +505,7 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
                              ) from None
         if "usd_per_chip_hour" in changes and "usd_per_chip_hour" in str(error):
             raise InputError(f"hardware override usd_per_chip_hour: {changes['usd_per_chip_hour']!r} is not a price",
-                             "give US dollars per chip-hour as a number >= 0 (e.g. 1.2), or none") from None
+                             "give US dollars per chip-hour as a number from 0 to 1e6 (e.g. 1.2), or none") from None
         if "matmul_rates" in changes and "matmul_rates" in str(error):
             raise InputError(f"hardware override {str(error).partition(': ')[2]}",
                              "give positive FLOP/s for every point of an increasing m, n, k grid, or none") from None

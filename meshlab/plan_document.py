@@ -44,7 +44,8 @@ def predicted_summary(planned: PlannedStrategy) -> dict:
     from meshlab.cost.predict import predict
 
     p = predict(planned.plan, planned.strategy, planned.hardware)
-    return {"label": "predicted", "seconds_per_image": p.seconds_per_image, "step_s": p.step.total,
+    return {"label": "predicted", "latency_s": p.first_call_s, "seconds_per_image": p.seconds_per_image,
+            "step_s": p.step.total,
             "steps": p.layout.steps, "images_per_call": p.layout.images, "images_per_second": p.images_per_second,
             "usd_per_chip_hour": planned.hardware.usd_per_chip_hour, "usd_per_hour": p.usd_per_hour,
             "usd_per_image": p.usd_per_image}

@@ -34,9 +34,12 @@ from meshlab.hardware import Hardware
 from meshlab.memory import MemoryReport, memory_report
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
-from meshlab.strategy.schema import ActivationRule, Activations, Rule, Strategy, Workload
+from meshlab.strategy.schema import ActivationRule, Activations, Compile, Rule, Strategy, Workload
 
 FAMILIES = ("data", "model", "2d", "pairs", "fsdp", "ulysses", "ring")
+#: What `best` minimises: "latency" (seconds one request waits), "throughput" (seconds per image with the plan's
+#: batch in flight), or "cost" (dollars per image).
+OBJECTIVES = ("latency", "throughput", "cost")
 #: What `meshlab sweep` compares when no --hardware is given: one host of each TPU in the catalog, each GPU
 #: node whole, and one GPU of each (what clouds rent by the hour); a model that fits none of them says so.
 DEFAULT_SYSTEMS = ("v6e-8", "v5e-8", "v5p-8", "v4-8", "h100", "h200", "a100-80gb", "h100:1", "h200:1", "a100-80gb:1")
@@ -88,7 +91,13 @@ class Candidate:
 
     @property
     def seconds(self) -> float:
+        """Seconds per image at throughput: the call's time shared among its images (what the chips are held for)."""
         return self.prediction.seconds_per_image
+
+    @property
+    def latency(self) -> float:
+        """Seconds one request waits for its image: a whole pipeline call, its images all coming out at its end."""
+        return self.prediction.first_call_s
 
     @property
     def usd(self) -> float | None:
@@ -101,15 +110,16 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Limits:
-    """Goals a plan must meet to be chosen: seconds and dollars per image at most (None: no goal)."""
+    """Goals a plan must meet to be chosen: seconds one request waits (latency) and dollars per image, at most
+    (None: no goal)."""
 
     max_seconds_per_image: float | None = None
     max_usd_per_image: float | None = None
 
     def problem(self, c: Candidate) -> str:
         """Why a fitting candidate misses the goals ("" when it meets them)."""
-        if self.max_seconds_per_image is not None and c.seconds > self.max_seconds_per_image:
-            return f"{c.seconds:.2f} s per image, over the {self.max_seconds_per_image:g} s goal"
+        if self.max_seconds_per_image is not None and c.latency > self.max_seconds_per_image:
+            return f"{c.latency:.2f} s for an image (latency), over the {self.max_seconds_per_image:g} s goal"
         if self.max_usd_per_image is not None and (c.usd is None or c.usd > self.max_usd_per_image):
             cost = "no price" if c.usd is None else f"${c.usd:.4f} per image"
             return f"{cost}, over the ${self.max_usd_per_image:g} budget"
@@ -117,7 +127,7 @@ class Limits:
 
     def shortfall(self, c: Candidate) -> float:
         """How far a candidate is from the goals, as the largest ratio to a goal (<= 1: meets them)."""
-        ratios = [c.seconds / self.max_seconds_per_image] if self.max_seconds_per_image else []
+        ratios = [c.latency / self.max_seconds_per_image] if self.max_seconds_per_image else []
         if self.max_usd_per_image is not None:
             ratios.append(math.inf if c.usd is None else c.usd / max(self.max_usd_per_image, 1e-12))
         return max(ratios, default=0.0)
@@ -155,13 +165,16 @@ class SystemSummary:
 class SweepResult:
     candidates: tuple[Candidate, ...]
     front: tuple[Candidate, ...]  # Pareto front: fastest per image against most memory headroom, by time
-    best: Candidate | None  # the fastest plan that fits and meets the goals (None: no plan meets them)
+    best: Candidate | None  # the plan that fits, meets the goals and is best by the objective (None: none meets them)
     cheapest: Candidate | None = None  # the lowest dollars per image among those
     cost_front: tuple[Candidate, ...] = ()  # Pareto front of seconds against dollars per image, fastest first
     systems: tuple[SystemSummary, ...] = ()
     limits: Limits = Limits()
     closest: Candidate | None = None  # when no plan meets the goals: the one nearest them
     images: int | None = None  # dollars per image are over this many images, startup included (None: steady state)
+    objective: str = "latency"
+    lowest_latency: Candidate | None = None
+    highest_throughput: Candidate | None = None
 
 
 def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
@@ -226,22 +239,24 @@ def _wildcard(module: str) -> str:
 
 def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, batch_per_replica: int = 1,
           families: tuple[str, ...] = FAMILIES, progress: Callable[[int, int], None] | None = None,
-          limits: Limits = Limits()) -> SweepResult:
+          limits: Limits = Limits(), objective: str = "latency") -> SweepResult:
     """Every arrangement of `hardware`'s chips, planned and predicted (`sweep_systems` with one system)."""
-    return sweep_systems(card, (hardware,), model, workload, batch_per_replica, families, progress, limits)
+    return sweep_systems(card, (hardware,), model, workload, batch_per_replica, families, progress, limits,
+                         objective=objective)
 
 
 def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, workload: Workload,
                   batch_per_replica: int = 1, families: tuple[str, ...] = FAMILIES,
                   progress: Callable[[int, int], None] | None = None, limits: Limits = Limits(),
-                  images: int | None = None) -> SweepResult:
-    """Every arrangement of each system's chips, planned and predicted on it. Systems of one size share their
-    plans, per-chip memory (re-sized to each chip's HBM) and per-call work: only the pricing is per system.
+                  images: int | None = None, objective: str = "latency") -> SweepResult:
+    """Every arrangement of each system's chips, planned and predicted on it. Systems of one size and kind share
+    their plans, per-chip memory (re-sized to each chip's HBM) and per-call work: only the pricing is per system.
+    GPU candidates run eager (as diffusers runs a pipeline), TPU candidates fused (XLA).
     With one system a candidate keeps its plain name; with several its name ends in the system's. With `images`,
     dollars per image are over that many images, the load and compile before the first shared among them."""
-    groups: dict[tuple[int, int], list[Hardware]] = {}
-    for hw in systems:
-        groups.setdefault((hw.chips, hw.slices), []).append(hw)
+    groups: dict[tuple[int, int, str], list[Hardware]] = {}
+    for hw in systems:  # one kind of chip: GPUs run eager, TPUs fused (see _strategy), so their work differs
+        groups.setdefault((hw.chips, hw.slices, hw.kind), []).append(hw)
     layouts = {key: across_slices([a for a in arrangements(key[0], workload.cfg) if a.uses(families)], key[1])
                for key in groups}
     total, done = sum(len(layouts[k]) * len(v) for k, v in groups.items()), 0
@@ -272,13 +287,24 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
             "try more devices, a smaller workload, or a strategy of your own with `meshlab try`",
         )
     eligible = [c for c in fitting if not limits.problem(c)]
-    best = min(eligible, key=lambda c: (c.seconds, -c.headroom), default=None)
     priced = [c for c in eligible if c.usd is not None]
-    cheapest = min(priced, key=lambda c: (c.usd, c.seconds), default=None)
-    closest = min(fitting, key=lambda c: (limits.shortfall(c), c.seconds), default=None) if not eligible else None
-    summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits) for hw in systems)
-    return SweepResult(tuple(candidates), pareto(eligible), best, cheapest, cost_pareto(priced), summaries, limits,
-                       closest, images)
+    fastest = min(eligible, key=lambda c: (c.latency, c.seconds, -c.headroom), default=None)
+    busiest = min(eligible, key=lambda c: (c.seconds, c.latency, -c.headroom), default=None)
+    cheapest = min(priced, key=lambda c: (c.usd, c.latency), default=None)
+    best = {"latency": fastest, "throughput": busiest, "cost": cheapest}[objective]
+    closest = min(fitting, key=lambda c: (limits.shortfall(c), c.latency), default=None) if not eligible else None
+    summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits, objective) for hw in systems)
+    return SweepResult(tuple(candidates), pareto(eligible, objective), best, cheapest, cost_pareto(priced), summaries,
+                       limits, closest, images, objective, fastest, busiest)
+
+
+def ranking_key(objective: str):
+    """How candidates are ordered by an objective (ties: the other time, then more headroom)."""
+    if objective == "throughput":
+        return lambda c: (c.seconds, c.latency, -c.headroom)
+    if objective == "cost":
+        return lambda c: (c.usd if c.usd is not None else float("inf"), c.latency, -c.headroom)
+    return lambda c: (c.latency, c.seconds, -c.headroom)
 
 
 class _Shared:
@@ -288,11 +314,11 @@ class _Shared:
     problem = ""
 
 
-def _summary(hw: Hardware, candidates: list[Candidate], limits: Limits) -> SystemSummary:
+def _summary(hw: Hardware, candidates: list[Candidate], limits: Limits, objective: str = "latency") -> SystemSummary:
     fitting = [c for c in candidates if c.fits]
     eligible = [c for c in fitting if not limits.problem(c)]
-    best = min(eligible, key=lambda c: (c.seconds, -c.headroom), default=None)
-    shown = best or min(fitting, key=lambda c: (limits.shortfall(c), c.seconds), default=None)
+    best = min(eligible, key=ranking_key(objective), default=None)
+    shown = best or min(fitting, key=lambda c: (limits.shortfall(c), c.latency), default=None)
     return SystemSummary(hw, best, len(fitting), len(candidates) - len(fitting), binding(shown, candidates, hw))
 
 
@@ -317,6 +343,8 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
          f"more chips splitting the work, or a faster chip" if compute_bound else
          "more images per call (the weights are read once per call), or chips with faster HBM"),
         ("collectives", p.step.collective * steps_per_image,
+         "replicate the weights where they fit (FSDP gathers them every call), or a faster interconnect"
+         if best.family.split("+")[-1] == "fsdp" else
          "fewer splits of the weights (more data or cfg parallelism), or a faster interconnect"),
         ("host", host, "placement.text_encoder: device, where it fits" if on_host else
          "fewer host round trips per step"),
@@ -367,9 +395,9 @@ def _activations(arrangement: Arrangement) -> Activations:
     return Activations(batch="data", sequence=sequence, rules=rules)
 
 
-def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
-    """Candidates no other beats on both time per image (lower) and headroom (higher), fastest first."""
-    ordered = sorted(candidates, key=lambda c: (c.prediction.seconds_per_image, -c.headroom))
+def pareto(candidates: list[Candidate], objective: str = "throughput") -> tuple[Candidate, ...]:
+    """Candidates no other beats on both the objective (lower) and headroom (higher), best first."""
+    ordered = sorted(candidates, key=ranking_key(objective))
     front, best_headroom = [], -math.inf
     for c in ordered:
         if c.headroom > best_headroom:
@@ -379,8 +407,8 @@ def pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
 
 
 def cost_pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
-    """Priced candidates no other beats on both seconds and dollars per image (both lower), fastest first."""
-    ordered = sorted((c for c in candidates if c.usd is not None), key=lambda c: (c.seconds, c.usd))
+    """Priced candidates no other beats on both latency and dollars per image (both lower), fastest first."""
+    ordered = sorted((c for c in candidates if c.usd is not None), key=lambda c: (c.latency, c.usd))
     front, cheapest = [], math.inf
     for c in ordered:
         if c.usd < cheapest:
@@ -406,6 +434,8 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
         activations=activations or Activations(batch="data"),
         workload=workload.model_copy(update={"batch": data * batch_per_replica}),
         rewrites=list(rewrites),
+        # a GPU runs as diffusers runs it, eager (torch.compile's fusion would need a compile the startup prices)
+        compile=Compile(elementwise="eager" if hardware.kind == "gpu" else "fused"),
     )
 
 
@@ -450,10 +480,13 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None) -> str
         "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
         "mesh": dict(s.mesh), **({"dcn": dict(s.dcn)} if s.dcn else {}), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
         "rewrites": list(s.rewrites), "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
+        **({"compile": s.compile.model_dump()} if s.compile.elementwise != "fused" else {}),
     }
     header = (
-        f"# Written by `meshlab sweep`: the fastest plan that fits, of {candidate.family} family.\n"
-        f"# Predicted (not measured) on {hardware.name}: {p.seconds_per_image:.2f} s per image, "
+        f"# Written by `meshlab sweep`: the best plan that fits (see the sweep's --objective), of "
+        f"{candidate.family} family.\n"
+        f"# Predicted (not measured) on {hardware.name}: {p.first_call_s:.2f} s for a call of {p.layout.images} "
+        f"image(s), {p.seconds_per_image:.2f} s per image at throughput, "
         f"{p.step.total * 1e3:.0f} ms per step, MFU {100 * p.mfu:.0f}%, "
         f"{candidate.headroom / 2**30:.2f} GiB headroom per chip"
         + (f", ${p.usd_per_image:.4f} per image at list price.\n" if p.usd_per_image is not None else ".\n")
@@ -487,6 +520,7 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
             doc["headroom_bytes_per_chip"] = c.headroom
         if c.prediction is not None:
             doc["predicted"] = prediction_document(c.prediction)
+            doc["latency_s"] = c.latency
             doc["meets_goals"] = c.fits and not result.limits.problem(c)
             if result.images is not None:
                 doc["usd_per_image_over_images"] = c.usd
@@ -507,15 +541,21 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
         "candidates": [row(c) for c in result.candidates],
         "pareto_front": [c.strategy.name for c in result.front],
         "cost_front": [c.strategy.name for c in result.cost_front],
+        "objective": result.objective,
         "best": name(result.best),
+        "lowest_latency": name(result.lowest_latency),
+        "highest_throughput": name(result.highest_throughput),
         "cheapest": name(result.cheapest),
         "closest": None if result.closest is None else {
             "name": result.closest.strategy.name, "misses": result.limits.problem(result.closest),
             "binding": _binding_document(binding(result.closest, [], result.closest.hardware))},
         "systems": [{"hardware": s.hardware.name, "chips": s.hardware.chips,
                      "usd_per_chip_hour": s.hardware.usd_per_chip_hour, "best": name(s.best),
+                     "latency_s": s.best.latency if s.best else None,
                      "seconds_per_image": s.best.seconds if s.best else None,
-                     "usd_per_image": s.best.usd if s.best else None,
+                     "usd_per_image": s.best.prediction.usd_per_image if s.best else None,
+                     **({"usd_per_image_over_images": s.best.usd if s.best else None}
+                        if result.images is not None else {}),
                      "time_to_first_image_s": s.best.prediction.time_to_first_image if s.best else None,
                      "fitting": s.fitting, "dropped": s.dropped,
                      "binding": _binding_document(s.binding)} for s in result.systems],

@@ -51,20 +51,28 @@ def sweep(
                                            "accelerator, whole nodes and single GPUs"),
     devices: Optional[int] = typer.Option(None, "--devices", min=1, help="sweep over this many devices instead "
                                           "(one open line of chips; one system only)"),
-    max_seconds: Optional[float] = typer.Option(None, "--max-seconds-per-image", help="keep only plans at most this "
-                                                "many seconds per image (a latency goal)"),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds-per-image", help="keep only plans that give one "
+                                                "request its image in at most this many seconds (a latency goal: "
+                                                "the whole pipeline call)"),
     budget: Optional[float] = typer.Option(None, "--budget-usd-per-image", help="keep only plans at most this many "
                                            "dollars per image at list price"),
     images: Optional[int] = typer.Option(None, "--images", min=1, help="images you plan to make in one session: "
                                          "dollars per image then share the load and compile among them"),
+    objective: str = typer.Option("latency", "--objective", help="what the best plan minimises: latency (seconds "
+                                  "one request waits), throughput (seconds per image with the plan's batch in "
+                                  "flight) or cost (dollars per image)"),
     out: str = typer.Option("best.yaml", "--out", help="where to write the best plan's strategy YAML ('-': stdout)"),
     batch_per_replica: int = typer.Option(1, "--batch-per-replica", min=1, help="images per data shard per call"),
-    height: int = typer.Option(1024, "--height", help="image height in pixels"),
-    width: int = typer.Option(1024, "--width", help="image width in pixels"),
-    frames: int = typer.Option(1, "--frames", min=1, help="video frames per sample (video models, e.g. 81)"),
-    steps: int = typer.Option(50, "--steps", min=1, help="denoising steps"),
-    text_tokens: int = typer.Option(512, "--text-tokens", min=1, help="text tokens per prompt after padding"),
-    cfg: bool = typer.Option(True, "--cfg/--no-cfg", help="classifier-free guidance (two branches per step)"),
+    height: Optional[int] = typer.Option(None, "--height", help="image height in pixels (default: the model's "
+                                         "pipeline's)"),
+    width: Optional[int] = typer.Option(None, "--width", help="image width in pixels (default: the pipeline's)"),
+    frames: Optional[int] = typer.Option(None, "--frames", min=1, help="video frames per sample (default: the "
+                                         "pipeline's, e.g. 81 for Wan)"),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="denoising steps (default: the pipeline's)"),
+    text_tokens: Optional[int] = typer.Option(None, "--text-tokens", min=1, help="text tokens per prompt after "
+                                              "padding (default: the pipeline's)"),
+    cfg: Optional[bool] = typer.Option(None, "--cfg/--no-cfg", help="classifier-free guidance, two branches a step "
+                                       "(default: the pipeline's: off for guidance-distilled models)"),
     as_json: bool = JSON_OPTION,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar on stderr"),
 ) -> None:
@@ -85,10 +93,16 @@ def sweep(
         raise InputError(f"--devices {devices} re-sizes one system, and {len(names)} are swept",
                          "give one --hardware with --devices, or name sub-node sizes such as h100:4")
     limits = Limits(_goal(max_seconds, "--max-seconds-per-image"), _goal(budget, "--budget-usd-per-image"))
+    from meshlab.sweep import OBJECTIVES
+
+    if objective not in OBJECTIVES:
+        from meshlab.errors import InputError
+
+        raise InputError(f"unknown objective {objective!r}", f"use --objective {' or '.join(OBJECTIVES)}")
     card, systems = _card_and_systems(model, names, devices)
-    hw = systems[0]
-    workload = workload_with(Workload(), height=height, width=width, frames=frames, steps=steps,
-                             text_tokens=text_tokens, cfg=cfg)
+    workload, basis = model_workload(card.name if not model.endswith(".json") else model,
+                                     height=height, width=width, frames=frames, steps=steps, text_tokens=text_tokens,
+                                     cfg=cfg)
     most = Workload.field_metadata("batch")["le"]
     hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
@@ -106,7 +120,7 @@ def sweep(
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits,
-                               images=images)
+                               images=images, objective=objective)
     elapsed = time.perf_counter() - start
     if out == "-" and as_json:
         from meshlab.errors import InputError
@@ -123,8 +137,10 @@ def sweep(
             written = out
     default = DEFAULT_SYSTEMS if hardware is None else ()
     if as_json:
-        print_json(sweep_document(result, None, elapsed, default))
+        print_json(sweep_document(result, None, elapsed, default) | {"workload": workload.model_dump(),
+                                                                     "workload_basis": basis})
     elif out != "-":
+        console().print(f"workload: {basis}")
         render_sweep(result, console(), written, elapsed, default)
 
 
@@ -145,6 +161,23 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
         from meshlab.cli.render_cost import render_explain
 
         render_explain(planned, prediction, console())
+
+
+def model_workload(model: str, **given) -> tuple:
+    """The workload a model is run at by default (its pipeline's, meshlab.cards.defaults) with what the command line
+    gave in place of it, and a line saying what it rests on."""
+    from meshlab.cards.defaults import pipeline_defaults
+    from meshlab.planning import workload_with
+    from meshlab.strategy.schema import Workload
+
+    defaults = pipeline_defaults(model)
+    base = Workload(**defaults.workload_fields()) if defaults else Workload()
+    changed = {k: v for k, v in given.items() if v is not None}
+    workload = workload_with(base, **changed)
+    basis = defaults.describe() if defaults else "meshlab's generic workload (no pipeline defaults for this card)"
+    if changed:
+        basis += "; from the command line: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items())
+    return workload, basis
 
 
 def _system_names(text: str) -> tuple[str, ...]:
@@ -173,10 +206,11 @@ def _card_and_systems(model: str, names: tuple[str, ...], devices: int | None):
 
     card = load_card(model, Path.cwd())
     overrides = {"chips": devices, "topology": [devices], "wraparound": [False]} if devices else None
-    systems = []
+    systems = {}
     for name in names:
         try:
-            systems.append(load_hardware(name, overrides))
+            hw = load_hardware(name, overrides)
         except InputError as exc:
             raise InputError(f"--hardware: {exc.problem}", exc.fix) from None
-    return card, tuple(systems)
+        systems.setdefault(hw.name, hw)  # h100 and h100:8 are one system
+    return card, tuple(systems.values())

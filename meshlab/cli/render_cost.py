@@ -91,7 +91,7 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
         _render_front(result, systems[0], console)
     else:
         _render_cost_front(result, console)
-        _render_systems(result, console)
+    _render_systems(result, console)
     dropped = [c for c in result.candidates if c.dropped]
     fitting = len(result.candidates) - len(dropped)
     console.print(f"{len(result.candidates)} candidates: {fitting} fit, {len(dropped)} dropped"
@@ -99,9 +99,9 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
                      else " (`--json` lists why)"))
     limits = result.limits
     if limits.given:
-        goals = [f"at most {limits.max_seconds_per_image:g} s" for _ in [1] if limits.max_seconds_per_image]
-        goals += [f"at most ${limits.max_usd_per_image:g}" for _ in [1] if limits.max_usd_per_image is not None]
-        console.print(f"goals per image: {' and '.join(goals)}")
+        goals = [f"an image in at most {limits.max_seconds_per_image:g} s" for _ in [1] if limits.max_seconds_per_image]
+        goals += [f"at most ${limits.max_usd_per_image:g} an image" for _ in [1] if limits.max_usd_per_image is not None]
+        console.print(f"goals: {' and '.join(goals)}")
     if result.best is None:
         c = result.closest
         console.print("[bold red]no plan meets the goals[/bold red]" + (
@@ -109,25 +109,35 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
             f"{binding_of(c).describe()}" if c is not None else "; no plan fits any system"))
     else:
         b = result.best
-        console.print(f"fastest: [bold]{b.strategy.name}[/bold], {b.seconds:.2f} s/image, {usd(b.usd)}/image predicted"
+        console.print(f"best by {result.objective}: [bold]{b.strategy.name}[/bold], {_times(b)} predicted"
                       + (f"; written to {out}" if out else ""))
-        if result.cheapest is not None and result.cheapest is not b:
-            c = result.cheapest
-            console.print(f"cheapest: [bold]{c.strategy.name}[/bold], {c.seconds:.2f} s/image, {usd(c.usd)}/image "
-                          "predicted")
+        for label, other in (("lowest latency", result.lowest_latency), ("highest throughput",
+                                                                        result.highest_throughput),
+                             ("cheapest", result.cheapest)):
+            if other is not None and other is not b:
+                console.print(f"{label}: [bold]{other.strategy.name}[/bold], {_times(other)}")
     if result.images is not None:
-        costly = [c for c in (result.best, result.cheapest) if c is not None
-                  and c.prediction.usd_to_first_image is not None
-                  and c.prediction.startup.total > result.images * c.seconds]
+        costly = [c for c in (result.best, result.cheapest) if c is not None and c.prediction.startup.total
+                  > c.prediction.session_seconds(result.images) - c.prediction.startup.total]
         for c in [c for i, c in enumerate(costly) if all(c is not o for o in costly[:i])]:
+            making = c.prediction.session_seconds(result.images) - c.prediction.startup.total
             console.print(f"[yellow]note:[/yellow] {c.strategy.name}: loading and compiling "
-                          f"({c.prediction.startup.total:.0f} s) take longer than the {result.images} images "
-                          f"({result.images * c.seconds:.0f} s)")
+                          f"({c.prediction.startup.total:.0f} s) take longer than making the {result.images} images "
+                          f"({making:.0f} s)")
     basis = (f"over {result.images} images with the load and compile before them" if result.images is not None
-             else "in the steady state")
-    console.print(f"[dim]sweep took {seconds:.2f} s; s/image is the steady state with the plan's batch in flight, "
-                  f"$/image its chips' list price for that time, {basis}; first image: load, compile and the first "
-                  "call (`meshlab explain` shows each)[/dim]")
+             else "at throughput")
+    console.print(f"[dim]sweep took {seconds:.2f} s. latency: one request's wait, a whole pipeline call; s/image: "
+                  f"the call's time shared among its images (throughput); $/image: the chips' list price, {basis}; "
+                  "first image: load, compile and the first call (`meshlab explain` shows each)[/dim]")
+
+
+def _times(c) -> str:
+    return (f"{c.latency:.2f} s latency, {c.seconds:.2f} s/image at throughput ({c.prediction.layout.images} per "
+            f"call), {usd(c.usd)}/image")
+
+
+def _usd_column(result) -> str:
+    return "$/image" if result.images is None else f"$/image\nover {result.images}"
 
 
 def binding_of(candidate):
@@ -137,44 +147,64 @@ def binding_of(candidate):
 
 
 def _render_front(result, hardware, console) -> None:
-    table = Table(title=f"Pareto front on {hardware.name} ({hardware.chips} devices): time per image against "
+    table = Table(title=f"Pareto front on {hardware.name} ({hardware.chips} devices): {result.objective} against "
                         f"headroom {PREDICTED}", title_justify="left")
-    for c in ("candidate", "family", "mesh", "batch", "s/image", "$/image", "step", "MFU", "peak/chip", "headroom"):
+    for c in ("candidate", "family", "mesh", "batch", "latency\ns", "s/image", _usd_column(result), "step", "MFU",
+              "peak/chip", "headroom"):
         table.add_column(c, justify="left" if c in ("candidate", "family", "mesh") else "right")
     for c in result.front:
         p = c.prediction
         name = c.strategy.name + (" [bold green](best)[/bold green]" if c is result.best else "")
         table.add_row(name, c.family, "x".join(f"{k}{v}" for k, v in c.strategy.mesh.items()),
-                      str(c.strategy.workload.batch), f"{p.seconds_per_image:.2f}", usd(p.usd_per_image),
+                      str(c.strategy.workload.batch), f"{c.latency:.2f}", f"{p.seconds_per_image:.2f}", usd(c.usd),
                       _ms(p.step.total), f"{100 * p.mfu:.0f}%", gib(c.memory.most_loaded.total), gib(c.headroom))
     console.print(table)
 
 
 def _render_cost_front(result, console) -> None:
-    table = Table(title=f"Seconds against dollars per image: the plans no other beats on both {PREDICTED}",
+    table = Table(title=f"Latency against dollars per image: the plans no other beats on both {PREDICTED}",
                   title_justify="left")
-    for c in ("candidate", "system", "mesh", "batch", "s/image", "$/image", "peak/chip"):
+    for c in ("candidate", "system", "mesh", "batch", "latency\ns", "s/image", _usd_column(result), "peak/chip"):
         table.add_column(c, justify="left" if c in ("candidate", "system", "mesh") else "right")
     for c in result.cost_front:
-        tags = [t for t, who in (("fastest", result.best), ("cheapest", result.cheapest)) if c is who]
+        tags = [t for t, who in (("best", result.best), ("cheapest", result.cheapest)) if c is who]
         name = c.strategy.name + (f" [bold green]({', '.join(tags)})[/bold green]" if tags else "")
         table.add_row(name, c.hardware.name, "x".join(f"{k}{v}" for k, v in c.strategy.mesh.items()),
-                      str(c.strategy.workload.batch), f"{c.seconds:.2f}", usd(c.usd), gib(c.memory.most_loaded.total))
+                      str(c.strategy.workload.batch), f"{c.latency:.2f}", f"{c.seconds:.2f}", usd(c.usd),
+                      gib(c.memory.most_loaded.total))
     console.print(table)
 
 
 def _render_systems(result, console) -> None:
-    table = Table(title=f"Each system's fastest plan, and what limits it {PREDICTED}", title_justify="left")
-    numbers = ("chips", "$/chip-h", "s/image", "$/image", "first image", "fit")
-    for c in ("system", "chips", "$/chip-h", "fastest plan", "s/image", "$/image", "first image", "fit", "limited by"):
+    table = Table(title=f"Each system's best plan by {result.objective}, and what limits it {PREDICTED}",
+                  title_justify="left")
+    numbers = ("chips", "$/chip-h", "latency\ns", "s/image", _usd_column(result), "first\nimage", "fit")
+    for c in ("system", "chips", "$/chip-h", "plan", "latency\ns", "s/image", _usd_column(result), "first\nimage",
+              "fit", "limited by"):
         table.add_column(c, justify="right" if c in numbers else "left")
     for s in result.systems:
         hw, b = s.hardware, s.best
         table.add_row(hw.name, str(hw.chips), usd(hw.usd_per_chip_hour), b.strategy.name if b else "-",
-                      f"{b.seconds:.2f}" if b else "-", usd(b.usd) if b else "-",
+                      f"{b.latency:.2f}" if b else "-", f"{b.seconds:.2f}" if b else "-", usd(b.usd) if b else "-",
                       f"{b.prediction.time_to_first_image:.0f} s" if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
                       s.binding.describe())
     console.print(table)
+    bases = {}
+    for s in result.systems:
+        if s.best is not None:
+            bases.setdefault(_basis(s.best.prediction), []).append(s.hardware.name)
+    console.print("[dim]times priced from: " + "; ".join(f"{', '.join(names)}: {basis}" for basis, names in bases.items())
+                  + " (systems priced from assumed efficiencies compare less surely)[/dim]")
+
+
+def _basis(p) -> str:
+    """What a prediction's op times rest on, in a few words."""
+    if p.pricing is None:
+        return "a measured profile"
+    c = p.pricing
+    parts = [f"GEMMs measured" if c.linears_measured else "", "attention published" if c.attention_published else ""]
+    found = [x for x in parts if x]
+    return ", ".join(found) + ("; rest assumed" if found else "assumed efficiencies")
 
 
 def _compute_how(hw) -> str:

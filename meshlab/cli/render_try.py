@@ -91,8 +91,10 @@ def predicted_line(planned: PlannedStrategy) -> str:
     p = predict(planned.plan, planned.strategy, planned.hardware)
     hw = planned.hardware
     what = "video" if planned.strategy.workload.frames > 1 else "image"
-    line = (f"Predicted (not measured): {p.seconds_per_image:.2f} s per {what} end to end, "
-            f"{p.layout.steps} steps of {p.step.total * 1e3:.0f} ms, {p.layout.images} {what}(s) per call")
+    per_call = p.layout.images
+    line = (f"Predicted (not measured): one {what} in {p.first_call_s:.2f} s (one call of {per_call} {what}"
+            f"{'s' * (per_call > 1)}, {p.layout.steps} steps of {p.step.total * 1e3:.0f} ms, end to end)"
+            + (f", {p.seconds_per_image:.2f} s per {what} at throughput" if per_call > 1 else ""))
     if p.usd_per_image is None:
         return line + f"; no price for {hw.name} in the catalog (give hardware.usd_per_chip_hour)"
     return (line + f"; ${p.usd_per_image:.4f} per {what} at ${hw.usd_per_chip_hour:.2f} per chip-hour x "

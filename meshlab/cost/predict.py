@@ -75,8 +75,14 @@ class Prediction:
         """Dollars per image over `images` images in one session, its startup shared among them."""
         from meshlab.cost.startup import usd_per_image_over
 
-        return usd_per_image_over(images, self.startup.total if self.startup else 0.0, self.seconds_per_image,
-                                  self.usd_per_hour)
+        return usd_per_image_over(images, self.startup.total if self.startup else 0.0, self.first_call_s,
+                                  self.layout.images, self.usd_per_hour)
+
+    def session_seconds(self, images: int) -> float:
+        """Wall seconds of a session that makes `images` images: the startup, then whole calls."""
+        from meshlab.cost.startup import session_calls
+
+        return (self.startup.total if self.startup else 0.0) + session_calls(images, self.layout.images) * self.first_call_s
 
     @property
     def usd_per_image(self) -> float | None:

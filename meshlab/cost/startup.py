@@ -10,7 +10,8 @@
 - **first_call_s**: the first pipeline call end to end, its images together (the steady state's seconds per image
   times the images of one call).
 
-Dollars: the system's price for the whole wait; over N images, the startup shared among them.
+Dollars: the system's price for the whole wait; over N images in one session, the startup and the whole calls that
+make them (the last call may be part empty) shared among them.
 """
 
 from __future__ import annotations
@@ -62,9 +63,15 @@ def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per
                    compile_s, blocks, checkpoint)
 
 
-def usd_per_image_over(images: int, startup_s: float, seconds_per_image: float, usd_per_hour: float | None
-                       ) -> float | None:
-    """Dollars per image over `images` images, the startup shared among them (None: no price)."""
+def usd_per_image_over(images: int, startup_s: float, call_s: float, images_per_call: int,
+                       usd_per_hour: float | None) -> float | None:
+    """Dollars per image over `images` images in one session: the startup, then as many whole calls as make them
+    (a call makes `images_per_call` together, in `call_s`), shared among them (None: no price)."""
     if usd_per_hour is None:
         return None
-    return usd_per_hour * (startup_s + images * seconds_per_image) / 3600.0 / images
+    return usd_per_hour * (startup_s + session_calls(images, images_per_call) * call_s) / 3600.0 / images
+
+
+def session_calls(images: int, images_per_call: int) -> int:
+    """Calls that make `images` images when each makes `images_per_call`: the last may be part empty."""
+    return -(-images // max(images_per_call, 1))

@@ -28,7 +28,7 @@ def test_the_json_document_names_best_cheapest_and_each_system(tmp_path):
     assert doc["best"] in names and doc["cheapest"] in names
     best, cheapest = names[doc["best"]], names[doc["cheapest"]]
     fitting = [c for c in doc["candidates"] if c["fits"]]
-    assert best["predicted"]["seconds_per_image"] == min(c["predicted"]["seconds_per_image"] for c in fitting)
+    assert best["latency_s"] == min(c["latency_s"] for c in fitting)  # the default objective
     assert cheapest["predicted"]["usd_per_image"] == min(c["predicted"]["usd_per_image"] for c in fitting)
     assert [s["hardware"] for s in doc["systems"]] == ["v6e-8", "h100:1"]
     assert all(s["binding"]["term"] and s["usd_per_chip_hour"] > 0 for s in doc["systems"])
@@ -40,7 +40,10 @@ def test_no_hardware_sweeps_the_default_set_and_says_so(tmp_path):
 
     done = sweep("--out", str(tmp_path / "b.yaml"), cwd=tmp_path)
     assert done.exit_code == 0, done.output
-    assert "meshlab's default set" in done.output and all(name in done.output for name in DEFAULT_SYSTEMS)
+    assert "meshlab's default set" in done.output
+    doc = json.loads(sweep("--json", "--out", str(tmp_path / "b.yaml")).output)
+    assert [s["hardware"] for s in doc["systems"]] == list(DEFAULT_SYSTEMS) == doc["default_systems"]
+    assert "QwenImagePipeline's defaults: 50 steps, true CFG" in doc["workload_basis"]
 
 
 def test_a_goal_no_plan_meets_is_an_empty_front_not_an_error(tmp_path):
@@ -59,6 +62,7 @@ def test_a_goal_no_plan_meets_is_an_empty_front_not_an_error(tmp_path):
     (["--hardware", "v6e-8", "--max-seconds-per-image", "nan"], "--max-seconds-per-image nan is not a goal"),
     (["--hardware", " , "], "names no system"),
     (["--hardware", "v6e-8", "--json", "--out", "-"], "--out - and --json would print YAML and JSON on one stdout"),
+    (["--hardware", "v6e-8", "--objective", "speed"], "unknown objective 'speed'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
     done = sweep(*args, cwd=tmp_path)
@@ -67,13 +71,46 @@ def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
 
 
 def test_images_share_the_startup_and_say_when_it_outweighs_them(tmp_path):
-    done = sweep("--hardware", "v6e-8", "--images", "5", "--json", "--out", str(tmp_path / "b.yaml"))
-    doc = json.loads(done.output)
-    assert doc["usd_per_image_over"] == 5
-    best = next(c for c in doc["candidates"] if c["name"] == doc["best"])
-    p = best["predicted"]
-    startup = p["time_to_first_image"]["startup_s"]
-    assert abs(best["usd_per_image_over_images"] - p["usd_per_hour"] * (startup + 5 * p["seconds_per_image"]) / 3600 / 5
-               ) < 1e-12
-    shown = sweep("--hardware", "v6e-8", "--images", "5", "--out", str(tmp_path / "b.yaml"))
-    assert "take longer than the 5 images" in shown.output
+    """Over one image the session is the startup and one call: exactly the time to the first image. Over many,
+    dollars per image fall to the steady state's."""
+    one = json.loads(sweep("--hardware", "v6e-8", "--images", "1", "--json", "--out", str(tmp_path / "b.yaml")).output)
+    many = json.loads(sweep("--hardware", "v6e-8", "--images", "100000", "--json", "--out",
+                            str(tmp_path / "b.yaml")).output)
+    assert one["usd_per_image_over"] == 1
+    for doc in (one, many):
+        assert all(c["meets_goals"] for c in doc["candidates"] if c["fits"])
+    first = {c["name"]: c for c in one["candidates"] if c["fits"]}
+    for c in many["candidates"]:
+        if c["fits"]:
+            p = c["predicted"]
+            assert abs(first[c["name"]]["usd_per_image_over_images"] - p["time_to_first_image"]["usd"]) < 1e-12
+            assert abs(c["usd_per_image_over_images"] / p["usd_per_image"] - 1) < 0.01
+    shown = sweep("--hardware", "v6e-8", "--images", "1", "--out", str(tmp_path / "b.yaml"))
+    assert "take longer than making the 1 images" in shown.output
+
+
+def test_the_objective_picks_best_and_the_latency_goal_is_a_whole_call(tmp_path):
+    """A latency goal counts the whole call one request waits for, not the call shared among its images."""
+    doc = json.loads(sweep("--hardware", "h100", "--json", "--out", str(tmp_path / "b.yaml")).output)
+    fitting = [c for c in doc["candidates"] if c["fits"]]
+    by_name = {c["name"]: c for c in fitting}
+    assert doc["objective"] == "latency" and doc["best"] == doc["lowest_latency"]
+    assert by_name[doc["best"]]["latency_s"] == min(c["latency_s"] for c in fitting)
+    for c in fitting:
+        p = c["predicted"]
+        assert abs(c["latency_s"] - p["time_to_first_image"]["first_call_s"]) < 1e-12
+    busiest = by_name[doc["highest_throughput"]]
+    assert busiest["predicted"]["seconds_per_image"] == min(c["predicted"]["seconds_per_image"] for c in fitting)
+    goal = (by_name[doc["best"]]["latency_s"] + busiest["latency_s"]) / 2  # the fastest call meets it, 8 images do not
+    met = json.loads(sweep("--hardware", "h100", "--json", "--max-seconds-per-image", str(goal), "--out",
+                           str(tmp_path / "b.yaml")).output)
+    assert all(c["latency_s"] <= goal for c in met["candidates"] if c.get("meets_goals"))
+    assert not next(c for c in met["candidates"] if c["name"] == busiest["name"])["meets_goals"]
+    cost = json.loads(sweep("--hardware", "h100", "--objective", "cost", "--json", "--out",
+                            str(tmp_path / "b.yaml")).output)
+    assert cost["best"] == cost["cheapest"]
+
+
+def test_one_system_under_two_names_is_swept_once(tmp_path):
+    doc = json.loads(sweep("--hardware", "h100,h100:8", "--json", "--out", str(tmp_path / "b.yaml")).output)
+    assert doc["hardware"] == "h100" and len({c["name"] for c in doc["candidates"]}) == len(doc["candidates"])

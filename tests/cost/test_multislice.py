@@ -120,7 +120,8 @@ def test_the_sweep_tries_each_axis_across_the_slices_and_puts_data_there():
     from meshlab.sweep import sweep
 
     hardware = load_hardware("v6e-8x2")
-    result = sweep(load_card("qwen-image"), hardware, "qwen-image", Workload(), families=("data", "model", "2d"))
+    result = sweep(load_card("qwen-image"), hardware, "qwen-image", Workload(), families=("data", "model", "2d"),
+                   objective="throughput")
     crossing = {tuple(c.strategy.dcn) for c in result.candidates}
     assert crossing >= {("data",), ("model",)}
     assert all(math.prod(c.strategy.dcn.values()) == 2 for c in result.candidates)
