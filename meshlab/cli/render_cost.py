@@ -31,7 +31,7 @@ def usd(amount: float | None) -> str:
 def render_comparison(comparison, console, plot: Path | None = None) -> None:
     table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}", title_justify="left")
     columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "fits", "compute\nms/step", "HBM\nms/step",
-               "coll.\nms/step", "step\nms", "s/image", "images\n/s", "$/image", "roofline\ns/image", "MFU", "coll.\nGiB/step",
+               "coll.\nms/step", "step\nms", "s/image", "images\n/s", "$/image", "MFU", "coll.\nGiB/step",
                "pad\nMiB")
     longest = max((len(e.planned.strategy.name) for e in comparison.entries), default=8)
     for c in columns:
@@ -45,7 +45,7 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", "yes" if e.fits else "[red]no[/red]",
             f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
             f"{p.step.total * 1e3:.1f}", f"{p.seconds_per_image:.2f}", f"{p.images_per_second:.3f}",
-            usd(p.usd_per_image), f"{p.roofline_seconds_per_image:.2f}", f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
+            usd(p.usd_per_image), f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
             f"{chip.padding / 2**20:.1f}",
         )
     console.print(table)

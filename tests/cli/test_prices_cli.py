@@ -1,0 +1,39 @@
+"""Dollars per image where a user reads them: try's line and --json, compare's column, explain's arithmetic,
+and a price a strategy overrides."""
+
+import json
+
+from typer.testing import CliRunner
+
+from meshlab.cli.app import app
+from tests.conftest import REPO
+
+runner = CliRunner()
+STRATEGY = REPO / "strategies" / "2d.yaml"
+
+
+def overridden(tmp_path, price) -> str:
+    path = tmp_path / "own.yaml"
+    path.write_text(STRATEGY.read_text().replace("hardware: v6e-8", f"hardware: {{name: v6e-8, usd_per_chip_hour: "
+                                                                     f"{price}}}"))
+    return str(path)
+
+
+def test_try_prices_an_image_at_the_list_price_and_at_an_override(tmp_path):
+    listed = json.loads(runner.invoke(app, ["try", str(STRATEGY), "--json"]).output)["predicted"]
+    own = json.loads(runner.invoke(app, ["try", overridden(tmp_path, 0.27), "--json"]).output)["predicted"]
+    assert listed["usd_per_chip_hour"] == 2.70 and own["usd_per_chip_hour"] == 0.27
+    assert abs(listed["usd_per_image"] - 2.70 * 8 * listed["seconds_per_image"] / 3600) < 1e-12
+    assert abs(own["usd_per_image"] * 10 - listed["usd_per_image"]) < 1e-12  # a tenth the price, a tenth the cost
+    assert listed["latency_s"] == listed["seconds_per_image"] * listed["images_per_call"]
+    line = runner.invoke(app, ["try", overridden(tmp_path, 0.27)]).output
+    assert "per chip-hour x 8 chip(s) (your override)" in line and "at throughput" in line
+
+
+def test_compare_and_explain_show_the_same_dollars(tmp_path):
+    doc = json.loads(runner.invoke(app, ["compare", str(STRATEGY), "--json"]).output)
+    usd = doc["entries"][0]["predicted"]["usd_per_image"]
+    table = runner.invoke(app, ["compare", str(STRATEGY)], terminal_width=200).output
+    assert f"${usd:.4f}" in table
+    explained = runner.invoke(app, ["explain", str(STRATEGY)], terminal_width=200).output
+    assert f"${usd:.4f}" in explained and "$2.70 per chip-hour" in explained and "time to first image" in explained
