@@ -58,6 +58,8 @@ def sweep(
                                            "dollars per image at list price"),
     images: Optional[int] = typer.Option(None, "--images", min=1, help="images you plan to make in one session: "
                                          "dollars per image then share the load and compile among them"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: every fitting plan's latency against "
+                                        "dollars per image, one colour per system, the front joined"),
     objective: str = typer.Option("latency", "--objective", help="what the best plan minimises: latency (seconds "
                                   "one request waits), throughput (seconds per image with the plan's batch in "
                                   "flight) or cost (dollars per image)"),
@@ -117,6 +119,8 @@ def sweep(
     card_file = [model] if model.endswith(".json") else []
     if out != "-":
         output_path(out, card_file, "--out")  # before the sweep, not after it
+    if plot is not None:
+        output_path(plot, card_file, "--plot")
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits,
@@ -136,6 +140,10 @@ def sweep(
             write_atomic(out, text, card_file, "--out")
             written = out
     default = DEFAULT_SYSTEMS if hardware is None else ()
+    if plot is not None:
+        from meshlab.cli.render_cost import plot_sweep
+
+        plot_sweep(result, plot, card_file)
     if as_json:
         print_json(sweep_document(result, None, elapsed, default) | {"workload": workload.model_dump(),
                                                                      "workload_basis": basis})

@@ -479,3 +479,45 @@ def _stack(ax, names, parts, label) -> None:
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel(label)
     ax.tick_params(axis="x", rotation=30, labelsize=8)
+
+
+def plot_sweep(result, path: Path, inputs: tuple | list = ()) -> None:
+    """Every plan that fits, latency against dollars per image (log scales), one colour per system; the plans no
+    other beats on both joined as the front; the best and the cheapest marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from meshlab.errors import InputError
+
+        raise InputError("--plot needs matplotlib", "pip install 'meshlab[plot]'") from None
+    import io
+
+    from meshlab.files import write_atomic_bytes
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    priced = [c for c in result.candidates if c.fits and c.usd is not None]
+    for summary in result.systems:
+        mine = [c for c in priced if c.hardware is summary.hardware]
+        if mine:
+            ax.scatter([c.latency for c in mine], [c.usd for c in mine], s=14, alpha=0.6, label=summary.hardware.name)
+    front = result.cost_front
+    if front:
+        ax.plot([c.latency for c in front], [c.usd for c in front], color="black", linewidth=1, label="front")
+    for label, c, marker in (("best", result.best, "*"), ("cheapest", result.cheapest, "D")):
+        if c is not None and c.usd is not None:
+            ax.scatter([c.latency], [c.usd], marker=marker, s=120, color="black", zorder=3,
+                       label=f"{label}: {c.strategy.name}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds one request waits (a whole pipeline call)")
+    ax.set_ylabel("dollars per image (list price)" + (f", over {result.images} images" if result.images else ""))
+    ax.legend(fontsize=6)
+    fig.suptitle("meshlab sweep: predicted, not measured")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic_bytes(path, buffer.getvalue(), inputs, "--plot")

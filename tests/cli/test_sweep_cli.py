@@ -114,3 +114,9 @@ def test_the_objective_picks_best_and_the_latency_goal_is_a_whole_call(tmp_path)
 def test_one_system_under_two_names_is_swept_once(tmp_path):
     doc = json.loads(sweep("--hardware", "h100,h100:8", "--json", "--out", str(tmp_path / "b.yaml")).output)
     assert doc["hardware"] == "h100" and len({c["name"] for c in doc["candidates"]}) == len(doc["candidates"])
+
+
+def test_plot_draws_latency_against_dollars(tmp_path):
+    done = sweep("--hardware", "v6e-8,h100:1", "--plot", str(tmp_path / "front.png"), "--out", str(tmp_path / "b.yaml"))
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
