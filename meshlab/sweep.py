@@ -248,7 +248,7 @@ def sweep(card: ModelCard, hardware: Hardware, model: str, workload: Workload, b
 def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, workload: Workload,
                   batch_per_replica: int = 1, families: tuple[str, ...] = FAMILIES,
                   progress: Callable[[int, int], None] | None = None, limits: Limits = Limits(),
-                  images: int | None = None, objective: str = "latency") -> SweepResult:
+                  images: int | None = None, objective: str = "latency", text_encoder: str = "auto") -> SweepResult:
     """Every arrangement of each system's chips, planned and predicted on it. Systems of one size and kind share
     their plans, per-chip memory (re-sized to each chip's HBM) and per-call work: only the pricing is per system.
     GPU candidates run eager (as diffusers runs a pipeline), TPU candidates fused (XLA).
@@ -273,7 +273,8 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
             for hw in members:
                 candidates.append(_evaluate(arrangement.family, arrangement.mesh, _rules(arrangement, base_rules, card),
                                             card, hw, model, workload, batch_per_replica, _activations(arrangement),
-                                            SWEEP_REWRITES, arrangement.dcn, shared, suffix, images))
+                                            SWEEP_REWRITES, arrangement.dcn, shared, suffix, images,
+                                            text_encoder))
                 done += 1
                 if progress:
                     progress(done, total)
@@ -353,6 +354,37 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
     ]
     term, seconds, move = max(rows, key=lambda row: row[1])
     return Binding(term, seconds, seconds / p.seconds_per_image, move)
+
+
+def quick_strategy(card: ModelCard, hardware: Hardware, model: str, workload: Workload, mesh: dict[str, int],
+                   parts: list[str]) -> Strategy:
+    """The strategy the sweep would build for `mesh` and the families `parts` (``["ulysses", "pairs"]``): what
+    `meshlab try --model --mesh --rules` plans. A family the mesh cannot carry is an InputError naming why."""
+    from meshlab.errors import Location
+
+    def refuse(problem: str, fix: str) -> InputError:
+        return InputError(problem, fix, Location("command line: --rules"))
+
+    sequence = next((p for p in parts if p in ("ulysses", "ring")), None)
+    weights = "pairs" if "pairs" in parts else "largest" if {"model", "2d"} & set(parts) else "replicate"
+    fsdp = "fsdp" in parts
+    if sequence and mesh.get(SEQUENCE_AXIS, 1) < 2:
+        raise refuse(f"--rules {sequence} splits the tokens over {SEQUENCE_AXIS}, and --mesh has no {SEQUENCE_AXIS} "
+                     "axis larger than 1", f"add {SEQUENCE_AXIS}=N to --mesh")
+    if weights != "replicate" and mesh.get("model", 1) < 2:
+        raise refuse("--rules splits weights over model, and --mesh has no model axis larger than 1",
+                     "add model=N to --mesh")
+    if fsdp and (mesh.get("data", 1) < 2 or weights != "replicate"):
+        raise refuse("--rules fsdp splits the blocks' weights over data: it needs a data axis and no model split",
+                     "use --mesh data=N with --rules fsdp (or ulysses+fsdp)")
+    arrangement = Arrangement(dict(mesh), weights, sequence, fsdp)
+    base = None
+    if weights == "pairs":
+        probe = {"data": 1, "model": hardware.chips}
+        base = pairs_rules(make_plan(_strategy("probe", "pairs", probe, [], model, hardware, workload, 1), card,
+                                     hardware.chips))
+    return _strategy("quick", arrangement.family, mesh, _rules(arrangement, base, card), model, hardware, workload,
+                     1, _activations(arrangement), SWEEP_REWRITES)
 
 
 def across_slices(layouts: list[Arrangement], slices: int) -> list[Arrangement]:
@@ -441,13 +473,17 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
 
 def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica, activations=None,
               rewrites=(), dcn=None, shared: _Shared | None = None, suffix: bool = False,
-              images: int | None = None) -> Candidate:
+              images: int | None = None, text_encoder: str = "host") -> Candidate:
     """One arrangement planned and priced on `hardware`; `shared` carries the plan, memory and work to the other
-    systems of its size (each prices them itself)."""
+    systems of its size (each prices them itself). `text_encoder`: "host", "device", or "auto" (the device where
+    the plan still fits with it there, as diffusers places it on a GPU, else the host)."""
     shared = shared if shared is not None else _Shared()
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
                          rewrites, dcn)
+    if text_encoder in ("device", "auto"):
+        strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
+            update={"text_encoder": "device"})})
     try:
         if shared.problem:
             raise InputError(shared.problem, "")
@@ -458,6 +494,10 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             shared.work = plan_work(shared.plan, strategy)
         plan = shared.plan
         memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+        if text_encoder == "auto" and not memory.fits:  # no room beside the plan: the encoder runs on the host
+            strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
+                update={"text_encoder": "cpu"})})
+            memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem

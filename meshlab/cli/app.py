@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -22,11 +23,43 @@ JSON_OPTION = typer.Option(False, "--json", help="print one JSON document instea
 
 @app.command("try")
 @reports_errors
-def try_(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_json: bool = JSON_OPTION) -> None:
-    """Plan a strategy: partition specs, per-chip memory, and whether it fits. Exit 0 fits or not; 2 bad input."""
-    from meshlab.planning import plan_file
+def try_(
+    strategy: Optional[Path] = typer.Argument(None, help="strategy YAML file (or ask with --model and --hardware)"),
+    as_json: bool = JSON_OPTION,
+    model: Optional[str] = typer.Option(None, "--model", help="a quick question instead of a file: the model card"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="with --model: the system (h100:1 is one GPU)"),
+    mesh: Optional[str] = typer.Option(None, "--mesh", help="with --model: axes from cfg, data, seq, model, e.g. "
+                                       "data=2,model=4 (default: data over every chip)"),
+    rules: Optional[str] = typer.Option(None, "--rules", help="with --model: data, model, 2d, pairs, fsdp, ulysses, "
+                                        "ring, or a sequence and a weight family joined by + (default: from --mesh)"),
+    height: Optional[int] = typer.Option(None, "--height", help="with --model (default: the model's pipeline's)"),
+    width: Optional[int] = typer.Option(None, "--width"),
+    frames: Optional[int] = typer.Option(None, "--frames"),
+    steps: Optional[int] = typer.Option(None, "--steps"),
+    text_tokens: Optional[int] = typer.Option(None, "--text-tokens"),
+    cfg: Optional[bool] = typer.Option(None, "--cfg/--no-cfg"),
+    text_encoder: Optional[str] = typer.Option(None, "--text-encoder", help="with --model: host or device"),
+    save: Optional[Path] = typer.Option(None, "--save", help="with --model: write the strategy file it plans"),
+) -> None:
+    """Plan a strategy: partition specs, per-chip memory, and whether it fits. Exit 0 fits or not; 2 bad input.
 
-    planned = plan_file(strategy)
+    A file, or a quick question: `meshlab try --model flux-dev --hardware h100 --mesh data=8`."""
+    quick = {"--model": model, "--hardware": hardware, "--mesh": mesh, "--rules": rules, "--height": height,
+             "--width": width, "--frames": frames, "--steps": steps, "--text-tokens": text_tokens, "--cfg": cfg,
+             "--text-encoder": text_encoder, "--save": save}
+    given = [flag for flag, value in quick.items() if value is not None]
+    if strategy is not None and given:
+        from meshlab.errors import InputError
+
+        raise InputError(f"{given[0]} asks a quick question, and a strategy file was given too",
+                         "give a strategy file, or --model and --hardware with their flags")
+    if strategy is None:
+        planned = _quick(model, hardware, mesh, rules, dict(height=height, width=width, frames=frames, steps=steps,
+                                                          text_tokens=text_tokens, cfg=cfg), text_encoder, save)
+    else:
+        from meshlab.planning import plan_file
+
+        planned = plan_file(strategy)
     if as_json:
         from meshlab.plan_document import try_document
 
@@ -35,6 +68,64 @@ def try_(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_jso
         from meshlab.cli.render_try import render_try
 
         render_try(planned, console())
+
+
+def _quick(model, hardware, mesh, rules, workload: dict, text_encoder, save):
+    """Plan the strategy the flags describe (meshlab.quick), as `meshlab try` plans a file."""
+    from meshlab.errors import InputError, Location, MeshlabError
+
+    if model is None or hardware is None:
+        raise InputError("a strategy file, or --model and --hardware, is needed",
+                         "e.g. meshlab try strategies/2d.yaml, or meshlab try --model qwen-image --hardware h200:1")
+    if text_encoder not in (None, "host", "device"):
+        raise InputError(f"--text-encoder {text_encoder!r} is not host or device", "give --text-encoder host or "
+                         "device", Location("command line: --text-encoder"))
+    import yaml
+
+    from meshlab.cli.commands_cost import model_workload
+    from meshlab.planning import plan_strategy
+    from meshlab.quick import parse_mesh, quick_document
+
+    chosen, _basis = model_workload(model, **workload)
+    parsed = parse_mesh(mesh) if mesh else None
+    document = quick_document(model, hardware, parsed, rules, chosen, text_encoder or "device")
+    if text_encoder is None:  # as diffusers places it on a GPU: on the device where the plan still fits with it
+        loaded = _loaded(document)
+        try:
+            if not plan_strategy(loaded).memory.fits:
+                document = quick_document(model, hardware, parsed, rules, chosen, "host")
+        except MeshlabError:
+            pass  # the plan's own problem: reported below, from the document as asked
+    if save is not None:
+        from meshlab.files import write_atomic
+
+        text = ("# Written by `meshlab try --model ...`: the strategy the command line asked about.\n"
+                + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=110))
+        write_atomic(save, text, [], "--save")
+        from meshlab.planning import plan_file
+
+        return plan_file(save)
+    loaded = _loaded(document)
+    try:
+        planned = plan_strategy(loaded)
+    except MeshlabError as exc:
+        raise loaded.place(exc) from None
+    chip = planned.memory.most_loaded
+    if text_encoder == "device" and not planned.memory.fits and chip.text_encoder:
+        raise InputError(f"the text encoder ({chip.text_encoder / 2**30:.2f} GiB) does not fit beside the plan: "
+                         f"{chip.total / 2**30:.2f} GiB of {chip.hbm / 2**30:.2f} GiB per chip",
+                         "put it on the host (--text-encoder host), or split the weights more",
+                         Location("command line: --text-encoder"))
+    return planned
+
+
+def _loaded(document: dict):
+    from meshlab.quick import CommandLineDocument
+    from meshlab.strategy.loader import LoadedStrategy
+    from meshlab.strategy.schema import Strategy
+
+    return LoadedStrategy(Strategy.model_validate(document), CommandLineDocument("command line", document),
+                          Path.cwd() / "command-line.yaml")
 
 
 @app.command("schema")

@@ -60,6 +60,9 @@ def sweep(
                                          "dollars per image then share the load and compile among them"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: every fitting plan's latency against "
                                         "dollars per image, one colour per system, the front joined"),
+    text_encoder: str = typer.Option("auto", "--text-encoder", help="where the text encoder runs: device, host, or "
+                                     "auto (the device where the plan still fits with it, as diffusers places it on "
+                                     "a GPU, else the host)"),
     objective: str = typer.Option("latency", "--objective", help="what the best plan minimises: latency (seconds "
                                   "one request waits), throughput (seconds per image with the plan's batch in "
                                   "flight) or cost (dollars per image)"),
@@ -101,6 +104,11 @@ def sweep(
         from meshlab.errors import InputError
 
         raise InputError(f"unknown objective {objective!r}", f"use --objective {' or '.join(OBJECTIVES)}")
+    if text_encoder not in ("auto", "host", "device"):
+        from meshlab.errors import InputError
+
+        raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
+                         "give --text-encoder auto, host or device")
     card, systems = _card_and_systems(model, names, devices)
     workload, basis = model_workload(card.name if not model.endswith(".json") else model,
                                      height=height, width=width, frames=frames, steps=steps, text_tokens=text_tokens,
@@ -124,7 +132,7 @@ def sweep(
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits,
-                               images=images, objective=objective)
+                               images=images, objective=objective, text_encoder=text_encoder)
     elapsed = time.perf_counter() - start
     if out == "-" and as_json:
         from meshlab.errors import InputError

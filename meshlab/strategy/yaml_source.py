@@ -41,7 +41,11 @@ class YamlDocument:
 
 
 def read_yaml(path: Path) -> YamlDocument:
-    text = _read_text(path)
+    return parse_yaml(_read_text(path), path)
+
+
+def parse_yaml(text: str, path: Path) -> YamlDocument:
+    """`text` parsed as if read from `path` (errors and positions name it)."""
     loader = None
     try:
         _check_depth(text, path)  # PyYAML's composer recurses: 10,000 levels of "[" would overflow Python's stack
