@@ -121,9 +121,15 @@ def shard_module(module, mesh):
 def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations) -> str:
     """The plan for torch.distributed: a DeviceMesh of the plan's axes and DTensor placements from the same rules.
     A spec DTensor cannot express (meshlab.plan.placements) is a PlanError naming the parameter."""
+    from meshlab.errors import PlanError
     from meshlab.plan.placements import required
 
     mesh = plan.mesh
+    if activations.rules:
+        raise PlanError(f"the strategy has {len(activations.rules)} activation rule(s), which a DTensor snippet cannot "
+                        "write as code (they are hooks that redistribute tensors inside the blocks)",
+                        "apply the plan with meshlab.apply(module, plan, backend='dtensor'), which installs them, or "
+                        "export --format torch-xla", field=("activations", "rules"))
     for p in plan.parameters:
         required(p.spec, mesh, p.name)
     lines = [

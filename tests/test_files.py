@@ -74,7 +74,7 @@ def test_what_is_not_an_output_file_is_refused_before_anything_is_written(tmp_pa
 def test_report_refuses_to_plot_over_its_records(tmp_path):
     pytest.importorskip("matplotlib")
     records = tmp_path / "runs.jsonl"
-    shutil.copy(REPO / "experiments" / "results" / "qwen-image-one-cpu.jsonl", records)
+    shutil.copy(REPO / "experiments" / "records" / "qwen-image-one-cpu.jsonl", records)
     before = records.read_bytes()
     done = subprocess.run([sys.executable, "-m", "meshlab", "report", str(records), "--plot", str(records)],
                           capture_output=True, text=True)
@@ -104,7 +104,7 @@ def test_a_device_given_as_an_input_is_refused_not_read_forever(command):
     assert done.returncode == 2 and "/dev/zero: is a device" in done.stderr
 
 
-@pytest.mark.parametrize("command, source", [("try", "strategies/2d.yaml"), ("report", "experiments/results/2d.jsonl")])
+@pytest.mark.parametrize("command, source", [("try", "strategies/2d.yaml"), ("report", "experiments/records/2d.jsonl")])
 def test_a_pipe_is_read_like_a_file(command, source):
     done = subprocess.run([sys.executable, "-m", "meshlab", command, "/dev/stdin", "--json"], capture_output=True,
                           text=True, timeout=60, cwd=REPO, input=(REPO / source).read_text())
@@ -139,3 +139,27 @@ def test_help_to_a_full_disk_is_one_line_too():
         done = subprocess.run([sys.executable, "-m", "meshlab", "models"], stdout=full, stderr=subprocess.PIPE,
                               text=True, cwd=REPO)
     assert done.returncode == 2 and done.stderr.startswith("meshlab: error: cannot write the output")
+
+
+def test_shipped_strategies_quote_no_predicted_time_that_could_go_stale():
+    """A header explains a plan; the figures the cost model predicts come from `meshlab explain`, not a comment."""
+    import re
+
+    stale = re.compile(r"\b\d+(\.\d+)? ?(s|ms|min|minutes|seconds)\b[^,;.]*\b(per|each)\b|\bMFU\b|(?-i:Predicted)[ (:]", re.I)
+    for path in sorted((REPO / "strategies").glob("*.yaml")):
+        comments = [line for line in path.read_text().splitlines() if line.lstrip().startswith("#")]
+        assert not [line for line in comments if stale.search(line)], path.name
+
+
+def test_every_file_a_shipped_strategy_or_experiment_names_is_in_the_repository():
+    """A profile or card named as a strategy's hardware or model, and an experiment's strategies, all exist."""
+    import yaml
+
+    for path in sorted((REPO / "experiments").rglob("*.yaml")) + sorted((REPO / "strategies").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        hardware = data.get("hardware")
+        named = [hardware if isinstance(hardware, str) else (hardware or {}).get("name"), data.get("model")]
+        named += list(data.get("strategies") or [])
+        for name in named:
+            if isinstance(name, str) and name.endswith((".json", ".yaml")):
+                assert (path.parent / name).exists(), f"{path.relative_to(REPO)} names {name}"

@@ -107,7 +107,7 @@ def run(
 
 @reports_errors
 def report(
-    files: list[Path] = typer.Argument(..., help="experiments/results/*.jsonl"),
+    files: list[Path] = typer.Argument(..., help="experiments/records/*.jsonl"),
     as_json: bool = typer.Option(False, "--json"),
     plot: Path = typer.Option(None, "--plot", help="write a PNG: measured against predicted step time"),
 ) -> None:
@@ -126,7 +126,7 @@ def report(
 
 @reports_errors
 def calibrate(
-    files: list[Path] = typer.Argument(..., help="experiments/results/*.jsonl"),
+    files: list[Path] = typer.Argument(..., help="experiments/records/*.jsonl"),
     hardware: str = typer.Option("v6e-8", "--hardware", help="catalog entry to calibrate, or a profile file (a "
                                  "slowdown near 1 then says the profile agrees with the runs)"),
     as_json: bool = typer.Option(False, "--json"),

@@ -1,4 +1,5 @@
-"""Run records: one JSON object per line in ``experiments/results/<strategy>.jsonl``.
+"""Run records: one JSON object per line in ``experiments/results/<strategy>.jsonl`` (git-ignored; the records the
+repository ships as examples are in ``experiments/records/``).
 
 Appends are atomic: the whole line goes out in one ``write`` on an ``O_APPEND`` descriptor under an
 exclusive ``flock``, so concurrent runs never interleave or lose a record, and a crash leaves either the whole

@@ -61,7 +61,7 @@ def test_strategy_names_become_safe_file_names():
     assert file_stem("2d") == "2d" and file_stem("../etc/x y") == "_etc_x_y" and file_stem("...") == "strategy"
 
 
-SHIPPED = REPO / "experiments" / "results" / "qwen-image-one-cpu.jsonl"
+SHIPPED = REPO / "experiments" / "records" / "qwen-image-one-cpu.jsonl"
 
 
 @pytest.mark.parametrize("field, value, says", [
@@ -91,7 +91,7 @@ def test_a_record_with_a_wrong_field_is_an_error_at_its_line(tmp_path, field, va
 
 
 def test_the_shipped_records_read_back():
-    for path in (REPO / "experiments" / "results").glob("*.jsonl"):
+    for path in (REPO / "experiments" / "records").glob("*.jsonl"):
         assert read_records([path]).records
 
 

@@ -58,6 +58,6 @@ def test_the_platform_is_what_the_worker_saw(tmp_path):
     append_record(path, seen)
     (row,) = report_rows(read_records([path]))
     assert row.ran_on == "tpu x8" and round(row.step_error_pct, 6) == -25.0
-    shipped = sorted((REPO / "experiments" / "results").glob("qwen-image-one-h200-profiled-*.jsonl"))
+    shipped = sorted((REPO / "experiments" / "records").glob("qwen-image-one-h200-profiled-*.jsonl"))
     rows = report_rows(read_records(shipped))
     assert [r.ran_on for r in rows] == ["cuda x1", "cuda x1"] and all(r.not_compared is None for r in rows)
