@@ -40,6 +40,15 @@ class PlannedStrategy:
         return (self.loaded.path, *(folder / name for name in named))
 
 
+def unmatched_rules(planned: PlannedStrategy) -> list[InputError]:
+    """A problem for every rule that gives no parameter its spec (a typo leaves the weights it meant replicated),
+    placed at the rule's line: a warning, or with ``--strict`` an error."""
+    return [InputError(f"rule {i} ({planned.strategy.rules[i].pattern!r}) matches no parameter of "
+                       f"{planned.card.name}", "fix its pattern (`meshlab try --json` lists every parameter's name) "
+                       "or remove it", planned.loaded.document.locate(("rules", i)))
+            for i in planned.plan.unmatched_rules]
+
+
 def plan_file(path: str | Path) -> PlannedStrategy:
     """Load, plan and size a strategy file; every error comes back placed at its line in the file."""
     loaded = load_strategy(path)

@@ -40,6 +40,8 @@ def try_(
     cfg: Optional[bool] = typer.Option(None, "--cfg/--no-cfg"),
     text_encoder: Optional[str] = typer.Option(None, "--text-encoder", help="with --model: host or device"),
     save: Optional[Path] = typer.Option(None, "--save", help="with --model: write the strategy file it plans"),
+    strict: bool = typer.Option(False, "--strict", help="a rule that matches no parameter is an error, not a "
+                                "warning"),
 ) -> None:
     """Plan a strategy: partition specs, per-chip memory, and whether it fits. Exit 0 fits or not; 2 bad input.
 
@@ -60,6 +62,9 @@ def try_(
         from meshlab.planning import plan_file
 
         planned = plan_file(strategy)
+    from meshlab.cli.output import warn_unmatched_rules
+
+    warn_unmatched_rules(planned, strict)
     if as_json:
         from meshlab.plan_document import try_document
 

@@ -30,6 +30,10 @@ def compare(
     from meshlab.ranking import compare as run_compare
 
     comparison = run_compare(strategies)
+    from meshlab.cli.output import warn_unmatched_rules
+
+    for entry in comparison.entries:
+        warn_unmatched_rules(entry.planned, strict=False)
     if plot is not None:  # never over a strategy, or a card or profile one names
         from meshlab.cli.render_cost import plot_comparison
 
@@ -166,6 +170,9 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
     from meshlab.planning import plan_file
 
     planned = plan_file(strategy)
+    from meshlab.cli.output import warn_unmatched_rules
+
+    warn_unmatched_rules(planned, strict=False)
     prediction = predict(planned.plan, planned.strategy, planned.hardware)
     if as_json:
         from meshlab.cost.document import assumptions_document, collectives_document, prediction_document

@@ -107,3 +107,14 @@ def output_failed(error: OSError) -> int | None:
 
 def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
+
+
+def warn_unmatched_rules(planned, strict: bool) -> None:
+    """Each rule of `planned` that matches nothing: a warning on stderr, or with `strict` the first one an error."""
+    from meshlab.planning import unmatched_rules
+
+    problems = unmatched_rules(planned)
+    if strict and problems:
+        raise problems[0]
+    for problem in problems:
+        sys.stderr.write(f"meshlab: warning: {problem.one_line()}\n")

@@ -59,3 +59,20 @@ def test_defaults_are_the_model_s_pipeline_and_the_encoder_goes_where_it_fits():
 def test_bad_flags_are_one_line_naming_the_flag(args, says):
     done = ask(*args)
     assert done.exit_code == 2 and says in done.output and "Traceback" not in done.output
+
+
+def test_a_rule_that_matches_nothing_is_a_located_warning_or_with_strict_an_error(tmp_path):
+    from tests.conftest import REPO
+
+    path = tmp_path / "typo.yaml"
+    path.write_text((REPO / "strategies" / "2d.yaml").read_text().replace('match: "*"', 'match: "transformer_block.*"'))
+    assert 'match: "transformer_block.*"' in path.read_text()
+    runner_err = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else runner
+    warned = runner_err.invoke(app, ["try", str(path)])
+    assert warned.exit_code == 0
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "transformer_block.*" in text)
+    assert f"warning: {path}:{line}:" in warned.stderr and "matches no parameter of qwen-image" in warned.stderr
+    refused = runner_err.invoke(app, ["try", str(path), "--strict"])
+    assert refused.exit_code == 2 and f"error: {path}:{line}:" in refused.stderr
+    clean = runner_err.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml"), "--strict"])
+    assert clean.exit_code == 0 and "warning" not in clean.stderr
