@@ -102,22 +102,35 @@ def _mismatch_table(report: CheckReport) -> Table:
 def _plan_vs_xla(report: CheckReport) -> Table:
     setup, caveats = report.setup, report.caveats()
     table = Table(title="Plan vs XLA, per device", title_justify="left")
-    for column in ("", "meshlab", "XLA", "note"):
+    for column in ("", "meshlab", "XLA", "held to the plan?", "note"):
         table.add_column(column, justify="right" if column in ("meshlab", "XLA") else "left")
     predicted, xla = report.weights()
     full_predicted, full_xla = report.full_depth_weights()
-    table.add_row("weights, checked depth", mib(predicted), mib(xla), "XLA: shards read back from torch_xla")
-    table.add_row("weights, full depth", mib(full_predicted), mib(full_xla), "XLA: checked blocks extrapolated")
+    weights_held = "[green]agrees[/green]" if not report.mismatches else "[red]differs[/red]"
+    table.add_row("weights, checked depth", mib(predicted), mib(xla), weights_held,
+                  "XLA: shards read back from torch_xla")
+    table.add_row("weights, full depth", mib(full_predicted), mib(full_xla), "not held",
+                  "XLA: checked blocks extrapolated")
+    differing = {d.split(":")[0] for d in report.collective_differences()}
     for block, counter in report.per_block().items():
         if block != OUTSIDE:
             predicted_kinds = report.predicted_per_block.get(block)
-            last = " (last)" if is_last_block(block, setup) else ""
-            table.add_row(f"collectives in {block}{last}",
-                          kinds(predicted_kinds) if predicted_kinds is not None else "-",
-                          kinds(counter), caveats.get("reduce_scatter", ""))
-    table.add_row("collectives outside blocks", "-", kinds(report.per_block()[OUTSIDE]), "")
+            last = is_last_block(block, setup)
+            if last:
+                held = "[dim]expected to differ[/dim]"
+                note = "a list's last block: XLA drops what nothing reads after it (not held)"
+            elif block.split(".")[0] in report.scanned:
+                held, note = "not held", "a scanned list's loop body"
+            else:
+                held = "[red]differs[/red]" if block in differing else "[green]agrees[/green]"
+                note = "all-reduce, all-gather, all-to-all within 10%; permutes a listed difference"
+            reduce_note = caveats.get("reduce_scatter", "")
+            table.add_row(f"collectives in {block}" + (" (last)" if last else ""),
+                          kinds(predicted_kinds) if predicted_kinds is not None else "-", kinds(counter), held,
+                          "; ".join(n for n in (note, reduce_note) if n))
+    table.add_row("collectives outside blocks", "-", kinds(report.per_block()[OUTSIDE]), "not held", "")
     table.add_row("collectives, full depth", kinds(report.predicted_full_depth) if report.predicted_full_depth else "-",
-                  kinds(report.full_depth_collectives()), _extrapolation_note(report))
+                  kinds(report.full_depth_collectives()), "not held", _extrapolation_note(report))
     _memory_rows(table, report, caveats)
     return table
 
@@ -133,14 +146,16 @@ def _extrapolation_note(report: CheckReport) -> str:
 def _memory_rows(table: Table, report: CheckReport, caveats: dict) -> None:
     memory, chip = report.xla_memory, report.setup.memory.most_loaded
     if memory is None:
-        table.add_row("memory", "-", "no buffer assignment in the dump", "")
+        table.add_row("memory", "-", "no buffer assignment in the dump", "", "")
         return
-    table.add_row("program arguments", "-", mib(memory.parameters),
+    expected = "[dim]expected to differ[/dim]" if caveats.get("temporaries") else "not held"
+    table.add_row("program arguments", "-", mib(memory.parameters), "not held",
                   "XLA: the weights the forward reads, its inputs, cached RoPE tables")
-    table.add_row("activations / temporaries", mib(chip.activations), mib(memory.temporaries),
-                  caveats.get("temporaries", ""))
-    table.add_row("outputs", "-", mib(memory.outputs), "")
-    table.add_row("total", mib(chip.weights + chip.activations), mib(memory.total), "meshlab: weights + activations")
+    table.add_row("activations / temporaries", mib(chip.activations), mib(memory.temporaries), expected,
+                  caveats.get("temporaries", "") or "`check --backend tpu` holds them to XLA:TPU's")
+    table.add_row("outputs", "-", mib(memory.outputs), "not held", "")
+    table.add_row("total", mib(chip.weights + chip.activations), mib(memory.total), expected,
+                  "meshlab: weights + activations")
 
 
 def _collective_table(report: CheckReport) -> Table:
@@ -201,10 +216,13 @@ def _timings_line(report: CheckReport) -> str:
     t = report.timings
     parts = [f"build {t.get('build', 0):.1f} s", f"reference {t.get('reference', 0):.1f} s",
              f"apply {t.get('apply', 0):.1f} s"]
+    what = {1: "first forward (it also computes the RoPE tables diffusers caches)",
+            2: "second forward (the program every later step runs)"}
     for i, forward in enumerate(report.forwards, 1):
         compile_s = forward.get("compile_seconds")
-        compiled = f", {compile_s:.1f} s compiling" if compile_s else ""
-        parts.append(f"forward {i} {forward['seconds']:.1f} s ({forward['compiles']} compiles{compiled})")
+        compiled = f", {compile_s:.1f} s of it compiling" if compile_s else ""
+        graphs = f"{forward['compiles']} new graph{'s' * (forward['compiles'] != 1)} compiled, once each"
+        parts.append(f"{what.get(i, f'forward {i}')} {forward['seconds']:.1f} s ({graphs}{compiled})")
     note = "; virtual CPU devices share the host's cores, so these say only that it runs" if report.on_cpu else ""
     full = report.full_depth_compile_seconds()
     if full is not None:

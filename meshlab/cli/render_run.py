@@ -34,9 +34,17 @@ def render_outcome(outcome, console) -> None:
     if record.get("mismatches"):
         console.print(f"[red]{len(record['mismatches'])} parameters sharded otherwise than planned[/red]")
     prediction = record["prediction"]
-    console.print(f"[dim]predicted for {prediction['hardware']} at this run's workload "
-                  f"({prediction.get('text_tokens', '?')} text tokens): "
-                  f"{prediction['step_s'] * 1000:.1f} ms/step, {prediction['seconds_per_image']:.2f} s/image[/dim]")
+    from meshlab.experiments.comparable import comparison_problem
+
+    problem = comparison_problem(record)
+    if problem:  # a tiny checkpoint, another chip or count: a prediction beside it would read as one of it
+        console.print(f"[dim]no prediction to hold this run to: {problem}[/dim]")
+    else:
+        measured = t.get("steady_step_median_s")
+        error = f", {100 * (prediction['step_s'] / measured - 1):+.0f}% against the measured step" if measured else ""
+        console.print(f"[dim]predicted for {prediction['hardware']} at this run's workload "
+                      f"({prediction.get('text_tokens', '?')} text tokens): "
+                      f"{prediction['step_s'] * 1000:.1f} ms/step{error}[/dim]")
     for warning in outcome.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
