@@ -149,12 +149,20 @@ class HloCollective:
 _SCOPE = re.compile(r"^(.*)#(?:\.\d+)?$")
 
 
+_PARAMETER = re.compile(r"params\[\\?'([^'\\]+)\\?'\]")  # the HLO text escapes the quotes: params[\'a.b\']
+
+
 def layer_of(op_name: str | None) -> str | None:
-    """The innermost meshlab scope of an op name: ``a#.3/a.b#.5/aten__mm`` -> ``a.b``; None without one."""
+    """The innermost meshlab scope of an op name: ``a#.3/a.b#.5/aten__mm`` -> ``a.b``; None without one. A jax
+    program names an op on a weight argument (an FSDP gather) after the argument, ``params['a.b.weight']``: its
+    module ``a.b``."""
     for segment in reversed((op_name or "").split("/")[:-1]):
         match = _SCOPE.match(segment)
         if match:
             return match.group(1)
+    weight = _PARAMETER.search(op_name or "")
+    if weight:
+        return weight.group(1).rpartition(".")[0] or None
     return None
 
 
@@ -174,6 +182,7 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     computations = _computations(hlo_text)
     asynchronous = {channel for name, lines in computations for channel in _channels(lines)
                     if any("AsyncCollective" in line for line in lines)}
+    callers = _callers(hlo_text)
     found, seen = [], set()
     for computation, lines in computations:
         for line in lines:
@@ -182,20 +191,34 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
             if not kind:
                 continue
             channel = _channel(line)
-            if channel is not None and channel in seen:
-                continue
-            seen.add(channel) if channel is not None else None
             head = line[instruction.start(2):kind.start()]
             operands = tuple(s for o in _operand_names(line[kind.end():]) for s in shapes.get(o, ()))
             result = array_shapes(head) if not kind.group(2) else _start_result(head)
-            name = kind.group(1)
+            groups = _groups(line)
+            copy = (channel, kind.group(1), result, groups)  # an async fusion's copies agree on all four
+            if channel is not None and copy in seen:
+                continue
+            seen.add(copy)
+            name, op_name = kind.group(1), _op_name(line)
             if name == "all-reduce" and computation.startswith("all-reduce-scatter"):
                 name, result = "reduce-scatter", _computation_result(hlo_text, computation) or result
+                op_name = op_name or callers.get(computation)  # the fusion that calls it carries the op's name
             found.append(HloCollective(
-                name=instruction.group(1), kind=name, result=result, operands=operands, groups=_groups(line),
-                op_name=_op_name(line), asynchronous=bool(kind.group(2)) or channel in asynchronous,
+                name=instruction.group(1), kind=name, result=result, operands=operands, groups=groups,
+                op_name=op_name, asynchronous=bool(kind.group(2)) or channel in asynchronous,
             ))
     return tuple(found)
+
+
+def _callers(hlo_text: str) -> dict[str, str]:
+    """The op_name of the instruction that calls each computation (``calls=%name``), by computation name."""
+    found = {}
+    for line in hlo_text.splitlines():
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        name = _op_name(line) if called else None
+        if name:
+            found.setdefault(called.group(1), name)
+    return found
 
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?\s*->.*\{\s*$")

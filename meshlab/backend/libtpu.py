@@ -68,12 +68,12 @@ def environment(topology: Topology) -> dict[str, str]:
             "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
-def require() -> None:
+def require(torchax: bool = False) -> None:
     import importlib.util
 
-    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("jax", "libtpu", *(["torchax"] if torchax else [])) if importlib.util.find_spec(m) is None]
     if missing:
-        raise BackendError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, and "
+        raise BackendError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, and "
                            "XLA:TPU compiles through them", INSTALL_FIX)
 
 
@@ -95,15 +95,25 @@ def devices(topology: Topology) -> list:
     return sorted(found, key=lambda d: d.id)
 
 
-def device_grid(devices: list, shape: tuple[int, ...]) -> list[int]:
-    """Device ids in row-major mesh order as torch_xla's HybridMesh (and jax's ``create_device_mesh``) lay out a
-    mesh of `shape` over the physical torus: what a TPU run of meshlab's export uses."""
+def ici_and_dcn(shape: tuple[int, ...], names: tuple[str, ...], dcn: dict[str, int]) -> tuple[tuple, tuple]:
+    """A mesh's shape split into its shape within a slice (ICI) and across slices (DCN, the strategy's ``dcn:``)."""
+    across = tuple(dcn.get(name, 1) for name in names)
+    return tuple(n // k for n, k in zip(shape, across)), across
+
+
+def jax_device_grid(devices: list, shape: tuple[int, ...], names: tuple[str, ...], dcn: dict[str, int]) -> list[int]:
+    """Device ids in row-major mesh order as jax lays a mesh out over the torus (``create_device_mesh``, or
+    ``create_hybrid_device_mesh`` across slices): what a torchax or jax user's mesh is."""
     import numpy as np
     from jax.experimental import mesh_utils
 
+    ici, across = ici_and_dcn(shape, names, dcn)
     try:
-        grid = mesh_utils.create_device_mesh(tuple(shape), devices=devices, allow_split_physical_axes=True)
-    except Exception:  # a shape the torus layout cannot place: devices in id order, as xs.Mesh(np.arange(n))
+        if math.prod(across) > 1:
+            grid = mesh_utils.create_hybrid_device_mesh(ici, across, devices=devices, allow_split_physical_axes=True)
+        else:
+            grid = mesh_utils.create_device_mesh(tuple(shape), devices=devices, allow_split_physical_axes=True)
+    except Exception:  # a shape the torus layout cannot place: devices in id order, as Mesh(np.arange(n))
         grid = np.array(devices).reshape(shape)
     return [int(d.id) for d in np.asarray(grid).flatten()]
 
@@ -154,7 +164,7 @@ def _timed_compile(compile_fn) -> Compiled:
         executable = compile_fn()
     except Exception as exc:
         message = str(exc)
-        if "RESOURCE_EXHAUSTED" in message or "Ran out of memory" in message:
+        if "RESOURCE_EXHAUSTED" in message and ("HBM" in message or "hbm" in message):
             return Compiled(time.perf_counter() - start, {}, None, None, "", _first_line(message),
                             required_bytes(message))
         raise BackendError(f"XLA:TPU could not compile the program: {_first_line(message)}",
@@ -184,7 +194,8 @@ def _program_text(executable) -> str:
 
 def required_bytes(message: str) -> int | None:
     """The bytes XLA:TPU said a program needs (``... required for HLO temporaries (39.04G) exceeds ...``)."""
-    match = re.search(r"(?:required|requires)[^(]*\(([\d.]+)([KMGT])\)", message)
+    match = (re.search(r"(?:required|requires)[^(]*\(([\d.]+)([KMGT])\)", message)
+             or re.search(r"Used ([\d.]+)([KMGT]) of [\d.]+[KMGT] hbm", message))
     if not match:
         return None
     return int(float(match.group(1)) * 1024 ** " KMGT".index(match.group(2)))

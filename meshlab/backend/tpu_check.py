@@ -93,6 +93,14 @@ class TpuCheckReport:
     predicted_bytes_per_block: dict[str, Counter]
     hlo_files: dict[str, str]  # front end -> the kept TPU program (with --dump-dir)
     predicted_call: dict = field(default_factory=dict)  # meshlab's seconds for one call of the compiled program
+    predicted_totals: dict = field(default_factory=dict)  # {"count": Counter, "bytes": Counter}: one whole call
+
+    @property
+    def attributed(self) -> bool:
+        """Whether the TPU program kept the op names that place its collectives in blocks (a multi-slice compile
+        keeps none: then whole-call totals are held instead of a middle block's)."""
+        c = self.primary
+        return c is not None and (not c.collectives or any(x.hlo.layer for x in c.collectives))
 
     @property
     def primary(self) -> Compiled | None:
@@ -114,11 +122,14 @@ class TpuCheckReport:
     def predicted_argument_weights(self) -> int:
         """The plan's weights per chip as the program takes them: less the last block's dead text tail, which no
         op reads (XLA drops those arguments; a run still holds them)."""
-        return self.setup.memory.most_loaded.weights - dead_tail_weight_bytes(self.setup)
+        dead = dead_tail_weight_bytes(self.setup) if not self.setup.scan else 0  # a scanned body takes every block's
+        return self.setup.memory.most_loaded.weights - dead
 
     def middle_blocks(self) -> list[str]:
-        """Block 0 of each list, where more than one block of it was compiled (the last block differs)."""
-        return [f"{name}.0" for name, n in self.setup.checked_blocks.items() if n > 1 and not self.setup.scan]
+        """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
+        combines a block's modulation all-reduce into the block before, and drops the last block's dead tail);
+        none under scan (its loop body is every block)."""
+        return [f"{name}.{n // 2}" for name, n in self.setup.checked_blocks.items() if n >= 3 and not self.setup.scan]
 
     def differences(self) -> tuple[str, ...]:
         c = self.primary
@@ -136,6 +147,18 @@ class TpuCheckReport:
         temps, activations = c.memory["temp"], memory.activation_peak
         if abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
             found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {temps}")
+        if not self.attributed:
+            measured_count = Counter(x.hlo.kind for x in c.collectives)
+            measured_bytes = Counter()
+            for x in c.collectives:
+                measured_bytes[x.hlo.kind] += x.hlo.bytes_per_device
+            for kind in VERDICT_KINDS:
+                for what, measured, predicted in (("count", measured_count, self.predicted_totals["count"]),
+                                                  ("bytes", measured_bytes, self.predicted_totals["bytes"])):
+                    p, x = predicted.get(kind, 0), measured.get(kind, 0)
+                    if abs(p - x) > COLLECTIVE_TOLERANCE * x:
+                        found.append(f"the whole call: {kind} {what} predicted {p}, XLA:TPU {x}")
+            return tuple(found)
         counts, sizes = c.per_block(self.setup), c.per_block(self.setup, _bytes)
         for block in self.middle_blocks():
             for kind in VERDICT_KINDS:
@@ -179,9 +202,10 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
     if front_end not in FRONT_ENDS:
         raise InputError(f"unknown front end {front_end!r}", f"use --front-end {' or '.join(FRONT_ENDS)}")
     setup = check_setup(path, options)
+    refuse_before_compiling(setup, front_end)
     topology = libtpu.topology_of(setup.planned.hardware)
-    libtpu.require()
     front_ends = {"auto": ["torch-xla"], "both": ["torch-xla", "torchax"]}.get(front_end, [front_end])
+    libtpu.require(torchax="torchax" in front_ends or front_end == "auto")
     if "torch-xla" in front_ends:
         from meshlab.backend import xla
 
@@ -199,7 +223,18 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
     prediction = checked_prediction(setup)
     return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, prediction, issued=True),
-                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(prediction))
+                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(prediction),
+                          predicted_totals(prediction))
+
+
+def predicted_totals(prediction) -> dict:
+    """meshlab's collectives of one whole call, by kind, as XLA:TPU issues them: counts and bytes per chip."""
+    count, nbytes = Counter(), Counter()
+    for c in prediction.issued or prediction.collectives:
+        if not c.per_step:
+            count[c.kind] += c.count
+            nbytes[c.kind] += c.count * c.bytes
+    return {"count": count, "bytes": nbytes}
 
 
 def predicted_call(prediction) -> dict:
@@ -213,6 +248,31 @@ def predicted_call(prediction) -> dict:
     local = step.local / step.calls
     return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
             "collective_s_by_kind": dict(by_kind), "overlap": "none (collectives add to the ops' time)"}
+
+
+def refuse_before_compiling(setup: CheckSetup, front_end: str) -> None:
+    """What no compile can do, refused before a worker starts, at the strategy's line (exit 2): a system that is not
+    a TPU, a batch or token count that does not split as the activations say, scan through torchax."""
+    from meshlab.backend import libtpu
+    from meshlab.backend.inputs import input_spec
+
+    planned = setup.planned
+    try:
+        libtpu.topology_of(planned.hardware)
+    except InputError as exc:
+        raise planned.loaded.place(replace_field(exc, ("hardware",))) from None
+    geo = setup.geometry
+    try:
+        input_spec("hidden_states", (geo.batch, geo.image_tokens, 1), setup.strategy.activations, setup.plan.mesh)
+    except InputError as exc:
+        raise planned.loaded.place(replace_field(exc, ("workload", "batch"))) from None
+    if setup.scan and front_end == "torchax":
+        raise InputError("torchax has no scan of a torch block list", "use --front-end torch-xla (or auto) for a "
+                         "scanned plan, or drop --scan")
+
+
+def replace_field(exc: InputError, field: tuple) -> InputError:
+    return InputError(exc.problem, exc.fix, exc.location, field=field)
 
 
 def _compile(path, options: CheckOptions, front_ends: list[str], topology, folder: Path, progress) -> list[dict]:
@@ -260,7 +320,7 @@ def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counte
             continue
         sizes = Counter()
         for c in prediction.issued or prediction.collectives:
-            if c.block == first[name]:
+            if c.block == first[name] and not c.only:  # a middle block's
                 sizes[c.kind] += c.bytes
         for index in range(checked):
             out[f"{name}.{index}"] = sizes
@@ -320,7 +380,9 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "xla_memory_per_device": _memory_document(c),
         "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activation_peak,
                                       "total": memory.weights + memory.activation_peak},
-        "middle_blocks": report.middle_blocks(),
+        "middle_blocks": report.middle_blocks() if report.attributed else [],
+        "collectives_attributed_to_blocks": report.attributed,
+        "predicted_collectives_per_call": {k: dict(v) for k, v in report.predicted_totals.items()},
         "collectives_per_block": _blocks(c.per_block(setup)) if c else {},
         "async_collectives_per_block": _blocks(c.asynchronous(setup)) if c else {},
         "collective_bytes_per_block": _blocks(c.per_block(setup, _bytes)) if c else {},
@@ -332,6 +394,11 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                      "analysis of the whole program (elementwise work too)"},
         "bytes_accessed_per_device": c.bytes_accessed if c else None,
         "xla_schedule": c.schedule.to_json() if c and c.schedule else None,
+        "xla_schedule_note": "" if c is None or c.schedule else ("XLA:TPU wrote no latency-hiding schedule: it "
+                                                                 "schedules one only for a program with an "
+                                                                 "asynchronous collective, and this one has none"
+                                                                 if not any(x.hlo.asynchronous for x in c.collectives)
+                                                                 else "XLA:TPU wrote no latency-hiding schedule"),
         "predicted_call": report.predicted_call,
         "front_ends": [_front_end_document(x, setup) for x in report.compiled],
         "hlo_files": report.hlo_files,
@@ -342,8 +409,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
 def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
     if not c.ok:
         return {"front_end": c.front_end, "error": c.error}
-    middle = [f"{name}.0" for name, n in setup.checked_blocks.items() if n > 1] or \
-        [f"{name}.0" for name in setup.checked_blocks]
+    middle = [f"{name}.{n // 2}" for name, n in setup.checked_blocks.items()]
     counts = c.per_block(setup)
     return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
             "weights": c.weights, "flops": c.flops,

@@ -5,12 +5,14 @@ the depth and size the parent asks (by default the whole model at the workload's
 front ends, and returns what XLA:TPU made of each. No weight is allocated:
 
 - ``torch-xla``: the program a PyTorch/XLA SPMD user runs. The model is built on ``meta``, every parameter
-  becomes a torch_xla placeholder (a tensor with no data) annotated with its spec on a mesh laid out as
-  ``xs.HybridMesh`` lays it over the topology, the plan is applied as ``meshlab.apply`` applies it (rewrites,
-  activation rules, scan), the forward is traced lazily on virtual CPU devices, and torch_xla's pre-partitioning
-  HLO is compiled for the TPU. Nothing is compiled for the CPU.
-- ``torchax``: the same module run as a jax function by torchax, every parameter an abstract
-  ``jax.ShapeDtypeStruct`` with its ``NamedSharding``, activation rules as ``with_sharding_constraint``.
+  becomes a torch_xla placeholder (a tensor with no data) annotated, under its module's scope, with its spec on
+  a mesh laid out as ``xs.HybridMesh`` lays it over the topology (`hybrid_mesh_ordinals`: torus coordinates
+  within a slice, the strategy's ``dcn`` axis across slices), the plan is applied as ``meshlab.apply`` applies it
+  (rewrites, activation rules, scan), the forward is traced lazily on virtual CPU devices, and torch_xla's
+  pre-partitioning HLO is compiled for the TPU. Nothing is compiled for the CPU.
+- ``torchax``: the same module run as a jax function by torchax on a mesh jax lays out
+  (``create_device_mesh`` / ``create_hybrid_device_mesh``), every parameter an abstract ``jax.ShapeDtypeStruct``
+  with its ``NamedSharding``, activation rules as ``with_sharding_constraint``, each module under a named scope.
 
 The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topology": Topology}``. Each result:
 ``{"front_end", "compile_seconds", "memory", "flops", "bytes_accessed", "hlo_file", "mesh_device_ids",
@@ -42,20 +44,29 @@ def handle(request: dict) -> dict:
         xla.enable_spmd()  # torch_xla before jax: the two XLA builds share the process in this order
     setup = check_setup(request["strategy"], CheckOptions(**request["options"]))
     devices = libtpu.devices(topology)
-    mesh_ids = libtpu.device_grid(devices, setup.plan.mesh.shape)
     out = Path(request["scratch"])
     results = []
     for front in request["front_ends"]:
         try:
-            results.append(_compile(front, setup, devices, mesh_ids, out))
+            results.append(_compile(front, setup, devices, out))
         except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
             results.append({"front_end": front, "error": exc.one_line()})
+        except Exception as exc:  # noqa: BLE001 - a front end's own failure is its result, not the worker's end
+            from meshlab.backend.xla import error_message
+
+            results.append({"front_end": front, "error": f"{front} failed: {type(exc).__name__}: "
+                                                        f"{error_message(exc)}"})
     return {"results": results, "topology_devices": [{"id": d.id, "coords": list(d.coords)} for d in devices]}
 
 
-def _compile(front: str, setup: CheckSetup, devices: list, mesh_ids: list[int], out: Path) -> dict:
+def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
     from meshlab.backend import libtpu
 
+    mesh, dcn = setup.plan.mesh, setup.strategy.dcn
+    if front == "torch-xla":  # torch_xla's ordinals: the topology's devices in id order, laid out as HybridMesh does
+        mesh_ids = hybrid_mesh_ordinals(devices, mesh.shape, mesh.names, dcn)
+    else:  # mesh positions name devices by id (the compile maps them)
+        mesh_ids = libtpu.jax_device_grid(devices, mesh.shape, mesh.names, dcn)
     progress(f"{front}: tracing {setup.card.class_name} ({_depth(setup)}) with no weights")
     start, began = time.perf_counter(), time.time()
     if front == "torch-xla":
@@ -141,6 +152,41 @@ def _inputs(setup: CheckSetup) -> dict:
 # --- torch_xla -----------------------------------------------------------------------------------------------
 
 
+def hybrid_mesh_ordinals(devices: list, shape: tuple[int, ...], names: tuple[str, ...], dcn: dict[str, int]
+                         ) -> list[int]:
+    """torch_xla ordinals (the topology's devices in id order) in row-major mesh order, as ``xs.HybridMesh`` lays
+    out a mesh over a real TPU's devices (within a slice by torus coordinates, slices by their index): the program
+    meshlab's export runs there. HybridMesh itself reads the runtime's devices, which here are virtual CPU ones;
+    its layout function (private, torch_xla 2.9) is called on the topology's coordinates instead."""
+    import numpy as np
+    from torch_xla.distributed.spmd.xla_sharding import _create_device_mesh_for_nd_torus
+
+    from meshlab.backend.libtpu import ici_and_dcn
+
+    ici, across = ici_and_dcn(shape, names, dcn)
+    slices: dict[int, list[int]] = {}
+    for ordinal, d in enumerate(devices):
+        slices.setdefault(int(getattr(d, "slice_index", 0) or 0), []).append(ordinal)
+
+    def within(ordinals: list[int]):
+        coords = [tuple(devices[o].coords) for o in ordinals]
+        physical = np.empty(tuple(c + 1 for c in map(max, zip(*coords))), dtype=int)
+        for c, o in zip(coords, ordinals):
+            physical[c] = o
+        try:
+            grid, _ = _create_device_mesh_for_nd_torus(physical, ici, allow_split_physical_axes=True)
+        except (ValueError, NotImplementedError, AssertionError):  # HybridMesh would fail too: plain order
+            grid = np.array(ordinals).reshape(ici)
+        return grid
+
+    meshes = [within(slices[k]) for k in sorted(slices)]
+    if len(meshes) == 1:
+        return [int(o) for o in np.asarray(meshes[0]).flatten()]
+    layout = np.arange(len(meshes)).reshape(across)
+    blocks = np.vectorize(lambda i: meshes[i], otypes=[object])(layout)
+    return [int(o) for o in np.block(blocks.tolist()).flatten()]
+
+
 def torch_xla_program(setup: CheckSetup, mesh_ids: list[int]) -> str:
     """torch_xla's pre-partitioning HLO of one forward under the plan, parameters as sharded placeholders."""
     import numpy as np
@@ -168,8 +214,11 @@ def torch_xla_program(setup: CheckSetup, mesh_ids: list[int]) -> str:
                 continue
             name = f"{module_name}.{leaf}" if module_name else leaf
             placeholder = xb.create_placeholder_tensor(tuple(param.shape), dtype)
+            # under the module's scope, so the gathers XLA makes of this weight (FSDP) name the module
+            scope = torch_xla._XLAC.profiler.scope_pusher(module_name + xla.SCOPE_MARK) if module_name else None
             torch_xla._XLAC._xla_annotate_custom_sharding(placeholder, mesh.get_op_sharding(
                 specs[name].to_torch_xla()))
+            del scope
             module._parameters[leaf] = torch.nn.Parameter(placeholder, requires_grad=False)
     model = model.to(xla.device())  # buffers (masks, tables): small and real
     for module, attribute, value in tensor_attributes(model):  # tables kept as plain attributes (Qwen's RoPE)

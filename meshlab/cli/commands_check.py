@@ -53,8 +53,16 @@ def check(
         raise InputError(f"unknown backend {backend!r}", f"use --backend {' or '.join(CHECK_BACKENDS)}")
     given = {name for name, value in (("layers", layers), ("height", height), ("width", width),
                                       ("text_tokens", text_tokens), ("frames", frames)) if value is not None}
-    options = CheckOptions(layers=layers or 2, height=height or 128, width=width or 128, text_tokens=text_tokens or 32,
-                           frames=frames, seed=seed, dump_dir=dump_dir, scan=scan)
+    if front_end != "auto" and backend != "tpu":
+        raise InputError(f"--front-end {front_end} chooses what XLA:TPU compiles, and --backend is {backend}",
+                         "add --backend tpu, or drop --front-end")
+
+    def given_or(value, default):
+        return default if value is None else value
+
+    options = CheckOptions(layers=given_or(layers, 2), height=given_or(height, 128), width=given_or(width, 128),
+                           text_tokens=given_or(text_tokens, 32), frames=frames, seed=seed, dump_dir=dump_dir,
+                           scan=scan)
     if backend == "tpu":
         from meshlab.backend.tpu_check import run_tpu_check, tpu_check_document, tpu_options
         from meshlab.cli.render_check import render_tpu_check

@@ -297,9 +297,21 @@ def render_tpu_check(report, console) -> None:
         table.add_row("total", mib(memory.total), mib(c.total_bytes))
         table.add_row("fits", _yes(report.fits_predicted), _yes(report.fits_xla))
         console.print(table)
-        blocks = report.middle_blocks() or [f"{name}.0" for name in setup.checked_blocks]
+        blocks = report.middle_blocks()
+        if not report.attributed:
+            console.print("[yellow]XLA:TPU's multi-slice program keeps no op names[/yellow]: its collectives are "
+                          "not placed in blocks, so the whole call's are held to the prediction: "
+                          + kinds(Counter(x.hlo.kind for x in c.collectives)) + " against "
+                          + kinds(report.predicted_totals["count"]))
+        elif not blocks:
+            console.print("[yellow]no middle block held to the prediction[/yellow]: " + (
+                "a scanned list's loop body is every block" if setup.scan else
+                "compile at least 3 blocks of a list (--layers 3, or the whole model)") + "; shown: each list's "
+                "first block")
+            blocks = [f"{name}.0" for name in setup.checked_blocks]
         counts, sizes, asynchronous = c.per_block(setup), c.per_block(setup, _bytes), c.asynchronous(setup)
-        collectives = Table(title="Collectives of one block, by kind: count (bytes per chip)", title_justify="left")
+        collectives = Table(title="Collectives of a middle block, by kind, as the TPU program issues them: count "
+                                  "(bytes per chip)", title_justify="left")
         for column in ("block", "kind", "meshlab (predicted)", "XLA:TPU", "of them async"):
             collectives.add_column(column, justify="left" if column in ("block", "kind") else "right")
         for block in blocks:

@@ -135,6 +135,10 @@ class Collective:
     operands: int = 1  # tensors combined into this one collective
     per_step: bool = False  # once per denoising step rather than once per transformer call
     count: int = 1  # identical blocks it stands for (see `Graph.repeats`): it runs `count` times per call
+    role: str = ""  # "modulation": the partial sum of a block's modulation Linear (it reads only the conditioning)
+    #: "first" or "last": issued in only the first or last of the `count` blocks (XLA:TPU's cross-block combining,
+    #: `issued_on`); "": in every one of them
+    only: str = ""
 
 
 @dataclass(frozen=True)
@@ -178,15 +182,34 @@ def _card_points(graph: Graph, layout: Layout) -> dict:
 
 
 def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collective, ...]:
-    """The collectives the compiler issues on hardware of `kind`: on TPUs, XLA:TPU's all-reduce combiner merges
-    the all-reduces of one block phase (the image and text streams' partial sums of one projection) into one op
-    moving their bytes together: pairs.yaml at full depth for v6e-8, `meshlab check --backend tpu`, 6 per block
-    (56,696,832 B predicted) became 3 moving 56,770,560 B. Other kinds are issued as the partitioner makes them
-    (XLA:TPU's collective matmuls and gathers are not modelled: see KNOWN_DIFFERENCES)."""
+    """The collectives the compiler issues on hardware of `kind`. On TPUs, XLA:TPU's all-reduce combiner merges
+    all-reduces with no data dependency between them into one op moving their bytes together:
+
+    - the all-reduces of one block phase (the image and text streams' partial sums of one projection);
+    - a block's modulation all-reduce (its input is the conditioning vector, ready before the block starts) into
+      the previous block's last all-reduce: so the first block issues it alone, and the last block's last
+      all-reduce carries nothing more.
+
+    Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
+    6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. Other kinds are
+    issued as the partitioner makes them (XLA:TPU's collective matmuls and gathers are not modelled: see
+    KNOWN_DIFFERENCES)."""
     if kind != "tpu":
         return tuple(collectives)
-    reduces = [c for c in collectives if c.kind == "all-reduce"]
-    return tuple(c for c in collectives if c.kind != "all-reduce") + combine(reduces)
+    reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
+    for block in dict.fromkeys(c.block for c in reduces if c.block is not None):
+        mine = [c for c in reduces if c.block == block and not c.per_step]
+        modulation = next((c for c in mine if c.role == "modulation"), None)
+        last = next((c for c in reversed(mine) if c.role != "modulation"), None)
+        if modulation is None or last is None or modulation.count < 2:
+            continue
+        merged = replace(last, count=last.count - 1, bytes=last.bytes + modulation.bytes,
+                         operands=last.operands + modulation.operands,
+                         why=f"{last.why}; with the next block's modulation all-reduce (XLA:TPU combines them)")
+        at = reduces.index(last)
+        reduces[at:at + 1] = [merged, replace(last, count=1, only="last")]
+        reduces[reduces.index(modulation)] = replace(modulation, count=1, only="first")
+    return tuple(c for c in collectives if c.kind != "all-reduce") + tuple(reduces)
 
 
 def combine(collectives: list[Collective]) -> tuple[Collective, ...]:
@@ -254,8 +277,9 @@ class _Deriver:
         tokens = self.layout.local.of_stream(stream)
         return self.layout.batch * tokens * -(-features // self.size(split)) * self.layout.itemsize
 
-    def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str) -> None:
-        self.found.append(Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block)))
+    def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str, role: str = "") -> None:
+        self.found.append(Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block),
+                                     role=role))
 
     def used_split(self, op: LinearOp) -> tuple[Axes | None, Axes | None]:
         """A Linear weight's (output, input) split as it is used: axes that split activations are gathered
@@ -344,7 +368,8 @@ class _Deriver:
             return out  # attention resolves it
         if out.partial:
             self.emit("all-reduce", out.partial, nbytes, op.block, phase,
-                      f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}")
+                      f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
+                      role="modulation" if op.role == "chunks" and op.block is not None else "")
         if op.role == "chunks":
             return self._chunks(op, out.split)
         if op.role == "hidden" or not out.split:

@@ -115,7 +115,8 @@ class Prediction:
         blocks = sorted({c.block for c in found if c.block is not None})
         if block is None:
             block = blocks[0] if blocks else None
-        return Counter(c.kind for c in found if c.block == block and block is not None)
+        # a middle block: not what only the first or last of the blocks it stands for issues
+        return Counter(c.kind for c in found if c.block == block and block is not None and not c.only)
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ def test_reduce_scatter_fusions_mesh_groups_and_permutes_of_a_tpu_program():
     assert to_all.groups == ((0, 1, 2, 3), (4, 5, 6, 7))  # written mesh['axis_0'=2,'axis_1'=4] {'axis_1'}
     assert {hlo.mesh_axes(c.groups, MESH) for c in found} == {("model",)}
     assert to_all.bytes_per_device == 4 * 128 * 2048 * 2 and permute.bytes_per_device == 4 * 512 * 512 * 2
-    assert all(c.layer == "blk" for c in found[1:])
+    assert all(c.layer == "blk" for c in found)  # the reduce-scatter named by the fusion that calls it
 
 
 def test_mesh_replica_groups_with_device_ids():
@@ -185,3 +185,12 @@ def test_mesh_replica_groups_with_device_ids():
     assert c.groups == ((0, 1, 2, 3), (7, 6, 5, 4))
     assert hlo.mesh_axes(c.groups, MESH, (0, 1, 2, 3, 7, 6, 5, 4)) == ("model",)
     assert hlo.mesh_groups((("a", 2), ("b", 2), ("c", 2)), ("a", "c")) == ((0, 1, 4, 5), (2, 3, 6, 7))
+
+
+def test_a_weight_gather_named_after_its_argument_belongs_to_the_weight_s_module():
+    """jax names an FSDP gather of a weight argument ``params['<parameter>']`` (escaped in the HLO text)."""
+    line = ("%all-gather.1 = bf16[18432,3072]{1,0} all-gather(%copy-done.2), channel_id=2, replica_groups=mesh["
+            "'axis_0'=8] {'axis_0'}, dimensions={0}, metadata={op_name=\"params[\\'transformer_blocks.0.img_mod.1."
+            "weight\\']\"}")
+    (c,) = hlo.parse_collectives(line)
+    assert c.layer == "transformer_blocks.0.img_mod.1" and c.groups == ((0, 1, 2, 3, 4, 5, 6, 7),)

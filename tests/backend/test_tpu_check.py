@@ -44,8 +44,8 @@ def test_xla_tpu_s_refusal_gives_the_bytes_it_asked_for():
 
 def test_a_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(Exception, match="jax and libtpu are not installed") as error:
-        libtpu.require()
+    with pytest.raises(Exception, match="jax, libtpu, torchax are not installed") as error:
+        libtpu.require(torchax=True)
     assert "'.[tpu]'" in error.value.fix
 
 
@@ -58,16 +58,16 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     from meshlab.backend.tpu_check import Compiled, TpuCheckReport
     from meshlab.backend.verdict import MeasuredCollective
 
-    setup = check_setup(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=2))
+    setup = check_setup(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=3))
     chip = setup.memory.most_loaded
 
     def reduce(name, nbytes):
         shape = ArrayShape("bf16", (nbytes // 2,))
-        return MeasuredCollective(HloCollective(name, "all-reduce", (shape,), (shape,), (), 
-                                                f"transformer_blocks.0#/transformer_blocks.0.{name}#/dot"), ("model",))
+        return MeasuredCollective(HloCollective(name, "all-reduce", (shape,), (shape,), (),
+                                                f"transformer_blocks.1#/transformer_blocks.1.{name}#/dot"), ("model",))
 
-    predicted = {"transformer_blocks.0": Counter({"all-reduce": 3}), "transformer_blocks.1": Counter()}
-    sizes = {"transformer_blocks.0": Counter({"all-reduce": 3000}), "transformer_blocks.1": Counter()}
+    predicted = {f"transformer_blocks.{i}": Counter({"all-reduce": 3}) for i in range(3)}
+    sizes = {f"transformer_blocks.{i}": Counter({"all-reduce": 3000}) for i in range(3)}
     program = Compiled("torch-xla", memory={"argument": 0, "output": 0, "alias": 0, "temp": chip.activation_peak,
                                             "generated_code": 0},
                        collectives=tuple(reduce(f"x{i}", 1000) for i in range(3)))
@@ -81,7 +81,8 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     differences = replace(report, compiled=(worse,)).differences()
     assert any(d.startswith("weights per chip") for d in differences)
     assert any(d.startswith("temporaries per chip") for d in differences)
-    assert "transformer_blocks.0: all-reduce count predicted 3, XLA:TPU 2" in differences
+    assert "transformer_blocks.1: all-reduce count predicted 3, XLA:TPU 2" in differences
+    assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
     refused = Compiled("torch-xla", out_of_memory="Ran out of memory in memory space hbm", required_bytes=40 * 2**30)
     verdict = replace(report, compiled=(refused,))
     assert verdict.fits_xla is False and verdict.differences() == ("fits: meshlab says True, XLA:TPU False",)
@@ -101,7 +102,7 @@ def _check(*args):
 
 @pytest.fixture(scope="module")
 def pairs_both():
-    code, doc, err = _check("strategies/pairs.yaml", "--layers", "2", "--height", "256", "--width", "256",
+    code, doc, err = _check("strategies/pairs.yaml", "--layers", "3", "--height", "256", "--width", "256",
                             "--text-tokens", "32", "--front-end", "both")
     assert doc is not None, err
     return code, doc
@@ -118,7 +119,7 @@ def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both)
     for front in doc["front_ends"]:
         assert abs(front["weights"] - weights["predicted_as_arguments"]) <= 0.01 * weights["predicted_as_arguments"]
     assert doc["fits"] == {**doc["fits"], "predicted": True, "xla": True}
-    assert doc["compile_seconds"] > 0 and doc["model"]["blocks"] == {"transformer_blocks": 2}
+    assert doc["compile_seconds"] > 0 and doc["model"]["blocks"] == {"transformer_blocks": 3}
 
 
 @tpu
@@ -128,12 +129,25 @@ def test_the_tpu_program_all_reduces_each_attention_and_mlp_output_over_model(pa
     [1 sample, 256 image tokens, 3072] per chip (batch 2 over data 2): XLA:TPU all-reduces each over model,
     whatever it combines with them."""
     _code, doc = pairs_both
-    block0 = [c for c in doc["collectives"] if (c["layer"] or "").startswith("transformer_blocks.0.")]
+    assert doc["middle_blocks"] == ["transformer_blocks.1"]
+    middle = [c for c in doc["collectives"] if (c["layer"] or "").startswith("transformer_blocks.1.")]
     image_sum = 1 * 256 * 3072 * 2
-    reduced = [c for c in block0 if c["kind"] == "all-reduce" and c["mesh_axes"] == ["model"]]
+    reduced = [c for c in middle if c["kind"] == "all-reduce" and c["mesh_axes"] == ["model"]]
     layers = {c["layer"] for c in reduced if c["bytes_per_device"] >= image_sum}
-    assert {"transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.img_mlp.net.2"} <= layers
-    assert doc["collectives_per_block"]["transformer_blocks.0"]["all-reduce"] == len(reduced)
+    assert {"transformer_blocks.1.attn.to_out.0", "transformer_blocks.1.img_mlp.net.2"} <= layers
+
+
+@tpu
+@pytest.mark.tpu
+def test_a_middle_block_of_pairs_issues_what_the_model_predicts(pairs_both):
+    """XLA:TPU combines the image and text partial sums of each projection, and folds the next block's modulation
+    all-reduce into a block's last one: 2 all-reduces in a middle block, the first block's 3, the same bytes."""
+    _code, doc = pairs_both
+    block = "transformer_blocks.1"
+    assert doc["collectives_per_block"][block] == {"all-reduce": 2} == doc["predicted_collectives_per_block"][block]
+    assert doc["collective_bytes_per_block"][block] == doc["predicted_collective_bytes_per_block"][block]
+    assert doc["collectives_per_block"]["transformer_blocks.0"]["all-reduce"] == 3
+    assert not [d for d in doc["differences"] if block in d]
 
 
 @tpu
@@ -154,23 +168,76 @@ def test_a_plan_xla_tpu_cannot_fit_is_a_verdict_not_a_traceback():
 @tpu
 @pytest.mark.tpu
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    """Each refused before any worker starts, at the strategy's line where one is at fault."""
+    pairs = (REPO / "strategies" / "pairs.yaml").read_text()
     gpu = tmp_path / "gpu.yaml"
-    gpu.write_text((REPO / "strategies" / "pairs.yaml").read_text().replace("hardware: v6e-8", "hardware: h100"))
+    gpu.write_text(pairs.replace("hardware: v6e-8", "hardware: h100"))
     code, _doc, err = _check(str(gpu))
-    assert code == 2 and "compiles for a TPU system, and h100 is a gpu" in err and "Traceback" not in err
-    code, _doc, err = _check("strategies/pairs.yaml", "--front-end", "jax")
-    assert code == 2 and "unknown front end 'jax'" in err
+    line = pairs.splitlines().index("hardware: v6e-8") + 1
+    assert code == 2 and f"{gpu}:{line}:" in err and "compiles for a TPU system, and h100 is a gpu" in err
+    odd = tmp_path / "odd.yaml"
+    odd.write_text(pairs.replace("  batch: 2\n", "  batch: 3\n"))
+    code, _doc, err = _check(str(odd), "--layers", "1")
+    assert code == 2 and "hidden_states has batch 3, which does not split" in err and f"{odd}:" in err
+    for args, says in ((["--front-end", "jax"], "unknown front end 'jax'"),
+                       (["--scan", "--front-end", "torchax"], "torchax has no scan")):
+        code, _doc, err = _check("strategies/pairs.yaml", "--layers", "1", *args)
+        assert code == 2 and says in err and "Traceback" not in err, err
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "meshlab", "check", "strategies/pairs.yaml", "--front-end", "torchax"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2 and "add --backend tpu" in done.stderr
 
 
 @tpu
 @pytest.mark.tpu
 def test_xla_tpu_s_schedule_is_read_beside_the_prediction(pairs_both):
-    """The scheduler's estimate of the compiled program: its pairs all-reduces are synchronous (none async in the
-    program), so they hold the timeline; meshlab's call is priced term by term beside it."""
+    """XLA:TPU's scheduler writes a schedule for a program with asynchronous collectives (2d's permutes): its
+    estimate is read beside meshlab's call, term by term. pairs' program has none to schedule, and says so."""
     _code, doc = pairs_both
+    assert doc["xla_schedule"] is None and "with an asynchronous collective" in doc["xla_schedule_note"]
+    code, doc, err = _check("strategies/2d.yaml", "--layers", "3", "--height", "256", "--width", "256",
+                            "--text-tokens", "32")
+    assert doc is not None, err
     schedule, predicted = doc["xla_schedule"], doc["predicted_call"]
     assert schedule["cycles_per_microsecond"] == 1750 and schedule["total_s"] > 0
     assert abs(schedule["compute_s"] + schedule["collective_s"] - schedule["total_s"]) < 1e-12
-    assert schedule["collective_s_by_kind"]["all-reduce"] > 0
-    assert doc["async_collectives_per_block"]["transformer_blocks.0"].get("all-reduce", 0) == 0
-    assert predicted["collective_s_by_kind"]["all-reduce"] > 0 and predicted["total_s"] > predicted["compute_s"]
+    assert sum(doc["async_collectives_per_block"]["transformer_blocks.1"].values()) > 0
+    assert predicted["total_s"] > predicted["compute_s"] > 0
+
+
+@tpu
+@pytest.mark.tpu
+def test_fsdp_gathers_are_attributed_to_their_blocks_in_both_front_ends():
+    """FSDP's weight gathers come from the parameters, outside any op's scope: torch_xla's placeholders are
+    annotated under their module's scope, torchax names them after the argument; every block weight is gathered
+    once in its block."""
+    code, doc, err = _check("strategies/fsdp.yaml", "--layers", "3", "--height", "256", "--width", "256",
+                            "--text-tokens", "32", "--front-end", "both")
+    assert doc is not None, err
+    block = "transformer_blocks.1"
+    weights = [p for p in doc["collectives"] if p["kind"] == "all-gather" and (p["layer"] or "").startswith(block)]
+    assert len(weights) == 14 == doc["predicted_collectives_per_block"][block]["all-gather"]
+    for front in doc["front_ends"]:
+        assert front["block_collectives"][block] == {"all-gather": 14} and not front["outside_blocks"]
+
+
+@tpu
+@pytest.mark.tpu
+def test_two_slices_compile_with_the_data_axis_across_them(tmp_path):
+    """v6e-8x2: libtpu numbers the second slice's chips from 100000 (torch_xla's ordinals are 0..15); the mesh
+    puts `dcn: {data: 2}` across the slices as HybridMesh does, so pairs' row-split sums stay on the model axis
+    inside a slice. XLA:TPU's multi-slice program keeps no op names, so the whole call's collectives are held."""
+    strategy = tmp_path / "two.yaml"
+    text = (REPO / "strategies" / "pairs.yaml").read_text().replace("hardware: v6e-8", "hardware: v6e-8x2")
+    text = text.replace("  data: 2\n", "  data: 4\n").replace("  batch: 2\n", "  batch: 4\n")
+    strategy.write_text(text + "\ndcn: {data: 2}\n")
+    code, doc, err = _check(str(strategy), "--layers", "3", "--height", "256", "--width", "256", "--text-tokens", "32")
+    assert doc is not None, err
+    assert doc["device"]["type"] == "TPU v6e:2x4 x2 slices" and doc["device"]["count"] == 16
+    reduced = [c for c in doc["collectives"] if c["kind"] == "all-reduce"]
+    assert reduced and all(c["mesh_axes"] == ["model"] for c in reduced)  # the row-split sums stay on a slice
+    assert doc["collectives_attributed_to_blocks"] is False
+    assert not [d for d in doc["differences"] if "all-reduce" in d], doc["differences"]
