@@ -16,10 +16,15 @@ import math
 import re
 from dataclasses import dataclass
 
-#: Bytes per element of XLA's primitive types.
+from meshlab.errors import BackendError
+
+#: Bytes per element of every XLA primitive type (xla/xla_data.proto's PrimitiveType, as HLO text spells them);
+#: sub-byte types are packed (s4: two to a byte), so their arrays take a fraction of a byte per element.
 ELEMENT_BYTES = {
-    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2, "f16": 2,
-    "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "token": 0,
+    "pred": 1, "s1": 0.125, "u1": 0.125, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1,
+    "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
+    "f4e2m1fn": 0.5, "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2": 1,
+    "f8e5m2fnuz": 1, "f8e8m0fnu": 1, "c64": 8, "c128": 16, "token": 0, "opaque": 0,
 }
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -117,7 +122,7 @@ class ArrayShape:
 
     @property
     def bytes(self) -> int:
-        return math.prod(self.dims) * ELEMENT_BYTES.get(self.dtype, 4)
+        return math.ceil(math.prod(self.dims) * ELEMENT_BYTES[self.dtype])
 
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(map(str, self.dims))}]"
@@ -168,7 +173,7 @@ def layer_of(op_name: str | None) -> str | None:
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _KIND = re.compile(r"\s(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
-_ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+(?:fn)?)?)\[([\d,]*)\]")
+_ARRAY = re.compile(r"(?<![\w.%'\-])([a-z][a-z0-9]*)\[([\d,]*)\]")  # any type name: an unknown one is refused
 
 
 def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
@@ -295,8 +300,23 @@ def definitions(hlo_text: str) -> dict[str, tuple[ArrayShape, ...]]:
 
 
 def array_shapes(text: str) -> tuple[ArrayShape, ...]:
-    """Every array shape written in `text` (``bf16[8,16]{1,0}``), in order."""
-    return tuple(ArrayShape(dtype, _ints(dims)) for dtype, dims in _ARRAY.findall(text) if dtype in ELEMENT_BYTES)
+    """Every array shape written in `text` (``bf16[8,16]{1,0}``), in order. A type XLA names that is not in
+    ELEMENT_BYTES is an error saying so: sized at a guess, a collective's bytes would be silently wrong."""
+    shapes = []
+    for dtype, dims in _ARRAY.findall(text):
+        if dtype not in ELEMENT_BYTES:
+            raise UnknownElementType(dtype)
+        shapes.append(ArrayShape(dtype, _ints(dims)))
+    return tuple(shapes)
+
+
+class UnknownElementType(BackendError):
+    """XLA wrote an element type meshlab cannot size (a newer XLA's): one line naming it, exit 3."""
+
+    def __init__(self, dtype: str):
+        super().__init__(f"XLA wrote an array of element type {dtype!r}, whose size meshlab does not know",
+                         "add it to meshlab.backend.hlo.ELEMENT_BYTES (xla_data.proto's PrimitiveType says its bits)")
+        self.dtype = dtype
 
 
 def _start_result(text: str) -> tuple[ArrayShape, ...]:

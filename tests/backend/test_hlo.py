@@ -194,3 +194,10 @@ def test_a_weight_gather_named_after_its_argument_belongs_to_the_weight_s_module
             "weight\\']\"}")
     (c,) = hlo.parse_collectives(line)
     assert c.layer == "transformer_blocks.0.img_mod.1" and c.groups == ((0, 1, 2, 3, 4, 5, 6, 7),)
+
+
+def test_every_xla_element_type_is_sized_and_an_unknown_one_is_refused():
+    shapes = hlo.array_shapes("(f8e4m3fn[2,3]{1,0}, s4[5], f4e2m1fn[3], f8e8m0fnu[4], f8e4m3b11fnuz[2], pred[7])")
+    assert [s.bytes for s in shapes] == [6, 3, 2, 4, 2, 7]  # s4 and f4 pack two to a byte
+    with pytest.raises(hlo.UnknownElementType, match="'f9e9'"):
+        hlo.array_shapes("f9e9[3]")
