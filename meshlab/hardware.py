@@ -42,9 +42,9 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: Figures only some entries have (each with a source where it is given): the attention kernel a run uses on
 #: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
 #: measured GEMM rates by shape (`MatmulRates`).
-OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour")
+OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops")
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
-OPTIONAL_NUMBERS = ("usd_per_chip_hour",)
+OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 
@@ -170,6 +170,8 @@ class Hardware:
     matmul_rates: MatmulRates | None = None
     #: what renting one chip (one GPU) costs per hour, on demand at list price (None: no price known)
     usd_per_chip_hour: float | None = None
+    #: dense float32 matmul peak FLOP/s as the frameworks run float32 by default (None: not in the catalog)
+    fp32_flops: float | None = None
     #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -232,6 +234,14 @@ class Hardware:
         (compute_efficiency prices it)."""
         return self.matmul_rates.rate(m, k, n) if self.matmul_rates is not None and min(m, k, n) >= 1 else None
 
+    def at_dtype(self, dtype: str) -> "Hardware":
+        """This entry for a workload in `dtype`: float32 runs at `fp32_flops`, and the measured GEMM and published
+        attention rates (bf16 figures) no longer apply; bf16 and float16 are the bf16 figures."""
+        if dtype != "float32" or self.fp32_flops is None or self.profile is not None:
+            return self
+        sources = {**self.sources, "bf16_flops": f"float32: {self.sources.get('fp32_flops', '')}"}
+        return replace(self, bf16_flops=self.fp32_flops, matmul_rates=None, attention_kernel="", sources=sources)
+
     def using(self, devices: int) -> "Hardware":
         """The same system using `devices` of its devices: any count up to a GPU node's (one GPU, or four of
         eight, behind the same switch); a TPU slice is used whole (another count is another slice, e.g. v6e-4)."""
@@ -268,10 +278,10 @@ def _problems(hw: Hardware) -> list[str]:
         if not isinstance(value, float) or not low_ok or (name in FRACTION_FIELDS and value > 1):
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
-    for name in OPTIONAL_NUMBERS:
+    for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf)):
         value = getattr(hw, name)
-        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not 0 <= value <= 1e6):
-            problems.append(f"{name} ({value!r}) must be a number from 0 to 1e6")
+        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
+            problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")
     missing = [name for name in FIGURES if not hw.sources.get(name)]
     missing += [name for name in OPTIONAL_FIGURES if _given(hw, name) and not hw.sources.get(name)]
     if missing:

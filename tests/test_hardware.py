@@ -194,7 +194,7 @@ def test_describe_rows_with_sources_is_json_ready():
     v6e_8 = next(row for row in rows if row["name"] == "v6e-8")
     assert v6e_8["figures"]["topology"] == [2, 4]
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
-    assert set(v6e_8["sources"]) == set(FIGURES) | {"usd_per_chip_hour"}
+    assert set(v6e_8["sources"]) == set(FIGURES) | {"usd_per_chip_hour", "fp32_flops"}
     assert v6e_8["figures"]["usd_per_chip_hour"] == 2.7 and "per chip-hour" in v6e_8["sources"]["usd_per_chip_hour"]
     json.dumps(rows)
 
@@ -359,3 +359,15 @@ def test_the_catalog_json_carries_the_gemm_grid_with_its_source():
     grid = row["figures"]["matmul_rates"]
     assert grid["m"] == [256, 512, 1024, 2048, 4096] and grid["flops"][4][4][4] == 780.2e12
     assert "sm_90" in row["sources"]["matmul_rates"]
+
+
+def test_a_float32_workload_runs_at_the_float32_peak_without_the_bf16_rates():
+    """PyTorch keeps float32 matmuls off an H100's tensor cores (67 TFLOP/s, its datasheet); torch_xla runs them
+    on a TPU as one bf16 pass (its default matmul precision), so there the peak stays."""
+    h100 = load_hardware("h100")
+    f32 = h100.at_dtype("float32")
+    assert f32.bf16_flops == 67e12 and f32.matmul_rates is None and f32.attention_kernel == ""
+    assert "FP32 67 TFLOPS" in f32.sources["bf16_flops"] and h100.at_dtype("bfloat16") is h100
+    v6e = load_hardware("v6e-8")
+    assert v6e.at_dtype("float32").bf16_flops == v6e.bf16_flops
+    assert "one bf16 pass" in v6e.sources["fp32_flops"]

@@ -142,6 +142,7 @@ def plan_work(plan: Plan, strategy: Strategy) -> PlanWork:
 def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions(),
             work: PlanWork | None = None) -> Prediction:
     """The plan's time and cost on `hardware`; `work` is `plan_work(plan, strategy)` when the caller has it."""
+    hardware = hardware.at_dtype(strategy.workload.dtype)  # a float32 workload runs at the float32 peak
     done = work if work is not None else plan_work(plan, strategy)
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
