@@ -25,12 +25,25 @@ class Entry:
 
 @dataclass(frozen=True)
 class Comparison:
-    entries: tuple[Entry, ...]  # ranked
+    entries: tuple[Entry, ...]  # ranked within each model, the models in the order given
     notes: tuple[str, ...]  # e.g. strategies for different models
 
     @property
+    def best_per_model(self) -> dict[str, Entry]:
+        """Each model's fastest plan that fits (plans for different models do different work: none is best of
+        all)."""
+        found: dict[str, Entry] = {}
+        for e in self.entries:
+            if e.fits and e.rank == 1:
+                found.setdefault(e.planned.card.name, e)
+        return found
+
+    @property
     def best(self) -> Entry | None:
-        return self.entries[0] if self.entries and self.entries[0].fits else None
+        """The fastest plan that fits, where every plan is for one model."""
+        bests = self.best_per_model
+        models = {e.planned.card.name for e in self.entries}
+        return next(iter(bests.values())) if len(models) == 1 and bests else None
 
 
 def expand(patterns: list[str]) -> list[Path]:
@@ -57,19 +70,26 @@ def compare(patterns: list[str]) -> Comparison:
 
 
 def rank(pairs: list[tuple[PlannedStrategy, Prediction]]) -> Comparison:
-    ordered = sorted(pairs, key=lambda pp: (not pp[0].memory.fits, pp[1].seconds_per_image, pp[0].strategy.name))
-    best = ordered[0] if ordered and ordered[0][0].memory.fits else None
-    entries = tuple(Entry(p, pred, i + 1, "" if best and p is best[0] else why_loses(p, pred, best))
-                    for i, (p, pred) in enumerate(ordered))
-    return Comparison(entries, _notes(pairs))
+    """Each model's plans ranked among themselves (fitting first, then by seconds per image), each loser against
+    its own model's best: plans for different models do different work and are never held to each other."""
+    groups: dict[str, list] = {}
+    for pair in pairs:
+        groups.setdefault(pair[0].card.name, []).append(pair)
+    entries = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda pp: (not pp[0].memory.fits, pp[1].seconds_per_image, pp[0].strategy.name))
+        best = ordered[0] if ordered and ordered[0][0].memory.fits else None
+        entries += [Entry(p, pred, i + 1, "" if best and p is best[0] else why_loses(p, pred, best))
+                    for i, (p, pred) in enumerate(ordered)]
+    return Comparison(tuple(entries), _notes(pairs))
 
 
 def _notes(pairs) -> tuple[str, ...]:
     notes = []
     models = sorted({p.card.name for p, _ in pairs})
     if len(models) > 1:
-        notes.append(f"these strategies are for different models ({', '.join(models)}): their times are for "
-                     "different work; compare within one model")
+        notes.append(f"these strategies are for different models ({', '.join(models)}): each is ranked among its "
+                     "own model's plans (their times are for different work)")
     hardware = sorted({p.hardware.name for p, _ in pairs})
     if len(hardware) > 1:
         notes.append(f"these strategies run on different hardware ({', '.join(hardware)})")
@@ -104,7 +124,7 @@ def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
 
 def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_per_image: float) -> str:
     if worst == "collective":
-        counts = pred.block_collectives()
+        counts = pred.block_collectives(issued=True)  # as the hardware issues them: what the time is priced from
         listed = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         return (f"{listed or 'collectives'} per block: {pred.step.collective * per_image:.2f} s/image in collectives "
                 f"vs {b.step.collective * best_per_image:.2f}")
@@ -154,6 +174,7 @@ def comparison_document(comparison: Comparison) -> dict:
     return {
         "label": "predicted",
         "best": comparison.best.planned.strategy.name if comparison.best else None,
+        "best_per_model": {model: e.planned.strategy.name for model, e in comparison.best_per_model.items()},
         "notes": list(comparison.notes),
         "entries": [entry_document(e) for e in comparison.entries],
         "assumptions": hardware,

@@ -39,7 +39,8 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
                          min_width=min(longest + 5, 30) if c == "strategy" else None)
     for e in comparison.entries:
         p, chip = e.prediction, e.planned.memory.most_loaded
-        name = e.planned.strategy.name + (" [bold green]best[/bold green]" if comparison.best is e else "")
+        best = comparison.best_per_model.get(e.planned.card.name) is e
+        name = e.planned.strategy.name + (" [bold green]best[/bold green]" if best else "")
         table.add_row(
             name, "x".join(str(v) for v in e.planned.plan.mesh.shape),
             f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", "yes" if e.fits else "[red]no[/red]",
@@ -432,8 +433,9 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
     names = [e.planned.strategy.name for e in entries]
     fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     _stack(mem_ax, names, _memory_parts(entries), "GiB per chip (most loaded)")
-    hbm = entries[0].planned.memory.most_loaded.hbm / 2**30 if entries else 0
-    mem_ax.axhline(hbm, color="red", linestyle="--", label="usable HBM")
+    for i, e in enumerate(entries):  # each plan's own chip: systems differ in HBM
+        mem_ax.hlines(e.planned.memory.most_loaded.hbm / 2**30, i - 0.4, i + 0.4, color="red", linestyle="--",
+                      label="usable HBM (its chip)" if i == 0 else None)
     mem_ax.legend(fontsize=7)
     _stack(time_ax, names, _time_parts(entries), "seconds per image (predicted)")
     time_ax.legend(fontsize=7)

@@ -36,14 +36,16 @@ def test_globs_that_match_nothing_are_bad_input(tmp_path):
 
 def test_ranks_fitting_plans_first_and_says_why_losers_lose():
     result = compare([GLOB])
-    ranked = [e.planned.strategy.name for e in result.entries]
-    assert ranked[-1] == "data" and not result.entries[-1].fits
-    assert "does not fit" in result.entries[-1].why and "replicated" in result.entries[-1].why
-    assert result.best is result.entries[0] and result.best.why == ""
-    assert all(e.why for e in result.entries[1:])
+    qwen = [e for e in result.entries if e.planned.card.name == "qwen-image"]
+    ranked = [e.planned.strategy.name for e in qwen]
+    assert ranked[-1] == "data" and not qwen[-1].fits
+    assert "does not fit" in qwen[-1].why and "replicated" in qwen[-1].why
+    assert result.best_per_model["qwen-image"] is qwen[0] and qwen[0].why == ""
+    assert all(e.why for e in qwen[1:])
     assert result.notes == (  # wan-14b-v6e-8.yaml: a video model; ulysses.yaml: 8 GPUs
-        "these strategies are for different models (qwen-image, wan-2.1-t2v-14b): their times are for different "
-        "work; compare within one model", "these strategies run on different hardware (h100, v6e-8)")
+        "these strategies are for different models (qwen-image, wan-2.1-t2v-14b): each is ranked among its own "
+        "model's plans (their times are for different work)", "these strategies run on different hardware (h100, "
+        "v6e-8)")
 
 
 def test_different_models_are_allowed_but_noted(write_strategy):
@@ -58,7 +60,8 @@ def test_cli_compare_json_labels_predictions():
     result = CliRunner().invoke(cli(), ["compare", GLOB, "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert document["label"] == "predicted" and document["best"] == document["entries"][0]["name"]
+    assert document["label"] == "predicted" and document["best"] is None  # two models: no best of all
+    assert document["best_per_model"]["qwen-image"] == document["entries"][0]["name"]
     assert all(e["predicted"]["label"] == "predicted" for e in document["entries"])
     assert document["assumptions"]["v6e-8"]
 
@@ -111,3 +114,17 @@ def test_cli_plot_writes_png(tmp_path):
     result = CliRunner().invoke(cli(), ["compare", GLOB, "--plot", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plans_for_different_models_are_ranked_apart(tmp_path):
+    """A Wan plan is never held to a Qwen-Image one (different work): each model has its own best and ranks."""
+    from meshlab.ranking import compare
+
+    result = compare([str(REPO / "strategies" / "2d.yaml"), str(REPO / "strategies" / "pairs.yaml"),
+                      str(REPO / "strategies" / "wan-14b-v6e-8.yaml")])
+    assert result.best is None and set(result.best_per_model) == {"qwen-image", "wan-2.1-t2v-14b"}
+    wan = [e for e in result.entries if e.planned.card.name == "wan-2.1-t2v-14b"]
+    assert [e.rank for e in wan] == [1] and wan[0].why == ""
+    qwen = [e for e in result.entries if e.planned.card.name == "qwen-image"]
+    assert sorted(e.rank for e in qwen) == [1, 2] and all("TFLOP" not in e.why for e in qwen)
+    assert any("different models" in note for note in result.notes)
