@@ -358,7 +358,9 @@ def _priced_table(profile, measured) -> Table:
 def _terms_table(planned, p) -> Table:
     """Seconds per image end to end, term by term (meshlab.cost.pipeline_time)."""
     hw, workload, card = planned.hardware, planned.strategy.workload, planned.card
-    table = Table(title=f"One image end to end {PREDICTED}", title_justify="left")
+    what = "video" if planned.strategy.workload.frames > 1 else "image"
+    table = Table(title=f"One {what}'s share of a pipeline call, end to end ({p.layout.images} {what}(s) per call) "
+                        f"{PREDICTED}", title_justify="left")
     for column, justify in (("term", "left"), ("seconds", "right"), ("how", "left")):
         table.add_column(column, justify=justify)
     terms = p.terms
@@ -387,7 +389,10 @@ def _terms_table(planned, p) -> Table:
         unknown = key in terms.unknown
         table.add_row(name, "unknown" if unknown else f"{getattr(terms, key):.3f}",
                       "the card lacks this figure: regenerate it" if unknown else how)
-    table.add_row("[bold]seconds per image[/bold]", f"[bold]{p.seconds_per_image:.2f}[/bold]", "end to end")
+    table.add_row(f"[bold]seconds per {what}[/bold]", f"[bold]{p.seconds_per_image:.2f}[/bold]",
+                  "at throughput: the call's time shared among its " + what + "s")
+    table.add_row(f"latency: one {what}", f"{p.first_call_s:.2f}", f"a whole call: a request waits for all "
+                  f"{p.layout.images} {what}(s) of it")
     return table
 
 
