@@ -58,6 +58,7 @@ class Compiled:
     out_of_memory: str = ""  # XLA:TPU's refusal to fit the program
     required_bytes: int | None = None
     schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
+    program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
 
     @property
     def ok(self) -> bool:
@@ -140,6 +141,9 @@ class TpuCheckReport:
             found.append(f"fits: meshlab says {self.fits_predicted}, XLA:TPU {self.fits_xla}")
         if c.out_of_memory:
             return tuple(found)
+        if not c.program_read:
+            found.append("XLA:TPU's optimized program could not be read back (work it moved to the SparseCore trips "
+                         "its proto reader): its collectives are not held")
         weights = self.predicted_argument_weights
         if abs(c.weights - weights) > WEIGHTS_TOLERANCE * weights:
             found.append(f"weights per chip: predicted {weights}, XLA:TPU {c.weights}")
@@ -303,7 +307,8 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
     return Compiled(result["front_end"], "", result["compile_seconds"], result.get("trace_seconds"),
                     result.get("memory") or {}, result.get("other_argument_bytes") or {}, result.get("flops"),
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
-                    result.get("required_bytes"), schedule)
+                    result.get("required_bytes"), schedule,
+                    program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")))
 
 
 def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counter]:
@@ -410,9 +415,12 @@ def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
     if not c.ok:
         return {"front_end": c.front_end, "error": c.error}
     middle = [f"{name}.{n // 2}" for name, n in setup.checked_blocks.items()]
+    if not c.program_read:
+        return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
+                "weights": c.weights, "flops": c.flops, "program_read": False}
     counts = c.per_block(setup)
     return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
-            "weights": c.weights, "flops": c.flops,
+            "weights": c.weights, "flops": c.flops, "program_read": True,
             "block_collectives": {b: dict(counts.get(b, Counter())) for b in middle},
             "outside_blocks": dict(counts.get(OUTSIDE, Counter()))}
 

@@ -80,7 +80,8 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
         progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
         compiled = libtpu.compile_lowered(lowered)
     hlo_file = out / f"{front}.tpu.hlo.txt"
-    hlo_file.write_text(compiled.hlo)
+    if compiled.hlo:
+        hlo_file.write_text(compiled.hlo)
     schedules = sorted((p for p in (out / "xla-dump").glob("*.schedule.txt") if p.stat().st_mtime >= began - 1),
                        key=lambda p: p.stat().st_mtime)
     schedule = None
