@@ -68,12 +68,13 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
 
     predicted = {f"transformer_blocks.{i}": Counter({"all-reduce": 3}) for i in range(3)}
     sizes = {f"transformer_blocks.{i}": Counter({"all-reduce": 3000}) for i in range(3)}
-    program = Compiled("torch-xla", memory={"argument": 0, "output": 0, "alias": 0, "temp": chip.activation_peak,
-                                            "generated_code": 0},
+    program = Compiled("torch-xla", memory={"argument": 0, "output": 0, "alias": 0, "temp": 0, "generated_code": 0},
                        collectives=tuple(reduce(f"x{i}", 1000) for i in range(3)))
     report = TpuCheckReport(setup, {"name": "v6e:2x4", "slices": 1, "chips": 8}, (program,), predicted, sizes, {})
     weights = report.predicted_argument_weights
-    program = replace(program, memory={**program.memory, "argument": weights})
+    scores = report.predicted_temporaries("torch-xla")  # stock attention: its scores held
+    assert scores > report.predicted_temporaries("torchax") == chip.activations  # the strategy's flash kernel
+    program = replace(program, memory={**program.memory, "argument": weights, "temp": scores})
     report = replace(report, compiled=(program,))
     assert report.agrees, report.differences()
     worse = replace(program, memory={**program.memory, "argument": int(weights * 1.02), "temp": 1},
