@@ -69,13 +69,49 @@ def default_rules(mesh: dict[str, int]) -> str:
     return "data"
 
 
-def quick_document(model: str, hardware: str, mesh: dict[str, int] | None, rules: str | None, workload: dict,
-                   text_encoder: str | None) -> dict:
-    """The strategy document the flags describe (plain data, ready for YAML and the loader)."""
-    from meshlab.cards.card import load_card
-    from meshlab.hardware import load_hardware
-    from meshlab.sweep import quick_strategy
+def parse_rules(text: str | None) -> list[str] | None:
+    """``ulysses+pairs`` -> ["ulysses", "pairs"]: at most one sequence family and one weight family, none twice."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split("+")]
+    where = Location("command line: --rules")
+    unknown = [p for p in parts if p not in RULES]
+    if unknown:
+        raise InputError(f"--rules {text!r} names no rule family {unknown[0]!r}",
+                         "use one of " + ", ".join(RULES) + " (a sequence family and a weight family join with +, "
+                         "e.g. ulysses+pairs)", where)
+    sequences = [p for p in parts if p in ("ulysses", "ring")]
+    weights = [p for p in parts if p not in ("ulysses", "ring", "data")]
+    if len(set(parts)) < len(parts) or len(sequences) > 1 or len(set(weights) - {"fsdp"}) > 1:
+        raise InputError(f"--rules {text!r} names two families of one kind", "join at most one sequence family "
+                         "(ulysses, ring) with one weight family (model, 2d, pairs, fsdp), e.g. ulysses+pairs", where)
+    return parts
 
+
+@dataclass(frozen=True)
+class QuickAnswer:
+    planned: object  # meshlab.planning.PlannedStrategy
+    document: dict  # the strategy document it planned
+    placement: str  # where the text encoder went, and why
+
+
+def plan_quick(model: str | None, hardware: str | None, mesh: str | None, rules: str | None, given: dict,
+               text_encoder: str | None) -> QuickAnswer:
+    """The quick question planned: the model's pipeline defaults with what `given` overrides; the text encoder on
+    the device where the plan still fits with it on a GPU (as diffusers places it), on the host on a TPU (as
+    meshlab run's PyTorch/XLA pipeline and the seed's port run it) or where --text-encoder says."""
+    from meshlab.cards.card import load_card
+    from meshlab.cards.defaults import default_workload
+    from meshlab.errors import MeshlabError
+    from meshlab.hardware import load_hardware
+    from meshlab.planning import plan_strategy
+
+    if model is None or hardware is None:
+        raise InputError("a strategy file, or --model and --hardware, is needed",
+                         "e.g. meshlab try strategies/2d.yaml, or meshlab try --model qwen-image --hardware h200:1")
+    if text_encoder not in (None, "auto", "host", "device"):
+        raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
+                         "give --text-encoder auto, host or device", Location("command line: --text-encoder"))
     try:
         card = load_card(model, Path.cwd())
     except InputError as exc:
@@ -84,24 +120,87 @@ def quick_document(model: str, hardware: str, mesh: dict[str, int] | None, rules
         hw = load_hardware(hardware)
     except InputError as exc:
         raise InputError(exc.problem, exc.fix, Location("command line: --hardware")) from None
+    workload, _basis = default_workload(card.name, **given)
+    parsed, parts = parse_mesh(mesh) if mesh else None, parse_rules(rules)
+    auto = text_encoder in (None, "auto")
+    first = "device" if text_encoder == "device" or (auto and hw.kind == "gpu") else "host"
+
+    def plan(where: str):
+        loaded = loaded_from(quick_document(card, model, hw, parsed, parts, workload, where))
+        try:
+            return plan_strategy(loaded)
+        except MeshlabError as exc:
+            raise loaded.place(exc) from None
+
+    planned = plan(first)
+    placement = ("on the device, where it fits beside the plan (as diffusers places it)" if first == "device" and auto
+                 else "on the host (as a PyTorch/XLA pipeline runs it)" if first == "host" and auto
+                 else f"on the {first} (--text-encoder)")
+    if first == "device" and not planned.memory.fits:
+        on_host = plan("host")
+        if auto:
+            planned, placement = on_host, "on the host: no room for it beside the plan"
+        elif on_host.memory.fits:
+            chip = planned.memory.most_loaded
+            raise InputError(f"the text encoder ({chip.text_encoder / 2**30:.2f} GiB) does not fit beside the plan: "
+                             f"{chip.total / 2**30:.2f} GiB of {chip.hbm / 2**30:.2f} GiB per chip",
+                             "put it on the host (--text-encoder host), where the plan fits",
+                             Location("command line: --text-encoder"))
+    return QuickAnswer(planned, planned.loaded.document.data, placement)
+
+
+def loaded_from(document: dict):
+    from meshlab.strategy.loader import LoadedStrategy
+    from meshlab.strategy.schema import Strategy
+
+    return LoadedStrategy(Strategy.model_validate(document), CommandLineDocument("command line", document),
+                          Path.cwd() / "command-line.yaml")
+
+
+def save_quick(answer: QuickAnswer, path: Path):
+    """Write the answer's strategy file and plan it from there (it plans the same); a model card named by its
+    path is written relative to the file, and the card itself is never written over."""
+    import os
+
+    import yaml
+
+    from meshlab.files import write_atomic
+    from meshlab.planning import plan_file
+
+    document = dict(answer.document)
+    card = document["model"]
+    inputs = []
+    if card.endswith(".json"):
+        card_path = Path(card) if Path(card).is_absolute() else Path.cwd() / card
+        inputs.append(card_path)
+        document["model"] = os.path.relpath(card_path, Path(path).resolve().parent)
+    text = ("# Written by `meshlab try --model ...`: the strategy the command line asked about.\n"
+            + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=110))
+    write_atomic(path, text, inputs, "--save")
+    return plan_file(path)
+
+
+def quick_document(card, model: str, hw, mesh: dict[str, int] | None, parts: list[str] | None, workload,
+                   text_encoder: str) -> dict:
+    """The strategy document the flags describe (plain data, ready for YAML and the loader)."""
+    from meshlab.sweep import quick_strategy
+
     mesh = mesh or {"data": hw.chips}
     devices = math.prod(mesh.values())
     if devices != hw.chips:
         hw = hw.using(devices)
         if devices != hw.chips:
             raise InputError(f"{','.join(f'{k}={v}' for k, v in mesh.items())} uses {devices} devices and "
-                             f"{hardware} has {hw.chips}", f"make the sizes multiply to {hw.chips}" + (
+                             f"{hw.name} has {hw.chips}", f"make the sizes multiply to {hw.chips}" + (
                                  " (or fewer, on a GPU node)" if hw.kind == "gpu" else ""),
                              Location("command line: --mesh"))
     mesh = {"data": 1, **mesh} if "data" not in mesh else mesh  # the batch axis the rule families name
     mesh = {axis: mesh[axis] for axis in AXES if axis in mesh}
-    family = rules or default_rules(mesh)
-    parts = family.split("+")
-    unknown = [p for p in parts if p not in RULES]
-    if unknown:
-        raise InputError(f"--rules {family!r} names no rule family {unknown[0]!r}",
-                         "use one of " + ", ".join(RULES) + " (a sequence family and a weight family join with +, "
-                         "e.g. ulysses+pairs)", Location("command line: --rules"))
+    if mesh.get("cfg", 1) > 1 and not workload.cfg:
+        raise InputError(f"--mesh splits the guidance branches over cfg, and {card.name} runs without CFG here",
+                         "drop cfg from --mesh, or ask for --cfg", Location("command line: --mesh"))
+    parts = parts or default_rules(mesh).split("+")
+    family = "+".join(parts)
     strategy = quick_strategy(card, hw, model, workload, mesh, parts)
     document = {"name": f"{model}-{family.replace('+', '-')}-{'x'.join(f'{k}{v}' for k, v in mesh.items())}",
                 "description": f"{model} on {hw.name}: {'; '.join(RULES[p] for p in parts)} (from meshlab try "
@@ -111,8 +210,14 @@ def quick_document(model: str, hardware: str, mesh: dict[str, int] | None, rules
                            if not (k == "min_rank" and v == 0)} for r in strategy.rules],
                 "activations": strategy.activations.model_dump(exclude_none=True),
                 "rewrites": list(strategy.rewrites), "workload": strategy.workload.model_dump()}
-    if text_encoder:
-        document["placement"] = {"text_encoder": "device" if text_encoder == "device" else "cpu"}
+    document["placement"] = {"text_encoder": "device" if text_encoder == "device" else "cpu"}
     if strategy.compile.elementwise != "fused":
         document["compile"] = strategy.compile.model_dump()
+    if hw.slices > 1:  # several slices: one axis crosses them over DCN, data where it can (as the sweep tries first)
+        across = next((a for a in ("data", "cfg", "seq", "model") if mesh.get(a, 1) % hw.slices == 0), None)
+        if across is None:
+            raise InputError(f"no --mesh axis splits into {hw.slices} slices", f"give an axis a size that "
+                             f"{hw.slices} divides, e.g. data={hw.slices * 8 // max(hw.slices, 1)}",
+                             Location("command line: --mesh"))
+        document["dcn"] = {across: hw.slices}
     return document

@@ -481,7 +481,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
                          rewrites, dcn)
-    if text_encoder in ("device", "auto"):
+    if text_encoder == "device" or (text_encoder == "auto" and hardware.kind == "gpu"):
         strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
             update={"text_encoder": "device"})})
     try:
@@ -507,7 +507,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
     return Candidate(strategy, family, plan, memory, prediction, dropped, hardware, images)
 
 
-def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None) -> str:
+def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None, objective: str = "latency") -> str:
     """A ready strategy file for `candidate` (on its own system unless `hardware` is given), with a header saying
     what it is and what meshlab predicts."""
     import yaml
@@ -523,13 +523,14 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None) -> str
         **({"compile": s.compile.model_dump()} if s.compile.elementwise != "fused" else {}),
     }
     header = (
-        f"# Written by `meshlab sweep`: the best plan that fits (see the sweep's --objective), of "
-        f"{candidate.family} family.\n"
+        f"# Written by `meshlab sweep`: the best plan by {objective} that fits, of {candidate.family} family.\n"
         f"# Predicted (not measured) on {hardware.name}: {p.first_call_s:.2f} s for a call of {p.layout.images} "
         f"image(s), {p.seconds_per_image:.2f} s per image at throughput, "
         f"{p.step.total * 1e3:.0f} ms per step, MFU {100 * p.mfu:.0f}%, "
         f"{candidate.headroom / 2**30:.2f} GiB headroom per chip"
-        + (f", ${p.usd_per_image:.4f} per image at list price.\n" if p.usd_per_image is not None else ".\n")
+        + (f", ${p.usd_per_image:.4f} per image at list price in the steady state"
+           + (f" (${candidate.usd:.4f} over {candidate.images} images with the startup)" if candidate.images else "")
+           + ".\n" if p.usd_per_image is not None else ".\n")
     )
     if GUIDANCE_AXIS in s.mesh:
         header += (f"# Mesh axis '{GUIDANCE_AXIS}' puts the two guidance branches on different chips: run cond and "
@@ -561,6 +562,7 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
         if c.prediction is not None:
             doc["predicted"] = prediction_document(c.prediction)
             doc["latency_s"] = c.latency
+            doc["text_encoder"] = "device" if c.strategy.placement.text_encoder == "device" else "host"
             doc["meets_goals"] = c.fits and not result.limits.problem(c)
             if result.images is not None:
                 doc["usd_per_image_over_images"] = c.usd

@@ -38,7 +38,9 @@ def try_(
     steps: Optional[int] = typer.Option(None, "--steps"),
     text_tokens: Optional[int] = typer.Option(None, "--text-tokens"),
     cfg: Optional[bool] = typer.Option(None, "--cfg/--no-cfg"),
-    text_encoder: Optional[str] = typer.Option(None, "--text-encoder", help="with --model: host or device"),
+    text_encoder: Optional[str] = typer.Option(None, "--text-encoder", help="with --model: device, host, or auto "
+                                               "(the default: on a GPU the device where the plan still fits with "
+                                               "it, on a TPU the host)"),
     save: Optional[Path] = typer.Option(None, "--save", help="with --model: write the strategy file it plans"),
     strict: bool = typer.Option(False, "--strict", help="a rule that matches no parameter is an error, not a "
                                 "warning"),
@@ -55,9 +57,13 @@ def try_(
 
         raise InputError(f"{given[0]} asks a quick question, and a strategy file was given too",
                          "give a strategy file, or --model and --hardware with their flags")
+    placement = None
     if strategy is None:
-        planned = _quick(model, hardware, mesh, rules, dict(height=height, width=width, frames=frames, steps=steps,
-                                                          text_tokens=text_tokens, cfg=cfg), text_encoder, save)
+        from meshlab.quick import plan_quick, save_quick
+
+        answer = plan_quick(model, hardware, mesh, rules, dict(height=height, width=width, frames=frames, steps=steps,
+                                                              text_tokens=text_tokens, cfg=cfg), text_encoder)
+        planned, placement = (save_quick(answer, save) if save is not None else answer.planned), answer.placement
     else:
         from meshlab.planning import plan_file
 
@@ -68,69 +74,13 @@ def try_(
     if as_json:
         from meshlab.plan_document import try_document
 
-        print_json(try_document(planned))
+        print_json(try_document(planned) | ({"text_encoder": placement} if placement else {}))
     else:
         from meshlab.cli.render_try import render_try
 
         render_try(planned, console())
-
-
-def _quick(model, hardware, mesh, rules, workload: dict, text_encoder, save):
-    """Plan the strategy the flags describe (meshlab.quick), as `meshlab try` plans a file."""
-    from meshlab.errors import InputError, Location, MeshlabError
-
-    if model is None or hardware is None:
-        raise InputError("a strategy file, or --model and --hardware, is needed",
-                         "e.g. meshlab try strategies/2d.yaml, or meshlab try --model qwen-image --hardware h200:1")
-    if text_encoder not in (None, "host", "device"):
-        raise InputError(f"--text-encoder {text_encoder!r} is not host or device", "give --text-encoder host or "
-                         "device", Location("command line: --text-encoder"))
-    import yaml
-
-    from meshlab.cli.commands_cost import model_workload
-    from meshlab.planning import plan_strategy
-    from meshlab.quick import parse_mesh, quick_document
-
-    chosen, _basis = model_workload(model, **workload)
-    parsed = parse_mesh(mesh) if mesh else None
-    document = quick_document(model, hardware, parsed, rules, chosen, text_encoder or "device")
-    if text_encoder is None:  # as diffusers places it on a GPU: on the device where the plan still fits with it
-        loaded = _loaded(document)
-        try:
-            if not plan_strategy(loaded).memory.fits:
-                document = quick_document(model, hardware, parsed, rules, chosen, "host")
-        except MeshlabError:
-            pass  # the plan's own problem: reported below, from the document as asked
-    if save is not None:
-        from meshlab.files import write_atomic
-
-        text = ("# Written by `meshlab try --model ...`: the strategy the command line asked about.\n"
-                + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=110))
-        write_atomic(save, text, [], "--save")
-        from meshlab.planning import plan_file
-
-        return plan_file(save)
-    loaded = _loaded(document)
-    try:
-        planned = plan_strategy(loaded)
-    except MeshlabError as exc:
-        raise loaded.place(exc) from None
-    chip = planned.memory.most_loaded
-    if text_encoder == "device" and not planned.memory.fits and chip.text_encoder:
-        raise InputError(f"the text encoder ({chip.text_encoder / 2**30:.2f} GiB) does not fit beside the plan: "
-                         f"{chip.total / 2**30:.2f} GiB of {chip.hbm / 2**30:.2f} GiB per chip",
-                         "put it on the host (--text-encoder host), or split the weights more",
-                         Location("command line: --text-encoder"))
-    return planned
-
-
-def _loaded(document: dict):
-    from meshlab.quick import CommandLineDocument
-    from meshlab.strategy.loader import LoadedStrategy
-    from meshlab.strategy.schema import Strategy
-
-    return LoadedStrategy(Strategy.model_validate(document), CommandLineDocument("command line", document),
-                          Path.cwd() / "command-line.yaml")
+        if placement:
+            console().print(f"[dim]text encoder: {placement}[/dim]")
 
 
 @app.command("schema")

@@ -114,9 +114,10 @@ def sweep(
         raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
                          "give --text-encoder auto, host or device")
     card, systems = _card_and_systems(model, names, devices)
-    workload, basis = model_workload(card.name if not model.endswith(".json") else model,
-                                     height=height, width=width, frames=frames, steps=steps, text_tokens=text_tokens,
-                                     cfg=cfg)
+    from meshlab.cards.defaults import default_workload
+
+    workload, basis = default_workload(card.name, height=height, width=width, frames=frames, steps=steps,
+                                       text_tokens=text_tokens, cfg=cfg)
     most = Workload.field_metadata("batch")["le"]
     hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
@@ -145,7 +146,7 @@ def sweep(
                          "write the plan to a file (--out best.yaml), or drop --json")
     written = None
     if result.best is not None:
-        text = strategy_yaml(result.best)
+        text = strategy_yaml(result.best, objective=objective)
         if out == "-":
             typer.echo(text, nl=False)
         else:
@@ -184,23 +185,6 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
         from meshlab.cli.render_cost import render_explain
 
         render_explain(planned, prediction, console())
-
-
-def model_workload(model: str, **given) -> tuple:
-    """The workload a model is run at by default (its pipeline's, meshlab.cards.defaults) with what the command line
-    gave in place of it, and a line saying what it rests on."""
-    from meshlab.cards.defaults import pipeline_defaults
-    from meshlab.planning import workload_with
-    from meshlab.strategy.schema import Workload
-
-    defaults = pipeline_defaults(model)
-    base = Workload(**defaults.workload_fields()) if defaults else Workload()
-    changed = {k: v for k, v in given.items() if v is not None}
-    workload = workload_with(base, **changed)
-    basis = defaults.describe() if defaults else "meshlab's generic workload (no pipeline defaults for this card)"
-    if changed:
-        basis += "; from the command line: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items())
-    return workload, basis
 
 
 def _system_names(text: str) -> tuple[str, ...]:

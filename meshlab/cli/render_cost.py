@@ -31,7 +31,7 @@ def usd(amount: float | None) -> str:
 def render_comparison(comparison, console, plot: Path | None = None) -> None:
     table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}", title_justify="left")
     columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "fits", "compute\nms/step", "HBM\nms/step",
-               "coll.\nms/step", "step\nms", "s/image", "images\n/s", "$/image", "MFU", "coll.\nGiB/step",
+               "coll.\nms/step", "step\nms", "latency\ns", "s/image", "$/image", "MFU", "coll.\nGiB/step",
                "pad\nMiB")
     longest = max((len(e.planned.strategy.name) for e in comparison.entries), default=8)
     for c in columns:
@@ -45,7 +45,7 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             name, "x".join(str(v) for v in e.planned.plan.mesh.shape),
             f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", "yes" if e.fits else "[red]no[/red]",
             f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
-            f"{p.step.total * 1e3:.1f}", f"{p.seconds_per_image:.2f}", f"{p.images_per_second:.3f}",
+            f"{p.step.total * 1e3:.1f}", f"{p.first_call_s:.2f}", f"{p.seconds_per_image:.2f}",
             usd(p.usd_per_image), f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
             f"{chip.padding / 2**20:.1f}",
         )
@@ -58,7 +58,8 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
     for e in comparison.entries:
         if (warning := extrapolation_warning(e.prediction)) is not None:
             console.print(f"[yellow]warning:[/yellow] {e.planned.strategy.name}: {warning}")
-    console.print("[dim]Every time above is predicted by meshlab's cost model; s/image is end to end (text encode, "
+    console.print("[dim]Every time above is predicted by meshlab's cost model; latency is one request's wait for a "
+                  "whole pipeline call, s/image that call's time shared among its images (throughput), end to end (text encode, "
                   "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
                   "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
                   "collectives + host overhead. `meshlab explain FILE` lists the assumptions.[/dim]")
@@ -236,7 +237,8 @@ def _first_image_row(p, hw) -> tuple[str, str, str]:
 
 
 def render_explain(planned, prediction, console) -> None:
-    p, step, hw = prediction, prediction.step, planned.hardware
+    p, step = prediction, prediction.step
+    hw = planned.hardware.at_dtype(planned.strategy.workload.dtype)  # what the prediction priced from
     layout = p.layout
     console.print(f"[bold]{planned.strategy.name}[/bold] on {hw.name}, mesh {planned.plan.mesh.describe()}: "
                   f"{layout.batch} sample(s) per chip per call, {layout.calls} call(s) per step, "
@@ -357,7 +359,8 @@ def _priced_table(profile, measured) -> Table:
 
 def _terms_table(planned, p) -> Table:
     """Seconds per image end to end, term by term (meshlab.cost.pipeline_time)."""
-    hw, workload, card = planned.hardware, planned.strategy.workload, planned.card
+    workload, card = planned.strategy.workload, planned.card
+    hw = planned.hardware.at_dtype(workload.dtype)
     what = "video" if planned.strategy.workload.frames > 1 else "image"
     table = Table(title=f"One {what}'s share of a pipeline call, end to end ({p.layout.images} {what}(s) per call) "
                         f"{PREDICTED}", title_justify="left")

@@ -37,3 +37,11 @@ def test_compare_and_explain_show_the_same_dollars(tmp_path):
     assert f"${usd:.4f}" in table
     explained = runner.invoke(app, ["explain", str(STRATEGY)], terminal_width=200).output
     assert f"${usd:.4f}" in explained and "$2.70 per chip-hour" in explained and "time to first image" in explained
+
+
+def test_explain_prices_a_float32_workload_at_the_float32_peak(tmp_path):
+    path = tmp_path / "f32.yaml"
+    path.write_text("name: f32\nmodel: qwen-image\nhardware: h100\nmesh: {data: 8}\nrules: [{match: '*', "
+                    "shard: replicate}]\nworkload: {dtype: float32, batch: 8}\n")
+    text = runner.invoke(app, ["explain", str(path)], terminal_width=200).output
+    assert "at 67 TFLOP/s x 0.7" in text and "989 TFLOP/s" not in text and "measured GEMM rate" not in text

@@ -1,6 +1,7 @@
 """`meshlab try --model --hardware --mesh --rules`: a quick question, planned as a strategy file would be."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -27,6 +28,7 @@ def test_a_quick_question_plans_as_its_saved_file_does(tmp_path):
     docs = [json.loads(done.output) for done in (asked, saved, again)]
     for doc in docs:
         doc["strategy"].pop("file")
+    assert docs[0].pop("text_encoder") == docs[1].pop("text_encoder")  # a file says nothing of how it was chosen
     assert docs[0] == docs[1] == docs[2]
     doc = docs[0]
     assert doc["mesh"] == {"data": 2, "model": 4} and doc["hardware"]["name"] == "h100"
@@ -51,8 +53,16 @@ def test_defaults_are_the_model_s_pipeline_and_the_encoder_goes_where_it_fits():
      "command line: --rules: --rules 'nope' names no rule family"),
     (["--model", "qwen-image", "--hardware", "v6e-8", "--mesh", "data=8", "--rules", "pairs"],
      "splits weights over model, and --mesh has no model axis"),
-    (["--model", "qwen-image", "--hardware", "v5e-8", "--mesh", "data=8", "--text-encoder", "device"],
-     "command line: --text-encoder: the text encoder (15.45 GiB) does not fit beside the plan"),
+    (["--model", "flux2-dev", "--hardware", "h100:1", "--text-encoder", "device"],
+     "command line: --text-encoder: the text encoder (43.47 GiB) does not fit beside the plan"),
+    (["--model", "flux-dev", "--hardware", "h100", "--mesh", "seq=8", "--rules", "ulysses+ring"],
+     "names two families of one kind"),
+    (["--model", "flux-dev", "--hardware", "h100", "--mesh", "model=8", "--rules", "pairs+model"],
+     "names two families of one kind"),
+    (["--model", "flux-dev", "--hardware", "h100", "--rules", ""], "names no rule family ''"),
+    (["--model", "flux-dev", "--hardware", "h100", "--mesh", "cfg=2,data=4"],
+     "command line: --mesh: --mesh splits the guidance branches over cfg, and flux-dev runs without CFG"),
+    (["--model", "qwen-image", "--hardware", "v6e-8", "--text-encoder", "gpu"], "is not auto, host or device"),
     (["--model", "qwen-image"], "a strategy file, or --model and --hardware, is needed"),
     (["--model", "nosuch", "--hardware", "v6e-8"], "command line: --model"),
 ])
@@ -76,3 +86,40 @@ def test_a_rule_that_matches_nothing_is_a_located_warning_or_with_strict_an_erro
     assert refused.exit_code == 2 and f"error: {path}:{line}:" in refused.stderr
     clean = runner_err.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml"), "--strict"])
     assert clean.exit_code == 0 and "warning" not in clean.stderr
+
+
+def test_the_text_encoder_goes_where_it_fits_and_the_answer_says_where():
+    """On a GPU the encoder sits on the device when the plan still fits with it (as diffusers places it), else on
+    the host; on a TPU on the host (as a PyTorch/XLA pipeline runs it)."""
+    two = json.loads(ask("--model", "flux2-dev", "--hardware", "h200:1", "--json").output)
+    one = json.loads(ask("--model", "flux2-dev", "--hardware", "h100:1", "--json").output)
+    assert two["per_chip"][0]["breakdown"]["text_encoder"] > 0 and "on the device" in two["text_encoder"]
+    assert one["per_chip"][0]["breakdown"]["text_encoder"] == 0 and "no room" in one["text_encoder"]
+    assert one["fits"] and two["fits"]
+    tpu = json.loads(ask("--model", "qwen-image", "--hardware", "v6e-8", "--json").output)
+    assert tpu["per_chip"][0]["breakdown"]["text_encoder"] == 0 and "on the host" in tpu["text_encoder"]
+    refused = ask("--model", "flux2-dev", "--hardware", "h100:1", "--text-encoder", "device", "--save", "s.yaml")
+    assert refused.exit_code == 2 and not (Path.cwd() / "s.yaml").exists()  # refused before anything is written
+
+
+def test_a_saved_question_about_a_card_file_plans_from_its_own_folder_and_never_overwrites_the_card(tmp_path):
+    from tests.conftest import REPO
+
+    card = tmp_path / "wan.json"
+    card.write_text((REPO / "meshlab" / "cards" / "wan-2.1-t2v-14b.json").read_text())
+    (tmp_path / "sub").mkdir()
+    saved = ask("--model", "wan.json", "--hardware", "v6e-8", "--mesh", "cfg=2,seq=4", "--save", "sub/s.yaml",
+                "--json")
+    assert saved.exit_code == 0, saved.output
+    doc = json.loads(saved.output)
+    assert doc["workload"]["frames"] == 81 and doc["workload"]["width"] == 832  # the Wan pipeline's defaults
+    assert "model: ../wan.json" in (tmp_path / "sub" / "s.yaml").read_text()
+    before = card.read_text()
+    clobber = ask("--model", "wan.json", "--hardware", "v6e-8", "--save", "wan.json")
+    assert clobber.exit_code == 2 and card.read_text() == before
+
+
+def test_two_slices_put_data_across_them():
+    doc = json.loads(ask("--model", "qwen-image", "--hardware", "v6e-8x2", "--mesh", "data=4,model=4",
+                         "--json").output)
+    assert doc["hardware"]["chips"] == 16 and doc["fits"]
