@@ -44,20 +44,19 @@ class CommandLineDocument(YamlDocument):
 
 def parse_mesh(text: str) -> dict[str, int]:
     """``data=2,model=4`` -> {"data": 2, "model": 4}; axes from AXES, sizes positive."""
-    mesh = {}
+    mesh, where = {}, Location("command line: --mesh")
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, _, size = part.partition("=")
         if name not in AXES:
-            raise InputError(f"--mesh axis {name!r} is not one the rule families use",
-                             f"name axes from {', '.join(AXES)}, e.g. --mesh data=2,model=4", Location("command line"))
+            raise InputError(f"axis {name!r} is not one the rule families use",
+                             f"name axes from {', '.join(AXES)}, e.g. --mesh data=2,model=4", where)
         if name in mesh:
-            raise InputError(f"--mesh names {name} twice", "give each axis once", Location("command line"))
+            raise InputError(f"{name} is named twice", "give each axis once", where)
         if not size.isdigit() or int(size) < 1:
-            raise InputError(f"--mesh {part!r} has no positive size", "write axis=size, e.g. model=4",
-                             Location("command line"))
+            raise InputError(f"{part!r} has no positive size", "write axis=size, e.g. model=4", where)
         mesh[name] = int(size)
     if not mesh:
-        raise InputError(f"--mesh {text!r} names no axis", "e.g. --mesh data=8", Location("command line"))
+        raise InputError(f"{text!r} names no axis", "e.g. --mesh data=8", where)
     return {axis: mesh[axis] for axis in AXES if axis in mesh}  # the sweep's axis order
 
 

@@ -46,7 +46,7 @@ def test_defaults_are_the_model_s_pipeline_and_the_encoder_goes_where_it_fits():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--model", "qwen-image", "--hardware", "v6e-8", "--mesh", "data=2,bogus=4"], "--mesh axis 'bogus'"),
+    (["--model", "qwen-image", "--hardware", "v6e-8", "--mesh", "data=2,bogus=4"], "command line: --mesh: axis 'bogus'"),
     (["--model", "qwen-image", "--hardware", "v6e-8", "--mesh", "data=2,model=3"],
      "command line: --mesh: data=2,model=3 uses 6 devices and v6e-8 has 8"),
     (["--model", "qwen-image", "--hardware", "v6e-8", "--mesh", "data=2,model=4", "--rules", "nope"],
