@@ -42,9 +42,10 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: Figures only some entries have (each with a source where it is given): the attention kernel a run uses on
 #: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
 #: measured GEMM rates by shape (`MatmulRates`).
-OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops")
+OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
+                    "eager_dispatch_s")
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
-OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops")
+OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 
@@ -172,6 +173,10 @@ class Hardware:
     usd_per_chip_hour: float | None = None
     #: dense float32 matmul peak FLOP/s as the frameworks run float32 by default (None: not in the catalog)
     fp32_flops: float | None = None
+    #: the host's seconds to dispatch one op of eager PyTorch (a traced op of the card's `dispatches`): a call takes
+    #: the longer of its dispatches and its kernels (None: not priced, as on a TPU, where XLA runs the call whole;
+    #: a GPU's torch.compile'd call, `elementwise: fused`, is assumed to hide its launches, unmeasured)
+    eager_dispatch_s: float | None = None
     #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -278,7 +283,8 @@ def _problems(hw: Hardware) -> list[str]:
         if not isinstance(value, float) or not low_ok or (name in FRACTION_FIELDS and value > 1):
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
-    for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf)):
+    for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
+                            ("eager_dispatch_s", 0.0, 1.0)):
         value = getattr(hw, name)
         if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
             problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")

@@ -116,6 +116,7 @@ def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
         "collective": pred.step.collective * per_image - b.step.collective * best_per_image,
         "local": pred.step.local * per_image - b.step.local * best_per_image,
         "overhead": pred.step.overhead * per_image - b.step.overhead * best_per_image,
+        "launches": pred.step.launch_wait * per_image - b.step.launch_wait * best_per_image,
     }
     worst = max(deltas, key=deltas.get)
     tie = pred.seconds_per_image <= 1.02 * b.seconds_per_image
@@ -137,6 +138,9 @@ def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_
             return f"repeats work across chips: {mine:.0f} TFLOP per chip per image vs {theirs:.0f}"
         return (f"slower compute/HBM per image: {pred.step.local * per_image:.2f} s vs "
                 f"{b.step.local * best_per_image:.2f} (fewer images per call to share weight reads)")
+    if worst == "launches":
+        return (f"waits on eager PyTorch's launches: {pred.step.launch_wait * per_image:.2f} s/image beyond its own "
+                f"work vs {b.step.launch_wait * best_per_image:.2f} (each chip's share too small to hide the host)")
     return f"host overhead: {pred.step.overhead * per_image:.2f} s/image vs {b.step.overhead * best_per_image:.2f}"
 
 

@@ -343,6 +343,8 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
         ("compute" if compute_bound else "HBM bandwidth", p.step.local * steps_per_image,
          f"more chips splitting the work, or a faster chip" if compute_bound else
          "more images per call (the weights are read once per call), or chips with faster HBM"),
+        ("host launches", p.step.launch_wait * steps_per_image,
+         "torch.compile (fewer, fused kernels) or CUDA graphs, or more work per call (larger images, fewer chips)"),
         ("collectives", p.step.collective * steps_per_image,
          "replicate the weights where they fit (FSDP gathers them every call), or a faster interconnect"
          if best.family.split("+")[-1] == "fsdp" else

@@ -87,7 +87,7 @@ def import_card(
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
-        elementwise=_elementwise(cls, full_config, tracer, dtype),
+        **dict(zip(("elementwise", "dispatches"), _elementwise(cls, full_config, tracer, dtype))),
     )
 
 
@@ -228,11 +228,13 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
     return {path: _merge(streams) for path, streams in seen.items()}, flows
 
 
-def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[Elementwise, ...]:
+def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[tuple[Elementwise, ...], dict]:
     """Per block of each list, the bytes its elementwise work moves per token of each stream, fused (one pass per
     gap between matmuls) and eager (every op its own kernel) (meshlab.backend.elementwise_trace), from a forward of
     a three-blocks-per-kind copy at the card's dtype: the middle block of each list stands for all of them (the
-    first reads the list's input in a pass of its own, which the others share with the block before them)."""
+    first reads the list's input in a pass of its own, which the others share with the block before them). Also
+    the ops a block of each list dispatches, and the rest of the forward's ("outside": all but the three blocks of
+    each list)."""
     import torch
 
     torch_dtype = getattr(torch, dtype)
@@ -244,8 +246,10 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[E
         model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
         inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
     lists = [attr for attr, _ in tracer.blocks]
-    traced = trace_elementwise_both(model, inputs, {attr: 1 for attr in lists},
-                                    lambda shape: _stream_of(shape, counts))
+    *traced, ops = trace_elementwise_both(model, inputs, {attr: 1 for attr in lists},
+                                          lambda shape: _stream_of(shape, counts))
+    dispatches = {attr: ops.get(attr, 0) for attr in lists}
+    dispatches["outside"] = max(0, ops.get(None, 0) - 2 * sum(dispatches.values()))  # blocks 0 and 2 are untagged
     merged: dict[tuple[str, str, str, str, str], float] = {}
     for execution, found in zip(ELEMENTWISE_EXECUTIONS, traced):
         for (blocks, stream, side, linear), nbytes in found.items():
@@ -258,7 +262,7 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[E
         return ELEMENTWISE_EXECUTIONS.index(execution), lists.index(blocks), streams.index(stream), side, linear
 
     return tuple(Elementwise(*key[:2], merged[key] / (TRACE_BATCH * tokens[key[1]]), *key[2:])
-                 for key in sorted(merged, key=order))
+                 for key in sorted(merged, key=order)), dispatches
 
 
 def _at_dtype(model: Any, dtype: Any) -> Any:

@@ -238,6 +238,10 @@ class ModelCard:
     dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
     joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention
     elementwise: tuple[Elementwise, ...] = field(default=())  # per block; () on a card imported before it was traced
+    #: ops a block of each list dispatches from the host in eager PyTorch (not each a kernel: see
+    #: meshlab.backend.elementwise_trace), and "outside": the rest of one forward's; {} on a card imported before
+    #: they were counted
+    dispatches: dict = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def total_params(self) -> int:
@@ -305,6 +309,7 @@ def card_to_json(card: ModelCard) -> dict:
                          **({"side": e.side} if e.side else {}), **({"linear": e.linear} if e.linear else {}),
                          **({"execution": e.execution} if e.execution != "fused" else {})}
                         for e in card.elementwise],
+        **({"dispatches": dict(card.dispatches)} if card.dispatches else {}),
     }
 
 
@@ -324,7 +329,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             raise ValueError(f"schema_version must be {CARD_SCHEMA_VERSION}")
         if not data.get("dataflow"):
             raise ValueError("the card has no dataflow")
-        return ModelCard(
+        card = ModelCard(
             name=data["name"],
             class_name=data["class_name"],
             source=data["source"],
@@ -335,7 +340,14 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             dataflow=tuple(_flow(f) for f in data["dataflow"]),
             joins=tuple(Join(j["module"], j["kind"], int(j["width"])) for j in data.get("joins", [])),
             elementwise=tuple(_elementwise(e) for e in data.get("elementwise", [])),
+            dispatches=_dispatches(data.get("dispatches") or {}),
         )
+        lists = {position[0] for p in card.parameters if p.block is not None
+                 for position in [block_position(p.name)] if position}
+        if set(card.dispatches) - lists - {"outside"}:
+            raise ValueError(f"dispatches names {sorted(set(card.dispatches) - lists - {'outside'})}, not a block "
+                             f"list of the card ({', '.join(sorted(lists))}) or 'outside'")
+        return card
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(
             f"not a valid meshlab model card ({type(exc).__name__}: {exc})",
@@ -348,6 +360,13 @@ def _parameter(p: dict) -> Parameter:
     if p["kind"] not in MODULE_KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
         raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
     return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
+
+
+def _dispatches(d: dict) -> dict:
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                          and v >= 0 for k, v in d.items()):
+        raise ValueError("dispatches must map block lists (and 'outside') to counts of ops")
+    return dict(d)
 
 
 def _elementwise(e: dict) -> Elementwise:

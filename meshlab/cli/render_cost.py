@@ -263,6 +263,9 @@ def render_explain(planned, prediction, console) -> None:
         *([("  of which DCN", _ms(step.dcn), f"crossing {hw.slices} slices ({_dcn_axes(planned)}) at "
             f"{hw.dcn_bandwidth_per_chip / 1e9:.2f} GB/s per chip ({hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s per "
             f"host)")] if hw.slices > 1 else []),
+        *([("waiting on launches", _ms(step.launch_wait), f"eager: the host dispatches {step.dispatches} ops "
+            f"one by one at {hw.eager_dispatch_s * 1e6:.1f} us each ({_ms(step.launch_floor)}), longer than the "
+            "chip's own work above")] if step.launch_wait else []),
         ("host overhead", _ms(step.overhead), "per step" + (" (measured: an empty program's trace and run)"
                                                             if hw.profile is not None else "")),
         ("[bold]step[/bold]", f"[bold]{_ms(step.total)}[/bold]", ""),
@@ -474,7 +477,8 @@ def _time_parts(entries) -> dict[str, list[float]]:
     for e in entries:
         p = e.prediction
         per_image = p.layout.steps / p.layout.images
-        values = {"compute / HBM": p.step.local, "collectives": p.step.collective, "host overhead": p.step.overhead}
+        values = {"compute / HBM": p.step.local, "collectives": p.step.collective,
+                  "waiting on launches": p.step.launch_wait, "host overhead": p.step.overhead}
         for k, v in values.items():
             parts.setdefault(k, []).append(v * per_image)
         outside = p.terms.text_encode_s + p.terms.vae_decode_s + p.terms.transfer_s if p.terms else 0.0

@@ -1,6 +1,8 @@
 """Calibrate the time model's efficiency and host overhead from recorded runs (`meshlab calibrate`). Pure.
 
-Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o.
+Model: a measured steady step = k x (predicted per-op compute/HBM time) + predicted collective time + o, or in
+eager PyTorch the host's predicted time to dispatch the step's ops where that is longer (a step bound by its
+launches says nothing about k, so the fit leaves such steps out, and refuses when none remain).
 k > 1 means the chip reached a smaller fraction of its peak than the catalog assumes: the calibrated
 efficiencies are the catalog's divided by k, and so are the published attention rates of the entry's kernel and
 its measured GEMM rates (where it has them, attention and Linears are priced from those, not from
@@ -23,6 +25,11 @@ class Point:
     collective_s: float
     overhead_s: float
     measured_s: float  # measured steady step (median)
+    launch_floor_s: float = 0.0  # eager: the host's predicted time to dispatch the step's ops (0: compiled)
+
+    def launch_bound(self) -> bool:
+        """Does the catalog's prediction put this step below the host's launches?"""
+        return self.launch_floor_s > self.local_s + self.collective_s
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,8 @@ def comparable_points(records: tuple[dict, ...], hw) -> list[Point]:
     """Points from ok runs of exactly the work predicted for the entry `hw`: its kind of chip and chip count, and
     the predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
     return [Point(r["prediction"]["local_s"], r["prediction"]["collective_s"], r["prediction"]["overhead_s"],
-                  r["timings"]["steady_step_median_s"]) for r in records if _problem(r, hw) is None]
+                  r["timings"]["steady_step_median_s"], r["prediction"].get("launch_floor_s") or 0.0)
+            for r in records if _problem(r, hw) is None]
 
 
 def _problem(record: dict, hw) -> str | None:
@@ -98,6 +106,11 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
             is not None else f"record steady-state runs on {hardware} with `meshlab run` first; CPU runs say "
             "nothing about a TPU",
         )
+    if all(p.launch_bound() for p in points):
+        raise InputError(
+            f"all {len(points)} comparable records of {hardware} are bound by eager PyTorch's launches (their "
+            "predicted launch_floor_s outlasts their work): they time the host, not the chip",
+            "record a run whose chip work outlasts its launches (a larger image, fewer chips, or torch.compile)")
     slowdown, overhead = _fit(points)
     rates, gemm = hw.kernel_rates, hw.matmul_rates
     return Calibration(hardware, len(points), slowdown, overhead, hw.compute_efficiency / slowdown,
@@ -108,6 +121,7 @@ def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
 
 def _fit(points: list[Point]) -> tuple[float, float]:
     """Least squares of measured - collectives = k x local + o; with one point (or one local time), o stays."""
+    points = [p for p in points if not p.launch_bound()]
     ys = [p.measured_s - p.collective_s for p in points]
     xs = [p.local_s for p in points]
     n, mean_x, mean_y = len(points), sum(xs) / len(xs), sum(ys) / len(ys)
@@ -121,6 +135,7 @@ def _fit(points: list[Point]) -> tuple[float, float]:
 
 def _error(points: list[Point], slowdown: float, overhead: float | None) -> float:
     def predicted(p: Point) -> float:
-        return slowdown * p.local_s + p.collective_s + (p.overhead_s if overhead is None else overhead)
+        return (max(slowdown * p.local_s + p.collective_s, p.launch_floor_s)
+                + (p.overhead_s if overhead is None else overhead))
 
     return 100.0 * sum(abs(predicted(p) - p.measured_s) / p.measured_s for p in points) / len(points)

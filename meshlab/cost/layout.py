@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.cards.card import DTYPE_BYTES
+from meshlab.cards.card import DTYPE_BYTES, ModelCard
+from meshlab.cards.truncate import block_lists
 from meshlab.errors import PlanError
 from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.plan.plan import Plan
@@ -35,6 +36,9 @@ class Layout:
     rewrites: tuple[str, ...] = ()  # the strategy's model rewrites (see meshlab.strategy.schema.REWRITES)
     activation_rules: tuple = ()  # the strategy's activation rules (ActivationRule), resolved per module when priced
     elementwise: str = "fused"  # how elementwise work runs (meshlab.cards.card.ELEMENTWISE_EXECUTIONS)
+    #: ops the host dispatches one at a time in a call of eager PyTorch (`eager_dispatches`); 0 where a compiler
+    #: runs the call
+    dispatches: int = 0
 
     @property
     def sequence_split(self) -> int:
@@ -69,7 +73,18 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         rewrites=tuple(strategy.rewrites),
         activation_rules=tuple(strategy.activations.rules),
         elementwise=strategy.compile.elementwise,
+        dispatches=eager_dispatches(plan.card) if strategy.compile.elementwise == "eager" else 0,
     )
+
+
+def eager_dispatches(card: ModelCard) -> int:
+    """The ops one forward of the card dispatches from the host in eager PyTorch: each block list's traced count
+    times its blocks, and the rest of the forward (meshlab.cards.card.ModelCard.dispatches); 0 where the card
+    was imported before they were counted."""
+    if not card.dispatches:
+        return 0
+    return card.dispatches.get("outside", 0) + sum(card.dispatches.get(name, 0) * count
+                                                   for name, count in block_lists(card).items())
 
 
 def _guidance_axis(plan: Plan, strategy: Strategy) -> str | None:

@@ -106,10 +106,16 @@ class StepTime:
     dcn: float = 0.0  # the part of `collective` spent crossing slices (DCN)
     elementwise_bytes: float = 0.0  # the part of `hbm_bytes` in elementwise passes
     elementwise: float | None = None  # the part of `local` they take (None: inside a call a profile timed whole)
+    #: eager PyTorch: the host dispatches the ops one by one and the GPU runs them as they come, so a step takes
+    #: the longer of the two: how long the chip waits on the host beyond its own work (small images, many chips
+    #: splitting the tokens); 0 without the hardware's `eager_dispatch_s` or where a profile timed the call whole
+    launch_wait: float = 0.0
+    dispatches: int = 0  # ops the host dispatches per step (0 where the hardware has no `eager_dispatch_s`)
+    launch_floor: float = 0.0  # the host's predicted time to dispatch them
 
     @property
     def total(self) -> float:
-        return self.local + self.collective + self.overhead
+        return self.local + self.collective + self.launch_wait + self.overhead
 
 
 def op_seconds(w: Work, hardware: Hardware) -> float:
@@ -183,14 +189,23 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives)
     roofline = calls * max(flops / hardware.bf16_flops, nbytes / hardware.hbm_bandwidth)
     elementwise = [w for w in work if w.kind == "elementwise"]
+    collective = 0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step)
+    # a profile's measured call already waited on its launches
+    dispatches = 0  # each collective the host issues is one more dispatch
+    if layout.dispatches and hardware.eager_dispatch_s is not None:
+        dispatches = sum(c.count * (1 if c.per_step else calls) for c in collectives) + calls * layout.dispatches
+    # a call a profile timed whole already waited on its launches; one priced op by op (kernel times) did not
+    timed_whole = measured is not None and measured.basis == "blocks"
+    floor = 0.0 if timed_whole or not dispatches else dispatches * hardware.eager_dispatch_s
+    waited = max(0.0, floor - (calls * local + collective))
     return StepTime(
         calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
         compute=calls * sum(w.count * op_compute_seconds(w, hardware) for w in work), hbm=calls * nbytes / bandwidth,
         local=calls * local,
-        collective=0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step),
-        collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
+        collective=collective, collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
         dcn=0.0 if inside else (1 - assumptions.overlap) * dcn,
         elementwise_bytes=calls * sum(w.count * w.hbm_bytes for w in elementwise),
         elementwise=None if measured is not None else calls * sum(w.count * op_seconds(w, hardware)
                                                                   for w in elementwise),
+        launch_wait=waited, dispatches=dispatches, launch_floor=floor,
     )

@@ -78,11 +78,23 @@ def test_eager_a_middle_block_moves_what_each_op_reads_and_writes_by_hand():
     with torch.device("meta"):
         model = Model().to(torch.bfloat16)
         x = torch.empty(BATCH, TOKENS, WIDTH, dtype=torch.bfloat16)
-    fused, eager = trace_elementwise_both(model, {"hidden_states": x}, {"blocks": 1}, stream_of)
+    fused, eager, _ = trace_elementwise_both(model, {"hidden_states": x}, {"blocks": 1}, stream_of)
     assert fused == traced_block(1)
     assert {(side, linear): n / WIDTH_BYTES for (_, _, side, linear), n in eager.items()} == {
         ("in", "blocks.1.fc1"): 1, ("out", "blocks.1.fc1"): 4, ("in", "blocks.1.fc2"): 4,
         ("out", "blocks.1.fc2"): 1, ("", ""): 3}
+
+
+def test_a_block_dispatches_each_of_its_ops_once_by_hand():
+    """Eager PyTorch launches x*2, fc1, relu, fc2 and the residual add: 5 per block; the two untraced blocks' 10
+    count as the rest of the forward (the weights' transposes are the matmuls' business, not launches)."""
+    from meshlab.backend.elementwise_trace import trace_elementwise_both
+
+    with torch.device("meta"):
+        model = Model().to(torch.bfloat16)
+        x = torch.empty(BATCH, TOKENS, WIDTH, dtype=torch.bfloat16)
+    *_, dispatches = trace_elementwise_both(model, {"hidden_states": x}, {"blocks": 1}, stream_of)
+    assert dispatches == {"blocks": 5, None: 10}
 
 
 def test_the_first_block_also_reads_the_model_input():

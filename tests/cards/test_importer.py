@@ -279,3 +279,21 @@ def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
     data["elementwise"][0] |= {"stream": "image", "execution": "lazy"}
     with pytest.raises(InputError, match="unknown stream, side or execution"):
         card_from_json(data, "bad.json")
+
+
+@pytest.mark.parametrize("dispatches, problem", [
+    ({"transformer_block": 96}, "not a block list of the card"),
+    ({"transformer_blocks": -1}, "counts of ops"),
+    ({"transformer_blocks": 9.5}, "counts of ops"),
+])
+def test_dispatches_round_trip_and_a_bad_count_is_a_one_line_error(dispatches, problem):
+    from meshlab.cards.card import card_from_json
+
+    data = card_to_json(load_card("qwen-image"))
+    assert card_from_json(data).dispatches == load_card("qwen-image").dispatches == data["dispatches"]
+    assert set(data["dispatches"]) == {"transformer_blocks", "outside"}
+    data["dispatches"] = dispatches
+    with pytest.raises(InputError, match=problem):
+        card_from_json(data, "bad.json")
+    del data["dispatches"]
+    assert card_from_json(data).dispatches == {}  # a card imported before they were counted: no launch floor

@@ -99,7 +99,10 @@ def test_the_objective_picks_best_and_the_latency_goal_is_a_whole_call(tmp_path)
     busiest = by_name[doc["highest_throughput"]]
     # a request waits for its whole call: 8 images in one call take 8 images' share of it
     assert busiest["batch"] == 8 and abs(busiest["latency_s"] / busiest["predicted"]["seconds_per_image"] - 8) < 1e-9
-    assert by_name[doc["best"]]["batch"] == 1
+    # calls that take as long (eager launches bind on 8 GPUs): the one making the most images per second wins
+    tied = [c for c in fitting if c["latency_s"] == by_name[doc["best"]]["latency_s"]]
+    assert by_name[doc["best"]]["predicted"]["seconds_per_image"] == min(c["predicted"]["seconds_per_image"]
+                                                                         for c in tied)
     assert busiest["predicted"]["seconds_per_image"] == min(c["predicted"]["seconds_per_image"] for c in fitting)
     goal = (by_name[doc["best"]]["latency_s"] + busiest["latency_s"]) / 2  # the fastest call meets it, 8 images do not
     met = json.loads(sweep("--hardware", "h100", "--json", "--max-seconds-per-image", str(goal), "--out",

@@ -41,6 +41,26 @@ def test_repeats_of_one_run_fit_the_slowdown_only(local):
     assert result.slowdown == pytest.approx(1.5)
 
 
+def test_a_step_bound_by_its_launches_stays_out_of_the_fit_and_is_priced_at_the_floor():
+    """Eager PyTorch: a step whose predicted launches (launch_floor_s) outlast its predicted work measured the host,
+    not the chip: the fit leaves it out, and the error prices it at the floor."""
+    k, o = 1.6, 0.004
+    bound = record(0.05, 0.0, 0.3 + o)
+    bound["prediction"]["launch_floor_s"] = 0.3
+    records = tuple(record(local, 0.01, k * local + 0.01 + o) for local in (0.2, 0.5, 0.9)) + (bound,)
+    result = calibrate(records, "v6e-8")
+    assert result.points == 4
+    assert result.slowdown == pytest.approx(k) and result.overhead_s == pytest.approx(o)
+    assert result.error_after_pct == pytest.approx(0, abs=1e-9)
+
+
+def test_only_launch_bound_steps_are_refused():
+    bound = record(0.05, 0.0, 0.3)
+    bound["prediction"]["launch_floor_s"] = 0.3
+    with pytest.raises(InputError, match="bound by eager PyTorch's launches"):
+        calibrate((bound,), "v6e-8")
+
+
 def test_cpu_runs_are_refused():
     with pytest.raises(InputError, match="ran on cpu"):
         calibrate((record(0.1, 0.0, 1.0, platform="cpu"),), "v6e-8")

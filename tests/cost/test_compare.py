@@ -128,3 +128,18 @@ def test_plans_for_different_models_are_ranked_apart(tmp_path):
     qwen = [e for e in result.entries if e.planned.card.name == "qwen-image"]
     assert sorted(e.rank for e in qwen) == [1, 2] and all("TFLOP" not in e.why for e in qwen)
     assert any("different models" in note for note in result.notes)
+
+
+def test_a_plan_that_waits_on_eager_launches_says_so(tmp_path):
+    """Eight images a call over data 8 against one image split 8 ways by Ulysses, eager on 8 H100s at 512x512:
+    both wait on the host's launches, and the Ulysses plan waits for each of its images alone."""
+    base = ("model: qwen-image\nhardware: h100\nrules: []\ncompile: {elementwise: eager}\n"
+            "workload: {height: 512, width: 512, steps: 20, cfg: true, batch: %d}\n")
+    (tmp_path / "data.yaml").write_text("name: data\nmesh: {data: 8}\nactivations: {batch: data}\n" + base % 8)
+    (tmp_path / "ulysses.yaml").write_text("name: ulysses\nmesh: {sp: 8}\nactivations: {sequence: sp}\n"
+                                           + base % 1)
+    result = compare([str(tmp_path / "*.yaml")])
+    best, loser = result.entries
+    assert best.planned.strategy.name == "data"
+    assert loser.prediction.step.launch_wait > loser.prediction.step.local
+    assert loser.why.startswith("waits on eager PyTorch's launches")

@@ -170,12 +170,25 @@ def test_each_system_says_what_limits_it(systems_sweep):
         per_image = p.layout.steps / p.layout.images
         on_host = c.strategy.placement.text_encoder != "device"
         terms = {("compute" if p.step.compute >= p.step.hbm else "HBM bandwidth"): p.step.local * per_image,
-                 "collectives": p.step.collective * per_image,
+                 "host launches": p.step.launch_wait * per_image, "collectives": p.step.collective * per_image,
                  "host": t.overhead_s + t.transfer_s + (t.text_encode_s if on_host else 0.0),
                  "text encode": 0.0 if on_host else t.text_encode_s, "VAE decode": t.vae_decode_s}
         term = max(terms, key=terms.get)
         assert (s.binding.term, s.binding.seconds) == (term, terms[term])
         assert abs(s.binding.share - terms[term] / p.seconds_per_image) < 1e-12 and s.binding.move
+
+
+def test_a_small_image_on_eight_gpus_is_bound_by_eager_launches():
+    """Qwen-Image at 256x256 over an 8-GPU node: each GPU's share of a call is far shorter than the host's
+    dispatch of its ops, so the launches bind, and the move names torch.compile."""
+    from meshlab.sweep import sweep_systems
+
+    result = sweep_systems(load_card("qwen-image"), (load_hardware("h100"),), "qwen-image",
+                           Workload(height=256, width=256))
+    (s,) = result.systems
+    p = s.best.prediction
+    assert p.step.launch_wait > p.step.local
+    assert s.binding.term == "host launches" and "torch.compile" in s.binding.move
 
 
 def test_shared_memory_is_each_system_s_own(systems_sweep):
