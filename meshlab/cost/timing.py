@@ -190,7 +190,6 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     roofline = calls * max(flops / hardware.bf16_flops, nbytes / hardware.hbm_bandwidth)
     elementwise = [w for w in work if w.kind == "elementwise"]
     collective = 0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step)
-    # a profile's measured call already waited on its launches
     dispatches = 0  # each collective the host issues is one more dispatch
     if layout.dispatches and hardware.eager_dispatch_s is not None:
         dispatches = sum(c.count * (1 if c.per_step else calls) for c in collectives) + calls * layout.dispatches
@@ -202,7 +201,8 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
         calls=calls, flops=calls * flops, hbm_bytes=calls * nbytes,
         compute=calls * sum(w.count * op_compute_seconds(w, hardware) for w in work), hbm=calls * nbytes / bandwidth,
         local=calls * local,
-        collective=collective, collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline, collectives=timed,
+        collective=collective, collective_bytes=coll_bytes, overhead=hardware.step_overhead_s, roofline=roofline,
+        collectives=timed,
         dcn=0.0 if inside else (1 - assumptions.overlap) * dcn,
         elementwise_bytes=calls * sum(w.count * w.hbm_bytes for w in elementwise),
         elementwise=None if measured is not None else calls * sum(w.count * op_seconds(w, hardware)

@@ -118,6 +118,7 @@ def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both)
     weights = doc["weights_per_device"]
     assert abs(weights["xla"] - weights["predicted_as_arguments"]) <= 0.01 * weights["predicted_as_arguments"]
     for front in doc["front_ends"]:
+        assert "error" not in front, front["error"]
         assert abs(front["weights"] - weights["predicted_as_arguments"]) <= 0.01 * weights["predicted_as_arguments"]
     assert doc["fits"] == {**doc["fits"], "predicted": True, "xla": True}
     assert doc["compile_seconds"] > 0 and doc["model"]["blocks"] == {"transformer_blocks": 3}
@@ -222,6 +223,7 @@ def test_fsdp_gathers_are_attributed_to_their_blocks_in_both_front_ends():
     weights = [p for p in doc["collectives"] if p["kind"] == "all-gather" and (p["layer"] or "").startswith(block)]
     assert len(weights) == 14 == doc["predicted_collectives_per_block"][block]["all-gather"]
     for front in doc["front_ends"]:
+        assert "error" not in front, front["error"]
         assert front["block_collectives"][block] == {"all-gather": 14} and not front["outside_blocks"]
 
 
