@@ -77,6 +77,28 @@ def require(torchax: bool = False) -> None:
                            "XLA:TPU compiles through them", INSTALL_FIX)
 
 
+def import_torchax():
+    """(torchax, torchax.interop). torch_xla 2.9's wheel carries an older torchax in the same folder; installed
+    after torchax it overwrites torchax's files with a copy that imports flax, which meshlab does not install."""
+    try:
+        import torchax
+        from torchax import interop
+    except ModuleNotFoundError as exc:
+        raise BackendError(f"torchax does not import ({exc}): torch_xla's wheel overwrote torchax's files with the "
+                           "older copy it carries", f"reinstall it: pip install --force-reinstall --no-deps "
+                           f"torchax=={_version('torchax')}") from None
+    return torchax, interop
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "0.0.13"
+
+
 def devices(topology: Topology) -> list:
     """The topology's devices, sorted by id (torch_xla's global ordinals follow this order)."""
     from jax.experimental import topologies

@@ -273,17 +273,16 @@ def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
     import jax
     import numpy as np
     import torch
-    import torchax
     from jax.sharding import Mesh, NamedSharding
-    from torchax import interop
 
-    from meshlab.backend import activation_hooks
+    from meshlab.backend import activation_hooks, libtpu
     from meshlab.backend.inputs import input_spec
 
     plan, strategy = setup.plan, setup.strategy
     if setup.scan:
         raise BackendError("torchax has no scan of a torch block list that meshlab drives",
                            "compile the torch-xla front end for a scanned plan (--front-end torch-xla)")
+    torchax, interop = libtpu.import_torchax()
     model = empty_model(setup)
     if strategy.rewrites:
         from meshlab.backend.rewrites import apply_rewrites
