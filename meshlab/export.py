@@ -77,7 +77,7 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
             f"DCN_MESH_SHAPE = {dcn_shape!r}  # across slices" + (
                 f": {', '.join(f'{a} spans {k}' for a, k in dcn.items())}" if dcn else ": one slice")]),
     ]
-    hidden = f"({activations.batch!r}, {activations.sequence!r}, None)"
+    hidden = f"({activations.batch!r}, {_entry(activations.sequence)!r}, None)"
     return "\n".join(lines) + _SPEC_FOR + _TORCH_XLA + _inputs_comment(activations, [
         f"# xs.mark_sharding(hidden_states, mesh, {hidden})",
         f"# xs.mark_sharding(encoder_hidden_states, mesh, ({activations.batch!r}, None, None))"])
@@ -150,7 +150,7 @@ def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activation
         "",
         *_constants(plan, rules),
     ]
-    hidden = f"({activations.batch!r}, {activations.sequence!r}, None)"
+    hidden = f"({activations.batch!r}, {_entry(activations.sequence)!r}, None)"
     return "\n".join(lines) + _SPEC_FOR + _DTENSOR + _inputs_comment(activations, [
         f"# hidden_states = distribute_tensor(hidden_states, mesh, placements_for({hidden}), src_data_rank=None)"])
 
@@ -195,11 +195,9 @@ def _inputs_comment(activations: Activations, examples: list[str]) -> str:
     if not activations.batch and not activations.sequence:
         return ""
     batch, sequence = activations.batch, activations.sequence
-    return (
-        "\n\n# Inputs: split the batch dim (dim 0) of every batched input over "
-        f"{batch!r}" + (f", and hidden_states' token dim over {sequence!r}" if sequence else "") + ", e.g.\n"
-        + "".join(f"{line}\n" for line in examples)
-    )
+    parts = ([f"the batch dim (dim 0) of every batched input over {batch!r}"] if batch else []) + (
+        [f"hidden_states' token dim over {_entry(sequence)!r}"] if sequence else [])
+    return "\n\n# Inputs: split " + ", and ".join(parts) + ", e.g.\n" + "".join(f"{line}\n" for line in examples)
 
 
 def spec_map_document(plan: Plan) -> dict:

@@ -8,6 +8,7 @@ working set comes after denoising, so the peak is the larger of the two phases, 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -153,9 +154,9 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD)."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
-    sequence_axis = strategy.activations.sequence
-    split_image = plan.mesh.size(sequence_axis) if sequence_axis else 1
-    text_split = rules_split_text(strategy.activations.rules, sequence_axis)
+    sequence_axes = strategy.activations.sequence_axes
+    split_image = math.prod(plan.mesh.size(a) for a in sequence_axes)
+    text_split = rules_split_text(strategy.activations.rules, sequence_axes)
     local = local_token_counts(tokens, split_image, plan.card, text_split)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)

@@ -23,9 +23,10 @@ RULES = {
     "pairs": "column/row pairs over model (q/k/v and MLP-in by output, out-projections by input)",
     "fsdp": "every block weight split over data and gathered before use",
     "ulysses": "the tokens over seq, re-split to heads around attention (all-to-alls)",
-    "ring": "the tokens over seq, every query gathering the whole sequence's keys and values",
+    "ring": "the tokens over seq, attention as a ring over them (GPUs: xDiT's passes; TPUs: XLA's gather of the "
+            "keys and values); with ulysses (USP), the ring over ring and Ulysses over seq",
 }
-AXES = ("cfg", "data", "seq", "model")
+AXES = ("cfg", "data", "ring", "seq", "model")
 #: Which flag each top-level field of the document comes from (a planning error names it).
 FLAGS = {"model": "--model", "hardware": "--hardware", "mesh": "--mesh", "rules": "--rules",
          "activations": "--rules", "placement": "--text-encoder", "workload": "--height/--width/--frames/--steps",
@@ -61,6 +62,8 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def default_rules(mesh: dict[str, int]) -> str:
+    if mesh.get("ring", 1) > 1:
+        return "ulysses+ring"
     if mesh.get("seq", 1) > 1:
         return "ulysses"
     if mesh.get("model", 1) > 1:
@@ -69,7 +72,8 @@ def default_rules(mesh: dict[str, int]) -> str:
 
 
 def parse_rules(text: str | None) -> list[str] | None:
-    """``ulysses+pairs`` -> ["ulysses", "pairs"]: at most one sequence family and one weight family, none twice."""
+    """``ulysses+pairs`` -> ["ulysses", "pairs"]: sequence families (ulysses, ring, both for USP) and at most one
+    weight family, none twice."""
     if text is None:
         return None
     parts = [p.strip() for p in text.split("+")]
@@ -79,11 +83,11 @@ def parse_rules(text: str | None) -> list[str] | None:
         raise InputError(f"--rules {text!r} names no rule family {unknown[0]!r}",
                          "use one of " + ", ".join(RULES) + " (a sequence family and a weight family join with +, "
                          "e.g. ulysses+pairs)", where)
-    sequences = [p for p in parts if p in ("ulysses", "ring")]
     weights = [p for p in parts if p not in ("ulysses", "ring", "data")]
-    if len(set(parts)) < len(parts) or len(sequences) > 1 or len(set(weights) - {"fsdp"}) > 1:
-        raise InputError(f"--rules {text!r} names two families of one kind", "join at most one sequence family "
-                         "(ulysses, ring) with one weight family (model, 2d, pairs, fsdp), e.g. ulysses+pairs", where)
+    if len(set(parts)) < len(parts) or len(set(weights) - {"fsdp"}) > 1:
+        raise InputError(f"--rules {text!r} names two families of one kind", "join sequence families (ulysses, "
+                         "ring, or both: USP) with one weight family (model, 2d, pairs, fsdp), e.g. ulysses+pairs",
+                         where)
     return parts
 
 

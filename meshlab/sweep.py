@@ -45,6 +45,10 @@ OBJECTIVES = ("latency", "throughput", "cost")
 DEFAULT_SYSTEMS = ("v6e-8", "v5e-8", "v5p-8", "v4-8", "h100", "h200", "a100-80gb", "h100:1", "h200:1", "a100-80gb:1")
 SWEEP_REWRITES = ("layernorm-rows",)
 SEQUENCE_AXIS = "seq"
+RING_AXIS = "ring"  # USP's ring axis, beside SEQUENCE_AXIS carrying Ulysses
+#: How each kind of system runs a ring (meshlab.strategy.schema.Activations.ring): GPUs as xDiT does (passes over
+#: blocks sent by async send/recv, overlapped), TPUs as XLA's partitioner makes of a token split (a gather)
+RING_BY_KIND = {"gpu": "p2p-passes", "tpu": "gather"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Arrangement:
 
     mesh: dict[str, int]
     weights: str  # "replicate", "largest" or "pairs"
-    sequence: str | None = None  # "ulysses", "ring" or None
+    sequence: str | None = None  # "ulysses", "ring", "ulysses+ring" (USP: mesh axes seq and ring) or None
     fsdp: bool = False
     dcn: dict[str, int] = field(default_factory=dict)  # on several slices: the axis that crosses them
 
@@ -185,14 +189,20 @@ def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
 
 
 def arrangements(devices: int, cfg: bool) -> list[Arrangement]:
-    """Every factorization into cfg x data x seq x model, with every use of the axes larger than 1."""
+    """Every factorization into cfg x data x seq x model, with every use of the axes larger than 1; a sequence
+    split of 4 or more also as USP, every ring x ulysses factorization of it with both larger than 1."""
     found = []
     for g in ([1, 2] if cfg and devices % 2 == 0 else [1]):
         for data, seq, model in factorizations(devices // g, 3):
-            mesh = {**({GUIDANCE_AXIS: g} if g > 1 else {}), "data": data,
-                    **({SEQUENCE_AXIS: seq} if seq > 1 else {}), **({"model": model} if model > 1 else {})}
-            for weights in (["largest", "pairs"] if model > 1 else ["replicate"]):
-                for sequence in (["ulysses", "ring"] if seq > 1 else [None]):
+            sequences: list[tuple[str | None, dict[str, int]]] = [(None, {})]
+            if seq > 1:
+                sequences = [("ulysses", {SEQUENCE_AXIS: seq}), ("ring", {SEQUENCE_AXIS: seq})]
+                sequences += [("ulysses+ring", {RING_AXIS: r, SEQUENCE_AXIS: u})
+                              for r, u in factorizations(seq, 2) if r > 1 and u > 1]
+            for sequence, axes in sequences:
+                mesh = {**({GUIDANCE_AXIS: g} if g > 1 else {}), "data": data, **axes,
+                        **({"model": model} if model > 1 else {})}
+                for weights in (["largest", "pairs"] if model > 1 else ["replicate"]):
                     for fsdp in ([False, True] if data > 1 and model == 1 else [False]):
                         found.append(Arrangement(mesh, weights, sequence, fsdp))
     return found
@@ -272,7 +282,8 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
             shared = _Shared()
             for hw in members:
                 candidates.append(_evaluate(arrangement.family, arrangement.mesh, _rules(arrangement, base_rules, card),
-                                            card, hw, model, workload, batch_per_replica, _activations(arrangement),
+                                            card, hw, model, workload, batch_per_replica,
+                                            _activations(arrangement, RING_BY_KIND.get(hw.kind, "gather")),
                                             SWEEP_REWRITES, arrangement.dcn, shared, suffix, images,
                                             text_encoder))
                 done += 1
@@ -367,12 +378,16 @@ def quick_strategy(card: ModelCard, hardware: Hardware, model: str, workload: Wo
     def refuse(problem: str, fix: str) -> InputError:
         return InputError(problem, fix, Location("command line: --rules"))
 
-    sequence = next((p for p in parts if p in ("ulysses", "ring")), None)
+    sequence = "+".join(p for p in ("ulysses", "ring") if p in parts) or None
     weights = "pairs" if "pairs" in parts else "largest" if {"model", "2d"} & set(parts) else "replicate"
     fsdp = "fsdp" in parts
     if sequence and mesh.get(SEQUENCE_AXIS, 1) < 2:
         raise refuse(f"--rules {sequence} splits the tokens over {SEQUENCE_AXIS}, and --mesh has no {SEQUENCE_AXIS} "
                      "axis larger than 1", f"add {SEQUENCE_AXIS}=N to --mesh")
+    if sequence == "ulysses+ring" and mesh.get(RING_AXIS, 1) < 2:
+        raise refuse(f"--rules ulysses+ring (USP) runs Ulysses over {SEQUENCE_AXIS} and a ring over {RING_AXIS}, and "
+                     f"--mesh has no {RING_AXIS} axis larger than 1", f"add {RING_AXIS}=N to --mesh, e.g. "
+                     f"{RING_AXIS}=2,{SEQUENCE_AXIS}=2")
     if weights != "replicate" and mesh.get("model", 1) < 2:
         raise refuse("--rules splits weights over model, and --mesh has no model axis larger than 1",
                      "add model=N to --mesh")
@@ -386,7 +401,7 @@ def quick_strategy(card: ModelCard, hardware: Hardware, model: str, workload: Wo
         base = pairs_rules(make_plan(_strategy("probe", "pairs", probe, [], model, hardware, workload, 1), card,
                                      hardware.chips))
     return _strategy("quick", arrangement.family, mesh, _rules(arrangement, base, card), model, hardware, workload,
-                     1, _activations(arrangement), SWEEP_REWRITES)
+                     1, _activations(arrangement, RING_BY_KIND.get(hardware.kind, "gather")), SWEEP_REWRITES)
 
 
 def across_slices(layouts: list[Arrangement], slices: int) -> list[Arrangement]:
@@ -410,23 +425,26 @@ def _rules(arrangement: Arrangement, pairs: list[Rule] | None, card: ModelCard) 
     return family_rules("data")
 
 
-def _activations(arrangement: Arrangement) -> Activations:
-    """The activation rules of an arrangement: Ulysses re-splits attention's q/k/v to heads and back; FSDP pins
-    every block Linear's output to the batch split (else XLA gathers activations, not weights: see fsdp.yaml)."""
+def _activations(arrangement: Arrangement, ring: str = "gather") -> Activations:
+    """The activation rules of an arrangement: Ulysses re-splits attention's q/k/v to heads and back (under USP
+    the tokens stay split over the ring axis at the kernel); FSDP pins every block Linear's output to the batch
+    split (else XLA gathers activations, not weights: see fsdp.yaml). `ring`: how a ring axis runs."""
     mesh = arrangement.mesh
     batch = [a for a in (GUIDANCE_AXIS, "data") if a in mesh]
     batch_entry = batch[0] if len(batch) == 1 else batch
-    sequence = SEQUENCE_AXIS if arrangement.sequence else None
+    usp = arrangement.sequence == "ulysses+ring"
+    sequence = [RING_AXIS, SEQUENCE_AXIS] if usp else SEQUENCE_AXIS if arrangement.sequence else None
     rules = []
     if arrangement.fsdp:
         rules.append(ActivationRule(point="linear.output", spec=[batch_entry, sequence, None]))
-    if arrangement.sequence == "ulysses":
+    if arrangement.sequence in ("ulysses", "ulysses+ring"):
         heads = ["model", SEQUENCE_AXIS] if "model" in mesh else SEQUENCE_AXIS
         features = "model" if arrangement.weights == "pairs" else None
-        rules += [ActivationRule(point="block.input", spec=[batch_entry, SEQUENCE_AXIS, None]),
-                  ActivationRule(point="attention.qkv", spec=[batch_entry, None, heads]),
-                  ActivationRule(point="attention.output", spec=[batch_entry, SEQUENCE_AXIS, features])]
-    return Activations(batch="data", sequence=sequence, rules=rules)
+        rules += [ActivationRule(point="block.input", spec=[batch_entry, sequence, None]),
+                  ActivationRule(point="attention.qkv", spec=[batch_entry, RING_AXIS if usp else None, heads]),
+                  ActivationRule(point="attention.output", spec=[batch_entry, sequence, features])]
+    rings = arrangement.sequence in ("ring", "ulysses+ring")
+    return Activations(batch="data", sequence=sequence, rules=rules, ring=ring if rings else "gather")
 
 
 def pareto(candidates: list[Candidate], objective: str = "throughput") -> tuple[Candidate, ...]:

@@ -61,15 +61,15 @@ def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:
     return TokenCounts(frames * (workload.height // step) * (workload.width // step), workload.text_tokens)
 
 
-def rules_split_text(rules, sequence_axis: str | None) -> bool:
-    """Whether an activation rule puts the sequence axis on the text stream's tokens: a ``block.input`` or
-    ``linear.output`` rule for every stream (or the text) with that axis in its tokens entry."""
-    if not sequence_axis:
+def rules_split_text(rules, sequence_axes: tuple[str, ...]) -> bool:
+    """Whether an activation rule puts a sequence axis on the text stream's tokens: a ``block.input`` or
+    ``linear.output`` rule for every stream (or the text) with one of those axes in its tokens entry."""
+    if not sequence_axes:
         return False
     for rule in rules:
         tokens = rule.spec[1]
         axes = (tokens,) if isinstance(tokens, str) else tuple(tokens or ())
-        if rule.point in ("block.input", "linear.output") and rule.stream in (None, "text") and sequence_axis in axes:
+        if rule.point in ("block.input", "linear.output") and rule.stream in (None, "text") and set(sequence_axes) & set(axes):
             return True
     return False
 

@@ -40,8 +40,9 @@ def input_spec(name: str, shape: tuple[int, ...], activations: Activations, mesh
     axes = batch_axes(activations, mesh)
     if axes and name in BATCHED_INPUTS and shape:
         entries[0] = axes[0] if len(axes) == 1 else axes
-    if activations.sequence and name in SEQUENCE_INPUTS and len(shape) == 3:  # packed [batch, tokens, channels]
-        entries[1] = activations.sequence
+    sequence = activations.sequence_axes
+    if sequence and name in SEQUENCE_INPUTS and len(shape) == 3:  # packed [batch, tokens, channels]
+        entries[1] = sequence[0] if len(sequence) == 1 else list(sequence)
     for dim, axis in enumerate(entries):
         split = math.prod(mesh.size(a) for a in ((axis,) if isinstance(axis, str) else axis or ()))
         if axis is not None and shape[dim] % split:

@@ -10,7 +10,7 @@ import typer
 from meshlab.cli.output import console, print_json, reports_errors
 from meshlab.errors import InputError, MeshlabError
 
-EXPORT_FORMATS = ("torch-xla", "dtensor", "json")
+EXPORT_FORMATS = ("torch-xla", "dtensor", "json", "diffusers", "xdit")
 CHECK_BACKENDS = ("xla", "dtensor", "tpu")
 
 
@@ -94,9 +94,11 @@ def check(
 def export(
     strategy: Path = typer.Argument(..., help="strategy YAML file"),
     fmt: str = typer.Option("torch-xla", "--format", help="torch-xla: a PyTorch/XLA snippet; dtensor: a "
-                            "torch.distributed DeviceMesh/DTensor snippet; json: the spec map"),
+                            "torch.distributed DeviceMesh/DTensor snippet; json: the spec map; diffusers: the "
+                            "enable_parallelism call; xdit: xfuser's parallel flags"),
 ) -> None:
-    """Print a plan as a standalone PyTorch/XLA or DTensor snippet, or as the parameter-to-spec map in JSON."""
+    """Print a plan as a standalone PyTorch/XLA or DTensor snippet, the parameter-to-spec map in JSON, or the
+    GPU tools' form of it (diffusers' enable_parallelism, xDiT's flags); a plan with no such form is refused."""
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
     from meshlab.export import dtensor_snippet, spec_map_document, torch_xla_snippet
@@ -105,6 +107,14 @@ def export(
     planned = plan_file(strategy)
     if fmt == "json":
         print_json(spec_map_document(planned.plan))
+    elif fmt in ("diffusers", "xdit"):
+        from meshlab.export_gpu import diffusers_snippet, xdit_flags
+
+        try:
+            text = (diffusers_snippet if fmt == "diffusers" else xdit_flags)(planned.plan, planned.strategy)
+        except MeshlabError as exc:
+            raise planned.loaded.place(exc) from None
+        typer.echo(text, nl=False)
     elif fmt == "dtensor":
         try:
             text = dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations)

@@ -79,6 +79,10 @@ def render_check(report: CheckReport, console) -> None:
         console.print(_flops_line(report))
     console.print(_timings_line(report))
     console.print(_collectives_line(report))
+    if (ring := setup.strategy.activations.ring) != "gather" and setup.strategy.activations.sequence_axes:
+        console.print(f"Ring: the strategy runs its attention as {ring}, priced as a ring (meshlab explain); XLA's "
+                      "partitioner has no ring: it gathers k and v over the ring axes and runs one attention, and "
+                      "that is what was held here")
     console.print("[green]the plan and XLA agree[/green]" if report.agrees else "[red]the plan and XLA disagree[/red]")
 
 

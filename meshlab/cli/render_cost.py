@@ -257,6 +257,7 @@ def render_explain(planned, prediction, console) -> None:
         ("compute or HBM", _ms(step.local), "per op, the longer of the two, summed") if p.measured is None else
         (f"call x {step.calls} (measured)", _ms(step.local), _measured_how(p.measured)),
         *([_elementwise_row(p)] if p.measured is None else []),
+        *_ring_rows(p),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
          + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
             else "")),
@@ -293,6 +294,26 @@ def render_explain(planned, prediction, console) -> None:
     for a in assumptions_document(hw):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
+
+
+def _ring_rows(p) -> list[tuple[str, str, str]]:
+    """The ring term (meshlab.cost.ring): one attention's passes, merges and transfers, and the whole step's."""
+    rings = p.step.rings
+    if not rings:
+        return []
+    r, calls = rings[0], p.step.calls
+    blocks = sum(x.count for x in rings)
+    how = {"gather-passes": "k and v all-gathered once before the passes (diffusers), in the collectives below",
+           "p2p-passes": f"each next block of k and v ({_bytes(r.block_bytes)}) sent to the next chip while a pass "
+                         f"runs: {r.transfer_seconds * 1e6:.0f} us against a {r.pass_seconds * 1e6:.0f} us pass, "
+                         f"{r.exposed_transfer * 1e6:.0f} us exposed (xDiT)"}[r.implementation]
+    total = calls * sum(x.count * x.seconds for x in rings)
+    whole = calls * sum(x.count * x.whole_seconds for x in rings)
+    return [("  ring attention", _ms(total),
+             f"{blocks} attentions x {calls} call(s), each {r.degree} passes of {r.pass_seconds * 1e6:.0f} us (the "
+             f"local queries against 1/{r.degree} of the keys, at the kernel's rate there) + {r.degree - 1} merges "
+             f"of {r.merge_seconds * 1e6:.0f} us (float32, at HBM bandwidth); one kernel over every key would take "
+             f"{_ms(whole)}; {how}")]
 
 
 def _catalog_pricing_line(c, hw) -> str:

@@ -110,6 +110,13 @@ KNOWN_DIFFERENCES = (
     "single block (under 2d: 42 permutes moving 1,517,568 B; 21 moving 4,237,312 B and 3 all-to-alls moving "
     "786,432 B); this model prices none of them, so it under-prices column splits of FLUX.2 by 2 to 6 times the "
     "all-reduce bytes it does price. All-reduces, all-gathers and FLOPs agree exactly",
+    "USP, ring 2 x Ulysses 2 x pairs over model 2 (Qwen-Image at 2 blocks, 256x256; `meshlab try --model "
+    "qwen-image --hardware h100 --mesh ring=2,seq=2,model=2 --rules ulysses+ring+pairs --save`, then `meshlab "
+    "check --layers 2`): all-reduces and all-gathers agree in count, and the all-reduce, all-gather and all-to-all "
+    "bytes within 10%; XLA issues 10 all-to-alls and 10 collective-permutes in the first block where this model "
+    "counts 16 and 4 (it re-splits the joint q, k and v over ring+seq in other pieces). XLA's partitioner has no "
+    "ring: it gathers k and v over the ring axis, which is what `activations.ring: gather` prices; the passes of "
+    "gather-passes and p2p-passes are meshlab.cost.ring's and no CPU check holds them",
     "Wan's modulation under largest-dim rules (wan-2d.yaml: XLA 6 all-to-alls moving 30,720 B and 9 "
     "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
     "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
@@ -488,9 +495,8 @@ class _Deriver:
                       phase, f"{op.short}: a partial sum meets the {point.point} rule")
         want_tokens, want = point.spec.entries[1] or (), point.spec.entries[2] or ()
         have = state.split or ()
-        axis = self.layout.sequence_axis
-        split_tokens = (axis,) if axis and self.size((axis,)) > 1 and self.layout.local.of_stream(op.stream) < \
-            self.layout.tokens.of_stream(op.stream) else ()
+        split = self.layout.local.of_stream(op.stream) < self.layout.tokens.of_stream(op.stream)
+        split_tokens = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1) if split else ()
         onto_features = tuple(a for a in want if a in split_tokens and a not in want_tokens and a not in have)
         onto_tokens = _onto_tokens(state, point)
         if onto_features:
@@ -554,9 +560,10 @@ class _Deriver:
                           phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
                           f"{'on ' + '+'.join(target) if target else 'whole'}")
         self._norms_across_heads(attention, qkv)
-        axis = self.layout.sequence_axis
-        if point is None or (axis and axis in (point.spec.entries[1] or ())):  # tokens still split at the kernel
-            self._sequence(attention, qkv, target)
+        at_kernel = tuple(a for a in self.layout.sequence_axes  # tokens still split at the kernel: the ring axes
+                          if self.size((a,)) > 1 and (point is None or a in (point.spec.entries[1] or ())))
+        if at_kernel:
+            self._sequence(attention, qkv, target, at_kernel)
         return _State(target)
 
     def _in_halves(self, since: int) -> None:
@@ -585,40 +592,42 @@ class _Deriver:
                       "attention:qknorm", f"{attention.module.rsplit('.', 1)[-1]}.{norm} normalizes across heads "
                       f"split on {'+'.join(split)}: one float32 sum of squares per token")
 
-    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None) -> None:
-        """A sequence axis splits the tokens: q, k and v of several streams are concatenated along a split dim,
-        every query needs every key and value of the joint sequence, and the joint output is cut back into
-        streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4, Qwen-Image)."""
-        axis = self.layout.sequence_axis
-        if not axis or self.size((axis,)) == 1:
-            return
+    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes) -> None:
+        """Sequence axes split the tokens at the kernel: q, k and v of several streams are concatenated along a
+        split dim, every query needs every key and value of the joint sequence, and the joint output is cut back
+        into streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4,
+        Qwen-Image). XLA's partitioner gathers the keys and values: a ring's passes are meshlab.cost.ring's."""
+        axis = "+".join(axes)
         block, streams = qkv[0].block, attention.streams
         width = -(-attention.heads * attention.head_dim // self.size(target))
+        # at the kernel the tokens are split over `axes` alone: a Ulysses axis moved its split onto the heads (USP)
+        ulysses = self.size(tuple(a for a in self.layout.sequence_axes if a not in axes) or None)
         nbytes = lambda tokens: self.layout.batch * tokens * width * self.layout.itemsize  # noqa: E731
-        joint_local = sum(self.layout.local.of_stream(s) for s in streams)
+        joint_local = ulysses * sum(self.layout.local.of_stream(s) for s in streams)
         concatenated = len({op.stream for op in qkv}) > 1
         if concatenated:
             for what in ("q", "k", "v"):
                 for stream in streams:
-                    self.emit("all-to-all", (axis,), nbytes(self.layout.local.of_stream(stream)), block,
+                    self.emit("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
                               "attention:concat", f"{what} of the {stream} stream joins a sequence split on {axis}: "
                               "XLA moves the split onto the heads to concatenate")
-                self.emit("all-to-all", (axis,), nbytes(joint_local), block, "attention:concat",
+                self.emit("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
                           f"the joint {what} moves its split back onto the sequence")
         joint_whole = sum(self.layout.tokens.of_stream(s) for s in streams)
         for what in ("k", "v"):
-            self.emit("all-gather", (axis,), nbytes(joint_whole), block, "attention:kv",
+            self.emit("all-gather", axes, nbytes(joint_whole), block, "attention:kv",
                       f"{what}: tokens are split over {axis}; every query needs every key and value")
         if concatenated:
-            self._cut_into_streams(streams, (axis,), nbytes(joint_local), block)
+            self._cut_into_streams(streams, axes, nbytes(joint_local), block)
 
     def joins(self, graph: Graph) -> None:
         """Streams joined into one sequence (or cut back) outside attention, each block that does it (Flux's single
         blocks): under a sequence axis the same all-to-alls and permutes as attention's q/k/v (measured: Flux,
         seq 2 x model 4, a single block: 3 all-to-alls and 2 permutes of hidden-wide tokens)."""
-        axis = self.layout.sequence_axis
-        if not axis or self.size((axis,)) == 1:
+        axes = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
+        if not axes:
             return
+        axis = "+".join(axes)
         streams, local = ("text", "image"), self.layout.local
         lists = {}
         for op in graph.linears:
@@ -630,14 +639,14 @@ class _Deriver:
                 nbytes = lambda tokens: self.layout.batch * tokens * join.width * self.layout.itemsize  # noqa: E731
                 if join.kind == "concat":
                     for stream in streams:
-                        self.emit("all-to-all", (axis,), nbytes(local.of_stream(stream)), block, "streams:concat",
+                        self.emit("all-to-all", axes, nbytes(local.of_stream(stream)), block, "streams:concat",
                                   f"the {stream} stream joins a sequence split on {axis}")
-                    self.emit("all-to-all", (axis,), nbytes(local.joint), block, "streams:concat",
+                    self.emit("all-to-all", axes, nbytes(local.joint), block, "streams:concat",
                               "the joined sequence moves its split back onto the tokens")
                 else:
-                    misaligned = self._misaligned(streams, self.size((axis,)))
+                    misaligned = self._misaligned(streams, self.size(axes))
                     for stream in misaligned:
-                        self.emit("collective-permute", (axis,), nbytes(local.joint) // len(misaligned), block,
+                        self.emit("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
                                   "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
                                   "other chips than its own split wants")
 

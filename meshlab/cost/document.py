@@ -48,7 +48,21 @@ def prediction_document(p: Prediction) -> dict:
         "collectives_per_block": dict(sorted(p.block_collectives(issued=True).items())),
         "collectives_per_call": collective_totals(p),
         "priced": priced_document(p),
+        "ring": ring_document(p),
     }
+
+
+def ring_document(p: Prediction) -> dict | None:
+    """The attentions run as a ring (meshlab.cost.ring), per transformer call on one chip; None without one."""
+    rings = p.step.rings
+    if not rings:
+        return None
+    r = rings[0]
+    return {"implementation": r.implementation, "degree": r.degree, "axes": list(p.layout.ring_axes),
+            "attentions_per_call": sum(x.count for x in rings), "pass_s": r.pass_seconds, "merge_s": r.merge_seconds,
+            "transfer_s": r.transfer_seconds, "exposed_transfer_s": r.exposed_transfer,
+            "block_bytes": r.block_bytes, "attention_s": r.seconds, "one_kernel_s": r.whole_seconds,
+            "per_call_s": sum(x.count * x.seconds for x in rings)}
 
 
 def priced_document(p: Prediction) -> dict:

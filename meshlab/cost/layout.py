@@ -8,6 +8,7 @@ instead of two, and the two noise predictions meet in one small all-gather over 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES, ModelCard
@@ -31,7 +32,7 @@ class Layout:
     cfg: bool  # does the workload use classifier-free guidance
     itemsize: int
     batch_axis: str | None
-    sequence_axis: str | None
+    sequence_axes: tuple[str, ...]  # the axes that split the tokens, major to minor
     guidance_axis: str | None
     rewrites: tuple[str, ...] = ()  # the strategy's model rewrites (see meshlab.strategy.schema.REWRITES)
     activation_rules: tuple = ()  # the strategy's activation rules (ActivationRule), resolved per module when priced
@@ -39,6 +40,13 @@ class Layout:
     #: ops the host dispatches one at a time in a call of eager PyTorch (`eager_dispatches`); 0 where a compiler
     #: runs the call
     dispatches: int = 0
+    #: the sequence axes the attention.qkv rule moves onto the heads (Ulysses); the others are ring axes
+    ulysses_axes: tuple[str, ...] = ()
+    #: the sequence axes (larger than 1) that still split the tokens at the attention kernel: a ring's
+    ring_axes: tuple[str, ...] = ()
+    ring: str = "gather"  # how attention meets the other chips' keys and values on the ring axes (Activations.ring)
+    ulysses_degree: int = 1  # the product of the Ulysses axes' sizes
+    ring_degree: int = 1  # chips in one ring: the product of the ring axes' sizes
 
     @property
     def sequence_split(self) -> int:
@@ -46,21 +54,23 @@ class Layout:
 
     def activation_axes(self) -> tuple[str, ...]:
         """Mesh axes that split activations (by sample, token or guidance branch), not features."""
-        return tuple(a for a in (self.batch_axis, self.sequence_axis, self.guidance_axis) if a)
+        return tuple(a for a in (self.batch_axis, *self.sequence_axes, self.guidance_axis) if a)
 
 
 def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     workload, mesh = strategy.workload, plan.mesh
     tokens = token_counts(workload, plan.card.architecture)
-    batch_axis, sequence_axis = strategy.activations.batch, strategy.activations.sequence
+    batch_axis, sequence_axes = strategy.activations.batch, strategy.activations.sequence_axes
     guidance = _guidance_axis(plan, strategy)
     batch_split = mesh.size(batch_axis) if batch_axis else 1
-    image_split = mesh.size(sequence_axis) if sequence_axis else 1
+    image_split = math.prod(mesh.size(a) for a in sequence_axes)
+    ulysses = tuple(a for a in ulysses_axes(strategy) if mesh.size(a) > 1)
+    ring = tuple(a for a in sequence_axes if a not in ulysses and mesh.size(a) > 1)
     calls = 2 if workload.cfg and guidance is None else 1
     return Layout(
         tokens=tokens,
         local=local_token_counts(tokens, image_split, plan.card,
-                                 rules_split_text(strategy.activations.rules, sequence_axis)),
+                                 rules_split_text(strategy.activations.rules, sequence_axes)),
         batch=-(-workload.batch // batch_split),
         calls=calls,
         images=workload.batch,
@@ -68,13 +78,32 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         cfg=workload.cfg,
         itemsize=DTYPE_BYTES[workload.dtype],
         batch_axis=batch_axis,
-        sequence_axis=sequence_axis,
+        sequence_axes=sequence_axes,
         guidance_axis=guidance,
         rewrites=tuple(strategy.rewrites),
         activation_rules=tuple(strategy.activations.rules),
         elementwise=strategy.compile.elementwise,
         dispatches=eager_dispatches(plan.card) if strategy.compile.elementwise == "eager" else 0,
+        ulysses_axes=ulysses,
+        ring_axes=ring,
+        ring=strategy.activations.ring,
+        ulysses_degree=math.prod(mesh.size(a) for a in ulysses),
+        ring_degree=math.prod(mesh.size(a) for a in ring),
     )
+
+
+def ulysses_axes(strategy: Strategy) -> tuple[str, ...]:
+    """The sequence axes an ``attention.qkv`` rule puts on the heads (features) and off the tokens: Ulysses'."""
+    sequence = strategy.activations.sequence_axes
+    for rule in strategy.activations.rules:
+        if rule.point == "attention.qkv":
+            tokens, features = (_axes(e) for e in rule.spec[1:])
+            return tuple(a for a in sequence if a in features and a not in tokens)
+    return ()
+
+
+def _axes(entry) -> tuple[str, ...]:
+    return (entry,) if isinstance(entry, str) else tuple(entry or ())
 
 
 def eager_dispatches(card: ModelCard) -> int:
@@ -100,7 +129,7 @@ def _guidance_axis(plan: Plan, strategy: Strategy) -> str | None:
             f"give {GUIDANCE_AXIS!r} size 2 with workload.cfg: true, or rename the axis",
             field=("mesh", GUIDANCE_AXIS),
         )
-    if GUIDANCE_AXIS in (strategy.activations.batch, strategy.activations.sequence):
+    if GUIDANCE_AXIS in (strategy.activations.batch, *strategy.activations.sequence_axes):
         raise PlanError(
             f"mesh axis {GUIDANCE_AXIS!r} splits the guidance branches; it cannot also split the batch or sequence",
             "give activations.batch / activations.sequence another axis",

@@ -145,7 +145,8 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     hardware = hardware.at_dtype(strategy.workload.dtype)  # a float32 workload runs at the float32 peak
     done = work if work is not None else plan_work(plan, strategy)
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
-    routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives}}
+    ring = {layout.ring_axes} if layout.ring_axes else set()
+    routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives} | ring}
     measured = _measured_call(plan, strategy, hardware, layout, work) if hardware.profile is not None else None
     price = _collective_price(hardware.profile) if hardware.profile is not None else None
     if measured is not None and not measured.collectives_included:
@@ -189,6 +190,8 @@ def profile_key(plan: Plan, strategy: Strategy) -> str:
     w = strategy.workload
     rules = [r.model_dump(mode="json") for r in strategy.rules]
     activations = strategy.activations.model_dump(mode="json")
+    if activations.get("ring") == "gather":  # the default, as keys were made before the field (keys stay valid)
+        del activations["ring"]
     layout = layout_of(plan, strategy)
     return plan_key(plan.card.config_digest, plan.mesh.as_dict(), rules, activations, layout.tokens.image,
                     w.batch, w.dtype, bool(guidance_axis(plan.mesh) and w.cfg))

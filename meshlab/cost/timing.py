@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from meshlab.cost.collectives import KNOWN_DIFFERENCES, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
+from meshlab.cost.ring import ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
 from meshlab.hardware import Hardware
 
@@ -61,8 +62,8 @@ class Assumptions:
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
                        "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
                        "default; fusing into the matmuls moves less) or every op as its own kernel (eager), at the "
-                       "bytes the card traced for that; an eager run's per-op launch cost on the host is not "
-                       "counted"},
+                       "bytes the card traced for that; eager, the host dispatches every op the card traced at the "
+                       "hardware's eager_dispatch_s, and a step takes the longer of its kernels and its launches"},
             {"name": "device order", "value": None,
              "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
             {"name": "scope", "value": None,
@@ -112,6 +113,9 @@ class StepTime:
     launch_wait: float = 0.0
     dispatches: int = 0  # ops the host dispatches per step (0 where the hardware has no `eager_dispatch_s`)
     launch_floor: float = 0.0  # the host's predicted time to dispatch them
+    #: attentions run as a ring (meshlab.cost.ring), one call's each; their passes and merges are in `local`, the
+    #: transfers their passes do not hide in `collective`
+    rings: tuple = ()
 
     @property
     def total(self) -> float:
@@ -168,10 +172,19 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
               hardware: Hardware, assumptions: Assumptions, measured=None, collective_price=None) -> StepTime:
     """`measured` (a meshlab.cost.profile.MeasuredCall): one call's seconds from a profile, in place of the ops'
     rooflines; when it timed the call whole on several devices its collectives are in it and add nothing.
-    `collective_price(c)`: a collective's measured seconds, None where the topology model prices it."""
+    `collective_price(c)`: a collective's measured seconds, None where the topology model prices it.
+    A strategy that runs its attention as a ring (meshlab.cost.ring) prices it as one, where the catalog prices
+    the call (a profile timed the attention it ran)."""
     bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     calls = layout.calls
-    local = measured.seconds if measured is not None else sum(w.count * op_seconds(w, hardware) for w in work)
+    rings = () if measured is not None else ring_attentions(work, layout, routes.get(layout.ring_axes), hardware,
+                                                            lambda w: op_seconds(w, hardware))
+    ringed = {r.module: r for r in rings}
+    if layout.ring == "p2p-passes" and rings:  # the blocks travel by send/recv: the partitioner's gather is not run
+        collectives = tuple(c for c in collectives if not (c.phase == "attention:kv" and c.axes == layout.ring_axes))
+    local = measured.seconds if measured is not None else sum(
+        w.count * (ringed[w.name].compute_seconds if w.name in ringed else op_seconds(w, hardware)) for w in work)
+    exposed = calls * sum(r.count * r.exposed_transfer for r in rings)
     inside = measured is not None and measured.collectives_included
     flops = sum(w.count * w.flops for w in work)
     nbytes = sum(w.count * w.hbm_bytes for w in work)
@@ -186,13 +199,15 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     dcn = sum(t.collective.count * t.dcn_seconds * (1 if t.collective.per_step else calls) for t in timed)
     per_call = sum(t.collective.count * t.seconds for t in timed if not t.collective.per_step)
     per_step = sum(t.collective.count * t.seconds for t in timed if t.collective.per_step)
-    coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives)
+    coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives) + calls * sum(
+        r.count * (r.degree - 1) * r.block_bytes for r in rings if r.implementation == "p2p-passes")
     roofline = calls * max(flops / hardware.bf16_flops, nbytes / hardware.hbm_bandwidth)
     elementwise = [w for w in work if w.kind == "elementwise"]
-    collective = 0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step)
+    collective = 0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step) + exposed
     dispatches = 0  # each collective the host issues is one more dispatch
     if layout.dispatches and hardware.eager_dispatch_s is not None:
-        dispatches = sum(c.count * (1 if c.per_step else calls) for c in collectives) + calls * layout.dispatches
+        dispatches = (sum(c.count * (1 if c.per_step else calls) for c in collectives) + calls * layout.dispatches
+                      + calls * sum(r.count * r.dispatches for r in rings))
     # a call a profile timed whole already waited on its launches; one priced op by op (kernel times) did not
     timed_whole = measured is not None and measured.basis == "blocks"
     floor = 0.0 if timed_whole or not dispatches else dispatches * hardware.eager_dispatch_s
@@ -207,5 +222,5 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
         elementwise_bytes=calls * sum(w.count * w.hbm_bytes for w in elementwise),
         elementwise=None if measured is not None else calls * sum(w.count * op_seconds(w, hardware)
                                                                   for w in elementwise),
-        launch_wait=waited, dispatches=dispatches, launch_floor=floor,
+        launch_wait=waited, dispatches=dispatches, launch_floor=floor, rings=rings,
     )

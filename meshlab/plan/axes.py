@@ -23,7 +23,7 @@ def guidance_axis(mesh: AbstractMesh) -> str | None:
 
 def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[str]:
     """Axes that split activations (by sample, token or guidance branch)."""
-    return frozenset(a for a in (activations.batch, activations.sequence, guidance_axis(mesh)) if a)
+    return frozenset(a for a in (activations.batch, *activations.sequence_axes, guidance_axis(mesh)) if a)
 
 
 def compute_split(axes: Iterable[str] | None, mesh: AbstractMesh, gathered: Iterable[str]) -> int:

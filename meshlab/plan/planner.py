@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from meshlab.cards.card import ModelCard
 from meshlab.errors import PlanError
@@ -20,6 +21,7 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
     except PlanError as exc:
         raise PlanError(exc.problem, exc.fix, field=("mesh",)) from None
     _check_activation_axes(strategy, mesh)
+    _check_ring_split(strategy, card, mesh)
     rules = compile_rules(strategy.rules)
     check_rule_axes(rules, mesh)
     dtype = strategy.workload.dtype
@@ -38,14 +40,40 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
 
 
 def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
-    for key in ("batch", "sequence"):
-        axis = getattr(strategy.activations, key)
-        if axis is not None and axis not in mesh.names:
-            raise PlanError(
-                f"activations.{key} names unknown mesh axis {axis!r}",
-                f"use one of {list(mesh.names)} or null",
-                field=("activations", key),
-            )
+    for key, axes in (("batch", (strategy.activations.batch,)), ("sequence", strategy.activations.sequence_axes)):
+        for axis in axes:
+            if axis is not None and axis not in mesh.names:
+                raise PlanError(
+                    f"activations.{key} names unknown mesh axis {axis!r}",
+                    f"use one of {list(mesh.names)} or null",
+                    field=("activations", key),
+                )
+
+
+def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
+    """A ring run by the GPU tools (``activations.ring`` other than gather) splits the image tokens evenly over
+    every sequence axis, or refuses: XLA pads an uneven split, diffusers' and xDiT's rings do not. The fix names
+    the nearest sequence degrees that divide the tokens, and the nearest height that the degrees divide."""
+    from meshlab.tokens import token_counts
+
+    activations = strategy.activations
+    split = math.prod(mesh.size(a) for a in activations.sequence_axes)
+    if activations.ring == "gather" or split == 1:
+        return
+    image = token_counts(strategy.workload, card.architecture).image
+    if image % split == 0:
+        return
+    degrees = sorted((d for d in range(2, 4 * split + 1) if image % d == 0), key=lambda d: (abs(d - split), d))[:3]
+    w = strategy.workload
+    step = card.architecture.vae_scale_factor * card.architecture.patch_size
+    per_row = image // (w.height // step)  # image tokens per row of patches (frames x columns)
+    heights = sorted((h for h in range(step, 4 * w.height + step, step) if per_row * (h // step) % split == 0),
+                     key=lambda h: (abs(h - w.height), h))[:1]
+    raise PlanError(
+        f"the sequence axes {'+'.join(activations.sequence_axes)} split {image} image tokens {split} ways, which "
+        f"does not divide them, and a ring ({activations.ring}) needs an even split",
+        f"use a sequence degree of {' or '.join(map(str, degrees)) or 'a divisor of the tokens'}"
+        + (f", or height {heights[0]}" if heights else ""), field=("activations", "sequence"))
 
 
 def _batch_warnings(strategy: Strategy, mesh: AbstractMesh) -> tuple[str, ...]:

@@ -98,12 +98,38 @@ class Activations(Closed):
     """How the activations (the transformer's inputs and everything computed from them) shard."""
 
     batch: Optional[AxisName] = field(None, description="mesh axis that splits the batch (null: not split)")
-    sequence: Optional[AxisName] = field(
-        None, description="mesh axis that splits the token sequence of the image stream (null: not split)"
-    )
+    sequence: Optional[Union[AxisName, list[AxisName]]] = field(
+        None, description="mesh axis, or list of axes (major to minor), that splits the token sequence of the image "
+        "stream (null: not split). An axis that the attention.qkv rule moves onto the heads is a Ulysses axis; any "
+        "other splits the tokens at the attention kernel too, a ring axis (see `ring`). USP, Ulysses x ring: "
+        "[ring, ulysses] with the qkv rule [batch, ring, ulysses]")
+    ring: Literal["gather", "gather-passes", "p2p-passes"] = field(
+        "gather", description="how attention meets the keys and values of the other chips on the ring axes: "
+        "'gather', every chip gathers the whole sequence's keys and values and runs one attention over them (what "
+        "XLA's SPMD partitioner and torch DTensor make of a token split: no ring); 'gather-passes', the keys and "
+        "values gathered once, then one attention pass per ring rank over its block, each merged into the running "
+        "output (diffusers' ContextParallelConfig(ring_degree=n)); 'p2p-passes', one pass per rank while the next "
+        "block comes from the neighbour by async send/recv, overlapped with the pass (xDiT, ring-flash-attention)")
     rules: list[ActivationRule] = field(
         factory=list, max_length=100,
         description="splits of intermediate activations at named points of every block (see ActivationRule)")
+
+    def _check(self) -> None:
+        """A sequence list of distinct axes, none of them the batch axis."""
+        axes = self.sequence_axes
+        if isinstance(self.sequence, list) and not axes:
+            raise FieldInvalid("sequence", "an empty list of sequence axes; give axes, or null (not split)")
+        if len(set(axes)) != len(axes):
+            raise FieldInvalid("sequence", f"an axis is named twice in {list(axes)}")
+        if self.batch is not None and self.batch in axes:
+            raise FieldInvalid("sequence", f"axis {self.batch!r} splits the batch; it cannot also split the sequence")
+
+    @property
+    def sequence_axes(self) -> tuple[str, ...]:
+        """The axes that split the tokens, major to minor (() when none)."""
+        if self.sequence is None:
+            return ()
+        return (self.sequence,) if isinstance(self.sequence, str) else tuple(self.sequence)
 
 
 class Workload(Closed):

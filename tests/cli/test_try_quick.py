@@ -56,6 +56,9 @@ def test_defaults_are_the_model_s_pipeline_and_the_encoder_goes_where_it_fits():
     (["--model", "flux2-dev", "--hardware", "h100:1", "--text-encoder", "device"],
      "command line: --text-encoder: the text encoder (43.47 GiB) does not fit beside the plan"),
     (["--model", "flux-dev", "--hardware", "h100", "--mesh", "seq=8", "--rules", "ulysses+ring"],
+     "command line: --rules: --rules ulysses+ring (USP) runs Ulysses over seq and a ring over ring, and --mesh has "
+     "no ring axis larger than 1; add ring=N to --mesh"),
+    (["--model", "flux-dev", "--hardware", "h100", "--mesh", "seq=8", "--rules", "ulysses+ulysses"],
      "names two families of one kind"),
     (["--model", "flux-dev", "--hardware", "h100", "--mesh", "model=8", "--rules", "pairs+model"],
      "names two families of one kind"),

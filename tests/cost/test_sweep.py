@@ -226,3 +226,19 @@ def test_a_system_nothing_fits_is_named_not_an_error():
     lone = next(s for s in result.systems if s.hardware.name == "v6e-1")
     assert lone.best is None and lone.fitting == 0 and lone.binding.term == "HBM capacity"
     assert "no plan fits" in lone.binding.move and result.best.hardware.name == "v6e-8"
+
+
+def test_gpu_sweeps_search_usp_and_run_rings_as_xdit_does_tpus_as_xla_does(systems_sweep):
+    """ulysses x ring (USP) is searched beside ulysses and ring; on GPUs a ring runs xDiT's overlapped passes and
+    is priced as a ring, on TPUs the partitioner's gather."""
+    result, _ = systems_sweep
+    usp = [c for c in result.candidates if c.family.startswith("ulysses+ring")]
+    assert {c.hardware.kind for c in usp} == {"gpu", "tpu"}
+    for c in usp:
+        activations = c.strategy.activations
+        assert activations.sequence_axes == ("ring", "seq") and c.strategy.mesh["ring"] > 1
+        assert activations.ring == ("p2p-passes" if c.hardware.kind == "gpu" else "gather")
+    priced = next(c for c in usp if c.hardware.kind == "gpu" and c.prediction is not None)
+    assert priced.prediction.step.rings and priced.prediction.layout.ulysses_degree > 1
+    rings = [c for c in result.candidates if c.family.split("+")[0] == "ring" and c.prediction is not None]
+    assert {bool(c.prediction.step.rings) for c in rings if c.hardware.kind == "tpu"} == {False}

@@ -1,0 +1,116 @@
+"""Ring attention priced as a ring: passes over blocks of keys, merges, and the blocks' transfers. Pure, no torch.
+
+A ring of n chips splits the tokens at the attention kernel n ways (`Layout.ring_axes`). Where the strategy runs a
+ring (``activations.ring``, not ``gather``), each chip's attention is not one kernel over every key but:
+
+- **n passes**: its local queries against one block of N / n keys each, a flash attention that also returns the
+  log-sum-exp. A pass does 1 / n of the FLOPs at the kernel's rate for a key length of N / n, which the catalog
+  gives (`Hardware.attention_rate`): shorter keys run slower, so a ring's passes cost more than one attention over
+  the whole sequence (measured on one H200, `experiments/profiles/h200-ring-attention.json`: 267, 219 and 113
+  TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 283 for the whole);
+- **n - 1 merges** of a pass's output into the running one (diffusers' ``TemplatedRingAttention`` and
+  ring-flash-attention's ``_update_out_and_lse``): ``out = prev - sigmoid(lse - prev_lse) * (prev - out)`` in
+  float32, and the log-sum-exp alike. Priced as the HBM bytes its eager kernels move (`MERGE_BYTES_PER_ELEMENT`)
+  at the chip's effective bandwidth, and as `MERGE_OPS` more kernels the host dispatches where the call runs
+  eager. The same H200 file is its check: not a fit;
+- **the keys and values of the other chips**, by the implementation:
+
+  - ``gather-passes`` (diffusers' ``ContextParallelConfig(ring_degree=n)``): one all-gather of k and v over the
+    ring before the first pass, waited on; the bytes XLA's gather moves, priced as that collective
+    (meshlab.cost.collectives derives it either way);
+  - ``p2p-passes`` (xDiT / yunchang, ring-flash-attention): before each of the first n - 1 passes the chip sends
+    its current block to the next chip and receives the next one (async send/recv), while the pass runs. Each
+    transfer is one k and one v block over the ring's route (a collective-permute in
+    meshlab.cost.topology); what the pass does not hide is exposed: ``max(0, transfer - pass)`` per pass. The
+    all-gather the partitioner would make is not run.
+
+Memory is not changed here: the working set at the kernel is priced as the gather's (meshlab.memory).
+
+Why by hand: no library prices a ring from kernel rates and link bandwidth; the equations above are the whole
+model, and every input is a catalog figure with its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from meshlab.cost.flops import Work
+from meshlab.cost.layout import Layout
+from meshlab.cost.topology import Route, collective_seconds
+from meshlab.hardware import Hardware
+
+RINGS = ("gather-passes", "p2p-passes")
+#: kernels of one merge, forward, counted in diffusers' TemplatedRingAttention (0.42): the pass's out and lse cast
+#: to float32 (2); lse - prev_lse, sigmoid, prev_out - out, the product, prev_out minus it (5); prev_lse - lse,
+#: logsigmoid, prev_lse minus it (3)
+MERGE_OPS = 10
+#: HBM bytes one merge moves per element of a pass's output [batch, queries, heads, head_dim]: the cast (2 read, 4
+#: written), prev_out - out (8 read, 4 written), the product (4 read, 4 written), prev_out minus it (8 read, 4
+#: written); the log-sum-exp terms are 1 / head_dim as large and left out
+MERGE_BYTES_PER_ELEMENT = 38
+#: kernels a p2p pass adds: the batched send/recv of k and v, and the wait
+P2P_OPS = 2
+
+
+@dataclass(frozen=True)
+class RingAttention:
+    """One attention of a transformer call run as a ring on one chip, for each of its `count` blocks."""
+
+    module: str
+    count: int
+    degree: int  # passes: chips in the ring
+    implementation: str  # one of RINGS
+    pass_seconds: float  # one pass: the local queries against one block of keys, at the kernel's rate there
+    merge_seconds: float  # one merge of a pass's output into the running output
+    transfer_seconds: float  # one block of k and v to the next chip over the ring's route (p2p-passes)
+    block_bytes: int  # one block of k and v on one chip
+    whole_seconds: float  # the same attention as one kernel over every key (what `gather` runs)
+
+    @property
+    def exposed_transfer(self) -> float:
+        """Transfer time the passes do not hide (p2p-passes; the gather's all-gather is a collective)."""
+        if self.implementation != "p2p-passes":
+            return 0.0
+        return (self.degree - 1) * max(0.0, self.transfer_seconds - self.pass_seconds)
+
+    @property
+    def compute_seconds(self) -> float:
+        return self.degree * self.pass_seconds + (self.degree - 1) * self.merge_seconds
+
+    @property
+    def seconds(self) -> float:
+        return self.compute_seconds + self.exposed_transfer
+
+    @property
+    def dispatches(self) -> int:
+        """Kernels the ring adds to the one attention call the card traced."""
+        extra = MERGE_OPS + 1 + (P2P_OPS if self.implementation == "p2p-passes" else 0)
+        return (self.degree - 1) * extra
+
+
+def ring_attentions(work: tuple[Work, ...], layout: Layout, route: Route | None, hardware: Hardware,
+                    op_seconds) -> tuple[RingAttention, ...]:
+    """Each attention of the call as the strategy's ring runs it (() when it runs none). `op_seconds(work)`
+    prices one op as meshlab.cost.timing does."""
+    n = layout.ring_degree
+    if layout.ring not in RINGS or n < 2:
+        return ()
+    found = []
+    for w in work:
+        if w.kind != "attention" or len(w.shape) != 5:
+            continue
+        batch, heads, queries, keys, head_dim = w.shape
+        # the chip's heads and queries at the kernel: a Ulysses split moved from the tokens onto the heads
+        heads, queries = max(1, heads // layout.ulysses_degree), queries * layout.ulysses_degree
+        block = -(-keys // n)
+        width = heads * head_dim
+        one_pass = replace(w, flops=w.flops / n, hbm_bytes=float(batch * (2 * queries + 2 * block) * width
+                                                                 * layout.itemsize),
+                           shape=(batch, heads, queries, block, head_dim))
+        block_bytes = 2 * batch * block * width * layout.itemsize
+        merge = MERGE_BYTES_PER_ELEMENT * batch * queries * width / (hardware.hbm_bandwidth * hardware.hbm_efficiency)
+        transfer = (collective_seconds("collective-permute", block_bytes, route, hardware.collective_latency_s)
+                    if route is not None else 0.0)
+        found.append(RingAttention(w.name, w.count, n, layout.ring, op_seconds(one_pass), merge, transfer,
+                                   block_bytes, op_seconds(w)))
+    return tuple(found)

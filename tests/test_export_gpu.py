@@ -1,0 +1,50 @@
+"""`meshlab export --format diffusers | xdit`: a plan as the GPU tools take it, or refused with the reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from meshlab.api import load_plan
+from meshlab.errors import PlanError
+from meshlab.export_gpu import degrees, diffusers_snippet, xdit_flags
+from tests.conftest import REPO
+
+USP = REPO / "strategies" / "flux-usp-h100.yaml"
+
+
+def test_the_flux_usp_plan_has_both_forms():
+    planned = load_plan(USP)
+    d = degrees(planned.plan, planned.strategy)
+    assert (d.cfg, d.data, d.ring, d.ulysses, d.tensor) == (2, 1, 2, 2, 1)
+    flags = xdit_flags(planned.plan, planned.strategy)
+    assert "--nproc_per_node 8" in flags and "--use_cfg_parallel" in flags
+    assert "--ulysses_degree 2 --ring_degree 2" in flags and "--data_parallel_degree 1" in flags
+    assert "priced as" not in flags  # the plan's ring is xDiT's
+    snippet = diffusers_snippet(planned.plan, planned.strategy)
+    compile(snippet, "snippet", "exec")  # it is Python
+    assert "ContextParallelConfig(ring_degree=2, ulysses_degree=2, mesh=mesh['ring', 'ulysses'])" in snippet
+    assert "mesh_dim_names=('cfg', 'ring', 'ulysses')" in snippet and "(2, 2, 2)" in snippet
+    assert "diffusers runs its ring as gather-passes" in snippet  # and says its ring is not xDiT's
+    assert "split them over mesh['cfg']" in snippet
+
+
+def test_weight_splits_export_as_tensor_parallel_where_the_tools_take_them():
+    planned = load_plan(REPO / "strategies" / "2d.yaml")
+    flags = xdit_flags(planned.plan, planned.strategy)
+    assert "--data_parallel_degree 2" in flags and "--tensor_parallel_degree 4" in flags
+    with pytest.raises(PlanError, match="no data parallel degree"):
+        diffusers_snippet(planned.plan, planned.strategy)
+
+
+@pytest.mark.parametrize("strategy, fmt, says", [
+    ("fsdp.yaml", "xdit", "(FSDP): diffusers' enable_parallelism and xDiT's flags have no such form"),
+    ("hybrid.yaml", "diffusers", "diffusers' ParallelConfig refuses the two together"),
+])
+def test_a_plan_with_no_such_form_is_one_line_and_exit_2(strategy, fmt, says):
+    done = subprocess.run([sys.executable, "-m", "meshlab", "export", f"strategies/{strategy}", "--format", fmt],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and f"strategies/{strategy}:" in done.stderr
