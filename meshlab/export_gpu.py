@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from meshlab.errors import PlanError
-from meshlab.plan.axes import GUIDANCE_AXIS
+from meshlab.plan.axes import GUIDANCE_AXIS, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 
@@ -43,11 +43,9 @@ class Degrees:
 
 def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     """The plan's degrees, or a PlanError naming what the GPU tools cannot express."""
-    from meshlab.cost.layout import ulysses_axes
-
     mesh, activations = plan.mesh, strategy.activations
     sequence = set(activations.sequence_axes)
-    ulysses = set(ulysses_axes(strategy))
+    ulysses = set(ulysses_axes(activations))
     weights = {a for p in plan.parameters for a in p.spec.axes}
     size = lambda axes: math.prod(mesh.size(a) for a in axes)  # noqa: E731
     fsdp = weights & ({activations.batch} | sequence | {GUIDANCE_AXIS})

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES, Architecture
-from meshlab.plan.axes import activation_axes, compute_split
+from meshlab.plan.axes import activation_axes, compute_split, ulysses_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -25,7 +25,8 @@ ACTIVATION_METHOD = (
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
     "activations.sequence (and the text tokens with it where attention joins them); with a sequence split, "
-    "attention also holds the k and v of the joint sequence's tokens on other chips"
+    "attention also holds the k and v of the joint sequence's tokens on other chips (a ring that passes blocks "
+    "by send/recv, two blocks of them, and a ring of passes its running output in float32)"
 )
 
 
@@ -158,7 +159,9 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     split_image = math.prod(plan.mesh.size(a) for a in sequence_axes)
     text_split = rules_split_text(strategy.activations.rules, sequence_axes)
     local = local_token_counts(tokens, split_image, plan.card, text_split)
-    shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention)
+    ring = tuple(a for a in sequence_axes if a not in ulysses_axes(strategy.activations))
+    shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
+                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring))
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -174,6 +177,8 @@ class _Shape:
     local: TokenCounts  # per sample on one chip (see meshlab.tokens.local_token_counts)
     gathered: frozenset[str]  # axes that split activations: weights split over them are gathered (FSDP)
     flash: bool
+    ring: str = "gather"  # Activations.ring
+    ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -197,14 +202,18 @@ def _output_elements(weight: PlannedParameter, plan: Plan, shape: _Shape) -> int
 
 def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     """q/k/v at the local tokens, plus k and v of the tokens other chips hold when a sequence axis splits them
-    (every query needs every key: the all-gather's output), the output, and scores without flash."""
+    (every query needs every key: the all-gather's output), the output, and scores without flash. A ring that
+    passes blocks (p2p-passes) holds its own block and the next one instead of every key; a ring of passes keeps
+    its running output in float32 (two bf16 elements each) beside the pass's."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
-    gathered_kv = 2 * (keys - local_keys) * heads * attention.head_dim
-    output = queries * heads * attention.head_dim
+    passes = shape.ring in ("gather-passes", "p2p-passes") and shape.ring_degree > 1
+    held = 2 * -(-keys // shape.ring_degree) if passes and shape.ring == "p2p-passes" else keys
+    gathered_kv = 2 * max(0, held - local_keys) * heads * attention.head_dim
+    output = queries * heads * attention.head_dim * (3 if passes else 1)
     scores = 0 if shape.flash else 2 * heads * queries * keys
     return qkv + gathered_kv + output + scores

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from meshlab.cards.card import DTYPE_BYTES, ModelCard
 from meshlab.cards.truncate import block_lists
 from meshlab.errors import PlanError
-from meshlab.plan.axes import GUIDANCE_AXIS
+from meshlab.plan.axes import GUIDANCE_AXIS, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -64,7 +64,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     guidance = _guidance_axis(plan, strategy)
     batch_split = mesh.size(batch_axis) if batch_axis else 1
     image_split = math.prod(mesh.size(a) for a in sequence_axes)
-    ulysses = tuple(a for a in ulysses_axes(strategy) if mesh.size(a) > 1)
+    ulysses = tuple(a for a in ulysses_axes(strategy.activations) if mesh.size(a) > 1)
     ring = tuple(a for a in sequence_axes if a not in ulysses and mesh.size(a) > 1)
     calls = 2 if workload.cfg and guidance is None else 1
     return Layout(
@@ -90,20 +90,6 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         ulysses_degree=math.prod(mesh.size(a) for a in ulysses),
         ring_degree=math.prod(mesh.size(a) for a in ring),
     )
-
-
-def ulysses_axes(strategy: Strategy) -> tuple[str, ...]:
-    """The sequence axes an ``attention.qkv`` rule puts on the heads (features) and off the tokens: Ulysses'."""
-    sequence = strategy.activations.sequence_axes
-    for rule in strategy.activations.rules:
-        if rule.point == "attention.qkv":
-            tokens, features = (_axes(e) for e in rule.spec[1:])
-            return tuple(a for a in sequence if a in features and a not in tokens)
-    return ()
-
-
-def _axes(entry) -> tuple[str, ...]:
-    return (entry,) if isinstance(entry, str) else tuple(entry or ())
 
 
 def eager_dispatches(card: ModelCard) -> int:

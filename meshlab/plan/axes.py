@@ -26,6 +26,20 @@ def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[s
     return frozenset(a for a in (activations.batch, *activations.sequence_axes, guidance_axis(mesh)) if a)
 
 
+def ulysses_axes(activations: Activations) -> tuple[str, ...]:
+    """The sequence axes an ``attention.qkv`` rule puts on the heads (features) and off the tokens: Ulysses'. The
+    other sequence axes still split the tokens at the attention kernel: a ring's."""
+    for rule in activations.rules:
+        if rule.point == "attention.qkv":
+            tokens, features = (_axes(e) for e in rule.spec[1:])
+            return tuple(a for a in activations.sequence_axes if a in features and a not in tokens)
+    return ()
+
+
+def _axes(entry) -> tuple[str, ...]:
+    return (entry,) if isinstance(entry, str) else tuple(entry or ())
+
+
 def compute_split(axes: Iterable[str] | None, mesh: AbstractMesh, gathered: Iterable[str]) -> int:
     """How many ways a weight dim split over `axes` is split as a chip computes with it: axes in `gathered`
     (those that split activations) are all-gathered first, so they do not count."""

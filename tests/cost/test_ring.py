@@ -146,3 +146,14 @@ def test_ring_attention_holds_its_own_arithmetic():
     assert r.exposed_transfer == 3 * 0.5 and r.seconds == 4 * 1.0 + 3 * 0.5 + 1.5
     hidden = RingAttention("a", 3, 4, "gather-passes", 1.0, 0.5, 1.5, 10, 3.0)
     assert hidden.exposed_transfer == 0.0 and hidden.dispatches < r.dispatches
+
+
+def test_a_ring_of_sent_blocks_holds_two_blocks_of_keys_not_all(tmp_path):
+    """seq 4: a p2p ring holds its own block of k and v and the incoming one (half the keys), where the gather and
+    diffusers' gathered passes hold every key; both rings keep a float32 running output beside the pass's."""
+    ulysses = REPO / "strategies" / "ulysses.yaml"
+    held = {}
+    for ring in ("gather", "gather-passes", "p2p-passes"):
+        planned = load_plan(_variant(tmp_path, ulysses, f"{ring}.yaml", rules=[], ring=ring))
+        held[ring] = planned.memory.most_loaded.activations
+    assert held["p2p-passes"] < held["gather"] < held["gather-passes"]
