@@ -8,7 +8,9 @@ tool's H200: what one rank of a ring computes, without transfers). For each case
 prices, as meshlab.cost.ring does on the catalog's h200:
 
 - one pass: N/n queries against N/n keys, all heads, at the attention kernel's published rate for N/n keys;
-- one merge: `MERGE_BYTES_PER_ELEMENT` bytes per output element at the effective HBM bandwidth;
+- one merge as the benchmark times it (ring-flash-attention's update: the pass's output cast to float32, then the
+  sigmoid-weighted update): `CAST_BYTES_PER_ELEMENT` + `MERGE_BYTES_PER_ELEMENT` bytes per output element at the
+  effective HBM bandwidth;
 - Ulysses' one attention: N queries against N keys on h/n heads.
 
 A check, never a fit: the catalog's rates and efficiencies are used as they are.
@@ -21,7 +23,7 @@ import json
 from pathlib import Path
 
 from meshlab.cost.flops import Work
-from meshlab.cost.ring import MERGE_BYTES_PER_ELEMENT
+from meshlab.cost.ring import CAST_BYTES_PER_ELEMENT, MERGE_BYTES_PER_ELEMENT
 from meshlab.cost.timing import op_seconds
 from meshlab.hardware import load_hardware
 
@@ -41,7 +43,8 @@ def rows() -> list[dict]:
         b, h, n_tokens, d, n = c["batch"], c["heads"], c["tokens"], c["head_dim"], c["degree"]
         block = n_tokens // n
         one_pass = op_seconds(_attention(b, h, block, block, d), hw)
-        merge = MERGE_BYTES_PER_ELEMENT * b * block * h * d / (hw.hbm_bandwidth * hw.hbm_efficiency)
+        merge = ((MERGE_BYTES_PER_ELEMENT + CAST_BYTES_PER_ELEMENT) * b * block * h * d
+                 / (hw.hbm_bandwidth * hw.hbm_efficiency))
         ulysses = op_seconds(_attention(b, h // n, n_tokens, n_tokens, d), hw)
         found.append({"case": c["case"], "degree": n, "pass_predicted_s": one_pass, "pass_measured_s": c["pass_s"],
                       "merge_predicted_s": merge, "merge_measured_s": c["merge_s"],

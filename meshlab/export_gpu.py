@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from meshlab.errors import PlanError
-from meshlab.plan.axes import GUIDANCE_AXIS, ulysses_axes
+from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 
@@ -45,7 +45,13 @@ def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     """The plan's degrees, or a PlanError naming what the GPU tools cannot express."""
     mesh, activations = plan.mesh, strategy.activations
     sequence = set(activations.sequence_axes)
-    ulysses = set(ulysses_axes(activations))
+    ulysses, ring = set(ulysses_axes(activations)), set(ring_axes(activations))
+    idle = [a for a in activations.sequence_axes if a not in ulysses | ring and mesh.size(a) > 1]
+    if idle:
+        raise PlanError(f"sequence axis {idle[0]!r} splits the tokens between attentions, and the attention.qkv rule "
+                        "neither keeps it on the tokens (a ring) nor moves it onto the heads (Ulysses): the GPU tools "
+                        "have no such form", f"put {idle[0]!r} in the qkv rule's tokens or features entry",
+                        field=("activations", "rules"))
     weights = {a for p in plan.parameters for a in p.spec.axes}
     size = lambda axes: math.prod(mesh.size(a) for a in axes)  # noqa: E731
     fsdp = weights & ({activations.batch} | sequence | {GUIDANCE_AXIS})
@@ -65,7 +71,7 @@ def degrees(plan: Plan, strategy: Strategy) -> Degrees:
                         "export --format torch-xla", field=("dcn",))
     cfg = mesh.size(GUIDANCE_AXIS) if GUIDANCE_AXIS in mesh.names else 1
     data = mesh.size(activations.batch) if activations.batch else 1
-    return Degrees(cfg, data, size(ulysses), size(sequence - ulysses), size(weights), activations.ring)
+    return Degrees(cfg, data, size(ulysses), size(ring), size(weights), activations.ring)
 
 
 def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
@@ -81,14 +87,19 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
                         "enable_parallelism has no data parallel degree", "run one process group per replica "
                         "(a plan with data 1), or export --format xdit (--data_parallel_degree)",
                         field=("activations", "batch"))
+    if d.ulysses * d.ring == 1 and d.tensor == 1:
+        raise PlanError("the plan splits neither the sequence nor the weights, and diffusers' enable_parallelism "
+                        "takes only those (context and tensor parallel degrees)", "export --format xdit "
+                        "(--use_cfg_parallel, --data_parallel_degree), or split the sequence", field=("mesh",))
     names, shape = [], []
     for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):
         if n > 1 or name in ("ring", "ulysses") and d.tensor == 1:
             names.append(name)
             shape.append(n)
     lines = [f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
-             "--format diffusers", "import torch.distributed as dist",
-             "from torch.distributed.device_mesh import init_device_mesh"]
+             "--format diffusers", "# run under torchrun (one process per GPU), after the pipeline is built and "
+             "moved to the rank's GPU: `transformer` is pipe.transformer", "from torch.distributed.device_mesh import "
+             "init_device_mesh"]
     if d.tensor > 1:
         lines += ["from diffusers import TensorParallelConfig", "",
                   f"mesh = init_device_mesh('cuda', {tuple(shape)!r}, mesh_dim_names={tuple(names)!r})",
@@ -96,6 +107,9 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
     else:
         lines += ["from diffusers import ContextParallelConfig", "",
                   f"mesh = init_device_mesh('cuda', {tuple(shape)!r}, mesh_dim_names={tuple(names)!r})",
+                  *(["# a ring's passes need the log-sum-exp, which the default (native) backend does not return: "
+                     "torch's FlashAttention-2, the kernel this plan is priced at",
+                     "transformer.set_attention_backend('_native_flash')"] if d.ring > 1 else []),
                   f"transformer.enable_parallelism(config=ContextParallelConfig(ring_degree={d.ring}, "
                   f"ulysses_degree={d.ulysses}, mesh=mesh['ring', 'ulysses']))"]
         if d.ring > 1 and d.ring_implementation != "gather-passes":

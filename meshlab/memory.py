@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES, Architecture
-from meshlab.plan.axes import activation_axes, compute_split, ulysses_axes
+from meshlab.plan.axes import activation_axes, compute_split, ring_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -159,7 +159,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     split_image = math.prod(plan.mesh.size(a) for a in sequence_axes)
     text_split = rules_split_text(strategy.activations.rules, sequence_axes)
     local = local_token_counts(tokens, split_image, plan.card, text_split)
-    ring = tuple(a for a in sequence_axes if a not in ulysses_axes(strategy.activations))
+    ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring))
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)

@@ -127,6 +127,18 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
 
 
+def refuse_ring(planned: PlannedStrategy, what: str) -> None:
+    """meshlab runs and profiles attention as XLA's partitioner and DTensor do (every chip gathers k and v): a ring
+    run by a GPU tool (``activations.ring``) is priced, not run here, so a run of it is refused at that line."""
+    ring = planned.strategy.activations.ring
+    if ring != "gather" and planned.strategy.activations.sequence_axes:
+        raise planned.loaded.place(InputError(
+            f"meshlab {what} runs attention as XLA's partitioner and DTensor do (a gather of k and v), and this "
+            f"strategy's is a ring ({ring}), which the GPU tools run", "set activations.ring: gather to "
+            f"{what} it here, or run the ring with its tool (meshlab export --format xdit or diffusers)",
+            field=("activations", "ring")))
+
+
 def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrategy:
     """The same plan priced with its elementwise work run as `execution` ("fused" or "eager"): what a backend
     runs (meshlab.run); planning and memory do not depend on it."""

@@ -62,7 +62,7 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def default_rules(mesh: dict[str, int]) -> str:
-    if mesh.get("ring", 1) > 1:
+    if mesh.get("ring", 1) > 1 and mesh.get("seq", 1) > 1:
         return "ulysses+ring"
     if mesh.get("seq", 1) > 1:
         return "ulysses"

@@ -26,7 +26,7 @@ from meshlab.devices import accelerator_platform, child_environment, torch_envir
 from meshlab.errors import BackendError, InputError, Location, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
 from meshlab.files import output_folder
-from meshlab.planning import PlannedStrategy, at_depth, plan_file, with_elementwise, with_workload
+from meshlab.planning import PlannedStrategy, at_depth, plan_file, refuse_ring, with_elementwise, with_workload
 
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 RUN_BACKENDS = ("xla", "dtensor", "torch")
@@ -149,6 +149,7 @@ def preflight(path: Path, options: RunOptions) -> tuple[PlannedStrategy, dict]:
     (bounds checked), finite guidance, folders that are folders. An experiment checks all its runs this way
     before the first starts."""
     planned = plan_file(path)
+    refuse_ring(planned, "run")
     _check_options(options)
     workload = _workload(planned, options)
     planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],
@@ -321,7 +322,8 @@ def _cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) 
     if options.cache_dir is None:
         return None
     built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
-    identity = {"plan": json.dumps(planned.strategy.model_dump(), sort_keys=True), "file": planned.loaded.document.file,
+    plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
+    identity = {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
                 "checkpoint": built, "torch_xla": _version("torch_xla")}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"

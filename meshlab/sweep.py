@@ -384,6 +384,11 @@ def quick_strategy(card: ModelCard, hardware: Hardware, model: str, workload: Wo
     if sequence and mesh.get(SEQUENCE_AXIS, 1) < 2:
         raise refuse(f"--rules {sequence} splits the tokens over {SEQUENCE_AXIS}, and --mesh has no {SEQUENCE_AXIS} "
                      "axis larger than 1", f"add {SEQUENCE_AXIS}=N to --mesh")
+    if mesh.get(RING_AXIS, 1) > 1 and sequence != "ulysses+ring":
+        raise InputError(f"--mesh has a {RING_AXIS} axis, which only USP uses (--rules ulysses+ring: the ring over "
+                         f"{RING_AXIS}, Ulysses over {SEQUENCE_AXIS}); --rules {'+'.join(parts)} would leave it idle",
+                         f"use --mesh {RING_AXIS}=R,{SEQUENCE_AXIS}=U --rules ulysses+ring, or a ring alone as --mesh "
+                         f"{SEQUENCE_AXIS}=N --rules ring", Location("command line: --mesh"))
     if sequence == "ulysses+ring" and mesh.get(RING_AXIS, 1) < 2:
         raise refuse(f"--rules ulysses+ring (USP) runs Ulysses over {SEQUENCE_AXIS} and a ring over {RING_AXIS}, and "
                      f"--mesh has no {RING_AXIS} axis larger than 1", f"add {RING_AXIS}=N to --mesh, e.g. "

@@ -259,6 +259,7 @@ def render_explain(planned, prediction, console) -> None:
         *([_elementwise_row(p)] if p.measured is None else []),
         *_ring_rows(p),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
+         + (" (a ring's transfers: what its passes do not hide)" if step.rings else "")
          + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
             else "")),
         *([("  of which DCN", _ms(step.dcn), f"crossing {hw.slices} slices ({_dcn_axes(planned)}) at "
@@ -297,23 +298,32 @@ def render_explain(planned, prediction, console) -> None:
 
 
 def _ring_rows(p) -> list[tuple[str, str, str]]:
-    """The ring term (meshlab.cost.ring): one attention's passes, merges and transfers, and the whole step's."""
+    """The ring term (meshlab.cost.ring): the step's, then each kind of ringed attention's passes, merges and
+    transfers."""
     rings = p.step.rings
     if not rings:
         return []
-    r, calls = rings[0], p.step.calls
-    blocks = sum(x.count for x in rings)
-    how = {"gather-passes": "k and v all-gathered once before the passes (diffusers), in the collectives below",
-           "p2p-passes": f"each next block of k and v ({_bytes(r.block_bytes)}) sent to the next chip while a pass "
-                         f"runs: {r.transfer_seconds * 1e6:.0f} us against a {r.pass_seconds * 1e6:.0f} us pass, "
-                         f"{r.exposed_transfer * 1e6:.0f} us exposed (xDiT)"}[r.implementation]
+    calls = p.step.calls
     total = calls * sum(x.count * x.seconds for x in rings)
     whole = calls * sum(x.count * x.whole_seconds for x in rings)
-    return [("  ring attention", _ms(total),
-             f"{blocks} attentions x {calls} call(s), each {r.degree} passes of {r.pass_seconds * 1e6:.0f} us (the "
-             f"local queries against 1/{r.degree} of the keys, at the kernel's rate there) + {r.degree - 1} merges "
-             f"of {r.merge_seconds * 1e6:.0f} us (float32, at HBM bandwidth); one kernel over every key would take "
-             f"{_ms(whole)}; {how}")]
+    rows = [("  ring attention", _ms(total), f"{sum(x.count for x in rings)} attentions x {calls} call(s) as a ring "
+             f"of {rings[0].degree} ({rings[0].implementation}); each as one kernel over every key: {_ms(whole)}")]
+    kinds: dict[tuple, list] = {}
+    for x in rings:
+        kinds.setdefault((x.pass_seconds, x.merge_seconds, x.transfer_seconds), []).append(x)
+    for group in kinds.values():
+        r, n = group[0], group[0].degree
+        moved = (f"each next block of k and v ({_bytes(r.block_bytes)}) sent to the next chip during a pass: "
+                 f"{r.transfer_seconds * 1e6:.0f} us a block, {r.exposed_transfer * 1e6:.0f} us not hidden (xDiT)"
+                 if r.implementation == "p2p-passes" else
+                 f"k and v all-gathered once ({_bytes(n * r.block_bytes)}) behind the first pass: "
+                 f"{r.transfer_seconds * 1e6:.0f} us, {r.exposed_transfer * 1e6:.0f} us not hidden (diffusers)")
+        rows.append((f"    {r.module.rsplit('.', 1)[-1]} x {sum(x.count for x in group)}", f"{r.seconds * 1e6:.0f} us",
+                     f"{n} passes of {r.pass_seconds * 1e6:.0f} us (its queries against 1/{n} of the keys, at the "
+                     f"kernel's rate there) + {n - 1} merge{'s' if n > 2 else ''} of {r.merge_seconds * 1e6:.0f} us "
+                     f"+ {n + 1} float32 casts of {r.cast_seconds * 1e6:.0f} us (at HBM bandwidth); {moved}; one "
+                     f"kernel over every key: {r.whole_seconds * 1e6:.0f} us"))
+    return rows
 
 
 def _catalog_pricing_line(c, hw) -> str:

@@ -123,6 +123,9 @@ KNOWN_DIFFERENCES = (
     "of the block's collective bytes. All-gathers and all-reduces agree exactly",
 )
 
+#: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back
+#: (`_sequence`, `_cut_into_streams`, `joins`): no GPU tool issues them (`issued_on`)
+STREAM_RESPLITS = ("attention:concat", "attention:split", "streams:concat", "streams:split")
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 Axes = tuple[str, ...]
@@ -200,7 +203,14 @@ def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collectiv
     Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
     6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. Other kinds are
     issued as the partitioner makes them (XLA:TPU's collective matmuls and gathers are not modelled: see
-    KNOWN_DIFFERENCES)."""
+    KNOWN_DIFFERENCES).
+
+    On GPUs a sequence split runs in the GPU tools (xDiT, diffusers' context parallel), which join each chip's own
+    text and image shards into one sequence, and cut the output back, on the chip: the all-to-alls and permutes
+    XLA's partitioner makes to move a token split onto the heads and back around a concatenation
+    (`STREAM_RESPLITS`) are not issued."""
+    if kind == "gpu":
+        return tuple(c for c in collectives if c.phase not in STREAM_RESPLITS)
     if kind != "tpu":
         return tuple(collectives)
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
@@ -604,7 +614,8 @@ class _Deriver:
         ulysses = self.size(tuple(a for a in self.layout.sequence_axes if a not in axes) or None)
         nbytes = lambda tokens: self.layout.batch * tokens * width * self.layout.itemsize  # noqa: E731
         joint_local = ulysses * sum(self.layout.local.of_stream(s) for s in streams)
-        concatenated = len({op.stream for op in qkv}) > 1
+        # streams joined in one sequence (a cross-attention's q and k/v come from two streams, joined in none)
+        concatenated = len({op.stream for op in qkv}) > 1 and not attention.keys
         if concatenated:
             for what in ("q", "k", "v"):
                 for stream in streams:
@@ -613,10 +624,12 @@ class _Deriver:
                               "XLA moves the split onto the heads to concatenate")
                 self.emit("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
                           f"the joint {what} moves its split back onto the sequence")
-        joint_whole = sum(self.layout.tokens.of_stream(s) for s in streams)
-        for what in ("k", "v"):
-            self.emit("all-gather", axes, nbytes(joint_whole), block, "attention:kv",
-                      f"{what}: tokens are split over {axis}; every query needs every key and value")
+        keys = attention.key_streams
+        if any(self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s) for s in keys):
+            joint_whole = sum(self.layout.tokens.of_stream(s) for s in keys)
+            for what in ("k", "v"):  # a cross-attention's whole keys (Wan's text) need no gather
+                self.emit("all-gather", axes, nbytes(joint_whole), block, "attention:kv",
+                          f"{what}: tokens are split over {axis}; every query needs every key and value")
         if concatenated:
             self._cut_into_streams(streams, axes, nbytes(joint_local), block)
 

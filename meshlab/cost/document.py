@@ -57,12 +57,15 @@ def ring_document(p: Prediction) -> dict | None:
     rings = p.step.rings
     if not rings:
         return None
-    r = rings[0]
-    return {"implementation": r.implementation, "degree": r.degree, "axes": list(p.layout.ring_axes),
-            "attentions_per_call": sum(x.count for x in rings), "pass_s": r.pass_seconds, "merge_s": r.merge_seconds,
-            "transfer_s": r.transfer_seconds, "exposed_transfer_s": r.exposed_transfer,
-            "block_bytes": r.block_bytes, "attention_s": r.seconds, "one_kernel_s": r.whole_seconds,
-            "per_call_s": sum(x.count * x.seconds for x in rings)}
+    return {"implementation": rings[0].implementation, "degree": rings[0].degree, "axes": list(p.layout.ring_axes),
+            "attentions_per_call": sum(x.count for x in rings),
+            "per_call_s": sum(x.count * x.seconds for x in rings),
+            "as_one_kernel_per_call_s": sum(x.count * x.whole_seconds for x in rings),
+            "attentions": [{"module": x.module, "count": x.count, "pass_s": x.pass_seconds, "merge_s": x.merge_seconds,
+                            "cast_s": x.cast_seconds, "transfer_s": x.transfer_seconds,
+                            "exposed_transfer_s": x.exposed_transfer, "block_bytes": x.block_bytes,
+                            "attention_s": x.seconds, "one_kernel_s": x.whole_seconds} for x in rings]}
+
 
 
 def priced_document(p: Prediction) -> dict:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from meshlab.cards.card import DTYPE_BYTES, ModelCard
 from meshlab.cards.truncate import block_lists
 from meshlab.errors import PlanError
-from meshlab.plan.axes import GUIDANCE_AXIS, ulysses_axes
+from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -47,6 +47,8 @@ class Layout:
     ring: str = "gather"  # how attention meets the other chips' keys and values on the ring axes (Activations.ring)
     ulysses_degree: int = 1  # the product of the Ulysses axes' sizes
     ring_degree: int = 1  # chips in one ring: the product of the ring axes' sizes
+    #: the attentions whose keys the ring axes split (a cross-attention's whole text keys are not)
+    ringed: frozenset[str] = frozenset()
 
     @property
     def sequence_split(self) -> int:
@@ -65,12 +67,15 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     batch_split = mesh.size(batch_axis) if batch_axis else 1
     image_split = math.prod(mesh.size(a) for a in sequence_axes)
     ulysses = tuple(a for a in ulysses_axes(strategy.activations) if mesh.size(a) > 1)
-    ring = tuple(a for a in sequence_axes if a not in ulysses and mesh.size(a) > 1)
+    ring = tuple(a for a in ring_axes(strategy.activations) if mesh.size(a) > 1)
     calls = 2 if workload.cfg and guidance is None else 1
+    local = local_token_counts(tokens, image_split, plan.card,
+                               rules_split_text(strategy.activations.rules, sequence_axes))
+    ringed = frozenset(a.module for a in plan.card.attention if ring and any(
+        local.of_stream(s) < tokens.of_stream(s) for s in a.key_streams))
     return Layout(
         tokens=tokens,
-        local=local_token_counts(tokens, image_split, plan.card,
-                                 rules_split_text(strategy.activations.rules, sequence_axes)),
+        local=local,
         batch=-(-workload.batch // batch_split),
         calls=calls,
         images=workload.batch,
@@ -89,6 +94,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         ring=strategy.activations.ring,
         ulysses_degree=math.prod(mesh.size(a) for a in ulysses),
         ring_degree=math.prod(mesh.size(a) for a in ring),
+        ringed=ringed,
     )
 
 

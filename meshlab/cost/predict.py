@@ -189,9 +189,7 @@ def profile_key(plan: Plan, strategy: Strategy) -> str:
 
     w = strategy.workload
     rules = [r.model_dump(mode="json") for r in strategy.rules]
-    activations = strategy.activations.model_dump(mode="json")
-    if activations.get("ring") == "gather":  # the default, as keys were made before the field (keys stay valid)
-        del activations["ring"]
+    activations = strategy.activations.identity()
     layout = layout_of(plan, strategy)
     return plan_key(plan.card.config_digest, plan.mesh.as_dict(), rules, activations, layout.tokens.image,
                     w.batch, w.dtype, bool(guidance_axis(plan.mesh) and w.cfg))

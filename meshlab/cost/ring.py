@@ -10,19 +10,26 @@ ring (``activations.ring``, not ``gather``), each chip's attention is not one ke
   TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 283 for the whole);
 - **n - 1 merges** of a pass's output into the running one (diffusers' ``TemplatedRingAttention`` and
   ring-flash-attention's ``_update_out_and_lse``): ``out = prev - sigmoid(lse - prev_lse) * (prev - out)`` in
-  float32, and the log-sum-exp alike. Priced as the HBM bytes its eager kernels move (`MERGE_BYTES_PER_ELEMENT`)
-  at the chip's effective bandwidth, and as `MERGE_OPS` more kernels the host dispatches where the call runs
-  eager. The same H200 file is its check: not a fit;
+  float32, and the log-sum-exp alike; each pass's output is cast to float32 first (``convert_to_fp32``) and the
+  result cast back once. Priced as the HBM bytes its eager kernels move (`MERGE_BYTES_PER_ELEMENT`,
+  `CAST_BYTES_PER_ELEMENT`) at the chip's effective bandwidth, and as `MERGE_OPS` more kernels per merge (one more
+  per cast) the host dispatches where the call runs eager. The same H200 file is its check: not a fit;
 - **the keys and values of the other chips**, by the implementation:
 
-  - ``gather-passes`` (diffusers' ``ContextParallelConfig(ring_degree=n)``): one all-gather of k and v over the
-    ring before the first pass, waited on; the bytes XLA's gather moves, priced as that collective
-    (meshlab.cost.collectives derives it either way);
+  - ``gather-passes`` (diffusers' ``ContextParallelConfig(ring_degree=n)``): one all-gather of k and v,
+    concatenated into one buffer, over the ring; the gathered result is an async tensor that only the second pass
+    reads (the first runs on the chip's own block), so the gather overlaps the first pass:
+    ``max(0, gather - pass)`` is exposed;
   - ``p2p-passes`` (xDiT / yunchang, ring-flash-attention): before each of the first n - 1 passes the chip sends
     its current block to the next chip and receives the next one (async send/recv), while the pass runs. Each
     transfer is one k and one v block over the ring's route (a collective-permute in
-    meshlab.cost.topology); what the pass does not hide is exposed: ``max(0, transfer - pass)`` per pass. The
-    all-gather the partitioner would make is not run.
+    meshlab.cost.topology); what the pass does not hide is exposed: ``max(0, transfer - pass)`` per pass.
+
+  Either way the ring owns the transfer: the all-gather XLA's partitioner would make of the keys is not run (nor,
+  on a GPU, the re-splits it makes to join streams: meshlab.cost.collectives.issued_on).
+
+Only an attention whose keys are split at the kernel runs as a ring: a cross-attention whose keys are a whole
+stream (Wan's text) runs its one kernel as before (diffusers passes it no parallel config).
 
 Memory is not changed here: the working set at the kernel is priced as the gather's (meshlab.memory).
 
@@ -40,16 +47,23 @@ from meshlab.cost.topology import Route, collective_seconds
 from meshlab.hardware import Hardware
 
 RINGS = ("gather-passes", "p2p-passes")
-#: kernels of one merge, forward, counted in diffusers' TemplatedRingAttention (0.42): the pass's out and lse cast
-#: to float32 (2); lse - prev_lse, sigmoid, prev_out - out, the product, prev_out minus it (5); prev_lse - lse,
-#: logsigmoid, prev_lse minus it (3)
-MERGE_OPS = 10
-#: HBM bytes one merge moves per element of a pass's output [batch, queries, heads, head_dim]: the cast (2 read, 4
-#: written), prev_out - out (8 read, 4 written), the product (4 read, 4 written), prev_out minus it (8 read, 4
-#: written); the log-sum-exp terms are 1 / head_dim as large and left out
-MERGE_BYTES_PER_ELEMENT = 38
+#: kernels of one merge, forward, counted in diffusers' TemplatedRingAttention (0.42): lse - prev_lse, sigmoid,
+#: prev_out - out, the product, prev_out minus it (out: 5); prev_lse - lse, logsigmoid, prev_lse minus it (3). The
+#: log-sum-exp's own cast is none: flash returns it in float32
+MERGE_OPS = 8
+#: HBM bytes one merge moves per element of a pass's output [batch, queries, heads, head_dim], all float32:
+#: prev_out - out (8 read, 4 written), the product (4 read, 4 written), prev_out minus it (8 read, 4 written); the
+#: log-sum-exp terms are 1 / head_dim as large and left out
+MERGE_BYTES_PER_ELEMENT = 32
+#: one cast between bf16 and float32 per element (2 read, 4 written, or back): each pass's output to float32, and
+#: the merged output back once
+CAST_BYTES_PER_ELEMENT = 6
 #: kernels a p2p pass adds: the batched send/recv of k and v, and the wait
 P2P_OPS = 2
+#: kernels diffusers' gather adds: the cat of k and v into one buffer, and the all-gather
+GATHER_OPS = 2
+#: the phase of meshlab.cost.collectives in which XLA's partitioner gathers k and v: a ring moves them itself
+GATHER_PHASE = "attention:kv"
 
 
 @dataclass(frozen=True)
@@ -62,55 +76,72 @@ class RingAttention:
     implementation: str  # one of RINGS
     pass_seconds: float  # one pass: the local queries against one block of keys, at the kernel's rate there
     merge_seconds: float  # one merge of a pass's output into the running output
-    transfer_seconds: float  # one block of k and v to the next chip over the ring's route (p2p-passes)
+    cast_seconds: float  # one cast of a pass's output between bf16 and float32
+    transfer_seconds: float  # p2p-passes: one block of k and v to the next chip; gather-passes: the whole gather
     block_bytes: int  # one block of k and v on one chip
     whole_seconds: float  # the same attention as one kernel over every key (what `gather` runs)
 
     @property
     def exposed_transfer(self) -> float:
-        """Transfer time the passes do not hide (p2p-passes; the gather's all-gather is a collective)."""
-        if self.implementation != "p2p-passes":
-            return 0.0
-        return (self.degree - 1) * max(0.0, self.transfer_seconds - self.pass_seconds)
+        """Transfer time the passes do not hide: each p2p block behind its pass, diffusers' gather behind the
+        first pass."""
+        if self.implementation == "p2p-passes":
+            return (self.degree - 1) * max(0.0, self.transfer_seconds - self.pass_seconds)
+        return max(0.0, self.transfer_seconds - self.pass_seconds)
 
     @property
     def compute_seconds(self) -> float:
-        return self.degree * self.pass_seconds + (self.degree - 1) * self.merge_seconds
+        return (self.degree * self.pass_seconds + (self.degree - 1) * self.merge_seconds
+                + (self.degree + 1) * self.cast_seconds)
 
     @property
     def seconds(self) -> float:
         return self.compute_seconds + self.exposed_transfer
 
     @property
+    def transferred_bytes(self) -> int:
+        """k and v bytes this chip receives per attention: n - 1 blocks either way."""
+        return (self.degree - 1) * self.block_bytes
+
+    @property
     def dispatches(self) -> int:
         """Kernels the ring adds to the one attention call the card traced."""
-        extra = MERGE_OPS + 1 + (P2P_OPS if self.implementation == "p2p-passes" else 0)
-        return (self.degree - 1) * extra
+        moves = (self.degree - 1) * P2P_OPS if self.implementation == "p2p-passes" else GATHER_OPS
+        return (self.degree - 1) * (1 + MERGE_OPS) + (self.degree + 1) + moves
 
 
 def ring_attentions(work: tuple[Work, ...], layout: Layout, route: Route | None, hardware: Hardware,
                     op_seconds) -> tuple[RingAttention, ...]:
-    """Each attention of the call as the strategy's ring runs it (() when it runs none). `op_seconds(work)`
-    prices one op as meshlab.cost.timing does."""
+    """Each attention of the call whose keys the ring splits (`Layout.ringed`), as the strategy's ring runs it
+    (() when it runs none). `op_seconds(work)` prices one op as meshlab.cost.timing does."""
     n = layout.ring_degree
     if layout.ring not in RINGS or n < 2:
         return ()
+    bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     found = []
     for w in work:
-        if w.kind != "attention" or len(w.shape) != 5:
+        if w.kind != "attention" or len(w.shape) != 5 or w.name not in layout.ringed:
             continue
         batch, heads, queries, keys, head_dim = w.shape
+        width = heads * head_dim
+        scores = w.hbm_bytes - batch * (2 * queries + 2 * keys) * width * layout.itemsize  # without flash
         # the chip's heads and queries at the kernel: a Ulysses split moved from the tokens onto the heads
         heads, queries = max(1, heads // layout.ulysses_degree), queries * layout.ulysses_degree
         block = -(-keys // n)
         width = heads * head_dim
         one_pass = replace(w, flops=w.flops / n, hbm_bytes=float(batch * (2 * queries + 2 * block) * width
-                                                                 * layout.itemsize),
+                                                                 * layout.itemsize + scores / n),
                            shape=(batch, heads, queries, block, head_dim))
         block_bytes = 2 * batch * block * width * layout.itemsize
-        merge = MERGE_BYTES_PER_ELEMENT * batch * queries * width / (hardware.hbm_bandwidth * hardware.hbm_efficiency)
-        transfer = (collective_seconds("collective-permute", block_bytes, route, hardware.collective_latency_s)
-                    if route is not None else 0.0)
-        found.append(RingAttention(w.name, w.count, n, layout.ring, op_seconds(one_pass), merge, transfer,
-                                   block_bytes, op_seconds(w)))
+        elements = batch * queries * width
+        if route is None:
+            transfer = 0.0
+        elif layout.ring == "p2p-passes":
+            transfer = collective_seconds("collective-permute", block_bytes, route, hardware.collective_latency_s)
+        else:  # one all-gather of the concatenated k and v: n blocks gathered
+            transfer = collective_seconds("all-gather", n * block_bytes, route, hardware.collective_latency_s)
+        found.append(RingAttention(w.name, w.count, n, layout.ring, op_seconds(one_pass),
+                                   MERGE_BYTES_PER_ELEMENT * elements / bandwidth,
+                                   CAST_BYTES_PER_ELEMENT * elements / bandwidth, transfer, block_bytes,
+                                   op_seconds(w)))
     return tuple(found)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from meshlab.cost.collectives import KNOWN_DIFFERENCES, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
-from meshlab.cost.ring import ring_attentions
+from meshlab.cost.ring import GATHER_PHASE, ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
 from meshlab.hardware import Hardware
 
@@ -180,8 +180,8 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     rings = () if measured is not None else ring_attentions(work, layout, routes.get(layout.ring_axes), hardware,
                                                             lambda w: op_seconds(w, hardware))
     ringed = {r.module: r for r in rings}
-    if layout.ring == "p2p-passes" and rings:  # the blocks travel by send/recv: the partitioner's gather is not run
-        collectives = tuple(c for c in collectives if not (c.phase == "attention:kv" and c.axes == layout.ring_axes))
+    if rings:  # a ring moves the keys itself: the partitioner's gather of them is not run
+        collectives = tuple(c for c in collectives if c.phase != GATHER_PHASE)
     local = measured.seconds if measured is not None else sum(
         w.count * (ringed[w.name].compute_seconds if w.name in ringed else op_seconds(w, hardware)) for w in work)
     exposed = calls * sum(r.count * r.exposed_transfer for r in rings)
@@ -200,7 +200,7 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     per_call = sum(t.collective.count * t.seconds for t in timed if not t.collective.per_step)
     per_step = sum(t.collective.count * t.seconds for t in timed if t.collective.per_step)
     coll_bytes = sum(c.count * c.bytes * (1 if c.per_step else calls) for c in collectives) + calls * sum(
-        r.count * (r.degree - 1) * r.block_bytes for r in rings if r.implementation == "p2p-passes")
+        r.count * r.transferred_bytes for r in rings)
     roofline = calls * max(flops / hardware.bf16_flops, nbytes / hardware.hbm_bandwidth)
     elementwise = [w for w in work if w.kind == "elementwise"]
     collective = 0.0 if inside else (1 - assumptions.overlap) * (calls * per_call + per_step) + exposed

@@ -27,13 +27,23 @@ def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[s
 
 
 def ulysses_axes(activations: Activations) -> tuple[str, ...]:
-    """The sequence axes an ``attention.qkv`` rule puts on the heads (features) and off the tokens: Ulysses'. The
-    other sequence axes still split the tokens at the attention kernel: a ring's."""
+    """The sequence axes an ``attention.qkv`` rule puts on the heads (features) and off the tokens: Ulysses'."""
     for rule in activations.rules:
         if rule.point == "attention.qkv":
             tokens, features = (_axes(e) for e in rule.spec[1:])
             return tuple(a for a in activations.sequence_axes if a in features and a not in tokens)
     return ()
+
+
+def ring_axes(activations: Activations) -> tuple[str, ...]:
+    """The sequence axes that still split the tokens at the attention kernel: those an ``attention.qkv`` rule keeps
+    in its tokens entry, or every sequence axis without such a rule (as meshlab.cost.collectives reads it). A
+    sequence axis the rule neither keeps on the tokens nor moves onto the heads leaves the kernel whole tokens."""
+    for rule in activations.rules:
+        if rule.point == "attention.qkv":
+            tokens = _axes(rule.spec[1])
+            return tuple(a for a in activations.sequence_axes if a in tokens)
+    return activations.sequence_axes
 
 
 def _axes(entry) -> tuple[str, ...]:

@@ -51,29 +51,39 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
 
 
 def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
-    """A ring run by the GPU tools (``activations.ring`` other than gather) splits the image tokens evenly over
-    every sequence axis, or refuses: XLA pads an uneven split, diffusers' and xDiT's rings do not. The fix names
-    the nearest sequence degrees that divide the tokens, and the nearest height that the degrees divide."""
+    """A ring run by the GPU tools (``activations.ring`` other than gather, over ring axes larger than 1) splits
+    the tokens evenly over the sequence axes, or refuses: XLA pads an uneven split, diffusers' sharder asserts an
+    even one (its text too, where the model splits it). The fix names the nearest sequence degrees the devices
+    allow that divide the tokens, and the nearest height the present degree divides."""
+    from meshlab.plan.axes import ring_axes
     from meshlab.tokens import token_counts
 
     activations = strategy.activations
+    if activations.ring == "gather" or math.prod(mesh.size(a) for a in ring_axes(activations)) == 1:
+        return
     split = math.prod(mesh.size(a) for a in activations.sequence_axes)
-    if activations.ring == "gather" or split == 1:
+    tokens = token_counts(strategy.workload, card.architecture)
+    joint = any({"text", "image"} <= set(a.streams) for a in card.attention)
+    counts = {"image": tokens.image, **({"text": tokens.text} if joint else {})}
+    uneven = {stream: n for stream, n in counts.items() if n % split}
+    if not uneven:
         return
-    image = token_counts(strategy.workload, card.architecture).image
-    if image % split == 0:
-        return
-    degrees = sorted((d for d in range(2, 4 * split + 1) if image % d == 0), key=lambda d: (abs(d - split), d))[:3]
+    free = mesh.device_count // split  # devices the other axes take: the sequence degree can use the rest
+    degrees = sorted((d for d in range(2, mesh.device_count // free + 1) if (mesh.device_count // free) % d == 0
+                      and all(n % d == 0 for n in counts.values())), key=lambda d: (abs(d - split), d))[:3]
     w = strategy.workload
     step = card.architecture.vae_scale_factor * card.architecture.patch_size
-    per_row = image // (w.height // step)  # image tokens per row of patches (frames x columns)
+    per_row = tokens.image // (w.height // step)  # image tokens per row of patches (frames x columns)
     heights = sorted((h for h in range(step, 4 * w.height + step, step) if per_row * (h // step) % split == 0),
                      key=lambda h: (abs(h - w.height), h))[:1]
+    what = " and ".join(f"{n} {stream} tokens" for stream, n in uneven.items())
+    fixes = ([f"a sequence degree of {' or '.join(map(str, degrees))}"] if degrees else []) + (
+        [f"height {heights[0]}"] if "image" in uneven and heights else []) + (
+        [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])
     raise PlanError(
-        f"the sequence axes {'+'.join(activations.sequence_axes)} split {image} image tokens {split} ways, which "
-        f"does not divide them, and a ring ({activations.ring}) needs an even split",
-        f"use a sequence degree of {' or '.join(map(str, degrees)) or 'a divisor of the tokens'}"
-        + (f", or height {heights[0]}" if heights else ""), field=("activations", "sequence"))
+        f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
+        f"them, and a ring ({activations.ring}) needs an even split", "use " + ", or ".join(fixes),
+        field=("activations", "sequence"))
 
 
 def _batch_warnings(strategy: Strategy, mesh: AbstractMesh) -> tuple[str, ...]:

@@ -124,6 +124,16 @@ class Activations(Closed):
         if self.batch is not None and self.batch in axes:
             raise FieldInvalid("sequence", f"axis {self.batch!r} splits the batch; it cannot also split the sequence")
 
+    def identity(self) -> dict:
+        """The record as JSON, in the form keys were made from before `sequence` took lists and `ring` was added
+        (a one-axis list is its name; the default ring is left out): a plan's identity in profiles and caches."""
+        found = self.model_dump(mode="json")
+        if found.get("ring") == "gather":
+            del found["ring"]
+        if isinstance(found.get("sequence"), list) and len(found["sequence"]) == 1:
+            found["sequence"] = found["sequence"][0]
+        return found
+
     @property
     def sequence_axes(self) -> tuple[str, ...]:
         """The axes that split the tokens, major to minor (() when none)."""

@@ -42,8 +42,8 @@ def test_ranks_fitting_plans_first_and_says_why_losers_lose():
     assert "does not fit" in qwen[-1].why and "replicated" in qwen[-1].why
     assert result.best_per_model["qwen-image"] is qwen[0] and qwen[0].why == ""
     assert all(e.why for e in qwen[1:])
-    assert result.notes == (  # wan-14b-v6e-8.yaml: a video model; ulysses.yaml: 8 GPUs
-        "these strategies are for different models (qwen-image, wan-2.1-t2v-14b): each is ranked among its own "
+    assert result.notes == (  # wan-14b-v6e-8.yaml: a video model; flux-usp-h100.yaml: Flux; ulysses.yaml: 8 GPUs
+        "these strategies are for different models (flux-dev, qwen-image, wan-2.1-t2v-14b): each is ranked among its own "
         "model's plans (their times are for different work)", "these strategies run on different hardware (h100, "
         "v6e-8)")
 
