@@ -110,13 +110,12 @@ KNOWN_DIFFERENCES = (
     "single block (under 2d: 42 permutes moving 1,517,568 B; 21 moving 4,237,312 B and 3 all-to-alls moving "
     "786,432 B); this model prices none of them, so it under-prices column splits of FLUX.2 by 2 to 6 times the "
     "all-reduce bytes it does price. All-reduces, all-gathers and FLOPs agree exactly",
-    "USP, ring 2 x Ulysses 2 x pairs over model 2 (Qwen-Image at 2 blocks, 256x256; `meshlab try --model "
-    "qwen-image --hardware h100 --mesh ring=2,seq=2,model=2 --rules ulysses+ring+pairs --save`, then `meshlab "
-    "check --layers 2`): all-reduces and all-gathers agree in count, and the all-reduce, all-gather and all-to-all "
-    "bytes within 10%; XLA issues 10 all-to-alls and 10 collective-permutes in the first block where this model "
-    "counts 16 and 4 (it re-splits the joint q, k and v over ring+seq in other pieces). XLA's partitioner has no "
-    "ring: it gathers k and v over the ring axis, which is what `activations.ring: gather` prices; the passes of "
-    "gather-passes and p2p-passes are meshlab.cost.ring's and no CPU check holds them",
+    "USP, ring 2 x Ulysses 2 x pairs over model 2 (usp-ring2-seq2-model2.yaml, Qwen-Image): all-reduces, "
+    "all-to-alls (one over ring+seq per projection, one over ring per joint q, k and v) and the k/v all-gathers "
+    "over ring agree exactly; XLA cuts the joint output back into streams with 9 collective-permutes moving "
+    "368,640 B in the first block, this model with 4 moving 147,456 B. XLA's partitioner has no ring: it gathers "
+    "k and v over the ring axis, which is what `activations.ring: gather` prices; the passes of gather-passes "
+    "and p2p-passes are meshlab.cost.ring's and no CPU check holds them",
     "Wan's modulation under largest-dim rules (wan-2d.yaml: XLA 6 all-to-alls moving 30,720 B and 9 "
     "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
     "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
@@ -498,8 +497,11 @@ class _Deriver:
                       f"the {stream} stream's {name} is a batch norm over batch x tokens rows, split on "
                       f"{'+'.join(rows)}: XLA gathers them")
 
-    def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str) -> _State:
-        """The tensor an activation rule marks, resharded from `state` to the rule's split (see the rules)."""
+    def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str, joins: Axes = ()) -> _State:
+        """The tensor an activation rule marks, resharded from `state` to the rule's split (see the rules).
+        `joins`: the token axes a joint attention's concatenation moves onto the heads too (USP: the ring axes the
+        rule keeps on the tokens), which XLA moves in the same all-to-all as the rule's (measured: ring 2 x seq 2 x
+        model 2, Qwen-Image: one all-to-all over ring+seq per projection)."""
         if state.partial:
             self.emit("all-reduce", state.partial, self.tensor_bytes(op.stream, features, state.split), op.block,
                       phase, f"{op.short}: a partial sum meets the {point.point} rule")
@@ -510,9 +512,11 @@ class _Deriver:
         onto_features = tuple(a for a in want if a in split_tokens and a not in want_tokens and a not in have)
         onto_tokens = _onto_tokens(state, point)
         if onto_features:
-            self.emit("all-to-all", onto_features, self.tensor_bytes(op.stream, features, state.split), op.block,
+            moved = tuple(a for a in self.layout.sequence_axes if a in onto_features or a in joins)
+            self.emit("all-to-all", moved, self.tensor_bytes(op.stream, features, state.split), op.block,
                       f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
-                      f"{'+'.join(onto_features)} from the tokens onto the heads")
+                      f"{'+'.join(onto_features)} from the tokens onto the heads"
+                      + (f", with {'+'.join(joins)} to join the streams" if joins else ""))
         if onto_tokens:
             self.emit("all-to-all", onto_tokens, self.tensor_bytes(op.stream, features, want or None), op.block,
                       f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
@@ -549,12 +553,17 @@ class _Deriver:
 
     def attention(self, attention, qkv: list[LinearOp]) -> _State:
         point = self.points.get((attention.module, "kernel"))
+        at_kernel = tuple(a for a in self.layout.sequence_axes  # tokens still split at the kernel: the ring axes
+                          if self.size((a,)) > 1 and (point is None or a in (point.spec.entries[1] or ())))
+        joint = len({op.stream for op in qkv}) > 1 and not attention.keys
+        moves = point is not None and any(a in (point.spec.entries[2] or ()) for a in self.layout.sequence_axes)
+        joins = at_kernel if joint and moves else ()  # USP: the streams' concatenation rides the Ulysses all-to-all
         arrived = {}
         for op in qkv:
             state = _State(*self.used_split(op))
             before = len(self.found)
             arrived[op.module] = state if point is None else self._marked(op, op.out_features, state, point,
-                                                                          "attention:in")
+                                                                          "attention:in", joins)
             if attention.rotary_halves and op.module.rsplit(".", 1)[-1] in _ROTATED:
                 self._in_halves(before)
         splits = [arrived[op.module].split for op in qkv]
@@ -570,10 +579,8 @@ class _Deriver:
                           phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
                           f"{'on ' + '+'.join(target) if target else 'whole'}")
         self._norms_across_heads(attention, qkv)
-        at_kernel = tuple(a for a in self.layout.sequence_axes  # tokens still split at the kernel: the ring axes
-                          if self.size((a,)) > 1 and (point is None or a in (point.spec.entries[1] or ())))
         if at_kernel:
-            self._sequence(attention, qkv, target, at_kernel)
+            self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
         return _State(target)
 
     def _in_halves(self, since: int) -> None:
@@ -602,7 +609,7 @@ class _Deriver:
                       "attention:qknorm", f"{attention.module.rsplit('.', 1)[-1]}.{norm} normalizes across heads "
                       f"split on {'+'.join(split)}: one float32 sum of squares per token")
 
-    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes) -> None:
+    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes, joined: bool = False) -> None:
         """Sequence axes split the tokens at the kernel: q, k and v of several streams are concatenated along a
         split dim, every query needs every key and value of the joint sequence, and the joint output is cut back
         into streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4,
@@ -618,7 +625,7 @@ class _Deriver:
         concatenated = len({op.stream for op in qkv}) > 1 and not attention.keys
         if concatenated:
             for what in ("q", "k", "v"):
-                for stream in streams:
+                for stream in streams if not joined else ():  # `joined`: moved with the rule's all-to-all
                     self.emit("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
                               "attention:concat", f"{what} of the {stream} stream joins a sequence split on {axis}: "
                               "XLA moves the split onto the heads to concatenate")

@@ -36,7 +36,7 @@ STOCK = ("data-stock", "2d-stock", "pairs-stock")
 #: Linears, at 16 heads), each under largest-dim and column/row rules
 OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs", "flux2-2d", "flux2-pairs")
 MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs",
-          "flux-seq2-model4", "seq2-data2-model2") + OTHER_MODELS
+          "flux-seq2-model4", "seq2-data2-model2", "usp-ring2-seq2-model2") + OTHER_MODELS
 TOLERANCE = 0.10
 BLOCK = "transformer_blocks.0"
 #: (strategy, kind[, block list]) -> ((XLA count, bytes), (derived count, bytes)): see KNOWN_DIFFERENCES.
@@ -52,6 +52,7 @@ DOCUMENTED = {
     ("seq2-data2-model2", "all-gather"): ((24, 5_812_224), (22, 5_025_792)),
     ("seq2-data2-model2", "all-to-all"): ((6, 589_824), (9, 884_736)),
     ("seq2-data2-model2", "collective-permute"): ((18, 436_224), (14, 184_320)),
+    ("usp-ring2-seq2-model2", "collective-permute"): ((9, 368_640), (4, 147_456)),
     ("wan-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
     ("wan-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
     ("flux2-2d", "collective-permute"): ((42, 1_517_568), (0, 0)),
