@@ -108,7 +108,8 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
         lines += ["from diffusers import ContextParallelConfig", "",
                   f"mesh = init_device_mesh('cuda', {tuple(shape)!r}, mesh_dim_names={tuple(names)!r})",
                   *(["# a ring's passes need the log-sum-exp, which the default (native) backend does not return: "
-                     "torch's FlashAttention-2, the kernel this plan is priced at",
+                     "torch's FlashAttention-2 (the catalog's default kernel; it takes no attention mask, so pad "
+                     "prompts to one length or drop an all-ones mask)",
                      "transformer.set_attention_backend('_native_flash')"] if d.ring > 1 else []),
                   f"transformer.enable_parallelism(config=ContextParallelConfig(ring_degree={d.ring}, "
                   f"ulysses_degree={d.ulysses}, mesh=mesh['ring', 'ulysses']))"]

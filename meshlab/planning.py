@@ -130,8 +130,11 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
 def refuse_ring(planned: PlannedStrategy, what: str) -> None:
     """meshlab runs and profiles attention as XLA's partitioner and DTensor do (every chip gathers k and v): a ring
     run by a GPU tool (``activations.ring``) is priced, not run here, so a run of it is refused at that line."""
-    ring = planned.strategy.activations.ring
-    if ring != "gather" and planned.strategy.activations.sequence_axes:
+    from meshlab.plan.axes import ring_axes
+
+    activations, mesh = planned.strategy.activations, planned.plan.mesh
+    ring = activations.ring
+    if ring != "gather" and math.prod(mesh.size(a) for a in ring_axes(activations)) > 1:
         raise planned.loaded.place(InputError(
             f"meshlab {what} runs attention as XLA's partitioner and DTensor do (a gather of k and v), and this "
             f"strategy's is a ring ({ring}), which the GPU tools run", "set activations.ring: gather to "

@@ -24,7 +24,7 @@ RULES = {
     "fsdp": "every block weight split over data and gathered before use",
     "ulysses": "the tokens over seq, re-split to heads around attention (all-to-alls)",
     "ring": "the tokens over seq, attention as a ring over them (GPUs: xDiT's passes; TPUs: XLA's gather of the "
-            "keys and values); with ulysses (USP), the ring over ring and Ulysses over seq",
+            "keys and values); with ulysses (USP): a ring over the ring axis, Ulysses over seq",
 }
 AXES = ("cfg", "data", "ring", "seq", "model")
 #: Which flag each top-level field of the document comes from (a planning error names it).

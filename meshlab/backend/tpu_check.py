@@ -250,7 +250,7 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
 def predicted_totals(prediction) -> dict:
     """meshlab's collectives of one whole call, by kind, as XLA:TPU issues them: counts and bytes per chip."""
     count, nbytes = Counter(), Counter()
-    for c in prediction.issued or prediction.collectives:
+    for c in prediction.issued_collectives:
         if not c.per_step:
             count[c.kind] += c.count
             nbytes[c.kind] += c.count * c.bytes
@@ -340,7 +340,7 @@ def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counte
         if name not in first:
             continue
         sizes = Counter()
-        for c in prediction.issued or prediction.collectives:
+        for c in prediction.issued_collectives:
             if c.block == first[name] and not c.only:  # a middle block's
                 sizes[c.kind] += c.bytes
         for index in range(checked):

@@ -304,10 +304,11 @@ def _ring_rows(p) -> list[tuple[str, str, str]]:
     if not rings:
         return []
     calls = p.step.calls
-    total = calls * sum(x.count * x.seconds for x in rings)
+    total = calls * sum(x.count * x.compute_seconds for x in rings)
     whole = calls * sum(x.count * x.whole_seconds for x in rings)
     rows = [("  ring attention", _ms(total), f"{sum(x.count for x in rings)} attentions x {calls} call(s) as a ring "
-             f"of {rings[0].degree} ({rings[0].implementation}); each as one kernel over every key: {_ms(whole)}")]
+             f"of {rings[0].degree} ({rings[0].implementation}): passes, merges and casts (the transfers the passes "
+             f"do not hide are in the collectives); each as one kernel over every key: {_ms(whole)}")]
     kinds: dict[tuple, list] = {}
     for x in rings:
         kinds.setdefault((x.pass_seconds, x.merge_seconds, x.transfer_seconds), []).append(x)
@@ -318,7 +319,8 @@ def _ring_rows(p) -> list[tuple[str, str, str]]:
                  if r.implementation == "p2p-passes" else
                  f"k and v all-gathered once ({_bytes(n * r.block_bytes)}) behind the first pass: "
                  f"{r.transfer_seconds * 1e6:.0f} us, {r.exposed_transfer * 1e6:.0f} us not hidden (diffusers)")
-        rows.append((f"    {r.module.rsplit('.', 1)[-1]} x {sum(x.count for x in group)}", f"{r.seconds * 1e6:.0f} us",
+        where = " + ".join(dict.fromkeys(f"{x.module.split('.', 1)[0]} {x.module.rsplit('.', 1)[-1]}" for x in group))
+        rows.append((f"    {where} x {sum(x.count for x in group)}", f"{r.seconds * 1e6:.0f} us",
                      f"{n} passes of {r.pass_seconds * 1e6:.0f} us (its queries against 1/{n} of the keys, at the "
                      f"kernel's rate there) + {n - 1} merge{'s' if n > 2 else ''} of {r.merge_seconds * 1e6:.0f} us "
                      f"+ {n + 1} float32 casts of {r.cast_seconds * 1e6:.0f} us (at HBM bandwidth); {moved}; one "

@@ -123,7 +123,7 @@ KNOWN_DIFFERENCES = (
 )
 
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back
-#: (`_sequence`, `_cut_into_streams`, `joins`): no GPU tool issues them (`issued_on`)
+#: (`_sequence`, `_cut_into_streams`, `joins`): the GPU tools join them on the chip (meshlab.cost.ring.tool_issued)
 STREAM_RESPLITS = ("attention:concat", "attention:split", "streams:concat", "streams:split")
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
@@ -148,6 +148,9 @@ class Collective:
     #: "first" or "last": issued in only the first or last of the `count` blocks (XLA:TPU's cross-block combining,
     #: `issued_on`); "": in every one of them
     only: str = ""
+    #: axes in `axes` only XLA's join of the streams needs (USP: the ring axes its Ulysses all-to-all also moves); a
+    #: GPU tool, which joins the streams on the chip, runs it over the others (meshlab.cost.ring.tool_issued)
+    joined: Axes = ()
 
 
 @dataclass(frozen=True)
@@ -202,14 +205,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collectiv
     Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
     6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. Other kinds are
     issued as the partitioner makes them (XLA:TPU's collective matmuls and gathers are not modelled: see
-    KNOWN_DIFFERENCES).
-
-    On GPUs a sequence split runs in the GPU tools (xDiT, diffusers' context parallel), which join each chip's own
-    text and image shards into one sequence, and cut the output back, on the chip: the all-to-alls and permutes
-    XLA's partitioner makes to move a token split onto the heads and back around a concatenation
-    (`STREAM_RESPLITS`) are not issued."""
-    if kind == "gpu":
-        return tuple(c for c in collectives if c.phase not in STREAM_RESPLITS)
+    KNOWN_DIFFERENCES). A plan a GPU tool runs (a ring) issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
@@ -293,9 +289,10 @@ class _Deriver:
         tokens = self.layout.local.of_stream(stream)
         return self.layout.batch * tokens * -(-features // self.size(split)) * self.layout.itemsize
 
-    def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str, role: str = "") -> None:
+    def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str, role: str = "",
+             joined: Axes = ()) -> None:
         self.found.append(Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block),
-                                     role=role))
+                                     role=role, joined=joined))
 
     def used_split(self, op: LinearOp) -> tuple[Axes | None, Axes | None]:
         """A Linear weight's (output, input) split as it is used: axes that split activations are gathered
@@ -516,7 +513,8 @@ class _Deriver:
             self.emit("all-to-all", moved, self.tensor_bytes(op.stream, features, state.split), op.block,
                       f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
                       f"{'+'.join(onto_features)} from the tokens onto the heads"
-                      + (f", with {'+'.join(joins)} to join the streams" if joins else ""))
+                      + (f", with {'+'.join(joins)} to join the streams" if joins else ""),
+                      joined=tuple(a for a in joins if a not in onto_features))
         if onto_tokens:
             self.emit("all-to-all", onto_tokens, self.tensor_bytes(op.stream, features, want or None), op.block,
                       f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "

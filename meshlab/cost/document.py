@@ -67,7 +67,6 @@ def ring_document(p: Prediction) -> dict | None:
                             "attention_s": x.seconds, "one_kernel_s": x.whole_seconds} for x in rings]}
 
 
-
 def priced_document(p: Prediction) -> dict:
     """What the time rests on: the catalog's assumed efficiencies, or a profile's measurements (and which)."""
     m = p.measured
@@ -92,7 +91,7 @@ def collective_totals(p: Prediction) -> dict[str, dict]:
     hardware's compiler issues them (what the step is priced from)."""
     counts: Counter = Counter()
     nbytes: Counter = Counter()
-    for c in p.issued or p.collectives:
+    for c in p.issued_collectives:
         counts[c.kind] += c.count
         nbytes[c.kind] += c.count * c.bytes
     return {kind: {"count": counts[kind], "bytes": nbytes[kind]} for kind in sorted(counts)}

@@ -47,7 +47,7 @@ class Layout:
     ring: str = "gather"  # how attention meets the other chips' keys and values on the ring axes (Activations.ring)
     ulysses_degree: int = 1  # the product of the Ulysses axes' sizes
     ring_degree: int = 1  # chips in one ring: the product of the ring axes' sizes
-    #: the attentions whose keys the ring axes split (a cross-attention's whole text keys are not)
+    #: the self and joint attentions whose keys the ring axes split (a cross-attention runs as one kernel)
     ringed: frozenset[str] = frozenset()
 
     @property
@@ -71,8 +71,8 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     calls = 2 if workload.cfg and guidance is None else 1
     local = local_token_counts(tokens, image_split, plan.card,
                                rules_split_text(strategy.activations.rules, sequence_axes))
-    ringed = frozenset(a.module for a in plan.card.attention if ring and any(
-        local.of_stream(s) < tokens.of_stream(s) for s in a.key_streams))
+    ringed = frozenset(a.module for a in plan.card.attention if ring and not a.keys and any(
+        local.of_stream(s) < tokens.of_stream(s) for s in a.key_streams))  # self or joint: a cross-attention is none
     return Layout(
         tokens=tokens,
         local=local,

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from meshlab.cost.collectives import Collective, derive, issued_on
+from meshlab.cost.ring import tool_issued
 from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
@@ -35,8 +36,12 @@ class Prediction:
     usd_per_chip_hour: float | None = None  # the hardware's price per chip-hour (None: not known)
     startup: Startup | None = None  # loading and compiling before the first image (meshlab.cost.startup)
     #: what the hardware's compiler issues of `collectives` (TPUs combine all-reduces; meshlab.cost.collectives
-    #: .issued_on), and what the step is priced from; () : the same as `collectives`
-    issued: tuple[Collective, ...] = ()
+    #: .issued_on), and what the step is priced from; None: the same as `collectives`
+    issued: tuple[Collective, ...] | None = None
+
+    @property
+    def issued_collectives(self) -> tuple[Collective, ...]:
+        return self.collectives if self.issued is None else self.issued
 
     @property
     def seconds_per_image(self) -> float:
@@ -111,7 +116,7 @@ class Prediction:
     def block_collectives(self, block: int | None = None, issued: bool = False) -> Counter:
         """Collectives of one block (the first one by default) by kind: as the partitioner makes them, or
         (`issued`) as the hardware's compiler issues them."""
-        found = (self.issued or self.collectives) if issued else self.collectives
+        found = self.issued_collectives if issued else self.collectives
         blocks = sorted({c.block for c in found if c.block is not None})
         if block is None:
             block = blocks[0] if blocks else None
@@ -145,14 +150,15 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     hardware = hardware.at_dtype(strategy.workload.dtype)  # a float32 workload runs at the float32 peak
     done = work if work is not None else plan_work(plan, strategy)
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
+    issued = tool_issued(issued_on(collectives, hardware.kind), layout)  # what the hardware and the ring's tool run
     ring = {layout.ring_axes} if layout.ring_axes else set()
-    routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn) for axes in {c.axes for c in collectives} | ring}
+    routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn)
+              for axes in {c.axes for c in collectives} | {c.axes for c in issued} | ring}
     measured = _measured_call(plan, strategy, hardware, layout, work) if hardware.profile is not None else None
     price = _collective_price(hardware.profile) if hardware.profile is not None else None
     if measured is not None and not measured.collectives_included:
         found = sum(price(c) is not None for c in collectives)
         measured = replace(measured, collectives_measured=found, collectives_assumed=len(collectives) - found)
-    issued = issued_on(collectives, hardware.kind)
     step = step_time(work, issued, routes, layout, hardware, assumptions, measured, price)
     batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,

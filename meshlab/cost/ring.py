@@ -25,11 +25,13 @@ ring (``activations.ring``, not ``gather``), each chip's attention is not one ke
     transfer is one k and one v block over the ring's route (a collective-permute in
     meshlab.cost.topology); what the pass does not hide is exposed: ``max(0, transfer - pass)`` per pass.
 
-  Either way the ring owns the transfer: the all-gather XLA's partitioner would make of the keys is not run (nor,
-  on a GPU, the re-splits it makes to join streams: meshlab.cost.collectives.issued_on).
+  Either way the ring owns the transfer: the all-gather XLA's partitioner would make of the keys is not run. Nor
+  are the re-splits it makes to join the streams into one sequence and cut them back (the tools join each chip's
+  own text and image shards on the chip), and under USP the Ulysses all-to-all runs over the Ulysses axes alone
+  (`tool_issued`).
 
-Only an attention whose keys are split at the kernel runs as a ring: a cross-attention whose keys are a whole
-stream (Wan's text) runs its one kernel as before (diffusers passes it no parallel config).
+Only a self or joint attention runs as a ring: a cross-attention (Wan's attn2, over the text) runs its one kernel
+as before (diffusers passes it no parallel config, and splits no text for it).
 
 Memory is not changed here: the working set at the kernel is priced as the gather's (meshlab.memory).
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from meshlab.cost.collectives import STREAM_RESPLITS, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.topology import Route, collective_seconds
@@ -64,6 +67,23 @@ P2P_OPS = 2
 GATHER_OPS = 2
 #: the phase of meshlab.cost.collectives in which XLA's partitioner gathers k and v: a ring moves them itself
 GATHER_PHASE = "attention:kv"
+
+
+def tool_issued(collectives: tuple[Collective, ...], layout: Layout) -> tuple[Collective, ...]:
+    """What a plan whose ring a GPU tool runs (`layout.ring` in RINGS) issues of the partitioner's collectives:
+    not its gather of the keys (the ring moves them), not its re-splits to join and cut the streams (the tools
+    join each chip's own shards on the chip), and each Ulysses all-to-all over the Ulysses axes alone. Any other
+    plan issues them as they are."""
+    if layout.ring not in RINGS or not layout.ring_axes:
+        return collectives
+    kept = []
+    for c in collectives:
+        if c.phase == GATHER_PHASE or c.phase in STREAM_RESPLITS:
+            continue
+        axes = tuple(a for a in c.axes if a not in c.joined)
+        if axes:
+            kept.append(replace(c, axes=axes, joined=()) if c.joined else c)
+    return tuple(kept)
 
 
 @dataclass(frozen=True)
@@ -100,8 +120,9 @@ class RingAttention:
 
     @property
     def transferred_bytes(self) -> int:
-        """k and v bytes this chip receives per attention: n - 1 blocks either way."""
-        return (self.degree - 1) * self.block_bytes
+        """k and v bytes per attention, as meshlab.cost.collectives counts a collective's: the gathered buffer (n
+        blocks) of diffusers' all-gather, the n - 1 blocks sent by p2p."""
+        return (self.degree - 1 if self.implementation == "p2p-passes" else self.degree) * self.block_bytes
 
     @property
     def dispatches(self) -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from meshlab.cost.collectives import KNOWN_DIFFERENCES, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
-from meshlab.cost.ring import GATHER_PHASE, ring_attentions
+from meshlab.cost.ring import ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
 from meshlab.hardware import Hardware
 
@@ -180,8 +180,6 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     rings = () if measured is not None else ring_attentions(work, layout, routes.get(layout.ring_axes), hardware,
                                                             lambda w: op_seconds(w, hardware))
     ringed = {r.module: r for r in rings}
-    if rings:  # a ring moves the keys itself: the partitioner's gather of them is not run
-        collectives = tuple(c for c in collectives if c.phase != GATHER_PHASE)
     local = measured.seconds if measured is not None else sum(
         w.count * (ringed[w.name].compute_seconds if w.name in ringed else op_seconds(w, hardware)) for w in work)
     exposed = calls * sum(r.count * r.exposed_transfer for r in rings)

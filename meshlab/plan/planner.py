@@ -53,8 +53,8 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
 def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
     """A ring run by the GPU tools (``activations.ring`` other than gather, over ring axes larger than 1) splits
     the tokens evenly over the sequence axes, or refuses: XLA pads an uneven split, diffusers' sharder asserts an
-    even one (its text too, where the model splits it). The fix names the nearest sequence degrees the devices
-    allow that divide the tokens, and the nearest height the present degree divides."""
+    even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
+    Ulysses) that divide the tokens, the nearest height the present degree divides, or the text length."""
     from meshlab.plan.axes import ring_axes
     from meshlab.tokens import token_counts
 
@@ -68,16 +68,16 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
     uneven = {stream: n for stream, n in counts.items() if n % split}
     if not uneven:
         return
-    free = mesh.device_count // split  # devices the other axes take: the sequence degree can use the rest
-    degrees = sorted((d for d in range(2, mesh.device_count // free + 1) if (mesh.device_count // free) % d == 0
-                      and all(n % d == 0 for n in counts.values())), key=lambda d: (abs(d - split), d))[:3]
+    # smaller sequence degrees on the same devices (the rest to another axis): the divisors of the present one
+    degrees = sorted((d for d in range(2, split) if split % d == 0 and all(n % d == 0 for n in counts.values())),
+                     key=lambda d: (abs(d - split), d))[:3]
     w = strategy.workload
     step = card.architecture.vae_scale_factor * card.architecture.patch_size
     per_row = tokens.image // (w.height // step)  # image tokens per row of patches (frames x columns)
     heights = sorted((h for h in range(step, 4 * w.height + step, step) if per_row * (h // step) % split == 0),
                      key=lambda h: (abs(h - w.height), h))[:1]
     what = " and ".join(f"{n} {stream} tokens" for stream, n in uneven.items())
-    fixes = ([f"a sequence degree of {' or '.join(map(str, degrees))}"] if degrees else []) + (
+    fixes = ([f"a sequence degree (ring x Ulysses) of {' or '.join(map(str, degrees))}"] if degrees else []) + (
         [f"height {heights[0]}"] if "image" in uneven and heights else []) + (
         [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])
     raise PlanError(

@@ -75,8 +75,8 @@ def test_each_collective_the_host_issues_is_one_more_dispatch():
     """CFG 2 x Ulysses 4 on 8 GPUs: one call a step, each of its all-to-alls a host call too, and the guidance
     branches' all-gather once a step."""
     p = one_gpu(512, hardware="h100:8", mesh={"cfg": 2, "sp": 4}, activations={"sequence": "sp"})
-    per_call = sum(c.count for c in p.issued or p.collectives if not c.per_step)
-    per_step = sum(c.count for c in p.issued or p.collectives if c.per_step)
+    per_call = sum(c.count for c in p.issued_collectives if not c.per_step)
+    per_step = sum(c.count for c in p.issued_collectives if c.per_step)
     assert p.layout.calls == 1 and per_call > 0 and per_step > 0
     assert p.step.dispatches == eager_dispatches(load_card("qwen-image")) + per_call + per_step
 

@@ -81,7 +81,18 @@ def test_the_implementation_decides_the_transfers(tmp_path):
     assert not gather.rings and gathers(gather) and not gathers(passes) and not gathers(p2p)
     planned, p = _predicted(USP)
     assert any(c.phase in STREAM_RESPLITS for c in p.collectives)  # what XLA's partitioner makes
-    assert not any(t.collective.phase in STREAM_RESPLITS for t in p.step.collectives)  # not what a GPU issues
+    issued = p.issued_collectives
+    assert not any(c.phase in STREAM_RESPLITS or c.phase == GATHER_PHASE for c in issued)  # not what xDiT runs
+    ulysses = [c for c in issued if c.kind == "all-to-all"]
+    assert ulysses and {c.axes for c in ulysses} == {p.layout.ulysses_axes}  # over seq alone, as xDiT's
+    assert any(c.axes == ("ring", "seq") for c in p.collectives if c.kind == "all-to-all")  # XLA's joins ride it
+    gathered = passes.rings[0]  # diffusers' one gather of n blocks over the ring, behind the first pass
+    from meshlab.cost.topology import collective_seconds
+
+    route = next(t.route for t in steps["gather"].collectives if t.collective.axes == ("ring",))
+    hw = planned.hardware
+    assert gathered.transfer_seconds == pytest.approx(collective_seconds(
+        "all-gather", 2 * gathered.block_bytes, route, hw.collective_latency_s))
     gathered = passes.rings[0]
     assert gathered.exposed_transfer == max(0.0, gathered.transfer_seconds - gathered.pass_seconds)
     assert passes.local > gather.local and p2p.local == pytest.approx(passes.local)
@@ -130,7 +141,8 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     doc = yaml.safe_load(USP.read_text())
     doc["workload"]["text_tokens"] = 510
     path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(MeshlabError, match="split 510 text tokens 4 ways.*use a sequence degree of 2, or text_tokens 512"):
+    with pytest.raises(MeshlabError, match=r"split 510 text tokens 4 ways.*use a sequence degree \(ring x Ulysses\) "
+                       r"of 2, or text_tokens 512"):
         load_plan(path)
     load_plan(_variant(tmp_path, path, "gathered.yaml", ring="gather"))  # XLA pads an uneven split: planned
     ulysses = yaml.safe_load((REPO / "strategies" / "ulysses.yaml").read_text())
@@ -174,7 +186,8 @@ def test_ring_attention_holds_its_own_arithmetic():
                       transfer_seconds=1.5, block_bytes=10, whole_seconds=3.0)
     assert r.exposed_transfer == 3 * 0.5 and r.seconds == pytest.approx(4 * 1.0 + 3 * 0.5 + 5 * 0.1 + 1.5)
     gathered = RingAttention("a", 3, 4, "gather-passes", 1.0, 0.5, 0.1, 1.5, 10, 3.0)
-    assert gathered.exposed_transfer == 0.5 and gathered.transferred_bytes == r.transferred_bytes == 30
+    assert gathered.exposed_transfer == 0.5  # only the first pass hides the one gather
+    assert (gathered.transferred_bytes, r.transferred_bytes) == (40, 30)  # the gathered buffer; the blocks sent
 
 
 def test_a_cross_attention_over_whole_text_keys_is_no_ring(tmp_path):
@@ -191,7 +204,20 @@ def test_a_cross_attention_over_whole_text_keys_is_no_ring(tmp_path):
     ringed = {r.module.rsplit(".", 1)[-1] for r in p.step.rings}
     assert ringed == {"attn1"}
     gathers = [c for c in plan_work(planned.plan, planned.strategy).collectives if c.phase == "attention:kv"]
-    assert gathers and all(".attn2" not in c.why for c in gathers) and len(gathers) == 2  # attn1's k and v
+    assert len(gathers) == 2 and {c.count for c in gathers} == {40}  # attn1's k and v in each of the 40 blocks
+    # under USP rules the text is split between attentions too (a block.input rule on every stream): attn2 still
+    # runs its one kernel, as diffusers runs it
+    usp = tmp_path / "wan-usp.yaml"
+    usp.write_text(yaml.safe_dump({
+        "name": "wan-usp", "model": "wan-2.1-t2v-14b", "hardware": "h100", "mesh": {"cfg": 2, "ring": 2, "seq": 2},
+        "rules": [{"match": "*", "shard": "replicate"}],
+        "activations": {"sequence": ["ring", "seq"], "ring": "p2p-passes", "rules": [
+            {"point": "block.input", "spec": ["cfg", ["ring", "seq"], None]},
+            {"point": "attention.qkv", "spec": ["cfg", "ring", "seq"]},
+            {"point": "attention.output", "spec": ["cfg", ["ring", "seq"], None]}]},
+        "workload": {"height": 480, "width": 832, "frames": 81, "steps": 40, "text_tokens": 512}}))
+    _, p = _predicted(usp)
+    assert {r.module.rsplit(".", 1)[-1] for r in p.step.rings} == {"attn1"}
 
 
 def test_a_ring_of_sent_blocks_holds_two_blocks_of_keys_not_all(tmp_path):
