@@ -26,9 +26,6 @@ from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 
-GPU_FORMATS = ("diffusers", "xdit")
-
-
 @dataclass(frozen=True)
 class Degrees:
     """A plan's parallel degrees as the GPU tools count them."""

@@ -6,11 +6,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from meshlab.cost.collectives import Collective, derive, issued_on
-from meshlab.cost.ring import tool_issued
 from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
 from meshlab.cost.pipeline_time import Terms, pipeline_terms
+from meshlab.cost.ring import tool_issued
 from meshlab.cost.startup import Startup, startup
 from meshlab.cost.timing import Assumptions, CatalogPricing, StepTime, step_time
 from meshlab.cost.topology import route

@@ -7,7 +7,8 @@ ring (``activations.ring``, not ``gather``), each chip's attention is not one ke
   log-sum-exp. A pass does 1 / n of the FLOPs at the kernel's rate for a key length of N / n, which the catalog
   gives (`Hardware.attention_rate`): shorter keys run slower, so a ring's passes cost more than one attention over
   the whole sequence (measured on one H200, `experiments/profiles/h200-ring-attention.json`: 267, 219 and 113
-  TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 283 for the whole);
+  TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 283 for Ulysses' one kernel over every
+  key on half the heads);
 - **n - 1 merges** of a pass's output into the running one (diffusers' ``TemplatedRingAttention`` and
   ring-flash-attention's ``_update_out_and_lse``): ``out = prev - sigmoid(lse - prev_lse) * (prev - out)`` in
   float32, and the log-sum-exp alike; each pass's output is cast to float32 first (``convert_to_fp32``) and the
@@ -33,7 +34,8 @@ ring (``activations.ring``, not ``gather``), each chip's attention is not one ke
 Only a self or joint attention runs as a ring: a cross-attention (Wan's attn2, over the text) runs its one kernel
 as before (diffusers passes it no parallel config, and splits no text for it).
 
-Memory is not changed here: the working set at the kernel is priced as the gather's (meshlab.memory).
+Memory (meshlab.memory): a p2p ring holds its own block of k and v and the incoming one, not every key; a ring of
+passes also holds its float32 running output.
 
 Why by hand: no library prices a ring from kernel rates and link bandwidth; the equations above are the whole
 model, and every input is a catalog figure with its source.
