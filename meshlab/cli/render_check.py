@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from rich.table import Table
 
 from meshlab.backend.verdict import OUTSIDE, CheckReport, check_document, is_last_block
+from meshlab.plan.axes import ring_axes
 
 __all__ = ["Progress", "check_document", "render_check", "render_dtensor_check"]
 
@@ -79,7 +80,8 @@ def render_check(report: CheckReport, console) -> None:
         console.print(_flops_line(report))
     console.print(_timings_line(report))
     console.print(_collectives_line(report))
-    if (ring := setup.strategy.activations.ring) != "gather" and setup.strategy.activations.sequence_axes:
+    if (ring := setup.strategy.activations.ring) != "gather" and any(
+            setup.plan.mesh.size(a) > 1 for a in ring_axes(setup.strategy.activations)):
         console.print(f"Ring: the strategy runs its attention as {ring}, priced as a ring (meshlab explain); XLA's "
                       "partitioner has no ring: it gathers k and v over the ring axes and runs one attention, and "
                       "that is what was held here")
