@@ -40,23 +40,24 @@ def gpus(n: int, **more) -> dict:
     return {"chips": n, "topology": [n], "wraparound": [True], **more}
 
 
-def ulysses(batch_axis: str | None = None) -> dict:
+def ulysses(batch_axis: str | None = None, runtime: str = "partitioner") -> dict:
     """Ulysses over `seq` (tokens split between attentions, heads inside them), as strategies/ulysses.yaml has it;
-    `batch_axis` ("cfg") splits the guidance branches too."""
-    return {"sequence": "seq", "rules": [
+    `batch_axis` ("cfg") splits the guidance branches too; `runtime`: what runs it (a GPU tool joins the streams
+    on the chip, where the partitioner re-splits them)."""
+    return {"sequence": "seq", "sequence_parallel": runtime, "rules": [
         {"point": "block.input", "spec": [batch_axis, "seq", None]},
         {"point": "attention.qkv", "spec": [batch_axis, None, "seq"]},
         {"point": "attention.output", "spec": [batch_axis, "seq", None]}]}
 
 
-def ring(implementation: str) -> dict:
-    """A ring over `seq` (no Ulysses rule: the tokens stay split at the kernel), run as `implementation`."""
-    return {"sequence": "seq", "ring": implementation}
+def ring(runtime: str) -> dict:
+    """A ring over `seq` (no Ulysses rule: the tokens stay split at the kernel), run by `runtime` (xdit, diffusers)."""
+    return {"sequence": "seq", "sequence_parallel": runtime}
 
 
-def usp(implementation: str, batch_axis: str | None = None) -> dict:
-    """USP: a ring over `ring` and Ulysses over `seq` (strategies/flux-usp-h100.yaml's layout)."""
-    return {"sequence": ["ring", "seq"], "ring": implementation, "rules": [
+def usp(runtime: str, batch_axis: str | None = None) -> dict:
+    """USP: a ring over `ring` and Ulysses over `seq` (strategies/flux-usp-h100.yaml's layout), run by `runtime`."""
+    return {"sequence": ["ring", "seq"], "sequence_parallel": runtime, "rules": [
         {"point": "block.input", "spec": [batch_axis, ["ring", "seq"], None]},
         {"point": "attention.qkv", "spec": [batch_axis, "ring", "seq"]},
         {"point": "attention.output", "spec": [batch_axis, ["ring", "seq"], None]}]}
@@ -169,24 +170,25 @@ CASES = [
     # xDiT's FLUX.1-dev table: each configuration eager ("PyTorch") and under torch.compile
     *[Case(f"Flux.1-dev, {n} x H100, {layout}, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
            XDIT, measured, "one pipeline call (end to end)", "flux-dev", "h100", gpus(n, attention_kernel="fa2"),
-           {"seq": n}, REPLICATE, XDIT_FLUX, activations=ulysses() if n > 1 else {"batch": None},
+           {"seq": n}, REPLICATE, XDIT_FLUX, activations=ulysses(runtime="xdit") if n > 1 else {"batch": None},
            elementwise="fused" if compiled else "eager", rewrites=("layernorm-rows",) if n > 1 else ())
       for n, layout, eager_s, compiled_s in ((1, "one GPU", 6.71, 4.30), (2, "Ulysses-2", 4.38, 2.68),
                                             (4, "Ulysses-4", 4.24, 1.63))
       for compiled, measured in ((False, eager_s), (True, compiled_s))],
     # the same xDiT table's ring and USP rows: xfuser runs its ring as ring-flash-attention does (FlashAttention-2 one
-    # block at a time, each next block sent by async p2p during the pass): p2p-passes
+    # block at a time, each next block sent by async p2p during the pass): sequence_parallel xdit
     *[Case(f"Flux.1-dev, {n} x H100, {layout}, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
            XDIT, measured, "one pipeline call (end to end)", "flux-dev", "h100", gpus(n, attention_kernel="fa2"),
            mesh, REPLICATE, XDIT_FLUX, activations=activations, elementwise="fused" if compiled else "eager",
            rewrites=("layernorm-rows",))
       for n, layout, mesh, activations, eager_s, compiled_s in (
-          (2, "ring-2", {"seq": 2}, ring("p2p-passes"), 5.31, 2.60),
-          (4, "ring-4", {"seq": 4}, ring("p2p-passes"), 5.11, 1.98),
-          (4, "Ulysses-2 x ring-2", {"ring": 2, "seq": 2}, usp("p2p-passes"), 5.19, 1.80))
+          (2, "ring-2", {"seq": 2}, ring("xdit"), 5.31, 2.60),
+          (4, "ring-4", {"seq": 4}, ring("xdit"), 5.11, 1.98),
+          (4, "Ulysses-2 x ring-2", {"ring": 2, "seq": 2}, usp("xdit"), 5.19, 1.80))
       for compiled, measured in ((False, eager_s), (True, compiled_s))],
     # ParaAttention's FLUX.1-dev table on A100s: its ring is PyTorch's templated ring attention (context parallel),
-    # which rotates k and v by all-gather by default: gather-passes (the rotate method the run used is not stated);
+    # which rotates k and v by all-gather by default, as diffusers' ring does: priced as diffusers runs it (the rotate
+    # method the run used is not stated; ParaAttention is neither tool, and joins the streams on the chip as both do);
     # the 4-GPU "ulysses + ring" row is Ulysses 2 x ring 2 (the README's example mesh at cf7ec43). Ulysses-2 is
     # from 669af0e (removed later, no reason given)
     *[Case(f"Flux.1-dev, {n} x A100, {layout}, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
@@ -196,13 +198,14 @@ CASES = [
            mesh, REPLICATE, {"batch": 1, "steps": 28, "cfg": False, "text_tokens": 512}, activations=activations,
            elementwise="fused" if compiled else "eager", rewrites=("layernorm-rows",))
       for n, layout, mesh, activations, commit, eager_s, compiled_s in (
-          (2, "ring-2", {"seq": 2}, ring("gather-passes"), "669af0e", 8.307, 5.775),
-          (2, "Ulysses-2", {"seq": 2}, ulysses(), "669af0e", 8.379, 5.915),
-          (4, "Ulysses-2 x ring-2", {"ring": 2, "seq": 2}, usp("gather-passes"), "cf7ec43", 6.157, 3.557))
+          (2, "ring-2", {"seq": 2}, ring("diffusers"), "669af0e", 8.307, 5.775),
+          (2, "Ulysses-2", {"seq": 2}, ulysses(runtime="diffusers"), "669af0e", 8.379, 5.915),
+          (4, "Ulysses-2 x ring-2", {"ring": 2, "seq": 2}, usp("diffusers"), "cf7ec43", 6.157, 3.557))
       for compiled, measured in ((False, eager_s), (True, compiled_s))],
     # diffusers' unified attention table (4 x H100, FLUX.1-dev, 50 steps; 'Time / Iter' is one 50-step call, as
     # 50 / it equals its Steps/Sec column): its ring all-gathers k and v, then passes (rotate_method 'allgather',
-    # convert_to_fp32); the size is not in the doc (the script's default, 1024x1024, assumed), eager assumed
+    # convert_to_fp32): sequence_parallel diffusers; the size is not in the doc (the script's default, 1024x1024,
+    # assumed), eager assumed
     *[Case(f"Flux.1-dev, 4 x H100, {layout}, 50 steps, 1024x1024 (assumed), diffusers",
            "huggingface/diffusers docs/source/en/training/distributed_inference.md (commit 03cb7250), Unified "
            "Attention table", measured, "one 50-step pipeline call ('Time / Iter'; whether the text encode and the "
@@ -210,9 +213,9 @@ CASES = [
            {"batch": 1, "steps": 50, "cfg": False, "text_tokens": 512}, activations=activations,
            elementwise="eager", rewrites=("layernorm-rows",))
       for layout, mesh, activations, measured in (
-          ("Ulysses-4", {"seq": 4}, ulysses(), 6.671),
-          ("ring-4", {"seq": 4}, ring("gather-passes"), 13.076),
-          ("Ulysses-2 x ring-2", {"ring": 2, "seq": 2}, usp("gather-passes"), 11.069))],
+          ("Ulysses-4", {"seq": 4}, ulysses(runtime="diffusers"), 6.671),
+          ("ring-4", {"seq": 4}, ring("diffusers"), 13.076),
+          ("Ulysses-2 x ring-2", {"ring": 2, "seq": 2}, usp("diffusers"), 11.069))],
     *[Case(f"Qwen-Image, 4 x A100, CFG 2 x Ulysses 2, {size}x{size}, {steps} steps, true CFG", VLLM_OMNI_A100,
            measured, "one request at the client (end to end, plus HTTP and image encoding)", "qwen-image",
            "a100-80gb", gpus(4), {"cfg": 2, "seq": 2}, REPLICATE,

@@ -35,7 +35,7 @@ class Degrees:
     ulysses: int
     ring: int
     tensor: int
-    ring_implementation: str  # Activations.ring
+    priced_as: str  # Activations.sequence_parallel: what the plan's sequence split was priced as running it
 
 
 def degrees(plan: Plan, strategy: Strategy) -> Degrees:
@@ -68,7 +68,7 @@ def degrees(plan: Plan, strategy: Strategy) -> Degrees:
                         "export --format torch-xla", field=("dcn",))
     cfg = mesh.size(GUIDANCE_AXIS) if GUIDANCE_AXIS in mesh.names else 1
     data = mesh.size(activations.batch) if activations.batch else 1
-    return Degrees(cfg, data, size(ulysses), size(ring), size(weights), activations.ring)
+    return Degrees(cfg, data, size(ulysses), size(ring), size(weights), activations.sequence_parallel)
 
 
 def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
@@ -110,10 +110,10 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
                      "transformer.set_attention_backend('_native_flash')"] if d.ring > 1 else []),
                   f"transformer.enable_parallelism(config=ContextParallelConfig(ring_degree={d.ring}, "
                   f"ulysses_degree={d.ulysses}, mesh=mesh['ring', 'ulysses']))"]
-        if d.ring > 1 and d.ring_implementation != "gather-passes":
-            lines.append(f"# diffusers runs its ring as gather-passes (k and v all-gathered, then {d.ring} passes); "
-                         f"this plan was priced as {d.ring_implementation}: set activations.ring: gather-passes to "
-                         "price what diffusers runs")
+        if d.ulysses * d.ring > 1 and d.priced_as != "diffusers":
+            ring = ", and gathers a ring's k and v once, then runs its passes" if d.ring > 1 else ""
+            lines.append(f"# this plan was priced as {d.priced_as} runs it; diffusers joins the streams on the chip"
+                         f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
     if d.cfg > 1:
         lines += ["# guidance: diffusers runs both branches on every rank; split them over mesh['cfg'] in the script "
                   "(rank group mesh['cfg'].get_local_rank() runs one branch; all-gather the two noise predictions "
@@ -129,9 +129,10 @@ def xdit_flags(plan: Plan, strategy: Strategy) -> str:
     if d.cfg > 1:
         flags.append("--use_cfg_parallel")
     note = ""
-    if d.ring > 1 and d.ring_implementation != "p2p-passes":
-        note = (f"# xDiT runs its ring as p2p-passes (each block sent to the next rank during a pass); this plan was "
-                f"priced as {d.ring_implementation}: set activations.ring: p2p-passes to price what xDiT runs\n")
+    if d.ulysses * d.ring > 1 and d.priced_as != "xdit":
+        ring = ", and sends each ring block to the next rank during a pass" if d.ring > 1 else ""
+        note = (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "
+                f"activations.sequence_parallel: xdit to price what xDiT runs\n")
     return (f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
             f"--format xdit\n{note}torchrun --nproc_per_node {plan.mesh.device_count} <xfuser example script> "
             + " ".join(flags) + "\n")

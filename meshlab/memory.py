@@ -177,7 +177,7 @@ class _Shape:
     local: TokenCounts  # per sample on one chip (see meshlab.tokens.local_token_counts)
     gathered: frozenset[str]  # axes that split activations: weights split over them are gathered (FSDP)
     flash: bool
-    ring: str = "gather"  # Activations.ring
+    ring: str = "gather"  # Activations.ring (from sequence_parallel)
     ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
 
 

@@ -128,18 +128,16 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
 
 
 def refuse_ring(planned: PlannedStrategy, what: str) -> None:
-    """meshlab runs and profiles attention as XLA's partitioner and DTensor do (every chip gathers k and v): a ring
-    run by a GPU tool (``activations.ring``) is priced, not run here, so a run of it is refused at that line."""
-    from meshlab.plan.axes import ring_axes
-
+    """meshlab runs and profiles a sequence split as XLA's partitioner and DTensor do (every chip gathers a ring's k
+    and v, and the streams are re-split to be joined): one a GPU tool runs (``activations.sequence_parallel``) is
+    priced as the tool runs it, not run here, so a run of it is refused at that line."""
     activations, mesh = planned.strategy.activations, planned.plan.mesh
-    ring = activations.ring
-    if ring != "gather" and math.prod(mesh.size(a) for a in ring_axes(activations)) > 1:
+    tool = activations.sequence_parallel
+    if tool != "partitioner" and math.prod(mesh.size(a) for a in activations.sequence_axes) > 1:
         raise planned.loaded.place(InputError(
-            f"meshlab {what} runs attention as XLA's partitioner and DTensor do (a gather of k and v), and this "
-            f"strategy's is a ring ({ring}), which the GPU tools run", "set activations.ring: gather to "
-            f"{what} it here, or run the ring with its tool (meshlab export --format xdit or diffusers)",
-            field=("activations", "ring")))
+            f"meshlab {what} runs a sequence split as XLA's partitioner and DTensor do, and this strategy's is priced "
+            f"as {tool} runs it", f"set activations.sequence_parallel: partitioner to {what} it here, or run it with "
+            f"{tool} (meshlab export --format {tool})", field=("activations", "sequence_parallel")))
 
 
 def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrategy:

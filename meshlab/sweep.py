@@ -46,9 +46,9 @@ DEFAULT_SYSTEMS = ("v6e-8", "v5e-8", "v5p-8", "v4-8", "h100", "h200", "a100-80gb
 SWEEP_REWRITES = ("layernorm-rows",)
 SEQUENCE_AXIS = "seq"
 RING_AXIS = "ring"  # USP's ring axis, beside SEQUENCE_AXIS carrying Ulysses
-#: How each kind of system runs a ring (meshlab.strategy.schema.Activations.ring): GPUs as xDiT does (passes over
-#: blocks sent by async send/recv, overlapped), TPUs as XLA's partitioner makes of a token split (a gather)
-RING_BY_KIND = {"gpu": "p2p-passes", "tpu": "gather"}
+#: What runs a sequence split on each kind of system (Activations.sequence_parallel): on GPUs xDiT (its Ulysses, and
+#: its ring's passes over blocks sent by async send/recv), on TPUs XLA's partitioner (a ring's keys gathered)
+RUNTIME_BY_KIND = {"gpu": "xdit", "tpu": "partitioner"}
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
             for hw in members:
                 candidates.append(_evaluate(arrangement.family, arrangement.mesh, _rules(arrangement, base_rules, card),
                                             card, hw, model, workload, batch_per_replica,
-                                            _activations(arrangement, RING_BY_KIND.get(hw.kind, "gather")),
+                                            _activations(arrangement, RUNTIME_BY_KIND.get(hw.kind, "partitioner")),
                                             SWEEP_REWRITES, arrangement.dcn, shared, suffix, images,
                                             text_encoder))
                 done += 1
@@ -406,7 +406,7 @@ def quick_strategy(card: ModelCard, hardware: Hardware, model: str, workload: Wo
         base = pairs_rules(make_plan(_strategy("probe", "pairs", probe, [], model, hardware, workload, 1), card,
                                      hardware.chips))
     return _strategy("quick", arrangement.family, mesh, _rules(arrangement, base, card), model, hardware, workload,
-                     1, _activations(arrangement, RING_BY_KIND.get(hardware.kind, "gather")), SWEEP_REWRITES)
+                     1, _activations(arrangement, RUNTIME_BY_KIND.get(hardware.kind, "partitioner")), SWEEP_REWRITES)
 
 
 def across_slices(layouts: list[Arrangement], slices: int) -> list[Arrangement]:
@@ -430,10 +430,10 @@ def _rules(arrangement: Arrangement, pairs: list[Rule] | None, card: ModelCard) 
     return family_rules("data")
 
 
-def _activations(arrangement: Arrangement, ring: str = "gather") -> Activations:
+def _activations(arrangement: Arrangement, runtime: str = "partitioner") -> Activations:
     """The activation rules of an arrangement: Ulysses re-splits attention's q/k/v to heads and back (under USP
     the tokens stay split over the ring axis at the kernel); FSDP pins every block Linear's output to the batch
-    split (else XLA gathers activations, not weights: see fsdp.yaml). `ring`: how a ring axis runs."""
+    split (else XLA gathers activations, not weights: see fsdp.yaml). `runtime`: what runs a sequence split."""
     mesh = arrangement.mesh
     batch = [a for a in (GUIDANCE_AXIS, "data") if a in mesh]
     batch_entry = batch[0] if len(batch) == 1 else batch
@@ -448,8 +448,8 @@ def _activations(arrangement: Arrangement, ring: str = "gather") -> Activations:
         rules += [ActivationRule(point="block.input", spec=[batch_entry, sequence, None]),
                   ActivationRule(point="attention.qkv", spec=[batch_entry, RING_AXIS if usp else None, heads]),
                   ActivationRule(point="attention.output", spec=[batch_entry, sequence, features])]
-    rings = arrangement.sequence in ("ring", "ulysses+ring")
-    return Activations(batch="data", sequence=sequence, rules=rules, ring=ring if rings else "gather")
+    return Activations(batch="data", sequence=sequence, rules=rules,
+                       sequence_parallel=runtime if arrangement.sequence else "partitioner")
 
 
 def pareto(candidates: list[Candidate], objective: str = "throughput") -> tuple[Candidate, ...]:

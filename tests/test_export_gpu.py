@@ -27,7 +27,7 @@ def test_the_flux_usp_plan_has_both_forms():
     compile(snippet, "snippet", "exec")  # it is Python
     assert "ContextParallelConfig(ring_degree=2, ulysses_degree=2, mesh=mesh['ring', 'ulysses'])" in snippet
     assert "mesh_dim_names=('cfg', 'ring', 'ulysses')" in snippet and "(2, 2, 2)" in snippet
-    assert "diffusers runs its ring as gather-passes" in snippet  # and says its ring is not xDiT's
+    assert "priced as xdit runs it; diffusers joins the streams on the chip, and gathers a ring's k and v once" in snippet
     assert "split them over mesh['cfg']" in snippet
 
 

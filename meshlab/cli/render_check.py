@@ -80,11 +80,12 @@ def render_check(report: CheckReport, console) -> None:
         console.print(_flops_line(report))
     console.print(_timings_line(report))
     console.print(_collectives_line(report))
-    if (ring := setup.strategy.activations.ring) != "gather" and any(
-            setup.plan.mesh.size(a) > 1 for a in ring_axes(setup.strategy.activations)):
-        console.print(f"Ring: the strategy runs its attention as {ring}, priced as a ring (meshlab explain); XLA's "
-                      "partitioner has no ring: it gathers k and v over the ring axes and runs one attention, and "
-                      "that is what was held here")
+    if (tool := setup.strategy.activations.sequence_parallel) != "partitioner" and any(
+            setup.plan.mesh.size(a) > 1 for a in setup.strategy.activations.sequence_axes):
+        ring = (" XLA's partitioner has no ring: it gathers k and v over the ring axes and runs one attention."
+                if any(setup.plan.mesh.size(a) > 1 for a in ring_axes(setup.strategy.activations)) else "")
+        console.print(f"Sequence split: the strategy is priced as {tool} runs it (meshlab explain); what was held here "
+                      f"is XLA's partitioner's program, which also re-splits the streams to join them.{ring}")
     console.print("[green]the plan and XLA agree[/green]" if report.agrees else "[red]the plan and XLA disagree[/red]")
 
 

@@ -114,8 +114,8 @@ KNOWN_DIFFERENCES = (
     "all-to-alls (one over ring+seq per projection, one over ring per joint q, k and v) and the k/v all-gathers "
     "over ring agree exactly; XLA cuts the joint output back into streams with 9 collective-permutes moving "
     "368,640 B in the first block, this model with 4 moving 147,456 B. XLA's partitioner has no ring: it gathers "
-    "k and v over the ring axis, which is what `activations.ring: gather` prices; the passes of gather-passes "
-    "and p2p-passes are meshlab.cost.ring's and no CPU check holds them",
+    "k and v over the ring axis, which is what `sequence_parallel: partitioner` prices; the passes diffusers' and "
+    "xDiT's rings run are meshlab.cost.ring's and no CPU check holds them",
     "Wan's modulation under largest-dim rules (wan-2d.yaml: XLA 6 all-to-alls moving 30,720 B and 9 "
     "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
     "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
@@ -205,7 +205,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collectiv
     Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
     6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. Other kinds are
     issued as the partitioner makes them (XLA:TPU's collective matmuls and gathers are not modelled: see
-    KNOWN_DIFFERENCES). A plan a GPU tool runs (a ring) issues what meshlab.cost.ring.tool_issued says."""
+    KNOWN_DIFFERENCES). A sequence split a GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))

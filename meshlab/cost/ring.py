@@ -1,7 +1,8 @@
 """Ring attention priced as a ring: passes over blocks of keys, merges, and the blocks' transfers. Pure, no torch.
 
-A ring of n chips splits the tokens at the attention kernel n ways (`Layout.ring_axes`). Where the strategy runs a
-ring (``activations.ring``, not ``gather``), each chip's attention is not one kernel over every key but:
+A ring of n chips splits the tokens at the attention kernel n ways (`Layout.ring_axes`). Where a GPU tool runs the
+sequence split (``activations.sequence_parallel``: diffusers or xdit), each chip's attention is not one kernel over
+every key but:
 
 - **n passes**: its local queries against one block of N / n keys each, a flash attention that also returns the
   log-sum-exp. A pass does 1 / n of the FLOPs at the kernel's rate for a key length of N / n, which the catalog
@@ -17,19 +18,19 @@ ring (``activations.ring``, not ``gather``), each chip's attention is not one ke
   per cast) the host dispatches where the call runs eager. The same H200 file is its check: not a fit;
 - **the keys and values of the other chips**, by the implementation:
 
-  - ``gather-passes`` (diffusers' ``ContextParallelConfig(ring_degree=n)``): one all-gather of k and v,
-    concatenated into one buffer, over the ring; the gathered result is an async tensor that only the second pass
-    reads (the first runs on the chip's own block), so the gather overlaps the first pass:
+  - ``gather-passes`` (``sequence_parallel: diffusers``, ``ContextParallelConfig(ring_degree=n)``): one
+    all-gather of k and v, concatenated into one buffer, over the ring; the gathered result is an async tensor that
+    only the second pass reads (the first runs on the chip's own block), so the gather overlaps the first pass:
     ``max(0, gather - pass)`` is exposed;
-  - ``p2p-passes`` (xDiT / yunchang, ring-flash-attention): before each of the first n - 1 passes the chip sends
-    its current block to the next chip and receives the next one (async send/recv), while the pass runs. Each
-    transfer is one k and one v block over the ring's route (a collective-permute in
+  - ``p2p-passes`` (``sequence_parallel: xdit``; yunchang, ring-flash-attention): before each of the first n - 1
+    passes the chip sends its current block to the next chip and receives the next one (async send/recv), while
+    the pass runs. Each transfer is one k and one v block over the ring's route (a collective-permute in
     meshlab.cost.topology); what the pass does not hide is exposed: ``max(0, transfer - pass)`` per pass.
 
-  Either way the ring owns the transfer: the all-gather XLA's partitioner would make of the keys is not run. Nor
-  are the re-splits it makes to join the streams into one sequence and cut them back (the tools join each chip's
-  own text and image shards on the chip), and under USP the Ulysses all-to-all runs over the Ulysses axes alone
-  (`tool_issued`).
+  Either way the ring owns the transfer: the all-gather XLA's partitioner would make of the keys is not run. Under
+  either tool, with or without a ring, neither are the re-splits the partitioner makes to join the streams into one
+  sequence and cut them back (the tools join each chip's own text and image shards on the chip), and under USP the
+  Ulysses all-to-all runs over the Ulysses axes alone (`tool_issued`).
 
 Only a self or joint attention runs as a ring: a cross-attention (Wan's attn2, over the text) runs its one kernel
 as before (diffusers passes it no parallel config, and splits no text for it).
@@ -72,11 +73,11 @@ GATHER_PHASE = "attention:kv"
 
 
 def tool_issued(collectives: tuple[Collective, ...], layout: Layout) -> tuple[Collective, ...]:
-    """What a plan whose ring a GPU tool runs (`layout.ring` in RINGS) issues of the partitioner's collectives:
-    not its gather of the keys (the ring moves them), not its re-splits to join and cut the streams (the tools
-    join each chip's own shards on the chip), and each Ulysses all-to-all over the Ulysses axes alone. Any other
-    plan issues them as they are."""
-    if layout.ring not in RINGS or not layout.ring_axes:
+    """What a plan whose sequence split a GPU tool runs (``sequence_parallel: diffusers | xdit``, `layout.ring` in
+    RINGS) issues of the partitioner's collectives: not its gather of the keys (a ring moves them), not its
+    re-splits to join and cut the streams (the tools join each chip's own shards on the chip), and each Ulysses
+    all-to-all over the Ulysses axes alone. A plan the partitioner runs issues them as they are."""
+    if layout.ring not in RINGS or not layout.sequence_axes:
         return collectives
     kept = []
     for c in collectives:

@@ -51,7 +51,7 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
 
 
 def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
-    """A ring run by the GPU tools (``activations.ring`` other than gather, over ring axes larger than 1) splits
+    """A ring run by the GPU tools (``activations.sequence_parallel`` diffusers or xdit, over ring axes larger than 1) splits
     the tokens evenly over the sequence axes, or refuses: XLA pads an uneven split, diffusers' sharder asserts an
     even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
     Ulysses) that divide the tokens, the nearest height the present degree divides, or the text length."""
@@ -82,7 +82,7 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
         [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])
     raise PlanError(
         f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
-        f"them, and a ring ({activations.ring}) needs an even split", "use " + ", or ".join(fixes),
+        f"them, and {activations.sequence_parallel}'s ring needs an even split", "use " + ", or ".join(fixes),
         field=("activations", "sequence"))
 
 

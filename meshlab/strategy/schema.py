@@ -101,15 +101,16 @@ class Activations(Closed):
     sequence: Optional[Union[AxisName, list[AxisName]]] = field(
         None, description="mesh axis, or list of axes (major to minor), that splits the token sequence of the image "
         "stream (null: not split). An axis that the attention.qkv rule moves onto the heads is a Ulysses axis; any "
-        "other splits the tokens at the attention kernel too, a ring axis (see `ring`). USP, Ulysses x ring: "
-        "[ring, ulysses] with the qkv rule [batch, ring, ulysses]")
-    ring: Literal["gather", "gather-passes", "p2p-passes"] = field(
-        "gather", description="how attention meets the keys and values of the other chips on the ring axes: "
-        "'gather', every chip gathers the whole sequence's keys and values and runs one attention over them (what "
-        "XLA's SPMD partitioner and torch DTensor make of a token split: no ring); 'gather-passes', the keys and "
-        "values gathered once, then one attention pass per ring rank over its block, each merged into the running "
-        "output (diffusers' ContextParallelConfig(ring_degree=n)); 'p2p-passes', one pass per rank while the next "
-        "block comes from the neighbour by async send/recv, overlapped with the pass (xDiT, ring-flash-attention)")
+        "other splits the tokens at the attention kernel too, a ring axis (see `sequence_parallel`). USP, Ulysses x "
+        "ring: [ring, ulysses] with the qkv rule [batch, ring, ulysses]")
+    sequence_parallel: Literal["partitioner", "diffusers", "xdit"] = field(
+        "partitioner", description="what runs the sequence split: 'partitioner', XLA's SPMD partitioner or torch "
+        "DTensor (what meshlab applies and runs): every chip gathers the keys and values of a ring axis and runs one "
+        "attention over them, no ring (`ring` gather), and the streams are re-split to be joined; 'diffusers', its "
+        "context parallelism (ContextParallelConfig): a ring gathers k and v once, then runs one attention pass per "
+        "rank over its block, each merged into the running output (gather-passes); 'xdit', xDiT (yunchang, "
+        "ring-flash-attention): one pass per rank while the next block comes from the neighbour by async send/recv "
+        "(p2p-passes). Both tools join each chip's own text and image shards on the chip")
     rules: list[ActivationRule] = field(
         factory=list, max_length=100,
         description="splits of intermediate activations at named points of every block (see ActivationRule)")
@@ -124,12 +125,17 @@ class Activations(Closed):
         if self.batch is not None and self.batch in axes:
             raise FieldInvalid("sequence", f"axis {self.batch!r} splits the batch; it cannot also split the sequence")
 
+    @property
+    def ring(self) -> str:
+        """How a ring axis's attention runs under `sequence_parallel`: gather, gather-passes or p2p-passes."""
+        return {"partitioner": "gather", "diffusers": "gather-passes", "xdit": "p2p-passes"}[self.sequence_parallel]
+
     def identity(self) -> dict:
-        """The record as JSON, in the form keys were made from before `sequence` took lists and `ring` was added
-        (a one-axis list is its name; the default ring is left out): a plan's identity in profiles and caches."""
+        """The record as JSON, in the form keys were made from before `sequence` took lists and `sequence_parallel`
+        was added (a one-axis list is its name; the default is left out): a plan's identity in profiles and caches."""
         found = self.model_dump(mode="json")
-        if found.get("ring") == "gather":
-            del found["ring"]
+        if found.get("sequence_parallel") == "partitioner":
+            del found["sequence_parallel"]
         if isinstance(found.get("sequence"), list) and len(found["sequence"]) == 1:
             found["sequence"] = found["sequence"][0]
         return found

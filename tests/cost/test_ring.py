@@ -73,8 +73,8 @@ def test_the_implementation_decides_the_transfers(tmp_path):
     pass, xDiT a block behind each pass). On a GPU no plan re-splits the streams to join them (the tools join each
     chip's own shards); the partitioner's program, which `check` holds, does."""
     steps = {}
-    for ring in ("gather", "gather-passes", "p2p-passes"):
-        _planned, p = _predicted(_variant(tmp_path, USP, f"{ring}.yaml", ring=ring))
+    for tool, ring in (("partitioner", "gather"), ("diffusers", "gather-passes"), ("xdit", "p2p-passes")):
+        _planned, p = _predicted(_variant(tmp_path, USP, f"{ring}.yaml", sequence_parallel=tool))
         steps[ring] = p.step
     gather, passes, p2p = (steps[k] for k in ("gather", "gather-passes", "p2p-passes"))
     gathers = lambda step: [t for t in step.collectives if t.collective.phase == GATHER_PHASE]  # noqa: E731
@@ -106,7 +106,7 @@ def test_a_ring_s_attention_costs_more_than_ulysses_one_kernel_at_the_same_degre
     from meshlab.cost.timing import op_seconds
 
     ulysses = REPO / "strategies" / "ulysses.yaml"
-    ring = _variant(tmp_path, ulysses, "ring.yaml", rules=[], ring="p2p-passes")
+    ring = _variant(tmp_path, ulysses, "ring.yaml", rules=[], sequence_parallel="xdit")
     planned, u = _predicted(ulysses)
     _, r = _predicted(ring)
     hw = planned.hardware
@@ -136,7 +136,7 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     with pytest.raises(MeshlabError) as error:
         load_plan(path)
     text = str(error.value)
-    assert "split 3969 image tokens 4 ways" in text and "a ring (p2p-passes) needs an even split" in text
+    assert "split 3969 image tokens 4 ways" in text and "xdit's ring needs an even split" in text
     assert text.endswith("; use height 1024")
     doc = yaml.safe_load(USP.read_text())
     doc["workload"]["text_tokens"] = 510
@@ -144,9 +144,9 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     with pytest.raises(MeshlabError, match=r"split 510 text tokens 4 ways.*use a sequence degree \(ring x Ulysses\) "
                        r"of 2, or text_tokens 512"):
         load_plan(path)
-    load_plan(_variant(tmp_path, path, "gathered.yaml", ring="gather"))  # XLA pads an uneven split: planned
+    load_plan(_variant(tmp_path, path, "gathered.yaml", sequence_parallel="partitioner"))  # XLA pads an uneven split: planned
     ulysses = yaml.safe_load((REPO / "strategies" / "ulysses.yaml").read_text())
-    ulysses["activations"]["ring"] = "p2p-passes"
+    ulysses["activations"]["sequence_parallel"] = "xdit"
     ulysses["workload"].update(height=1008, width=1008)
     path.write_text(yaml.safe_dump(ulysses))
     load_plan(path)  # Ulysses alone: no ring axis, nothing for a ring to split
@@ -198,7 +198,7 @@ def test_a_cross_attention_over_whole_text_keys_is_no_ring(tmp_path):
     path = tmp_path / "wan-ring.yaml"
     path.write_text(yaml.safe_dump({
         "name": "wan-ring", "model": "wan-2.1-t2v-14b", "hardware": "h100", "mesh": {"cfg": 2, "seq": 4},
-        "rules": [{"match": "*", "shard": "replicate"}], "activations": {"sequence": "seq", "ring": "p2p-passes"},
+        "rules": [{"match": "*", "shard": "replicate"}], "activations": {"sequence": "seq", "sequence_parallel": "xdit"},
         "workload": {"height": 480, "width": 832, "frames": 81, "steps": 40, "text_tokens": 512}}))
     planned, p = _predicted(path)
     ringed = {r.module.rsplit(".", 1)[-1] for r in p.step.rings}
@@ -211,7 +211,7 @@ def test_a_cross_attention_over_whole_text_keys_is_no_ring(tmp_path):
     usp.write_text(yaml.safe_dump({
         "name": "wan-usp", "model": "wan-2.1-t2v-14b", "hardware": "h100", "mesh": {"cfg": 2, "ring": 2, "seq": 2},
         "rules": [{"match": "*", "shard": "replicate"}],
-        "activations": {"sequence": ["ring", "seq"], "ring": "p2p-passes", "rules": [
+        "activations": {"sequence": ["ring", "seq"], "sequence_parallel": "xdit", "rules": [
             {"point": "block.input", "spec": ["cfg", ["ring", "seq"], None]},
             {"point": "attention.qkv", "spec": ["cfg", "ring", "seq"]},
             {"point": "attention.output", "spec": ["cfg", ["ring", "seq"], None]}]},
@@ -225,8 +225,8 @@ def test_a_ring_of_sent_blocks_holds_two_blocks_of_keys_not_all(tmp_path):
     diffusers' gathered passes hold every key; both rings keep a float32 running output beside the pass's."""
     ulysses = REPO / "strategies" / "ulysses.yaml"
     held = {}
-    for ring in ("gather", "gather-passes", "p2p-passes"):
-        planned = load_plan(_variant(tmp_path, ulysses, f"{ring}.yaml", rules=[], ring=ring))
+    for tool, ring in (("partitioner", "gather"), ("diffusers", "gather-passes"), ("xdit", "p2p-passes")):
+        planned = load_plan(_variant(tmp_path, ulysses, f"{ring}.yaml", rules=[], sequence_parallel=tool))
         held[ring] = planned.memory.most_loaded.activations
     assert held["p2p-passes"] < held["gather"] < held["gather-passes"]
 
@@ -239,4 +239,5 @@ def test_keys_made_before_rings_stay_valid():
     plain = Activations(batch="data", sequence="seq").identity()
     assert plain == {"batch": "data", "sequence": "seq", "rules": []}
     assert Activations(batch="data", sequence=["seq"]).identity() == plain
-    assert Activations(sequence=["ring", "seq"], ring="p2p-passes").identity()["ring"] == "p2p-passes"
+    usp = Activations(sequence=["ring", "seq"], sequence_parallel="xdit")
+    assert usp.identity()["sequence_parallel"] == "xdit" and usp.ring == "p2p-passes"

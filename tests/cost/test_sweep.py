@@ -230,15 +230,18 @@ def test_a_system_nothing_fits_is_named_not_an_error():
 
 def test_gpu_sweeps_search_usp_and_run_rings_as_xdit_does_tpus_as_xla_does(systems_sweep):
     """ulysses x ring (USP) is searched beside ulysses and ring; on GPUs a ring runs xDiT's overlapped passes and
-    is priced as a ring, on TPUs the partitioner's gather."""
+    is priced as a ring, on TPUs the partitioner's gather. Every GPU sequence split is xDiT's, Ulysses too."""
     result, _ = systems_sweep
     usp = [c for c in result.candidates if c.family.startswith("ulysses+ring")]
     assert {c.hardware.kind for c in usp} == {"gpu", "tpu"}
     for c in usp:
         activations = c.strategy.activations
         assert activations.sequence_axes == ("ring", "seq") and c.strategy.mesh["ring"] > 1
+        assert activations.sequence_parallel == ("xdit" if c.hardware.kind == "gpu" else "partitioner")
         assert activations.ring == ("p2p-passes" if c.hardware.kind == "gpu" else "gather")
     priced = next(c for c in usp if c.hardware.kind == "gpu" and c.prediction is not None)
     assert priced.prediction.step.rings and priced.prediction.layout.ulysses_degree > 1
     rings = [c for c in result.candidates if c.family.split("+")[0] == "ring" and c.prediction is not None]
     assert {bool(c.prediction.step.rings) for c in rings if c.hardware.kind == "tpu"} == {False}
+    ulysses = [c for c in result.candidates if c.family.split("+")[0] == "ulysses" and c.hardware.kind == "gpu"]
+    assert ulysses and {c.strategy.activations.sequence_parallel for c in ulysses} == {"xdit"}
