@@ -51,9 +51,9 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
 
 
 def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
-    """A ring run by the GPU tools (``activations.sequence_parallel`` diffusers or xdit, over ring axes larger than 1) splits
-    the tokens evenly over the sequence axes, or refuses: XLA pads an uneven split, diffusers' sharder asserts an
-    even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
+    """A ring run by the GPU tools (``activations.sequence_parallel`` diffusers or xdit, over ring axes larger than
+    1) splits the tokens evenly over the sequence axes, or refuses: XLA pads an uneven split, diffusers' sharder
+    asserts an even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
     Ulysses) that divide the tokens, the nearest height the present degree divides, or the text length."""
     from meshlab.plan.axes import ring_axes
     from meshlab.tokens import token_counts
