@@ -220,7 +220,7 @@ def quick_document(card, model: str, hw, mesh: dict[str, int] | None, parts: lis
         across = next((a for a in ("data", "cfg", "seq", "model") if mesh.get(a, 1) % hw.slices == 0), None)
         if across is None:
             raise InputError(f"no --mesh axis splits into {hw.slices} slices", f"give an axis a size that "
-                             f"{hw.slices} divides, e.g. data={hw.slices * 8 // max(hw.slices, 1)}",
+                             f"{hw.slices} divides, e.g. data={hw.chips}",
                              Location("command line: --mesh"))
         document["dcn"] = {across: hw.slices}
     return document

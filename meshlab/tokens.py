@@ -74,6 +74,12 @@ def rules_split_text(rules, sequence_axes: tuple[str, ...]) -> bool:
     return False
 
 
+def joins_text(card: ModelCard) -> bool:
+    """Does an attention of the card concatenate the text and image tokens into one sequence (Qwen-Image, Flux's
+    dual blocks)?"""
+    return any({"text", "image"} <= set(a.streams) for a in card.attention)
+
+
 def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard,
                        text_split: bool = False) -> TokenCounts:
     """Tokens per sample on one chip when a sequence axis splits the image tokens `sequence_split` ways.
@@ -87,6 +93,6 @@ def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard
     """
     if sequence_split == 1:
         return tokens
-    joint = any({"text", "image"} <= set(a.streams) for a in card.attention)
+    joint = joins_text(card)
     text = -(-tokens.text // sequence_split) if joint or text_split else tokens.text
     return TokenCounts(-(-tokens.image // sequence_split), text)

@@ -551,11 +551,9 @@ class _Deriver:
 
     def attention(self, attention, qkv: list[LinearOp]) -> _State:
         point = self.points.get((attention.module, "kernel"))
-        at_kernel = tuple(a for a in self.layout.sequence_axes  # tokens still split at the kernel: the ring axes
-                          if self.size((a,)) > 1 and (point is None or a in (point.spec.entries[1] or ())))
+        at_kernel = self.layout.ring_axes  # the sequence axes that still split the tokens at the kernel
         joint = len({op.stream for op in qkv}) > 1 and not attention.keys
-        moves = point is not None and any(a in (point.spec.entries[2] or ()) for a in self.layout.sequence_axes)
-        joins = at_kernel if joint and moves else ()  # USP: the streams' concatenation rides the Ulysses all-to-all
+        joins = at_kernel if joint and self.layout.ulysses_axes else ()  # USP: the join rides the Ulysses all-to-all
         arrived = {}
         for op in qkv:
             state = _State(*self.used_split(op))

@@ -56,15 +56,14 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
     asserts an even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
     Ulysses) that divide the tokens, the nearest height the present degree divides, or the text length."""
     from meshlab.plan.axes import ring_axes
-    from meshlab.tokens import token_counts
+    from meshlab.tokens import joins_text, token_counts
 
     activations = strategy.activations
     if activations.ring == "gather" or math.prod(mesh.size(a) for a in ring_axes(activations)) == 1:
         return
     split = math.prod(mesh.size(a) for a in activations.sequence_axes)
     tokens = token_counts(strategy.workload, card.architecture)
-    joint = any({"text", "image"} <= set(a.streams) for a in card.attention)
-    counts = {"image": tokens.image, **({"text": tokens.text} if joint else {})}
+    counts = {"image": tokens.image, **({"text": tokens.text} if joins_text(card) else {})}
     uneven = {stream: n for stream, n in counts.items() if n % split}
     if not uneven:
         return
