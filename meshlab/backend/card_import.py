@@ -83,7 +83,7 @@ def import_card(
         source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets, dtype),
-        attention=_attention(model, streams, offsets, tracer.rotary_halves),
+        attention=_attention(model, streams, offsets, dataflow, {attr for attr, _ in tracer.blocks}),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
@@ -321,8 +321,12 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dt
 
 
 def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
-               rotary_halves: bool = False) -> tuple[Attention, ...]:
+               dataflow: tuple[Flow, ...] = (), block_lists: set[str] | None = None) -> tuple[Attention, ...]:
+    """Every attention module; ``rotary_halves`` where the traced forward rotates one of its projections as
+    interleaved halves."""
     from torch import nn
+
+    halves = {f.module for f in dataflow if f.rotary == "halves"}
 
     modules = dict(model.named_modules())
     found = []
@@ -343,7 +347,7 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
         keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
         cross = keys != queries
         found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
-                               keys if cross else (), rotary_halves and not cross))
+                               keys if cross else (), any(module_pattern(q, block_lists or set()) in halves for q in qkv)))
     return tuple(found)
 
 

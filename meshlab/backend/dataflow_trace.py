@@ -19,6 +19,17 @@ modulation: those Linears condition that norm (shift and scale), with pieces as 
 dim. Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head
 q/k norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
 
+Inside an attention, two more edges of each q/k/v Linear are recorded, from what the ops do rather than from
+module names:
+
+- a q/k norm: a norm function (or a mean over the last dim, as diffusers' ``RMSNorm`` computes one) whose input
+  carries the Linear's tag; the innermost module running it is the norm, and the input's last dim is the width
+  it normalizes over (a head's, or every head's at once);
+- rotary embeddings: a multiply of a tensor carrying the Linear's tag by one that carries no Linear, norm or
+  attention tag and is not a parameter (the cos/sin or complex frequencies, made from the model's inputs or
+  buffers). A rotated value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is
+  rotated as interleaved halves.
+
 The result is keyed by module pattern: a path with the block index replaced by ``*``
 (``transformer_blocks.*.attn.to_q``), so one traced block stands for every block of its list.
 """
@@ -28,7 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
-from meshlab.cards.card import Flow, Join, Modulation
+from meshlab.cards.card import Flow, Join, Modulation, QkNorm
 from meshlab.cards.card import module_pattern as pattern_of
 
 
@@ -64,6 +75,38 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     modulations: dict[str, dict[str, Modulation]] = defaultdict(dict)
     norms = {F.layer_norm, F.group_norm, getattr(F, "rms_norm", F.layer_norm)}
     joins: dict[tuple[str, str], Join] = {}
+    qk_norms: dict[str, QkNorm] = {}
+    rotary: dict[str, str] = {}
+    multiplies = {torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__}
+    means = {torch.mean, torch.Tensor.mean}
+
+    def in_attention() -> bool:
+        return any(p in attention_modules for p in stack)
+
+    def record_attention_edges(func, args, kwargs, incoming: list[frozenset]) -> None:
+        """q/k norms and rotary embeddings inside an attention (see the module's docstring)."""
+        if not incoming or not in_attention():
+            return
+        first = tree_flatten(args)[0][:1]
+        if (func in norms or (func in means and _last_dim(args, kwargs))) and first and torch.is_tensor(first[0]):
+            where = pattern_of(stack[-1], block_lists)
+            for name in linears(incoming[0]):
+                qk_norms.setdefault(name, QkNorm(where, int(first[0].shape[-1])))
+        if func in multiplies:
+            tensors = [t for t in tree_flatten(args)[0] if torch.is_tensor(t)]
+            labels = tags(args)
+            frequencies = [t for t, label in zip(tensors, labels) if t.dim() >= 2
+                           and not isinstance(t, torch.nn.Parameter)
+                           and not any(x.split(":", 1)[0] in ("linear", "norm", "attention") for x in label)]
+            if frequencies and len(tensors) == 2:
+                for label in labels:
+                    for name in linears(label):
+                        rotary.setdefault(name, "whole")
+        if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]) \
+                and _strided_last(args[1]):
+            for name in linears(tags(args[2])[0] if tags(args[2]) else frozenset()):
+                if name in rotary:
+                    rotary[name] = "halves"
 
     def record_join(func, args, kwargs, out) -> None:
         if any(p in attention_modules for p in stack):
@@ -118,6 +161,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 return out
             self._modulation(args, incoming)
             record_join(func, args, kwargs, out)
+            record_attention_edges(func, args, kwargs, incoming)
+            if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[0]):
+                tag(args[0], frozenset().union(*incoming))  # the written value's producers join the target's
             tag(out, frozenset().union(*incoming) if incoming else frozenset())
             return out
 
@@ -144,7 +190,20 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     flows = tuple(
         Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
              modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
-             residual=name in residual)
+             residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""))
         for name in order
     )
     return flows, tuple(joins.values())
+
+
+def _last_dim(args: tuple, kwargs: dict) -> bool:
+    """A reduction over the last dim only (``x.mean(-1, keepdim=True)``)."""
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    return len(dims) == 1 and dims[0] in (-1, args[0].dim() - 1 if hasattr(args[0], "dim") else -1)
+
+
+def _strided_last(index) -> bool:
+    """An index that writes every other element of the last dim (``[..., 0::2]``)."""
+    last = index[-1] if isinstance(index, tuple) and index else index
+    return isinstance(last, slice) and last.step not in (None, 1)

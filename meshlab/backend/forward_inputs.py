@@ -46,8 +46,6 @@ class Family:
     patch: Callable[[dict], int]  # latent pixels per token side
     text_width: str  # config key of the text embedding width
     temporal_patch: Callable[[dict], int] = lambda config: 1  # latent frames per token frame
-    #: self-attention rotates q and k as interleaved halves of each head (see ``Attention.rotary_halves``)
-    rotary_halves: bool = False
     #: (spatial, temporal) VAE compression when a card is imported without its VAE: what the pipeline assumes
     #: then (WanPipeline: 8 and 4; the image pipelines: 8)
     vae_default: tuple[int, int] = (8, 1)
@@ -68,7 +66,7 @@ FAMILIES: dict[str, Family] = {
     "SD3Transformer2DModel": Family((("transformer_blocks", "num_layers"),), "image",
                                     lambda c: c["patch_size"], "joint_attention_dim"),
     "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
-                                    lambda c: c["patch_size"][0], rotary_halves=True, vae_default=(8, 4)),
+                                    lambda c: c["patch_size"][0], vae_default=(8, 4)),
 }
 
 

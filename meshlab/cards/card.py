@@ -22,7 +22,9 @@ STREAMS = ("image", "text", "joint", "conditioning", "none")
 #: Module kinds the planner distinguishes (column/row apply only to ``linear``).
 MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
-CARD_SCHEMA_VERSION = 3  # 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys
+#: 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys; 4: rotary embeddings and
+#: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``)
+CARD_SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class Attention:
     #: A cross-attention (Wan's attn2) has image queries against text keys: streams ("image",), keys ("text",).
     keys: tuple[str, ...] = ()
     #: q and k are rotated as two interleaved halves of each head (Wan's RoPE writes out[..., 0::2] and
-    #: out[..., 1::2]); XLA then moves each half on its own where an activation rule re-splits them
+    #: out[..., 1::2]); XLA then moves each half on its own where an activation rule re-splits them. Read from
+    #: the traced dataflow: one of its projections' ``Flow.rotary`` is "halves"
     rotary_halves: bool = False
     #: one Linear makes q, k, v and more (Flux.2's single blocks: ``to_qkv_mlp_proj``, q | k | v | MLP-in along
     #: its output): the width of its q, k and v part; 0 where each of q, k and v has its own Linear
@@ -124,6 +127,14 @@ class Modulation:
 
 
 @dataclass(frozen=True)
+class QkNorm:
+    """A norm inside an attention that a q/k Linear's output passes through (its ``norm_q``)."""
+
+    module: str  # module pattern of the norm
+    width: int  # the features it normalizes over: a head's, or every head's at once (Wan's across heads)
+
+
+@dataclass(frozen=True)
 class Flow:
     """What one Linear reads and what reads it, traced from the real forward (meshlab.backend.dataflow_trace).
 
@@ -137,6 +148,10 @@ class Flow:
     attention: str | None = None  # the attention (pattern) whose q/k/v this Linear makes
     modulates: tuple[Modulation, ...] = ()
     residual: bool = False  # its output joins a residual stream (reaches a norm's input) or the model output
+    qk_norm: QkNorm | None = None  # the norm inside its attention that its output passes through
+    #: rotary embeddings rotate its output: "whole" (each head's pairs at once), "halves" (written as two
+    #: interleaved halves of each head, Wan's ``out[..., 0::2]``), "" (not rotated)
+    rotary: str = ""
 
     def sources(self, kind: str) -> tuple[str, ...]:
         """Producers of one kind (``linear``, ``attention``, ``norm``, ``input``), as patterns."""
@@ -301,7 +316,9 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "dataflow": [
             {"module": f.module, "reads": list(f.reads), "attention": f.attention, "residual": f.residual,
-             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates]}
+             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates],
+             **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
+             **({"rotary": f.rotary} if f.rotary else {})}
             for f in card.dataflow
         ],
         "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
@@ -320,7 +337,8 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         raise InputError(
             f"model card of schema {version}, older than this meshlab's {CARD_SCHEMA_VERSION}: "
             + ("it has no traced dataflow (which Linear feeds which), which the cost model reads" if version < 2 else
-               "it records no video compression or cross-attention keys, which token counts and FLOPs read"),
+               "it records no video compression or cross-attention keys, which token counts and FLOPs read"
+               if version < 3 else "it records no traced rotary embeddings or q/k norms, which collectives read"),
             f"regenerate it: {_regenerate_command(data)}",
             Location(origin),
         )
@@ -329,6 +347,8 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             raise ValueError(f"schema_version must be {CARD_SCHEMA_VERSION}")
         if not data.get("dataflow"):
             raise ValueError("the card has no dataflow")
+        if not all(isinstance(f, dict) and f.get("rotary", "") in ("", "whole", "halves") for f in data["dataflow"]):
+            raise ValueError("a dataflow entry's rotary must be '', 'whole' or 'halves'")
         card = ModelCard(
             name=data["name"],
             class_name=data["class_name"],
@@ -389,7 +409,9 @@ def _regenerate_command(data: dict) -> str:
 def _flow(f: dict) -> Flow:
     return Flow(f["module"], tuple(f["reads"]), f.get("attention"),
                 tuple(Modulation(m["norm"], m["stream"], int(m["width"])) for m in f.get("modulates", [])),
-                bool(f.get("residual", False)))
+                bool(f.get("residual", False)),
+                QkNorm(f["qk_norm"]["module"], int(f["qk_norm"]["width"])) if f.get("qk_norm") else None,
+                str(f.get("rotary", "")))
 
 
 def _attention(a: dict) -> Attention:

@@ -51,7 +51,8 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
   modulation conditions (the cross-attention's norm2) cost what a modulated one does; a q or k norm across all
   heads on a projection output split on features all-reduces one float32 per token; the text embedding, read
   only by the blocks' cross-attention k and v, stays split and each reader gathers it; q and k rotated as two
-  interleaved halves of each head (``Attention.rotary_halves``) move in two half-width all-to-alls each.
+  interleaved halves of each head move in two half-width all-to-alls each. Which projections a norm across heads
+  or rotary halves act on is the card's traced dataflow (``Flow.qk_norm``, ``Flow.rotary``), not their names.
 
 Each collective is counted on its own: XLA's partitioned HLO on the CPU backend keeps the image and text
 streams' all-reduces separate; `combine` merges equal (block, point, kind, axes) for backends whose combiner
@@ -64,7 +65,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from meshlab.cards.card import module_pattern
+from meshlab.cards.card import Flow, module_pattern
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.mesh import AbstractMesh
@@ -560,7 +561,7 @@ class _Deriver:
             before = len(self.found)
             arrived[op.module] = state if point is None else self._marked(op, op.out_features, state, point,
                                                                           "attention:in", joins)
-            if attention.rotary_halves and op.module.rsplit(".", 1)[-1] in _ROTATED:
+            if self._flow(op).rotary == "halves":
                 self._in_halves(before)
         splits = [arrived[op.module].split for op in qkv]
         target = max(splits, key=lambda s: (splits.count(s), s is not None))
@@ -593,17 +594,19 @@ class _Deriver:
         before any activation rule moves it: where that output is split on features, each row's sum of squares
         is all-reduced, one float32 value per token (measured: Wan 2.1 under 2d and pairs; none under Ulysses,
         where the projection's output is whole in features)."""
-        names = {p.name: p for p in self.graph.others}
         width = attention.heads * attention.head_dim
-        for norm, projection in _QK_NORMS:
-            scale = names.get(f"{attention.module}.{norm}.weight")
-            op = next((o for o in qkv if o.module == f"{attention.module}.{projection}"), None)
-            split = self.used_split(op)[0] if op is not None else None
-            if scale is None or not split or scale.shape != (width,) or attention.heads == 1:
+        for op in qkv:
+            norm = self._flow(op).qk_norm
+            split = self.used_split(op)[0]
+            if norm is None or norm.width != width or not split or attention.heads == 1:
                 continue
             self.emit("all-reduce", split, self.layout.batch * self.layout.local.of_stream(op.stream) * 4, op.block,
-                      "attention:qknorm", f"{attention.module.rsplit('.', 1)[-1]}.{norm} normalizes across heads "
+                      "attention:qknorm", f"{'.'.join(norm.module.rsplit('.', 2)[-2:])} normalizes across heads "
                       f"split on {'+'.join(split)}: one float32 sum of squares per token")
+
+    def _flow(self, op: LinearOp) -> Flow:
+        """The card's traced flow of a Linear (an empty one where the card has none)."""
+        return self.flows.get(_pattern(op, self.graph)) or Flow(op.module, ())
 
     def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes, joined: bool = False) -> None:
         """Sequence axes split the tokens at the kernel: q, k and v of several streams are concatenated along a
@@ -720,12 +723,6 @@ def _onto_tokens(state: _State, point) -> Axes:
 def _without(axes: Axes | None, dropped: set[str]) -> Axes | None:
     kept = tuple(a for a in axes or () if a not in dropped)
     return kept or None
-
-
-#: Projections whose output rotary embeddings rotate (q and k of each stream).
-_ROTATED = ("to_q", "to_k", "add_q_proj", "add_k_proj")
-#: q/k norms of an attention and the projection whose output each normalizes.
-_QK_NORMS = (("norm_q", "to_q"), ("norm_k", "to_k"), ("norm_added_q", "add_q_proj"), ("norm_added_k", "add_k_proj"))
 
 
 def _pattern(op: LinearOp, graph: Graph) -> str:

@@ -256,6 +256,17 @@ def test_a_card_of_schema_2_is_refused_saying_what_it_lacks(tmp_path):
     assert "video compression" in lines[0] and "meshlab models import qwen-image -o" in lines[0]
 
 
+def test_a_card_of_schema_3_is_refused_saying_it_lacks_the_traced_rotary_and_norms(tmp_path):
+    """Schema 3 cards name no rotated projections or q/k norms: read as they are, Wan would lose collectives."""
+    old = json.loads((BUILTIN_DIR / "wan-2.1-t2v-14b.json").read_text())
+    old["schema_version"] = 3
+    for flow in old["dataflow"]:
+        flow.pop("rotary", None), flow.pop("qk_norm", None)
+    lines = try_old_card(tmp_path, old)
+    assert len(lines) == 1 and "old.json" in lines[0] and "schema 3" in lines[0], lines
+    assert "rotary" in lines[0] and "meshlab models import wan-2.1-t2v-14b -o" in lines[0]
+
+
 def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
     """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end;
     Qwen-Image joins them only inside attention (q/k/v), which the attention's own rules price."""

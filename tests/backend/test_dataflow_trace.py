@@ -1,0 +1,89 @@
+"""Rotary embeddings and q/k norms come from what the traced forward does, not from module names."""
+
+import pytest
+
+from meshlab.cards.card import QkNorm, load_card
+
+torch = pytest.importorskip("torch")
+
+
+def flows(card: str) -> dict:
+    return {f.module: f for f in load_card(card).dataflow}
+
+
+def test_wan_rotates_its_self_attention_in_halves_and_normalizes_q_and_k_across_heads():
+    wan = flows("wan-2.1-t2v-14b")
+    for name in ("to_q", "to_k"):
+        assert wan[f"blocks.*.attn1.{name}"].rotary == "halves"
+        assert wan[f"blocks.*.attn1.{name}"].qk_norm == QkNorm(f"blocks.*.attn1.norm_{name[-1]}", 5120)
+        assert wan[f"blocks.*.attn2.{name}"].rotary == ""  # the cross-attention is not rotated
+    assert wan["blocks.*.attn1.to_v"].rotary == "" and wan["blocks.*.attn1.to_v"].qk_norm is None
+    assert [a.module for a in load_card("wan-2.1-t2v-14b").attention if a.rotary_halves][:2] == \
+        ["blocks.0.attn1", "blocks.1.attn1"]
+
+
+@pytest.mark.parametrize("card", ["qwen-image", "flux-dev"])
+def test_joint_attention_rotates_both_streams_whole_and_normalizes_per_head(card):
+    found = flows(card)
+    for name in ("to_q", "to_k", "add_q_proj", "add_k_proj"):
+        flow = found[f"transformer_blocks.*.attn.{name}"]
+        assert flow.rotary == "whole" and flow.qk_norm is not None and flow.qk_norm.width == 128
+    assert not any(a.rotary_halves for a in load_card(card).attention)
+
+
+def test_sd35_has_per_head_norms_and_no_rotary_embeddings():
+    found = flows("sd3.5-large")
+    assert found["transformer_blocks.*.attn.to_q"].qk_norm.width == 64
+    assert not any(f.rotary for f in found.values())
+
+
+class _Attention(torch.nn.Module):
+    """An attention whose modules are named as no diffusers model names them: what the tracer keys on is the
+    work (a norm over every head, a multiply by frequencies written into strided slices), not ``to_q``."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(width, width) for _ in range(4))
+        self.q_ln, self.k_ln = torch.nn.RMSNorm(width), torch.nn.RMSNorm(width)
+
+    def forward(self, x, cos, sin):
+        def rotate(t):
+            a, b = t.unflatten(-1, (-1, 2)).unbind(-1)
+            out = torch.empty_like(t)
+            out[..., 0::2] = a * cos - b * sin
+            out[..., 1::2] = a * sin + b * cos
+            return out
+
+        q, k, v = rotate(self.q_ln(self.wq(x))), rotate(self.k_ln(self.wk(x))), self.wv(x)
+        split = lambda t: t.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # noqa: E731
+        out = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v))
+        return self.wo(out.transpose(1, 2).flatten(2))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, width: int = 32, heads: int = 4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Attention(width, heads)])
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, hidden_states, cos, sin, return_dict=False):
+        for layer in self.layers:
+            hidden_states = hidden_states + layer(self.norm(hidden_states), cos, sin)
+        return (hidden_states,)
+
+
+def test_the_tracer_finds_rotary_halves_and_a_norm_across_heads_under_any_names():
+    from meshlab.backend.dataflow_trace import trace_dataflow
+
+    torch.manual_seed(0)
+    tokens, width = 6, 32
+    inputs = {"hidden_states": torch.randn(1, tokens, width), "cos": torch.randn(tokens, width // 2),
+              "sin": torch.randn(tokens, width // 2)}
+    found, _ = trace_dataflow(_Model(width), inputs, {"layers"}, width, lambda shape: "image")
+    by_name = {f.module: f for f in found}
+    for name, norm in (("wq", "q_ln"), ("wk", "k_ln")):
+        assert by_name[f"layers.*.{name}"].rotary == "halves"
+        assert by_name[f"layers.*.{name}"].qk_norm == QkNorm(f"layers.*.{norm}", width)
+    assert by_name["layers.*.wv"].rotary == "" and by_name["layers.*.wv"].qk_norm is None
+    assert by_name["layers.*.wo"].rotary == "" and by_name["layers.*.wq"].attention == "layers.*"
