@@ -135,15 +135,11 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
 
 def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height: int, width: int, frames: int,
                      itemsize: int) -> int:
-    """Peak bytes of one sample's decode. working_bytes_per_pixel was measured in bfloat16 (2 bytes an element)
-    from a one-frame decode. A video VAE (Wan's) decodes one latent frame at a time, a causal cache carrying
-    the frames before it, so its working set is that of the frames one latent frame becomes
-    (``temporal_scale_factor``), plus the decoded video it accumulates (3 channels x every frame)."""
+    """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16,
+    2 bytes an element; for a video VAE, decoding a latent frame after the first with its causal caches), plus
+    the decoded image or video (3 channels x every frame) it hands back."""
     pixels = height * width
-    if not arch.is_video:
-        return int(working_bytes_per_pixel * pixels * itemsize / 2)
-    chunk = min(frames, arch.temporal_scale_factor)
-    return int(working_bytes_per_pixel * pixels * chunk * itemsize / 2) + 3 * frames * pixels * itemsize
+    return int(working_bytes_per_pixel * pixels * itemsize / 2) + 3 * frames * pixels * itemsize
 
 
 def _batch_split(plan: Plan, strategy: Strategy) -> int:

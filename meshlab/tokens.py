@@ -38,7 +38,7 @@ def token_frames(frames: int, arch: Architecture) -> int:
         fix = (frames - 1) // t * t + 1
         raise PlanError(f"workload.frames {frames} is not 1 + a multiple of {t} (the VAE compresses {t} frames to one "
                         "after the first)", f"use {fix} or {fix + t}", field=("workload", "frames"))
-    latent = (frames - 1) // t + 1
+    latent = arch.latent_frames(frames)
     if latent % arch.temporal_patch:
         raise PlanError(f"workload.frames {frames} gives {latent} latent frames, not a multiple of the temporal "
                         f"patch {arch.temporal_patch}",

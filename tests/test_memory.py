@@ -59,7 +59,8 @@ def test_components_and_placement():
     s = strategy(placement={"text_encoder": "device", "vae": "device"})
     chip = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=0).chips[0]
     assert chip.text_encoder == 5000 * 2 and chip.vae_weights == 1000 * 2
-    assert chip.vae_decode == int(10.0 * 64 * 64 * 1)  # bytes/pixel x pixels x one image per chip
+    # bytes/pixel x pixels x one image per chip, plus the decoded image (3 channels at the dtype)
+    assert chip.vae_decode == int(10.0 * 64 * 64 * 1) + 3 * 64 * 64 * 2
     assert chip.total == chip.weights + max(chip.activations, chip.vae_decode) + chip.other
     s = strategy(placement={"text_encoder": "cpu", "vae": "cpu"})
     chip = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=0).chips[0]

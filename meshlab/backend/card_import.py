@@ -12,8 +12,8 @@ Every figure is measured from the classes, never written down:
   calls are "none". Block 0's streams are mapped onto every block of the full model.
 - blocks: ``transformer_blocks.i`` is block i; Flux's ``single_transformer_blocks.j`` is numbered after the
   dual-stream blocks (block ``num_layers + j``), so ``block`` is unique and ``num_layers`` counts both kinds.
-- components: built on ``meta`` to count parameters; a VAE's ``working_bytes_per_pixel`` comes from a traced
-  decode (see ``_decode_working_bytes_per_pixel``).
+- components: built on ``meta`` to count parameters; a VAE's decode figures (FLOPs, bytes moved, ops, working
+  set) come from real decodes on the CPU (meshlab.backend.decode_trace).
 
 ``python -m meshlab.backend.card_import --all`` regenerates the cards shipped in meshlab/cards/.
 """
@@ -33,6 +33,7 @@ from meshlab.cards.card import (
     ModelCard, Parameter, card_to_json, module_pattern,
 )
 from meshlab.backend.dataflow_trace import trace_dataflow
+from meshlab.backend.decode_trace import Decode, trace_decode
 from meshlab.backend.elementwise_trace import trace_elementwise_both
 from meshlab.cards.presets import PRESETS, ComponentSpec, Preset
 from meshlab.errors import InputError, Location
@@ -43,8 +44,6 @@ __all__ = ["PRESETS", "import_card", "import_preset", "import_from_config_file",
 #: tokens. 15 (30), 7 and 22 (37) differ from every width and head count of the supported models, so a dim of
 #: one of these sizes can only be a token dim.
 TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_SEED, TRACE_VIDEO_FRAMES = 2, (3, 5), 7, 0, 2
-#: The traced VAE decode: one image from an 8x8 latent (64x64 pixels for an 8x VAE).
-DECODE_LATENT = 8
 
 _QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
 _OUT = ("to_out.0", "to_add_out")
@@ -75,7 +74,7 @@ def import_card(
     offsets = _block_offsets(model, tracer)
     streams, (dataflow, joins) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
-    built = {n: _component(n, s, dtype) for n, s in specs.items()}
+    built = {n: _component(n, s, dtype, tracer.latent == "video") for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
     return ModelCard(
         name=name,
@@ -415,7 +414,7 @@ def _build(spec: ComponentSpec, cls: type) -> Any:
     return cls(cls.config_class(**spec.config))
 
 
-def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, tuple[int, int]]:
+def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) -> tuple[Component, tuple[int, int]]:
     """The component counted on ``meta``, and the VAE's (spatial, temporal) scale factors ((8, 1) when not a
     VAE)."""
     import torch
@@ -425,13 +424,17 @@ def _component(name: str, spec: ComponentSpec, dtype: str) -> tuple[Component, t
         model = _build(spec, cls)
     count = sum(p.numel() for p in model.parameters())
     is_vae = spec.library == "diffusers" and hasattr(model, "decode")
-    working, decode_flops = _traced_decode(spec, cls) if is_vae else (0.0, 0.0)
+    decode = _traced_decode(spec, cls, video) if is_vae else None
     per_token = 0.0 if is_vae else 2.0 * _text_path_parameters(model)
     head = getattr(model, "lm_head", None)
     head_per_token = 2.0 * sum(p.numel() for p in head.parameters() if p.dim() >= 2) if head is not None else 0.0
     scales = _vae_scale_factor(model.config) if is_vae else (8, 1)
-    return Component(name, spec.class_name, count, dtype, working, decode_flops, per_token, head_per_token,
-                     spec.prompt_prefix_tokens), scales
+    figures = {} if decode is None else dict(
+        working_bytes_per_pixel=decode.working_bytes_per_pixel, decode_flops_per_pixel=decode.flops_per_pixel,
+        decode_bytes_per_pixel=decode.eager_bytes_per_pixel,
+        decode_fused_bytes_per_pixel=decode.fused_bytes_per_pixel, decode_dispatches=decode.dispatches)
+    return Component(name, spec.class_name, count, dtype, flops_per_token=per_token,
+                     head_flops_per_token=head_per_token, prefix_tokens=spec.prompt_prefix_tokens, **figures), scales
 
 
 #: Parameter paths a prompt encode does not multiply with in its layers: token embeddings (a lookup), the LM head
@@ -458,42 +461,23 @@ def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
     return 2 ** (len(config["block_out_channels"]) - 1), 1
 
 
-def _traced_decode(spec: ComponentSpec, cls: type) -> tuple[float, float]:
-    """The decoder's peak working set, in bf16 bytes per output pixel of one image, and its FLOPs per output pixel.
-
-    A decode from a small latent (random weights, CPU, float32) records, for each leaf module, the elements of
-    its tensor inputs plus outputs; the largest, at 2 bytes an element, over the output pixels. A convolutional
-    decoder's activations scale with the pixel count, so this multiplies out to any size; the mid-block's
-    attention scores (computed functionally, quadratic in latent pixels) are not included. The same decode runs
-    under torch's FlopCounterMode (convolutions, matmuls, attention), whose total over the output pixels scales the
-    same way, the mid-block attention's quadratic part aside.
-    """
+def _traced_decode(spec: ComponentSpec, cls: type, video: bool) -> Decode:
+    """The decode's figures (meshlab.backend.decode_trace), from the VAE with random weights on the CPU; a video
+    model's VAE decodes frames after the first."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(TRACE_SEED)
     vae = cls.from_config(spec.config).eval()
-    peak = 0
-
-    def hook(module, args, output):
-        nonlocal peak
-        outputs = output if isinstance(output, (tuple, list)) else (output,)
-        peak = max(peak, sum(t.numel() for t in (*args, *outputs) if torch.is_tensor(t)))
-
-    for module in vae.modules():
-        if next(module.children(), None) is None:
-            module.register_forward_hook(hook)
-    with torch.no_grad(), FlopCounterMode(display=False) as flops:
-        image = vae.decode(torch.randn(_latent_shape(vae.config))).sample
-    pixels = image.numel() // image.shape[1]
-    return peak * DTYPE_BYTES["bfloat16"] / pixels, flops.get_total_flops() / pixels
+    return trace_decode(vae, lambda side, frames: _latent_shape(vae.config, side, frames), video)
 
 
-def _latent_shape(config: Mapping) -> tuple[int, ...]:
+def _latent_shape(config: Mapping, side: int, frames: int = 1) -> tuple[int, ...]:
     if "z_dim" in config:  # video VAE (AutoencoderKLQwenImage): [batch, channels, frames, h, w]
-        return (1, config["z_dim"], 1, DECODE_LATENT, DECODE_LATENT)
+        return (1, config["z_dim"], frames, side, side)
+    if frames != 1:
+        raise InputError("an image VAE decodes one frame", "use a video VAE (one with z_dim) for a video model")
     if "latent_channels" in config:
-        return (1, config["latent_channels"], DECODE_LATENT, DECODE_LATENT)
+        return (1, config["latent_channels"], side, side)
     raise InputError("cannot tell the latent shape of this VAE", "its config needs z_dim or latent_channels")
 
 

@@ -50,17 +50,28 @@ def trace_elementwise_both(model: Any, inputs: dict, blocks: dict[str, int],
 
 
 def _record(model: Any, inputs: dict, blocks: dict[str, int]) -> "_Recorder":
-    import torch
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
     current: list[str | None] = [None]
     hooks = []
     for name, index in blocks.items():
         block = getattr(model, name)[index]
         hooks.append(block.register_forward_pre_hook(lambda module, args, name=name: current.__setitem__(0, name)))
         hooks.append(block.register_forward_hook(lambda module, args, output: current.__setitem__(0, None)))
+    try:
+        return record_call(model, lambda: model(**inputs), current)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def record_call(model: Any, call: Callable[[], Any], current: list | None = None) -> "_Recorder":
+    """Every aten op `call()` runs, with the tensors it reads and writes; `model`'s parameters and buffers are
+    weights; `current[0]` names the block running (None outside the traced blocks)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    current = current or [None]
 
     def tensors(tree) -> list:
         return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
@@ -89,12 +100,8 @@ def _record(model: Any, inputs: dict, blocks: dict[str, int]) -> "_Recorder":
             recorder.op("scaled_dot_product_attention", False, tensors((args, kwargs)), [out], current[0])
             return out
 
-    try:
-        with torch.no_grad(), Dispatch(), Attention():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with torch.no_grad(), Dispatch(), Attention():
+        call()
     return recorder
 
 
@@ -154,6 +161,19 @@ class _Recorder:
             counts[block] += 1
         return dict(counts)
 
+    def moved_bytes(self, itemsize: int) -> tuple[float, float]:
+        """HBM bytes of every elementwise op of the call, blocks or not, with floating tensors at `itemsize`
+        bytes an element: (eager: each op reads and writes its tensors; fused: each gap moves the tensors that
+        cross its edges once, as `bytes_per_block` counts them)."""
+        def size(t) -> float:
+            return t.numel() * (itemsize if t.is_floating_point() else t.element_size())
+
+        eager = 0.0
+        for heavy, _, read, written in self.ops:
+            if not heavy:
+                eager += sum(size(t) for t in {(r, v): t for r, v, t in [*read, *written]}.values())
+        return eager, sum(size(t) for _, _, t in self._fused_edges(whole_call=True))
+
     def _index(self) -> tuple[list, dict, dict]:
         """Each op's gap (None for a heavy op), and by tensor version the op that made it and the ops that read
         it."""
@@ -171,11 +191,19 @@ class _Recorder:
         return gaps, made_by, read_by
 
     def bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
+        totals: dict[tuple, float] = defaultdict(float)
+        for block, side, t in self._fused_edges():
+            _charge(totals, block, side, t, stream_of)
+        return dict(totals)
+
+    def _fused_edges(self, whole_call: bool = False) -> list[tuple]:
+        """(block, side, tensor) of each tensor a fused gap reads from or writes to outside it, once per gap: in
+        the traced blocks, or anywhere in the call with `whole_call`."""
         gaps, made_by, read_by = self._index()
         counted: dict[tuple, tuple[str, str, object]] = {}
         for i, (heavy, block, read, written) in enumerate(self.ops):
             g = gaps[i]
-            if heavy or block is None:
+            if heavy or (block is None and not whole_call):
                 continue
             for r, v, t in read:
                 maker = made_by.get((r, v))
@@ -188,10 +216,7 @@ class _Recorder:
                     heavy_readers = [self.ops[c][0] for c in outside if self.ops[c][0]]
                     beside = heavy_readers[0] if heavy_readers and len(heavy_readers) == len(outside) else ""
                     counted.setdefault((g, "write", r, v), (block, _side("in", beside), t))
-        totals: dict[tuple, float] = defaultdict(float)
-        for block, side, t in counted.values():
-            _charge(totals, block, side, t, stream_of)
-        return dict(totals)
+        return list(counted.values())
 
     def eager_bytes_per_block(self, stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple, float]:
         """Bytes per block when every elementwise op runs as its own kernel (eager PyTorch): each op reads each

@@ -198,8 +198,8 @@ class Component:
     class_name: str
     parameters: int
     dtype: str
-    #: Peak working set while decoding, in bytes per output pixel per image (VAE only), measured by a traced
-    #: decode at a small size; activations of a convolutional decoder scale with the pixel count.
+    #: Peak working set while decoding, in bytes per output pixel per image (VAE only): the tensors two real
+    #: decodes allocate, measured on the CPU (meshlab.backend.decode_trace), as a slope over the pixels
     working_bytes_per_pixel: float = 0.0
     #: FLOPs of one decode per output pixel per image (VAE only; convolutions and matmuls as torch's
     #: FlopCounterMode counts them in the same traced decode). 0: not known (a card from before it was recorded).
@@ -212,6 +212,13 @@ class Component:
     head_flops_per_token: float = 0.0
     #: Tokens the pipeline's prompt template puts before each prompt and drops from the embedding (Qwen-Image: 34).
     prefix_tokens: int = 0
+    #: HBM bytes per output pixel of the decode's ops other than convolutions, matmuls and attention, each op
+    #: its own kernel (eager: diffusers on a GPU); and with each gap between heavy ops fused (XLA). VAE only; 0:
+    #: not known
+    decode_bytes_per_pixel: float = 0.0
+    decode_fused_bytes_per_pixel: float = 0.0
+    #: ops the host dispatches in one decode of one latent frame (eager's floor)
+    decode_dispatches: int = 0
 
     @property
     def bytes(self) -> int:
@@ -239,6 +246,11 @@ class Architecture:
     @property
     def is_video(self) -> bool:
         return self.temporal_scale_factor > 1
+
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames of `frames` pixel frames: the VAE keeps the first and compresses the rest
+        ``temporal_scale_factor`` to one (Wan: 81 -> 21); 1 for an image model."""
+        return (frames - 1) // self.temporal_scale_factor + 1 if self.is_video else 1
 
 
 @dataclass(frozen=True)
@@ -309,7 +321,9 @@ def card_to_json(card: ModelCard) -> dict:
         "components": [
             {"name": c.name, "class_name": c.class_name, "parameters": c.parameters, "dtype": c.dtype,
              "working_bytes_per_pixel": c.working_bytes_per_pixel,
-             "decode_flops_per_pixel": c.decode_flops_per_pixel, "flops_per_token": c.flops_per_token,
+             "decode_flops_per_pixel": c.decode_flops_per_pixel, "decode_bytes_per_pixel": c.decode_bytes_per_pixel,
+             "decode_fused_bytes_per_pixel": c.decode_fused_bytes_per_pixel, "decode_dispatches": c.decode_dispatches,
+             "flops_per_token": c.flops_per_token,
              **({"head_flops_per_token": c.head_flops_per_token} if c.head_flops_per_token else {}),
              **({"prefix_tokens": c.prefix_tokens} if c.prefix_tokens else {})}
             for c in card.components

@@ -417,9 +417,7 @@ def _terms_table(planned, p) -> Table:
          f"{f' + {prefix} template' if prefix else ''} tokens x "
          f"{2 if workload.cfg else 1} prompt(s) on {where}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
-        ("VAE decode", "vae_decode_s", f"{(vae.decode_flops_per_pixel if vae else 0) / 1e6:.1f} MFLOP per output "
-         "pixel (traced decode) " + ("timed by the profile (at its resolution, else at its rate)" if measured_decode
-                                     else "at the chip's effective peak")),
+        ("VAE decode", "vae_decode_s", _decode_how(vae, hw, planned.strategy.placement.vae, measured_decode)),
         ("host transfers", "transfer_s", f"prompt embeddings in, float32 pixels out at "
          f"{hw.host_link_bandwidth / 1e9:.0f} GB/s"),
         ("host overhead", "overhead_s", f"{_ms(p.step.overhead)} per step"),
@@ -433,6 +431,23 @@ def _terms_table(planned, p) -> Table:
     table.add_row(f"latency: one {what}", f"{p.first_call_s:.2f}", f"a whole call: a request waits for all "
                   f"{p.layout.images} {what}(s) of it")
     return table
+
+
+def _decode_how(vae, hw, where: str, measured: bool) -> str:
+    """What priced the VAE decode (meshlab.cost.pipeline_time.vae_decode_seconds)."""
+    if vae is None:
+        return "no VAE in the card"
+    flops = f"{vae.decode_flops_per_pixel / 1e6:.1f} MFLOP per output pixel"
+    if measured:
+        return f"{flops}, timed by the profile (at its resolution, else at its rate)"
+    if where == "cpu":
+        return f"{flops} on the host at {_rate(hw.host_flops)}"
+    fused = hw.kind == "tpu"
+    moved = vae.decode_fused_bytes_per_pixel if fused else vae.decode_bytes_per_pixel
+    floor = f"; at least {vae.decode_dispatches} ops' dispatches per latent frame" if hw.kind == "gpu" else ""
+    return (f"{flops} at the chip's effective peak + {moved / 1e3:.1f} kB per pixel moved by its other ops "
+            f"({'fused by XLA' if fused else 'eager, each op its own kernel'}) at its effective HBM bandwidth"
+            f"{floor} (traced decode)")
 
 
 def _dcn_axes(planned) -> str:

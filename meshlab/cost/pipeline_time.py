@@ -8,10 +8,13 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
   cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
-- **vae_decode_s**: the VAE's FLOPs per output pixel (the card: a traced decode under torch's FlopCounterMode) x
-  the pixels (and frames) of the images one chip decodes (its share of the batch split), at the chip's effective
-  peak (``placement.vae: cpu``: the host's); with a profile as hardware, the decode it measured at that
-  resolution, else the measured decodes' rate;
+- **vae_decode_s**: the images one chip decodes (its share of the batch split), each its pixels (and frames) x
+  the card's figures per output pixel (real decodes on the CPU, meshlab.backend.decode_trace): the convolutions'
+  and matmuls' FLOPs at the chip's effective peak, plus the bytes the other ops move at its effective HBM
+  bandwidth (each op its own kernel on a GPU, where diffusers runs the VAE eager; fused gaps on a TPU, where
+  XLA compiles it); on a GPU at least the ops it dispatches (per latent frame) at the catalog's
+  ``eager_dispatch_s``. ``placement.vae: cpu``: the FLOPs at the host's rate (no host bandwidth is catalogued).
+  With a profile as hardware, the decode it measured at that resolution, else the measured decodes' rate;
 - **transfer_s**: the prompt embeddings in and the decoded pixels (float32) out over one chip's host link;
 - **overhead_s**: the catalog's host overhead per step.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cards.card import DTYPE_BYTES, ModelCard
+from meshlab.cards.card import DTYPE_BYTES, Component, ModelCard
 from meshlab.hardware import Hardware
 from meshlab.strategy.schema import Strategy
 
@@ -64,13 +67,13 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
                        for c in encoders if c.flops_per_token) * prompts if "text_encode_s" not in unknown else 0.0
     encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
     vae = next((c for c in card.components if c.name == "vae"), None)
-    if vae is None or vae.decode_flops_per_pixel == 0:
+    if vae is None or vae.decode_flops_per_pixel == 0 or vae.decode_bytes_per_pixel == 0:
         unknown.append("vae_decode_s")
     pixels = workload.height * workload.width * workload.frames
     decoded_per_chip = -(-images // batch_split)
     decode_flops = (vae.decode_flops_per_pixel if vae else 0.0) * pixels * decoded_per_chip
-    decode_rate = hardware.host_flops if placement.vae == "cpu" else device_flops
-    decode_s = decode_flops / decode_rate
+    decode_s = 0.0 if "vae_decode_s" in unknown else vae_decode_seconds(
+        vae, hardware, placement.vae, pixels, card.architecture.latent_frames(workload.frames)) * decoded_per_chip
     profile = hardware.profile
     if profile is not None and placement.vae != "cpu" and decode_flops:  # measured at a resolution, else its rate
         priced = profile.op_seconds("vae_decode", (workload.height, workload.width), decode_flops / decoded_per_chip)
@@ -85,3 +88,17 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         overhead_s=steps * step_overhead_s / images,
         unknown=tuple(unknown),
     )
+
+
+def vae_decode_seconds(vae: Component, hardware: Hardware, where: str, pixels: int, latent_frames: int) -> float:
+    """One sample's decode of `pixels` output pixels (all frames) from `latent_frames` latent frames, on the chip
+    or (`where` "cpu") on the host: see the module's docstring."""
+    flops = vae.decode_flops_per_pixel * pixels
+    if where == "cpu":
+        return flops / hardware.host_flops
+    moved = (vae.decode_fused_bytes_per_pixel if hardware.kind == "tpu" else vae.decode_bytes_per_pixel) * pixels
+    kernels = (flops / (hardware.bf16_flops * hardware.compute_efficiency)
+               + moved / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
+    floor = vae.decode_dispatches * latent_frames * (hardware.eager_dispatch_s or 0.0) if hardware.kind == "gpu" \
+        else 0.0
+    return max(kernels, floor)
