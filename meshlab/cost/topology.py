@@ -1,8 +1,9 @@
 """How long a collective takes over the chips of a mesh axis, given how those chips are wired.
 
-Mesh devices are numbered row-major over the mesh axes, and meshlab assumes the slice numbers its chips
-row-major over the physical topology too (device d sits at ``np.unravel_index(d, topology)``). The chips of
-one group of a collective (all devices that differ only along its mesh axes) then form:
+Mesh positions are numbered row-major over the mesh axes, and each sits on the chip ``xs.HybridMesh`` gives it
+inside its slice (meshlab.cost.device_layout: the last mesh axis onto whole physical axes first; held against
+torch_xla's layout over libtpu's device coordinates). The chips of one group of a collective (all positions that
+differ only along its mesh axes) then form:
 
 - a line along one physical axis: an open line (v6e-8 is 2x4 with no wraparound) moves data at one link's
   bandwidth each way, ``W``, with ``n - 1`` hops; a ring (wraparound, the full axis) at ``2W``, ``n / 2`` hops;
@@ -37,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from meshlab.cost.device_layout import mesh_coordinates
 from meshlab.hardware import Hardware
 from meshlab.mesh import AbstractMesh
 
@@ -74,7 +76,8 @@ def _route(axes, mesh_axes, topology, wraparound, interconnect, link) -> Route:
         return Route(1, math.inf, 0, "local")
     if interconnect == "nvswitch":
         return Route(n, link, n - 1, "switch")
-    coords = [_unravel(d, topology) for d in _group(axes, mesh_axes)]
+    layout = _layout(tuple(size for _, size in mesh_axes), topology)
+    coords = [layout[p] for p in _group(axes, mesh_axes)]
     varying = [i for i in range(len(topology)) if len({c[i] for c in coords}) > 1]
     ranges = [sorted({c[i] for c in coords}) for i in varying]
     contiguous = all(r == list(range(r[0], r[0] + len(r))) for r in ranges) and math.prod(map(len, ranges)) == n
@@ -87,6 +90,14 @@ def _route(axes, mesh_axes, topology, wraparound, interconnect, link) -> Route:
         return Route(n, 2 * link, n // 2, "grid")
     stride = max(max(r) - min(r) for r in ranges) // max(1, min(len(r) for r in ranges) - 1)
     return Route(n, link, (n - 1) * max(1, stride), "strided")
+
+
+def _layout(mesh_shape: tuple[int, ...], topology: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each mesh position's physical coordinates; a mesh that does not cover the slice has its positions in row-major
+    order over the topology."""
+    if math.prod(mesh_shape) != math.prod(topology):
+        return tuple(_unravel(p, topology) for p in range(math.prod(mesh_shape)))
+    return mesh_coordinates(mesh_shape, topology)
 
 
 def _group(axes, mesh_axes) -> list[int]:

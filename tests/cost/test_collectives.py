@@ -105,8 +105,19 @@ def test_v6e_8_axes_are_open_lines_and_the_whole_slice_a_ring():
     assert route(("data",), mesh, hw).shape == "line"
     whole = route(("data", "model"), mesh, hw)
     assert whole.shape == "grid" and whole.bandwidth == 2 * hw.ici_link_bandwidth
-    strided = route(("data",), AbstractMesh((("data", 4), ("model", 2))), hw)
-    assert strided.shape == "strided"
+    # as 4x2, HybridMesh lays model's 2 along the 2-chip physical axis and data's 4 along the 4-chip one (a
+    # row-major reshape of the device ids would make data strided)
+    tall = AbstractMesh((("data", 4), ("model", 2)))
+    assert (route(("data",), tall, hw).shape, route(("data",), tall, hw).hops) == ("line", 3)
+    assert (route(("model",), tall, hw).shape, route(("model",), tall, hw).hops) == ("line", 1)
+
+
+def test_a_mesh_axis_hybrid_mesh_lays_along_a_wrapped_physical_axis_is_a_ring():
+    """v6e-128 is 8x16 with wraparound on its 16 side; a 16x8 mesh's 16 goes there (a row-major reshape would
+    spread it over strided chips)."""
+    hw = load_hardware("v6e-128")
+    r = route(("data",), AbstractMesh((("data", 16), ("model", 8))), hw)
+    assert (r.shape, r.hops, r.bandwidth) == ("ring", 8, 2 * hw.ici_link_bandwidth)
 
 
 def test_all_reduce_costs_twice_an_all_gather():
