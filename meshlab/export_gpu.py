@@ -11,6 +11,10 @@ parallelisms:
 - a ``model`` axis that splits weights: ``TensorParallelConfig(tp_degree)`` (diffusers refuses it beside context
   parallelism) and ``--tensor_parallel_degree``.
 
+The rest of the pipeline (``placement``): a tiled VAE decode is diffusers' ``pipe.vae.enable_tiling()`` in
+either script; a parallel one is xDiT's ``--use_parallel_vae`` (diffusers has none); a text encoder sharded over
+the GPUs (FSDP) is in neither tool (Wan's own generate.py has ``--t5_fsdp``).
+
 Anything else (FSDP, a weight split over the batch axis; other axes; several slices) has no form in them, and is
 refused with the reason. Written by hand: neither tool reads a sharding plan, and these are their documented
 arguments (diffusers 0.42 ``ContextParallelConfig`` / ``TensorParallelConfig``; xDiT's ``xfuser`` CLI).
@@ -41,6 +45,10 @@ class Degrees:
 def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     """The plan's degrees, or a PlanError naming what the GPU tools cannot express."""
     mesh, activations = plan.mesh, strategy.activations
+    if strategy.placement.text_encoder == "sharded":
+        raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs (FSDP), which neither "
+                        "diffusers' enable_parallelism nor xDiT's flags do", "use device (replicated) or cpu, or "
+                        "run Wan's own generate.py with --t5_fsdp", field=("placement", "text_encoder"))
     sequence = set(activations.sequence_axes)
     ulysses, ring = set(ulysses_axes(activations)), set(ring_axes(activations))
     idle = [a for a in activations.sequence_axes if a not in ulysses | ring and mesh.size(a) > 1]
@@ -114,6 +122,12 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
             ring = ", and gathers a ring's k and v once, then runs its passes" if d.ring > 1 else ""
             lines.append(f"# this plan was priced as {d.priced_as} runs it; diffusers joins the streams on the chip"
                          f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
+    if strategy.placement.vae_decode == "parallel":
+        raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
+                        "VAE", "use full or tiled, or export --format xdit (--use_parallel_vae)",
+                        field=("placement", "vae_decode"))
+    if strategy.placement.vae_decode == "tiled":
+        lines.append("pipe.vae.enable_tiling()  # placement.vae_decode: tiled")
     if d.cfg > 1:
         lines += ["# guidance: diffusers runs both branches on every rank; split them over mesh['cfg'] in the script "
                   "(rank group mesh['cfg'].get_local_rank() runs one branch; all-gather the two noise predictions "
@@ -128,10 +142,13 @@ def xdit_flags(plan: Plan, strategy: Strategy) -> str:
              "--pipefusion_parallel_degree 1", f"--tensor_parallel_degree {d.tensor}"]
     if d.cfg > 1:
         flags.append("--use_cfg_parallel")
-    note = ""
+    if strategy.placement.vae_decode == "parallel":
+        flags.append("--use_parallel_vae")
+    note = "# placement.vae_decode: tiled: call pipe.vae.enable_tiling() in the script\n" \
+        if strategy.placement.vae_decode == "tiled" else ""
     if d.ulysses * d.ring > 1 and d.priced_as != "xdit":
         ring = ", and sends each ring block to the next rank during a pass" if d.ring > 1 else ""
-        note = (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "
+        note += (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "
                 f"activations.sequence_parallel: xdit to price what xDiT runs\n")
     return (f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
             f"--format xdit\n{note}torchrun --nproc_per_node {plan.mesh.device_count} <xfuser example script> "

@@ -1,8 +1,10 @@
 """Per-chip memory of a plan: weights, activations, the other pipeline parts, and a runtime reserve.
 
 Method (documented in ``ACTIVATION_METHOD``): weights are the padded shards XLA allocates; activations are
-the peak working set of the heaviest transformer block at the workload's token counts; the VAE's decode
-working set comes after denoising, so the peak is the larger of the two phases, not their sum.
+the peak working set of the heaviest transformer block at the workload's token counts. The pipeline runs in
+phases, encode, denoise, decode, with every weight placed on the device resident throughout: the peak is the
+largest phase's working set (a sharded text encoder's gathered layer; the denoise activations; the VAE decode's
+working set, under ``placement.vae_decode``), not their sum.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from meshlab.cards.card import DTYPE_BYTES, Architecture
+from meshlab.cards.card import DTYPE_BYTES, Architecture, Component
 from meshlab.plan.axes import activation_axes, compute_split, ring_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
@@ -39,9 +41,16 @@ class ChipMemory:
     activations: int  # peak working set while denoising
     vae_weights: int
     vae_decode: int  # VAE decode working set (after denoising)
-    text_encoder: int
+    text_encoder: int  # the text encoders' resident weights (all of them, or this chip's shard)
     reserve: int  # runtime and compiler scratch kept by the platform
     hbm: int  # usable HBM of one chip
+    text_encode: int = 0  # the encode phase's working set: a sharded encoder's largest layer, gathered
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase whose working set sets the peak: "encode", "denoise" or "decode"."""
+        return max((self.activations, 1, "denoise"), (self.vae_decode, 0, "decode"),
+                   (self.text_encode, -1, "encode"))[2]
 
     @property
     def weights(self) -> int:
@@ -49,7 +58,7 @@ class ChipMemory:
 
     @property
     def activation_peak(self) -> int:
-        return max(self.activations, self.vae_decode)
+        return max(self.activations, self.vae_decode, self.text_encode)
 
     @property
     def other(self) -> int:
@@ -91,14 +100,15 @@ class MemoryReport:
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int) -> MemoryReport:
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens)
-    vae_weights, vae_decode, text_encoder = _components(plan, strategy)
+    vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan)
     chips = []
     for chip in range(plan.mesh.device_count):
         real_padded = sum(p.real_bytes_on(chip, plan.mesh) for p, _ in padded)
         allocated_padded = sum(allocated for _, allocated in padded)
         chips.append(ChipMemory(chip, sharded + real_padded, replicated, allocated_padded - real_padded,
-                                activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm))
+                                activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm,
+                                text_encode))
     return MemoryReport(tuple(chips), tokens)
 
 
@@ -117,29 +127,71 @@ def _weight_groups(plan: Plan) -> tuple[int, int, list[tuple[PlannedParameter, i
     return sharded, replicated, padded
 
 
-def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int]:
+def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
+    """VAE weights, the decode's working set, the text encoders' resident weights and the encode phase's working
+    set, on one chip."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     workload, placement = strategy.workload, strategy.placement
     vae = plan.card.component("vae")
     encoders = [c for c in plan.card.components if c.name.startswith("text_encoder")]  # SD3.5 has three
-    vae_weights = vae_decode = text_bytes = 0
+    vae_weights = vae_decode = text_bytes = text_encode = 0
     if vae is not None and placement.vae == "device":
         vae_weights = vae.parameters * itemsize
-        per_chip_batch = -(-workload.batch // _batch_split(plan, strategy))  # XLA pads an uneven batch
+        split = _batch_split(plan, strategy)
+        per_chip_batch = -(-workload.batch // split)  # XLA pads an uneven batch
+        share = decode_share(vae, placement.vae_decode, workload.height, workload.width,
+                             plan.mesh.device_count // split)
         vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
-                                                       workload.height, workload.width, workload.frames, itemsize)
+                                                       workload.height, workload.width, workload.frames, itemsize,
+                                                       share)
     if encoders and placement.text_encoder == "device":
         text_bytes = sum(c.parameters for c in encoders) * itemsize
-    return vae_weights, vae_decode, text_bytes
+    elif encoders and placement.text_encoder == "sharded":  # FSDP over every chip: a shard each, a layer at a time
+        text_bytes = sum(-(-c.parameters // plan.mesh.device_count) for c in encoders) * itemsize
+        text_encode = max(c.largest_layer_parameters for c in encoders) * itemsize
+    return vae_weights, vae_decode, text_bytes, text_encode
+
+
+@dataclass(frozen=True)
+class DecodeShare:
+    """What one chip decodes of one sample's frames under ``placement.vae_decode``."""
+
+    working_pixels: int  # pixels of a frame whose working set it holds at once: the image, a tile, its rows
+    computed_pixels: int  # pixels of a frame it decodes: overlapping tiles decode more than the image
+    pieces: int  # decodes it runs per latent frame: one, or a tile each
+
+
+def decode_share(vae: Component, mode: str, height: int, width: int, chips: int) -> DecodeShare:
+    """'full': the whole image; 'tiled': diffusers' tiled decode (only where the image exceeds the VAE's tile):
+    tiles of ``vae.tile`` starting every ``vae.tile_stride`` pixels, edge tiles cut at the image, one at a time;
+    'parallel': the image's rows split over the `chips` that decode it (xDiT's parallel VAE; the halo rows each
+    chip also decodes are left out)."""
+    pixels = height * width
+    (tile_h, tile_w), (stride_h, stride_w) = vae.tile, vae.tile_stride
+    if mode == "tiled" and tile_h and (height > tile_h or width > tile_w):
+        rows = [min(tile_h, height - i) for i in range(0, height, stride_h)]
+        cols = [min(tile_w, width - j) for j in range(0, width, stride_w)]
+        return DecodeShare(max(rows) * max(cols), sum(rows) * sum(cols), len(rows) * len(cols))
+    if mode == "parallel" and chips > 1:
+        rows = -(-height // chips)
+        return DecodeShare(rows * width, rows * width, 1)
+    return DecodeShare(pixels, pixels, 1)
 
 
 def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height: int, width: int, frames: int,
-                     itemsize: int) -> int:
+                     itemsize: int, share: DecodeShare | None = None) -> int:
     """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16,
-    2 bytes an element; for a video VAE, decoding a latent frame after the first with its causal caches), plus
-    the decoded image or video (3 channels x every frame) it hands back."""
+    2 bytes an element; for a video VAE, decoding a latent frame after the first with its causal caches) over the
+    pixels held at once (`share`: the whole image by default, a tile, or one chip's rows), plus the decoded image
+    or video (3 channels x every frame) it hands back: under tiling with the decoded tiles it keeps to blend; a
+    whole video twice, as a video VAE appends each latent frame's output with ``torch.cat``."""
     pixels = height * width
-    return int(working_bytes_per_pixel * pixels * itemsize / 2) + 3 * frames * pixels * itemsize
+    share = share or DecodeShare(pixels, pixels, 1)
+    if share.pieces > 1:
+        held = pixels + share.computed_pixels
+    else:
+        held = 2 * pixels if arch.is_video and frames > 1 else pixels
+    return int(working_bytes_per_pixel * share.working_pixels * itemsize / 2) + 3 * frames * held * itemsize
 
 
 def _batch_split(plan: Plan, strategy: Strategy) -> int:

@@ -95,6 +95,8 @@ def chip_document(chip: ChipMemory) -> dict:
         "breakdown": {
             "weights_sharded": chip.weights_sharded, "weights_replicated": chip.weights_replicated,
             "padding": chip.padding, "activations": chip.activations, "vae_weights": chip.vae_weights,
-            "vae_decode": chip.vae_decode, "text_encoder": chip.text_encoder, "reserve": chip.reserve,
+            "vae_decode": chip.vae_decode, "text_encoder": chip.text_encoder, "text_encode": chip.text_encode,
+            "reserve": chip.reserve,
         },
+        "peak_phase": chip.peak_phase,
     }

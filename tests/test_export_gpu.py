@@ -48,3 +48,24 @@ def test_a_plan_with_no_such_form_is_one_line_and_exit_2(strategy, fmt, says):
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and f"strategies/{strategy}:" in done.stderr
+
+
+@pytest.mark.parametrize("placement, xdit, diffusers", [
+    ({"vae_decode": "tiled"}, "call pipe.vae.enable_tiling()", "pipe.vae.enable_tiling()"),
+    ({"vae_decode": "parallel"}, "--use_parallel_vae", "diffusers has no parallel VAE"),
+    ({"text_encoder": "sharded"}, "neither diffusers' enable_parallelism nor xDiT's flags",
+     "neither diffusers' enable_parallelism nor xDiT's flags"),
+])
+def test_the_rest_of_the_pipeline_exports_where_the_tools_have_it_and_is_refused_where_not(placement, xdit,
+                                                                                           diffusers):
+    planned = load_plan(USP)
+    strategy = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(
+        update=placement)})
+
+    def form(render):
+        try:
+            return render(planned.plan, strategy)
+        except PlanError as exc:
+            return exc.one_line()
+
+    assert xdit in form(xdit_flags) and diffusers in form(diffusers_snippet)

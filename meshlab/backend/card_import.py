@@ -82,7 +82,7 @@ def import_card(
         source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets, dtype),
-        attention=_attention(model, streams, offsets, dataflow, {attr for attr, _ in tracer.blocks}),
+        attention=_attention(model, streams, offsets),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
@@ -319,13 +319,9 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dt
     return tuple(out)
 
 
-def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
-               dataflow: tuple[Flow, ...] = (), block_lists: set[str] | None = None) -> tuple[Attention, ...]:
-    """Every attention module; ``rotary_halves`` where the traced forward rotates one of its projections as
-    interleaved halves."""
+def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> tuple[Attention, ...]:
     from torch import nn
 
-    halves = {f.module for f in dataflow if f.rotary == "halves"}
 
     modules = dict(model.named_modules())
     found = []
@@ -346,7 +342,7 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
         keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
         cross = keys != queries
         found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
-                               keys if cross else (), any(module_pattern(q, block_lists or set()) in halves for q in qkv)))
+                               keys if cross else ()))
     return tuple(found)
 
 
@@ -433,8 +429,33 @@ def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) 
         working_bytes_per_pixel=decode.working_bytes_per_pixel, decode_flops_per_pixel=decode.flops_per_pixel,
         decode_bytes_per_pixel=decode.eager_bytes_per_pixel,
         decode_fused_bytes_per_pixel=decode.fused_bytes_per_pixel, decode_dispatches=decode.dispatches)
+    if is_vae:
+        figures.update(_tiles(model))
     return Component(name, spec.class_name, count, dtype, flops_per_token=per_token,
-                     head_flops_per_token=head_per_token, prefix_tokens=spec.prompt_prefix_tokens, **figures), scales
+                     head_flops_per_token=head_per_token, prefix_tokens=spec.prompt_prefix_tokens,
+                     largest_layer_parameters=_largest_layer(model), **figures), scales
+
+
+def _tiles(vae: Any) -> dict:
+    """The tile and stride, in output pixels, of the VAE's tiled decode, as its class sets them up:
+    ``tile_sample_min_height``/``_width`` and ``tile_sample_stride_*`` (Wan's, Qwen-Image's), or
+    ``tile_sample_min_size`` with ``tile_overlap_factor`` (AutoencoderKL: stride = size x (1 - overlap))."""
+    if hasattr(vae, "tile_sample_min_height"):
+        return {"tile": (int(vae.tile_sample_min_height), int(vae.tile_sample_min_width)),
+                "tile_stride": (int(vae.tile_sample_stride_height), int(vae.tile_sample_stride_width))}
+    if hasattr(vae, "tile_sample_min_size"):
+        size = int(vae.tile_sample_min_size)
+        stride = int(size * (1 - vae.tile_overlap_factor))
+        return {"tile": (size, size), "tile_stride": (stride, stride)}
+    return {}
+
+
+def _largest_layer(model: Any) -> int:
+    """Parameters of the largest element of any ``nn.ModuleList`` in `model` (a transformer layer)."""
+    from torch import nn
+
+    return max((sum(p.numel() for p in layer.parameters()) for m in model.modules() if isinstance(m, nn.ModuleList)
+                for layer in m), default=0)
 
 
 #: Parameter paths a prompt encode does not multiply with in its layers: token embeddings (a lookup), the LM head

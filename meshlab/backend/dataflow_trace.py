@@ -25,10 +25,14 @@ module names:
 - a q/k norm: a norm function (or a mean over the last dim, as diffusers' ``RMSNorm`` computes one) whose input
   carries the Linear's tag; the innermost module running it is the norm, and the input's last dim is the width
   it normalizes over (a head's, or every head's at once);
-- rotary embeddings: a multiply of a tensor carrying the Linear's tag by one that carries no Linear, norm or
-  attention tag and is not a parameter (the cos/sin or complex frequencies, made from the model's inputs or
-  buffers). A rotated value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is
-  rotated as interleaved halves.
+- rotary embeddings: a multiply of two tensors whose last dims are equal and larger than 1, one carrying the
+  Linear's tag and the other no Linear, norm or attention tag, at least 2-D and not a parameter (the cos/sin or
+  complex frequencies, made from the model's inputs or buffers; a (batch, tokens, 1) mask is not one). A rotated
+  value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is rotated as interleaved
+  halves.
+
+Both are recorded only for the Linears of the attention they run in (a norm over the residual stream that an
+attention module happens to run is not a q/k norm of the feed-forward that made its input).
 
 The result is keyed by module pattern: a path with the block index replaced by ``*``
 (``transformer_blocks.*.attn.to_q``), so one traced block stands for every block of its list.
@@ -84,27 +88,35 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         return any(p in attention_modules for p in stack)
 
     def record_attention_edges(func, args, kwargs, incoming: list[frozenset]) -> None:
-        """q/k norms and rotary embeddings inside an attention (see the module's docstring)."""
-        if not incoming or not in_attention():
+        """q/k norms and rotary embeddings inside an attention (see the module's docstring), for the Linears of the
+        innermost attention running."""
+        owner = next((p for p in reversed(stack) if p in attention_modules), None)
+        if not incoming or owner is None:
             return
+        prefix = pattern_of(owner, block_lists) + "."
+
+        def own(label: frozenset) -> set[str]:
+            return {name for name in linears(label) if name.startswith(prefix)}
+
         first = tree_flatten(args)[0][:1]
         if (func in norms or (func in means and _last_dim(args, kwargs))) and first and torch.is_tensor(first[0]):
             where = pattern_of(stack[-1], block_lists)
-            for name in linears(incoming[0]):
+            for name in own(incoming[0]):
                 qk_norms.setdefault(name, QkNorm(where, int(first[0].shape[-1])))
         if func in multiplies:
             tensors = [t for t in tree_flatten(args)[0] if torch.is_tensor(t)]
             labels = tags(args)
-            frequencies = [t for t, label in zip(tensors, labels) if t.dim() >= 2
-                           and not isinstance(t, torch.nn.Parameter)
-                           and not any(x.split(":", 1)[0] in ("linear", "norm", "attention") for x in label)]
-            if frequencies and len(tensors) == 2:
-                for label in labels:
-                    for name in linears(label):
-                        rotary.setdefault(name, "whole")
+            if len(tensors) == 2 and tensors[0].dim() and tensors[1].dim() \
+                    and tensors[0].shape[-1] == tensors[1].shape[-1] > 1:
+                for frequencies, rotated in ((0, 1), (1, 0)):
+                    t, label = tensors[frequencies], labels[frequencies]
+                    if t.dim() >= 2 and not isinstance(t, torch.nn.Parameter) and not any(
+                            x.split(":", 1)[0] in ("linear", "norm", "attention") for x in label):
+                        for name in own(labels[rotated]):
+                            rotary.setdefault(name, "whole")
         if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]) \
-                and _strided_last(args[1]):
-            for name in linears(tags(args[2])[0] if tags(args[2]) else frozenset()):
+                and _strided_last(args[1], args[0].dim()):
+            for name in own(tags(args[2])[0] if tags(args[2]) else frozenset()):
                 if name in rotary:
                     rotary[name] = "halves"
 
@@ -162,8 +174,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
             self._modulation(args, incoming)
             record_join(func, args, kwargs, out)
             record_attention_edges(func, args, kwargs, incoming)
-            if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[0]):
-                tag(args[0], frozenset().union(*incoming))  # the written value's producers join the target's
+            if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[0]) \
+                    and torch.is_tensor(args[2]):  # the written value's producers join the target's
+                tag(args[0], frozenset().union(*tags(args[0]), *tags(args[2])))
             tag(out, frozenset().union(*incoming) if incoming else frozenset())
             return out
 
@@ -203,7 +216,10 @@ def _last_dim(args: tuple, kwargs: dict) -> bool:
     return len(dims) == 1 and dims[0] in (-1, args[0].dim() - 1 if hasattr(args[0], "dim") else -1)
 
 
-def _strided_last(index) -> bool:
-    """An index that writes every other element of the last dim (``[..., 0::2]``)."""
-    last = index[-1] if isinstance(index, tuple) and index else index
+def _strided_last(index, dims: int) -> bool:
+    """An index whose step of 2 or more falls on the last of `dims` dims (``[..., 0::2]``, or one entry per dim)."""
+    entries = index if isinstance(index, tuple) else (index,)
+    if not entries or (Ellipsis not in entries and len(entries) != dims):
+        return False
+    last = entries[-1]
     return isinstance(last, slice) and last.step not in (None, 1)

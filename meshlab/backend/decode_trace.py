@@ -1,6 +1,7 @@
 """What a VAE decode costs, from the real decoder run on the CPU (needs torch): the card's decode figures.
 
-Three decodes of the VAE (random weights, float32, one sample, one latent frame for a video VAE):
+Real decodes of the VAE (random weights, float32, one sample; for a video VAE, decodes of 2 and 3 latent frames
+whose difference is one latent frame in the steady state, see `trace_decode`):
 
 - **FLOPs**: torch's ``FlopCounterMode`` (convolutions, matmuls, attention) over a decode from an 8x8 latent
   (for a video VAE, see `trace_decode`).
@@ -17,8 +18,9 @@ Three decodes of the VAE (random weights, float32, one sample, one latent frame 
   latent, constants) is not multiplied by it.
 
 Every per-pixel figure is at 2 bytes an element (bfloat16): the pipeline decodes in the transformer's dtype.
-The mid-block's attention grows with the square of the latent pixels; at 16x16 it is small, and
-``tests/cards`` hold the figures against a 32x32 decode. torch.profiler's memory timeline has no API that
+The mid-block's attention grows with the square of the latent pixels; at 16x16 it is small (and on the CPU
+torch's attention does not hold its scores, as XLA's may), and ``tests/cost/test_pipeline_time.py`` holds the
+working set against decodes of other sizes. torch.profiler's memory timeline has no API that
 returns its peak: ``MemoryProfileTimeline`` is read in `_tensor_peak`, the one place that leans on it.
 """
 

@@ -171,7 +171,10 @@ class _Recorder:
         eager = 0.0
         for heavy, _, read, written in self.ops:
             if not heavy:
-                eager += sum(size(t) for t in {(r, v): t for r, v, t in [*read, *written]}.values())
+                once: dict[tuple[int, int], object] = {}  # a version an op meets twice moves once (the first view)
+                for r, v, t in [*read, *written]:
+                    once.setdefault((r, v), t)
+                eager += sum(size(t) for t in once.values())
         return eager, sum(size(t) for _, _, t in self._fused_edges(whole_call=True))
 
     def _index(self) -> tuple[list, dict, dict]:

@@ -72,10 +72,6 @@ class Attention:
     #: token streams of its keys and values; () means the queries' own sequence (self or joint attention).
     #: A cross-attention (Wan's attn2) has image queries against text keys: streams ("image",), keys ("text",).
     keys: tuple[str, ...] = ()
-    #: q and k are rotated as two interleaved halves of each head (Wan's RoPE writes out[..., 0::2] and
-    #: out[..., 1::2]); XLA then moves each half on its own where an activation rule re-splits them. Read from
-    #: the traced dataflow: one of its projections' ``Flow.rotary`` is "halves"
-    rotary_halves: bool = False
     #: one Linear makes q, k, v and more (Flux.2's single blocks: ``to_qkv_mlp_proj``, q | k | v | MLP-in along
     #: its output): the width of its q, k and v part; 0 where each of q, k and v has its own Linear
     fused_width: int = 0
@@ -150,7 +146,8 @@ class Flow:
     residual: bool = False  # its output joins a residual stream (reaches a norm's input) or the model output
     qk_norm: QkNorm | None = None  # the norm inside its attention that its output passes through
     #: rotary embeddings rotate its output: "whole" (each head's pairs at once), "halves" (written as two
-    #: interleaved halves of each head, Wan's ``out[..., 0::2]``), "" (not rotated)
+    #: interleaved halves of each head, Wan's ``out[..., 0::2]``: XLA then moves each half on its own where an
+    #: activation rule re-splits them), "" (not rotated)
     rotary: str = ""
 
     def sources(self, kind: str) -> tuple[str, ...]:
@@ -219,6 +216,13 @@ class Component:
     decode_fused_bytes_per_pixel: float = 0.0
     #: ops the host dispatches in one decode of one latent frame (eager's floor)
     decode_dispatches: int = 0
+    #: the tiles diffusers' tiled decode (``vae.enable_tiling()``) cuts an image into, in output pixels: (height,
+    #: width) of a tile and the stride between tiles' starts; (0, 0): not a VAE, or one without tiling
+    tile: tuple[int, int] = (0, 0)
+    tile_stride: tuple[int, int] = (0, 0)
+    #: parameters of its largest repeated layer (a text encoder's transformer layer): what a sharded encoder
+    #: (FSDP) gathers at a time
+    largest_layer_parameters: int = 0
 
     @property
     def bytes(self) -> int:
@@ -314,7 +318,7 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "attention": [
             {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
-             "keys": list(a.keys), "rotary_halves": a.rotary_halves, "fused_width": a.fused_width,
+             "keys": list(a.keys), "fused_width": a.fused_width,
              "qkv": list(a.qkv), "out": list(a.out)}
             for a in card.attention
         ],
@@ -323,6 +327,8 @@ def card_to_json(card: ModelCard) -> dict:
              "working_bytes_per_pixel": c.working_bytes_per_pixel,
              "decode_flops_per_pixel": c.decode_flops_per_pixel, "decode_bytes_per_pixel": c.decode_bytes_per_pixel,
              "decode_fused_bytes_per_pixel": c.decode_fused_bytes_per_pixel, "decode_dispatches": c.decode_dispatches,
+             "tile": list(c.tile), "tile_stride": list(c.tile_stride),
+             "largest_layer_parameters": c.largest_layer_parameters,
              "flops_per_token": c.flops_per_token,
              **({"head_flops_per_token": c.head_flops_per_token} if c.head_flops_per_token else {}),
              **({"prefix_tokens": c.prefix_tokens} if c.prefix_tokens else {})}
@@ -370,7 +376,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             architecture=Architecture(**data["architecture"]),
             parameters=tuple(_parameter(p) for p in data["parameters"]),
             attention=tuple(_attention(a) for a in data["attention"]),
-            components=tuple(Component(**c) for c in data.get("components", [])),
+            components=tuple(_component(c) for c in data.get("components", [])),
             dataflow=tuple(_flow(f) for f in data["dataflow"]),
             joins=tuple(Join(j["module"], j["kind"], int(j["width"])) for j in data.get("joins", [])),
             elementwise=tuple(_elementwise(e) for e in data.get("elementwise", [])),
@@ -388,6 +394,13 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             "generate one with `meshlab models import`",
             Location(origin),
         ) from None
+
+
+def _component(c: dict) -> Component:
+    pairs = {k: tuple(int(v) for v in c[k]) for k in ("tile", "tile_stride") if k in c}
+    if any(len(v) != 2 or min(v) < 0 for v in pairs.values()):
+        raise ValueError(f"component {c.get('name')!r}: tile and tile_stride must be [height, width]")
+    return Component(**{**c, **pairs})
 
 
 def _parameter(p: dict) -> Parameter:
@@ -430,7 +443,7 @@ def _flow(f: dict) -> Flow:
 
 def _attention(a: dict) -> Attention:
     return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]),
-                     tuple(a.get("keys", ())), bool(a.get("rotary_halves", False)), int(a.get("fused_width", 0)))
+                     tuple(a.get("keys", ())), int(a.get("fused_width", 0)))
 
 
 BUILTIN_DIR = Path(__file__).parent

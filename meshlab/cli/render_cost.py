@@ -442,12 +442,13 @@ def _decode_how(vae, hw, where: str, measured: bool) -> str:
         return f"{flops}, timed by the profile (at its resolution, else at its rate)"
     if where == "cpu":
         return f"{flops} on the host at {_rate(hw.host_flops)}"
-    fused = hw.kind == "tpu"
-    moved = vae.decode_fused_bytes_per_pixel if fused else vae.decode_bytes_per_pixel
-    floor = f"; at least {vae.decode_dispatches} ops' dispatches per latent frame" if hw.kind == "gpu" else ""
-    return (f"{flops} at the chip's effective peak + {moved / 1e3:.1f} kB per pixel moved by its other ops "
-            f"({'fused by XLA' if fused else 'eager, each op its own kernel'}) at its effective HBM bandwidth"
-            f"{floor} (traced decode)")
+    from meshlab.cost.pipeline_time import decode_bytes_per_pixel, dispatch_seconds
+
+    floor = (f"; at least {vae.decode_dispatches} ops' dispatches per latent frame (and tile)"
+             if dispatch_seconds(hw) else "")
+    return (f"{flops} at the chip's effective peak + {decode_bytes_per_pixel(vae, hw) / 1e3:.1f} kB per pixel moved "
+            f"by its other ops ({'fused by XLA' if hw.kind == 'tpu' else 'eager, each op its own kernel'}) at its "
+            f"effective HBM bandwidth{floor} (traced decode)")
 
 
 def _dcn_axes(planned) -> str:

@@ -65,12 +65,16 @@ def _memory_table(planned: PlannedStrategy) -> Table:
         ("weights, sharded", chip.weights_sharded), ("weights, replicated", chip.weights_replicated),
         ("weights, padding", chip.padding), ("activations (denoise peak)", chip.activations),
         ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),
-        ("text encoder", chip.text_encoder), ("runtime reserve", chip.reserve),
+        ("text encoder", chip.text_encoder),
+        *([("text encode (a sharded layer gathered)", chip.text_encode)] if chip.text_encode else []),
+        ("runtime reserve", chip.reserve),
     ]
     for label, value in rows:
         table.add_row(label, gib(value), f"{100 * value / chip.hbm:.1f}%")
     table.add_section()
-    table.add_row("[bold]total[/bold] (activations: larger of denoise / decode)", f"[bold]{gib(chip.total)}[/bold]",
+    phases = "encode / denoise / decode" if chip.text_encode else "denoise / decode"
+    table.add_row(f"[bold]total[/bold] (activations: largest of {phases}: {chip.peak_phase})",
+                  f"[bold]{gib(chip.total)}[/bold]",
                   f"{100 * chip.total / chip.hbm:.1f}%")
     table.add_row("usable HBM", gib(chip.hbm), "100.0%")
     return table

@@ -35,7 +35,8 @@ def mesh_coordinates(mesh_shape: tuple[int, ...], topology: tuple[int, ...]) -> 
         coords, shape = _split_axes(mesh_shape, physical)
     else:
         coords, shape = _transpose(_grid(physical), physical, order)
-    if coords is None:  # HybridMesh's layout fails: the devices in id order (x fastest)
+    if coords is None:  # torch_xla's layout fails (never on the catalog's systems): the devices in id order, x
+        # fastest, as meshlab's TPU check (meshlab.backend.tpu_worker.hybrid_mesh_ordinals) falls back
         coords = tuple(_x_fastest(i, physical) for i in range(math.prod(physical)))
     return tuple(c[:len(topology)] for c in coords)
 
@@ -54,8 +55,8 @@ def _x_fastest(index: int, shape: tuple[int, ...]) -> Coords:
 
 
 def _transpose(flat: tuple, shape: tuple[int, ...], order: list[int]) -> tuple[tuple | None, tuple[int, ...]]:
-    """``np.transpose(a, order)`` of a row-major array given flat; None where `order` is not a permutation (numpy
-    would raise, and HybridMesh falls back)."""
+    """``np.transpose(a, order)`` of a row-major array given flat; None where `order` is not a permutation (where
+    numpy raises)."""
     if sorted(order) != list(range(len(shape))):
         return None, shape
     new_shape = tuple(shape[a] for a in order)

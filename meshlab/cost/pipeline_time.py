@@ -7,6 +7,8 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   before each prompt (Qwen-Image: 34) x the prompts one call encodes (two with guidance: the negative prompt too; the
   pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
   cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
+  ``sharded`` (FSDP over every chip) adds each encode's all-gather of the weights, (n - 1) / n of them, at one
+  chip's ``ici_link_bandwidth``;
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
 - **vae_decode_s**: the images one chip decodes (its share of the batch split), each its pixels (and frames) x
   the card's figures per output pixel (real decodes on the CPU, meshlab.backend.decode_trace): the convolutions'
@@ -14,7 +16,9 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   bandwidth (each op its own kernel on a GPU, where diffusers runs the VAE eager; fused gaps on a TPU, where
   XLA compiles it); on a GPU at least the ops it dispatches (per latent frame) at the catalog's
   ``eager_dispatch_s``. ``placement.vae: cpu``: the FLOPs at the host's rate (no host bandwidth is catalogued).
-  With a profile as hardware, the decode it measured at that resolution, else the measured decodes' rate;
+  Under ``placement.vae_decode`` (meshlab.memory.decode_share): 'tiled' decodes its overlapping tiles, each
+  paying the dispatches; 'parallel' one chip's rows of the image. With a profile as hardware and a full decode,
+  the decode it measured at that resolution, else the measured decodes' rate;
 - **transfer_s**: the prompt embeddings in and the decoded pixels (float32) out over one chip's host link;
 - **overhead_s**: the catalog's host overhead per step.
 
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 
 from meshlab.cards.card import DTYPE_BYTES, Component, ModelCard
 from meshlab.hardware import Hardware
+from meshlab.memory import decode_share
 from meshlab.strategy.schema import Strategy
 
 TERMS = ("text_encode_s", "denoise_s", "vae_decode_s", "transfer_s", "overhead_s")
@@ -66,22 +71,34 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     encode_flops = sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
                        for c in encoders if c.flops_per_token) * prompts if "text_encode_s" not in unknown else 0.0
     encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
+    encode_s = encode_flops / encode_rate
+    if placement.text_encoder == "sharded" and hardware.chips > 1 and "text_encode_s" not in unknown:
+        gathered = sum(c.parameters for c in encoders) * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) \
+            / hardware.chips
+        encode_s += prompts * gathered / hardware.ici_link_bandwidth
     vae = next((c for c in card.components if c.name == "vae"), None)
-    if vae is None or vae.decode_flops_per_pixel == 0 or vae.decode_bytes_per_pixel == 0:
+    if vae is None or vae.decode_flops_per_pixel == 0 or (placement.vae != "cpu"
+                                                         and decode_bytes_per_pixel(vae, hardware) == 0):
         unknown.append("vae_decode_s")
     pixels = workload.height * workload.width * workload.frames
     decoded_per_chip = -(-images // batch_split)
     decode_flops = (vae.decode_flops_per_pixel if vae else 0.0) * pixels * decoded_per_chip
-    decode_s = 0.0 if "vae_decode_s" in unknown else vae_decode_seconds(
-        vae, hardware, placement.vae, pixels, card.architecture.latent_frames(workload.frames)) * decoded_per_chip
+    decode_s = 0.0
+    if "vae_decode_s" not in unknown:
+        share = decode_share(vae, placement.vae_decode, workload.height, workload.width,
+                             hardware.chips // batch_split)
+        decode_s = vae_decode_seconds(vae, hardware, placement.vae, share.computed_pixels * workload.frames,
+                                      card.architecture.latent_frames(workload.frames) * share.pieces,
+                                      decoded_per_chip)
     profile = hardware.profile
-    if profile is not None and placement.vae != "cpu" and decode_flops:  # measured at a resolution, else its rate
+    if profile is not None and placement.vae != "cpu" and placement.vae_decode == "full" and decode_flops:
+        # measured at a resolution, else its rate
         priced = profile.op_seconds("vae_decode", (workload.height, workload.width), decode_flops / decoded_per_chip)
         decode_s = priced.seconds * decoded_per_chip if priced is not None else decode_s
     embeddings = workload.text_tokens * card.architecture.text_dim * DTYPE_BYTES[workload.dtype] * prompts
     moved = embeddings + 3 * pixels * PIXEL_BYTES * decoded_per_chip
     return Terms(
-        text_encode_s=encode_flops / encode_rate / images,
+        text_encode_s=encode_s / images,
         denoise_s=steps * (step_s - step_overhead_s) / images,
         vae_decode_s=decode_s / images,
         transfer_s=moved / hardware.host_link_bandwidth / images,
@@ -90,15 +107,27 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     )
 
 
-def vae_decode_seconds(vae: Component, hardware: Hardware, where: str, pixels: int, latent_frames: int) -> float:
-    """One sample's decode of `pixels` output pixels (all frames) from `latent_frames` latent frames, on the chip
-    or (`where` "cpu") on the host: see the module's docstring."""
-    flops = vae.decode_flops_per_pixel * pixels
+def vae_decode_seconds(vae: Component, hardware: Hardware, where: str, pixels: int, decodes: int,
+                       samples: int = 1) -> float:
+    """`samples` samples decoded in one call on the chip or (`where` "cpu") on the host, each `pixels` output pixels
+    (every frame, tiles' overlaps included), the decoder run `decodes` times a call (latent frames x tiles; the
+    batch goes through each run together): see the module's docstring."""
+    flops = vae.decode_flops_per_pixel * pixels * samples
     if where == "cpu":
         return flops / hardware.host_flops
-    moved = (vae.decode_fused_bytes_per_pixel if hardware.kind == "tpu" else vae.decode_bytes_per_pixel) * pixels
     kernels = (flops / (hardware.bf16_flops * hardware.compute_efficiency)
-               + moved / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
-    floor = vae.decode_dispatches * latent_frames * (hardware.eager_dispatch_s or 0.0) if hardware.kind == "gpu" \
-        else 0.0
-    return max(kernels, floor)
+               + decode_bytes_per_pixel(vae, hardware) * pixels * samples
+               / (hardware.hbm_bandwidth * hardware.hbm_efficiency))
+    return max(kernels, vae.decode_dispatches * decodes * dispatch_seconds(hardware))
+
+
+def decode_bytes_per_pixel(vae: Component, hardware: Hardware) -> float:
+    """Bytes per output pixel the decode's ops other than convolutions, matmuls and attention move: fused gaps on a
+    TPU (XLA compiles the decode), every op's own on a GPU (diffusers runs the VAE eager)."""
+    return vae.decode_fused_bytes_per_pixel if hardware.kind == "tpu" else vae.decode_bytes_per_pixel
+
+
+def dispatch_seconds(hardware: Hardware) -> float:
+    """The host's cost of dispatching one eager op: a GPU's catalogued ``eager_dispatch_s``; 0 on a TPU, where XLA
+    runs the decode as one program."""
+    return (hardware.eager_dispatch_s or 0.0) if hardware.kind == "gpu" else 0.0

@@ -65,7 +65,9 @@ class Assumptions:
                        "bytes the card traced for that; eager, the host dispatches every op the card traced at the "
                        "hardware's eager_dispatch_s, and a step takes the longer of its kernels and its launches"},
             {"name": "device order", "value": None,
-             "source": "mesh devices map row-major onto the physical topology; open lines move W each way, rings 2W"},
+             "source": "each mesh position sits on the chip xs.HybridMesh gives it in its slice (meshlab.cost."
+                       "device_layout, held against torch_xla's layout over libtpu's device coordinates); open lines "
+                       "move W each way, rings 2W"},
             {"name": "scope", "value": None,
              "source": "end to end: text encoding, denoising, VAE decode, host transfers and per-step overhead "
                        "(meshlab.cost.pipeline_time); the scheduler's elementwise step is not counted"},

@@ -168,8 +168,14 @@ class Workload(Closed):
 class Placement(Closed):
     """Where the pipeline's other components live."""
 
-    text_encoder: Literal["cpu", "device"] = field("cpu", description="'cpu': on the host; 'device': replicated in HBM")
+    text_encoder: Literal["cpu", "device", "sharded"] = field(
+        "cpu", description="every text encoder: 'cpu': on the host; 'device': replicated in HBM on every chip; "
+        "'sharded': split over every chip (FSDP, as Wan's --t5_fsdp), one layer gathered at a time while it encodes")
     vae: Literal["device", "cpu"] = field("device", description="'device': weights and decode working set in HBM")
+    vae_decode: Literal["full", "tiled", "parallel"] = field(
+        "full", description="how the VAE decodes: 'full', the whole image at once (diffusers' default); 'tiled', "
+        "diffusers' vae.enable_tiling(): overlapping tiles of the VAE's own size one at a time; 'parallel', the "
+        "image's rows split over the chips that decode it (xDiT's parallel VAE; GPUs only)")
 
 
 class Compile(Closed):

@@ -151,7 +151,7 @@ def test_video_decode_holds_one_latent_frames_working_set_and_the_decoded_video(
     per_pixel = card.component("vae").working_bytes_per_pixel
     pixels = 720 * 1280
     got = vae_decode_bytes(per_pixel, card.architecture, 720, 1280, 81, 2)
-    assert got == int(per_pixel * pixels) + 3 * 81 * pixels * 2
+    assert got == int(per_pixel * pixels) + 3 * 81 * 2 * pixels * 2  # the video twice: torch.cat at the last
     image = load_card("qwen-image")
     assert vae_decode_bytes(100.0, image.architecture, 1024, 1024, 1, 2) == (100 + 6) * 1024 * 1024
 

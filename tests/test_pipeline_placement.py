@@ -1,0 +1,98 @@
+"""The whole pipeline per chip: where the text encoders and the VAE live, how the VAE decodes (full, tiled,
+parallel), and the peak as the largest of the encode, denoise and decode phases."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from meshlab.cards.card import DTYPE_BYTES, load_card
+from meshlab.cli.app import app
+from meshlab.cost.predict import predict
+from meshlab.memory import DecodeShare, decode_share, vae_decode_bytes
+from meshlab.planning import plan_file
+
+runner = CliRunner()
+
+WAN_8_H100 = """\
+    name: wan-8
+    model: wan-2.1-t2v-14b
+    hardware: h100
+    mesh: {{seq: 8}}
+    rules: [{{match: "*", shard: replicate}}]
+    activations: {{sequence: seq, sequence_parallel: xdit}}
+    placement: {placement}
+    workload: {{height: 720, width: 1280, frames: 81, batch: 1}}
+    """
+
+
+def test_diffusers_tiles_qwen_images_vae_in_256_pixel_tiles_every_192():
+    """AutoencoderKLQwenImage's tiled decode: tiles of 256 starting every 192 pixels, the edge ones cut at the
+    image (1024 = starts 0, 192, ..., 960: five whole tiles and one of 64 on each side)."""
+    vae = load_card("qwen-image").component("vae")
+    assert (vae.tile, vae.tile_stride) == ((256, 256), (192, 192))
+    share = decode_share(vae, "tiled", 1024, 1024, 8)
+    side = 5 * 256 + 64
+    assert share == DecodeShare(256 * 256, side * side, 36)
+    assert decode_share(vae, "tiled", 256, 256, 8) == DecodeShare(256 * 256, 256 * 256, 1)  # fits one tile
+    assert decode_share(vae, "full", 1024, 1024, 8) == DecodeShare(1024 * 1024, 1024 * 1024, 1)
+    assert decode_share(vae, "parallel", 1024, 1024, 8) == DecodeShare(128 * 1024, 128 * 1024, 1)
+
+
+def test_flux_vae_tiles_only_past_its_1024_pixel_tile():
+    vae = load_card("flux-dev").component("vae")
+    assert (vae.tile, vae.tile_stride) == ((1024, 1024), (768, 768))  # sample_size 1024, overlap 0.25
+    assert decode_share(vae, "tiled", 1024, 1024, 1).pieces == 1
+    assert decode_share(vae, "tiled", 2048, 2048, 1).pieces == 9
+
+
+def test_a_tiled_decode_holds_one_tiles_working_set_and_the_tiles_it_blends():
+    card = load_card("wan-2.1-t2v-14b")
+    vae = card.component("vae")
+    share = decode_share(vae, "tiled", 720, 1280, 1)
+    got = vae_decode_bytes(vae.working_bytes_per_pixel, card.architecture, 720, 1280, 81, 2, share)
+    tile = vae.tile[0] * vae.tile[1]
+    assert got == int(vae.working_bytes_per_pixel * tile) + 3 * 81 * (720 * 1280 + share.computed_pixels) * 2
+    full = vae_decode_bytes(vae.working_bytes_per_pixel, card.architecture, 720, 1280, 81, 2)
+    assert got < full / 3
+
+
+def test_placement_changes_what_each_chip_holds_and_the_peak_phase(write_strategy):
+    full = plan_file(write_strategy(WAN_8_H100.format(placement="{text_encoder: device}"))).memory.most_loaded
+    sharded = plan_file(write_strategy(WAN_8_H100.format(
+        placement="{text_encoder: sharded, vae_decode: parallel}"))).memory.most_loaded
+    card = load_card("wan-2.1-t2v-14b")
+    encoder, itemsize = card.component("text_encoder"), DTYPE_BYTES["bfloat16"]
+    assert full.text_encoder == encoder.parameters * itemsize and full.text_encode == 0
+    assert sharded.text_encoder == -(-encoder.parameters // 8) * itemsize
+    assert sharded.text_encode == encoder.largest_layer_parameters * itemsize
+    assert full.peak_phase == "decode" and full.vae_decode > 4 * sharded.vae_decode  # rows of 720 split 8 ways
+    assert sharded.total < full.total
+
+
+def test_a_sharded_encoder_pays_its_weight_gathers_and_a_parallel_decode_splits_its_time(write_strategy):
+    def terms(placement):
+        planned = plan_file(write_strategy(WAN_8_H100.format(placement=placement)))
+        return planned, predict(planned.plan, planned.strategy, planned.hardware).terms
+
+    planned, device = terms("{text_encoder: device}")
+    _, sharded = terms("{text_encoder: sharded, vae_decode: parallel}")
+    hw = planned.hardware
+    encoder = planned.card.component("text_encoder")
+    gathers = 2 * encoder.parameters * 2 * 7 / 8 / hw.ici_link_bandwidth  # cfg: two encodes
+    assert sharded.text_encode_s == pytest.approx(device.text_encode_s + gathers)
+    assert sharded.vae_decode_s < device.vae_decode_s / 4
+
+
+def test_parallel_vae_on_a_tpu_is_refused_at_its_line(write_strategy):
+    path = write_strategy("""\
+        name: t
+        model: qwen-image
+        hardware: v6e-8
+        mesh: {data: 8}
+        placement: {vae_decode: parallel}
+        """)
+    result = runner.invoke(app, ["try", str(path)])
+    assert result.exit_code == 2
+    line = result.stderr.strip().splitlines()
+    assert len(line) == 1 and f"{path}:5:" in line[0] and "use full or tiled" in line[0], line
