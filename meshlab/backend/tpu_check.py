@@ -110,7 +110,11 @@ class TpuCheckReport:
 
     @property
     def fits_predicted(self) -> bool:
-        return self.setup.memory.fits
+        """Whether the transformer's program fits as meshlab predicts it: its weights and the denoise activations
+        on every chip. XLA:TPU compiles that program alone; the VAE's decode and the text encoders are others
+        (``meshlab try`` adds them, the peak being the largest phase)."""
+        usable = self.setup.planned.hardware.usable_hbm_bytes
+        return all(c.weights + c.activations <= usable for c in self.setup.memory.chips)
 
     @property
     def fits_xla(self) -> bool | None:
