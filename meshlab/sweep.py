@@ -501,7 +501,9 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
               images: int | None = None, text_encoder: str = "host") -> Candidate:
     """One arrangement planned and priced on `hardware`; `shared` carries the plan, memory and work to the other
     systems of its size (each prices them itself). `text_encoder`: "host", "device", or "auto" (the device where
-    the plan still fits with it there, as diffusers places it on a GPU, else the host)."""
+    the plan still fits with it there, as diffusers places it on a GPU, else the host). A plan whose full VAE
+    decode is what does not fit decodes in tiles instead (``placement.vae_decode: tiled``), as a user would turn
+    on ``vae.enable_tiling()``."""
     shared = shared if shared is not None else _Shared()
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
@@ -523,6 +525,12 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"text_encoder": "cpu"})})
             memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+        if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
+            tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
+                update={"vae_decode": "tiled"})})
+            tiled_memory = memory_report(plan, tiled, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+            if tiled_memory.most_loaded.total < memory.most_loaded.total:
+                strategy, memory = tiled, tiled_memory
         prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem
@@ -588,6 +596,7 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
             doc["predicted"] = prediction_document(c.prediction)
             doc["latency_s"] = c.latency
             doc["text_encoder"] = "device" if c.strategy.placement.text_encoder == "device" else "host"
+            doc["vae_decode"] = c.strategy.placement.vae_decode
             doc["meets_goals"] = c.fits and not result.limits.problem(c)
             if result.images is not None:
                 doc["usd_per_image_over_images"] = c.usd

@@ -245,3 +245,20 @@ def test_gpu_sweeps_search_usp_and_run_rings_as_xdit_does_tpus_as_xla_does(syste
     assert {bool(c.prediction.step.rings) for c in rings if c.hardware.kind == "tpu"} == {False}
     ulysses = [c for c in result.candidates if c.family.split("+")[0] == "ulysses" and c.hardware.kind == "gpu"]
     assert ulysses and {c.strategy.activations.sequence_parallel for c in ulysses} == {"xdit"}
+
+
+def test_a_plan_whose_full_decode_does_not_fit_decodes_in_tiles():
+    """Wan 2.1 14B at 720p x 81 on a v6e-8: a full-resolution decode holds about 9 GiB beside every chip's weights,
+    more than most plans have left; the sweep turns on the tiled decode (diffusers' enable_tiling()) where the full
+    one is what does not fit, and keeps the full decode where it fits."""
+    from meshlab.memory import memory_report
+
+    card, hw = load_card("wan-2.1-t2v-14b"), load_hardware("v6e-8")
+    result = sweep(card, hw, "wan-2.1-t2v-14b", Workload(height=720, width=1280, frames=81, steps=50))
+    tiled = [c for c in result.candidates if c.fits and c.strategy.placement.vae_decode == "tiled"]
+    assert tiled and result.best.strategy.placement.vae_decode == "tiled"
+    for c in tiled:
+        full = c.strategy.model_copy(update={"placement": c.strategy.placement.model_copy(
+            update={"vae_decode": "full"})})
+        assert not memory_report(c.plan, full, hw.usable_hbm_bytes, hw.runtime_reserve_bytes).fits, c.strategy.name
+    assert any(c.fits and c.strategy.placement.vae_decode == "full" for c in result.candidates)
