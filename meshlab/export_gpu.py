@@ -11,9 +11,10 @@ parallelisms:
 - a ``model`` axis that splits weights: ``TensorParallelConfig(tp_degree)`` (diffusers refuses it beside context
   parallelism) and ``--tensor_parallel_degree``.
 
-The rest of the pipeline (``placement``): a tiled VAE decode is diffusers' ``pipe.vae.enable_tiling()`` in
-either script; a parallel one is xDiT's ``--use_parallel_vae`` (diffusers has none); a text encoder sharded over
-the GPUs (FSDP) is in neither tool (Wan's own generate.py has ``--t5_fsdp``).
+The rest of the pipeline (``placement``): a tiled VAE decode is diffusers' ``pipe.vae.enable_tiling()`` and
+xDiT's ``--enable_tiling``; a parallel one is xDiT's ``--use_parallel_vae`` (diffusers has none; xDiT offers it
+for some models only, which its runner checks); a text encoder sharded over the GPUs (FSDP) is xDiT's
+``--shard_t5_encoder`` (a T5 encoder only; diffusers has none; Wan's own generate.py has ``--t5_fsdp``).
 
 Anything else (FSDP, a weight split over the batch axis; other axes; several slices) has no form in them, and is
 refused with the reason. Written by hand: neither tool reads a sharding plan, and these are their documented
@@ -45,10 +46,6 @@ class Degrees:
 def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     """The plan's degrees, or a PlanError naming what the GPU tools cannot express."""
     mesh, activations = plan.mesh, strategy.activations
-    if strategy.placement.text_encoder == "sharded":
-        raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs (FSDP), which neither "
-                        "diffusers' enable_parallelism nor xDiT's flags do", "use device (replicated) or cpu, or "
-                        "run Wan's own generate.py with --t5_fsdp", field=("placement", "text_encoder"))
     sequence = set(activations.sequence_axes)
     ulysses, ring = set(ulysses_axes(activations)), set(ring_axes(activations))
     idle = [a for a in activations.sequence_axes if a not in ulysses | ring and mesh.size(a) > 1]
@@ -122,6 +119,10 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
             ring = ", and gathers a ring's k and v once, then runs its passes" if d.ring > 1 else ""
             lines.append(f"# this plan was priced as {d.priced_as} runs it; diffusers joins the streams on the chip"
                          f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
+    if strategy.placement.text_encoder == "sharded":
+        raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs (FSDP), which diffusers' "
+                        "enable_parallelism does not do", "use device (replicated) or cpu, or export --format xdit "
+                        "(--shard_t5_encoder)", field=("placement", "text_encoder"))
     if strategy.placement.vae_decode == "parallel":
         raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
                         "VAE", "use full or tiled, or export --format xdit (--use_parallel_vae)",
@@ -144,8 +145,12 @@ def xdit_flags(plan: Plan, strategy: Strategy) -> str:
         flags.append("--use_cfg_parallel")
     if strategy.placement.vae_decode == "parallel":
         flags.append("--use_parallel_vae")
-    note = "# placement.vae_decode: tiled: call pipe.vae.enable_tiling() in the script\n" \
-        if strategy.placement.vae_decode == "tiled" else ""
+    if strategy.placement.vae_decode == "tiled":
+        flags.append("--enable_tiling")
+    note = ""
+    if strategy.placement.text_encoder == "sharded":
+        flags.append("--shard_t5_encoder")
+        note += "# --shard_t5_encoder shards a T5 text encoder; xDiT keeps others whole on every GPU\n"
     if d.ulysses * d.ring > 1 and d.priced_as != "xdit":
         ring = ", and sends each ring block to the next rank during a pass" if d.ring > 1 else ""
         note += (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "

@@ -144,12 +144,20 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
         vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
                                                        workload.height, workload.width, workload.frames, itemsize,
                                                        share)
-    if encoders and placement.text_encoder == "device":
+    sharded = placement.text_encoder == "sharded" and plan.mesh.device_count > 1
+    if encoders and (placement.text_encoder == "device" or placement.text_encoder == "sharded" and not sharded):
         text_bytes = sum(c.parameters for c in encoders) * itemsize
-    elif encoders and placement.text_encoder == "sharded":  # FSDP over every chip: a shard each, a layer at a time
-        text_bytes = sum(-(-c.parameters // plan.mesh.device_count) for c in encoders) * itemsize
+    elif encoders and sharded:
+        text_bytes = sum(encoder_shard(c, plan.mesh.device_count) for c in encoders) * itemsize
         text_encode = max(c.largest_layer_parameters for c in encoders) * itemsize
     return vae_weights, vae_decode, text_bytes, text_encode
+
+
+def encoder_shard(encoder: Component, chips: int) -> int:
+    """Parameters of a text encoder sharded over `chips` (FSDP, as Wan's --t5_fsdp wraps each layer) that one chip
+    holds between encodes: its share of the layers, and the root unit whole (the token embedding and whatever sits
+    outside the layer list: FSDP gathers it for the whole forward and keeps it)."""
+    return -(-(encoder.parameters - encoder.root_parameters) // chips) + encoder.root_parameters
 
 
 @dataclass(frozen=True)
@@ -182,16 +190,18 @@ def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height:
                      itemsize: int, share: DecodeShare | None = None) -> int:
     """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16,
     2 bytes an element; for a video VAE, decoding a latent frame after the first with its causal caches) over the
-    pixels held at once (`share`: the whole image by default, a tile, or one chip's rows), plus the decoded image
-    or video (3 channels x every frame) it hands back: under tiling with the decoded tiles it keeps to blend; a
-    whole video twice, as a video VAE appends each latent frame's output with ``torch.cat``."""
+    pixels held at once (`share`: the whole image by default, a tile, or one chip's rows), beside the decoded image
+    or video (3 channels x every frame) it hands back: a whole video twice, as a video VAE appends each latent
+    frame's output with ``torch.cat``. Under tiling every decoded tile is kept to blend, and the blend (its rows,
+    then their ``torch.cat``) holds two more copies of the image after the last tile's working set is freed
+    (Wan's tiled decode clamps into a third, left out)."""
     pixels = height * width
     share = share or DecodeShare(pixels, pixels, 1)
+    image = 3 * frames * itemsize  # bytes per pixel of the decoded output
+    working = int(working_bytes_per_pixel * share.working_pixels * itemsize / 2)
     if share.pieces > 1:
-        held = pixels + share.computed_pixels
-    else:
-        held = 2 * pixels if arch.is_video and frames > 1 else pixels
-    return int(working_bytes_per_pixel * share.working_pixels * itemsize / 2) + 3 * frames * held * itemsize
+        return image * share.computed_pixels + max(working, image * 2 * pixels)
+    return working + image * (2 * pixels if arch.is_video and frames > 1 else pixels)
 
 
 def _batch_split(plan: Plan, strategy: Strategy) -> int:

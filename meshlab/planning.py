@@ -67,10 +67,11 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
         hardware = hardware.using(math.prod(strategy.mesh.values()))
     plan = make_plan(strategy, card, hardware.chips)
     check_dcn(strategy.dcn, plan.mesh, hardware)
-    if strategy.placement.vae_decode == "parallel" and hardware.kind != "gpu":
-        raise PlanError(f"placement.vae_decode: parallel splits the decode as xDiT's parallel VAE does on GPUs, and "
-                        f"{hardware.name} is a {hardware.kind}", "use full or tiled",
-                        field=("placement", "vae_decode"))
+    if strategy.placement.vae_decode == "parallel" and (hardware.kind != "gpu" or strategy.placement.vae == "cpu"):
+        where = "the VAE runs on the host (placement.vae: cpu)" if strategy.placement.vae == "cpu" else \
+            f"{hardware.name} is a {hardware.kind}"
+        raise PlanError(f"placement.vae_decode: parallel splits the decode over the GPUs as xDiT's parallel VAE does, "
+                        f"and {where}", "use full or tiled", field=("placement", "vae_decode"))
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
     return PlannedStrategy(loaded, card, hardware, plan, memory)
 

@@ -51,10 +51,9 @@ def test_a_plan_with_no_such_form_is_one_line_and_exit_2(strategy, fmt, says):
 
 
 @pytest.mark.parametrize("placement, xdit, diffusers", [
-    ({"vae_decode": "tiled"}, "call pipe.vae.enable_tiling()", "pipe.vae.enable_tiling()"),
+    ({"vae_decode": "tiled"}, "--enable_tiling", "pipe.vae.enable_tiling()"),
     ({"vae_decode": "parallel"}, "--use_parallel_vae", "diffusers has no parallel VAE"),
-    ({"text_encoder": "sharded"}, "neither diffusers' enable_parallelism nor xDiT's flags",
-     "neither diffusers' enable_parallelism nor xDiT's flags"),
+    ({"text_encoder": "sharded"}, "--shard_t5_encoder", "enable_parallelism does not do"),
 ])
 def test_the_rest_of_the_pipeline_exports_where_the_tools_have_it_and_is_refused_where_not(placement, xdit,
                                                                                            diffusers):

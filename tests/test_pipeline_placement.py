@@ -51,8 +51,10 @@ def test_a_tiled_decode_holds_one_tiles_working_set_and_the_tiles_it_blends():
     vae = card.component("vae")
     share = decode_share(vae, "tiled", 720, 1280, 1)
     got = vae_decode_bytes(vae.working_bytes_per_pixel, card.architecture, 720, 1280, 81, 2, share)
-    tile = vae.tile[0] * vae.tile[1]
-    assert got == int(vae.working_bytes_per_pixel * tile) + 3 * 81 * (720 * 1280 + share.computed_pixels) * 2
+    tile, image = vae.tile[0] * vae.tile[1], 3 * 81 * 2  # bytes of the decoded video per pixel
+    # every decoded tile kept, beside the larger of the last tile's working set and the blend's two image copies
+    assert got == image * share.computed_pixels + max(int(vae.working_bytes_per_pixel * tile),
+                                                      image * 2 * 720 * 1280)
     full = vae_decode_bytes(vae.working_bytes_per_pixel, card.architecture, 720, 1280, 81, 2)
     assert got < full / 3
 
@@ -64,7 +66,10 @@ def test_placement_changes_what_each_chip_holds_and_the_peak_phase(write_strateg
     card = load_card("wan-2.1-t2v-14b")
     encoder, itemsize = card.component("text_encoder"), DTYPE_BYTES["bfloat16"]
     assert full.text_encoder == encoder.parameters * itemsize and full.text_encode == 0
-    assert sharded.text_encoder == -(-encoder.parameters // 8) * itemsize
+    # a shard of its layers each, and FSDP's root unit (the token embedding) whole on every chip
+    layers = encoder.parameters - encoder.root_parameters
+    assert encoder.root_parameters > 256384 * 4096  # UMT5's embedding is in it
+    assert sharded.text_encoder == (-(-layers // 8) + encoder.root_parameters) * itemsize
     assert sharded.text_encode == encoder.largest_layer_parameters * itemsize
     assert full.peak_phase == "decode" and full.vae_decode > 4 * sharded.vae_decode  # rows of 720 split 8 ways
     assert sharded.total < full.total
@@ -79,7 +84,8 @@ def test_a_sharded_encoder_pays_its_weight_gathers_and_a_parallel_decode_splits_
     _, sharded = terms("{text_encoder: sharded, vae_decode: parallel}")
     hw = planned.hardware
     encoder = planned.card.component("text_encoder")
-    gathers = 2 * encoder.parameters * 2 * 7 / 8 / hw.ici_link_bandwidth  # cfg: two encodes
+    layers = encoder.parameters - encoder.root_parameters  # the root unit stays gathered between encodes
+    gathers = 2 * layers * 2 * 7 / 8 / hw.ici_link_bandwidth  # cfg: two encodes
     assert sharded.text_encode_s == pytest.approx(device.text_encode_s + gathers)
     assert sharded.vae_decode_s < device.vae_decode_s / 4
 
@@ -96,3 +102,16 @@ def test_parallel_vae_on_a_tpu_is_refused_at_its_line(write_strategy):
     assert result.exit_code == 2
     line = result.stderr.strip().splitlines()
     assert len(line) == 1 and f"{path}:5:" in line[0] and "use full or tiled" in line[0], line
+
+
+def test_a_sharded_encoder_on_one_chip_is_a_whole_one(write_strategy):
+    one = WAN_8_H100.replace("{{seq: 8}}", "{{seq: 1}}").replace("sequence: seq, ", "")
+    sharded = plan_file(write_strategy(one.format(placement="{text_encoder: sharded}"))).memory.most_loaded
+    device = plan_file(write_strategy(one.format(placement="{text_encoder: device}"))).memory.most_loaded
+    assert (sharded.text_encoder, sharded.text_encode) == (device.text_encoder, 0)
+
+
+def test_a_parallel_decode_on_the_host_is_refused(write_strategy):
+    path = write_strategy(WAN_8_H100.format(placement="{vae: cpu, vae_decode: parallel}"))
+    result = runner.invoke(app, ["try", str(path)])
+    assert result.exit_code == 2 and "the VAE runs on the host" in result.stderr, result.stderr

@@ -433,7 +433,7 @@ def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) 
         figures.update(_tiles(model))
     return Component(name, spec.class_name, count, dtype, flops_per_token=per_token,
                      head_flops_per_token=head_per_token, prefix_tokens=spec.prompt_prefix_tokens,
-                     largest_layer_parameters=_largest_layer(model), **figures), scales
+                     largest_layer_parameters=_largest_layer(model), root_parameters=_root(model), **figures), scales
 
 
 def _tiles(vae: Any) -> dict:
@@ -448,6 +448,15 @@ def _tiles(vae: Any) -> dict:
         stride = int(size * (1 - vae.tile_overlap_factor))
         return {"tile": (size, size), "tile_stride": (stride, stride)}
     return {}
+
+
+def _root(model: Any) -> int:
+    """Parameters of `model` outside every ``nn.ModuleList`` (what FSDP's root unit holds when each layer of the
+    lists is wrapped on its own)."""
+    from torch import nn
+
+    inside = {id(p) for m in model.modules() if isinstance(m, nn.ModuleList) for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in inside)
 
 
 def _largest_layer(model: Any) -> int:

@@ -223,6 +223,9 @@ class Component:
     #: parameters of its largest repeated layer (a text encoder's transformer layer): what a sharded encoder
     #: (FSDP) gathers at a time
     largest_layer_parameters: int = 0
+    #: parameters outside every layer list (token embeddings, final norm, heads): FSDP's root unit, whole on
+    #: every chip of a sharded encoder
+    root_parameters: int = 0
 
     @property
     def bytes(self) -> int:
@@ -328,7 +331,7 @@ def card_to_json(card: ModelCard) -> dict:
              "decode_flops_per_pixel": c.decode_flops_per_pixel, "decode_bytes_per_pixel": c.decode_bytes_per_pixel,
              "decode_fused_bytes_per_pixel": c.decode_fused_bytes_per_pixel, "decode_dispatches": c.decode_dispatches,
              "tile": list(c.tile), "tile_stride": list(c.tile_stride),
-             "largest_layer_parameters": c.largest_layer_parameters,
+             "largest_layer_parameters": c.largest_layer_parameters, "root_parameters": c.root_parameters,
              "flops_per_token": c.flops_per_token,
              **({"head_flops_per_token": c.head_flops_per_token} if c.head_flops_per_token else {}),
              **({"prefix_tokens": c.prefix_tokens} if c.prefix_tokens else {})}
@@ -398,8 +401,10 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
 
 def _component(c: dict) -> Component:
     pairs = {k: tuple(int(v) for v in c[k]) for k in ("tile", "tile_stride") if k in c}
-    if any(len(v) != 2 or min(v) < 0 for v in pairs.values()):
-        raise ValueError(f"component {c.get('name')!r}: tile and tile_stride must be [height, width]")
+    if any(len(v) != 2 or min(v) < 0 for v in pairs.values()) or (
+            any(pairs.get("tile", (0, 0))) and min(pairs.get("tile_stride", (0, 0))) < 1):
+        raise ValueError(f"component {c.get('name')!r}: tile and tile_stride must be [height, width], a tile with "
+                         "a positive stride")
     return Component(**{**c, **pairs})
 
 

@@ -410,7 +410,11 @@ def _terms_table(planned, p) -> Table:
     host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
     where = (f"the host at {_rate(hw.host_flops)} ({host_how})" if on_host
              else f"the chip at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}")
-    measured_decode = hw.profile is not None and hw.profile.of("vae_decode")
+    if planned.strategy.placement.text_encoder == "sharded" and hw.chips > 1:
+        where += (f", plus each encode's all-gather of its layers over {hw.chips} chips at "
+                  f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s")
+    measured_decode = hw.profile is not None and hw.profile.of("vae_decode") \
+        and planned.strategy.placement.vae_decode == "full"
     vae = next((c for c in card.components if c.name == "vae"), None)
     rows = [
         ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens}"

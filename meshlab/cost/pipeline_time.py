@@ -7,8 +7,8 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   before each prompt (Qwen-Image: 34) x the prompts one call encodes (two with guidance: the negative prompt too; the
   pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
   cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
-  ``sharded`` (FSDP over every chip) adds each encode's all-gather of the weights, (n - 1) / n of them, at one
-  chip's ``ici_link_bandwidth``;
+  ``sharded`` (FSDP over every chip) adds each encode's all-gather of the layers' weights, (n - 1) / n of them,
+  at one chip's ``ici_link_bandwidth`` (not overlapped with the encode; the root unit stays gathered);
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
 - **vae_decode_s**: the images one chip decodes (its share of the batch split), each its pixels (and frames) x
   the card's figures per output pixel (real decodes on the CPU, meshlab.backend.decode_trace): the convolutions'
@@ -73,8 +73,8 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
     encode_s = encode_flops / encode_rate
     if placement.text_encoder == "sharded" and hardware.chips > 1 and "text_encode_s" not in unknown:
-        gathered = sum(c.parameters for c in encoders) * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) \
-            / hardware.chips
+        layers = sum(c.parameters - c.root_parameters for c in encoders)  # the root unit stays gathered
+        gathered = layers * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) / hardware.chips
         encode_s += prompts * gathered / hardware.ici_link_bandwidth
     vae = next((c for c in card.components if c.name == "vae"), None)
     if vae is None or vae.decode_flops_per_pixel == 0 or (placement.vae != "cpu"
