@@ -132,6 +132,20 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
 
 
+def refuse_placement(planned: PlannedStrategy, what: str) -> None:
+    """meshlab's pipelines decode the whole image and keep a text encoder whole (on the host or the device): a
+    tiled or parallel decode, or a sharded encoder, is priced as the GPU tools run it, not run here, so a run of it
+    is refused at its line."""
+    placement = planned.strategy.placement
+    for key, value, plain in (("vae_decode", placement.vae_decode, "full"),
+                              ("text_encoder", placement.text_encoder, "cpu or device")):
+        if value in ("tiled", "parallel", "sharded"):
+            raise planned.loaded.place(InputError(
+                f"meshlab {what} decodes the whole image and keeps the text encoder whole, and this strategy's "
+                f"placement.{key} is {value}", f"set placement.{key}: {plain} to {what} it here, or run it with the "
+                "GPU tools (meshlab export --format diffusers or xdit)", field=("placement", key)))
+
+
 def refuse_ring(planned: PlannedStrategy, what: str) -> None:
     """meshlab runs and profiles a sequence split as XLA's partitioner and DTensor do (every chip gathers a ring's k
     and v, and the streams are re-split to be joined): one a GPU tool runs (``activations.sequence_parallel``) is

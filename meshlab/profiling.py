@@ -59,10 +59,11 @@ class ProfileOutcome:
 def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progress = lambda _: None) -> ProfileOutcome:
     from meshlab.run import resolve_backend
 
-    from meshlab.planning import refuse_ring
+    from meshlab.planning import refuse_placement, refuse_ring
 
     planned = plan_for_profiling(Path(path))
     refuse_ring(planned, "profile")
+    refuse_placement(planned, "profile")
     devices = planned.plan.mesh.device_count
     if options.backend not in BACKENDS:
         raise InputError(f"unknown backend {options.backend!r}", f"use --backend {', '.join(BACKENDS)}")

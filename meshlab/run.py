@@ -26,7 +26,8 @@ from meshlab.devices import accelerator_platform, child_environment, torch_envir
 from meshlab.errors import BackendError, InputError, Location, MeshlabError
 from meshlab.experiments.records import append_record, strategy_identity
 from meshlab.files import output_folder
-from meshlab.planning import PlannedStrategy, at_depth, plan_file, refuse_ring, with_elementwise, with_workload
+from meshlab.planning import (PlannedStrategy, at_depth, plan_file, refuse_placement, refuse_ring, with_elementwise,
+                              with_workload)
 
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 RUN_BACKENDS = ("xla", "dtensor", "torch")
@@ -150,6 +151,7 @@ def preflight(path: Path, options: RunOptions) -> tuple[PlannedStrategy, dict]:
     before the first starts."""
     planned = plan_file(path)
     refuse_ring(planned, "run")
+    refuse_placement(planned, "run")
     _check_options(options)
     workload = _workload(planned, options)
     planned = with_workload(planned, height=workload["height"], width=workload["width"], steps=workload["steps"],

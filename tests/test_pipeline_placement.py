@@ -115,3 +115,23 @@ def test_a_parallel_decode_on_the_host_is_refused(write_strategy):
     path = write_strategy(WAN_8_H100.format(placement="{vae: cpu, vae_decode: parallel}"))
     result = runner.invoke(app, ["try", str(path)])
     assert result.exit_code == 2 and "the VAE runs on the host" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", [["run", "--checkpoint", "random"], ["profile", "-o", "out.json"]])
+def test_run_and_profile_refuse_what_their_pipelines_do_not_do(write_strategy, tmp_path, command):
+    """meshlab's pipelines decode whole and keep the text encoder whole: a tiled decode is refused at its line
+    before anything is built."""
+    path = write_strategy("""\
+        name: t
+        model: qwen-image
+        hardware: v6e-8
+        mesh: {data: 8}
+        placement: {vae_decode: tiled}
+        """)
+    args = [command[0], str(path), *command[1:]]
+    if command[0] == "profile":
+        args[-1] = str(tmp_path / "out.json")
+    result = runner.invoke(app, args)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and f"{path}:5:" in lines[0], result.stderr
+    assert "placement.vae_decode: full" in lines[0] and not (tmp_path / "out.json").exists()
