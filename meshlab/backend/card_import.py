@@ -322,7 +322,6 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dt
 def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> tuple[Attention, ...]:
     from torch import nn
 
-
     modules = dict(model.named_modules())
     found = []
     for path, module in modules.items():
