@@ -503,7 +503,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
     systems of its size (each prices them itself). `text_encoder`: "host", "device", or "auto" (the device where
     the plan still fits with it there, as diffusers places it on a GPU, else the host). A plan whose full VAE
     decode is what does not fit decodes in tiles instead (``placement.vae_decode: tiled``), as a user would turn
-    on ``vae.enable_tiling()``."""
+    on ``vae.enable_tiling()``, before the text encoder leaves the device."""
     shared = shared if shared is not None else _Shared()
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
@@ -521,16 +521,16 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             shared.work = plan_work(shared.plan, strategy)
         plan = shared.plan
         memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
-        if text_encoder == "auto" and not memory.fits:  # no room beside the plan: the encoder runs on the host
-            strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
-                update={"text_encoder": "cpu"})})
-            memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
             tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"vae_decode": "tiled"})})
             tiled_memory = memory_report(plan, tiled, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
             if tiled_memory.most_loaded.total < memory.most_loaded.total:
                 strategy, memory = tiled, tiled_memory
+        if text_encoder == "auto" and not memory.fits:  # no room beside the plan: the encoder runs on the host
+            strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
+                update={"text_encoder": "cpu"})})
+            memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem
