@@ -144,20 +144,23 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
         vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
                                                        workload.height, workload.width, workload.frames, itemsize,
                                                        share)
-    sharded = placement.text_encoder == "sharded" and plan.mesh.device_count > 1
-    if encoders and (placement.text_encoder == "device" or placement.text_encoder == "sharded" and not sharded):
-        text_bytes = sum(c.parameters for c in encoders) * itemsize
-    elif encoders and sharded:
-        text_bytes = sum(encoder_shard(c, plan.mesh.device_count) for c in encoders) * itemsize
+    chips = plan.mesh.device_count
+    text_bytes = sum(encoder_resident(c, placement.text_encoder, chips) for c in encoders) * itemsize
+    if encoders and placement.text_encoder == "sharded" and chips > 1:  # a layer gathered at a time
         text_encode = max(c.largest_layer_parameters for c in encoders) * itemsize
     return vae_weights, vae_decode, text_bytes, text_encode
 
 
-def encoder_shard(encoder: Component, chips: int) -> int:
-    """Parameters of a text encoder sharded over `chips` (FSDP, as Wan's --t5_fsdp wraps each layer) that one chip
-    holds between encodes: its share of the layers, and the root unit whole (the token embedding and whatever sits
-    outside the layer list: FSDP gathers it for the whole forward and keeps it)."""
-    return -(-(encoder.parameters - encoder.root_parameters) // chips) + encoder.root_parameters
+def encoder_resident(encoder: Component, where: str, chips: int) -> int:
+    """Parameters of a text encoder that one of `chips` holds between encodes under ``placement.text_encoder``
+    `where`: none on the host ("cpu"), all of them replicated ("device", or "sharded" on one chip), or, sharded
+    (FSDP, as Wan's --t5_fsdp wraps each layer), its share of the layers and the root unit whole (the token
+    embedding and whatever sits outside the layer list: FSDP gathers it for the whole forward and keeps it)."""
+    if where == "cpu":
+        return 0
+    if where == "sharded" and chips > 1:
+        return -(-(encoder.parameters - encoder.root_parameters) // chips) + encoder.root_parameters
+    return encoder.parameters
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from meshlab.cards.card import DTYPE_BYTES, ModelCard
 from meshlab.cards.truncate import block_lists
 from meshlab.hardware import Hardware
-from meshlab.memory import encoder_shard
+from meshlab.memory import encoder_resident
 from meshlab.strategy.schema import Strategy
 
 
@@ -54,11 +54,10 @@ def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     checkpoint = (card.total_params + sum(c.parameters for c in card.components)) * itemsize
     placement = strategy.placement
-    where = {c.name: placement.vae if c.name == "vae" else placement.text_encoder
-             if c.name.startswith("text_encoder") else "cpu" for c in card.components}
     on_chip = weights_per_chip + itemsize * sum(
-        c.parameters if where[c.name] == "device" or where[c.name] == "sharded" and hardware.chips == 1
-        else encoder_shard(c, hardware.chips) if where[c.name] == "sharded" else 0 for c in card.components)
+        (c.parameters if placement.vae == "device" else 0) if c.name == "vae"
+        else encoder_resident(c, placement.text_encoder, hardware.chips) if c.name.startswith("text_encoder") else 0
+        for c in card.components)
     lists = block_lists(card)
     blocks = len(lists) if strategy.compile.scan_blocks else sum(lists.values())
     compile_s = hardware.compile_seconds_base + hardware.compile_seconds_per_block * blocks
