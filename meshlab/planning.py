@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from meshlab.cards.card import ModelCard, load_card
 from meshlab.errors import InputError, Location, MeshlabError, PlanError
 from meshlab.hardware import Hardware, load_hardware
@@ -14,7 +16,6 @@ from meshlab.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
-from meshlab.strategy.records import RecordError
 from meshlab.strategy.schema import Strategy, Workload
 
 
@@ -115,11 +116,11 @@ def workload_with(workload: Workload, **updates) -> Workload:
     InputError naming the flag."""
     try:
         return workload.model_copy(update=updates)
-    except RecordError as exc:
-        problem = exc.problems[0]
-        flag = "--" + str(problem.loc[0]).replace("_", "-") if problem.loc else "the workload"
-        what = Workload.field_description(str(problem.loc[0])) if problem.loc else ""
-        raise InputError(f"{flag}: {problem.msg}", f"{flag} is {what}" if what else "see `meshlab schema`",
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        flag = "--" + str(problem["loc"][0]).replace("_", "-") if problem["loc"] else "the workload"
+        what = Workload.field_description(str(problem["loc"][0])) if problem["loc"] else ""
+        raise InputError(f"{flag}: {problem['msg']}", f"{flag} is {what}" if what else "see `meshlab schema`",
                          Location("command line")) from None  # placed, so no strategy line claims it
 
 

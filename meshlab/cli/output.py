@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+import pydantic
 import typer
 
 from meshlab.errors import BackendError, InputError, MeshlabError
-from meshlab.strategy.records import RecordError
 
 EXIT_BAD_INPUT = 2
 EXIT_BACKEND = 3
@@ -52,13 +52,19 @@ def reports_errors(command: Callable) -> Callable:
                 fail(InputError(f"cannot write {error.filename or 'a file'}: {error.strerror}",
                                 "free space and run it again"))  # a file the command wrote
             raise
-        except RecordError as error:  # a value built in code from input that its record refuses: still input
-            fail(InputError(str(error), "see `meshlab schema` for each field's type and bounds"))
+        except pydantic.ValidationError as error:  # a value built in code from input that its record refuses
+            fail(InputError(_one_line(error), "see `meshlab schema` for each field's type and bounds"))
         except KeyboardInterrupt:
             sys.stderr.write("meshlab: interrupted\n")
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _one_line(error: pydantic.ValidationError) -> str:
+    """Every problem of a record built in code, each placed by its field path, on one line."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg'].removeprefix('Value error, ')}"
+                     for e in error.errors(include_url=False))
 
 
 #: Write errors of the output stream: a full disk, a quota, an I/O error, a reader that went away.

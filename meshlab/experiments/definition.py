@@ -5,20 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from pydantic import Field, ValidationError
+
 from meshlab.errors import InputError
+from meshlab.strategy.closed import Closed
 from meshlab.strategy.loader import validation_error
-from meshlab.strategy.records import Closed, RecordError, field
 from meshlab.strategy.yaml_source import read_yaml
 
 
 class WorkloadOverride(Closed):
     """Workload fields to set on every strategy of the experiment (unset fields keep the strategy's)."""
 
-    height: Optional[int] = field(None, ge=16, le=16384)
-    width: Optional[int] = field(None, ge=16, le=16384)
-    steps: Optional[int] = field(None, ge=1, le=1000)
-    batch: Optional[int] = field(None, ge=1, le=4096)
-    cfg: Optional[bool] = field(None)
+    height: Optional[int] = Field(None, ge=16, le=16384)
+    width: Optional[int] = Field(None, ge=16, le=16384)
+    steps: Optional[int] = Field(None, ge=1, le=1000)
+    batch: Optional[int] = Field(None, ge=1, le=4096)
+    cfg: Optional[bool] = Field(None)
 
 
 class Experiment(Closed):
@@ -26,15 +28,15 @@ class Experiment(Closed):
 
     EXAMPLE = "experiments/tiny-cpu.yaml"
 
-    name: str = field(min_length=1, max_length=200, description="names the experiment in reports")
-    description: str = field("", description="what it measures")
-    strategies: list[str] = field(min_length=1, description="strategy files, relative to this file")
-    workloads: list[WorkloadOverride] = field(factory=lambda: [WorkloadOverride()], min_length=1,
+    name: str = Field(min_length=1, max_length=200, description="names the experiment in reports")
+    description: str = Field("", description="what it measures")
+    strategies: list[str] = Field(min_length=1, description="strategy files, relative to this file")
+    workloads: list[WorkloadOverride] = Field(default_factory=lambda: [WorkloadOverride()], min_length=1,
                                               description="each strategy runs once per workload")
-    checkpoint: str = field(description="a local pipeline folder (save_pretrained layout), or 'tiny' to build one")
-    prompt: str = field("a red cube on a blue table", description="the prompt")
-    negative_prompt: Optional[str] = field("blurry, low quality", description="with cfg, the negative prompt")
-    seed: int = field(0, description="latents seed")
+    checkpoint: str = Field(description="a local pipeline folder (save_pretrained layout), or 'tiny' to build one")
+    prompt: str = Field("a red cube on a blue table", description="the prompt")
+    negative_prompt: Optional[str] = Field("blurry, low quality", description="with cfg, the negative prompt")
+    seed: int = Field(0, description="latents seed")
 
 
 def is_experiment(path: Path) -> bool:
@@ -47,7 +49,7 @@ def load_experiment(path: Path) -> Experiment:
     document = read_yaml(path)
     try:
         experiment = Experiment.model_validate(document.data)
-    except RecordError as exc:
+    except ValidationError as exc:
         raise validation_error(exc, document, Experiment) from None
     for index, strategy in enumerate(experiment.strategies):
         if not (path.parent / strategy).is_file():

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.errors import InputError, MeshlabError
-from meshlab.strategy.records import Closed, RecordError
+from pydantic import ValidationError
+
+from meshlab.strategy.closed import Closed
 from meshlab.strategy.schema import Strategy
 from meshlab.strategy.yaml_source import YamlDocument, read_yaml
 
@@ -35,14 +37,14 @@ def load_strategy(path: str | Path) -> LoadedStrategy:
         )
     try:
         strategy = Strategy.model_validate(document.data)
-    except RecordError as exc:
+    except ValidationError as exc:
         raise validation_error(exc, document, Strategy) from None
     return LoadedStrategy(strategy, document, path)
 
 
-def validation_error(exc: RecordError, document: YamlDocument, root: type[Closed]) -> InputError:
+def validation_error(exc: ValidationError, document: YamlDocument, root: type[Closed]) -> InputError:
     """The most specific problem as one located InputError, with the valid keys or the field's description."""
-    located = [(_data_path(e["loc"], document.data, missing=e["type"] == "missing"), e) for e in exc.errors()]
+    located = [(_data_path(e["loc"], document.data, missing=e["type"] == "missing"), e) for e in exc.errors(include_url=False)]
     loc, error = max(located, key=lambda pair: len(pair[0]))  # the most specific; the first among equals
     where = document.locate(loc)
     field = _show_path(loc) or "the file"
@@ -53,7 +55,8 @@ def validation_error(exc: RecordError, document: YamlDocument, root: type[Closed
         return InputError(f"unknown key {loc[-1]!r} in {parent}", f"valid keys are: {valid}", where)
     if kind == "missing":
         return InputError(f"{field} is missing", f"add `{loc[-1]}:` ({_description(root, loc)})", where)
-    return InputError(f"{field}: {error['msg']}", _fix_for(root, loc), where)
+    message = error["msg"].removeprefix("Value error, ")  # a validator's ValueError, as it wrote it
+    return InputError(f"{field}: {message}", _fix_for(root, loc), where)
 
 
 def _data_path(loc: tuple, data: object, missing: bool) -> tuple:

@@ -1,4 +1,4 @@
-"""The strategy file's schema: closed, typed records (``meshlab.strategy.records``), every field described.
+"""The strategy file's schema: closed, immutable pydantic models (``meshlab.strategy.closed``), every field described.
 
 Loading stays pure: these models only validate values; resolving names (model card, hardware) and
 planning happen later, in ``meshlab.plan``.
@@ -9,36 +9,49 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Optional, Union
 
-from meshlab.strategy.records import Closed, FieldInvalid, Pattern, field
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
-AxisName = Annotated[str, Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "a mesh axis name")]
+from meshlab.strategy.closed import Closed
+
+_AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _axis_name(name: str) -> str:
+    if not _AXIS_NAME.fullmatch(name):  # fullmatch: Python's `$` also matches before a final newline
+        raise ValueError(f"{name!r} is not a mesh axis name (letters, digits and _, not starting with a digit)")
+    return name
+
+
+AxisName = Annotated[str, AfterValidator(_axis_name),
+                     WithJsonSchema({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"})]
 SpecEntry = Union[None, AxisName, list[AxisName]]
 
 
 class Rule(Closed):
     """How the parameters whose path matches shard. Rules are tried in order; the first match wins."""
 
-    match: Optional[str] = field(
+    match: Optional[str] = Field(
         None,
         description="glob over the dotted parameter path (fnmatch: '*' matches any run of characters, dots "
         "included; '?' one character; '[qkv]' one of), e.g. 'transformer_blocks.*.attn.to_q.*'",
     )
-    regex: Optional[str] = field(None, description="a Python regular expression that must match the whole path")
-    shard: Union[Literal["largest", "column", "row", "replicate"], list[SpecEntry]] = field(
+    regex: Optional[str] = Field(None, description="a Python regular expression that must match the whole path")
+    shard: Union[Literal["largest", "column", "row", "replicate"], list[SpecEntry]] = Field(
         description="'largest': the largest dim on `axis` (ties go to the lowest dim, so a square Linear "
         "weight shards its output dim); 'column' / 'row': a Linear weight's output dim / input dim on `axis`, "
         "its bias follows the weight's output sharding; 'replicate'; or an explicit spec, one entry per dim "
         "(an axis name, a list of axis names, or null)"
     )
-    axis: Optional[Union[AxisName, list[AxisName]]] = field(
+    axis: Optional[Union[AxisName, list[AxisName]]] = Field(
         None, description="mesh axis (or axes, major to minor) for largest / column / row"
     )
-    min_rank: int = field(
+    min_rank: int = Field(
         0, ge=0, description="match only parameters with at least this many dims (2 skips biases and norms)"
     )
-    note: Optional[str] = field(None, description="why this rule exists; shown in the plan")
+    note: Optional[str] = Field(None, description="why this rule exists; shown in the plan")
 
-    def _check(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Rule:
         """Exactly one pattern, a regex that compiles, and an axis exactly where the shard needs one."""
         if (self.match is None) == (self.regex is None):
             raise ValueError("give exactly one of `match` (a glob) or `regex`")
@@ -52,6 +65,7 @@ class Rule(Closed):
             raise ValueError(f"shard: {self.shard} needs `axis: <mesh axis>`")
         if not needs_axis and self.axis is not None:
             raise ValueError(f"`axis` is only for largest / column / row, not for shard: {self.shard}")
+        return self
 
     @property
     def pattern(self) -> str:
@@ -81,29 +95,31 @@ class ActivationRule(Closed):
     Ulysses: `attention.qkv` split on heads over the sequence axis, `attention.output` back on tokens; XLA moves
     between the two with all-to-alls."""
 
-    point: str = field(description=f"one of {', '.join(ACTIVATION_POINTS)}")
-    stream: Optional[str] = field(None, description="only this token stream (image, text); null: every stream")
-    spec: list[SpecEntry] = field(
+    point: str = Field(description=f"one of {', '.join(ACTIVATION_POINTS)}")
+    stream: Optional[str] = Field(None, description="only this token stream (image, text); null: every stream")
+    spec: list[SpecEntry] = Field(
         min_length=3, max_length=3,
         description="[batch, tokens, features]: a mesh axis, a list of axes (major to minor), or null each")
-    note: Optional[str] = field(None, description="why this rule exists; shown in the plan")
+    note: Optional[str] = Field(None, description="why this rule exists; shown in the plan")
 
-    def _check(self) -> None:
-        if self.point not in ACTIVATION_POINTS:
-            raise FieldInvalid("point", f"unknown activation point {self.point!r}; the points are "
-                               f"{', '.join(ACTIVATION_POINTS)}")
+    @field_validator("point")
+    @classmethod
+    def _known_point(cls, point: str) -> str:
+        if point not in ACTIVATION_POINTS:
+            raise ValueError(f"unknown activation point {point!r}; the points are {', '.join(ACTIVATION_POINTS)}")
+        return point
 
 
 class Activations(Closed):
     """How the activations (the transformer's inputs and everything computed from them) shard."""
 
-    batch: Optional[AxisName] = field(None, description="mesh axis that splits the batch (null: not split)")
-    sequence: Optional[Union[AxisName, list[AxisName]]] = field(
+    batch: Optional[AxisName] = Field(None, description="mesh axis that splits the batch (null: not split)")
+    sequence: Optional[Union[AxisName, list[AxisName]]] = Field(
         None, description="mesh axis, or list of axes (major to minor), that splits the token sequence of the image "
         "stream (null: not split). An axis that the attention.qkv rule moves onto the heads is a Ulysses axis; any "
         "other splits the tokens at the attention kernel too, a ring axis (see `sequence_parallel`). USP, Ulysses x "
         "ring: [ring, ulysses] with the qkv rule [batch, ring, ulysses]")
-    sequence_parallel: Literal["partitioner", "diffusers", "xdit"] = field(
+    sequence_parallel: Literal["partitioner", "diffusers", "xdit"] = Field(
         "partitioner", description="what runs the sequence split: 'partitioner', XLA's SPMD partitioner or torch "
         "DTensor (what meshlab applies and runs): every chip gathers the keys and values of a ring axis and runs one "
         "attention over them, no ring (`ring` gather), and the streams are re-split to be joined; 'diffusers', its "
@@ -111,19 +127,23 @@ class Activations(Closed):
         "rank over its block, each merged into the running output (gather-passes); 'xdit', xDiT (yunchang, "
         "ring-flash-attention): one pass per rank while the next block comes from the neighbour by async send/recv "
         "(p2p-passes). Both tools join each chip's own text and image shards on the chip")
-    rules: list[ActivationRule] = field(
-        factory=list, max_length=100,
+    rules: list[ActivationRule] = Field(
+        default_factory=list, max_length=100,
         description="splits of intermediate activations at named points of every block (see ActivationRule)")
 
-    def _check(self) -> None:
-        """A sequence list of distinct axes, none of them the batch axis."""
-        axes = self.sequence_axes
-        if isinstance(self.sequence, list) and not axes:
-            raise FieldInvalid("sequence", "an empty list of sequence axes; give axes, or null (not split)")
+    @field_validator("sequence")
+    @classmethod
+    def _sequence_axes(cls, sequence: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
+        """A sequence list of distinct axes, none of them the batch axis (declared, so validated, before)."""
+        axes = () if sequence is None else (sequence,) if isinstance(sequence, str) else tuple(sequence)
+        if isinstance(sequence, list) and not axes:
+            raise ValueError("an empty list of sequence axes; give axes, or null (not split)")
         if len(set(axes)) != len(axes):
-            raise FieldInvalid("sequence", f"an axis is named twice in {list(axes)}")
-        if self.batch is not None and self.batch in axes:
-            raise FieldInvalid("sequence", f"axis {self.batch!r} splits the batch; it cannot also split the sequence")
+            raise ValueError(f"an axis is named twice in {list(axes)}")
+        batch = info.data.get("batch")
+        if batch is not None and batch in axes:
+            raise ValueError(f"axis {batch!r} splits the batch; it cannot also split the sequence")
+        return sequence
 
     @property
     def ring(self) -> str:
@@ -151,16 +171,16 @@ class Activations(Closed):
 class Workload(Closed):
     """What one generation asks of the model."""
 
-    height: int = field(1024, ge=16, le=16384, description="image height in pixels")
-    width: int = field(1024, ge=16, le=16384, description="image width in pixels")
-    frames: int = field(1, ge=1, le=10000, description="video frames per sample (video models only; Wan: 1 + 4k, "
+    height: int = Field(1024, ge=16, le=16384, description="image height in pixels")
+    width: int = Field(1024, ge=16, le=16384, description="image width in pixels")
+    frames: int = Field(1, ge=1, le=10000, description="video frames per sample (video models only; Wan: 1 + 4k, "
                         "e.g. 81); 1 for an image")
-    batch: int = field(1, ge=1, le=4096, description="images (or videos) per call")
-    steps: int = field(50, ge=1, le=1000, description="denoising steps")
-    cfg: bool = field(True, description="classifier-free guidance: the transformer runs twice per step")
-    text_tokens: int = field(512, ge=1, le=65536, description="text tokens per prompt after padding")
-    dtype: Literal["bfloat16", "float16", "float32"] = field("bfloat16", description="weights and activations")
-    flash_attention: bool = field(
+    batch: int = Field(1, ge=1, le=4096, description="images (or videos) per call")
+    steps: int = Field(50, ge=1, le=1000, description="denoising steps")
+    cfg: bool = Field(True, description="classifier-free guidance: the transformer runs twice per step")
+    text_tokens: int = Field(512, ge=1, le=65536, description="text tokens per prompt after padding")
+    dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="weights and activations")
+    flash_attention: bool = Field(
         True, description="attention without materialising the scores (TPU flash kernel); false adds them"
     )
 
@@ -168,11 +188,11 @@ class Workload(Closed):
 class Placement(Closed):
     """Where the pipeline's other components live."""
 
-    text_encoder: Literal["cpu", "device", "sharded"] = field(
+    text_encoder: Literal["cpu", "device", "sharded"] = Field(
         "cpu", description="every text encoder: 'cpu': on the host; 'device': replicated in HBM on every chip; "
         "'sharded': split over every chip (FSDP, as Wan's --t5_fsdp), one layer gathered at a time while it encodes")
-    vae: Literal["device", "cpu"] = field("device", description="'device': weights and decode working set in HBM")
-    vae_decode: Literal["full", "tiled", "parallel"] = field(
+    vae: Literal["device", "cpu"] = Field("device", description="'device': weights and decode working set in HBM")
+    vae_decode: Literal["full", "tiled", "parallel"] = Field(
         "full", description="how the VAE decodes: 'full', the whole image at once (diffusers' default); 'tiled', "
         "diffusers' vae.enable_tiling(): overlapping tiles of the VAE's own size one at a time; 'parallel', the "
         "image's rows split over the chips that decode it (xDiT's parallel VAE; GPUs only)")
@@ -181,11 +201,11 @@ class Placement(Closed):
 class Compile(Closed):
     """How the plan is compiled."""
 
-    elementwise: Literal["fused", "eager"] = field(
+    elementwise: Literal["fused", "eager"] = Field(
         "fused", description="how the elementwise ops between matmuls (norms, modulation, RoPE, activations, residual "
         "adds) run, for the time: 'fused', one pass per gap between matmuls (XLA, torch.compile); 'eager', every op "
         "its own kernel reading and writing its tensors (plain PyTorch, as `meshlab run --backend torch` runs)")
-    scan_blocks: bool = field(
+    scan_blocks: bool = Field(
         False, description="run every block list through torch_xla's scan: one compiled loop body instead of one "
         "copy per block (compile time stops growing with depth; every block of a list must share its specs)")
 
@@ -201,9 +221,14 @@ REWRITES = {
 class HardwareRef(Closed):
     """A catalog entry by name, with any of its figures overridden."""
 
-    ALLOW_EXTRA = True
-    name: str = field(description="catalog name, e.g. v6e-8 (see `meshlab hardware`)")
-    extra: dict[str, Any] = field(factory=dict, description="the figures overridden, by name")
+    model_config = ConfigDict(extra="allow")  # the figures overridden, by name: checked against the catalog later
+
+    name: str = Field(description="catalog name, e.g. v6e-8 (see `meshlab hardware`)")
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The figures overridden, by name."""
+        return dict(self.model_extra or {})
 
 
 class Strategy(Closed):
@@ -211,43 +236,58 @@ class Strategy(Closed):
 
     EXAMPLE = "strategies/2d.yaml"
 
-    name: str = field(min_length=1, max_length=200, description="short name shown in tables")
-    description: str = field("", max_length=10000, description="what the plan is for")
-    model: str = field(description="a built-in model card (qwen-image, flux-dev) or a path to a card .json")
-    hardware: Union[str, HardwareRef] = field(description="catalog name, or {name: ..., <figure>: <override>}, or a "
+    name: str = Field(min_length=1, max_length=200, description="short name shown in tables")
+    description: str = Field("", max_length=10000, description="what the plan is for")
+    model: str = Field(description="a built-in model card (qwen-image, flux-dev) or a path to a card .json")
+    hardware: Union[str, HardwareRef] = Field(description="catalog name, or {name: ..., <figure>: <override>}, or a "
                                               "profile file from `meshlab profile` (a path ending .json)")
-    mesh: dict[AxisName, int] = field(
+    mesh: dict[AxisName, int] = Field(
         description="ordered mesh axes, name to size; one size may be -1 (inferred from the device count)"
     )
-    dcn: dict[AxisName, int] = field(
-        factory=dict,
+    dcn: dict[AxisName, int] = Field(
+        default_factory=dict,
         description="on several slices (hardware v6e-8x2): the mesh axes that cross slices, each with the number of "
         "slices it spans (data: 2 is 2 slices x the rest of data within each); their product is the slice count")
-    rules: list[Rule] = field(factory=list, max_length=1000, description="first match wins")
-    activations: Activations = field(factory=Activations)
-    workload: Workload = field(factory=Workload)
-    placement: Placement = field(factory=Placement)
-    compile: Compile = field(factory=Compile)
-    rewrites: list[str] = field(
-        factory=list, max_length=20,
+    rules: list[Rule] = Field(default_factory=list, max_length=1000, description="first match wins")
+    activations: Activations = Field(default_factory=Activations)
+    workload: Workload = Field(default_factory=Workload)
+    placement: Placement = Field(default_factory=Placement)
+    compile: Compile = Field(default_factory=Compile)
+    rewrites: list[str] = Field(
+        default_factory=list, max_length=20,
         description="model rewrites applied before the plan, by name: " + "; ".join(
             f"'{name}': {what}" for name, what in REWRITES.items()))
 
-    def _check(self) -> None:
-        """Known rewrites, each once; a mesh of positive (or one inferred) sizes; dcn spans of positive counts."""
-        for name in self.rewrites:
+    @field_validator("rewrites")
+    @classmethod
+    def _known_rewrites(cls, rewrites: list[str]) -> list[str]:
+        """Known rewrites, each once."""
+        for name in rewrites:
             if name not in REWRITES:
-                raise FieldInvalid("rewrites", f"unknown rewrite {name!r}; the rewrites are {', '.join(REWRITES)}")
-        if len(set(self.rewrites)) != len(self.rewrites):
-            raise FieldInvalid("rewrites", "a rewrite is named twice")
-        if not self.mesh:
-            raise FieldInvalid("mesh", "the mesh needs at least one axis, e.g. {model: 8}")
-        for name, size in self.mesh.items():
+                raise ValueError(f"unknown rewrite {name!r}; the rewrites are {', '.join(REWRITES)}")
+        if len(set(rewrites)) != len(rewrites):
+            raise ValueError("a rewrite is named twice")
+        return rewrites
+
+    @field_validator("mesh")
+    @classmethod
+    def _mesh_sizes(cls, mesh: dict[str, int]) -> dict[str, int]:
+        """A mesh of positive (or one inferred) sizes."""
+        if not mesh:
+            raise ValueError("the mesh needs at least one axis, e.g. {model: 8}")
+        for name, size in mesh.items():
             if size != -1 and size < 1:
-                raise FieldInvalid("mesh", f"axis {name!r} has size {size}; sizes are positive or -1 (inferred)")
-        for name, size in self.dcn.items():
+                raise ValueError(f"axis {name!r} has size {size}; sizes are positive or -1 (inferred)")
+        return mesh
+
+    @field_validator("dcn")
+    @classmethod
+    def _dcn_spans(cls, dcn: dict[str, int]) -> dict[str, int]:
+        """dcn spans of positive counts."""
+        for name, size in dcn.items():
             if size < 1:
-                raise FieldInvalid("dcn", f"dcn axis {name!r} spans {size} slices; give a positive count")
+                raise ValueError(f"dcn axis {name!r} spans {size} slices; give a positive count")
+        return dcn
 
     @property
     def hardware_name(self) -> str:

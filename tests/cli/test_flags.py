@@ -32,7 +32,7 @@ def test_a_flag_out_of_bounds_is_one_line_and_exit_2(args, message):
 
 @pytest.mark.parametrize("args, says", [
     (["run", "strategies/2d.yaml", "--layers", "0"],
-     "command line: Invalid value for '--layers': 0 is not in the range x>=1; see `meshlab run --help`"),
+     "command line: Invalid value for '--layers': Input should be greater than or equal to 1; see `meshlab run --help`"),
     (["try", "strategies/2d.yaml", "--bogus"], "command line: No such option: --bogus; see `meshlab try --help`"),
     (["sweep", "--hardware", "v6e-8"], "command line: Missing option '--model'; see `meshlab sweep --help`"),
     (["nosuch"], "command line: No such command 'nosuch'; see `meshlab --help`"),

@@ -153,15 +153,15 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
 
 
 def test_sequence_lists_are_checked():
+    from pydantic import ValidationError
+
     from meshlab.strategy.schema import Activations
 
-    from meshlab.strategy.records import RecordError
-
-    with pytest.raises(RecordError, match="named twice"):
+    with pytest.raises(ValidationError, match="named twice"):
         Activations(sequence=["seq", "seq"])
-    with pytest.raises(RecordError, match="splits the batch"):
+    with pytest.raises(ValidationError, match="splits the batch"):
         Activations(batch="data", sequence=["data", "seq"])
-    with pytest.raises(RecordError, match="empty list"):
+    with pytest.raises(ValidationError, match="empty list"):
         Activations(sequence=[])
     assert Activations(sequence="seq").sequence_axes == ("seq",)
 

@@ -141,5 +141,6 @@ def test_an_experiment_needs_a_workload(tmp_path):
     with pytest.raises(InputError, match="workloads: List should have at least 1 item"):
         load_experiment(path)
     path.write_text("name: e\nstrategies: [a.yaml]\ncheckpoint: tiny\nworkloads: [{height: tall}]\n")
-    with pytest.raises(InputError, match=r"workloads\[0\].height: Input should be an integer or null; see experiments/"):
+    with pytest.raises(InputError, match=r"workloads\[0\].height: Input should be a valid integer, unable to parse "
+                       "string as an integer; see experiments/"):
         load_experiment(path)
