@@ -34,7 +34,7 @@ def verified_tiny_run(strategy: str, env, tmp_path):
     result, out, results = run([str(REPO / "strategies" / f"{strategy}.yaml"), "--checkpoint", "tiny", "--height",
                                 "64", "--width", "64", "--steps", "3", "--verify"], env, tmp_path)
     assert result.exit_code == 0, result.output
-    [record] = read_records([results / f"{strategy}.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / f"{strategy}.jsonl"]).records]
     assert record["status"] == "ok" and record["mismatches"] == []
     assert record["max_abs_error_vs_cpu"] < 1e-4
     return record, out, results
@@ -54,11 +54,11 @@ def test_sharded_run_matches_the_stock_pipeline_and_is_recorded(env, tmp_path):
 def test_experiment_runs_what_applies_and_records_the_rest(env, tmp_path):
     result, out, results = run([str(REPO / "experiments" / "tiny-cpu.yaml")], env, tmp_path)
     assert result.exit_code == 3, result.output  # two of four are refused
-    statuses = {p.stem: [r["status"] for r in read_records([p]).records] for p in results.glob("*.jsonl")}
+    statuses = {p.stem: [r.status for r in read_records([p]).records] for p in results.glob("*.jsonl")}
     assert statuses == {"2d": ["ok"], "pairs": ["ok"], "model": ["refused"], "data": ["refused"]}
-    [model] = read_records([results / "model.jsonl"]).records
+    [model] = [r.model_dump() for r in read_records([results / "model.jsonl"]).records]
     assert "4 heads, not divisible by 8" in model["reason"]
-    [data] = read_records([results / "data.jsonl"]).records
+    [data] = [r.model_dump() for r in read_records([results / "data.jsonl"]).records]
     assert "does not fit" in data["reason"] and data["experiment"] == "tiny-cpu"
     assert len(list(out.glob("*.png"))) == 2
 
@@ -67,7 +67,7 @@ def test_missing_checkpoint_is_refused_with_a_record(env, tmp_path):
     result, out, results = run([str(REPO / "strategies" / "pairs.yaml"), "--checkpoint", str(tmp_path / "none")],
                                env, tmp_path)
     assert result.exit_code == 2 and "model_index.json missing" in result.stderr
-    [record] = read_records([results / "pairs.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "pairs.jsonl"]).records]
     assert record["status"] == "refused" and not list(out.glob("*.png"))
 
 
@@ -86,7 +86,7 @@ def test_a_second_run_reads_its_compiled_programs_from_the_cache(env, tmp_path):
     for _ in range(2):
         result, out, results = run(args, env, tmp_path)
         assert result.exit_code == 0, result.output
-    first, second = read_records([results / "pairs.jsonl"]).records
+    first, second = [r.model_dump() for r in read_records([results / "pairs.jsonl"]).records]
     assert first["cache"]["hit"] is False and first["cache"]["misses"] > 0
     if second["cache"]["hit"]:  # a torch_xla that loads its own programs
         assert second["timings"]["compile_s"] <= 0.25 * first["timings"]["compile_s"], (first, second)
@@ -102,7 +102,7 @@ def test_a_scanned_run_matches_the_stock_pipeline(env, tmp_path):
     result, out, results = run([str(REPO / "strategies" / "pairs.yaml"), "--checkpoint", "tiny", "--height", "64",
                                 "--width", "64", "--steps", "3", "--verify", "--scan"], env, tmp_path)
     assert result.exit_code == 0, result.output
-    [record] = read_records([results / "pairs.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "pairs.jsonl"]).records]
     assert record["scanned"] == ["transformer_blocks"] and record["mismatches"] == []
     assert record["max_abs_error_vs_cpu"] < 1e-4
     assert record["compiles"]["steady"] == 0 and record["host_transfers"]["steady_per_step"] == 0

@@ -31,7 +31,7 @@ def test_dtensor_run_matches_the_stock_pipeline_and_is_recorded(env, tmp_path):
     result = CliRunner().invoke(app, ["run", str(REPO / "strategies" / "2d.yaml"), *TINY, "--verify", "--out", str(out),
                                       "--results", str(results)], env=env)
     assert result.exit_code == 0, result.output
-    [record] = read_records([results / "2d.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "2d.jsonl"]).records]
     assert record["status"] == "ok" and record["backend"] == "dtensor" and record["mismatches"] == []
     assert record["max_abs_error_vs_cpu"] < 1e-4
     assert record["hardware_seen"] == {"device_type": "cpu", "devices": 8, "process_group": "gloo"}
@@ -47,7 +47,7 @@ def test_a_guidance_axis_is_refused_with_a_record(env, tmp_path):
     result = CliRunner().invoke(app, ["run", str(REPO / "strategies" / "ulysses.yaml"), *TINY, "--out", str(out),
                                       "--results", str(results)], env=env)
     assert result.exit_code == 2 and "once per guidance branch" in result.stderr
-    [record] = read_records([results / "ulysses.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "ulysses.jsonl"]).records]
     assert record["status"] == "refused" and not list(out.glob("*.png"))
 
 
@@ -59,6 +59,6 @@ def test_under_torchrun_each_rank_joins_and_rank_0_records(env, tmp_path):
     done = subprocess.run(command, cwd=REPO, env={**os.environ, **env, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    [record] = read_records([results / "2d.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "2d.jsonl"]).records]
     assert record["status"] == "ok" and record["hardware_seen"]["devices"] == 8
     assert len(list(out.glob("*.png"))) == 1

@@ -57,7 +57,7 @@ def test_random_needs_a_qwen_image_card(tmp_path):
     result, _, results = invoke([str(strategy), "--checkpoint", "random", "--layers", "1", "--backend", "torch"],
                                 tmp_path)
     assert result.exit_code == 2 and "builds a Qwen-Image pipeline" in result.stderr
-    [record] = read_records([results / "one-h200.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "one-h200.jsonl"]).records]
     assert record["status"] == "refused"
 
 
@@ -70,7 +70,7 @@ def test_a_random_full_width_block_runs_with_plain_pytorch_and_is_recorded(tmp_p
     result, out, results = invoke([str(strategy), "--checkpoint", "random", "--layers", "1", "--backend", "torch"],
                                   tmp_path)
     assert result.exit_code == 0, result.output
-    [record] = read_records([results / "one-h200.jsonl"]).records
+    [record] = [r.model_dump() for r in read_records([results / "one-h200.jsonl"]).records]
     assert record["status"] == "ok" and record["backend"] == "torch" and record["checkpoint"] == "random"
     assert record["layers"] == {"transformer_blocks": 1}
     assert record["ran"]["layers"] == 1 and record["ran"]["dtype"] == "bfloat16"

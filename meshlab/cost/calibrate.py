@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from meshlab.errors import InputError
 from meshlab.experiments.comparable import comparison_problem
+from meshlab.experiments.records import RunRecord
 from meshlab.hardware import MatmulRates, load_hardware
 
 
@@ -60,27 +61,27 @@ class Calibration:
                 **rates}
 
 
-def comparable_points(records: tuple[dict, ...], hw) -> list[Point]:
+def comparable_points(records: tuple[RunRecord, ...], hw) -> list[Point]:
     """Points from ok runs of exactly the work predicted for the entry `hw`: its kind of chip and chip count, and
     the predicted model, config, batch and dtype (meshlab.experiments.comparable)."""
-    return [Point(r["prediction"]["local_s"], r["prediction"]["collective_s"], r["prediction"]["overhead_s"],
-                  r["timings"]["steady_step_median_s"], r["prediction"].get("launch_floor_s") or 0.0)
+    return [Point(r.prediction.local_s, r.prediction.collective_s, r.prediction.overhead_s,
+                  r.timings.steady_step_median_s, r.prediction.launch_floor_s or 0.0)
             for r in records if _problem(r, hw) is None]
 
 
-def _problem(record: dict, hw) -> str | None:
+def _problem(record: RunRecord, hw) -> str | None:
     """Why a record is not a point for `hw` (None: it is one)."""
-    prediction, timings = record.get("prediction") or {}, record.get("timings") or {}
+    prediction = record.prediction
     problem = comparison_problem(record)  # ran elsewhere, or did not finish: the clearest reason first
     if problem is not None:
         return problem
-    if prediction.get("hardware") != hw.name:
+    if prediction.hardware != hw.name:
         return "predicted for other hardware"
-    if hw.profile is not None and prediction.get("profile_digest") is None:
+    if hw.profile is not None and prediction.profile_digest is None:
         return "recorded before runs named their profile's content, so which measurement priced it is unknown"
-    if hw.profile is not None and prediction.get("profile_digest") != hw.profile.digest:
+    if hw.profile is not None and prediction.profile_digest != hw.profile.digest:
         return f"predicted from another measurement than {hw.profile.path} (its content differs)"
-    if not timings.get("steady_step_median_s") or "local_s" not in prediction:
+    if not record.timings.steady_step_median_s or prediction.local_s is None:
         return "no steady step or no predicted local time"
     return None
 
@@ -95,7 +96,7 @@ def entry(hardware: str):
     return load_hardware(hardware)
 
 
-def calibrate(records: tuple[dict, ...], hardware: str) -> Calibration:
+def calibrate(records: tuple[RunRecord, ...], hardware: str) -> Calibration:
     hw = entry(hardware)  # read once (a profile is a file); an unknown name is an error naming the catalog
     points = comparable_points(records, hw)
     if not points:

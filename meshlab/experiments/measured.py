@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshlab.experiments.comparable import comparison_problem, ran_platform
-from meshlab.experiments.records import RecordSet
+from meshlab.experiments.records import RecordSet, RunRecord
 
 
 @dataclass(frozen=True)
@@ -43,29 +43,25 @@ def report_rows(records: RecordSet) -> tuple[ReportRow, ...]:
     return tuple(_row(r) for r in records.records)
 
 
-def _row(record: dict) -> ReportRow:
-    timings = record.get("timings") or {}
-    prediction = record.get("prediction") or {}
-    hardware = record.get("hardware") or {}
-    workload = record.get("workload") or {}
-    memory = record.get("memory") or {}
+def _row(record: RunRecord) -> ReportRow:
+    timings, prediction, workload = record.timings, record.prediction, record.workload
     return ReportRow(
-        source=record.get("_source", ""),
-        time=record.get("time", "")[5:16].replace("T", " "),
-        strategy=(record.get("strategy") or {}).get("name", "?"),
-        ran_on=f"{ran_platform(record)} x{hardware.get('devices', '?')}",
+        source=record.source,
+        time=(record.time or "")[5:16].replace("T", " "),
+        strategy=record.strategy.name or "?",
+        ran_on=f"{ran_platform(record)} x{'?' if record.hardware.devices is None else record.hardware.devices}",
         workload=f"{workload.get('height')}x{workload.get('width')}, {workload.get('steps')} steps"
         + (", cfg" if workload.get("cfg") else ""),
-        status=record.get("status", "?"),
-        steady_step_s=timings.get("steady_step_median_s"),
-        predicted_step_s=prediction.get("step_s"),
-        predicted_for=prediction.get("hardware", "?"),
-        first_step_s=timings.get("first_step_s"),
-        total_s=timings.get("total_s"),
-        compiles=(record.get("compiles") or {}).get("total"),
-        peak_bytes=memory.get("peak_bytes_per_device"),
-        predicted_peak_bytes=prediction.get("peak_bytes_per_chip"),
-        reason=record.get("reason") or "",
+        status=record.status,
+        steady_step_s=timings.steady_step_median_s,
+        predicted_step_s=prediction.step_s,
+        predicted_for=prediction.hardware or "?",
+        first_step_s=timings.first_step_s,
+        total_s=timings.total_s,
+        compiles=record.compiles.total,
+        peak_bytes=record.memory.peak_bytes_per_device,
+        predicted_peak_bytes=prediction.peak_bytes_per_chip,
+        reason=record.reason or "",
         not_compared=comparison_problem(record),
     )
 

@@ -15,12 +15,14 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from meshlab.errors import InputError, Location
 from meshlab.files import is_device
 
 RECORD_SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "error", "refused")
 
 
 def strategy_identity(path: Path) -> dict:
@@ -30,9 +32,12 @@ def strategy_identity(path: Path) -> dict:
 
 
 def append_record(path: Path, record: dict) -> None:
-    if record.get("status") not in STATUSES:
-        raise ValueError(f"record status must be one of {STATUSES}")
-    line = (json.dumps({"schema_version": RECORD_SCHEMA_VERSION, **record}, sort_keys=False) + "\n").encode()
+    """Append `record` (as meshlab.run builds it) after checking it is one `report` and `calibrate` can read."""
+    record = {"schema_version": RECORD_SCHEMA_VERSION, **record}
+    problem = record_problem(record)
+    if problem is not None:  # the writer and RunRecord disagree: a bug in meshlab, not in the user's input
+        raise ValueError(f"a run record meshlab cannot read back: {problem}")
+    line = (json.dumps(record, sort_keys=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -53,7 +58,7 @@ def append_record(path: Path, record: dict) -> None:
 class RecordSet:
     """Records read back from one or more JSONL files, in file order."""
 
-    records: tuple[dict, ...]
+    records: tuple[RunRecord, ...]
 
 
 def read_records(paths: list[Path]) -> RecordSet:
@@ -66,7 +71,7 @@ def read_records(paths: list[Path]) -> RecordSet:
     return RecordSet(tuple(records))
 
 
-def _read_file(path: Path) -> list[dict]:
+def _read_file(path: Path) -> list[RunRecord]:
     if path.is_dir():
         raise InputError("is a folder", f"give the .jsonl files in it, e.g. {path}/*.jsonl", Location(str(path)))
     if is_device(path):  # /dev/zero never ends; a pipe is read
@@ -89,65 +94,142 @@ def _read_file(path: Path) -> list[dict]:
         if not isinstance(record, dict) or record.get("schema_version") != RECORD_SCHEMA_VERSION:
             raise InputError("not a meshlab run record", "give a file written by meshlab run", Location(str(path), number))
         problem = record_problem(record)
-        if problem:
+        if problem is not None:
             raise InputError(problem, "remove or fix that line (meshlab run writes valid records)",
                              Location(str(path), number))
-        records.append(record | {"_source": f"{path}:{number}"})
+        records.append(RunRecord.model_validate(record).model_copy(update={"source": f"{path}:{number}"}))
     return records
 
 
-#: The fields `report` and `calibrate` read, and what each must be where present (absent or null is allowed):
-#: text, mapping, count (a whole number >= 0), number (a finite number >= 0), positive (> 0), and
-#: numbers (a list of them).
-FIELDS = {
-    "status": "status", "time": "text", "strategy": "mapping", "strategy.name": "text", "strategy.file": "text",
-    "hardware": "mapping", "hardware.platform": "text", "hardware.devices": "count", "backend": "text",
-    "hardware_seen": "mapping", "hardware_seen.device_type": "text",
-    "workload": "mapping", "ran": "mapping", "ran.model": "text", "ran.batch": "count", "ran.dtype": "text",
-    "prediction": "mapping", "prediction.hardware": "text", "prediction.kind": "text", "prediction.chips": "count",
-    "prediction.model": "text", "prediction.batch": "count", "prediction.dtype": "text",
-    "prediction.profile": "text", "prediction.profile_backend": "text", "prediction.profile_digest": "text",
-    "prediction.step_s": "positive", "prediction.local_s": "positive", "prediction.collective_s": "number",
-    "prediction.overhead_s": "number", "prediction.launch_wait_s": "number", "prediction.launch_floor_s": "number",
-    "prediction.compute_s": "number", "prediction.seconds_per_image": "number",
-    "prediction.denoise_seconds_per_image": "number", "prediction.peak_bytes_per_chip": "number",
-    "timings": "mapping", "timings.steady_step_median_s": "positive", "timings.first_step_s": "number",
-    "timings.second_step_s": "number", "timings.total_s": "number", "timings.compile_s": "number",
-    "timings.text_encode_s": "number", "timings.vae_decode_s": "number", "timings.step_s": "numbers",
-    "memory": "mapping", "memory.peak_bytes_per_device": "number", "compiles": "mapping",
-    "compiles.total": "count", "compiles.steady": "count",
-}
-#: What the kinds mean, for the message.
-KINDS = {"status": f"one of {', '.join(STATUSES)}", "text": "a string", "mapping": "a mapping",
-         "count": "a whole number >= 0", "number": "a finite number >= 0", "positive": "a finite number > 0",
-         "numbers": "a list of finite numbers >= 0"}
+Count = Annotated[int, Field(ge=0)]
+Number = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class _Part(BaseModel):
+    """A part of a run record: the fields `report` and `calibrate` read are typed and checked (strictly: JSON that
+    meshlab wrote, no conversions); anything else the writer put there is kept as it was."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_empty(cls, data: object) -> object:
+        return {} if data is None else data
+
+
+class StrategyRun(_Part):
+    name: Optional[str] = None
+    file: Optional[str] = None
+
+
+class HardwareUsed(_Part):
+    platform: Optional[str] = None
+    devices: Optional[Count] = None
+
+
+class HardwareSeen(_Part):
+    device_type: Optional[str] = None
+
+
+class Ran(_Part):
+    """Which model, config, batch and dtype the worker ran."""
+
+    model: Optional[str] = None
+    config_digest: Optional[str] = None
+    batch: Optional[Count] = None
+    dtype: Optional[str] = None
+
+
+class Prediction(_Part):
+    """meshlab's prediction for the run's workload on the strategy's hardware (``meshlab.run._prediction``)."""
+
+    hardware: Optional[str] = None
+    kind: Optional[str] = None
+    chips: Optional[Count] = None
+    model: Optional[str] = None
+    config_digest: Optional[str] = None
+    batch: Optional[Count] = None
+    dtype: Optional[str] = None
+    profile: Optional[str] = None
+    profile_backend: Optional[str] = None
+    profile_digest: Optional[str] = None
+    step_s: Optional[Positive] = None
+    local_s: Optional[Positive] = None
+    collective_s: Optional[Number] = None
+    overhead_s: Optional[Number] = None
+    launch_wait_s: Optional[Number] = None
+    launch_floor_s: Optional[Number] = None
+    compute_s: Optional[Number] = None
+    seconds_per_image: Optional[Number] = None
+    denoise_seconds_per_image: Optional[Number] = None
+    peak_bytes_per_chip: Optional[Number] = None
+
+    @model_validator(mode="after")
+    def _local_comes_with_its_parts(self) -> Prediction:
+        if self.local_s is not None and (self.collective_s is None or self.overhead_s is None):
+            raise ValueError("local_s comes with collective_s and overhead_s, which are missing")
+        return self
+
+
+class Timings(_Part):
+    steady_step_median_s: Optional[Positive] = None
+    first_step_s: Optional[Number] = None
+    second_step_s: Optional[Number] = None
+    total_s: Optional[Number] = None
+    compile_s: Optional[Number] = None
+    text_encode_s: Optional[Number] = None
+    vae_decode_s: Optional[Number] = None
+    step_s: Optional[list[Number]] = None
+
+
+class MemorySeen(_Part):
+    peak_bytes_per_device: Optional[Number] = None
+
+
+class Compiles(_Part):
+    total: Optional[Count] = None
+    steady: Optional[Count] = None
+
+
+class RunRecord(_Part):
+    """One line of a run record file: what `meshlab run` wrote (``meshlab.run``) and `report` and `calibrate` read.
+    Writer and reader agree through this model: ``append_record`` refuses a record it does not validate, and
+    ``read_records`` gives these models, each placed at its file and line (`source`)."""
+
+    schema_version: Literal[1]
+    status: Literal["ok", "oom", "error", "refused"]
+    time: Optional[str] = None
+    reason: Optional[str] = None
+    backend: Optional[str] = None
+    strategy: StrategyRun = Field(default_factory=StrategyRun)
+    hardware: HardwareUsed = Field(default_factory=HardwareUsed)
+    hardware_seen: HardwareSeen = Field(default_factory=HardwareSeen)
+    workload: dict[str, Any] = Field(default_factory=dict)
+    ran: Optional[Ran] = None  # absent in records of an older meshlab: then nothing says what ran
+    prediction: Prediction = Field(default_factory=Prediction)
+    timings: Timings = Field(default_factory=Timings)
+    memory: MemorySeen = Field(default_factory=MemorySeen)
+    compiles: Compiles = Field(default_factory=Compiles)
+    source: str = Field("", exclude=True)  # file:line, when read back
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_empty(cls, data: object) -> object:
+        if isinstance(data, dict):  # a part written as null is an empty part (ran: null stays "not said")
+            return {k: v for k, v in data.items() if not (v is None and k in _PARTS)}
+        return data
+
+
+_PARTS = ("strategy", "hardware", "hardware_seen", "workload", "prediction", "timings", "memory", "compiles")
 
 
 def record_problem(record: dict) -> str | None:
-    """What is wrong with a record's fields (see FIELDS), or None."""
-    for name, kind in FIELDS.items():
-        value = _at(record, name)
-        if value is not None and not _is(kind, value):
-            return f"{name} must be {KINDS[kind]}, not {json.dumps(value)[:60]}"
-    prediction = record.get("prediction") or {}
-    if "local_s" in prediction and any(prediction.get(k) is None for k in ("collective_s", "overhead_s")):
-        return "prediction.local_s comes with prediction.collective_s and prediction.overhead_s, which are missing"
+    """What is wrong with a record (see RunRecord), or None: the first problem, named by its field."""
+    try:
+        RunRecord.model_validate(record)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        field = ".".join(str(part) for part in error["loc"]) or "the record"
+        return f"{field}: {error['msg'].removeprefix('Value error, ')}"
     return None
-
-
-def _at(record: dict, name: str):
-    value = record
-    for part in name.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
-def _is(kind: str, value) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return {"status": lambda: value in STATUSES, "text": lambda: isinstance(value, str),
-            "mapping": lambda: isinstance(value, dict),
-            "count": lambda: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-            "number": lambda: number and value >= 0, "positive": lambda: number and value > 0,
-            "numbers": lambda: isinstance(value, list) and all(_is("number", v) for v in value)}[kind]()

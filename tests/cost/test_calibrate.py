@@ -2,8 +2,9 @@
 
 import pytest
 
-from meshlab.cost.calibrate import calibrate
+from meshlab.cost.calibrate import calibrate as calibrate_records
 from meshlab.errors import InputError
+from meshlab.experiments.records import RunRecord
 from meshlab.hardware import load_hardware
 
 
@@ -14,6 +15,15 @@ def record(local, collective, measured, platform="tpu", hardware="v6e-8", status
     return {"status": status, "hardware": {"platform": platform, "devices": devices}, "ran": WORK | ran,
             "prediction": {"hardware": hardware, "local_s": local, "collective_s": collective, "overhead_s": 0.001}
             | WORK, "timings": {"steady_step_median_s": measured}}
+
+
+def run(record: dict) -> RunRecord:
+    """A record as `meshlab report` and `calibrate` read it back."""
+    return RunRecord.model_validate({"schema_version": 1} | record)
+
+
+def calibrate(records: tuple[dict, ...], hardware: str):
+    return calibrate_records(tuple(run(r) for r in records), hardware)
 
 
 def test_recovers_slowdown_and_overhead():
@@ -85,10 +95,10 @@ def test_runs_predicted_from_a_profile_are_compared_only_on_its_device_and_backe
                 "profile_backend": "xla"}
     ok = record(0.1, 0.0, 0.1, platform="cpu", devices=1) | {"backend": "xla"}
     ok["prediction"] |= profiled
-    assert comparison_problem(ok) is None
-    assert comparison_problem(ok | {"backend": "torch"}) == "ran with backend torch, its profile was measured with xla"
+    assert comparison_problem(run(ok)) is None
+    assert comparison_problem(run(ok | {"backend": "torch"})) == "ran with backend torch, its profile was measured with xla"
     on_tpu = ok | {"hardware": {"platform": "tpu", "devices": 1}}
-    assert comparison_problem(on_tpu) == "ran on tpu, predicted for cpu-1 (profile cpu.json) (cpu)"
+    assert comparison_problem(run(on_tpu)) == "ran on tpu, predicted for cpu-1 (profile cpu.json) (cpu)"
 
 
 def test_a_profile_calibrates_only_the_runs_predicted_from_its_own_measurement(tmp_path):

@@ -27,14 +27,21 @@ def test_concurrent_appends_never_interleave_or_lose_records(tmp_path):
         worker.join()
     records = read_records([path]).records
     assert len(records) == 240
-    assert {(r["writer"], r["i"]) for r in records} == {(w, i) for w in range(6) for i in range(40)}
-    assert all(r["schema_version"] == 1 and len(r["payload"]) == 20_000 for r in records)
+    assert {(r.writer, r.i) for r in records} == {(w, i) for w in range(6) for i in range(40)}
+    assert all(r.schema_version == 1 and len(r.payload) == 20_000 for r in records)
 
 
-def test_status_is_checked(tmp_path):
-    with pytest.raises(ValueError):
+def test_what_is_written_is_what_the_readers_read(tmp_path):
+    """append_record refuses a record RunRecord does not validate, before writing anything."""
+    with pytest.raises(ValueError, match="status: Input should be"):
         append_record(tmp_path / "r.jsonl", {"status": "maybe"})
+    with pytest.raises(ValueError, match="timings.steady_step_median_s: Input should be greater than 0"):
+        append_record(tmp_path / "r.jsonl", {"status": "ok", "timings": {"steady_step_median_s": 0}})
     assert not (tmp_path / "r.jsonl").exists()
+    append_record(tmp_path / "r.jsonl", {"status": "ok", "prediction": None, "timings": {"step_s": [0.5, 0.25]}})
+    [read] = read_records([tmp_path / "r.jsonl"]).records
+    assert read.timings.step_s == [0.5, 0.25] and read.prediction.step_s is None
+    assert read.source == f"{tmp_path / 'r.jsonl'}:1" and "source" not in read.model_dump()
 
 
 def test_bad_lines_are_located(tmp_path):
@@ -65,16 +72,16 @@ SHIPPED = REPO / "experiments" / "records" / "qwen-image-one-cpu.jsonl"
 
 
 @pytest.mark.parametrize("field, value, says", [
-    (("prediction", "step_s"), "4.5", "prediction.step_s must be a finite number > 0"),
-    (("prediction", "local_s"), 0, "prediction.local_s must be a finite number > 0"),
-    (("timings", "steady_step_median_s"), float("nan"), "timings.steady_step_median_s must be a finite number > 0"),
-    (("timings", "steady_step_median_s"), [4.4], "must be a finite number > 0, not [4.4]"),
-    (("hardware",), "cpu", "hardware must be a mapping"),
-    (("status",), 3, "status must be one of ok, oom, error, refused"),
-    (("prediction", "kind"), ["cpu"], "prediction.kind must be a string"),
-    (("memory", "peak_bytes_per_device"), "lots", "memory.peak_bytes_per_device must be a finite number >= 0"),
-    (("timings", "step_s"), [4.4, -1], "timings.step_s must be a list of finite numbers >= 0"),
-    (("prediction", "overhead_s"), None, "prediction.collective_s and prediction.overhead_s, which are missing"),
+    (("prediction", "step_s"), "4.5", "prediction.step_s: Input should be a valid number"),  # JSON: no conversions
+    (("prediction", "local_s"), 0, "prediction.local_s: Input should be greater than 0"),
+    (("timings", "steady_step_median_s"), float("nan"), "timings.steady_step_median_s: Input should be a finite number"),
+    (("timings", "steady_step_median_s"), [4.4], "timings.steady_step_median_s: Input should be a valid number"),
+    (("hardware",), "cpu", "hardware: Input should be a valid dictionary"),
+    (("status",), 3, "status: Input should be 'ok', 'oom', 'error' or 'refused'"),
+    (("prediction", "kind"), ["cpu"], "prediction.kind: Input should be a valid string"),
+    (("memory", "peak_bytes_per_device"), "lots", "memory.peak_bytes_per_device: Input should be a valid number"),
+    (("timings", "step_s"), [4.4, -1], "timings.step_s.1: Input should be greater than or equal to 0"),
+    (("prediction", "overhead_s"), None, "prediction: local_s comes with collective_s and overhead_s, which are missing"),
 ])
 def test_a_record_with_a_wrong_field_is_an_error_at_its_line(tmp_path, field, value, says):
     """report and calibrate read these fields: a wrong one is one located line, not a traceback deep inside."""
