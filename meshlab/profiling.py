@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshlab.backend.protocol import Progress, call_worker
+from meshlab.backend.requests import ProfileRequest
 from meshlab.devices import child_environment, torch_environment
 from meshlab.errors import InputError, MeshlabError
 from meshlab.planning import PlannedStrategy, plan_file, with_workload
@@ -122,7 +123,7 @@ def text_lengths(planned: PlannedStrategy, given: tuple[int, ...]) -> tuple[int,
     return tuple(sorted(set(given or (*DEFAULT_TEXT_TOKENS, planned.strategy.workload.text_tokens))))
 
 
-def _request(path, planned: PlannedStrategy, backend: str, options: ProfileOptions) -> dict:
+def _request(path, planned: PlannedStrategy, backend: str, options: ProfileOptions) -> ProfileRequest:
     """What to measure: the shapes the plan gives each chip at every text length."""
     from meshlab.cards.truncate import block_lists
     from meshlab.cost.predict import predict
@@ -144,18 +145,16 @@ def _request(path, planned: PlannedStrategy, backend: str, options: ProfileOptio
                 collectives[(c.kind, c.axes, c.bytes)] = None
     text_encoder = next((c for c in planned.card.components if c.name.startswith("text_encoder")), None)
     joint = bool(guidance_axis(planned.plan.mesh) and w.cfg)
-    return {"strategy": str(path), "backend": backend, "devices": planned.plan.mesh.device_count,
-            "dtype": w.dtype, "seed": options.seed, "text_tokens": list(lengths),
-            "workload": {"height": w.height, "width": w.width, "batch": w.batch},
-            "call_batch": w.batch * (2 if joint else 1), "calls": 2 if w.cfg and not joint else 1,
-            "depth": STACK_DEPTH,
-            "linear": [list(s) for s in linear], "attention": [list(s) for s in attention],
-            "collectives": [[kind, list(axes), nbytes] for kind, axes, nbytes in collectives],
-            "mesh": planned.plan.mesh.as_dict(),
-            "blocks": options.blocks, "block_lists": len(block_lists(planned.card)),
-            "vae": [w.height, w.width] if options.vae and _has_vae(planned) else None,
-            "model": planned.strategy.model, "model_dir": str(planned.loaded.path.parent),
-            "host": {"tokens": w.text_tokens, "width": planned.card.architecture.text_dim} if text_encoder else None}
+    return ProfileRequest(
+        strategy=str(path), backend=backend, devices=planned.plan.mesh.device_count, dtype=w.dtype, seed=options.seed,
+        text_tokens=list(lengths), workload={"height": w.height, "width": w.width, "batch": w.batch},
+        call_batch=w.batch * (2 if joint else 1), calls=2 if w.cfg and not joint else 1, depth=STACK_DEPTH,
+        linear=[list(s) for s in linear], attention=[list(s) for s in attention],
+        collectives=[(kind, list(axes), nbytes) for kind, axes, nbytes in collectives],
+        mesh=planned.plan.mesh.as_dict(), blocks=options.blocks, block_lists=len(block_lists(planned.card)),
+        vae=[w.height, w.width] if options.vae and _has_vae(planned) else None,
+        model=planned.strategy.model, model_dir=str(planned.loaded.path.parent),
+        host={"tokens": w.text_tokens, "width": planned.card.architecture.text_dim} if text_encoder else None)
 
 
 def _has_vae(planned: PlannedStrategy) -> bool:
@@ -178,7 +177,7 @@ def _catalog_name(device: dict, planned: PlannedStrategy, options: ProfileOption
                      "name it with --hardware (meshlab hardware lists them)")
 
 
-def _document(planned: PlannedStrategy, request: dict, device: dict, result: dict, seconds: float) -> dict:
+def _document(planned: PlannedStrategy, request: ProfileRequest, device: dict, result: dict, seconds: float) -> dict:
     from meshlab.cost.predict import layout_of, profile_key
     from meshlab.cost.profile import Point, profile_document
 
@@ -189,7 +188,7 @@ def _document(planned: PlannedStrategy, request: dict, device: dict, result: dic
             "model": planned.card.name, "config_digest": planned.card.config_digest,
             "mesh": planned.plan.mesh.as_dict(), "height": w.height, "width": w.width, "batch": w.batch,
             "dtype": w.dtype, "image_tokens": layout_of(planned.plan, planned.strategy).tokens.image,
-            "text_tokens": request["text_tokens"]}
+            "text_tokens": request.text_tokens}
     return profile_document(device, result["versions"], plan, points, round(seconds, 1))
 
 

@@ -22,9 +22,10 @@ from importlib import metadata
 from pathlib import Path
 
 from meshlab.backend.protocol import WorkerFailed, call_worker
+from meshlab.backend.requests import BuildTinyRequest, TorchRunRequest, XlaRunRequest
 from meshlab.devices import accelerator_platform, child_environment, torch_environment
 from meshlab.errors import BackendError, InputError, Location, MeshlabError
-from meshlab.experiments.records import append_record, strategy_identity
+from meshlab.experiments.records import RunRecord, append_record, run_record, strategy_identity
 from meshlab.files import output_folder
 from meshlab.planning import (PlannedStrategy, at_depth, plan_file, refuse_placement, refuse_ring, with_elementwise,
                               with_workload)
@@ -61,7 +62,7 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    record: dict
+    record: RunRecord
     record_path: Path
     image: Path | None = None
     warnings: tuple[str, ...] = field(default=())
@@ -114,9 +115,8 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     if encoded and encoded != planned.strategy.workload.text_tokens:  # price what ran, not the strategy's padding
         record["prediction"] = _prediction(with_workload(planned, text_tokens=encoded)) | {
             "text_tokens": encoded, "strategy_text_tokens": planned.strategy.workload.text_tokens}
-    if result.get("is_writer", True):
-        append_record(record_path, record)
-    return RunOutcome(record, record_path, image, (*notes, *result["summary"].get("warnings", [])))
+    written = append_record(record_path, record) if result.get("is_writer", True) else run_record(record)
+    return RunOutcome(written, record_path, image, (*notes, *result["summary"].get("warnings", [])))
 
 
 def ran_text_tokens(lengths: list[int]) -> int | None:
@@ -261,7 +261,8 @@ def _tiny_checkpoint() -> Path:
     cache = Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tiny-qwen-image"
     if not (cache / "model_index.json").is_file():
         building = cache.with_name(f"{cache.name}.building-{os.getpid()}")
-        call_worker("meshlab.pipeline.run_worker", {"build_tiny": str(building)}, dict(os.environ), timeout_s=600)
+        call_worker("meshlab.pipeline.run_worker", BuildTinyRequest(build_tiny=str(building)), dict(os.environ),
+                    timeout_s=600)
         try:
             os.replace(building, cache)  # whole or not at all; a concurrent builder may have won
         except OSError:
@@ -275,12 +276,12 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         scratch = Path(scratch)
         if options.backend in ("dtensor", "torch"):
             return _run_torch(path, planned, checkpoint, workload, options, scratch)
-        request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload,
-                   "layers": options.layers, "joint_guidance": _joint_guidance(planned),
-                   "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": options.seed,
-                   "verify": options.verify, "load_dtype": _load_dtype(options, workload),
-                   "scan": planned.strategy.compile.scan_blocks if options.scan is None else options.scan,
-                   "scratch": str(scratch), "cache_dir": str(_cache_for(planned, checkpoint, options) or "")}
+        request = XlaRunRequest(
+            strategy=str(path), checkpoint=str(checkpoint), workload=workload, layers=options.layers,
+            joint_guidance=_joint_guidance(planned), prompt=options.prompt, negative_prompt=options.negative_prompt,
+            seed=options.seed, verify=options.verify, load_dtype=_load_dtype(options, workload),
+            scan=planned.strategy.compile.scan_blocks if options.scan is None else options.scan,
+            scratch=str(scratch), cache_dir=str(_cache_for(planned, checkpoint, options) or ""))
         dump = scratch / "xla-dump"
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
@@ -300,10 +301,10 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
 def _run_torch(path: Path, planned: PlannedStrategy, checkpoint: Path | str, workload: dict, options: RunOptions,
                scratch: Path) -> dict:
     """The DTensor run (meshlab.pipeline.dtensor_run) or the plain-PyTorch one (meshlab.pipeline.torch_run)."""
-    request = {"strategy": str(path), "checkpoint": str(checkpoint), "workload": workload, "layers": options.layers,
-               "world": planned.plan.mesh.device_count, "prompt": options.prompt,
-               "negative_prompt": options.negative_prompt, "seed": options.seed, "verify": options.verify,
-               "load_dtype": _load_dtype(options, workload), "scratch": str(scratch)}
+    request = TorchRunRequest(
+        strategy=str(path), checkpoint=str(checkpoint), workload=workload, layers=options.layers,
+        world=planned.plan.mesh.device_count, prompt=options.prompt, negative_prompt=options.negative_prompt,
+        seed=options.seed, verify=options.verify, load_dtype=_load_dtype(options, workload), scratch=str(scratch))
     env = torch_environment()
     module = "meshlab.pipeline.dtensor_run" if options.backend == "dtensor" else "meshlab.pipeline.torch_run"
     try:

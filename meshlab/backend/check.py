@@ -17,6 +17,7 @@ from meshlab.backend.verdict import (
     CheckReport, checked_prediction, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block,
 )
 from meshlab.backend.readback import compare_parameter
+from meshlab.backend.requests import CheckJob, CheckRequest
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.devices import child_environment
 from meshlab.errors import BackendError, InputError
@@ -37,7 +38,7 @@ def run_checks(paths: list[str | Path], options: CheckOptions, progress: Progres
     if len(counts) > 1:
         raise InputError(f"the strategies plan for different device counts {sorted(counts)}", "check them one by one")
     with _dump_folder(options.dump_dir) as dump_dir:
-        jobs = [{"strategy": str(path), "options": options.to_json()} for path in paths]
+        jobs = [CheckJob(strategy=str(path), options=options.to_json()) for path in paths]
         results = run_worker(jobs, dump_dir, counts.pop(), progress)
         progress("reading XLA's partitioned program and buffer assignment")
         return [build_report(setup, result, dump_dir) for setup, result in zip(setups, results)]
@@ -49,9 +50,9 @@ def require_backend() -> None:
         raise BackendError("diffusers is not installed, and the check builds the model from it", xla.INSTALL_FIX)
 
 
-def run_worker(jobs: list[dict], dump_dir: Path, device_count: int, progress: Progress) -> list[dict]:
+def run_worker(jobs: list[CheckJob], dump_dir: Path, device_count: int, progress: Progress) -> list[dict]:
     """Run the jobs in one worker process (meshlab.backend.protocol); its errors come back as meshlab's errors."""
-    request = {"jobs": jobs, "dump_dir": str(dump_dir)}
+    request = CheckRequest(jobs=jobs, dump_dir=str(dump_dir))
     try:
         return call_worker("meshlab.backend.worker", request, worker_env(dump_dir, device_count),
                            progress=progress)["results"]

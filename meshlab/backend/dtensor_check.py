@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.backend.protocol import Progress, WorkerFailed, call_worker
+from meshlab.backend.requests import CheckJob, DTensorCheckRequest
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.backend.verdict import OutputVerdict, predicted_per_block
 from meshlab.devices import torch_environment
@@ -117,7 +118,8 @@ def run_dtensor_checks(paths: list[str | Path], options: CheckOptions, progress:
     if len(worlds) > 1:
         raise InputError(f"the strategies plan for different device counts {sorted(worlds)}", "check them one by one")
     world = worlds.pop()
-    request = {"jobs": [{"strategy": str(path), "options": options.to_json()} for path in paths], "world": world}
+    request = DTensorCheckRequest(jobs=[CheckJob(strategy=str(path), options=options.to_json()) for path in paths],
+                                  world=world)
     try:
         results = call_worker("meshlab.backend.dtensor_worker", request, torch_environment(),
                               progress=progress)["results"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from meshlab.backend.protocol import report_progress as progress
 from meshlab.backend.protocol import serve
+from meshlab.backend.requests import CheckJob, DTensorCheckRequest
 
 #: CommDebugMode's op names, as the kinds meshlab's cost model and XLA's HLO use.
 KINDS = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
@@ -23,12 +24,12 @@ KINDS = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "re
          "broadcast": "broadcast", "scatter": "scatter", "reduce_scatter": "reduce-scatter", "all_to_all": "all-to-all"}
 
 
-def handle(request: dict) -> dict:
+def handle(request: DTensorCheckRequest) -> dict:
     import torch
 
     from meshlab.backend.ranks import spawn
 
-    jobs, world = request["jobs"], request["world"]
+    jobs, world = request.jobs, request.world
     with tempfile.TemporaryDirectory(prefix="meshlab-references-") as scratch:
         references, reference_s = [], []
         for index, job in enumerate(jobs):
@@ -44,13 +45,13 @@ def handle(request: dict) -> dict:
     return {"results": [[rank[index] for rank in ranks] for index in range(len(jobs))]}
 
 
-def _reference(job: dict):
+def _reference(job: CheckJob):
     import torch
 
     from meshlab.backend.models import build_model, example_inputs, forward
     from meshlab.backend.setup import CheckOptions, check_setup
 
-    setup = check_setup(job["strategy"], CheckOptions(**job["options"]))
+    setup = check_setup(job.strategy, CheckOptions(**job.options))
     model = build_model(setup.card, setup.options.layers, setup.strategy.workload.dtype, setup.options.seed).float()
     inputs = example_inputs(setup.card, setup.geometry, setup.strategy.workload.dtype, setup.options.seed)
     inputs = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()}
@@ -65,7 +66,7 @@ def _check_rank(payload: dict, _folder: Path) -> list[dict]:
     return [_run_rank(rank, job, reference) for job, reference in zip(payload["jobs"], payload["references"])]
 
 
-def _run_rank(rank: int, job: dict, reference_path: str) -> dict:
+def _run_rank(rank: int, job: CheckJob, reference_path: str) -> dict:
     import torch
     from torch.distributed.tensor.debug import CommDebugMode
 
@@ -75,7 +76,7 @@ def _run_rank(rank: int, job: dict, reference_path: str) -> dict:
     from meshlab.backend.setup import CheckOptions, check_setup
 
     timings: dict[str, float] = {}
-    setup = check_setup(job["strategy"], CheckOptions(**job["options"]))
+    setup = check_setup(job.strategy, CheckOptions(**job.options))
     start = time.perf_counter()
     model = build_model(setup.card, setup.options.layers, setup.strategy.workload.dtype, setup.options.seed)
     inputs = example_inputs(setup.card, setup.geometry, setup.strategy.workload.dtype, setup.options.seed)
@@ -112,7 +113,7 @@ def _kinds(counts) -> dict[str, int]:
 
 
 def main(argv: list[str]) -> int:
-    return serve(handle, argv, "the DTensor check")
+    return serve(handle, argv, "the DTensor check", DTensorCheckRequest)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 from meshlab.backend.protocol import report_progress, serve
+from meshlab.backend.requests import ProfileRequest
 from meshlab.errors import InputError
 
 
@@ -84,14 +85,14 @@ def point(op: str, shape, flops: float, nbytes: float, seconds: float, label: st
             "seconds": float(seconds), **({"label": label} if label else {})}
 
 
-def handle(request: dict) -> dict:
+def handle(request: ProfileRequest) -> dict:
     import torch
 
-    dev = Device(request["backend"])
-    if request["devices"] != dev.count:
-        raise InputError(f"the strategy's mesh uses {request['devices']} devices and this process sees {dev.count}",
+    dev = Device(request.backend)
+    if request.devices != dev.count:
+        raise InputError(f"the strategy's mesh uses {request.devices} devices and this process sees {dev.count}",
                          "profile a strategy whose mesh matches the devices")
-    dtype = getattr(torch, request["dtype"])
+    dtype = getattr(torch, request.dtype)
     steps = _steps(request)
     done, points = 0, []
 
@@ -105,39 +106,39 @@ def handle(request: dict) -> dict:
         tick("dispatch")
         points.append(_copy(dev, dtype))
         tick("device copy")
-        for t, i, o in request["linear"]:
+        for t, i, o in request.linear:
             x, w = _random((t, i), dtype, dev), _random((o, i), dtype, dev)
             seconds = timed(lambda: torch.nn.functional.linear(x, w), dev.sync)
             points.append(point("linear", (t, i, o), 2.0 * t * i * o, (t * i + o * i + t * o) * x.element_size(),
                                 seconds))
             tick(f"linear {t}x{i}x{o}")
-        for b, h, q, k, d in request["attention"]:
+        for b, h, q, k, d in request.attention:
             qs, ks, vs = (_random((b, h, n, d), dtype, dev) for n in (q, k, k))
             seconds = timed(lambda: torch.nn.functional.scaled_dot_product_attention(qs, ks, vs), dev.sync)
             points.append(point("attention", (b, h, q, k, d), 4.0 * b * h * q * k * d,
                                 2 * b * h * (q + k) * d * qs.element_size(), seconds))
             tick(f"attention {b}x{h}x{q}x{k}x{d}")
-        for kind, axes, nbytes in request.get("collectives", []):
+        for kind, axes, nbytes in request.collectives:
             points.append(_collective(request, dev, dtype, kind, tuple(axes), nbytes))
             tick(f"{kind} over {','.join(axes)}, {nbytes} B")
-        if request.get("blocks"):
+        if request.blocks:
             points += _blocks(request, dev, tick)
-        if request.get("vae"):
+        if request.vae:
             points.append(_vae(request, dev))
             tick("VAE decode")
-        if request.get("host"):
+        if request.host:
             points += _host(request, dev, dtype)
             tick("host matmul and transfer")
     return {"device": {"platform": dev.platform, "devices": dev.count, "name": dev.name(),
-                       "backend": request["backend"], "host": platform.node(), "cores": os.cpu_count(),
+                       "backend": request.backend, "host": platform.node(), "cores": os.cpu_count(),
                        "memory_bytes": _memory_bytes()},
             "versions": _versions(), "points": points}
 
 
-def _steps(request: dict) -> int:
-    blocks = len(request["text_tokens"]) * (2 + request.get("block_lists", 1)) if request.get("blocks") else 0
-    return 2 + len(request["linear"]) + len(request["attention"]) + len(request.get("collectives", [])) + blocks + \
-        bool(request.get("vae")) + bool(request.get("host"))
+def _steps(request: ProfileRequest) -> int:
+    blocks = len(request.text_tokens) * (2 + request.block_lists) if request.blocks else 0
+    return 2 + len(request.linear) + len(request.attention) + len(request.collectives) + blocks + \
+        bool(request.vae) + bool(request.host)
 
 
 def _random(shape, dtype, dev):
@@ -160,7 +161,7 @@ def _copy(dev, dtype) -> dict:
     return point("copy", [x.numel()], 0, 2 * x.numel() * x.element_size(), seconds)
 
 
-def _collective(request: dict, dev, dtype, kind: str, axes: tuple[str, ...], nbytes: int) -> dict:
+def _collective(request: ProfileRequest, dev, dtype, kind: str, axes: tuple[str, ...], nbytes: int) -> dict:
     """One collective of `kind` over the mesh `axes` on a per-chip buffer of `nbytes` (meshlab's
     `Collective.bytes`: all-gather the gathered buffer, all-reduce and reduce-scatter the reduced one, all-to-all
     and collective-permute the buffer each chip holds), made by marking an elementwise op's output with another
@@ -176,7 +177,7 @@ def _collective(request: dict, dev, dtype, kind: str, axes: tuple[str, ...], nby
     from meshlab.mesh import AbstractMesh
     from meshlab.spec import PartitionSpec
 
-    mesh = AbstractMesh(tuple(request["mesh"].items()))
+    mesh = AbstractMesh(tuple(request.mesh.items()))
     xla_mesh = xla.build_mesh(mesh)
     g = math.prod(mesh.size(a) for a in axes)
     itemsize = torch.tensor([], dtype=dtype).element_size()
@@ -205,7 +206,7 @@ def _collective(request: dict, dev, dtype, kind: str, axes: tuple[str, ...], nby
     return point("collective", (g, n * itemsize), 0, n * itemsize, seconds, f"{kind} over {','.join(axes)}")
 
 
-def _blocks(request: dict, dev, tick) -> list[dict]:
+def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
     """Per text length: the transformer at one block per list under the plan, and each list's first block alone,
     each run `calls` times in one program as a step runs them (both guidance branches, on inputs of their own so
     XLA cannot merge them): on the CPU, XLA runs independent calls side by side on the cores."""
@@ -214,15 +215,15 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
     from meshlab.planning import at_depth, with_workload
     from meshlab.profiling import plan_for_profiling
 
-    whole = plan_for_profiling(Path(request["strategy"]))
-    w = request["workload"]
+    whole = plan_for_profiling(Path(request.strategy))
+    w = request.workload
     whole = with_workload(whole, height=w["height"], width=w["width"], batch=w["batch"])
     planned = at_depth(whole, 1)
-    card, calls, depth = planned.card, request["calls"], request["depth"]
-    model = build_model(card, 1, request["dtype"], request["seed"])
+    card, calls, depth = planned.card, request.calls, request.depth
+    model = build_model(card, 1, request.dtype, request.seed)
     to_device = _on_device(model, planned, dev)
     stacked = at_depth(whole, depth)
-    deep = build_model(stacked.card, depth, request["dtype"], request["seed"])
+    deep = build_model(stacked.card, depth, request.dtype, request.seed)
     deep_to_device = _on_device(deep, stacked, dev)
     captured: dict[str, list] = {}
     lists = list(block_lists(card))
@@ -231,9 +232,9 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
             lambda _m, args, kwargs, name=name: captured.setdefault(name, []).append((args, kwargs)),
             with_kwargs=True)
     points = []
-    for text in request["text_tokens"]:
-        geo = geometry(card, w["height"], w["width"], text, request["call_batch"])
-        inputs = [to_device(example_inputs(card, geo, request["dtype"], request["seed"] + 10 * i))
+    for text in request.text_tokens:
+        geo = geometry(card, w["height"], w["width"], text, request.call_batch)
+        inputs = [to_device(example_inputs(card, geo, request.dtype, request.seed + 10 * i))
                   for i in range(calls)]
         captured.clear()
         seconds = timed(lambda: [model(**x, return_dict=False)[0] for x in inputs], dev.sync)
@@ -245,8 +246,8 @@ def _blocks(request: dict, dev, tick) -> list[dict]:
             seconds = timed(lambda: [block(*args, **kwargs) for args, kwargs in held], dev.sync)
             points.append(point("block", (geo.image_tokens, text, calls), 0, 0, seconds, name))
             tick(f"{name}[0] alone, {text} text tokens, {calls} call(s)")
-        deep_geo = geometry(stacked.card, w["height"], w["width"], text, request["call_batch"])
-        inputs = [deep_to_device(example_inputs(stacked.card, deep_geo, request["dtype"], request["seed"] + 10 * i))
+        deep_geo = geometry(stacked.card, w["height"], w["width"], text, request.call_batch)
+        inputs = [deep_to_device(example_inputs(stacked.card, deep_geo, request.dtype, request.seed + 10 * i))
                   for i in range(calls)]
         seconds = timed(lambda: [deep(**x, return_dict=False)[0] for x in inputs], dev.sync)
         points.append(point("stack", (geo.image_tokens, text, calls, depth), 0, 0, seconds))
@@ -272,41 +273,41 @@ def _on_device(model, planned, dev):
     return lambda inputs: shard_inputs(applied, planned, **inputs)
 
 
-def _vae(request: dict, dev) -> dict:
+def _vae(request: ProfileRequest, dev) -> dict:
     """The decoder at the workload's resolution, on the device, as the run decodes (one image)."""
     import torch
 
     from meshlab.cards.card import load_card
     from meshlab.pipeline.random_pipeline import _vae as build_vae
 
-    card = load_card(request["model"], request.get("model_dir"))
+    card = load_card(request.model, request.model_dir)
     component = card.source["components"]["vae"]
-    vae = build_vae(component, request["dtype"], request["seed"])
+    vae = build_vae(component, request.dtype, request.seed)
     if dev.backend == "xla":
         from meshlab.pipeline import xla_fixes
 
         xla_fixes.use_nearest_upsampling(vae)
     vae.to(dev.device)
-    h, w = request["vae"]
+    h, w = request.vae
     factor = card.architecture.vae_scale_factor
-    latents = _random((1, vae.config.z_dim, 1, h // factor, w // factor), getattr(torch, request["dtype"]), dev)
+    latents = _random((1, vae.config.z_dim, 1, h // factor, w // factor), getattr(torch, request.dtype), dev)
     seconds = timed(lambda: vae.decode(latents, return_dict=False)[0], dev.sync, reps=1, warm=1)
     vae_flops = next((c.decode_flops_per_pixel for c in card.components if c.name == "vae"), 0.0)
     return point("vae_decode", (h, w), vae_flops * h * w, 0, seconds)
 
 
-def _host(request: dict, dev, dtype) -> list[dict]:
+def _host(request: ProfileRequest, dev, dtype) -> list[dict]:
     """The host CPU's Linear at the text encoder's width (what `placement.text_encoder: cpu` runs at), and one
     decoded image's float32 pixels from the device to the host."""
     import torch
 
-    tokens, width = request["host"]["tokens"], request["host"]["width"]
+    tokens, width = request.host["tokens"], request.host["width"]
     x, w = torch.randn(tokens, width, dtype=dtype), torch.randn(width, width, dtype=dtype)
     seconds = timed(lambda: torch.nn.functional.linear(x, w), lambda: None)
     found = [point("host_matmul", (tokens, width, width), 2.0 * tokens * width * width, 0, seconds)]
     if dev.backend == "torch" and dev.platform == "cpu":
         return found  # the device is the host: nothing moves
-    h, wd = request["vae"] or (512, 512)
+    h, wd = request.vae or (512, 512)
     pixels = _random((1, 3, h, wd), torch.float32, dev)
     moved = timed(lambda: pixels.cpu(), dev.sync, reps=3, warm=1)
     return found + [point("host_transfer", (1, 3, h, wd), 0, pixels.numel() * 4, moved)]
@@ -341,7 +342,7 @@ def _versions() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    return serve(handle, argv, "the profile")
+    return serve(handle, argv, "the profile", ProfileRequest)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """One protocol for meshlab's torch workers (`check` and `run`): a request file in, progress lines out, a result
 file back. The parent side imports no torch.
 
-The parent writes the request (JSON) into a folder and starts ``python -m MODULE REQUEST RESULT`` with the device
+The parent writes the request (JSON: one of ``meshlab.backend.requests``' models) into a folder and starts ``python -m MODULE REQUEST RESULT`` with the device
 environment (torch_xla reads it when it starts, so each plan gets a fresh process). The worker prints progress as
-JSON lines ``{"progress": "..."}`` on stdout and writes RESULT once, atomically:
+JSON lines ``{"progress": "..."}`` on stdout and writes RESULT once, atomically (``WorkerResult``):
 
 - ``{"ok": <payload>}``, or
-- ``{"error": {"type", "status", "problem", "fix"}}``: ``type`` is meshlab's error class (InputError, PlanError,
+- ``{"error": {"type", "status", "problem", "fix"}}`` (``WorkerError``): ``type`` is meshlab's error class (InputError, PlanError,
   BackendError), ``status`` what the run record calls it (``refused`` for bad input, ``oom`` when memory ran out,
   ``error`` otherwise). With ``MESHLAB_DEBUG`` set the worker re-raises after writing, for the traceback.
 
@@ -23,7 +23,11 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal, Optional
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
+
+from meshlab.backend.requests import Request
 from meshlab.errors import BackendError, InputError, MeshlabError, PlanError
 
 Progress = Callable[[str], None]
@@ -39,6 +43,32 @@ class WorkerFailed(BackendError):
         self.status = status
 
 
+class WorkerError(BaseModel):
+    """A worker's failure as it writes it: meshlab's error class, what a run record calls it, and the one line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["InputError", "PlanError", "BackendError"]
+    status: Literal["refused", "oom", "error"]
+    problem: str
+    fix: str
+
+
+class WorkerResult(BaseModel):
+    """The RESULT file: exactly one of a payload (`ok`) and an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")  # NaN stays NaN, as json
+
+    ok: Optional[dict[str, Any]] = None
+    error: Optional[WorkerError] = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> WorkerResult:
+        if (self.ok is None) == (self.error is None):
+            raise ValueError("a worker result holds exactly one of ok and error")
+        return self
+
+
 def is_out_of_memory(message: str) -> bool:
     """Whether an error message (XLA's, the runtime's, the worker's last line) says memory ran out."""
     return any(marker in message for marker in OOM_MARKERS)
@@ -47,12 +77,12 @@ def is_out_of_memory(message: str) -> bool:
 # --- the parent's side -----------------------------------------------------------------------------------------
 
 
-def call_worker(module: str, request: dict, env: dict[str, str], *, folder: Path | None = None,
+def call_worker(module: str, request: Request, env: dict[str, str], *, folder: Path | None = None,
                 timeout_s: float | None = None, progress: Progress = lambda _: None) -> dict:
     """Run `module`'s worker on `request` and return its payload; its errors come back as meshlab's errors."""
     with tempfile.TemporaryDirectory(prefix="meshlab-worker-", dir=folder) as scratch:
         request_path, result_path, stderr_path = (Path(scratch) / n for n in ("request.json", "result.json", "stderr"))
-        request_path.write_text(json.dumps(request))
+        request_path.write_text(request.model_dump_json())
         with stderr_path.open("w") as stderr:
             process = subprocess.Popen([sys.executable, "-m", module, str(request_path), str(result_path)],
                                        stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
@@ -64,13 +94,17 @@ def call_worker(module: str, request: dict, env: dict[str, str], *, folder: Path
             fix = ("a signal -9 usually means it ran out of memory; use a plan with more headroom" if killed
                    else "rerun with MESHLAB_DEBUG=1 for the traceback")
             raise WorkerFailed(f"the torch worker stopped (exit code {code}): {tail}", fix, status=status)
-        document = json.loads(result_path.read_text())
-    if "error" in document:
-        error = document["error"]
-        if error.get("status") in ("oom", "error") and error["type"] == "BackendError":
-            raise WorkerFailed(error["problem"], error["fix"], status=error["status"])
-        raise _ERRORS.get(error["type"], BackendError)(error["problem"], error["fix"])
-    return document["ok"]
+        try:
+            result = WorkerResult.model_validate_json(result_path.read_text())
+        except ValidationError as exc:
+            raise BackendError(f"the torch worker wrote a result meshlab cannot read: {exc.errors()[0]['msg']}",
+                               "rerun with MESHLAB_DEBUG=1; the worker and this meshlab may be different versions")
+    if result.error is not None:
+        error = result.error
+        if error.status in ("oom", "error") and error.type == "BackendError":
+            raise WorkerFailed(error.problem, error.fix, status=error.status)
+        raise _ERRORS[error.type](error.problem, error.fix)
+    return result.ok
 
 
 def _follow(process: subprocess.Popen, progress: Progress, timeout_s: float | None) -> int:
@@ -124,33 +158,38 @@ def report_progress(message: str) -> None:
     sys.stdout.flush()
 
 
-def serve(handler: Callable[[dict], dict], argv: list[str], what: str) -> int:
-    """The worker's main: read the request, call `handler`, write its payload or its error as the result.
+def serve(handler: Callable[[Any], dict], argv: list[str], what: str, request_type: Any) -> int:
+    """The worker's main: read the request as `request_type` (a model of meshlab.backend.requests, or a union of
+    them), call `handler` with it, write its payload or its error as the result.
 
     `what` names the work in the message of an unexpected exception ("the check failed: ...")."""
     request_path, result_path = Path(argv[0]), Path(argv[1])
-    request = json.loads(request_path.read_text())
     failure: BaseException | None = None
     try:
-        document = {"ok": handler(request)}
+        request = TypeAdapter(request_type).validate_json(request_path.read_text())
+        document = WorkerResult(ok=handler(request))
+    except ValidationError as exc:  # the parent wrote what this worker does not read: versions differ
+        document, failure = WorkerResult(error=WorkerError(
+            type="BackendError", status="error", problem=f"{what} could not read its request: {exc.errors()[0]['msg']} "
+            f"at {'.'.join(map(str, exc.errors()[0]['loc']))}", fix="reinstall meshlab; parent and worker disagree")), exc
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent as one error
-        document, failure = {"error": error_document(exc, what)}, exc
+        document, failure = WorkerResult(error=error_document(exc, what)), exc
     tmp = result_path.with_name(result_path.name + ".tmp")
-    tmp.write_text(json.dumps(document))
+    tmp.write_text(document.model_dump_json())
     os.replace(tmp, result_path)
     if failure is not None and os.environ.get("MESHLAB_DEBUG"):
         raise failure
     return 0
 
 
-def error_document(exc: BaseException, what: str) -> dict:
+def error_document(exc: BaseException, what: str) -> WorkerError:
     if isinstance(exc, MeshlabError):
         status = "refused" if isinstance(exc, (InputError, PlanError)) else getattr(exc, "status", "error")
-        return {"type": type(exc).__name__ if type(exc).__name__ in _ERRORS else "BackendError",
-                "status": status, "problem": exc.problem, "fix": exc.fix}
+        return WorkerError(type=type(exc).__name__ if type(exc).__name__ in _ERRORS else "BackendError",
+                           status=status, problem=exc.problem, fix=exc.fix)
     from meshlab.backend.xla import error_message
 
     message = error_message(exc)
-    return {"type": "BackendError", "status": "oom" if is_out_of_memory(str(exc)) else "error",
-            "problem": f"{what} failed: {type(exc).__name__}: {message}",
-            "fix": "rerun with MESHLAB_DEBUG=1 for the traceback"}
+    return WorkerError(type="BackendError", status="oom" if is_out_of_memory(str(exc)) else "error",
+                       problem=f"{what} failed: {type(exc).__name__}: {message}",
+                       fix="rerun with MESHLAB_DEBUG=1 for the traceback")

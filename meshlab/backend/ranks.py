@@ -18,16 +18,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from meshlab.backend.protocol import _ERRORS, error_document
+from meshlab.backend.protocol import _ERRORS, WorkerError, error_document
 from meshlab.errors import BackendError
 
 #: How long a rank waits on the others before the group gives up (a rank that died leaves the rest waiting).
 RANK_TIMEOUT_S = 600
 
-Target = Callable[[dict, Path], Any]
+Target = Callable[[Any, Path], Any]
 
 
-def spawn(target: Target, world: int, payload: dict, folder: Path | None = None) -> list:
+def spawn(target: Target, world: int, payload: Any, folder: Path | None = None) -> list:
     """`target(payload, folder)` on `world` gloo ranks of this host; each rank's JSON-ready result, by rank."""
     import torch.multiprocessing as mp
 
@@ -54,7 +54,7 @@ def joined() -> None:
                                 timeout=timedelta(seconds=RANK_TIMEOUT_S))
 
 
-def _rank(rank: int, world: int, port: int, target: Target, payload: dict, scratch: str) -> None:
+def _rank(rank: int, world: int, port: int, target: Target, payload: Any, scratch: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -67,7 +67,7 @@ def _rank(rank: int, world: int, port: int, target: Target, payload: dict, scrat
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=RANK_TIMEOUT_S))
         _write(folder / f"rank{rank}.json", {"result": target(payload, folder)})
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as this rank's error
-        _write(folder / f"error{rank}.json", error_document(exc, f"rank {rank} of {world}"))
+        _write(folder / f"error{rank}.json", error_document(exc, f"rank {rank} of {world}").model_dump())
         raise SystemExit(1) from None
     finally:
         if dist.is_initialized():
@@ -78,8 +78,8 @@ def _raise_rank_error(folder: Path, world: int, exc: BaseException) -> None:
     for rank in range(world):
         path = folder / f"error{rank}.json"
         if path.exists():
-            error = json.loads(path.read_text())
-            raise _ERRORS.get(error["type"], BackendError)(error["problem"], error["fix"]) from None
+            error = WorkerError.model_validate_json(path.read_text())
+            raise _ERRORS[error.type](error.problem, error.fix) from None
     raise BackendError(f"the ranks could not start or stopped: {str(exc).strip().splitlines()[-1][:300]}",
                        "check that this host can start processes and open local TCP ports; rerun with "
                        "MESHLAB_DEBUG=1 for the traceback") from None

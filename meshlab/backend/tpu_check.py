@@ -26,6 +26,7 @@ from pathlib import Path
 
 from meshlab.backend import hlo
 from meshlab.backend.protocol import Progress, call_worker
+from meshlab.backend.requests import TpuCheckRequest
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.backend.tpu_schedule import Schedule, parse_schedule
 from meshlab.backend.verdict import (
@@ -307,8 +308,8 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
     # XLA:TPU's latency-hiding schedule: its own time estimate of the program (meshlab.backend.tpu_schedule)
     env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder / 'xla-dump'} "
                         "--xla_dump_latency_hiding_schedule=true").strip()
-    request = {"strategy": str(path), "options": options.to_json(), "front_ends": front_ends,
-               "topology": topology.to_json(), "scratch": str(folder)}
+    request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
+                              topology=topology.to_json(), scratch=str(folder))
     return call_worker("meshlab.backend.tpu_worker", request, env, progress=progress)["results"]
 
 

@@ -28,25 +28,26 @@ from pathlib import Path
 
 from meshlab.backend.protocol import report_progress as progress
 from meshlab.backend.protocol import serve
+from meshlab.backend.requests import TpuCheckRequest
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.errors import BackendError, MeshlabError
 
 FRONT_ENDS = ("torch-xla", "torchax")
 
 
-def handle(request: dict) -> dict:
+def handle(request: TpuCheckRequest) -> dict:
     from meshlab.backend import libtpu
 
-    topology = libtpu.Topology(**request["topology"])
-    if "torch-xla" in request["front_ends"]:
+    topology = libtpu.Topology(**request.topology)
+    if "torch-xla" in request.front_ends:
         from meshlab.backend import xla
 
         xla.enable_spmd()  # torch_xla before jax: the two XLA builds share the process in this order
-    setup = check_setup(request["strategy"], CheckOptions(**request["options"]))
+    setup = check_setup(request.strategy, CheckOptions(**request.options))
     devices = libtpu.devices(topology)
-    out = Path(request["scratch"])
+    out = Path(request.scratch)
     results = []
-    for front in request["front_ends"]:
+    for front in request.front_ends:
         try:
             results.append(_compile(front, setup, devices, out))
         except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
@@ -372,7 +373,7 @@ def _jax_dtype(dtype):
 
 
 def main(argv: list[str]) -> int:
-    return serve(handle, argv, "the XLA:TPU compile")
+    return serve(handle, argv, "the XLA:TPU compile", TpuCheckRequest)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from meshlab.backend import xla
 from meshlab.backend.models import build_model, example_inputs, forward
 from meshlab.backend.protocol import report_progress as progress
 from meshlab.backend.protocol import serve
+from meshlab.backend.requests import CheckJob, CheckRequest
 from meshlab.backend.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.errors import BackendError
 
@@ -26,8 +27,8 @@ from meshlab.errors import BackendError
 FORWARDS = 2
 
 
-def run_job(job: dict, dump_dir: Path) -> dict:
-    setup = check_setup(job["strategy"], CheckOptions(**job["options"]))
+def run_job(job: CheckJob, dump_dir: Path) -> dict:
+    setup = check_setup(job.strategy, CheckOptions(**job.options))
     timings: dict[str, float] = {}
     with _timed(timings, "build"):
         progress(f"building {setup.card.class_name} ({_depth(setup)}) with random weights")
@@ -112,14 +113,14 @@ class _timed:
         self.timings[self.key] = time.perf_counter() - self.start
 
 
-def handle(request: dict) -> dict:
+def handle(request: CheckRequest) -> dict:
     xla.require()
     xla.enable_spmd()
-    return {"results": [run_job(job, Path(request["dump_dir"])) for job in request["jobs"]]}
+    return {"results": [run_job(job, Path(request.dump_dir)) for job in request.jobs]}
 
 
 def main(argv: list[str]) -> int:
-    return serve(handle, argv, "the check")
+    return serve(handle, argv, "the check", CheckRequest)
 
 
 if __name__ == "__main__":

@@ -12,39 +12,39 @@ from meshlab.errors import InputError, MeshlabError
 
 def render_outcome(outcome, console) -> None:
     record = outcome.record
-    t = record["timings"]
-    console.print(f"[bold green]ok[/bold green]: {record['strategy']['name']} on {record['hardware']['platform']} "
-                  f"x{record['hardware']['devices']}; image {outcome.image}; record appended to {outcome.record_path}")
+    t, extra = record.timings, record.model_extra or {}
+    console.print(f"[bold green]ok[/bold green]: {record.strategy.name} on {record.hardware.platform} "
+                  f"x{record.hardware.devices}; image {outcome.image}; record appended to {outcome.record_path}")
     table = Table(title="Measured", title_justify="left")
     for column in ("text encode", "first step (compile)", "second step", "steady step (median)", "VAE decode",
                    "total", "graphs compiled"):
         table.add_column(column, justify="right")
-    table.add_row(*(_seconds(t.get(k)) for k in ("text_encode_s", "first_step_s", "second_step_s",
-                                                 "steady_step_median_s", "vae_decode_s", "total_s")),
-                  str(record["compiles"]["total"]))
+    table.add_row(*(_seconds(getattr(t, k)) for k in ("text_encode_s", "first_step_s", "second_step_s",
+                                                      "steady_step_median_s", "vae_decode_s", "total_s")),
+                  str(record.compiles.total))
     console.print(table)
-    memory = record.get("memory")
-    if memory and "peak_bytes_per_device" in memory:
-        console.print(f"XLA per-device memory (largest program): {memory['peak_bytes_per_device'] / 2**20:.1f} MiB")
-    elif memory and memory.get("weight_bytes_per_rank"):
-        console.print(f"DTensor weight shards per rank: {max(memory['weight_bytes_per_rank']) / 2**20:.2f} MiB on the "
-                      f"busiest of {len(memory['weight_bytes_per_rank'])}")
-    if record.get("max_abs_error_vs_cpu") is not None:
-        console.print(f"largest pixel difference from the stock pipeline on the CPU: {record['max_abs_error_vs_cpu']:.2e}")
-    if record.get("mismatches"):
-        console.print(f"[red]{len(record['mismatches'])} parameters sharded otherwise than planned[/red]")
-    prediction = record["prediction"]
+    memory, per_rank = record.memory, (record.memory.model_extra or {}).get("weight_bytes_per_rank")
+    if memory.peak_bytes_per_device is not None:
+        console.print(f"XLA per-device memory (largest program): {memory.peak_bytes_per_device / 2**20:.1f} MiB")
+    elif per_rank:
+        console.print(f"DTensor weight shards per rank: {max(per_rank) / 2**20:.2f} MiB on the busiest of "
+                      f"{len(per_rank)}")
+    if extra.get("max_abs_error_vs_cpu") is not None:
+        console.print(f"largest pixel difference from the stock pipeline on the CPU: {extra['max_abs_error_vs_cpu']:.2e}")
+    if extra.get("mismatches"):
+        console.print(f"[red]{len(extra['mismatches'])} parameters sharded otherwise than planned[/red]")
+    prediction = record.prediction
     from meshlab.experiments.comparable import comparison_problem
 
     problem = comparison_problem(record)
     if problem:  # a tiny checkpoint, another chip or count: a prediction beside it would read as one of it
         console.print(f"[dim]no prediction to hold this run to: {problem}[/dim]")
     else:
-        measured = t.get("steady_step_median_s")
-        error = f", {100 * (prediction['step_s'] / measured - 1):+.0f}% against the measured step" if measured else ""
-        console.print(f"[dim]predicted for {prediction['hardware']} at this run's workload "
-                      f"({prediction.get('text_tokens', '?')} text tokens): "
-                      f"{prediction['step_s'] * 1000:.1f} ms/step{error}[/dim]")
+        measured = t.steady_step_median_s
+        error = f", {100 * (prediction.step_s / measured - 1):+.0f}% against the measured step" if measured else ""
+        console.print(f"[dim]predicted for {prediction.hardware} at this run's workload "
+                      f"({'?' if prediction.text_tokens is None else prediction.text_tokens} text tokens): "
+                      f"{prediction.step_s * 1000:.1f} ms/step{error}[/dim]")
     for warning in outcome.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 

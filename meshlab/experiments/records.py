@@ -31,13 +31,20 @@ def strategy_identity(path: Path) -> dict:
     return {"file": str(path), "sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}
 
 
-def append_record(path: Path, record: dict) -> None:
-    """Append `record` (as meshlab.run builds it) after checking it is one `report` and `calibrate` can read."""
+def run_record(record: dict) -> RunRecord:
+    """The record meshlab.run built, as `report` and `calibrate` will read it back; a record they could not read
+    is a ValueError (the writer and RunRecord disagree: a bug in meshlab, not in the user's input)."""
     record = {"schema_version": RECORD_SCHEMA_VERSION, **record}
     problem = record_problem(record)
-    if problem is not None:  # the writer and RunRecord disagree: a bug in meshlab, not in the user's input
+    if problem is not None:
         raise ValueError(f"a run record meshlab cannot read back: {problem}")
-    line = (json.dumps(record, sort_keys=False) + "\n").encode()
+    return RunRecord.model_validate(record)
+
+
+def append_record(path: Path, record: dict) -> RunRecord:
+    """Append `record` (as meshlab.run builds it) after checking it is one `report` and `calibrate` can read."""
+    checked = run_record(record)
+    line = (json.dumps({"schema_version": RECORD_SCHEMA_VERSION, **record}, sort_keys=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -52,6 +59,7 @@ def append_record(path: Path, record: dict) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+    return checked
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,7 @@ class Prediction(_Part):
     seconds_per_image: Optional[Number] = None
     denoise_seconds_per_image: Optional[Number] = None
     peak_bytes_per_chip: Optional[Number] = None
+    text_tokens: Optional[Count] = None  # the text length priced: what the run encoded
 
     @model_validator(mode="after")
     def _local_comes_with_its_parts(self) -> Prediction:

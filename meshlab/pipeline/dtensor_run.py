@@ -15,22 +15,23 @@ import sys
 from pathlib import Path
 
 from meshlab.backend.protocol import report_progress as progress
+from meshlab.backend.requests import TorchRunRequest
 from meshlab.pipeline import stock
 
 
-def handle(request: dict) -> dict:
+def handle(request: TorchRunRequest) -> dict:
     from meshlab.backend.ranks import joined, spawn, under_torchrun
 
     reference = None
-    if request.get("verify"):
+    if request.verify:
         progress("running the stock pipeline on the CPU (unsharded) for the pixel comparison")
         reference = _stock_pixels(request)
     if under_torchrun():
         joined()
-        ranks = [_run_rank(request, Path(request["scratch"]))]
+        ranks = [_run_rank(request, Path(request.scratch))]
     else:
-        progress(f"starting {request['world']} gloo processes; each loads the pipeline and applies the plan")
-        ranks = spawn(_run_rank, request["world"], request)
+        progress(f"starting {request.world} gloo processes; each loads the pipeline and applies the plan")
+        ranks = spawn(_run_rank, request.world, request)
     result = ranks[0]
     result["mismatches"] = sorted({name for rank in ranks for name in rank.pop("mismatches")})
     result["memory"] = {"source": "DTensor local shards of the transformer's parameters (weights only)",
@@ -43,14 +44,14 @@ def handle(request: dict) -> dict:
     return result
 
 
-def _stock_pixels(request: dict):
+def _stock_pixels(request: TorchRunRequest):
     import numpy as np
 
     pipe = stock.load_checkpoint(request)
     return np.asarray(stock.call(pipe, request).images[0], dtype=np.float32)
 
 
-def _run_rank(request: dict, _folder: Path) -> dict:
+def _run_rank(request: TorchRunRequest, _folder: Path) -> dict:
     import numpy as np
     import torch.distributed as dist
 
@@ -69,7 +70,7 @@ def _run_rank(request: dict, _folder: Path) -> dict:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
         pipe.to("cuda")
         sync = torch.cuda.synchronize
-    strategy, card, plan = plan_for(request["strategy"], pipe.transformer, world)
+    strategy, card, plan = plan_for(request.strategy, pipe.transformer, world)
     applied = apply(pipe.transformer, plan, strategy=strategy, backend="dtensor")
     _shard_forward(pipe.transformer, applied, strategy)
     clock = stock.Clock(pipe, sync)
@@ -82,13 +83,13 @@ def _run_rank(request: dict, _folder: Path) -> dict:
     result = {"summary": summary, "mismatches": [p.name for p in applied.mismatches],
               "weight_bytes": dtensor.local_bytes(pipe.transformer), "is_writer": rank == 0,
               "hardware": {"device_type": dtensor.device_type(), "devices": world, "process_group": dist.get_backend()},
-              "ran": {"model": card.name, "config_digest": card.config_digest, "batch": request["workload"]["batch"],
+              "ran": {"model": card.name, "config_digest": card.config_digest, "batch": request.workload.batch,
                       "dtype": str(pipe.transformer.dtype).removeprefix("torch."), "backend": "dtensor"}}
     if rank == 0:
-        path = Path(request["scratch"]) / "image.png"
+        path = Path(request.scratch) / "image.png"
         pipe.image_processor.numpy_to_pil(np.asarray(image)[None])[0].save(path)
         result["image"] = str(path)
-        result["pixels"] = str(Path(request["scratch"]) / "pixels.npy")
+        result["pixels"] = str(Path(request.scratch) / "pixels.npy")
         np.save(result["pixels"], np.asarray(image, dtype=np.float32))
     return result
 
@@ -111,7 +112,7 @@ def _shard_forward(transformer, applied, strategy) -> None:
 def main(argv: list[str]) -> int:
     from meshlab.backend.protocol import serve
 
-    return serve(handle, argv, "the DTensor run")
+    return serve(handle, argv, "the DTensor run", TorchRunRequest)
 
 
 if __name__ == "__main__":

@@ -11,34 +11,35 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from meshlab.backend.requests import BuildTinyRequest, XlaRunRequest
 
 
-def run(request: dict) -> dict:
+def run(request: XlaRunRequest) -> dict:
     """One run; bad input (a plan that does not apply to the checkpoint) raises InputError, reported as refused."""
     import torch_xla.runtime as xr
 
     xr.use_spmd()  # before any XLA tensor exists
-    if request.get("cache_dir"):
-        xr.initialize_cache(request["cache_dir"], readonly=False)
+    if request.cache_dir:
+        xr.initialize_cache(request.cache_dir, readonly=False)
     from meshlab.backend import xla
     from meshlab.backend.inputs import input_spec
     from meshlab.pipeline.runner import run_pipeline, run_reference
     from meshlab.pipeline.stock import load_checkpoint
 
-    w = request["workload"]
-    negative = request["negative_prompt"] if w["cfg"] else None
-    knobs = (request["prompt"], negative, w["steps"], w["height"], w["width"], w["cfg_scale"], request["seed"])
+    w = request.workload
+    negative = request.negative_prompt if w.cfg else None
+    knobs = (request.prompt, negative, w.steps, w.height, w.width, w.cfg_scale, request.seed)
     reference = None
-    if request.get("verify"):  # the stock pipeline on the CPU, on a second copy of the weights
+    if request.verify:  # the stock pipeline on the CPU, on a second copy of the weights
         reference, _ = run_reference(load_checkpoint(request), *knobs)
     pipe = load_checkpoint(request)
-    strategy, card, plan = plan_for(request["strategy"], pipe.transformer)
+    strategy, card, plan = plan_for(request.strategy, pipe.transformer)
     applied = {}
 
     def shard(transformer, vae):
         from meshlab.api import apply
 
-        applied["value"] = apply(transformer, plan, scan=bool(request.get("scan")), strategy=strategy)
+        applied["value"] = apply(transformer, plan, scan=bool(request.scan), strategy=strategy)
         return applied["value"].mesh
 
     def mark_input(name, tensor):
@@ -46,23 +47,23 @@ def run(request: dict) -> dict:
                                                           plan.mesh), name)
 
     before = xla.persistent_cache()
-    result = run_pipeline(pipe, *knobs, shard=shard, batch=w["batch"], mark_input=mark_input,
-                          joint_guidance=bool(request.get("joint_guidance")))
+    result = run_pipeline(pipe, *knobs, shard=shard, batch=w.batch, mark_input=mark_input,
+                          joint_guidance=bool(request.joint_guidance))
     cache = None
     summary = result.summary()
-    if request.get("cache_dir"):
+    if request.cache_dir:
         after = xla.persistent_cache()
-        cache = cache_outcome(request["cache_dir"], {k: after[k] - before[k] for k in after})
+        cache = cache_outcome(request.cache_dir, {k: after[k] - before[k] for k in after})
         if cache["deserialize_failures"]:
             summary["warnings"].append(cache["note"])
-    image = Path(request["scratch"]) / "image.png"
+    image = Path(request.scratch) / "image.png"
     result.image.save(image)
     mismatches = [p.name for p in applied["value"].mismatches]
     return {"summary": summary, "image": str(image), "mismatches": mismatches,
-            "memory": xla_memory(Path(request["scratch"]) / "xla-dump"), "is_writer": xr.process_index() == 0,
+            "memory": xla_memory(Path(request.scratch) / "xla-dump"), "is_writer": xr.process_index() == 0,
             "hardware": {"device_type": xr.device_type(), "devices": xr.global_runtime_device_count()},
             "cache": cache, "scanned": list(applied["value"].scanned),
-            "ran": {"model": card.name, "config_digest": card.config_digest, "batch": w["batch"],
+            "ran": {"model": card.name, "config_digest": card.config_digest, "batch": w.batch,
                     "dtype": str(pipe.transformer.dtype).removeprefix("torch.")},
             "max_abs_error": None if reference is None else float(abs(result.pixels - reference).max())}
 
@@ -141,19 +142,19 @@ def xla_memory(dump: Path) -> dict | None:
             "programs": len(totals)}
 
 
-def handle(request: dict) -> dict:
-    if "build_tiny" in request:
+def handle(request: XlaRunRequest | BuildTinyRequest) -> dict:
+    if isinstance(request, BuildTinyRequest):
         from meshlab.pipeline.tiny import build_tiny_pipeline
 
-        build_tiny_pipeline(Path(request["build_tiny"]))
-        return {"built": request["build_tiny"]}
+        build_tiny_pipeline(Path(request.build_tiny))
+        return {"built": request.build_tiny}
     return run(request)
 
 
 def main(argv: list[str]) -> int:
     from meshlab.backend.protocol import serve
 
-    return serve(handle, argv, "the run")
+    return serve(handle, argv, "the run", XlaRunRequest | BuildTinyRequest)
 
 
 if __name__ == "__main__":

@@ -9,31 +9,33 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from meshlab.backend.requests import PipelineRequest
+
 #: Steps before the steady state (the first step warms caches: DTensor's sharding propagation, cuDNN/cuBLAS).
 WARMUP_STEPS = 1
 
 
-def load_checkpoint(request: dict):
+def load_checkpoint(request: PipelineRequest):
     """The request's pipeline: a saved folder (the tiny one included) in its load dtype, or ``random``: the
-    strategy's card at ``request["layers"]`` with random weights in the workload's dtype."""
-    if request["checkpoint"] == "random":
+    strategy's card at ``request.layers`` with random weights in the workload's dtype."""
+    if request.checkpoint == "random":
         from meshlab.pipeline.random_pipeline import build_random_pipeline
         from meshlab.planning import plan_file
 
-        card = plan_file(request["strategy"]).card
-        return build_random_pipeline(card, request["layers"], request["workload"]["dtype"], request["seed"])
+        card = plan_file(request.strategy).card
+        return build_random_pipeline(card, request.layers, request.workload.dtype, request.seed)
     from meshlab.pipeline.tiny import load_pipeline
 
-    return load_pipeline(Path(request["checkpoint"]), request.get("load_dtype"))
+    return load_pipeline(Path(request.checkpoint), request.load_dtype)
 
 
-def call(pipe, request: dict, callback=None):
+def call(pipe, request: PipelineRequest, callback=None):
     import torch
 
-    w = request["workload"]
-    return pipe(prompt=request["prompt"], negative_prompt=request["negative_prompt"] if w["cfg"] else None,
-                true_cfg_scale=w["cfg_scale"], num_inference_steps=w["steps"], height=w["height"], width=w["width"],
-                num_images_per_prompt=w["batch"], generator=torch.Generator("cpu").manual_seed(request["seed"]),
+    w = request.workload
+    return pipe(prompt=request.prompt, negative_prompt=request.negative_prompt if w.cfg else None,
+                true_cfg_scale=w.cfg_scale, num_inference_steps=w.steps, height=w.height, width=w.width,
+                num_images_per_prompt=w.batch, generator=torch.Generator("cpu").manual_seed(request.seed),
                 output_type="np", callback_on_step_end=callback)
 
 

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from meshlab.backend.protocol import report_progress as progress
+from meshlab.backend.requests import TorchRunRequest
 from meshlab.pipeline import stock
 
 
-def handle(request: dict) -> dict:
+def handle(request: TorchRunRequest) -> dict:
     import numpy as np
     import torch
 
@@ -23,9 +24,9 @@ def handle(request: dict) -> dict:
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    progress(f"building the pipeline ({request['checkpoint']}) on the {device}")
+    progress(f"building the pipeline ({request.checkpoint}) on the {device}")
     pipe = stock.load_checkpoint(request).to(device)
-    _strategy, card, plan = plan_for(request["strategy"], pipe.transformer, 1)
+    _strategy, card, plan = plan_for(request.strategy, pipe.transformer, 1)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     clock = stock.Clock(pipe, torch.cuda.synchronize if cuda else (lambda: None))
@@ -33,22 +34,22 @@ def handle(request: dict) -> dict:
     with torch.no_grad():
         out = stock.call(pipe, request, clock.step)
     name = torch.cuda.get_device_name() if cuda else "cpu"
-    path = Path(request["scratch"]) / "image.png"
+    path = Path(request.scratch) / "image.png"
     pipe.image_processor.numpy_to_pil(np.asarray(out.images[0])[None])[0].save(path)
     memory = ({"source": "torch.cuda.max_memory_allocated (the whole pipeline on one GPU)",
                "peak_bytes_per_device": int(torch.cuda.max_memory_allocated())} if cuda else None)
     return {"summary": clock.summary(f"{device} ({name})", plan.mesh), "image": str(path), "mismatches": [],
             "memory": memory, "is_writer": True,
             "hardware": {"device_type": device, "devices": 1, "name": name, "torch": torch.__version__},
-            "ran": {"model": card.name, "config_digest": card.config_digest, "batch": request["workload"]["batch"],
+            "ran": {"model": card.name, "config_digest": card.config_digest, "batch": request.workload.batch,
                     "dtype": str(pipe.transformer.dtype).removeprefix("torch."), "backend": "torch",
-                    "layers": request.get("layers")}}
+                    "layers": request.layers}}
 
 
 def main(argv: list[str]) -> int:
     from meshlab.backend.protocol import serve
 
-    return serve(handle, argv, "the PyTorch run")
+    return serve(handle, argv, "the PyTorch run", TorchRunRequest)
 
 
 if __name__ == "__main__":

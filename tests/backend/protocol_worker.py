@@ -5,15 +5,25 @@ import signal
 import sys
 import time
 
+from typing import Any
+
 from meshlab.backend.protocol import report_progress, serve
+from meshlab.backend.requests import Request
 from meshlab.errors import InputError
 
 
-def handle(request: dict) -> dict:
-    action = request["action"]
+class ActionRequest(Request):
+    """What the test worker is asked to do."""
+
+    action: str
+    value: Any = None
+
+
+def handle(request: ActionRequest) -> dict:
+    action = request.action
     report_progress(f"doing {action}")
     if action == "echo":
-        return {"echo": request["value"]}
+        return {"echo": request.value}
     if action == "refuse":
         raise InputError("the plan does not apply", "use another plan")
     if action == "oom":
@@ -28,4 +38,4 @@ def handle(request: dict) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(handle, sys.argv[1:], "the test work"))
+    sys.exit(serve(handle, sys.argv[1:], "the test work", ActionRequest))

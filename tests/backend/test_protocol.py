@@ -5,7 +5,10 @@ import os
 import pytest
 
 from meshlab.backend.protocol import WorkerFailed, call_worker
+from meshlab.backend.requests import Request
 from meshlab.errors import BackendError, InputError
+
+from tests.backend.protocol_worker import ActionRequest
 
 MODULE = "tests.backend.protocol_worker"
 
@@ -14,12 +17,33 @@ def call(action: str, **request):
     seen = []
     env = dict(os.environ)
     env.pop("MESHLAB_DEBUG", None)
-    return call_worker(MODULE, {"action": action, **request}, env, timeout_s=20, progress=seen.append), seen
+    return call_worker(MODULE, ActionRequest(action=action, **request), env, timeout_s=20, progress=seen.append), seen
 
 
 def test_a_payload_and_the_progress_come_back():
-    payload, seen = call("echo", value=[1, 2])
-    assert payload == {"echo": [1, 2]} and seen == ["doing echo"]
+    payload, seen = call("echo", value=[1, 2, None, float("inf")])
+    assert payload == {"echo": [1, 2, None, float("inf")]} and seen == ["doing echo"]
+
+
+def test_a_request_the_worker_does_not_read_is_a_backend_error_naming_the_field():
+    class Misspelt(Request):
+        acton: str
+
+    with pytest.raises(BackendError, match="the test work could not read its request: Field required at action"):
+        call_worker(MODULE, Misspelt(acton="echo"), dict(os.environ), timeout_s=20)
+
+
+def test_a_request_is_checked_when_the_parent_makes_it():
+    from pydantic import ValidationError
+
+    from meshlab.backend.requests import RunWorkload, XlaRunRequest
+
+    workload = RunWorkload(height=64, width=64, steps=2, cfg=True, batch=1, dtype="float32", cfg_scale=4.0)
+    with pytest.raises(ValidationError, match="scratch"):
+        XlaRunRequest(strategy="s.yaml", checkpoint="tiny", workload=workload, prompt="p", seed=0)
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        XlaRunRequest(strategy="s.yaml", checkpoint="tiny", workload=workload, prompt="p", seed=0, scratch="/t",
+                      colour="red")
 
 
 def test_bad_input_comes_back_as_the_same_error():
@@ -41,7 +65,7 @@ def test_failures_come_back_with_their_status(action, status, message):
 
 def test_a_worker_past_its_time_is_stopped(tmp_path):
     with pytest.raises(WorkerFailed, match="took longer than 1 s"):
-        call_worker(MODULE, {"action": "sleep"}, dict(os.environ), timeout_s=1, folder=tmp_path)
+        call_worker(MODULE, ActionRequest(action="sleep"), dict(os.environ), timeout_s=1, folder=tmp_path)
     assert list(tmp_path.iterdir()) == []  # its scratch folder is gone
 
 
