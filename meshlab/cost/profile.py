@@ -33,6 +33,9 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from meshlab.errors import InputError
 from meshlab.files import is_device
@@ -237,10 +240,13 @@ def fit_all(points: tuple[Point, ...]) -> dict[str, Curve]:
 
 
 def profile_document(device: dict, versions: dict, plan: dict, points: tuple[Point, ...], duration_s: float) -> dict:
-    """The JSON a profile file holds (curves fitted here, so the file says what the cost model will use)."""
-    return {"meshlab_profile": FORMAT, "device": device, "versions": versions, "plan": plan,
-            "duration_s": duration_s, "points": [p.to_json() for p in points],
-            "curves": {op: c.to_json() for op, c in fit_all(points).items()}}
+    """The JSON a profile file holds (curves fitted here, so the file says what the cost model will use), checked
+    against the model the loader reads (ProfileFile) before anything is written."""
+    document = {"meshlab_profile": FORMAT, "device": device, "versions": versions, "plan": plan,
+                "duration_s": duration_s, "points": [p.to_json() for p in points],
+                "curves": {op: c.to_json() for op, c in fit_all(points).items()}}
+    ProfileFile.model_validate(document)  # the writer and the reader agree, or this is meshlab's bug
+    return document
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -258,53 +264,77 @@ def load_profile(path: str | Path) -> Profile:
         raise InputError(f"{path}: not a readable profile (corrupt or truncated: {exc})", FIX) from None
     try:
         return replace(_profile(path, data), digest=hashlib.sha256(raw).hexdigest()[:16])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: not a meshlab profile ({type(exc).__name__}: {exc})", FIX) from None
-
-
-def _profile(path: Path, data: dict) -> Profile:
-    if not isinstance(data, dict) or data.get("meshlab_profile") != FORMAT:
-        found = data.get("meshlab_profile") if isinstance(data, dict) else None
-        raise ValueError(f"format {found!r}, this meshlab reads format {FORMAT}")
-    points = []
-    for raw in data["points"]:
-        point = Point(str(raw["op"]), _shape(raw["op"], raw["shape"]), float(raw["flops"]), float(raw["bytes"]),
-                      float(raw["seconds"]), str(raw.get("label", "")))
-        if point.op not in OPS:
-            raise ValueError(f"unknown op class {point.op!r}")
-        if not (math.isfinite(point.seconds) and point.seconds > 0):
-            raise ValueError(f"a {point.op} point has {point.seconds} seconds")
-        if not all(math.isfinite(v) and v >= 0 for v in (point.flops, point.bytes)):
-            raise ValueError(f"a {point.op} point has {point.flops} FLOPs and {point.bytes} bytes")
-        points.append(point)
-    device = dict(data["device"])
-    if device.get("platform") not in ("cpu", "cuda", "tpu") or not _whole(device["devices"], 1):
-        raise ValueError(f"device {device}")
-    if device.get("memory_bytes") is not None and not _whole(device["memory_bytes"], 0):  # 0: not known
-        raise ValueError(f"device memory_bytes {device['memory_bytes']!r}, not a whole number of bytes")
-    points = tuple(points)
-    return Profile(str(path), device, dict(data.get("versions") or {}), dict(data["plan"]), points, fit_all(points),
-                   float(data.get("duration_s", 0.0)))
+    except ValueError as exc:
+        raise InputError(f"{path}: not a meshlab profile ({exc})", FIX) from None
 
 
 #: How many figures a shape has, where the op class fixes it, and which of them count calls or blocks (>= 1).
 ARITY = {"outer": 3, "block": 3, "stack": 4, "vae_decode": 2, "collective": 2}
 COUNTS = {"outer": (2,), "block": (2,), "stack": (2, 3)}
 
-
-def _shape(op, raw) -> tuple[int, ...]:
-    """A point's shape: a non-empty list of whole numbers >= 0 (>= 1 where it counts calls or blocks)."""
-    if not isinstance(raw, list) or not raw or not all(_whole(n, 0) for n in raw):
-        raise ValueError(f"a {op} point has shape {raw!r}, not a list of whole numbers >= 0")
-    if op in ARITY and len(raw) != ARITY[op]:
-        raise ValueError(f"a {op} point has shape {raw!r}, not {ARITY[op]} figures")
-    if any(raw[i] < 1 for i in COUNTS.get(op, ())):
-        raise ValueError(f"a {op} point has shape {raw!r}: its calls and blocks are at least 1")
-    return tuple(raw)
+_Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-def _whole(value, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+class _File(BaseModel):
+    """A part of the profile file: strict (JSON meshlab wrote: no conversions), extra keys kept."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+
+class PointFile(_File):
+    """One measured point as the file holds it."""
+
+    op: Literal[OPS]
+    shape: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    flops: _Amount
+    bytes: _Amount
+    seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    label: str = ""
+
+    @model_validator(mode="after")
+    def _shape_fits_its_op(self) -> PointFile:
+        """The op class fixes how many figures the shape has, and which count calls or blocks (>= 1)."""
+        if self.op in ARITY and len(self.shape) != ARITY[self.op]:
+            raise ValueError(f"a {self.op} point has shape {self.shape}, not {ARITY[self.op]} figures")
+        if any(self.shape[i] < 1 for i in COUNTS.get(self.op, ())):
+            raise ValueError(f"a {self.op} point has shape {self.shape}: its calls and blocks are at least 1")
+        return self
+
+
+class DeviceFile(_File):
+    """The device the points were measured on (name, hardware, host, cores and backend kept as written)."""
+
+    platform: Literal["cpu", "cuda", "tpu"]
+    devices: int = Field(ge=1)
+    memory_bytes: Optional[int] = Field(None, ge=0)  # 0: not known
+
+
+class ProfileFile(_File):
+    """A profile file (format 1), as `meshlab profile` writes it (``profile_document``)."""
+
+    meshlab_profile: Literal[1]
+    device: DeviceFile
+    versions: dict[str, Any] = {}
+    plan: dict[str, Any]
+    duration_s: _Amount = 0.0
+    points: list[PointFile]
+    curves: dict[str, Any] = {}  # written for the reader's eye; the loader fits them again from the points
+
+
+def _profile(path: Path, data: object) -> Profile:
+    """The profile the file's data describes; what is wrong is a ValueError naming the first problem's field."""
+    if not isinstance(data, dict) or data.get("meshlab_profile") != FORMAT:
+        found = data.get("meshlab_profile") if isinstance(data, dict) else None
+        raise ValueError(f"format {found!r}, this meshlab reads format {FORMAT}")
+    try:
+        checked = ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ValueError(f"{where}: {error['msg'].removeprefix('Value error, ')}") from None
+    points = tuple(Point(p.op, tuple(p.shape), p.flops, p.bytes, p.seconds, p.label) for p in checked.points)
+    return Profile(str(path), checked.device.model_dump(), dict(checked.versions), dict(checked.plan), points,
+                   fit_all(points), checked.duration_s)
 
 
 def plan_key(model_digest: str, mesh: dict, rules: list, activations: dict, image_tokens: int, batch: int,

@@ -140,19 +140,23 @@ def test_vae_decode_comes_from_the_profile_at_its_resolution(keyed):
     ("{", "corrupt or truncated"),
     ('{"meshlab_profile": 99}', "format 99"),
     ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1}, "plan": {}, '
-     '"points": [{"op": "linear", "shape": [1], "flops": 1, "bytes": 1, "seconds": -1}]}', "-1.0 seconds"),
+     '"points": [{"op": "linear", "shape": [1], "flops": 1, "bytes": 1, "seconds": -1}]}', "points.0.seconds: Input should be greater than 0"),
     ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1}, "plan": {}, '
-     '"points": [{"op": "fft", "shape": [1], "flops": 1, "bytes": 1, "seconds": 1}]}', "unknown op class"),
-    ('{"meshlab_profile": 1, "plan": {}, "points": []}', "KeyError"),
+     '"points": [{"op": "fft", "shape": [1], "flops": 1, "bytes": 1, "seconds": 1}]}', "points.0.op: Input should be 'linear'"),
+    ('{"meshlab_profile": 1, "plan": {}, "points": []}', "device: Field required"),
     *[(f'{{"meshlab_profile": 1, "device": {{"platform": "cpu", "devices": 1}}, "plan": {{}}, '
        f'"points": [{{"op": "{op}", "shape": {shape}, "flops": 1, "bytes": 1, "seconds": 1}}]}}', says)
-      for op, shape, says in (("outer", "[]", "not a list of whole numbers"), ("stack", "[-1, 8, 2, 3]", ">= 0"),
-                              ("stack", "[1024, 8, 2.5, 3]", "whole numbers"), ("stack", "[1024, 8, 2]", "4 figures"),
+      for op, shape, says in (("outer", "[]", "points.0.shape: List should have at least 1 item"),
+                              ("stack", "[-1, 8, 2, 3]", "points.0.shape.0: Input should be greater than or equal to 0"),
+                              ("stack", "[1024, 8, 2.5, 3]", "points.0.shape.2: Input should be a valid integer"),
+                              ("stack", "[1024, 8, 2]", "4 figures"),
                               ("block", "[1024, 8, 0]", "calls and blocks are at least 1"))],
     ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1}, "plan": {}, '
-     '"points": [{"op": "linear", "shape": [1], "flops": NaN, "bytes": 1, "seconds": 1}]}', "nan FLOPs"),
+     '"points": [{"op": "linear", "shape": [1], "flops": NaN, "bytes": 1, "seconds": 1}]}', "points.0.flops: Input should be a finite number"),
     ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": 1, "memory_bytes": -5}, "plan": {}, '
-     '"points": []}', "memory_bytes -5"),
+     '"points": []}', "device.memory_bytes: Input should be greater than or equal to 0"),
+    ('{"meshlab_profile": 1, "device": {"platform": "cpu", "devices": true}, "plan": {}, "points": []}',
+     "device.devices: Input should be a valid integer"),  # JSON's true is not a count
 ])
 def test_a_bad_profile_is_one_line_naming_the_file(tmp_path, content, says):
     path = tmp_path / "bad.json"
