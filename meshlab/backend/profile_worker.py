@@ -119,7 +119,7 @@ def handle(request: ProfileRequest) -> dict:
                                 2 * b * h * (q + k) * d * qs.element_size(), seconds))
             tick(f"attention {b}x{h}x{q}x{k}x{d}")
         for kind, axes, nbytes in request.collectives:
-            points.append(_collective(request, dev, dtype, kind, tuple(axes), nbytes))
+            points.append(_collective(request.mesh, dev, dtype, kind, tuple(axes), nbytes))
             tick(f"{kind} over {','.join(axes)}, {nbytes} B")
         if request.blocks:
             points += _blocks(request, dev, tick)
@@ -161,7 +161,7 @@ def _copy(dev, dtype) -> dict:
     return point("copy", [x.numel()], 0, 2 * x.numel() * x.element_size(), seconds)
 
 
-def _collective(request: ProfileRequest, dev, dtype, kind: str, axes: tuple[str, ...], nbytes: int) -> dict:
+def _collective(mesh_axes: dict[str, int], dev, dtype, kind: str, axes: tuple[str, ...], nbytes: int) -> dict:
     """One collective of `kind` over the mesh `axes` on a per-chip buffer of `nbytes` (meshlab's
     `Collective.bytes`: all-gather the gathered buffer, all-reduce and reduce-scatter the reduced one, all-to-all
     and collective-permute the buffer each chip holds), made by marking an elementwise op's output with another
@@ -177,7 +177,7 @@ def _collective(request: ProfileRequest, dev, dtype, kind: str, axes: tuple[str,
     from meshlab.mesh import AbstractMesh
     from meshlab.spec import PartitionSpec
 
-    mesh = AbstractMesh(tuple(request.mesh.items()))
+    mesh = AbstractMesh(tuple(mesh_axes.items()))
     xla_mesh = xla.build_mesh(mesh)
     g = math.prod(mesh.size(a) for a in axes)
     itemsize = torch.tensor([], dtype=dtype).element_size()

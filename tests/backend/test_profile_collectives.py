@@ -32,11 +32,11 @@ from meshlab.backend.hlo import parse_collectives
 from meshlab.backend.profile_worker import Device, _collective
 
 dump = sys.argv[1]
-request = {"mesh": {"data": 2, "model": 4}}
+mesh = {"data": 2, "model": 4}
 dev = Device("xla")
 seen, out = set(), {}
 for kind in %(kinds)r:
-    _collective(request, dev, torch.bfloat16, kind, ("model",), %(nbytes)d)
+    _collective(mesh, dev, torch.bfloat16, kind, ("model",), %(nbytes)d)
     found = []
     for path in sorted(glob.glob(os.path.join(dump, "*SyncTensorsGraph*after_optimizations.txt"))):
         if path not in seen:
