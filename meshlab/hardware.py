@@ -128,7 +128,7 @@ class Hardware:
     On ``ici-torus`` hardware each chip has ``ici_links`` links of ``ici_link_bandwidth`` each, and an axis of
     ``topology`` is a ring where ``wraparound`` says so, else an open line. On ``nvswitch`` hardware the node is
     one axis with ``wraparound`` true and a single link carrying the GPU's whole NVLink bandwidth.
-    The planner's memory budget per chip is `budget_bytes` (usable HBM less the runtime reserve).
+    The memory report counts `runtime_reserve_bytes` as one component of each chip's total, held against usable HBM.
     Several slices (``v6e-8x2``) count every chip and host of all of them; ``topology`` is one slice's, and a
     collective that crosses slices moves over the data-center network at `dcn_bandwidth_per_chip`.
     """
@@ -201,11 +201,6 @@ class Hardware:
     def usd_per_hour(self) -> float | None:
         """What the whole system costs per hour: every chip of it at `usd_per_chip_hour` (None: no price)."""
         return None if self.usd_per_chip_hour is None else self.usd_per_chip_hour * self.chips
-
-    @property
-    def budget_bytes(self) -> int:
-        """HBM per chip the planner may fill: usable HBM less the runtime reserve."""
-        return self.usable_hbm_bytes - self.runtime_reserve_bytes
 
     @property
     def kernel_rates(self) -> tuple[tuple[int, float], ...]:
@@ -337,18 +332,10 @@ def _is_int(value: object) -> bool:
 # ---- parsing figures (shared by the YAML and by overrides) ----
 
 
-def parse_bytes(value: object) -> int:
+def _bytes(value: object) -> int:
     """Bytes from an int, a float (``1.6e12``) or a string with an optional unit (``"31.25GiB"``, ``"32GB"``).
 
-    GB/TB are powers of ten, GiB/TiB powers of two; units are case-insensitive. Raises `InputError`.
-    """
-    try:
-        return _bytes(value)
-    except ValueError as error:
-        raise InputError(str(error), _BYTES_HELP) from None
-
-
-def _bytes(value: object) -> int:
+    GB/TB are powers of ten, GiB/TiB powers of two; units are case-insensitive. Raises ValueError."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a byte count")
     if isinstance(value, (int, float)):
@@ -461,7 +448,7 @@ def catalog() -> dict[str, Hardware]:
 def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hardware:
     """The named system, with any figure replaced by `overrides` (recorded with source ``"override"``).
 
-    Byte fields take human units (see `parse_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
+    Byte fields take human units (see `_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
     Raises `InputError` for an unknown name or field, an ill-typed value, or overrides that contradict
     each other (e.g. ``chips`` without a matching ``topology``).
     """

@@ -14,7 +14,6 @@ from meshlab.hardware import (
     catalog,
     describe_rows,
     load_hardware,
-    parse_bytes,
 )
 
 GIB = 2**30
@@ -41,7 +40,7 @@ def test_topology_matches_chips_and_wraparound(name):
     hardware = catalog()[name]
     assert math.prod(hardware.topology) * hardware.slices == hardware.chips
     assert len(hardware.wraparound) == len(hardware.topology)
-    assert 0 < hardware.budget_bytes < hardware.usable_hbm_bytes <= hardware.hbm_bytes
+    assert 0 < hardware.runtime_reserve_bytes < hardware.usable_hbm_bytes <= hardware.hbm_bytes
 
 
 def test_v6e_8_is_one_host_of_2x4_open_lines():
@@ -154,15 +153,16 @@ def test_inconsistent_overrides_are_refused(overrides):
         (1.6e12, 1_600_000_000_000),
     ],
 )
-def test_parse_bytes(text, expected):
-    assert parse_bytes(text) == expected
+def test_byte_figures_take_units(text, expected):
+    """As a strategy writes an override (and the catalog its figures): GB powers of ten, GiB powers of two."""
+    assert load_hardware("v6e-8", {"host_memory_bytes": text}).host_memory_bytes == expected
 
 
 @pytest.mark.parametrize("text", ["32 parsecs", "-1GB", "", "GiB", True, None, [32]])
-def test_parse_bytes_refuses(text):
+def test_a_byte_figure_that_is_not_one_is_refused(text):
     with pytest.raises(InputError) as caught:
-        parse_bytes(text)
-    assert "GiB" in caught.value.fix
+        load_hardware("v6e-8", {"host_memory_bytes": text})
+    assert "hardware override host_memory_bytes" in caught.value.problem and "GiB" in caught.value.fix
 
 
 def test_hardware_refuses_broken_invariants():

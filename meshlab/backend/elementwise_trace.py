@@ -32,19 +32,16 @@ from typing import Any, Callable
 HEAVY = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution"})
 
 
-def trace_elementwise(model: Any, inputs: dict, blocks: dict[str, int],
-                      stream_of: Callable[[tuple[int, ...]], str]) -> dict[tuple[str, str, str, str], float]:
-    """Bytes per block moved by the elementwise gaps of block `blocks[list]` of each block list, by (block list,
-    stream, side, Linear): how each counted tensor meets the matmul beside it (see `_side`), so a plan that splits
-    that Linear's features splits the tensor too. From one forward of `model(**inputs)` (a model on the ``meta``
-    device at the dtype that runs)."""
-    return _record(model, inputs, blocks).bytes_per_block(stream_of)
-
-
 def trace_elementwise_both(model: Any, inputs: dict, blocks: dict[str, int],
                            stream_of: Callable[[tuple[int, ...]], str]) -> tuple[dict, dict, dict]:
-    """`trace_elementwise`'s fused bytes, the eager bytes (`_Recorder.eager_bytes_per_block`) and the ops each
-    traced block dispatches (`_Recorder.dispatches`) of one forward."""
+    """From one forward of `model(**inputs)` (a model on the ``meta`` device at the dtype that runs), for block
+    `blocks[list]` of each block list:
+
+    - the fused bytes per block moved by the elementwise gaps, by (block list, stream, side, Linear): how each
+      counted tensor meets the matmul beside it (see `_side`), so a plan that splits that Linear's features splits
+      the tensor too;
+    - the eager bytes (`_Recorder.eager_bytes_per_block`);
+    - the ops each traced block dispatches (`_Recorder.dispatches`)."""
     recorder = _record(model, inputs, blocks)
     return recorder.bytes_per_block(stream_of), recorder.eager_bytes_per_block(stream_of), recorder.dispatches()
 

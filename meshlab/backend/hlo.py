@@ -50,15 +50,6 @@ class HloSharding:
             return tuple(shape)
         return tuple(-(-n // k) for n, k in zip(shape, self.tiles))
 
-    def tile_of(self, device: int) -> tuple[int, ...]:
-        """The tile index (one per tensor dim) that `device` holds."""
-        position = self.devices.index(device) // self.replicas
-        index = []
-        for k in reversed(self.tiles):
-            position, i = divmod(position, k)
-            index.append(i)
-        return tuple(reversed(index))
-
 
 _SHARDING = re.compile(r"^\{devices=\[([\d,]+)\](\S+)((?:\s+\w+)*)\}$")
 

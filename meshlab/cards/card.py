@@ -80,10 +80,6 @@ class Attention:
     def key_streams(self) -> tuple[str, ...]:
         return self.keys or self.streams
 
-    @property
-    def is_cross(self) -> bool:
-        return bool(self.keys) and self.keys != self.streams
-
 
 _BLOCK = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?:\.|$)")
 

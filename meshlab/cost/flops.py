@@ -59,19 +59,9 @@ def attention_flops(attention: Attention, queries: int, keys: int, heads: int | 
     return 4.0 * queries * keys * attention.head_dim * heads
 
 
-def model_flops(card: ModelCard, tokens: TokenCounts) -> float:
-    """FLOPs of one transformer call on one sample, unsharded: the useful work MFU is measured against."""
-    total = 0.0
-    for p in card.parameters:
-        if p.kind == "linear" and p.rank == 2 and not p.is_bias:
-            total += linear_flops(p.shape[1], p.shape[0], tokens.of_stream(p.stream))
-    for attention in card.attention:
-        total += attention_flops(attention, *_sequence(attention, tokens))
-    return total
-
-
 def graph_flops(graph: Graph, tokens: TokenCounts) -> float:
-    """`model_flops` from a graph whose identical blocks are folded (the same sum, far fewer terms)."""
+    """FLOPs of one transformer call on one sample, unsharded (the useful work MFU is measured against): every
+    2-D Linear weight at its stream's tokens, and every attention, over a graph whose identical blocks are folded."""
     total = sum(graph.count(op.block) * linear_flops(op.in_features, op.out_features, tokens.of_stream(op.stream))
                 for op in graph.linears)
     by_module = {op.module: op for op in graph.linears}

@@ -36,10 +36,6 @@ class Startup:
     checkpoint_bytes: int
 
     @property
-    def load_s(self) -> float:
-        return self.read_s + self.transfer_s
-
-    @property
     def total(self) -> float:
         return self.read_s + self.transfer_s + self.compile_s
 

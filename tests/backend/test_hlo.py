@@ -90,7 +90,6 @@ def test_shard_shapes_are_padded_as_xla_pads_them():
     sharding = hlo.parse_sharding("{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}", 2, 8)
     assert sharding.shard_shape((18432, 3072)) == (4608, 3072)
     assert sharding.shard_shape((10, 6)) == (3, 6)
-    assert sharding.tile_of(5) == (1, 0)
 
 
 def test_rejects_a_sharding_of_another_rank():

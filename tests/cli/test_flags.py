@@ -54,5 +54,11 @@ def test_meshlab_alone_still_prints_its_help():
     import subprocess
     import sys
 
+    import re
+
     done = subprocess.run([sys.executable, "-m", "meshlab"], capture_output=True, text=True)
-    assert "Usage: python -m meshlab" in done.stdout + done.stderr and "try" in done.stdout + done.stderr
+    shown = done.stdout + done.stderr
+    assert done.returncode == 2 and "Usage: python -m meshlab" in shown
+    commands = set(re.findall(r"^│ ([a-z]+) ", shown, flags=re.M))
+    assert {"try", "compare", "sweep", "explain", "export", "check", "run", "report", "calibrate", "profile",
+            "schema", "hardware", "models"} == commands

@@ -43,5 +43,16 @@ def test_fields_carry_their_descriptions():
 
 
 def test_shell_completion_is_offered():
-    result = runner.invoke(app, ["--show-completion", "bash"])
-    assert result.exit_code == 0 and "_MESHLAB_COMPLETE" in result.stdout
+    """In a fresh process, as a shell asks for it: typer keeps its completion scripts in process-wide state that
+    other tests' in-process apps can leave changed."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "meshlab"  # the console script a shell completes
+    done = subprocess.run([str(script), "--show-completion", "bash"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "_MESHLAB_COMPLETE=complete_bash" in done.stdout and "complete -o default -F" in done.stdout

@@ -30,3 +30,14 @@ def predicted(card=None, **overrides):
     card = card or small_card()
     s = strategy(**overrides)
     return predict(make_plan(s, card, 8), s, load_hardware("v6e-8"))
+
+
+def forward_flops(card, tokens) -> float:
+    """One transformer call's FLOPs on one sample as the cost model counts them (``graph_flops`` over the card's
+    folded graph, on a one-chip plan): what the hand counts in the tests are held against."""
+    from meshlab.cost.flops import graph_flops
+    from meshlab.cost.graph import graph_of
+    from meshlab.plan.planner import make_plan
+
+    one_chip = Strategy.model_validate({"name": "one", "model": card.name, "hardware": "v6e-1", "mesh": {"data": 1}})
+    return graph_flops(graph_of(make_plan(one_chip, card, 1)), tokens)

@@ -1,14 +1,17 @@
 """meshlab compare: globs, ranking, reasons, notes; the CLI through CliRunner."""
 
 import json
+import math
 
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 from meshlab.cli.commands_cost import register
 from meshlab.ranking import compare, expand
 from meshlab.errors import InputError
+from meshlab.strategy.schema import Strategy
 
 from tests.conftest import REPO, STRATEGIES
 
@@ -63,7 +66,10 @@ def test_cli_compare_json_labels_predictions():
     assert document["label"] == "predicted" and document["best"] is None  # two models: no best of all
     assert document["best_per_model"]["qwen-image"] == document["entries"][0]["name"]
     assert all(e["predicted"]["label"] == "predicted" for e in document["entries"])
-    assert document["assumptions"]["v6e-8"]
+    catalog = yaml.safe_load((REPO / "meshlab" / "data" / "hardware.yaml").read_text())["accelerators"]["v6e"]
+    assumed = {a["name"]: a["value"] for a in document["assumptions"]["v6e-8"]}
+    for name in ("compute_efficiency", "hbm_efficiency", "collective_latency_s", "step_overhead_s"):
+        assert assumed[name] == catalog[name]["value"], name  # the catalog's figure, as the catalog gives it
 
 
 def test_cli_compare_bad_glob_exits_2(tmp_path):
@@ -75,8 +81,9 @@ def test_cli_explain_lists_assumptions():
     result = CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / "pairs.yaml"), "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    names = {a["name"] for a in document["assumptions"]}
-    assert {"compute_efficiency", "overlap", "step_overhead_s"} <= names
+    assumed = {a["name"]: a["value"] for a in document["assumptions"]}
+    assert (assumed["compute_efficiency"], assumed["hbm_efficiency"], assumed["step_overhead_s"]) == (0.8, 0.85, 0.001)
+    assert assumed["overlap"] == 0.0  # collectives do not overlap compute (meshlab.cost.timing.Assumptions)
     # pairs: all-reduces over model for the row-split Linears; layernorm-rows keeps the LayerNorms' rows split
     # over data (no all-gather, where pairs-stock.yaml gathers them)
     assert {(c["kind"], tuple(c["axes"])) for c in document["collectives"]} == {("all-reduce", ("model",))}
@@ -98,7 +105,9 @@ def test_cli_sweep_writes_yaml_and_reports(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli(), ["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "best.yaml").is_file() and "Pareto front" in result.stdout
+    assert "Pareto front" in result.stdout
+    best = Strategy.model_validate(yaml.safe_load((tmp_path / "best.yaml").read_text()))
+    assert (best.model, best.hardware, math.prod(best.mesh.values())) == ("qwen-image", "v6e-8", 8)
 
 
 def test_cli_sweep_without_valid_factorization_exits_2(tmp_path):

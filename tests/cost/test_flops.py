@@ -3,11 +3,10 @@
 import pytest
 
 from meshlab.cards.card import load_card
-from meshlab.cost.flops import model_flops
 from meshlab.tokens import TokenCounts
 
 from tests.conftest import small_card
-from tests.cost.helpers import PAIRS, predicted
+from tests.cost.helpers import PAIRS, forward_flops, predicted
 
 
 def hand_count(width: int, blocks: int, image: int, text: int, mlp: int = 4) -> float:
@@ -20,20 +19,20 @@ def hand_count(width: int, blocks: int, image: int, text: int, mlp: int = 4) -> 
 
 
 def test_small_card_matches_hand_count():
-    assert model_flops(small_card(), TokenCounts(16, 8)) == hand_count(64, 2, 16, 8)
+    assert forward_flops(small_card(), TokenCounts(16, 8)) == hand_count(64, 2, 16, 8)
 
 
 @pytest.mark.parametrize("text, reference", [(128, 70.6e12), (512, 78.3e12)])
 def test_qwen_image_forward_matches_reference(text, reference):
     # qwen-image.md: one forward at 1024x1024 is about 70.6 TFLOP (128 text tokens), 78.3 (512)
-    flops = model_flops(load_card("qwen-image"), TokenCounts(4096, text))
+    flops = forward_flops(load_card("qwen-image"), TokenCounts(4096, text))
     assert flops == pytest.approx(reference, rel=0.02)
 
 
 def test_two_params_tokens_overstates_qwen_image():
     card = load_card("qwen-image")
     naive = 2 * card.total_params * (4096 + 512)
-    assert naive / model_flops(card, TokenCounts(4096, 512)) == pytest.approx(2.4, abs=0.1)
+    assert naive / forward_flops(card, TokenCounts(4096, 512)) == pytest.approx(2.4, abs=0.1)
 
 
 def test_pairs_divide_linear_flops_by_model_axis():

@@ -31,12 +31,22 @@ def test_the_terms_add_up_to_seconds_per_image_and_keep_the_denoise_figure():
     t = p.terms
     assert p.seconds_per_image == pytest.approx(sum(getattr(t, name) for name in TERMS))
     assert t.denoise_s + t.overhead_s == pytest.approx(p.denoise_seconds_per_image)
-    # by hand from the step: 2d.yaml makes 2 images a call, 50 steps of (local + collectives) and the overhead
     assert (p.layout.images, p.layout.steps) == (2, 50)
-    assert t.denoise_s == pytest.approx(50 * (p.step.local + p.step.collective) / 2)
-    assert t.overhead_s == pytest.approx(50 * p.step.overhead / 2)
+    assert t.overhead_s == 50 * 1e-3 / 2  # v6e's 1 ms per step (hardware.yaml), 50 steps, 2 images a call
+    # host transfers: 2 prompts' embeddings in (512 tokens x 3584 wide x 2 bytes) and one image's float32
+    # pixels out (3 x 1024 x 1024 x 4 bytes), at v6e's 3.2e10 B/s host link, shared by the call's 2 images
+    assert t.transfer_s == pytest.approx((2 * 512 * 3584 * 2 + 3 * 2**20 * 4) / 3.2e10 / 2, rel=1e-9)
     assert t.unknown == ()
-    assert all(getattr(t, name) > 0 for name in TERMS)
+
+
+def test_the_denoise_term_is_the_steps_less_their_host_overhead_shared_by_the_images():
+    from meshlab.cost.pipeline_time import pipeline_terms
+
+    planned = plan_file(REPO / "strategies" / "2d.yaml")
+    terms = pipeline_terms(planned.card, planned.strategy, planned.hardware, steps=10, step_s=0.3,
+                           step_overhead_s=0.1, images=4, batch_split=2)
+    # 10 steps of 0.3 s, of which 0.1 s is host overhead, shared by 4 images: 10 x 0.2 / 4 and 10 x 0.1 / 4
+    assert (terms.denoise_s, terms.overhead_s) == (pytest.approx(0.5), pytest.approx(0.25))
 
 
 def test_text_encode_is_the_encoders_flops_at_the_hosts_or_the_chips_rate():
@@ -46,25 +56,28 @@ def test_text_encode_is_the_encoders_flops_at_the_hosts_or_the_chips_rate():
     (encoder,) = [c for c in planned.card.components if c.name.startswith("text_encoder")]
     # Qwen-Image's pipeline encodes its 34-token template before each prompt, and Qwen2.5-VL's forward its LM head
     assert encoder.prefix_tokens == 34 and encoder.head_flops_per_token == 2 * 3584 * 152064
-    per_token = encoder.flops_per_token + encoder.head_flops_per_token
-    flops = per_token * (w.text_tokens + 34) * (2 if w.cfg else 1)  # one encode per prompt for all images
-    assert host.terms.text_encode_s == pytest.approx(flops / hw.host_flops / w.batch)
-    assert device.terms.text_encode_s == pytest.approx(flops / (hw.bf16_flops * hw.compute_efficiency) / w.batch)
+    assert (w.text_tokens, w.cfg, w.batch) == (512, True, 2)
+    # per token: the card's 13,050,576,896 FLOPs of the encoder (2 x its 6.53e9 non-embedding parameters, Qwen2.5
+    # report) and 2 x 3584 x 152064 of the head; (512 + 34) tokens; 2 prompts (cfg) for the call's 2 images
+    flops = (13_050_576_896 + 2 * 3584 * 152064) * (512 + 34) * 2
+    assert flops == 15_441_504_239_616
+    assert host.terms.text_encode_s == pytest.approx(flops / 1e12 / 2)  # the host at 1e12 FLOP/s (hardware.yaml)
+    assert device.terms.text_encode_s == pytest.approx(flops / (918e12 * 0.8) / 2)  # v6e's peak x 0.8
 
 
 def test_vae_decode_scales_with_pixels_and_is_split_by_the_batch_axis():
     planned, p = predicted()  # 2d: batch 2 over data 2, so each chip decodes one image
     vae = next(c for c in planned.card.components if c.name == "vae")
-    hw, w = planned.hardware, planned.strategy.workload
-    pixels = w.height * w.width
-    # on a TPU, XLA fuses the decode's elementwise gaps: FLOPs at the effective peak plus the fused bytes
-    one_image = (vae.decode_flops_per_pixel * pixels / (hw.bf16_flops * hw.compute_efficiency)
-                 + vae.decode_fused_bytes_per_pixel * pixels / (hw.hbm_bandwidth * hw.hbm_efficiency))
+    assert (vae.decode_flops_per_pixel, vae.decode_fused_bytes_per_pixel) == (10_748_168, 15_164.40625)  # measured
+    # on a TPU, XLA fuses the decode's elementwise gaps: a 1024 x 1024 image's FLOPs at v6e's 918e12 x 0.8, plus
+    # its fused bytes at 1.6e12 x 0.85 B/s
+    one_image = 10_748_168 * 2**20 / 734.4e12 + 15_164.40625 * 2**20 / 1.36e12
+    assert one_image == pytest.approx(0.0270382, rel=1e-5)
     assert p.terms.vae_decode_s == pytest.approx(one_image / 2)
     _, model = predicted(REPO / "strategies" / "model.yaml")  # batch 1, no batch split: one image per chip
     assert model.terms.vae_decode_s == pytest.approx(one_image)
     _, host = predicted(vae="cpu")  # on the host: its FLOP rate alone (no host bandwidth is catalogued)
-    assert host.terms.vae_decode_s == pytest.approx(vae.decode_flops_per_pixel * pixels / hw.host_flops / 2)
+    assert host.terms.vae_decode_s == pytest.approx(10_748_168 * 2**20 / 1e12 / 2)
 
 
 def test_vae_decode_on_a_gpu_moves_every_ops_tensors_and_pays_at_least_its_dispatches():
@@ -75,19 +88,19 @@ def test_vae_decode_on_a_gpu_moves_every_ops_tensors_and_pays_at_least_its_dispa
 
     h200 = load_hardware("h200")
     vae = load_card("qwen-image").component("vae")
-    pixels = 1024 * 1024
-    kernels = (vae.decode_flops_per_pixel * pixels / (h200.bf16_flops * h200.compute_efficiency)
-               + vae.decode_bytes_per_pixel * pixels / (h200.hbm_bandwidth * h200.hbm_efficiency))
     assert vae.decode_bytes_per_pixel > vae.decode_fused_bytes_per_pixel > 0
-    assert vae_decode_seconds(vae, h200, "device", pixels, 1) == pytest.approx(kernels)
-    tiny = 64 * 64  # a small image is launch-bound: the ops' dispatches outlast their kernels
-    assert vae_decode_seconds(vae, h200, "device", tiny, 1) == pytest.approx(vae.decode_dispatches
-                                                                              * h200.eager_dispatch_s)
+    # 1024 x 1024: the FLOPs at the effective peak (692.3e12) plus every op's own bytes (46,694.7 a pixel, eager)
+    # at the effective HBM bandwidth (4.08e12 B/s)
+    assert vae_decode_seconds(vae, h200, "device", 2**20, 1) == pytest.approx(
+        10_748_168 * 2**20 / 692.3e12 + 48_962_928_640 / 4.08e12, rel=1e-4)
+    tiny = 64 * 64  # a small image is launch-bound: its 329 dispatched ops at 20.4 us each outlast its kernels
+    assert vae.decode_dispatches == 329
+    assert vae_decode_seconds(vae, h200, "device", tiny, 1) == pytest.approx(329 * 20.4e-6)
     wan = load_card("wan-2.1-t2v-14b")
     assert wan.architecture.latent_frames(81) == 21
     wan_vae = wan.component("vae")
-    assert vae_decode_seconds(wan_vae, h200, "device", 81 * tiny, 21) == pytest.approx(
-        21 * wan_vae.decode_dispatches * h200.eager_dispatch_s)
+    assert wan_vae.decode_dispatches == 379  # per latent frame
+    assert vae_decode_seconds(wan_vae, h200, "device", 81 * tiny, 21) == pytest.approx(21 * 379 * 20.4e-6)
 
 
 def test_a_card_without_the_figures_names_the_terms_it_cannot_price(tmp_path):

@@ -56,10 +56,12 @@ def test_bad_lines_are_located(tmp_path):
         read_records([tmp_path / "missing.jsonl"])
 
 
-def test_strategy_identity_hashes_content():
-    identity = strategy_identity(REPO / "strategies" / "2d.yaml")
-    assert len(identity["sha256"]) == 64 and "mesh:" in identity["content"]
-    json.dumps(identity)
+def test_strategy_identity_hashes_content(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("abc")
+    # SHA-256 of "abc": the published test vector (FIPS 180-2, appendix B.1)
+    assert strategy_identity(path) == {"file": str(path), "content": "abc",
+                                       "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}
 
 
 def test_strategy_names_become_safe_file_names():
@@ -99,7 +101,11 @@ def test_a_record_with_a_wrong_field_is_an_error_at_its_line(tmp_path, field, va
 
 def test_the_shipped_records_read_back():
     for path in (REPO / "experiments" / "records").glob("*.jsonl"):
-        assert read_records([path]).records
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        records = read_records([path]).records
+        assert len(records) == len(lines) >= 1
+        assert [r.source for r in records] == [f"{path}:{n}" for n, line in
+                                              enumerate(path.read_text().splitlines(), 1) if line.strip()]
 
 
 def test_no_records_at_all_is_an_error_not_an_empty_report(tmp_path):
