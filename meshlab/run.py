@@ -104,7 +104,10 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
         checkpoint = _checkpoint(options.checkpoint, planned.card.class_name)
         result = _run_worker(path, planned, checkpoint, workload, options)
     except MeshlabError as error:
-        append_record(record_path, record | _failure(error))
+        try:
+            append_record(record_path, record | _failure(error))
+        except BackendError as unrecorded:  # the run's own failure is what the user must see
+            raise error from unrecorded
         raise
     image = _keep_image(result, planned, options) if result.get("is_writer", True) else None
     record |= _success(result, image)

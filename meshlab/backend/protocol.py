@@ -167,13 +167,16 @@ def serve(handler: Callable[[Any], dict], argv: list[str], what: str, request_ty
     failure: BaseException | None = None
     try:
         request = TypeAdapter(request_type).validate_json(request_path.read_text())
-        document = WorkerResult(ok=handler(request))
     except ValidationError as exc:  # the parent wrote what this worker does not read: versions differ
-        document, failure = WorkerResult(error=WorkerError(
+        request, failure = None, exc
+        document = WorkerResult(error=WorkerError(
             type="BackendError", status="error", problem=f"{what} could not read its request: {exc.errors()[0]['msg']} "
-            f"at {'.'.join(map(str, exc.errors()[0]['loc']))}", fix="reinstall meshlab; parent and worker disagree")), exc
-    except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent as one error
-        document, failure = WorkerResult(error=error_document(exc, what)), exc
+            f"at {'.'.join(map(str, exc.errors()[0]['loc']))}", fix="reinstall meshlab; parent and worker disagree"))
+    if failure is None:
+        try:
+            document = WorkerResult(ok=handler(request))
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent as one error
+            document, failure = WorkerResult(error=error_document(exc, what)), exc
     tmp = result_path.with_name(result_path.name + ".tmp")
     tmp.write_text(document.model_dump_json())
     os.replace(tmp, result_path)

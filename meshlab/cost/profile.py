@@ -37,8 +37,9 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from meshlab.errors import InputError
+from meshlab.errors import BackendError, InputError
 from meshlab.files import is_device
+from meshlab.strategy.closed import first_problem
 
 FORMAT = 1
 #: Op classes a profile may hold, with their shapes. linear / attention: as `Work.shape` gives it; outer / block:
@@ -245,7 +246,13 @@ def profile_document(device: dict, versions: dict, plan: dict, points: tuple[Poi
     document = {"meshlab_profile": FORMAT, "device": device, "versions": versions, "plan": plan,
                 "duration_s": duration_s, "points": [p.to_json() for p in points],
                 "curves": {op: c.to_json() for op, c in fit_all(points).items()}}
-    ProfileFile.model_validate(document)  # the writer and the reader agree, or this is meshlab's bug
+    try:
+        ProfileFile.model_validate(document)  # the writer and the reader agree, or this is meshlab's bug
+    except ValidationError as exc:
+        loc, _kind, message = first_problem(exc, document)
+        raise BackendError(f"the profile just measured would not load back ({'.'.join(map(str, loc))}: {message})",
+                           "a bug in meshlab, not in the strategy: report it with the strategy and the device") \
+            from None
     return document
 
 
@@ -314,11 +321,11 @@ class ProfileFile(_File):
 
     meshlab_profile: Literal[1]
     device: DeviceFile
-    versions: dict[str, Any] = {}
+    versions: Optional[dict[str, Any]] = None  # null in older files: none recorded
     plan: dict[str, Any]
     duration_s: _Amount = 0.0
     points: list[PointFile]
-    curves: dict[str, Any] = {}  # written for the reader's eye; the loader fits them again from the points
+    curves: Any = None  # written for the reader's eye; the loader fits them again from the points
 
 
 def _profile(path: Path, data: object) -> Profile:
@@ -329,11 +336,10 @@ def _profile(path: Path, data: object) -> Profile:
     try:
         checked = ProfileFile.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise ValueError(f"{where}: {error['msg'].removeprefix('Value error, ')}") from None
+        loc, _kind, message = first_problem(exc, data)
+        raise ValueError(f"{'.'.join(str(part) for part in loc) or 'the profile'}: {message}") from None
     points = tuple(Point(p.op, tuple(p.shape), p.flops, p.bytes, p.seconds, p.label) for p in checked.points)
-    return Profile(str(path), checked.device.model_dump(), dict(checked.versions), dict(checked.plan), points,
+    return Profile(str(path), checked.device.model_dump(), dict(checked.versions or {}), dict(checked.plan), points,
                    fit_all(points), checked.duration_s)
 
 

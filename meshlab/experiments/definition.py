@@ -8,7 +8,7 @@ from typing import Optional
 from pydantic import Field, ValidationError
 
 from meshlab.errors import InputError
-from meshlab.strategy.closed import Closed
+from meshlab.strategy.closed import Closed, Int
 from meshlab.strategy.loader import validation_error
 from meshlab.strategy.yaml_source import read_yaml
 
@@ -16,10 +16,10 @@ from meshlab.strategy.yaml_source import read_yaml
 class WorkloadOverride(Closed):
     """Workload fields to set on every strategy of the experiment (unset fields keep the strategy's)."""
 
-    height: Optional[int] = Field(None, ge=16, le=16384)
-    width: Optional[int] = Field(None, ge=16, le=16384)
-    steps: Optional[int] = Field(None, ge=1, le=1000)
-    batch: Optional[int] = Field(None, ge=1, le=4096)
+    height: Optional[Int] = Field(None, ge=16, le=16384)
+    width: Optional[Int] = Field(None, ge=16, le=16384)
+    steps: Optional[Int] = Field(None, ge=1, le=1000)
+    batch: Optional[Int] = Field(None, ge=1, le=4096)
     cfg: Optional[bool] = Field(None)
 
 
@@ -36,7 +36,7 @@ class Experiment(Closed):
     checkpoint: str = Field(description="a local pipeline folder (save_pretrained layout), or 'tiny' to build one")
     prompt: str = Field("a red cube on a blue table", description="the prompt")
     negative_prompt: Optional[str] = Field("blurry, low quality", description="with cfg, the negative prompt")
-    seed: int = Field(0, description="latents seed")
+    seed: Int = Field(0, description="latents seed")
 
 
 def is_experiment(path: Path) -> bool:

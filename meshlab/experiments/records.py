@@ -15,12 +15,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from meshlab.errors import InputError, Location
+from meshlab.errors import BackendError, InputError, Location
 from meshlab.files import is_device
+from meshlab.strategy.closed import first_problem
 
 RECORD_SCHEMA_VERSION = 1
 
@@ -33,11 +34,12 @@ def strategy_identity(path: Path) -> dict:
 
 def run_record(record: dict) -> RunRecord:
     """The record meshlab.run built, as `report` and `calibrate` will read it back; a record they could not read
-    is a ValueError (the writer and RunRecord disagree: a bug in meshlab, not in the user's input)."""
+    is a BackendError (the writer and RunRecord disagree: a bug in meshlab, not in the user's input)."""
     record = {"schema_version": RECORD_SCHEMA_VERSION, **record}
     problem = record_problem(record)
     if problem is not None:
-        raise ValueError(f"a run record meshlab cannot read back: {problem}")
+        raise BackendError(f"meshlab built a run record it could not read back: {problem}",
+                           "a bug in meshlab, not in the strategy: report it with the strategy")
     return RunRecord.model_validate(record)
 
 
@@ -110,8 +112,9 @@ def _read_file(path: Path) -> list[RunRecord]:
 
 
 Count = Annotated[int, Field(ge=0)]
-Number = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: a finite number >= 0 (> 0), kept an int where the record has one (a byte count stays a whole number)
+Number = Union[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0, allow_inf_nan=False)]]
+Positive = Union[Annotated[int, Field(gt=0)], Annotated[float, Field(gt=0, allow_inf_nan=False)]]
 
 
 class _Part(BaseModel):
@@ -238,7 +241,6 @@ def record_problem(record: dict) -> str | None:
     try:
         RunRecord.model_validate(record)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        field = ".".join(str(part) for part in error["loc"]) or "the record"
-        return f"{field}: {error['msg'].removeprefix('Value error, ')}"
+        loc, _kind, message = first_problem(exc, record)
+        return f"{'.'.join(str(part) for part in loc) or 'the record'}: {message}"
     return None

@@ -13,10 +13,20 @@ description and bounds from pydantic's ``model_fields``.
 from __future__ import annotations
 
 import inspect
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic's lax mode would read YAML's true as 1
+        raise ValueError("Input should be an integer, not true or false")
+    return value
+
+
+#: An integer as a YAML author writes one: 3, 3.0 or "3", never true or false.
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
 
 
 class Closed(BaseModel):
@@ -75,3 +85,35 @@ def _record_in(annotation: object) -> type[Closed] | None:
         if found is not None:
             return found
     return None
+
+
+def first_problem(exc: ValidationError, data: object) -> tuple[tuple, str, str]:
+    """The most specific problem pydantic found in `data`: its path through the data (the union members pydantic
+    names, like ``constrained-int``, left out, so the path is what the author wrote), its type, and its message.
+    Where several members of a union failed at that same place, their messages are joined with " or "."""
+    errors = exc.errors(include_url=False)
+    located = [(data_path(e["loc"], data, missing=e["type"] == "missing"), e) for e in errors]
+    loc, error = max(located, key=lambda pair: len(pair[0]))  # the most specific; the first among equals
+    if error["type"] in ("missing", "extra_forbidden"):
+        return loc, error["type"], error["msg"]
+    messages = [e["msg"].removeprefix("Value error, ") for path, e in located  # a validator's ValueError as written
+                if path == loc and e["type"] not in ("missing", "extra_forbidden")]
+    first, *others = dict.fromkeys(messages)
+    return loc, error["type"], " or ".join([first, *(m.removeprefix("Input should be ") for m in others)])
+
+
+def data_path(loc: tuple, data: object, missing: bool) -> tuple:
+    """The parts of a problem's path that walk the document's data (and, for a missing field, its name), so
+    the path names what the user wrote."""
+    path = []
+    for position, part in enumerate(loc):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif missing and position == len(loc) - 1:
+            pass
+        else:
+            continue
+        path.append(part)
+    return tuple(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 from meshlab.errors import InputError, MeshlabError
 from pydantic import ValidationError
 
-from meshlab.strategy.closed import Closed
+from meshlab.strategy.closed import Closed, first_problem
 from meshlab.strategy.schema import Strategy
 from meshlab.strategy.yaml_source import YamlDocument, read_yaml
 
@@ -44,36 +44,16 @@ def load_strategy(path: str | Path) -> LoadedStrategy:
 
 def validation_error(exc: ValidationError, document: YamlDocument, root: type[Closed]) -> InputError:
     """The most specific problem as one located InputError, with the valid keys or the field's description."""
-    located = [(_data_path(e["loc"], document.data, missing=e["type"] == "missing"), e) for e in exc.errors(include_url=False)]
-    loc, error = max(located, key=lambda pair: len(pair[0]))  # the most specific; the first among equals
+    loc, kind, message = first_problem(exc, document.data)
     where = document.locate(loc)
     field = _show_path(loc) or "the file"
-    kind = error["type"]
     if kind == "extra_forbidden":
         parent = _show_path(loc[:-1]) or "the file"
         valid = ", ".join(_valid_keys(root, loc[:-1]))
         return InputError(f"unknown key {loc[-1]!r} in {parent}", f"valid keys are: {valid}", where)
     if kind == "missing":
         return InputError(f"{field} is missing", f"add `{loc[-1]}:` ({_description(root, loc)})", where)
-    message = error["msg"].removeprefix("Value error, ")  # a validator's ValueError, as it wrote it
     return InputError(f"{field}: {message}", _fix_for(root, loc), where)
-
-
-def _data_path(loc: tuple, data: object, missing: bool) -> tuple:
-    """The parts of a problem's path that walk the document's data (and, for a missing field, its name), so
-    the path names what the user wrote."""
-    path = []
-    for position, part in enumerate(loc):
-        if isinstance(data, dict) and part in data:
-            data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
-            data = data[part]
-        elif missing and position == len(loc) - 1:
-            pass
-        else:
-            continue
-        path.append(part)
-    return tuple(path)
 
 
 def _show_path(loc: tuple) -> str:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
-from meshlab.strategy.closed import Closed
+from meshlab.strategy.closed import Closed, Int
 
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -45,7 +45,7 @@ class Rule(Closed):
     axis: Optional[Union[AxisName, list[AxisName]]] = Field(
         None, description="mesh axis (or axes, major to minor) for largest / column / row"
     )
-    min_rank: int = Field(
+    min_rank: Int = Field(
         0, ge=0, description="match only parameters with at least this many dims (2 skips biases and norms)"
     )
     note: Optional[str] = Field(None, description="why this rule exists; shown in the plan")
@@ -171,14 +171,14 @@ class Activations(Closed):
 class Workload(Closed):
     """What one generation asks of the model."""
 
-    height: int = Field(1024, ge=16, le=16384, description="image height in pixels")
-    width: int = Field(1024, ge=16, le=16384, description="image width in pixels")
-    frames: int = Field(1, ge=1, le=10000, description="video frames per sample (video models only; Wan: 1 + 4k, "
+    height: Int = Field(1024, ge=16, le=16384, description="image height in pixels")
+    width: Int = Field(1024, ge=16, le=16384, description="image width in pixels")
+    frames: Int = Field(1, ge=1, le=10000, description="video frames per sample (video models only; Wan: 1 + 4k, "
                         "e.g. 81); 1 for an image")
-    batch: int = Field(1, ge=1, le=4096, description="images (or videos) per call")
-    steps: int = Field(50, ge=1, le=1000, description="denoising steps")
+    batch: Int = Field(1, ge=1, le=4096, description="images (or videos) per call")
+    steps: Int = Field(50, ge=1, le=1000, description="denoising steps")
     cfg: bool = Field(True, description="classifier-free guidance: the transformer runs twice per step")
-    text_tokens: int = Field(512, ge=1, le=65536, description="text tokens per prompt after padding")
+    text_tokens: Int = Field(512, ge=1, le=65536, description="text tokens per prompt after padding")
     dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="weights and activations")
     flash_attention: bool = Field(
         True, description="attention without materialising the scores (TPU flash kernel); false adds them"
@@ -241,10 +241,10 @@ class Strategy(Closed):
     model: str = Field(description="a built-in model card (qwen-image, flux-dev) or a path to a card .json")
     hardware: Union[str, HardwareRef] = Field(description="catalog name, or {name: ..., <figure>: <override>}, or a "
                                               "profile file from `meshlab profile` (a path ending .json)")
-    mesh: dict[AxisName, int] = Field(
+    mesh: dict[AxisName, Int] = Field(
         description="ordered mesh axes, name to size; one size may be -1 (inferred from the device count)"
     )
-    dcn: dict[AxisName, int] = Field(
+    dcn: dict[AxisName, Int] = Field(
         default_factory=dict,
         description="on several slices (hardware v6e-8x2): the mesh axes that cross slices, each with the number of "
         "slices it spans (data: 2 is 2 slices x the rest of data within each); their product is the slice count")

@@ -28,6 +28,10 @@ def handle(request: ActionRequest) -> dict:
         raise InputError("the plan does not apply", "use another plan")
     if action == "oom":
         raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while allocating 3 GiB")
+    if action == "invalid":  # a pydantic error of the handler's own, not of the request
+        from meshlab.strategy.schema import Workload
+
+        Workload(steps=0)
     if action == "crash":
         raise ValueError("something broke")
     if action == "killed":

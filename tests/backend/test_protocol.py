@@ -54,6 +54,7 @@ def test_bad_input_comes_back_as_the_same_error():
 @pytest.mark.parametrize("action, status, message", [
     ("oom", "oom", "the test work failed: RuntimeError: RESOURCE_EXHAUSTED"),
     ("crash", "error", "the test work failed: ValueError: something broke"),
+    ("invalid", "error", "the test work failed: ValidationError: 1 validation error for Workload"),  # not the request
     ("killed", "oom", "the torch worker stopped (exit code -9)"),
 ])
 def test_failures_come_back_with_their_status(action, status, message):

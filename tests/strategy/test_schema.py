@@ -30,10 +30,30 @@ def test_an_int_accepts_what_a_yaml_author_means(value, expected):
     assert Workload.model_validate({"steps": value}).steps == expected
 
 
-@pytest.mark.parametrize("value", [3.5, "three", None, [3], "9" * 5000, "１０２４x"])
+@pytest.mark.parametrize("value", [True, False, 3.5, "three", None, [3], "9" * 5000, "１０２４x"])
 def test_an_int_refuses_the_rest(value):
     [(loc, message)] = problems(Workload, {"steps": value})
     assert loc == ("steps",) and "integer" in message
+
+
+def test_a_bool_is_not_a_count_anywhere():
+    """pydantic's lax mode reads YAML's true as 1; a mesh size, a rule's rank or a seed never is one."""
+    [(loc, message)] = problems(Strategy, MINIMAL | {"mesh": {"model": True}})
+    assert loc == ("mesh", "model") and message == "Value error, Input should be an integer, not true or false"
+    [(loc, _)] = problems(Strategy, MINIMAL | {"rules": [{"match": "*", "shard": "replicate", "min_rank": False}]})
+    assert loc == ("rules", 0, "min_rank")
+    [(loc, _)] = problems(Experiment, {"name": "e", "strategies": ["a.yaml"], "checkpoint": "tiny", "seed": True})
+    assert loc == ("seed",)
+
+
+def test_a_union_names_every_alternative():
+    from meshlab.strategy.closed import first_problem
+
+    data = MINIMAL | {"hardware": ["v6e-8"]}
+    with pytest.raises(ValidationError) as info:
+        Strategy.model_validate(data)
+    assert first_problem(info.value, data) == (("hardware",), "string_type", "Input should be a valid string or a "
+                                               "valid dictionary or instance of HardwareRef")
 
 
 def test_bools_and_strings():
