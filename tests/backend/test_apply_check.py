@@ -113,9 +113,13 @@ def test_small_models_agree_with_the_plan_exactly(small_reports, key):
         assert not p.misplaced, p.name
     assert report.output_agrees, (report.max_abs_error, report.tolerance)
     assert report.weights()[0] == report.weights()[1]
-    memory = report.xla_memory  # the buffer assignment's parts add up, and its parameters hold the weights read back
+    # the buffer assignment's parts add up, and its parameters hold the weights read back but for the last block's
+    # text tail, which nothing reads, so the compiled program takes no argument for it
+    from meshlab.backend.verdict import dead_tail_weight_bytes
+
+    memory = report.xla_memory
     assert memory.parameters + memory.temporaries + memory.outputs + memory.constants == memory.total
-    assert memory.parameters >= report.weights()[1]
+    assert memory.parameters >= report.weights()[1] - dead_tail_weight_bytes(report.setup)
     mesh_names = set(report.setup.plan.mesh.names)
     assert all(set(c.mesh_axes) <= mesh_names for c in report.collectives)
 
