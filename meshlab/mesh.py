@@ -7,7 +7,7 @@ how ``xs.Mesh(np.arange(n), shape, names)`` lays them out. Only the backend ever
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -77,13 +77,31 @@ class AbstractMesh:
 
     def coordinates(self, device: int) -> dict[str, int]:
         """The device's position along each axis (row-major numbering)."""
-        coords: dict[str, int] = {}
-        for name, size in reversed(self.axes):
-            device, coords[name] = divmod(device, size)
-        return {name: coords[name] for name in self.names}
+        return dict(zip(self.names, unravel(device, self.shape)))
+
+    def position(self, coordinates: Mapping[str, int]) -> int:
+        """The row-major device number at `coordinates` (one per axis): `coordinates`' inverse."""
+        return ravel([coordinates[name] for name in self.names], self.shape)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.axes)
 
     def describe(self) -> str:
         return "x".join(str(s) for s in self.shape) + " (" + ", ".join(self.names) + ")"
+
+
+def unravel(position: int, sizes: Sequence[int]) -> tuple[int, ...]:
+    """The coordinates of `position` in a grid of `sizes` numbered row-major (the last size varies fastest)."""
+    coordinates = []
+    for size in reversed(sizes):
+        position, c = divmod(position, size)
+        coordinates.append(c)
+    return tuple(reversed(coordinates))
+
+
+def ravel(coordinates: Sequence[int], sizes: Sequence[int]) -> int:
+    """The row-major position of `coordinates` in a grid of `sizes`: `unravel`'s inverse."""
+    position = 0
+    for c, size in zip(coordinates, sizes, strict=True):
+        position = position * size + c
+    return position

@@ -36,3 +36,13 @@ def test_unknown_axis_lists_valid_ones():
 def test_repeated_names_rejected():
     with pytest.raises(PlanError, match="repeat"):
         AbstractMesh((("a", 2), ("a", 4)))
+
+
+def test_ravel_and_unravel_are_row_major_and_inverse():
+    from meshlab.mesh import AbstractMesh, ravel, unravel
+
+    assert unravel(5, (2, 4)) == (1, 1) and unravel(7, (2, 4)) == (1, 3)  # 5 = 1 x 4 + 1
+    assert ravel((1, 3), (2, 4)) == 7
+    assert all(ravel(unravel(p, (3, 2, 4)), (3, 2, 4)) == p for p in range(24))
+    mesh = AbstractMesh((("data", 2), ("model", 4)))
+    assert mesh.coordinates(6) == {"data": 1, "model": 2} and mesh.position({"model": 2, "data": 1}) == 6

@@ -22,7 +22,7 @@ import math
 import os
 
 from meshlab.errors import BackendError, InputError
-from meshlab.mesh import AbstractMesh
+from meshlab.mesh import AbstractMesh, ravel
 from meshlab.plan.placements import Placements, local_slices, required
 from meshlab.spec import PartitionSpec
 
@@ -61,10 +61,7 @@ def build_mesh(mesh: AbstractMesh):
 
 def mesh_position(device_mesh, mesh: AbstractMesh) -> int:
     """This rank's position in the plan's row-major device numbering."""
-    position = 0
-    for coordinate, size in zip(device_mesh.get_coordinate(), mesh.shape):
-        position = position * size + coordinate
-    return position
+    return ravel(device_mesh.get_coordinate(), mesh.shape)
 
 
 def placements_held(sharded) -> Placements:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from meshlab.errors import BackendError
+from meshlab.mesh import unravel
 
 #: Bytes per element of every XLA primitive type (xla/xla_data.proto's PrimitiveType, as HLO text spells them);
 #: sub-byte types are packed (s4: two to a byte), so their arrays take a fraction of a byte per element.
@@ -90,11 +91,7 @@ def iota_devices(dims: tuple[int, ...], perm: tuple[int, ...] | None = None) -> 
     strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
     devices = []
     for flat in range(math.prod(dims)):
-        index, rest = [], flat
-        for size in reversed(out_dims):
-            rest, i = divmod(rest, size)
-            index.append(i)
-        index.reverse()
+        index = unravel(flat, out_dims)
         devices.append(sum(index[k] * strides[p] for k, p in enumerate(perm)))
     return tuple(devices)
 
@@ -360,7 +357,7 @@ def mesh_groups(axes: tuple[tuple[str, int], ...], over: tuple[str, ...]) -> tup
     names = [a for a, _ in axes]
     groups: dict[tuple[int, ...], list[int]] = {}
     for device in range(math.prod(sizes)):
-        coords = _coordinates(device, sizes)
+        coords = unravel(device, sizes)
         key = tuple(c for c, name in zip(coords, names) if name not in over)
         groups.setdefault(key, []).append(device)
     return tuple(tuple(g) for g in groups.values())
@@ -380,17 +377,9 @@ def mesh_axes(groups: tuple[tuple[int, ...], ...], axes: tuple[tuple[str, int], 
     groups = groups or (tuple(range(count)),)
     varying = set()
     for group in groups:
-        coords = [_coordinates(position.get(d, d), sizes) for d in group]
+        coords = [unravel(position.get(d, d), sizes) for d in group]
         varying.update(i for i in range(len(sizes)) if len({c[i] for c in coords}) > 1)
     return tuple(names[i] for i in sorted(varying))
-
-
-def _coordinates(position: int, sizes: list[int]) -> tuple[int, ...]:
-    coords = []
-    for size in reversed(sizes):
-        position, c = divmod(position, size)
-        coords.append(c)
-    return tuple(reversed(coords))
 
 
 # --- memory --------------------------------------------------------------------------------------------------

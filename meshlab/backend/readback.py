@@ -85,18 +85,12 @@ def predicted_sharding(spec: PartitionSpec, mesh: AbstractMesh, device_ids: tupl
     devices = []
     for index in itertools.product(*(range(mesh.size(axis)) for axis in order)):
         coords = dict(zip(order, index))
-        devices.append(device_ids[_position(coords, mesh)])
+        devices.append(device_ids[mesh.position(coords)])
     replicas = mesh.device_count // math.prod(tiles)
     dims = list(tiles) + ([replicas] if replicas > 1 else [])
     suffix = " last_tile_dim_replicate" if replicas > 1 else ""
     return f"{{devices=[{','.join(map(str, dims))}]{','.join(map(str, devices))}{suffix}}}"
 
-
-def _position(coords: dict[str, int], mesh: AbstractMesh) -> int:
-    position = 0
-    for name, size in mesh.axes:
-        position = position * size + coords[name]
-    return position
 
 
 def _same(a: HloSharding, b: HloSharding) -> bool:

@@ -20,6 +20,8 @@ import itertools
 import math
 from functools import lru_cache
 
+from meshlab.mesh import unravel
+
 Coords = tuple[int, ...]
 
 
@@ -47,11 +49,8 @@ def _grid(shape: tuple[int, ...]) -> tuple[Coords, ...]:
 
 
 def _x_fastest(index: int, shape: tuple[int, ...]) -> Coords:
-    coords = []
-    for size in shape:
-        index, c = divmod(index, size)
-        coords.append(c)
-    return tuple(coords)
+    """Coordinates with the first dim varying fastest (a TPU's x): row-major over the reversed shape."""
+    return unravel(index, shape[::-1])[::-1]
 
 
 def _transpose(flat: tuple, shape: tuple[int, ...], order: list[int]) -> tuple[tuple | None, tuple[int, ...]]:

@@ -40,7 +40,7 @@ from functools import lru_cache
 
 from meshlab.cost.device_layout import mesh_coordinates
 from meshlab.hardware import Hardware
-from meshlab.mesh import AbstractMesh
+from meshlab.mesh import AbstractMesh, unravel
 
 
 @dataclass(frozen=True)
@@ -106,18 +106,10 @@ def _group(axes, mesh_axes) -> list[int]:
     shape = [size for _, size in mesh_axes]
     devices = []
     for d in range(math.prod(shape)):
-        coords = _unravel(d, tuple(shape))
+        coords = unravel(d, shape)
         if all(c == 0 for c, name in zip(coords, names) if name not in axes):
             devices.append(d)
     return devices
-
-
-def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    coords = []
-    for size in reversed(shape):
-        index, c = divmod(index, size)
-        coords.append(c)
-    return tuple(reversed(coords))
 
 
 def collective_seconds(kind: str, nbytes: float, r: Route, hop_latency: float) -> float:

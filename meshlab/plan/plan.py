@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from meshlab.cards.card import DTYPE_BYTES, ModelCard, Parameter
-from meshlab.mesh import AbstractMesh
+from meshlab.mesh import AbstractMesh, ravel
 from meshlab.spec import PartitionSpec
 
 
@@ -41,9 +41,8 @@ class PlannedParameter:
         coords = mesh.coordinates(device)
         slices = []
         for n, k, entry in zip(self.shape, self.spec.split_counts(mesh), self.spec.entries):
-            size, index = -(-n // k), 0
-            for axis in entry or ():
-                index = index * mesh.size(axis) + coords[axis]
+            size = -(-n // k)  # the shard's index: its coordinates on the entry's axes, major to minor
+            index = ravel([coords[axis] for axis in entry or ()], [mesh.size(axis) for axis in entry or ()])
             slices.append((min(n, index * size), min(n, (index + 1) * size)))
         return slices
 
