@@ -222,7 +222,7 @@ def predicted_flops(setup: CheckSetup, prediction=None) -> float:
     """meshlab's FLOPs of the checked forward on one device (Linears and attention, as XLA's dots count), less
     the dead tail of the model's last block: where the last block list ends on a block whose attention joins
     text and image (Qwen-Image), nothing reads its text stream after the attention, and XLA drops the text
-    Linears that would compute it (see KNOWN_DIFFERENCES: the cost model counts every block alike)."""
+    Linears that would compute it (see meshlab/data/known_differences.yaml: the cost model counts every block alike)."""
     from meshlab.cost.graph import graph_of
 
     work = (prediction or checked_prediction(setup)).work

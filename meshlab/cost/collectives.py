@@ -64,6 +64,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+
+import yaml
 
 from meshlab.cards.card import Flow, module_pattern
 from meshlab.cost.graph import Graph, LinearOp
@@ -72,56 +76,13 @@ from meshlab.mesh import AbstractMesh
 from meshlab.plan.activations import activation_points
 from meshlab.plan.plan import PlannedParameter
 
-#: Where this derivation and XLA's partitioned HLO still differ, measured on one full-width Qwen-Image block
-#: (128x128 pixels: 64 image tokens, 32 text tokens; bytes as bf16) by tests/cost/data/xla_collectives_*.json.
-#: All-reduces and all-gathers agree in count and bytes under every built-in strategy; XLA is right where not.
-KNOWN_DIFFERENCES = (
-    "collective-permutes of split modulation chunks (2d.yaml and 2d-stock.yaml: XLA 36 moving 107,520 B per block, this model 36 "
-    "moving 55,296 B; model.yaml: XLA 44 moving 72,192 B, this model 84 moving 64,512 B; 2d-4x2.yaml, a 2-way "
-    "split: XLA 12 moving 86,016 B, this model 12 moving 36,864 B; flux-2d.yaml: XLA 34 moving 64,512 B in a dual "
-    "block and 7 moving 15,360 B in a single block, this model 36 moving 55,296 B and 8 moving 12,288 B): this "
-    "model moves each chunk piece that sits on another chip once; XLA splits Qwen-Image's modulation in two steps "
-    "(chunk(2), then chunk(3)), moves halo windows wider than a piece and packs several chips' moves into one "
-    "permute. They carry under 2% of a block's collective bytes, but each costs a latency",
-    "the last block: nothing reads its text stream after the attention, so XLA drops the text out-projection, "
-    "LayerNorm 2 and MLP there (data.yaml, measured on its last block: 3 row gathers, this model 4; the same "
-    "cut matches XLA's last block under pairs, 2d and model); this model counts every block alike",
-    "outside the blocks under pairs.yaml, XLA all-reduces the output norm's modulation ([batch, 6144] over model): "
-    "the row split of the blocks' modulation Linears propagates back onto the timestep embedding",
-    "the rows gather of LayerNorms is measured over a batch axis, a guidance axis (cfg2-model4.yaml, and with "
-    "data and cfg one gather over both: data2-cfg2-model2.yaml) and a sequence axis (seq2-model4.yaml, and Flux's "
-    "dual and single blocks: flux-seq2-model4.yaml)",
-    "a sequence axis beside a batch axis under largest-dim rules (seq2-data2-model2.yaml, held out: XLA 24 "
-    "all-gathers moving 5,812,224 B, 6 all-to-alls moving 589,824 B and 18 collective-permutes moving 436,224 B "
-    "per block; this model 22 moving 5,025,792 B, 9 moving 884,736 B and 14 moving 184,320 B): XLA's propagation "
-    "gathers v per stream before the concatenation (no all-to-alls for v), gathers the text stream back over the "
-    "sequence axis after attention (so its text Linears run on every text token: XLA 11,676,155,904 dot FLOPs per "
-    "device at depth two, this model 10,013,638,656), and moves the 2-way modulation split as halo windows; the "
-    "sequence rules hold "
-    "exactly without a batch axis (seq2-model4.yaml, flux-seq2-model4.yaml)",
-    "the last block under Ulysses rules (ulysses.yaml, checked at depth one: this host cannot hold 8 replicas of "
-    "two full-width blocks): XLA cuts the joint attention output back into streams with 1 collective-permute "
-    "(nothing reads the text stream there), this model with 2, moving the same 147,456 B; hybrid.yaml's middle "
-    "block agrees exactly (7 all-to-alls, 2 permutes)",
-    "on CPU, XLA's collectives carry f32 (dots are upcast): twice the bytes of the bf16 this model counts",
-    "FLUX.2's packed Linears split on their output (flux2-2d.yaml and flux2-pairs.yaml, checked at 16 heads): the "
-    "gated MLP's first Linear (gate | up) and the single blocks' to_qkv_mlp_proj (q | k | v | gate | up) are cut "
-    "into pieces that do not line up with their shards, and XLA realigns them: under pairs, 8 collective-permutes "
-    "moving 1,474,560 B per dual block, and 14 permutes moving 4,227,072 B plus 3 all-to-alls moving 786,432 B per "
-    "single block (under 2d: 42 permutes moving 1,517,568 B; 21 moving 4,237,312 B and 3 all-to-alls moving "
-    "786,432 B); this model prices none of them, so it under-prices column splits of FLUX.2 by 2 to 6 times the "
-    "all-reduce bytes it does price. All-reduces, all-gathers and FLOPs agree exactly",
-    "USP, ring 2 x Ulysses 2 x pairs over model 2 (usp-ring2-seq2-model2.yaml, Qwen-Image): all-reduces, "
-    "all-to-alls (one over ring+seq per projection, one over ring per joint q, k and v) and the k/v all-gathers "
-    "over ring agree exactly; XLA cuts the joint output back into streams with 9 collective-permutes moving "
-    "368,640 B in the first block, this model with 4 moving 147,456 B. XLA's partitioner has no ring: it gathers "
-    "k and v over the ring axis, which is what `sequence_parallel: partitioner` prices; the passes diffusers' and "
-    "xDiT's rings run are meshlab.cost.ring's and no CPU check holds them",
-    "Wan's modulation under largest-dim rules (wan-2d.yaml: XLA 6 all-to-alls moving 30,720 B and 9 "
-    "collective-permutes moving 56,320 B per block, this model none): the timestep projection outside the blocks "
-    "plus each block's split scale_shift_table are cut into six chunks, which XLA realigns piece by piece; under 1% "
-    "of the block's collective bytes. All-gathers and all-reduces agree exactly",
-)
+@lru_cache(maxsize=1)
+def known_differences() -> tuple[str, ...]:
+    """Where this derivation and XLA's partitioned HLO still differ, each with its measured figures
+    (meshlab/data/known_differences.yaml, beside the names of the XLA captures it was read from)."""
+    text = (resources.files("meshlab") / "data" / "known_differences.yaml").read_text(encoding="utf-8")
+    return tuple(entry["difference"] for entry in yaml.safe_load(text))
+
 
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back
 #: (`_sequence`, `_cut_into_streams`, `joins`): the GPU tools join them on the chip (meshlab.cost.ring.tool_issued)
@@ -206,7 +167,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collectiv
     Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
     6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. Other kinds are
     issued as the partitioner makes them (XLA:TPU's collective matmuls and gathers are not modelled: see
-    KNOWN_DIFFERENCES). A sequence split a GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
+    `known_differences`). A sequence split a GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))

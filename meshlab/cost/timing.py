@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cost.collectives import KNOWN_DIFFERENCES, Collective
+from meshlab.cost.collectives import Collective, known_differences
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
@@ -71,7 +71,7 @@ class Assumptions:
             {"name": "scope", "value": None,
              "source": "end to end: text encoding, denoising, VAE decode, host transfers and per-step overhead "
                        "(meshlab.cost.pipeline_time); the scheduler's elementwise step is not counted"},
-            {"name": "collectives vs XLA", "value": None, "source": "; ".join(KNOWN_DIFFERENCES)},
+            {"name": "collectives vs XLA", "value": None, "source": "; ".join(known_differences())},
             {"name": "guidance", "value": None,
              "source": "with CFG and no 'cfg' mesh axis the transformer runs twice per step; a 'cfg' axis of size 2 "
                        "runs both branches as one call split over it (prompts padded to one length)"},

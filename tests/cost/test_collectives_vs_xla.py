@@ -3,7 +3,7 @@
 The measured side is `meshlab check --json` trimmed to its collectives (tests/cost/data/xla_collectives_*.json,
 each naming the command that made it); the derived side is `predict` over the very plan and workload the check
 ran. Per block and per kind, the count and the bytes must agree within 10%, or match a difference listed in
-meshlab.cost.collectives.KNOWN_DIFFERENCES (held here at its measured numbers, so that a change shows).
+meshlab/data/known_differences.yaml (held here at its measured numbers, so that a change shows).
 
 Two sets of cases: the built-in strategies, which the derivation rules were first read from, and an
 out-of-sample matrix (tests/cost/data/strategies/: a guidance axis, a sequence axis, another mesh shape, three
@@ -22,7 +22,7 @@ import pytest
 
 from meshlab.backend.setup import CheckOptions, check_setup
 from meshlab.cards.card import DTYPE_BYTES
-from meshlab.cost.collectives import KNOWN_DIFFERENCES
+from meshlab.cost.collectives import known_differences
 from meshlab.cost.predict import predict
 
 from tests.conftest import REPO
@@ -39,7 +39,7 @@ MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d"
           "flux-seq2-model4", "seq2-data2-model2", "usp-ring2-seq2-model2") + OTHER_MODELS
 TOLERANCE = 0.10
 BLOCK = "transformer_blocks.0"
-#: (strategy, kind[, block list]) -> ((XLA count, bytes), (derived count, bytes)): see KNOWN_DIFFERENCES.
+#: (strategy, kind[, block list]) -> ((XLA count, bytes), (derived count, bytes)): see known_differences.yaml.
 DOCUMENTED = {
     ("2d", "collective-permute"): ((36, 107_520), (36, 55_296)),
     ("2d-stock", "collective-permute"): ((36, 107_520), (36, 55_296)),
@@ -62,7 +62,7 @@ DOCUMENTED = {
     ("flux2-pairs", "collective-permute", "single_transformer_blocks"): ((14, 4_227_072), (0, 0)),
     ("flux2-pairs", "all-to-all", "single_transformer_blocks"): ((3, 786_432), (0, 0)),
 }
-#: strategy -> (XLA's dot FLOPs per device, derived): see KNOWN_DIFFERENCES (XLA gathers the text stream back over
+#: strategy -> (XLA's dot FLOPs per device, derived): see known_differences.yaml (XLA gathers the text stream back over
 #: the sequence axis after attention and runs its Linears on every text token: 14% more FLOPs than the split)
 DOCUMENTED_FLOPS = {"seq2-data2-model2": (11_676_155_904.0, 10_013_638_656.0)}
 #: In a checked depth of one, the block is the last: XLA drops its text stream after the attention.
@@ -141,7 +141,7 @@ def test_the_last_block_drops_the_text_tail_as_xla_does(strategy):
     options = {k: document["options"][k] for k in ("layers", "height", "width", "text_tokens")}
     derived, itemsize = derived_block(strategy, options, last=True)
     xla = xla_block(document["collectives"], itemsize, block="transformer_blocks.1")
-    documented = {key[1] for key in DOCUMENTED if key[0] == strategy}  # permutes: see KNOWN_DIFFERENCES
+    documented = {key[1] for key in DOCUMENTED if key[0] == strategy}  # permutes: see known_differences.yaml
     assert_agrees(strategy, {k: v for k, v in xla.items() if k not in documented},
                   {k: v for k, v in derived.items() if k not in documented})
 
@@ -197,9 +197,25 @@ def test_the_other_models_are_in_the_matrix_with_their_flops():
 
 
 def test_every_documented_difference_is_listed():
-    listed = " ".join(KNOWN_DIFFERENCES)
+    listed = " ".join(known_differences())
     for strategy, kind, *_ in DOCUMENTED:
         assert f"{strategy}.yaml" in listed and kind in listed
+
+
+def test_each_known_difference_names_measurements_that_are_checked_in():
+    """Each entry of meshlab/data/known_differences.yaml cites XLA captures under tests/cost/data, and each
+    documented difference's capture is among those its entry cites."""
+    import yaml
+
+    entries = yaml.safe_load((REPO / "meshlab" / "data" / "known_differences.yaml").read_text())
+    assert [e["difference"] for e in entries] == list(known_differences())
+    for entry in entries:
+        assert entry["measured"], entry["difference"][:60]
+        for name in entry["measured"]:
+            assert (DATA / name).is_file(), name
+    for strategy, kind, *_ in DOCUMENTED:
+        citing = [e for e in entries if f"{strategy}.yaml" in e["difference"] and kind in e["difference"]]
+        assert any(f"xla_collectives_{strategy}.json" in e["measured"] for e in citing), (strategy, kind)
 
 
 @pytest.mark.xla
