@@ -33,8 +33,8 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 def main() -> None:
     sys.path.insert(0, str(REPO))
-    from meshlab.backend.check import run_check
-    from meshlab.backend.setup import CheckOptions
+    from meshlab.check.against_xla import run_check
+    from meshlab.check.setup import CheckOptions
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategy", default=str(REPO / "strategies" / "pairs.yaml"))

@@ -41,8 +41,8 @@ def strategy_text(devices: int, profile: Path, steps: int) -> str:
 
 
 def validate(devices: int, profile: Path | None, steps: int, folder: Path, progress=print) -> dict:
-    from meshlab.profiling import ProfileOptions, profile_strategy
-    from meshlab.run import RunOptions, run_strategy
+    from meshlab.experiments.profiling import ProfileOptions, profile_strategy
+    from meshlab.experiments.run import RunOptions, run_strategy
 
     strategy = folder / f"cpu-validation-{devices}.yaml"
     measured_profile = profile is None
@@ -67,11 +67,11 @@ def validate(devices: int, profile: Path | None, steps: int, folder: Path, progr
 
 def compositions(strategy: Path, text_tokens: int | None, measured: float) -> dict:
     """The step as each way of composing it from the profile prices it, and its error against `measured`."""
-    from meshlab.cards.truncate import block_lists
+    from meshlab.models.truncate import block_lists
     from meshlab.cost.predict import predict
     from meshlab.cost.profile import by_blocks, by_ops
     from meshlab.cost.timing import op_seconds
-    from meshlab.planning import at_depth, plan_file, with_workload
+    from meshlab.plan.planned import at_depth, plan_file, with_workload
 
     planned = at_depth(plan_file(strategy), 2)
     if text_tokens:

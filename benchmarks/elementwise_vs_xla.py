@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from meshlab.backend.hlo import array_shapes, definitions  # noqa: E402
+from meshlab.check.hlo import array_shapes, definitions  # noqa: E402
 
 HEIGHT = WIDTH = 128  # 64 image tokens
 TEXT = 32
@@ -112,7 +112,7 @@ def traffic(path: str, tokens: set[int], seq: int) -> dict[str, float]:
 def predicted(strategy: Path, name: str, card) -> float:
     from meshlab.cost.predict import predict
     from meshlab.plan.planner import make_plan
-    from meshlab.planning import plan_file, with_workload
+    from meshlab.plan.planned import plan_file, with_workload
 
     planned = with_workload(plan_file(strategy), height=HEIGHT, width=WIDTH, text_tokens=TEXT, batch=BATCH[name])
     p = predict(make_plan(planned.strategy, card, planned.plan.mesh.device_count), planned.strategy, planned.hardware)
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=["one", "pairs"], choices=["one", "pairs"])
     parser.add_argument("--keep", type=Path, help="keep the strategies and XLA's dumps here")
     args = parser.parse_args()
-    from meshlab.backend.card_import import import_preset
+    from meshlab.models.importer.card_import import import_preset
 
     card = import_preset("qwen-image", dtype="float32")
     image = (HEIGHT // 16) * (WIDTH // 16)

@@ -65,9 +65,9 @@ def main() -> None:
     low, high = (int(n) for n in args.blocks.split(","))
     import torch
 
-    from meshlab.backend.models import build_model, example_inputs, forward, geometry
-    from meshlab.cards.card import load_card
-    from meshlab.cards.truncate import truncate_card
+    from meshlab.models.importer.build import build_model, example_inputs, forward, geometry
+    from meshlab.models.card import load_card
+    from meshlab.models.truncate import truncate_card
     from meshlab.cost.layout import eager_dispatches
 
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "blocks": [low, high],

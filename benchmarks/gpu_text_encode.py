@@ -4,7 +4,7 @@ warm: the seconds per encode that `placement.text_encoder: device` costs, beside
 The pipeline encodes the prompt (and with guidance the negative prompt) once per call, as 34 template tokens plus
 the prompt's, and reads the last hidden state. This times that forward at a short prompt and at 512 tokens, one
 prompt and two, each the median of CUDA-event timings after warm-up. The config comes from meshlab's card
-(meshlab/cards/qwen-image.json, as `meshlab models import` read it); weights are drawn on the GPU. JSON on stdout.
+(meshlab/models/cards/qwen-image.json, as `meshlab models import` read it); weights are drawn on the GPU. JSON on stdout.
 
     PYTHONPATH=. python3 benchmarks/gpu_text_encode.py > encode.json
 """
@@ -21,7 +21,7 @@ def main() -> None:
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from meshlab.cards.card import load_card
+    from meshlab.models.card import load_card
 
     card = load_card("qwen-image")
     config = dict(card.source["components"]["text_encoder"]["config"])

@@ -23,10 +23,10 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from meshlab.cards.card import load_card
+from meshlab.models.card import load_card
 from meshlab.cost.predict import predict
 from meshlab.cost.timing import op_seconds
-from meshlab.hardware import load_hardware
+from meshlab.core.hardware import load_hardware
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 

@@ -20,9 +20,9 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from meshlab.cards.card import load_card
-from meshlab.hardware import load_hardware
-from meshlab.memory import memory_report
+from meshlab.models.card import load_card
+from meshlab.core.hardware import load_hardware
+from meshlab.plan.memory import memory_report
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 

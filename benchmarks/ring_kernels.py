@@ -25,7 +25,7 @@ from pathlib import Path
 from meshlab.cost.flops import Work
 from meshlab.cost.ring import CAST_BYTES_PER_ELEMENT, MERGE_BYTES_PER_ELEMENT
 from meshlab.cost.timing import op_seconds
-from meshlab.hardware import load_hardware
+from meshlab.core.hardware import load_hardware
 
 MEASURED = Path(__file__).resolve().parents[1] / "experiments" / "profiles" / "h200-ring-attention.json"
 

@@ -8,8 +8,8 @@
   effective peak, plus the bytes its other ops move (eager) at the effective HBM bandwidth, at least its ops'
   dispatches. The FLOPs-only figure meshlab gave before the memory term is printed beside it.
 - **Working set (CPU).** A real decode of each shipped VAE (random weights, float32) at a size the card was not
-  measured at, its tensors' peak read from torch.profiler's memory timeline (meshlab.backend.decode_trace), against
-  meshlab.memory.vae_decode_bytes.
+  measured at, its tensors' peak read from torch.profiler's memory timeline (meshlab.models.importer.decode_trace), against
+  meshlab.plan.memory.vae_decode_bytes.
 
 A check, never a fit: the catalog's rates and efficiencies and the cards' figures are used as they are.
 """
@@ -20,10 +20,10 @@ import argparse
 import json
 from pathlib import Path
 
-from meshlab.cards.card import load_card
+from meshlab.models.card import load_card
 from meshlab.cost.pipeline_time import vae_decode_seconds
-from meshlab.hardware import load_hardware
-from meshlab.memory import vae_decode_bytes
+from meshlab.core.hardware import load_hardware
+from meshlab.plan.memory import vae_decode_bytes
 
 PROFILES = Path(__file__).resolve().parents[1] / "experiments" / "profiles"
 
@@ -48,7 +48,7 @@ def memory_rows() -> list[dict]:
     import diffusers
     import torch
 
-    from meshlab.backend.decode_trace import _tensor_peak
+    from meshlab.models.importer.decode_trace import _tensor_peak
 
     rows = []
     for model, side, latent_frames in (("qwen-image", 32, 1), ("flux-dev", 32, 1), ("wan-2.1-t2v-14b", 16, 4)):

@@ -14,7 +14,7 @@ import numpy as np, torch, torch_xla, torch_xla.runtime as xr
 import torch_xla.distributed.spmd as xs
 xr.use_spmd()
 from diffusers import QwenImageTransformer2DModel
-from meshlab.planning import plan_file
+from meshlab.plan.planned import plan_file
 planned = plan_file(strategy_file)
 plan, strategy = planned.plan, planned.strategy
 mesh = xs.Mesh(np.arange(8), plan.mesh.shape, plan.mesh.names)

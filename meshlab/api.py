@@ -18,7 +18,7 @@ The same plan drives torch.distributed's DTensor (every rank runs the script, e.
     torch.distributed.init_process_group()
     applied = meshlab.apply(pipe.transformer, planned, backend="dtensor")   # a DeviceMesh; DTensor parameters
     inputs = meshlab.shard_inputs(applied, planned, hidden_states=latents, ...)
-    with meshlab.backend.dtensor.forward_context():
+    with meshlab.parallelisms.dtensor.forward_context():
         out = pipe.transformer(**inputs)
 """
 
@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meshlab.backend import xla
-from meshlab.backend.inputs import input_spec
-from meshlab.backend.readback import AppliedParameter, LocalParameter, compare_parameter
-from meshlab.errors import InputError
+from meshlab.parallelisms import xla
+from meshlab.plan.inputs import input_spec
+from meshlab.check.readback import AppliedParameter, LocalParameter, compare_parameter
+from meshlab.core.errors import InputError
 from meshlab.plan.plan import Plan
-from meshlab.planning import PlannedStrategy, plan_file
+from meshlab.plan.planned import PlannedStrategy, plan_file
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class Applied:
     mesh: Any  # torch_xla.distributed.spmd.Mesh, or a DeviceMesh under the DTensor backend
     plan: Plan
     parameters: tuple[AppliedParameter, ...] | tuple[LocalParameter, ...]
-    scanned: tuple[str, ...] = ()  # block lists that run through torch_xla's scan (see meshlab.backend.scan)
-    rewrites: tuple[tuple[str, int], ...] = ()  # (rewrite, modules it changed), see meshlab.backend.rewrites
+    scanned: tuple[str, ...] = ()  # block lists that run through torch_xla's scan (see meshlab.parallelisms.scan)
+    rewrites: tuple[tuple[str, int], ...] = ()  # (rewrite, modules it changed), see meshlab.parallelisms.rewrites
     activation_points: int = 0  # tensors the strategy's activation rules mark (one hook each)
     backend: str = "xla"
 
@@ -67,11 +67,11 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
     """Mark every parameter of `module` with its spec on a mesh of the plan's axes; read back what XLA holds.
 
     ``backend="dtensor"`` gives every parameter its DTensor placements on a ``DeviceMesh`` instead (see
-    meshlab.backend.dtensor; torch.distributed's process group must be up) and reads back each local shard.
+    meshlab.parallelisms.dtensor; torch.distributed's process group must be up) and reads back each local shard.
 
-    With a strategy, its ``rewrites`` change the module first (meshlab.backend.rewrites) and its activation rules
-    become hooks that mark the tensors they name (meshlab.backend.activation_hooks).
-    `scan` runs every block list through torch_xla's scan (one compiled loop body; meshlab.backend.scan); None
+    With a strategy, its ``rewrites`` change the module first (meshlab.parallelisms.rewrites) and its activation rules
+    become hooks that mark the tensors they name (meshlab.parallelisms.activation_hooks).
+    `scan` runs every block list through torch_xla's scan (one compiled loop body; meshlab.parallelisms.scan); None
     takes the strategy's ``compile.scan_blocks`` (off for a bare Plan). `strategy` gives a bare Plan the strategy
     whose rewrites and activation rules to apply (a PlannedStrategy carries its own)."""
     if backend not in BACKENDS:
@@ -91,7 +91,7 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
                          "as a loop body; meshlab does not combine the two", "drop compile.scan_blocks (or --scan)")
     rewrites = ()
     if strategy and strategy.rewrites:
-        from meshlab.backend.rewrites import apply_rewrites
+        from meshlab.parallelisms.rewrites import apply_rewrites
 
         rewrites = tuple(apply_rewrites(module, strategy.rewrites).items())
     xla_mesh = mesh if mesh is not None else xla.build_mesh(plan.mesh)
@@ -101,12 +101,12 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
         xla.mark(param, xla_mesh, specs[name].spec, name)
     scanned = ()
     if scan:
-        from meshlab.backend import scan as scanning
+        from meshlab.parallelisms import scan as scanning
 
         scanned = scanning.install(module, plan, xla_mesh)
     points = ()
     if rules:
-        from meshlab.backend import activation_hooks
+        from meshlab.parallelisms import activation_hooks
         from meshlab.plan.activations import activation_points
 
         points = activation_points(plan.card, rules)
@@ -115,7 +115,7 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
 
 
 def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
-    from meshlab.backend import dtensor
+    from meshlab.parallelisms import dtensor
 
     from meshlab.plan.placements import required
 
@@ -125,7 +125,7 @@ def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
         required(p.spec, plan.mesh, p.name)
     rewrites = ()
     if strategy and strategy.rewrites:
-        from meshlab.backend.rewrites import apply_rewrites
+        from meshlab.parallelisms.rewrites import apply_rewrites
 
         rewrites = tuple(apply_rewrites(module, strategy.rewrites).items())
     device_mesh = device_mesh if device_mesh is not None else dtensor.build_mesh(plan.mesh)
@@ -141,7 +141,7 @@ def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
         del value
     points = ()
     if strategy and strategy.activations.rules:
-        from meshlab.backend import activation_hooks
+        from meshlab.parallelisms import activation_hooks
         from meshlab.plan.activations import activation_points
 
         points = activation_points(plan.card, strategy.activations.rules)
@@ -150,7 +150,7 @@ def _apply_dtensor(module, plan: Plan, strategy, device_mesh=None) -> Applied:
 
 
 def _local_parameter(planned, plan: Plan, position: int, sharded, holds: bool) -> LocalParameter:
-    from meshlab.backend.dtensor import placements_held
+    from meshlab.parallelisms.dtensor import placements_held
     from meshlab.plan.placements import local_shape, placements_of
 
     return LocalParameter(planned.name, planned.shape, planned.spec, str(placements_of(planned.spec, plan.mesh)),
@@ -187,7 +187,7 @@ def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
     if not isinstance(plan, PlannedStrategy):
         raise InputError("shard_inputs needs the strategy's activations", "pass what meshlab.load_plan returned")
     if isinstance(mesh, Applied) and mesh.backend == "dtensor":
-        from meshlab.backend.dtensor import distribute_inputs
+        from meshlab.parallelisms.dtensor import distribute_inputs
 
         return distribute_inputs(inputs, mesh.mesh, plan.plan.mesh, plan.strategy.activations)
     xla_mesh = mesh.mesh if isinstance(mesh, Applied) else mesh

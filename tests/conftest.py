@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from meshlab.cards.card import Architecture, Attention, Component, Flow, ModelCard, Modulation, Parameter
+from meshlab.models.card import Architecture, Attention, Component, Flow, ModelCard, Modulation, Parameter
 
 REPO = Path(__file__).resolve().parents[1]
 STRATEGIES = sorted((REPO / "strategies").glob("*.yaml"))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from meshlab.cards.card import load_card
+from meshlab.models.card import load_card
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 
@@ -31,7 +31,7 @@ def test_largest_dim_weights_per_chip(data, model, expected):
 
 
 def test_replicated_does_not_fit_a_v6e_chip():
-    from meshlab.planning import plan_file
+    from meshlab.plan.planned import plan_file
 
     planned = plan_file(REPO / "strategies" / "data.yaml")
     assert not planned.memory.fits

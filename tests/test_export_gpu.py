@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from meshlab.api import load_plan
-from meshlab.errors import PlanError
-from meshlab.export_gpu import degrees, diffusers_snippet, xdit_flags
+from meshlab.core.errors import PlanError
+from meshlab.export.gpu import degrees, diffusers_snippet, xdit_flags
 from tests.conftest import REPO
 
 USP = REPO / "strategies" / "flux-usp-h100.yaml"

@@ -1,4 +1,4 @@
-"""meshlab.files: every output is written whole, never over an input, a folder or a device; links are written
+"""meshlab.core.files: every output is written whole, never over an input, a folder or a device; links are written
 through and a replaced file keeps its permissions."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from meshlab.errors import InputError
-from meshlab.files import output_path, write_atomic
+from meshlab.core.errors import InputError
+from meshlab.core.files import output_path, write_atomic
 
 from tests.conftest import REPO
 

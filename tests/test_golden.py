@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from meshlab.planning import plan_file
-from meshlab.plan_document import chip_document
+from meshlab.plan.planned import plan_file
+from meshlab.plan.document import chip_document
 
 from tests.conftest import REPO, STRATEGIES
 

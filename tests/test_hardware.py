@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from meshlab.errors import InputError
-from meshlab.hardware import (
+from meshlab.core.errors import InputError
+from meshlab.core.hardware import (
     FIGURES,
     Hardware,
     catalog,
@@ -223,7 +223,7 @@ def test_a_price_override_of_zero_or_none_is_a_value():
 def test_a_gpu_node_can_be_used_in_part(tmp_path):
     """One GPU of an h100 node (or four of eight) plans as that many devices, with no topology written by hand;
     a TPU slice is used whole."""
-    from meshlab.planning import plan_file
+    from meshlab.plan.planned import plan_file
 
     for devices, mesh in ((1, "{model: 1}"), (4, "{data: 2, model: 2}")):
         path = tmp_path / f"gpu{devices}.yaml"

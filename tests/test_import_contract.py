@@ -19,9 +19,11 @@ from tests.conftest import REPO
 PACKAGE = REPO / "meshlab"
 HEAVY = {"torch", "torch_xla", "diffusers", "transformers", "accelerate", "jax", "jaxlib", "torchax", "libtpu",
          "numpy"}
-#: Where the heavy stack may be imported: applying, checking and importing (backend), running pipelines
-#: (pipeline), and the public apply API, which imports torch_xla only when it is called.
-MAY_IMPORT_HEAVY = ("meshlab/backend/", "meshlab/pipeline/", "meshlab/api.py")
+#: Where the heavy stack may be imported: building cards from diffusers (models/importer), applying plans
+#: (parallelisms), the workers the CLI starts (runtime/workers), whole pipelines (pipelines), and the public apply
+#: API, which imports torch_xla only when it is called. Every other folder is torch-free.
+MAY_IMPORT_HEAVY = ("meshlab/models/importer/", "meshlab/parallelisms/", "meshlab/runtime/workers/",
+                    "meshlab/pipelines/", "meshlab/api.py")
 
 
 def module_name(path: Path) -> str:
@@ -119,8 +121,8 @@ def test_the_contract_can_fail(tmp_path):
     assert all_imports(source, "meshlab.cost.m") == [("meshlab.cost", 1), ("meshlab.cost.sibling", 1), ("torch", 3)]
     assert import_time_imports(source, "meshlab.cost.m") == [("meshlab.cost", 1), ("meshlab.cost.sibling", 1)]
     # a real chain: the backend's xla module imports torch_xla only inside functions, so at import time it is light
-    assert heavy_chain("meshlab.backend.xla") is None
+    assert heavy_chain("meshlab.parallelisms.xla") is None
     assert any(name == "torch_xla.runtime" or name.startswith("torch_xla") for name, _ in
-               all_imports(MODULES["meshlab.backend.xla"]))
+               all_imports(MODULES["meshlab.parallelisms.xla"]))
     # the rewrites module imports torch at its top: a chain of one link
-    assert heavy_chain("meshlab.backend.rewrites")[0].startswith("meshlab.backend.rewrites:")
+    assert heavy_chain("meshlab.parallelisms.rewrites")[0].startswith("meshlab.parallelisms.rewrites:")

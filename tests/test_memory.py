@@ -1,9 +1,9 @@
 """Per-chip memory on the small synthetic card: every term checked against a hand count."""
 
-from meshlab.memory import block_activation_bytes, memory_report
+from meshlab.plan.memory import block_activation_bytes, memory_report
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
-from meshlab.tokens import token_counts
+from meshlab.core.tokens import token_counts
 
 from tests.conftest import small_card
 

@@ -1,7 +1,7 @@
 import pytest
 
-from meshlab.errors import PlanError
-from meshlab.mesh import AbstractMesh
+from meshlab.core.errors import PlanError
+from meshlab.core.mesh import AbstractMesh
 
 
 def test_resolve_infers_one_axis():
@@ -39,7 +39,7 @@ def test_repeated_names_rejected():
 
 
 def test_ravel_and_unravel_are_row_major_and_inverse():
-    from meshlab.mesh import AbstractMesh, ravel, unravel
+    from meshlab.core.mesh import AbstractMesh, ravel, unravel
 
     assert unravel(5, (2, 4)) == (1, 1) and unravel(7, (2, 4)) == (1, 3)  # 5 = 1 x 4 + 1
     assert ravel((1, 3), (2, 4)) == 7

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from meshlab.cards.card import DTYPE_BYTES, load_card
+from meshlab.models.card import DTYPE_BYTES, load_card
 from meshlab.cli.app import app
 from meshlab.cost.predict import predict
-from meshlab.memory import DecodeShare, decode_share, vae_decode_bytes
-from meshlab.planning import plan_file
+from meshlab.plan.memory import DecodeShare, decode_share, vae_decode_bytes
+from meshlab.plan.planned import plan_file
 
 runner = CliRunner()
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from meshlab.backend.protocol import WorkerFailed
-from meshlab.errors import InputError
+from meshlab.runtime.protocol import WorkerFailed
+from meshlab.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_CPU = ROOT / "experiments" / "strategies" / "qwen-image-one-cpu.yaml"
@@ -50,7 +50,7 @@ def test_the_output_must_be_a_json_file_in_a_writable_folder(tmp_path):
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_measuring(tmp_path, monkeypatch):
-    from meshlab import profiling
+    from meshlab.experiments import profiling
 
     def measure(*_args, **_kwargs):
         raise AssertionError("the worker started: -o was checked only after minutes of measuring")
@@ -63,7 +63,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_measuring(tmp_path, 
 
 
 def test_a_failed_profile_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):
-    from meshlab import profiling
+    from meshlab.experiments import profiling
 
     out = tmp_path / "cpu.json"
     out.write_text("the profile measured before")
@@ -79,14 +79,14 @@ def test_a_failed_profile_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeyp
 
 
 def test_a_plan_the_profile_is_the_hardware_of_is_planned_before_it_exists(tmp_path):
-    from meshlab.profiling import plan_for_profiling
+    from meshlab.experiments.profiling import plan_for_profiling
 
     planned = plan_for_profiling(_strategy(tmp_path))
     assert planned.plan.mesh.device_count == 1 and planned.hardware.profile is None
 
 
 def test_the_plain_pytorch_profile_is_one_device(tmp_path):
-    from meshlab.profiling import ProfileOptions, profile_strategy
+    from meshlab.experiments.profiling import ProfileOptions, profile_strategy
 
     data = yaml.safe_load((ROOT / "strategies" / "model.yaml").read_text())
     path = tmp_path / "model.yaml"

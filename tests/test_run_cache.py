@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from meshlab.errors import InputError
-from meshlab.run import CACHE_MANIFEST, _claim_cache
+from meshlab.core.errors import InputError
+from meshlab.experiments.run import CACHE_MANIFEST, _claim_cache
 
 MANIFEST = {"key": "abc", "strategy": "pairs", "checkpoint": "/ckpt", "torch_xla": "2.9.0"}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from meshlab.errors import InputError
-from meshlab.run import RunOptions, _cache_for, experiment_runs, run_strategy
-from meshlab.planning import plan_file
+from meshlab.core.errors import InputError
+from meshlab.experiments.run import RunOptions, _cache_for, experiment_runs, run_strategy
+from meshlab.plan.planned import plan_file
 
 from tests.conftest import REPO
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from meshlab.cli.app import app
 from meshlab.experiments.records import read_records
-from meshlab.run import resolve_backend
+from meshlab.experiments.run import resolve_backend
 
 from tests.conftest import REPO
 
@@ -83,8 +83,8 @@ def test_a_random_full_width_block_runs_with_plain_pytorch_and_is_recorded(tmp_p
 
 
 def test_the_random_card_as_built_scales_the_text_encoder_by_the_layers_kept():
-    from meshlab.cards.card import load_card
-    from meshlab.pipeline.random_pipeline import card_as_built
+    from meshlab.models.card import load_card
+    from meshlab.pipelines.random_pipeline import card_as_built
 
     card = load_card("qwen-image")
     built = card_as_built(card, 2)

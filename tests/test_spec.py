@@ -1,8 +1,8 @@
 import pytest
 
-from meshlab.errors import PlanError
-from meshlab.mesh import AbstractMesh
-from meshlab.spec import PartitionSpec
+from meshlab.core.errors import PlanError
+from meshlab.core.mesh import AbstractMesh
+from meshlab.core.spec import PartitionSpec
 
 MESH = AbstractMesh((("data", 2), ("model", 4)))
 

@@ -53,26 +53,26 @@ def try_(
              "--text-encoder": text_encoder, "--save": save}
     given = [flag for flag, value in quick.items() if value is not None]
     if strategy is not None and given:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError(f"{given[0]} asks a quick question, and a strategy file was given too",
                          "give a strategy file, or --model and --hardware with their flags")
     placement = None
     if strategy is None:
-        from meshlab.quick import plan_quick, save_quick
+        from meshlab.search.quick import plan_quick, save_quick
 
         answer = plan_quick(model, hardware, mesh, rules, dict(height=height, width=width, frames=frames, steps=steps,
                                                               text_tokens=text_tokens, cfg=cfg), text_encoder)
         planned, placement = (save_quick(answer, save) if save is not None else answer.planned), answer.placement
     else:
-        from meshlab.planning import plan_file
+        from meshlab.plan.planned import plan_file
 
         planned = plan_file(strategy)
     from meshlab.cli.output import warn_unmatched_rules
 
     warn_unmatched_rules(planned, strict)
     if as_json:
-        from meshlab.plan_document import try_document
+        from meshlab.plan.document import try_document
 
         print_json(try_document(planned) | ({"text_encoder": placement} if placement else {}))
     else:
@@ -100,7 +100,7 @@ def schema() -> None:
 def hardware(as_json: bool = JSON_OPTION) -> None:
     """List the hardware catalog, with the source of every figure."""
     from meshlab.cli.render_catalog import render_hardware
-    from meshlab.hardware import describe_rows
+    from meshlab.core.hardware import describe_rows
 
     if as_json:
         print_json(describe_rows(with_sources=True))

@@ -1,4 +1,4 @@
-"""`meshlab check` and `meshlab export`: wiring only; the work is in meshlab.backend.check and meshlab.export."""
+"""`meshlab check` and `meshlab export`: wiring only; the work is in meshlab.check.against_xla and meshlab.export.snippets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from meshlab.cli.output import console, print_json, reports_errors
-from meshlab.errors import InputError, MeshlabError
+from meshlab.core.errors import InputError, MeshlabError
 
 EXPORT_FORMATS = ("torch-xla", "dtensor", "json", "diffusers", "xdit")
 CHECK_BACKENDS = ("xla", "dtensor", "tpu")
@@ -46,7 +46,7 @@ def check(
 ) -> None:
     """Apply a plan with PyTorch/XLA SPMD (or DTensor, or XLA:TPU ahead of time) and hold it against what the
     backend did. Exit 0 agrees, 1 disagrees, 2 bad input, 3 the backend is missing or failed."""
-    from meshlab.backend.check import CheckOptions, run_check
+    from meshlab.check.against_xla import CheckOptions, run_check
     from meshlab.cli.render_check import Progress, check_document, render_check
 
     if backend not in CHECK_BACKENDS:
@@ -64,7 +64,7 @@ def check(
                            text_tokens=given_or(text_tokens, 32), frames=frames, seed=seed, dump_dir=dump_dir,
                            scan=scan)
     if backend == "tpu":
-        from meshlab.backend.tpu_check import run_tpu_check, tpu_check_document, tpu_options
+        from meshlab.check.against_tpu import run_tpu_check, tpu_check_document, tpu_options
         from meshlab.cli.render_check import render_tpu_check
 
         with Progress() as progress:
@@ -74,7 +74,7 @@ def check(
             raise typer.Exit(1)
         return
     if backend == "dtensor":
-        from meshlab.backend.dtensor_check import dtensor_check_document, run_dtensor_check
+        from meshlab.check.against_dtensor import dtensor_check_document, run_dtensor_check
         from meshlab.cli.render_check import render_dtensor_check
 
         with Progress() as progress:
@@ -101,14 +101,14 @@ def export(
     GPU tools' form of it (diffusers' enable_parallelism, xDiT's flags); a plan with no such form is refused."""
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
-    from meshlab.export import dtensor_snippet, spec_map_document, torch_xla_snippet
-    from meshlab.planning import plan_file
+    from meshlab.export.snippets import dtensor_snippet, spec_map_document, torch_xla_snippet
+    from meshlab.plan.planned import plan_file
 
     planned = plan_file(strategy)
     if fmt == "json":
         print_json(spec_map_document(planned.plan))
     elif fmt in ("diffusers", "xdit"):
-        from meshlab.export_gpu import diffusers_snippet, xdit_flags
+        from meshlab.export.gpu import diffusers_snippet, xdit_flags
 
         try:
             text = (diffusers_snippet if fmt == "diffusers" else xdit_flags)(planned.plan, planned.strategy)

@@ -27,7 +27,7 @@ def compare(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: memory and time per image by component"),
 ) -> None:
     """Rank strategies by predicted seconds per image; say why each loser loses. Exit 0; 2 bad input."""
-    from meshlab.ranking import compare as run_compare
+    from meshlab.search.compare import compare as run_compare
 
     comparison = run_compare(strategies)
     from meshlab.cli.output import warn_unmatched_rules
@@ -39,7 +39,7 @@ def compare(
 
         plot_comparison(comparison, plot, inputs=[f for e in comparison.entries for f in e.planned.files_read])
     if as_json:
-        from meshlab.ranking import comparison_document
+        from meshlab.search.compare import comparison_document
 
         print_json(comparison_document(comparison))
     else:
@@ -90,38 +90,38 @@ def sweep(
     import time
 
     from meshlab.cli.render_cost import progress_bar, render_sweep
-    from meshlab.planning import workload_with
+    from meshlab.plan.planned import workload_with
     from meshlab.strategy.schema import Workload
-    from meshlab.files import output_path, write_atomic
-    from meshlab.sweep import DEFAULT_SYSTEMS, Limits, strategy_yaml, sweep_document, sweep_systems
+    from meshlab.core.files import output_path, write_atomic
+    from meshlab.search.sweep import DEFAULT_SYSTEMS, Limits, strategy_yaml, sweep_document, sweep_systems
 
     names = _system_names(hardware) if hardware is not None else DEFAULT_SYSTEMS
     if devices is not None and len(names) > 1:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError(f"--devices {devices} re-sizes one system, and {len(names)} are swept",
                          "give one --hardware with --devices, or name sub-node sizes such as h100:4")
     limits = Limits(_goal(max_seconds, "--max-seconds-per-image"), _goal(budget, "--budget-usd-per-image"))
-    from meshlab.sweep import OBJECTIVES
+    from meshlab.search.sweep import OBJECTIVES
 
     if objective not in OBJECTIVES:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError(f"unknown objective {objective!r}", f"use --objective {' or '.join(OBJECTIVES)}")
     if text_encoder not in ("auto", "host", "device"):
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
                          "give --text-encoder auto, host or device")
     card, systems = _card_and_systems(model, names, devices)
-    from meshlab.cards.defaults import default_workload
+    from meshlab.models.defaults import default_workload
 
     workload, basis = default_workload(card.name, height=height, width=width, frames=frames, steps=steps,
                                        text_tokens=text_tokens, cfg=cfg)
     most = Workload.field_metadata("batch")["le"]
     hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         if hw.chips > most:
             raise InputError(f"{hw.chips} devices are more than a workload's batch of at most {most} images can "
@@ -140,7 +140,7 @@ def sweep(
                                images=images, objective=objective, text_encoder=text_encoder)
     elapsed = time.perf_counter() - start
     if out == "-" and as_json:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError("--out - and --json would print YAML and JSON on one stdout",
                          "write the plan to a file (--out best.yaml), or drop --json")
@@ -168,7 +168,7 @@ def sweep(
 def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_json: bool = JSON_OPTION) -> None:
     """Show how a plan's predicted time comes about: work, collectives per layer, and every assumption."""
     from meshlab.cost.predict import predict
-    from meshlab.planning import plan_file
+    from meshlab.plan.planned import plan_file
 
     planned = plan_file(strategy)
     from meshlab.cli.output import warn_unmatched_rules
@@ -188,7 +188,7 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
 
 
 def _system_names(text: str) -> tuple[str, ...]:
-    from meshlab.errors import InputError
+    from meshlab.core.errors import InputError
 
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:
@@ -199,7 +199,7 @@ def _system_names(text: str) -> tuple[str, ...]:
 def _goal(value: float | None, option: str) -> float | None:
     import math
 
-    from meshlab.errors import InputError
+    from meshlab.core.errors import InputError
 
     if value is not None and (not math.isfinite(value) or value <= 0):
         raise InputError(f"{option} {value} is not a goal", f"give {option} a positive number")
@@ -207,9 +207,9 @@ def _goal(value: float | None, option: str) -> float | None:
 
 
 def _card_and_systems(model: str, names: tuple[str, ...], devices: int | None):
-    from meshlab.cards.card import load_card
-    from meshlab.errors import InputError
-    from meshlab.hardware import load_hardware
+    from meshlab.models.card import load_card
+    from meshlab.core.errors import InputError
+    from meshlab.core.hardware import load_hardware
 
     card = load_card(model, Path.cwd())
     overrides = {"chips": devices, "topology": [devices], "wraparound": [False]} if devices else None

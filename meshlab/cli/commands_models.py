@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from meshlab.cli.output import console, print_json, reports_errors
-from meshlab.errors import InputError
+from meshlab.core.errors import InputError
 
 models = typer.Typer(help="Model cards: the parameter inventories meshlab plans over.", no_args_is_help=True)
 
@@ -16,7 +16,7 @@ models = typer.Typer(help="Model cards: the parameter inventories meshlab plans 
 @reports_errors
 def list_cards(as_json: bool = typer.Option(False, "--json")) -> None:
     """The built-in model cards."""
-    from meshlab.cards.card import builtin_cards, load_card
+    from meshlab.models.card import builtin_cards, load_card
     from meshlab.cli.render_catalog import render_cards
 
     rows = [_card_row(load_card(name)) for name in builtin_cards()]
@@ -44,7 +44,7 @@ def import_card(
     importer = _importer()
     if (preset is None) == (config is None):
         raise InputError("give either a preset or --config", "e.g. `meshlab models import qwen-image -o card.json`")
-    from meshlab.files import output_path
+    from meshlab.core.files import output_path
 
     inputs = [config] if config is not None else []
     output_path(out, inputs, "-o")  # before the import, which builds the model
@@ -58,7 +58,7 @@ def import_card(
 
 def _importer():
     try:
-        from meshlab.backend import card_import as importer
+        from meshlab.models.importer import card_import as importer
     except ImportError as exc:
         raise InputError(f"importing model cards needs torch and diffusers ({exc.name} is missing)",
                          "install the extra: pip install -e '.[xla]'") from None

@@ -34,7 +34,7 @@ def profile(
     """Measure this device at a plan's shard shapes (ops, one block, the VAE, the host) and write a profile that a
     strategy can name as its hardware. Exit 0 written; 2 bad input; 3 the worker failed."""
     from meshlab.cli.render_run import ProgressBar, render_profile
-    from meshlab.profiling import ProfileOptions, profile_strategy
+    from meshlab.experiments.profiling import ProfileOptions, profile_strategy
 
     lengths = _int_list(text_tokens, "--text-tokens") if text_tokens else ()
     options = ProfileOptions(out=out, text_tokens=lengths, backend=backend, hardware=hardware, blocks=blocks, vae=vae)
@@ -44,7 +44,7 @@ def profile(
 
 
 def _int_list(text: str, option: str) -> tuple[int, ...]:
-    from meshlab.errors import InputError
+    from meshlab.core.errors import InputError
 
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
@@ -84,7 +84,7 @@ def run(
     or refused, 3 failed on the device (oom, error)."""
     from meshlab.cli.render_run import render_outcome
     from meshlab.experiments.definition import is_experiment
-    from meshlab.run import RunOptions, run_strategy
+    from meshlab.experiments.run import RunOptions, run_strategy
 
     options = RunOptions(checkpoint=checkpoint or "tiny", prompt=prompt, negative_prompt=negative_prompt,
                          steps=steps, height=height, width=width, cfg_scale=cfg_scale, seed=seed, out_dir=out,
@@ -96,7 +96,7 @@ def run(
         run_experiment(target, options, console())
         return
     if checkpoint is None:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError("--checkpoint is required", "give a local pipeline folder, 'tiny' for the offline test model, "
                          "or 'random'")

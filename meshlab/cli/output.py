@@ -13,7 +13,7 @@ from typing import NoReturn
 import pydantic
 import typer
 
-from meshlab.errors import BackendError, InputError, MeshlabError
+from meshlab.core.errors import BackendError, InputError, MeshlabError
 
 EXIT_BAD_INPUT = 2
 EXIT_BACKEND = 3
@@ -117,7 +117,7 @@ def gib(n: float) -> str:
 
 def warn_unmatched_rules(planned, strict: bool) -> None:
     """Each rule of `planned` that matches nothing: a warning on stderr, or with `strict` the first one an error."""
-    from meshlab.planning import unmatched_rules
+    from meshlab.plan.planned import unmatched_rules
 
     problems = unmatched_rules(planned)
     if strict and problems:

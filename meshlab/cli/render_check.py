@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 from rich.table import Table
 
-from meshlab.backend.verdict import OUTSIDE, CheckReport, check_document, is_last_block
+from meshlab.check.verdict import OUTSIDE, CheckReport, check_document, is_last_block
 from meshlab.plan.axes import ring_axes
 
 __all__ = ["Progress", "check_document", "render_check", "render_dtensor_check"]
@@ -240,7 +240,7 @@ def _timings_line(report: CheckReport) -> str:
 
 
 def render_dtensor_check(report, console) -> None:
-    """`meshlab check --backend dtensor` (a meshlab.backend.dtensor_check.DTensorCheckReport)."""
+    """`meshlab check --backend dtensor` (a meshlab.check.against_dtensor.DTensorCheckReport)."""
     setup = report.setup
     console.print(f"[bold]{setup.strategy.name}[/bold] with DTensor: " + _header(setup, f"{report.world} gloo processes"))
     agreeing = len(report.parameters) - len(report.mismatches)
@@ -275,7 +275,7 @@ def render_dtensor_check(report, console) -> None:
 
 def render_tpu_check(report, console) -> None:
     """`meshlab check --backend tpu`: XLA:TPU's compile of the plan beside meshlab's prediction."""
-    from meshlab.backend.tpu_check import _bytes
+    from meshlab.check.against_tpu import _bytes
 
     setup, c = report.setup, report.primary
     topology = report.topology

@@ -143,7 +143,7 @@ def _usd_column(result) -> str:
 
 
 def binding_of(candidate):
-    from meshlab.sweep import binding
+    from meshlab.search.sweep import binding
 
     return binding(candidate, [], candidate.hardware)
 
@@ -488,10 +488,10 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError("--plot needs matplotlib", "pip install 'meshlab[plot]'") from None
-    from meshlab.files import write_atomic_bytes
+    from meshlab.core.files import write_atomic_bytes
 
     entries = comparison.entries
     names = [e.planned.strategy.name for e in entries]
@@ -557,12 +557,12 @@ def plot_sweep(result, path: Path, inputs: tuple | list = ()) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from meshlab.errors import InputError
+        from meshlab.core.errors import InputError
 
         raise InputError("--plot needs matplotlib", "pip install 'meshlab[plot]'") from None
     import io
 
-    from meshlab.files import write_atomic_bytes
+    from meshlab.core.files import write_atomic_bytes
 
     fig, ax = plt.subplots(figsize=(8, 5))
     priced = [c for c in result.candidates if c.fits and c.usd is not None]

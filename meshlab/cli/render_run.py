@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from meshlab.errors import InputError, MeshlabError
+from meshlab.core.errors import InputError, MeshlabError
 
 
 def render_outcome(outcome, console) -> None:
@@ -53,7 +53,7 @@ def run_experiment(path: Path, options, console) -> None:
     """Run every strategy x workload in order with a progress bar; a failed run is recorded and the rest go on."""
     from rich.progress import Progress
 
-    from meshlab.run import experiment_runs, preflight, run_strategy
+    from meshlab.experiments.run import experiment_runs, preflight, run_strategy
 
     runs = experiment_runs(path, options)
     for strategy, run_options in runs:  # bad input anywhere stops the experiment before its first run
@@ -122,7 +122,7 @@ def plot_report(rows, path: Path, inputs: tuple | list = ()) -> None:
     fig.tight_layout()
     import io
 
-    from meshlab.files import write_atomic_bytes
+    from meshlab.core.files import write_atomic_bytes
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from meshlab.cli.output import gib
-from meshlab.planning import PlannedStrategy
-from meshlab.plan_document import coverage, rule_summaries
+from meshlab.plan.planned import PlannedStrategy
+from meshlab.plan.document import coverage, rule_summaries
 
 
 def render_try(planned: PlannedStrategy, console) -> None:

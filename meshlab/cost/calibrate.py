@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from meshlab.errors import InputError
+from meshlab.core.errors import InputError
 from meshlab.experiments.comparable import comparison_problem
 from meshlab.experiments.records import RunRecord
-from meshlab.hardware import MatmulRates, load_hardware
+from meshlab.core.hardware import MatmulRates, load_hardware
 
 
 @dataclass(frozen=True)

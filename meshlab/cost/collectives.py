@@ -69,10 +69,10 @@ from importlib import resources
 
 import yaml
 
-from meshlab.cards.card import Flow, module_pattern
+from meshlab.models.card import Flow, module_pattern
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
-from meshlab.mesh import AbstractMesh
+from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.activations import activation_points
 from meshlab.plan.plan import PlannedParameter
 

@@ -1,6 +1,6 @@
 """Which physical chip each mesh position is on inside one TPU slice, as ``xs.HybridMesh`` lays a mesh out.
 
-meshlab's TPU programs run on ``xs.HybridMesh`` (meshlab.backend.xla, and the export), which places the mesh with
+meshlab's TPU programs run on ``xs.HybridMesh`` (meshlab.parallelisms.xla, and the export), which places the mesh with
 torch_xla's ``_create_device_mesh_for_nd_torus(physical_mesh, mesh_shape, allow_split_physical_axes=True)`` over
 the chips' torus coordinates (jax's ``mesh_utils`` algorithm): the mesh axes are taken last to first (the last
 is the most communication-heavy), each onto whole physical axes whose sizes multiply to it, preferring more axes;
@@ -20,7 +20,7 @@ import itertools
 import math
 from functools import lru_cache
 
-from meshlab.mesh import unravel
+from meshlab.core.mesh import unravel
 
 Coords = tuple[int, ...]
 
@@ -38,7 +38,7 @@ def mesh_coordinates(mesh_shape: tuple[int, ...], topology: tuple[int, ...]) -> 
     else:
         coords, shape = _transpose(_grid(physical), physical, order)
     if coords is None:  # torch_xla's layout fails (never on the catalog's systems): the devices in id order, x
-        # fastest, as meshlab's TPU check (meshlab.backend.tpu_worker.hybrid_mesh_ordinals) falls back
+        # fastest, as meshlab's TPU check (meshlab.runtime.workers.check_tpu.hybrid_mesh_ordinals) falls back
         coords = tuple(_x_fastest(i, physical) for i in range(math.prod(physical)))
     return tuple(c[:len(topology)] for c in coords)
 

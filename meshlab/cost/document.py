@@ -6,7 +6,7 @@ from collections import Counter
 
 from meshlab.cost.predict import Prediction
 from meshlab.cost.timing import Assumptions
-from meshlab.hardware import Hardware
+from meshlab.core.hardware import Hardware
 
 
 def prediction_document(p: Prediction) -> dict:

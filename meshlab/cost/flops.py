@@ -17,7 +17,7 @@ size); each Linear reads its input and writes its output; attention reads q, k, 
 without flash attention also writes and reads the scores and probabilities. Elementwise work (norms,
 modulation, RoPE, activations, residual adds, casts) is one row per block list: each gap between matmuls runs as
 one fused pass that reads what it did not make and writes what others read, at the bytes per token the card
-traced from the real forward (``ModelCard.elementwise``, meshlab.backend.elementwise_trace), at the tokens this
+traced from the real forward (``ModelCard.elementwise``, meshlab.models.importer.elementwise_trace), at the tokens this
 chip holds, each tensor split as the matmul it meets splits its features (a Linear's output or input, attention's
 heads), the residual stream whole. A card without that trace prices no elementwise work.
 """
@@ -27,13 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from meshlab.cards.card import Attention, ModelCard, concrete_path
-from meshlab.cards.truncate import block_lists
+from meshlab.models.card import Attention, ModelCard, concrete_path
+from meshlab.models.truncate import block_lists
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
-from meshlab.mesh import AbstractMesh
+from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.axes import compute_split
-from meshlab.tokens import TokenCounts
+from meshlab.core.tokens import TokenCounts
 
 
 @dataclass(frozen=True)

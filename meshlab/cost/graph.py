@@ -1,7 +1,7 @@
 """The dataflow the cost model walks: every Linear of the card with its role, and the attentions.
 
 Roles come from the dataflow traced from the real forward and recorded in the card (``ModelCard.dataflow``,
-see meshlab.backend.dataflow_trace), never from module names or registration order. They say what consumes a
+see meshlab.models.importer.dataflow_trace), never from module names or registration order. They say what consumes a
 Linear's output, which decides the collectives its sharding implies:
 
 - ``qkv``: feeds attention, which wants every q/k/v split the same way over heads.
@@ -23,8 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from meshlab.cards.card import Attention, Flow, Join, ModelCard, concrete_path, module_pattern
-from meshlab.errors import InputError
+from meshlab.models.card import Attention, Flow, Join, ModelCard, concrete_path, module_pattern
+from meshlab.core.errors import InputError
 from meshlab.plan.plan import Plan, PlannedParameter
 
 ROLES = ("qkv", "out", "chunks", "hidden", "whole")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshlab.cards.card import DTYPE_BYTES, ModelCard
-from meshlab.cards.truncate import block_lists
-from meshlab.errors import PlanError
+from meshlab.models.card import DTYPE_BYTES, ModelCard
+from meshlab.models.truncate import block_lists
+from meshlab.core.errors import PlanError
 from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
-from meshlab.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
+from meshlab.core.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 
 
@@ -36,7 +36,7 @@ class Layout:
     guidance_axis: str | None
     rewrites: tuple[str, ...] = ()  # the strategy's model rewrites (see meshlab.strategy.schema.REWRITES)
     activation_rules: tuple = ()  # the strategy's activation rules (ActivationRule), resolved per module when priced
-    elementwise: str = "fused"  # how elementwise work runs (meshlab.cards.card.ELEMENTWISE_EXECUTIONS)
+    elementwise: str = "fused"  # how elementwise work runs (meshlab.models.card.ELEMENTWISE_EXECUTIONS)
     #: ops the host dispatches one at a time in a call of eager PyTorch (`eager_dispatches`); 0 where a compiler
     #: runs the call
     dispatches: int = 0
@@ -100,7 +100,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
 
 def eager_dispatches(card: ModelCard) -> int:
     """The ops one forward of the card dispatches from the host in eager PyTorch: each block list's traced count
-    times its blocks, and the rest of the forward (meshlab.cards.card.ModelCard.dispatches); 0 where the card
+    times its blocks, and the rest of the forward (meshlab.models.card.ModelCard.dispatches); 0 where the card
     was imported before they were counted."""
     if not card.dispatches:
         return 0

@@ -11,12 +11,12 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   at one chip's ``ici_link_bandwidth`` (not overlapped with the encode; the root unit stays gathered);
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
 - **vae_decode_s**: the images one chip decodes (its share of the batch split), each its pixels (and frames) x
-  the card's figures per output pixel (real decodes on the CPU, meshlab.backend.decode_trace): the convolutions'
+  the card's figures per output pixel (real decodes on the CPU, meshlab.models.importer.decode_trace): the convolutions'
   and matmuls' FLOPs at the chip's effective peak, plus the bytes the other ops move at its effective HBM
   bandwidth (each op its own kernel on a GPU, where diffusers runs the VAE eager; fused gaps on a TPU, where
   XLA compiles it); on a GPU at least the ops it dispatches (per latent frame) at the catalog's
   ``eager_dispatch_s``. ``placement.vae: cpu``: the FLOPs at the host's rate (no host bandwidth is catalogued).
-  Under ``placement.vae_decode`` (meshlab.memory.decode_share): 'tiled' decodes its overlapping tiles, each
+  Under ``placement.vae_decode`` (meshlab.plan.memory.decode_share): 'tiled' decodes its overlapping tiles, each
   paying the dispatches; 'parallel' one chip's rows of the image. With a profile as hardware and a full decode,
   the decode it measured at that resolution, else the measured decodes' rate;
 - **transfer_s**: the prompt embeddings in and the decoded pixels (float32) out over one chip's host link;
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cards.card import DTYPE_BYTES, Component, ModelCard
-from meshlab.hardware import Hardware
-from meshlab.memory import decode_share
+from meshlab.models.card import DTYPE_BYTES, Component, ModelCard
+from meshlab.core.hardware import Hardware
+from meshlab.plan.memory import decode_share
 from meshlab.strategy.schema import Strategy
 
 TERMS = ("text_encode_s", "denoise_s", "vae_decode_s", "transfer_s", "overhead_s")

@@ -14,7 +14,7 @@ from meshlab.cost.ring import tool_issued
 from meshlab.cost.startup import Startup, startup
 from meshlab.cost.timing import Assumptions, CatalogPricing, StepTime, step_time
 from meshlab.cost.topology import route
-from meshlab.hardware import Hardware
+from meshlab.core.hardware import Hardware
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 
@@ -171,7 +171,7 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
 
 def _measured_call(plan: Plan, strategy: Strategy, hardware: Hardware, layout: Layout, work: tuple[Work, ...]):
     """One call priced from the hardware's profile (meshlab.cost.profile), blocks or op by op."""
-    from meshlab.cards.truncate import block_lists
+    from meshlab.models.truncate import block_lists
     from meshlab.cost.profile import price_call
     from meshlab.cost.timing import op_seconds
 

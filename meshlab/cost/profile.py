@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from meshlab.errors import BackendError, InputError
-from meshlab.files import is_device
+from meshlab.core.errors import BackendError, InputError
+from meshlab.core.files import is_device
 from meshlab.strategy.closed import first_problem
 
 FORMAT = 1
@@ -444,7 +444,7 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     """The hardware entry a profile stands for: a GPU's or TPU's catalog entry with the profile's measured host
     figures, or (CPU) an entry made of the profile's measured rates; the profile rides along for the cost model.
     `devices`: what the strategy's mesh uses (None: not known yet)."""
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
 
     profile = load_profile(path)
     if devices is not None and devices != profile.devices:
@@ -469,14 +469,14 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     else:
         hardware = _cpu_hardware(profile, host, source, Path(path).name)
     if overrides:
-        from meshlab.hardware import with_overrides
+        from meshlab.core.hardware import with_overrides
 
         hardware = with_overrides(hardware, overrides)
     return replace(hardware, profile=profile)
 
 
 def _cpu_hardware(profile: Profile, host: dict, source: str, name: str):
-    from meshlab.hardware import Hardware
+    from meshlab.core.hardware import Hardware
 
     linear, copy = profile.rate("linear"), profile.rate("copy")
     if not linear or not copy:

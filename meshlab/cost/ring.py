@@ -35,7 +35,7 @@ every key but:
 Only a self or joint attention runs as a ring: a cross-attention (Wan's attn2, over the text) runs its one kernel
 as before (diffusers passes it no parallel config, and splits no text for it).
 
-Memory (meshlab.memory): a p2p ring holds its own block of k and v and the incoming one, not every key; a ring of
+Memory (meshlab.plan.memory): a p2p ring holds its own block of k and v and the incoming one, not every key; a ring of
 passes also holds its float32 running output.
 
 Why by hand: no library prices a ring from kernel rates and link bandwidth; the equations above are the whole
@@ -50,7 +50,7 @@ from meshlab.cost.collectives import STREAM_RESPLITS, Collective
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.topology import Route, collective_seconds
-from meshlab.hardware import Hardware
+from meshlab.core.hardware import Hardware
 
 RINGS = ("gather-passes", "p2p-passes")
 #: kernels of one merge, forward, counted in diffusers' TemplatedRingAttention (0.42): lse - prev_lse, sigmoid,

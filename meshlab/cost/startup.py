@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.cards.card import DTYPE_BYTES, ModelCard
-from meshlab.cards.truncate import block_lists
-from meshlab.hardware import Hardware
-from meshlab.memory import encoder_resident
+from meshlab.models.card import DTYPE_BYTES, ModelCard
+from meshlab.models.truncate import block_lists
+from meshlab.core.hardware import Hardware
+from meshlab.plan.memory import encoder_resident
 from meshlab.strategy.schema import Strategy
 
 

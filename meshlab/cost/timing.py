@@ -27,7 +27,7 @@ from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
-from meshlab.hardware import Hardware
+from meshlab.core.hardware import Hardware
 
 
 @dataclass(frozen=True)

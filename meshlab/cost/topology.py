@@ -39,8 +39,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshlab.cost.device_layout import mesh_coordinates
-from meshlab.hardware import Hardware
-from meshlab.mesh import AbstractMesh, unravel
+from meshlab.core.hardware import Hardware
+from meshlab.core.mesh import AbstractMesh, unravel
 
 
 @dataclass(frozen=True)

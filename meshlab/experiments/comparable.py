@@ -8,9 +8,9 @@ load nothing about a bf16 prediction.
 
 from __future__ import annotations
 
-from meshlab.errors import InputError
+from meshlab.core.errors import InputError
 from meshlab.experiments.records import RunRecord
-from meshlab.hardware import load_hardware
+from meshlab.core.hardware import load_hardware
 
 PLATFORMS = {"tpu": ("tpu",), "gpu": ("cuda", "gpu"), "cpu": ("cpu",)}
 

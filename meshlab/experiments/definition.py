@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, ValidationError
 
-from meshlab.errors import InputError
+from meshlab.core.errors import InputError
 from meshlab.strategy.closed import Closed, Int
 from meshlab.strategy.loader import validation_error
 from meshlab.strategy.yaml_source import read_yaml

@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from meshlab.errors import BackendError, InputError, Location
-from meshlab.files import is_device
+from meshlab.core.errors import BackendError, InputError, Location
+from meshlab.core.files import is_device
 from meshlab.strategy.closed import first_problem
 
 RECORD_SCHEMA_VERSION = 1
@@ -33,7 +33,7 @@ def strategy_identity(path: Path) -> dict:
 
 
 def run_record(record: dict) -> RunRecord:
-    """The record meshlab.run built, as `report` and `calibrate` will read it back; a record they could not read
+    """The record meshlab.experiments.run built, as `report` and `calibrate` will read it back; a record they could not read
     is a BackendError (the writer and RunRecord disagree: a bug in meshlab, not in the user's input)."""
     record = {"schema_version": RECORD_SCHEMA_VERSION, **record}
     problem = record_problem(record)
@@ -44,7 +44,7 @@ def run_record(record: dict) -> RunRecord:
 
 
 def append_record(path: Path, record: dict) -> RunRecord:
-    """Append `record` (as meshlab.run builds it) after checking it is one `report` and `calibrate` can read."""
+    """Append `record` (as meshlab.experiments.run builds it) after checking it is one `report` and `calibrate` can read."""
     checked = run_record(record)
     line = (json.dumps({"schema_version": RECORD_SCHEMA_VERSION, **record}, sort_keys=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +153,7 @@ class Ran(_Part):
 
 
 class Prediction(_Part):
-    """meshlab's prediction for the run's workload on the strategy's hardware (``meshlab.run._prediction``)."""
+    """meshlab's prediction for the run's workload on the strategy's hardware (``meshlab.experiments.run._prediction``)."""
 
     hardware: Optional[str] = None
     kind: Optional[str] = None
@@ -205,7 +205,7 @@ class Compiles(_Part):
 
 
 class RunRecord(_Part):
-    """One line of a run record file: what `meshlab run` wrote (``meshlab.run``) and `report` and `calibrate` read.
+    """One line of a run record file: what `meshlab run` wrote (``meshlab.experiments.run``) and `report` and `calibrate` read.
     Writer and reader agree through this model: ``append_record`` refuses a record it does not validate, and
     ``read_records`` gives these models, each placed at its file and line (`source`)."""
 

@@ -13,7 +13,7 @@ A rule names a point of every block (``ACTIVATION_POINTS``) and optionally a str
 - ``block.input``: the stream's hidden states as a block receives them (the forward argument the stream comes in
   as, ``STREAM_ARGUMENTS``).
 
-The backend (meshlab.backend.activation_hooks) marks exactly these tensors; the cost model prices the same rules.
+The backend (meshlab.parallelisms.activation_hooks) marks exactly these tensors; the cost model prices the same rules.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshlab.cards.card import ModelCard, block_position
-from meshlab.errors import PlanError
-from meshlab.mesh import AbstractMesh
-from meshlab.spec import PartitionSpec
+from meshlab.models.card import ModelCard, block_position
+from meshlab.core.errors import PlanError
+from meshlab.core.mesh import AbstractMesh
+from meshlab.core.spec import PartitionSpec
 from meshlab.strategy.schema import ActivationRule, Strategy
-from meshlab.tokens import token_counts
+from meshlab.core.tokens import token_counts
 
 #: The forward argument of a block that carries each stream's hidden states (Qwen-Image's and Flux's blocks).
 STREAM_ARGUMENTS = {"image": "hidden_states", "text": "encoder_hidden_states"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from meshlab.mesh import AbstractMesh
+from meshlab.core.mesh import AbstractMesh
 from meshlab.strategy.schema import Activations
 
 GUIDANCE_AXIS = "cfg"

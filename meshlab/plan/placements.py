@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.errors import PlanError
-from meshlab.mesh import AbstractMesh
-from meshlab.spec import PartitionSpec
+from meshlab.core.errors import PlanError
+from meshlab.core.mesh import AbstractMesh
+from meshlab.core.spec import PartitionSpec
 
 #: One mesh axis's placement: ``("shard", dim)`` or ``("replicate",)``.
 Placement = tuple

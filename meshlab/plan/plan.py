@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshlab.cards.card import DTYPE_BYTES, ModelCard, Parameter
-from meshlab.mesh import AbstractMesh, ravel
-from meshlab.spec import PartitionSpec
+from meshlab.models.card import DTYPE_BYTES, ModelCard, Parameter
+from meshlab.core.mesh import AbstractMesh, ravel
+from meshlab.core.spec import PartitionSpec
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from meshlab.cards.card import Parameter
-from meshlab.errors import PlanError
-from meshlab.mesh import AbstractMesh
-from meshlab.spec import PartitionSpec
+from meshlab.models.card import Parameter
+from meshlab.core.errors import PlanError
+from meshlab.core.mesh import AbstractMesh
+from meshlab.core.spec import PartitionSpec
 from meshlab.strategy.schema import Rule
 
 

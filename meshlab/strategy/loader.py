@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshlab.errors import InputError, MeshlabError
+from meshlab.core.errors import InputError, MeshlabError
 from pydantic import ValidationError
 
 from meshlab.strategy.closed import Closed, first_problem

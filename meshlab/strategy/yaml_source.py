@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from meshlab.errors import InputError, Location
-from meshlab.files import is_device
+from meshlab.core.errors import InputError, Location
+from meshlab.core.files import is_device
 
 MAX_BYTES = 1 << 20  # a strategy is a few KiB; a MiB is already absurd
 MAX_DEPTH = 32

@@ -7,9 +7,9 @@ import time
 
 from typing import Any
 
-from meshlab.backend.protocol import report_progress, serve
-from meshlab.backend.requests import Request
-from meshlab.errors import InputError
+from meshlab.runtime.protocol import report_progress, serve
+from meshlab.runtime.requests import Request
+from meshlab.core.errors import InputError
 
 
 class ActionRequest(Request):

@@ -47,7 +47,7 @@ VIDEO = {"wan"}  # small models the video strategies run on; the image ones run 
 def _is_video(strategy: Path) -> bool:
     import yaml
 
-    from meshlab.cards.card import load_card
+    from meshlab.models.card import load_card
 
     return load_card(yaml.safe_load(strategy.read_text())["model"]).architecture.is_video
 
@@ -74,7 +74,7 @@ activations: {{batch: data}}
 
 @pytest.fixture(scope="session")
 def small_strategies(tmp_path_factory) -> dict[str, Path]:
-    from meshlab.backend.card_import import import_card, write_card
+    from meshlab.models.importer.card_import import import_card, write_card
 
     folder = tmp_path_factory.mktemp("small")
     paths = {}
@@ -91,8 +91,8 @@ def small_strategies(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def small_reports(small_strategies, tmp_path_factory):
-    from meshlab.backend.check import run_checks
-    from meshlab.backend.setup import CheckOptions
+    from meshlab.check.against_xla import run_checks
+    from meshlab.check.setup import CheckOptions
 
     keys = sorted(small_strategies)
     dump = tmp_path_factory.mktemp("dump")
@@ -115,7 +115,7 @@ def test_small_models_agree_with_the_plan_exactly(small_reports, key):
     assert report.weights()[0] == report.weights()[1]
     # the buffer assignment's parts add up, and its parameters hold the weights read back but for the last block's
     # text tail, which nothing reads, so the compiled program takes no argument for it
-    from meshlab.backend.verdict import dead_tail_weight_bytes
+    from meshlab.check.verdict import dead_tail_weight_bytes
 
     memory = report.xla_memory
     assert memory.parameters + memory.temporaries + memory.outputs + memory.constants == memory.total
@@ -150,8 +150,8 @@ def test_collectives_are_attributed_to_blocks(small_reports):
 
 @pytest.fixture(scope="module")
 def full_width_reports():
-    from meshlab.backend.check import run_checks
-    from meshlab.backend.setup import CheckOptions
+    from meshlab.check.against_xla import run_checks
+    from meshlab.check.setup import CheckOptions
 
     paths = [REPO / "strategies" / "2d.yaml", REPO / "strategies" / "pairs.yaml"]
     return dict(zip(("2d", "pairs"), run_checks(paths, CheckOptions(layers=1))))
@@ -175,9 +175,9 @@ def test_largest_dim_cuts_the_modulation_chunks_and_pairs_do_not(full_width_repo
 
 API_SCRIPT = textwrap.dedent("""
     import json, sys
-    from meshlab.backend.setup import CheckOptions, check_setup
-    from meshlab.backend.models import build_model
-    from meshlab.errors import MeshlabError
+    from meshlab.check.setup import CheckOptions, check_setup
+    from meshlab.models.importer.build import build_model
+    from meshlab.core.errors import MeshlabError
     setup = check_setup(sys.argv[1], CheckOptions(layers=1))
     out = {}
     def attempt(key, call):
@@ -189,13 +189,13 @@ API_SCRIPT = textwrap.dedent("""
     import meshlab
     model = build_model(setup.card, 1, "bfloat16", 0)
     attempt("spmd_off", lambda: meshlab.apply(model, setup.plan))
-    from meshlab.backend import xla
+    from meshlab.parallelisms import xla
     xla.enable_spmd()
     if sys.argv[2] == "8":
         bigger = build_model(setup.planned.card, 2, "bfloat16", 0)
         attempt("names", lambda: meshlab.apply(bigger, setup.plan))
         import torch
-        from meshlab.spec import PartitionSpec
+        from meshlab.core.spec import PartitionSpec
         mesh = xla.build_mesh(setup.plan.mesh)
         vector = torch.zeros(6).to(xla.device())
         attempt("rejected", lambda: xla.mark(vector, mesh, PartitionSpec("model", None), "norm.weight"))

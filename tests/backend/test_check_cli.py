@@ -48,11 +48,11 @@ def test_a_missing_strategy_file_exits_2():
     assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("module", ["meshlab", "meshlab.backend.hlo", "meshlab.backend.verdict",
-                                    "meshlab.backend.check", "meshlab.export", "meshlab.cards.truncate",
+@pytest.mark.parametrize("module", ["meshlab", "meshlab.check.hlo", "meshlab.check.verdict",
+                                    "meshlab.check.against_xla", "meshlab.export.snippets", "meshlab.models.truncate",
                                     "meshlab.cli.commands_check", "meshlab.plan.placements",
-                                    "meshlab.backend.dtensor_check", "meshlab.backend.dtensor", "meshlab.run",
-                                    "meshlab.cost.topology", "meshlab.sweep"])
+                                    "meshlab.check.against_dtensor", "meshlab.parallelisms.dtensor", "meshlab.experiments.run",
+                                    "meshlab.cost.topology", "meshlab.search.sweep"])
 def test_pure_modules_do_not_import_torch(module):
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
@@ -61,7 +61,7 @@ def test_pure_modules_do_not_import_torch(module):
 
 SYNC_SCRIPT = """
 import time, torch, torch_xla
-from meshlab.backend import xla
+from meshlab.parallelisms import xla
 device = torch_xla.device()
 b = torch.randn(1024, 1024, device=device)
 def step(x):

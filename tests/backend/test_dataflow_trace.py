@@ -2,7 +2,7 @@
 
 import pytest
 
-from meshlab.cards.card import QkNorm, load_card
+from meshlab.models.card import QkNorm, load_card
 
 torch = pytest.importorskip("torch")
 
@@ -75,7 +75,7 @@ class _Model(torch.nn.Module):
 
 
 def test_the_tracer_finds_rotary_halves_and_a_norm_across_heads_under_any_names_and_nothing_else():
-    from meshlab.backend.dataflow_trace import trace_dataflow
+    from meshlab.models.importer.dataflow_trace import trace_dataflow
 
     torch.manual_seed(0)
     tokens, width = 6, 32

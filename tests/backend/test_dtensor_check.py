@@ -32,9 +32,9 @@ EXPRESSIBLE = ("data", "model", "2d", "pairs", "fsdp", "ulysses")
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    from meshlab.backend.card_import import import_card, write_card
-    from meshlab.backend.dtensor_check import run_dtensor_checks
-    from meshlab.backend.setup import CheckOptions
+    from meshlab.models.importer.card_import import import_card, write_card
+    from meshlab.check.against_dtensor import run_dtensor_checks
+    from meshlab.check.setup import CheckOptions
 
     folder = tmp_path_factory.mktemp("dtensor")
     class_name, config = SMALL["qwen"]
@@ -91,7 +91,7 @@ def test_the_ones_it_cannot_are_refused_with_the_reason(strategy, message, code)
 
 def test_a_model_dtensor_has_no_rule_for_stops_with_the_op_named(tmp_path):
     """Wan 2.1's forward calls aten.unbind, which DTensor in torch 2.9 has no sharding rule for: exit 3, one line."""
-    from meshlab.backend.card_import import import_card, write_card
+    from meshlab.models.importer.card_import import import_card, write_card
 
     class_name, config = SMALL["wan"]
     card = write_card(import_card(class_name, config, "wan-small"), tmp_path / "wan-small.json")
@@ -121,7 +121,7 @@ def test_no_rank_is_left_running_when_the_worker_dies():
     for line in check.stderr:
         if "starting 8 gloo processes" in line:
             break
-    worker = next(pid for pid in _descendants(check.pid) if "meshlab.backend.dtensor_worker" in _cmdline(pid))
+    worker = next(pid for pid in _descendants(check.pid) if "meshlab.runtime.workers.check_dtensor" in _cmdline(pid))
     deadline = time.time() + 300  # the ranks import torch, arm their death signal, then join the gloo group
     while not ((started := _ranks(worker)) and len(started) == 8 and all(map(_joined, started))):
         assert time.time() < deadline, "the ranks did not start"

@@ -1,10 +1,10 @@
-"""The elementwise trace against a hand count, and the shipped cards' traces (meshlab.backend.elementwise_trace)."""
+"""The elementwise trace against a hand count, and the shipped cards' traces (meshlab.models.importer.elementwise_trace)."""
 
 from __future__ import annotations
 
 import pytest
 
-from meshlab.cards.card import load_card
+from meshlab.models.card import load_card
 
 torch = pytest.importorskip("torch")
 
@@ -35,13 +35,13 @@ class Model(torch.nn.Module):
 
 
 def stream_of(shape) -> str:
-    from meshlab.backend.card_import import _stream_of
+    from meshlab.models.importer.card_import import _stream_of
 
     return _stream_of(shape, {TOKENS: "image"})
 
 
 def traced_block(index: int) -> dict:
-    from meshlab.backend.elementwise_trace import trace_elementwise_both
+    from meshlab.models.importer.elementwise_trace import trace_elementwise_both
 
     with torch.device("meta"):
         model = Model().to(torch.bfloat16)
@@ -73,7 +73,7 @@ def test_eager_a_middle_block_moves_what_each_op_reads_and_writes_by_hand():
     and writes fc2's input (4 + 4); the residual add reads the block's input again, reads fc2's output and writes
     the sum (1 + 1 + 1), which takes the residual stream's side (the larger of its reads, the first among equals).
     13 widths, where one fused pass per gap moves 12."""
-    from meshlab.backend.elementwise_trace import trace_elementwise_both
+    from meshlab.models.importer.elementwise_trace import trace_elementwise_both
 
     with torch.device("meta"):
         model = Model().to(torch.bfloat16)
@@ -88,7 +88,7 @@ def test_eager_a_middle_block_moves_what_each_op_reads_and_writes_by_hand():
 def test_a_block_dispatches_each_of_its_ops_once_by_hand():
     """Eager PyTorch launches x*2, fc1, relu, fc2 and the residual add: 5 per block; the two untraced blocks' 10
     count as the rest of the forward (the weights' transposes are the matmuls' business, not launches)."""
-    from meshlab.backend.elementwise_trace import trace_elementwise_both
+    from meshlab.models.importer.elementwise_trace import trace_elementwise_both
 
     with torch.device("meta"):
         model = Model().to(torch.bfloat16)
@@ -124,7 +124,7 @@ def test_shipped_cards_trace_every_block_list(name):
         assert fused <= eager < 250 * width * 2  # eager writes every intermediate (Wan's in float32: 190-odd)
     assert sum(e.bytes_per_token for e in card.elementwise if e.execution == "fused") > 0
     linears = {p.module for p in card.parameters if p.kind == "linear"}
-    from meshlab.cards.card import concrete_path
+    from meshlab.models.card import concrete_path
 
     for e in card.elementwise:  # every Linear named is one of the card's, in the same list
         assert e.side != "in" and e.side != "out" or concrete_path(e.linear, f"{e.blocks}.0.x") in linears

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from meshlab.export import spec_map_document, torch_xla_snippet
-from meshlab.planning import plan_file
-from meshlab.spec import PartitionSpec
+from meshlab.export.snippets import spec_map_document, torch_xla_snippet
+from meshlab.plan.planned import plan_file
+from meshlab.core.spec import PartitionSpec
 from meshlab.strategy.schema import Activations, Rule
 
 from tests.conftest import REPO, STRATEGIES, small_card
@@ -95,7 +95,7 @@ def test_snippet_marks_every_parameter(fake_torch_xla):
 COLUMN, ROW, WHOLE, VECTOR = ["model", None], [None, "model"], [None, None], [None]
 SPLIT_VECTOR = ["model"]
 
-#: strategies/pairs.yaml over meshlab/cards/qwen-image.json, written out by hand: every parameter of one block
+#: strategies/pairs.yaml over meshlab/models/cards/qwen-image.json, written out by hand: every parameter of one block
 #: (by its path past ``transformer_blocks.<i>.``) and its spec. Column: q/k/v and MLP-in, their biases split
 #: with their output; row: out-projections, MLP-out and the modulation Linears, their biases whole; norms whole.
 PAIRS_BLOCK = {
@@ -186,12 +186,12 @@ def test_export_rejects_an_unknown_format():
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda p: p.stem)
 def test_dtensor_snippet_places_every_parameter_as_the_plan(strategy):
     pytest.importorskip("torch")
-    from meshlab.export import dtensor_snippet
+    from meshlab.export.snippets import dtensor_snippet
     from meshlab.plan.placements import placements_of
 
     planned = plan_file(strategy)
     if planned.strategy.activations.rules:  # hooks inside the blocks: no snippet can write them, so it refuses
-        from meshlab.errors import PlanError
+        from meshlab.core.errors import PlanError
 
         with pytest.raises(PlanError, match="activation rule") as refused:
             dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations)
@@ -233,7 +233,7 @@ def test_dtensor_snippet_runs_on_a_device_mesh(fake_process_group):
     """The pasted snippet builds the mesh and leaves rank 0 holding exactly its planned slice of each weight."""
     import torch
 
-    from meshlab.export import dtensor_snippet
+    from meshlab.export.snippets import dtensor_snippet
     from meshlab.plan.placements import local_shape
 
     planned = plan_file(STRATEGIES[0].with_name("2d.yaml"))

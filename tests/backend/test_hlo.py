@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from meshlab.backend import hlo
+from meshlab.check import hlo
 
 DATA = Path(__file__).parent / "data"
 MESH = (("data", 2), ("model", 4))

@@ -1,6 +1,6 @@
 """The collectives `meshlab profile` times are the ones XLA's partitioner emits (8 virtual CPU devices).
 
-Each kind is made by resharding an elementwise op's output (meshlab.backend.profile_worker._collective); this
+Each kind is made by resharding an elementwise op's output (meshlab.runtime.workers.profile._collective); this
 reads the per-device program XLA compiled for it and checks that it holds exactly that collective, over the
 intended mesh axis, on the per-chip buffer meshlab's `Collective.bytes` names. Two things XLA's CPU compiler does
 that a TPU's does not: it moves bf16 collectives as f32 (so the elements are counted, not the bytes), and it
@@ -28,8 +28,8 @@ NBYTES = 2 * ELEMENTS  # in bf16
 SCRIPT = r"""
 import glob, json, os, sys
 import torch
-from meshlab.backend.hlo import parse_collectives
-from meshlab.backend.profile_worker import Device, _collective
+from meshlab.check.hlo import parse_collectives
+from meshlab.runtime.workers.profile import Device, _collective
 
 dump = sys.argv[1]
 mesh = {"data": 2, "model": 4}
@@ -63,7 +63,7 @@ def emitted(tmp_path_factory) -> dict:
 def test_the_profile_times_exactly_the_collective_it_names(emitted, kind):
     """One collective of that kind in the program XLA compiled, moving the per-chip buffer asked for, in groups
     of the model axis (4 devices; a permute's source-target pairs are pairs)."""
-    from meshlab.backend.hlo import ELEMENT_BYTES
+    from meshlab.check.hlo import ELEMENT_BYTES
 
     (found,) = emitted[kind]
     assert found[0] == (kind if kind != "reduce-scatter" else "all-reduce")  # XLA CPU: see the module docstring

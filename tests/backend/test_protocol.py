@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from meshlab.backend.protocol import WorkerFailed, call_worker
-from meshlab.backend.requests import Request
-from meshlab.errors import BackendError, InputError
+from meshlab.runtime.protocol import WorkerFailed, call_worker
+from meshlab.runtime.requests import Request
+from meshlab.core.errors import BackendError, InputError
 
 from tests.backend.protocol_worker import ActionRequest
 
@@ -36,7 +36,7 @@ def test_a_request_the_worker_does_not_read_is_a_backend_error_naming_the_field(
 def test_a_request_is_checked_when_the_parent_makes_it():
     from pydantic import ValidationError
 
-    from meshlab.backend.requests import RunWorkload, XlaRunRequest
+    from meshlab.runtime.requests import RunWorkload, XlaRunRequest
 
     workload = RunWorkload(height=64, width=64, steps=2, cfg=True, batch=1, dtype="float32", cfg_scale=4.0)
     with pytest.raises(ValidationError, match="scratch"):
@@ -76,7 +76,7 @@ def test_an_interrupted_parent_stops_its_worker():
     import subprocess
     import sys
 
-    from meshlab.backend.protocol import _follow
+    from meshlab.runtime.protocol import _follow
 
     script = "import json, sys, time; print(json.dumps({'progress': 'started'}), flush=True); time.sleep(60)"
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from meshlab.backend import hlo
-from meshlab.backend.hlo import ArrayShape, HloCollective
-from meshlab.backend.verdict import (OUTSIDE, CheckReport, MeasuredCollective, check_document, collectives_of,
+from meshlab.check import hlo
+from meshlab.check.hlo import ArrayShape, HloCollective
+from meshlab.check.verdict import (OUTSIDE, CheckReport, MeasuredCollective, check_document, collectives_of,
                                     predicted_full_depth, predicted_per_block)
-from meshlab.backend.readback import compare_parameter
-from meshlab.backend.setup import CheckOptions, check_setup
+from meshlab.check.readback import compare_parameter
+from meshlab.check.setup import CheckOptions, check_setup
 from meshlab.cli.render_check import render_check
 
 from tests.conftest import REPO

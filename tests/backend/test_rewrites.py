@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from meshlab.backend.rewrites import RowLayerNorm, apply_rewrites  # noqa: E402
+from meshlab.parallelisms.rewrites import RowLayerNorm, apply_rewrites  # noqa: E402
 
 
 @pytest.mark.parametrize("affine", [False, True])

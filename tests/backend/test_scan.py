@@ -4,10 +4,10 @@ import importlib.util
 
 import pytest
 
-from meshlab.backend.scan import homogeneous_specs
-from meshlab.backend.setup import CheckOptions, check_setup
-from meshlab.errors import PlanError
-from meshlab.spec import PartitionSpec
+from meshlab.parallelisms.scan import homogeneous_specs
+from meshlab.check.setup import CheckOptions, check_setup
+from meshlab.core.errors import PlanError
+from meshlab.core.spec import PartitionSpec
 
 from tests.conftest import REPO
 
@@ -50,7 +50,7 @@ def test_the_cli_says_so_in_one_line(write_strategy):
 def test_scanned_forward_matches_the_unsharded_model_and_loops(tmp_path):
     """Two full-width Qwen-Image blocks under pairs.yaml, scanned: every shard where the plan puts it, the output
     within bf16 tolerance of the unsharded float32 forward (as unrolled), one XLA while loop in the program."""
-    from meshlab.backend.check import run_check
+    from meshlab.check.against_xla import run_check
 
     report = run_check(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=2, scan=True, dump_dir=tmp_path))
     assert report.scanned == ("transformer_blocks",)

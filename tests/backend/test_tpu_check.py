@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from meshlab.backend import libtpu
-from meshlab.errors import InputError
-from meshlab.hardware import load_hardware
+from meshlab.runtime.workers import libtpu
+from meshlab.core.errors import InputError
+from meshlab.core.hardware import load_hardware
 from tests.conftest import REPO
 
 HAVE_TPU_COMPILER = all(importlib.util.find_spec(m) for m in ("jax", "libtpu", "torchax", "torch_xla"))
@@ -53,10 +53,10 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     """A compiled program made up to the plan's own figures agrees; each figure moved past its tolerance is named."""
     from dataclasses import replace
 
-    from meshlab.backend.hlo import ArrayShape, HloCollective
-    from meshlab.backend.setup import CheckOptions, check_setup
-    from meshlab.backend.tpu_check import Compiled, TpuCheckReport
-    from meshlab.backend.verdict import MeasuredCollective
+    from meshlab.check.hlo import ArrayShape, HloCollective
+    from meshlab.check.setup import CheckOptions, check_setup
+    from meshlab.check.against_tpu import Compiled, TpuCheckReport
+    from meshlab.check.verdict import MeasuredCollective
 
     setup = check_setup(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=3))
     chip = setup.memory.most_loaded

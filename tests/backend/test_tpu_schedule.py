@@ -1,6 +1,6 @@
 """XLA:TPU's latency-hiding schedule, read from the text proto it dumps (the shape of a real v6e dump, cut short)."""
 
-from meshlab.backend.tpu_schedule import collective_kind, parse_schedule
+from meshlab.check.tpu_schedule import collective_kind, parse_schedule
 
 DUMP = """hlo_module {
   name: "IrToHlo.1"

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from meshlab.cards.card import BUILTIN_DIR, card_to_json, load_card
-from meshlab.errors import InputError
+from meshlab.models.card import BUILTIN_DIR, card_to_json, load_card
+from meshlab.core.errors import InputError
 
 SHIPPED = ("qwen-image", "flux-dev", "wan-2.1-t2v-14b", "wan-2.1-t2v-1.3b", "sd3.5-large", "flux2-dev")
 
@@ -86,14 +86,14 @@ def test_flux_dev_streams_and_block_numbering():
 
 
 def test_unknown_preset_is_an_input_error_listing_the_presets():
-    from meshlab.backend.card_import import import_preset
+    from meshlab.models.importer.card_import import import_preset
 
     with pytest.raises(InputError, match="qwen-image"):
         import_preset("sdxl")
 
 
 def test_importer_module_does_not_import_torch():
-    code = "import sys, meshlab.backend.card_import, meshlab.cards.presets; print('torch' in sys.modules)"
+    code = "import sys, meshlab.models.importer.card_import, meshlab.models.presets; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -106,10 +106,10 @@ def test_importer_module_does_not_import_torch():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_card_equals_a_fresh_import(name):
     pytest.importorskip("diffusers")
-    from meshlab.backend.card_import import import_preset
+    from meshlab.models.importer.card_import import import_preset
 
     shipped = json.loads((BUILTIN_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    assert card_to_json(import_preset(name)) == shipped, "regenerate with: python -m meshlab.backend.card_import --all"
+    assert card_to_json(import_preset(name)) == shipped, "regenerate with: python -m meshlab.models.importer.card_import --all"
 
 
 SMALL_QWEN = {  # diffusers' own test configuration
@@ -125,7 +125,7 @@ SMALL_VAE = {"library": "diffusers", "class": "AutoencoderKL",
 @pytest.mark.xla
 def test_import_from_a_local_config_file(tmp_path):
     pytest.importorskip("diffusers")
-    from meshlab.backend.card_import import import_from_config_file, write_card
+    from meshlab.models.importer.card_import import import_from_config_file, write_card
 
     folder = tmp_path / "tiny-qwen"
     folder.mkdir()
@@ -151,7 +151,7 @@ def test_import_from_a_local_config_file(tmp_path):
 @pytest.mark.xla
 def test_small_flux_traces_single_blocks_as_joint():
     pytest.importorskip("diffusers")
-    from meshlab.backend.card_import import import_card
+    from meshlab.models.importer.card_import import import_card
 
     config = {"patch_size": 1, "in_channels": 4, "num_layers": 1, "num_single_layers": 2, "attention_head_dim": 16,
               "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 32,
@@ -169,7 +169,7 @@ def test_small_flux_traces_single_blocks_as_joint():
 @pytest.mark.xla
 def test_unsupported_class_is_an_input_error():
     pytest.importorskip("diffusers")
-    from meshlab.backend.card_import import import_card
+    from meshlab.models.importer.card_import import import_card
 
     with pytest.raises(InputError, match="FluxTransformer2DModel") as raised:
         import_card("HunyuanVideoTransformer3DModel", {}, "hunyuan")
@@ -182,8 +182,8 @@ def test_the_narrow_flux2_card_of_the_agreement_matrix_equals_a_fresh_import():
     """tests/cost/data/cards/flux2-dev-narrow.json: FLUX.2-dev's preset at 16 heads (2048 wide), the width at which
     8 CPU replicas of its blocks fit this project's 24 GiB test host."""
     pytest.importorskip("diffusers")
-    from meshlab.backend.card_import import import_card
-    from meshlab.cards.presets import PRESETS
+    from meshlab.models.importer.card_import import import_card
+    from meshlab.models.presets import PRESETS
 
     from tests.conftest import REPO
 
@@ -270,7 +270,7 @@ def test_a_card_of_schema_3_is_refused_saying_it_lacks_the_traced_rotary_and_nor
 def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
     """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end;
     Qwen-Image joins them only inside attention (q/k/v), which the attention's own rules price."""
-    from meshlab.cards.card import Join
+    from meshlab.models.card import Join
 
     assert load_card("flux-dev").joins == (Join("single_transformer_blocks.*", "concat", 3072),
                                             Join("single_transformer_blocks.*", "split", 3072))
@@ -278,7 +278,7 @@ def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
 
 
 def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
-    from meshlab.cards.card import card_from_json
+    from meshlab.models.card import card_from_json
 
     data = card_to_json(load_card("qwen-image"))
     assert card_from_json(data).elementwise == load_card("qwen-image").elementwise
@@ -298,7 +298,7 @@ def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
     ({"transformer_blocks": 9.5}, "counts of ops"),
 ])
 def test_dispatches_round_trip_and_a_bad_count_is_a_one_line_error(dispatches, problem):
-    from meshlab.cards.card import card_from_json
+    from meshlab.models.card import card_from_json
 
     data = card_to_json(load_card("qwen-image"))
     assert card_from_json(data).dispatches == load_card("qwen-image").dispatches == data["dispatches"]

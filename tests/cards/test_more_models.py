@@ -9,12 +9,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from meshlab.cards.card import load_card
+from meshlab.models.card import load_card
 from meshlab.cli.app import app
 from meshlab.cost.flops import attention_flops, linear_flops
-from meshlab.errors import PlanError
+from meshlab.core.errors import PlanError
 from meshlab.strategy.schema import Workload
-from meshlab.tokens import TokenCounts, token_counts
+from meshlab.core.tokens import TokenCounts, token_counts
 
 from tests.conftest import REPO
 from tests.cost.helpers import forward_flops
@@ -146,7 +146,7 @@ def test_bad_frames_are_one_line_errors_naming_the_line(write_strategy, model, f
 def test_video_decode_holds_one_latent_frames_working_set_and_the_decoded_video():
     """Wan's VAE decodes a latent frame at a time with causal caches and accumulates the whole video; the card's
     working set is that steady state's, per pixel of one frame."""
-    from meshlab.memory import vae_decode_bytes
+    from meshlab.plan.memory import vae_decode_bytes
 
     card = load_card("wan-2.1-t2v-14b")
     per_pixel = card.component("vae").working_bytes_per_pixel
@@ -158,7 +158,7 @@ def test_video_decode_holds_one_latent_frames_working_set_and_the_decoded_video(
 
 
 def test_every_text_encoder_on_the_device_counts(write_strategy):
-    from meshlab.planning import plan_file
+    from meshlab.plan.planned import plan_file
 
     path = write_strategy("""\
         name: sd35-encoders
@@ -211,7 +211,7 @@ def test_a_config_of_a_class_without_a_family_row_is_one_line_naming_the_file(tm
 def test_a_published_config_imports_with_its_own_class_name(tmp_path):
     """A Hugging Face config.json names its class: `meshlab models import --config` needs nothing else."""
     pytest.importorskip("diffusers")
-    from meshlab.cards.presets import PRESETS
+    from meshlab.models.presets import PRESETS
 
     folder = tmp_path / "Wan2.1-T2V-1.3B"
     folder.mkdir()

@@ -36,7 +36,7 @@ def test_the_json_document_names_best_cheapest_and_each_system(tmp_path):
 
 
 def test_no_hardware_sweeps_the_default_set_and_says_so(tmp_path):
-    from meshlab.sweep import DEFAULT_SYSTEMS
+    from meshlab.search.sweep import DEFAULT_SYSTEMS
 
     done = sweep("--out", str(tmp_path / "b.yaml"), cwd=tmp_path)
     assert done.exit_code == 0, done.output

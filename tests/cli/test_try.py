@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from meshlab.cli.app import app
-from meshlab.hardware import FIGURES
+from meshlab.core.hardware import FIGURES
 
 from tests.conftest import STRATEGIES
 

@@ -112,7 +112,7 @@ def test_a_saved_question_about_a_card_file_plans_from_its_own_folder_and_never_
     from tests.conftest import REPO
 
     card = tmp_path / "wan.json"
-    card.write_text((REPO / "meshlab" / "cards" / "wan-2.1-t2v-14b.json").read_text())
+    card.write_text((REPO / "meshlab" / "models" / "cards" / "wan-2.1-t2v-14b.json").read_text())
     (tmp_path / "sub").mkdir()
     saved = ask("--model", "wan.json", "--hardware", "v6e-8", "--mesh", "cfg=2,seq=4", "--save", "sub/s.yaml",
                 "--json")

@@ -1,7 +1,7 @@
 """Strategies over the small synthetic card for the cost tests."""
 
 from meshlab.cost.predict import predict
-from meshlab.hardware import load_hardware
+from meshlab.core.hardware import load_hardware
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 

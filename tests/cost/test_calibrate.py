@@ -3,9 +3,9 @@
 import pytest
 
 from meshlab.cost.calibrate import calibrate as calibrate_records
-from meshlab.errors import InputError
+from meshlab.core.errors import InputError
 from meshlab.experiments.records import RunRecord
-from meshlab.hardware import load_hardware
+from meshlab.core.hardware import load_hardware
 
 
 WORK = {"model": "qwen-image", "config_digest": "abc", "batch": 2, "dtype": "bfloat16"}

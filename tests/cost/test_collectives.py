@@ -4,11 +4,11 @@ from collections import Counter
 
 import pytest
 
-from meshlab.errors import PlanError
-from meshlab.hardware import load_hardware
+from meshlab.core.errors import PlanError
+from meshlab.core.hardware import load_hardware
 from meshlab.cost.collectives import combine
 from meshlab.cost.topology import collective_seconds, route
-from meshlab.mesh import AbstractMesh
+from meshlab.core.mesh import AbstractMesh
 
 from tests.conftest import small_card
 from tests.cost.helpers import PAIRS, predicted
@@ -130,7 +130,7 @@ def test_all_reduce_costs_twice_an_all_gather():
 
 def test_flux_flops_and_pairs_collectives_against_hand_counts():
     """Flux-dev (19 dual-stream blocks, then 38 single-stream ones) against hand counts from its card's shapes."""
-    from meshlab.cards.card import load_card
+    from meshlab.models.card import load_card
     from meshlab.cost.predict import predict
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import strategy

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from meshlab.backend.setup import CheckOptions, check_setup
-from meshlab.cards.card import DTYPE_BYTES
+from meshlab.check.setup import CheckOptions, check_setup
+from meshlab.models.card import DTYPE_BYTES
 from meshlab.cost.collectives import known_differences
 from meshlab.cost.predict import predict
 
@@ -178,7 +178,7 @@ def test_the_matrix_covers_what_the_rules_were_not_read_from():
 def test_flops_per_device_agree_with_the_dots_of_xlas_program(strategy):
     """One forward on one device: meshlab's Linears and attention against every dot of XLA's partitioned
     program (2 x result elements x contracted elements, as HloCostAnalysis counts a dot), within 2%."""
-    from meshlab.backend.verdict import predicted_flops
+    from meshlab.check.verdict import predicted_flops
 
     document = load(strategy)
     setup = check_setup(strategy_path(strategy), CheckOptions(**check_options(document)))
@@ -226,7 +226,7 @@ def test_each_known_difference_names_measurements_that_are_checked_in():
 def test_agrees_with_a_live_check(strategy):
     """Through `meshlab check`'s own API (a torch worker on 8 virtual CPU devices, about 2 minutes each): a
     built-in strategy, and the sequence-axis case of the matrix (all-to-alls, permutes, joint k/v gathers)."""
-    from meshlab.backend.check import run_check
+    from meshlab.check.against_xla import run_check
 
     options = {"layers": 2, "height": 128, "width": 128, "text_tokens": 32}
     report = run_check(strategy_path(strategy), CheckOptions(**options))

@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from meshlab.cli.commands_cost import register
-from meshlab.ranking import compare, expand
-from meshlab.errors import InputError
+from meshlab.search.compare import compare, expand
+from meshlab.core.errors import InputError
 from meshlab.strategy.schema import Strategy
 
 from tests.conftest import REPO, STRATEGIES
@@ -127,7 +127,7 @@ def test_cli_plot_writes_png(tmp_path):
 
 def test_plans_for_different_models_are_ranked_apart(tmp_path):
     """A Wan plan is never held to a Qwen-Image one (different work): each model has its own best and ranks."""
-    from meshlab.ranking import compare
+    from meshlab.search.compare import compare
 
     result = compare([str(REPO / "strategies" / "2d.yaml"), str(REPO / "strategies" / "pairs.yaml"),
                       str(REPO / "strategies" / "wan-14b-v6e-8.yaml")])

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from meshlab.cost.device_layout import mesh_coordinates
-from meshlab.hardware import catalog
+from meshlab.core.hardware import catalog
 
 
 def tpu_topologies() -> list[tuple[int, ...]]:
@@ -45,10 +45,10 @@ def test_the_port_lays_every_mesh_out_as_torch_xla_does(topology):
 
 _LIBTPU_CHECK = """
 import json, math, os, sys
-from meshlab.backend import libtpu
-from meshlab.backend.tpu_worker import hybrid_mesh_ordinals
+from meshlab.runtime.workers import libtpu
+from meshlab.runtime.workers.check_tpu import hybrid_mesh_ordinals
 from meshlab.cost.device_layout import mesh_coordinates
-from meshlab.hardware import catalog
+from meshlab.core.hardware import catalog
 from tests.cost.test_device_layout import mesh_shapes
 
 os.environ.update(libtpu.environment(libtpu.topology_of(catalog()["v6e-8"])))

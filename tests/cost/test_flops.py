@@ -2,8 +2,8 @@
 
 import pytest
 
-from meshlab.cards.card import load_card
-from meshlab.tokens import TokenCounts
+from meshlab.models.card import load_card
+from meshlab.core.tokens import TokenCounts
 
 from tests.conftest import small_card
 from tests.cost.helpers import PAIRS, forward_flops, predicted
@@ -122,7 +122,7 @@ def test_fsdp_chip_flops_equal_data_parallel_for_the_same_samples_per_chip():
 def test_qwen_image_fsdp_per_chip_flops_are_one_whole_forward():
     """The reviewer's case: data 8, every weight's largest dim over data, batch 8: 78.3 TFLOP per call per chip."""
     from meshlab.cost.predict import predict
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import strategy
 
@@ -138,7 +138,7 @@ def test_elementwise_passes_are_the_cards_bytes_per_token_at_the_chips_tokens():
     """One row per block list, counted once per block: the traced bytes per token of each stream times the
     tokens this chip holds; splitting the image tokens over a sequence axis halves the image stream's part."""
     from meshlab.cost.predict import predict
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import strategy
 
@@ -169,7 +169,7 @@ def test_tensor_parallel_splits_the_elementwise_tensors_its_linears_split():
     activation), what a row Linear reads, and what goes into or comes out of attention is a quarter per chip; the
     residual stream and what row Linears make stay whole."""
     from meshlab.cost.predict import predict
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import PAIRS, strategy
 
@@ -207,7 +207,7 @@ def test_eager_execution_prices_every_ops_reads_and_writes():
     """compile: {elementwise: eager} prices the card's eager entries (every op its own kernel) instead of the fused
     gaps: for Qwen-Image about four times the bytes, and a step that much longer in its elementwise part."""
     from meshlab.cost.predict import predict
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import strategy
 
@@ -247,7 +247,7 @@ def test_the_step_reports_its_elementwise_part():
     call; a part of compute_or_hbm_s."""
     from meshlab.cost.document import prediction_document
     from meshlab.cost.predict import predict
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
     from meshlab.plan.planner import make_plan
     from tests.cost.helpers import strategy
 

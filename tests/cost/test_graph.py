@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from meshlab.cost.graph import graph_of
-from meshlab.planning import plan_file as load_plan
-from meshlab.sweep import pairs_rules
+from meshlab.plan.planned import plan_file as load_plan
+from meshlab.search.sweep import pairs_rules
 
 from tests.conftest import REPO
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from meshlab.cards.card import load_card
-from meshlab.cards.truncate import block_lists
+from meshlab.models.card import load_card
+from meshlab.models.truncate import block_lists
 from meshlab.cost.layout import eager_dispatches
 from meshlab.cost.predict import predict
-from meshlab.hardware import load_hardware
+from meshlab.core.hardware import load_hardware
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 
@@ -103,7 +103,7 @@ def test_the_catalogs_dispatch_cost_is_the_h200_measurement():
     """eager_dispatch_s comes from benchmarks/gpu_eager_blocks.py on the H200: a 12-blocks-a-list forward's median
     time over the ops the card traces for it, each model's least (the host at its calmest), averaged over the
     two models; the ops counted from today's cards."""
-    from meshlab.cards.truncate import truncate_card
+    from meshlab.models.truncate import truncate_card
 
     measured = json.loads(EAGER_FORWARDS.read_text())
     assert measured["blocks"] == [4, 12]

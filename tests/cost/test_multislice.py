@@ -8,10 +8,10 @@ import pytest
 
 from meshlab.cost.predict import predict
 from meshlab.cost.topology import collective_seconds, dcn_seconds, route
-from meshlab.errors import InputError, PlanError
-from meshlab.hardware import load_hardware
-from meshlab.mesh import AbstractMesh
-from meshlab.planning import plan_file
+from meshlab.core.errors import InputError, PlanError
+from meshlab.core.hardware import load_hardware
+from meshlab.core.mesh import AbstractMesh
+from meshlab.plan.planned import plan_file
 
 STRATEGY = """\
 name: {name}
@@ -115,9 +115,9 @@ def test_dcn_leaves_memory_alone(tmp_path):
 
 
 def test_the_sweep_tries_each_axis_across_the_slices_and_puts_data_there():
-    from meshlab.cards.card import load_card
+    from meshlab.models.card import load_card
     from meshlab.strategy.schema import Workload
-    from meshlab.sweep import sweep
+    from meshlab.search.sweep import sweep
 
     hardware = load_hardware("v6e-8x2")
     result = sweep(load_card("qwen-image"), hardware, "qwen-image", Workload(), families=("data", "model", "2d"),

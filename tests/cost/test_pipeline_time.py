@@ -9,11 +9,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from meshlab.cards.card import load_card
+from meshlab.models.card import load_card
 from meshlab.cli.app import app
 from meshlab.cost.pipeline_time import TERMS
 from meshlab.cost.predict import predict
-from meshlab.planning import plan_file
+from meshlab.plan.planned import plan_file
 
 from tests.conftest import REPO
 
@@ -84,7 +84,7 @@ def test_vae_decode_on_a_gpu_moves_every_ops_tensors_and_pays_at_least_its_dispa
     """diffusers runs the VAE eager on a GPU: each op reads and writes its own tensors, and the host dispatches
     each op (per latent frame of a video)."""
     from meshlab.cost.pipeline_time import vae_decode_seconds
-    from meshlab.hardware import load_hardware
+    from meshlab.core.hardware import load_hardware
 
     h200 = load_hardware("h200")
     vae = load_card("qwen-image").component("vae")
@@ -163,12 +163,12 @@ def test_decode_flops_per_pixel_extrapolates_to_a_larger_decode():
 def test_the_decode_working_set_predicts_a_larger_measured_decode(model, side, latent_frames):
     """The card's working set comes from decodes at 8x8 and 16x16 latents (one latent frame, or three for a
     video VAE); a real decode of another size, measured by torch.profiler's memory timeline on the CPU, holds
-    what meshlab.memory predicts for it within 2% (Wan: 13 frames, past the 9 the card was measured at)."""
+    what meshlab.plan.memory predicts for it within 2% (Wan: 13 frames, past the 9 the card was measured at)."""
     import diffusers
     import torch
 
-    from meshlab.backend.decode_trace import _tensor_peak
-    from meshlab.memory import vae_decode_bytes
+    from meshlab.models.importer.decode_trace import _tensor_peak
+    from meshlab.plan.memory import vae_decode_bytes
 
     card = load_card(model)
     spec = card.source["components"]["vae"]

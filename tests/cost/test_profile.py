@@ -12,9 +12,9 @@ import yaml
 
 from meshlab.cost.predict import predict, profile_key
 from meshlab.cost.profile import Curve, Point, by_ops, fit, interpolate, load_profile, profile_document
-from meshlab.errors import InputError
-from meshlab.hardware import load_hardware
-from meshlab.planning import at_depth, plan_file, with_workload
+from meshlab.core.errors import InputError
+from meshlab.core.hardware import load_hardware
+from meshlab.plan.planned import at_depth, plan_file, with_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_CPU = ROOT / "experiments" / "strategies" / "qwen-image-one-cpu.yaml"
@@ -303,7 +303,7 @@ def test_a_run_priced_from_a_profile_records_which_measurement_it_was(keyed):
     """The record's prediction carries the profile's digest, which calibrate matches runs to."""
     import hashlib
 
-    from meshlab.run import _prediction
+    from meshlab.experiments.run import _prediction
 
     strategy, profile = keyed
     prediction = _prediction(plan_file(strategy))

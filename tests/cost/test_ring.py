@@ -11,7 +11,7 @@ import yaml
 from meshlab.cost.predict import predict
 from meshlab.cost.collectives import STREAM_RESPLITS
 from meshlab.cost.ring import CAST_BYTES_PER_ELEMENT, GATHER_PHASE, MERGE_BYTES_PER_ELEMENT, RingAttention
-from meshlab.errors import MeshlabError
+from meshlab.core.errors import MeshlabError
 from meshlab.api import load_plan
 from tests.conftest import REPO
 

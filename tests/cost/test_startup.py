@@ -1,7 +1,7 @@
 """Time to first image: the checkpoint read, the copy to the chips, the compile and the first call."""
 
 from meshlab.cost.predict import predict
-from meshlab.planning import plan_file
+from meshlab.plan.planned import plan_file
 from tests.conftest import REPO
 
 #: Qwen-Image's transformer, text encoder and VAE (`meshlab models list`), in bf16

@@ -2,14 +2,14 @@
 
 import pytest
 
-from meshlab.cards.card import load_card
-from meshlab.errors import InputError
-from meshlab.hardware import load_hardware
+from meshlab.models.card import load_card
+from meshlab.core.errors import InputError
+from meshlab.core.hardware import load_hardware
 from meshlab.strategy.loader import load_strategy
 from meshlab.strategy.schema import Workload
-from meshlab.files import write_atomic
-from meshlab.sweep import factorizations, meshes, pareto, strategy_yaml, sweep
-from meshlab.planning import plan_file
+from meshlab.core.files import write_atomic
+from meshlab.search.sweep import factorizations, meshes, pareto, strategy_yaml, sweep
+from meshlab.plan.planned import plan_file
 
 
 def test_factorizations_are_every_ordered_product():
@@ -102,10 +102,10 @@ def test_yaml_carries_device_override(tmp_path):
 def test_no_candidate_computes_more_than_the_chips_can(model):
     """MFU, at the predicted step and at the roofline, is at most 1 for every candidate the sweep plans, and for
     FSDP twins of them (every weight's largest dim over data, gathered before use)."""
-    from meshlab.cards.card import load_card
-    from meshlab.hardware import load_hardware
+    from meshlab.models.card import load_card
+    from meshlab.core.hardware import load_hardware
     from meshlab.strategy.schema import Rule, Workload
-    from meshlab.sweep import _evaluate, meshes, sweep
+    from meshlab.search.sweep import _evaluate, meshes, sweep
 
     card, hardware = load_card(model), load_hardware("v6e-8")
     workload = Workload(height=1024, width=1024, steps=50, cfg=True, text_tokens=512)
@@ -121,7 +121,7 @@ def test_no_candidate_computes_more_than_the_chips_can(model):
 
 @pytest.fixture(scope="module")
 def systems_sweep():
-    from meshlab.sweep import sweep_systems
+    from meshlab.search.sweep import sweep_systems
 
     systems = tuple(load_hardware(n) for n in ("v6e-8", "v5e-8", "h100", "h100:1"))
     return sweep_systems(load_card("qwen-image"), systems, "qwen-image", Workload()), systems
@@ -181,7 +181,7 @@ def test_each_system_says_what_limits_it(systems_sweep):
 def test_a_small_image_on_eight_gpus_is_bound_by_eager_launches():
     """Qwen-Image at 256x256 over an 8-GPU node: each GPU's share of a call is far shorter than the host's
     dispatch of its ops, so the launches bind, and the move names torch.compile."""
-    from meshlab.sweep import sweep_systems
+    from meshlab.search.sweep import sweep_systems
 
     result = sweep_systems(load_card("qwen-image"), (load_hardware("h100"),), "qwen-image",
                            Workload(height=256, width=256))
@@ -193,7 +193,7 @@ def test_a_small_image_on_eight_gpus_is_bound_by_eager_launches():
 
 def test_shared_memory_is_each_system_s_own(systems_sweep):
     """Memory planned once per size, re-sized to each system: the same as a fresh report on that system."""
-    from meshlab.memory import memory_report
+    from meshlab.plan.memory import memory_report
 
     result, _ = systems_sweep
     for c in result.candidates:
@@ -203,7 +203,7 @@ def test_shared_memory_is_each_system_s_own(systems_sweep):
 
 
 def test_goals_keep_only_plans_that_meet_them_and_name_the_closest():
-    from meshlab.sweep import Limits, sweep_systems
+    from meshlab.search.sweep import Limits, sweep_systems
 
     systems = (load_hardware("v6e-8"), load_hardware("v5e-8"))
     card = load_card("qwen-image")
@@ -219,7 +219,7 @@ def test_goals_keep_only_plans_that_meet_them_and_name_the_closest():
 
 
 def test_a_system_nothing_fits_is_named_not_an_error():
-    from meshlab.sweep import sweep_systems
+    from meshlab.search.sweep import sweep_systems
 
     result = sweep_systems(load_card("qwen-image"), (load_hardware("v6e-8"), load_hardware("v6e-1")), "qwen-image",
                            Workload())
@@ -251,7 +251,7 @@ def test_a_plan_whose_full_decode_does_not_fit_decodes_in_tiles():
     """Wan 2.1 14B at 720p x 81 on a v6e-8: a full-resolution decode holds about 9 GiB beside every chip's weights,
     more than most plans have left; the sweep turns on the tiled decode (diffusers' enable_tiling()) where the full
     one is what does not fit, and keeps the full decode where it fits."""
-    from meshlab.memory import memory_report
+    from meshlab.plan.memory import memory_report
 
     card, hw = load_card("wan-2.1-t2v-14b"), load_hardware("v6e-8")
     result = sweep(card, hw, "wan-2.1-t2v-14b", Workload(height=720, width=1280, frames=81, steps=50))

@@ -5,7 +5,7 @@ import multiprocessing
 
 import pytest
 
-from meshlab.errors import BackendError, InputError
+from meshlab.core.errors import BackendError, InputError
 from meshlab.experiments.records import append_record, read_records, strategy_identity
 
 from tests.conftest import REPO
@@ -65,7 +65,7 @@ def test_strategy_identity_hashes_content(tmp_path):
 
 
 def test_strategy_names_become_safe_file_names():
-    from meshlab.run import file_stem
+    from meshlab.experiments.run import file_stem
 
     assert file_stem("2d") == "2d" and file_stem("../etc/x y") == "_etc_x_y" and file_stem("...") == "strategy"
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from meshlab.mesh import AbstractMesh
+from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.placements import local_shape, local_slices, placements_of
-from meshlab.planning import plan_file
-from meshlab.spec import PartitionSpec
+from meshlab.plan.planned import plan_file
+from meshlab.core.spec import PartitionSpec
 
 from tests.conftest import STRATEGIES
 

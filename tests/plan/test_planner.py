@@ -1,6 +1,6 @@
 import pytest
 
-from meshlab.errors import PlanError
+from meshlab.core.errors import PlanError
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 

@@ -1,10 +1,10 @@
 import pytest
 
-from meshlab.cards.card import Parameter
-from meshlab.errors import PlanError
-from meshlab.mesh import AbstractMesh
+from meshlab.models.card import Parameter
+from meshlab.core.errors import PlanError
+from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.rules import check_rule_axes, compile_rules, resolve
-from meshlab.spec import PartitionSpec
+from meshlab.core.spec import PartitionSpec
 from meshlab.strategy.schema import Rule
 
 MESH = AbstractMesh((("data", 2), ("model", 4)))

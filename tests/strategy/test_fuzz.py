@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meshlab.errors import InputError
-from meshlab.planning import plan_file
+from meshlab.core.errors import InputError
+from meshlab.plan.planned import plan_file
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = [p.read_bytes() for p in sorted((REPO / "strategies").glob("*.yaml"))]

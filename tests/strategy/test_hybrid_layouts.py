@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from meshlab.cli.app import app
 from meshlab.cost.predict import predict
 from meshlab.plan.activations import activation_points
-from meshlab.planning import plan_file
+from meshlab.plan.planned import plan_file
 from meshlab.strategy.schema import ActivationRule
 
 from tests.conftest import REPO

@@ -2,7 +2,7 @@
 
 import pytest
 
-from meshlab.errors import InputError
+from meshlab.core.errors import InputError
 from meshlab.strategy.loader import load_strategy
 
 GOOD = """\
@@ -125,7 +125,7 @@ def test_edge_values_are_one_located_error(write_strategy, change, message):
 
 
 def test_a_hardware_override_too_large_for_a_float_is_input(write_strategy):
-    from meshlab.planning import plan_file
+    from meshlab.plan.planned import plan_file
 
     path = write_strategy(GOOD.replace("hardware: v6e-8", "hardware: {name: v6e-8, chips: 1" + "0" * 400 + "}"))
     with pytest.raises(InputError, match="hardware override chips: 1000.* is too large a number"):

@@ -1,0 +1,468 @@
+"""`meshlab check --backend tpu`: the plan held against XLA:TPU's own compile for the strategy's TPU system.
+
+Plan here (no torch, no jax); compile in meshlab.runtime.workers.check_tpu (ahead of time: libtpu's compile-only client
+on this host, no TPU); read the TPU program and hold it to the plan:
+
+- **weights per chip**: XLA:TPU's argument bytes less the inputs and buffers, against the plan's weights (within
+  ``WEIGHTS_TOLERANCE``: the TPU's tiled layouts pad small arrays);
+- **temporaries**: XLA:TPU's temp bytes against meshlab's activation estimate (within ``TEMPS_TOLERANCE``);
+- **collectives of a middle block** (block 0 of each list when more than one is compiled), by kind, counted as
+  the TPU program has them after its combining passes, and the bytes each moves: within ``COLLECTIVE_TOLERANCE``
+  of meshlab's prediction for the kinds in ``VERDICT_KINDS``;
+- **fit**: meshlab's verdict against XLA:TPU's (a program XLA:TPU cannot fit is a refusal to compile, with the
+  bytes it asked for, as on the chip).
+
+Which front end was compiled is part of the answer: ``torch-xla`` (torch_xla's own lowering, what a PyTorch/XLA
+user runs) by default, ``torchax`` where torch_xla cannot trace the model, or both, with how they differ.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from meshlab.check import hlo
+from meshlab.runtime.protocol import Progress, call_worker
+from meshlab.runtime.requests import TpuCheckRequest
+from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
+from meshlab.check.tpu_schedule import Schedule, parse_schedule
+from meshlab.check.verdict import (
+    OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, checked_prediction, collectives_of,
+    dead_tail_weight_bytes, per_block_counts, predicted_per_block,
+)
+from meshlab.models.card import block_position
+from meshlab.runtime.devices import child_environment
+from meshlab.core.errors import BackendError, InputError
+from meshlab.core.files import output_folder
+
+FRONT_ENDS = ("auto", "torch-xla", "torchax", "both")
+WEIGHTS_TOLERANCE = 0.01
+TEMPS_TOLERANCE = 0.25
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One front end's program as XLA:TPU compiled it (or why it could not)."""
+
+    front_end: str
+    error: str = ""  # the front end could not trace or lower the model
+    compile_seconds: float | None = None
+    trace_seconds: float | None = None
+    memory: dict[str, int] = field(default_factory=dict)  # memory_analysis, bytes per chip
+    other_arguments: dict[str, int] = field(default_factory=dict)  # inputs and buffers among the arguments
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    collectives: tuple[MeasuredCollective, ...] = ()
+    out_of_memory: str = ""  # XLA:TPU's refusal to fit the program
+    required_bytes: int | None = None
+    schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
+    program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    @property
+    def total_bytes(self) -> int | None:
+        """What one chip holds for the program: arguments, outputs, temporaries and code, less what aliases."""
+        m = self.memory
+        if not m:
+            return self.required_bytes
+        return m["argument"] + m["output"] + m["temp"] + m["generated_code"] - m["alias"]
+
+    @property
+    def weights(self) -> int | None:
+        if not self.memory:
+            return None
+        return self.memory["argument"] - sum(self.other_arguments.values())
+
+    def per_block(self, setup: CheckSetup, measure=lambda c: 1) -> dict[str, Counter]:
+        return per_block_counts(self.collectives, setup, measure)
+
+    def asynchronous(self, setup: CheckSetup) -> dict[str, Counter]:
+        return per_block_counts(self.collectives, setup, lambda c: int(c.hlo.asynchronous))
+
+
+@dataclass(frozen=True)
+class TpuCheckReport:
+    setup: CheckSetup
+    topology: dict
+    compiled: tuple[Compiled, ...]
+    predicted_per_block: dict[str, Counter]
+    predicted_bytes_per_block: dict[str, Counter]
+    hlo_files: dict[str, str]  # front end -> the kept TPU program (with --dump-dir)
+    predicted_call: dict = field(default_factory=dict)  # meshlab's seconds for one call of the compiled program
+    predicted_totals: dict = field(default_factory=dict)  # {"count": Counter, "bytes": Counter}: one whole call
+
+    @property
+    def attributed(self) -> bool:
+        """Whether the TPU program kept the op names that place its collectives in blocks (a multi-slice compile
+        keeps none: then whole-call totals are held instead of a middle block's)."""
+        c = self.primary
+        return c is not None and (not c.collectives or any(x.hlo.layer for x in c.collectives))
+
+    @property
+    def primary(self) -> Compiled | None:
+        """The program held to the plan: torch_xla's when it compiled, else torchax's."""
+        return next((c for c in self.compiled if c.ok), None)
+
+    @property
+    def fits_predicted(self) -> bool:
+        """Whether the transformer's program fits as meshlab predicts it: its weights and the denoise activations
+        on every chip. XLA:TPU compiles that program alone; the VAE's decode and the text encoders are others
+        (``meshlab try`` adds them, the peak being the largest phase)."""
+        usable = self.setup.planned.hardware.usable_hbm_bytes
+        return all(c.weights + c.activations <= usable for c in self.setup.memory.chips)
+
+    @property
+    def fits_xla(self) -> bool | None:
+        c = self.primary
+        if c is None:
+            return None
+        return not c.out_of_memory and c.total_bytes <= self.setup.planned.hardware.usable_hbm_bytes
+
+    @property
+    def predicted_argument_weights(self) -> int:
+        """The plan's weights per chip as the program takes them: less the last block's dead text tail, which no
+        op reads (XLA drops those arguments; a run still holds them)."""
+        dead = dead_tail_weight_bytes(self.setup) if not self.setup.scan else 0  # a scanned body takes every block's
+        return self.setup.memory.most_loaded.weights - dead
+
+    def predicted_temporaries(self, front_end: str) -> int:
+        """meshlab's working set of the denoising forward on one chip (not the VAE decode: the program is the
+        transformer alone), with the attention the front end's program has: torch_xla's stock attention
+        materialises its scores (no flash kernel unless a user calls one), torchax's becomes XLA:TPU's online
+        softmax (flash)."""
+        from meshlab.plan.memory import memory_report
+
+        flash = front_end != "torch-xla"
+        strategy = self.setup.strategy
+        if strategy.workload.flash_attention != flash:
+            strategy = strategy.model_copy(update={"workload": strategy.workload.model_copy(
+                update={"flash_attention": flash})})
+        hw = self.setup.planned.hardware
+        return memory_report(self.setup.plan, strategy, hw.usable_hbm_bytes, hw.runtime_reserve_bytes
+                             ).most_loaded.activations
+
+    def middle_blocks(self) -> list[str]:
+        """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
+        combines a block's modulation all-reduce into the block before, and drops the last block's dead tail);
+        none under scan (its loop body is every block)."""
+        return [f"{name}.{n // 2}" for name, n in self.setup.checked_blocks.items() if n >= 3 and not self.setup.scan]
+
+    def differences(self) -> tuple[str, ...]:
+        c = self.primary
+        if c is None:
+            return ("no front end compiled",)
+        found = []
+        if self.fits_xla != self.fits_predicted:
+            found.append(f"fits: meshlab says {self.fits_predicted}, XLA:TPU {self.fits_xla}")
+        if c.out_of_memory:
+            return tuple(found)
+        if not c.program_read:
+            found.append("XLA:TPU's optimized program could not be read back (work it moved to the SparseCore trips "
+                         "its proto reader): its collectives are not held")
+        weights = self.predicted_argument_weights
+        if abs(c.weights - weights) > WEIGHTS_TOLERANCE * weights:
+            found.append(f"weights per chip: predicted {weights}, XLA:TPU {c.weights}")
+        memory = self.setup.memory.most_loaded
+        temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
+        if abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
+            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {temps}")
+        if not self.attributed:
+            measured_count = Counter(x.hlo.kind for x in c.collectives)
+            measured_bytes = Counter()
+            for x in c.collectives:
+                measured_bytes[x.hlo.kind] += x.hlo.bytes_per_device
+            for kind in VERDICT_KINDS:
+                for what, measured, predicted in (("count", measured_count, self.predicted_totals["count"]),
+                                                  ("bytes", measured_bytes, self.predicted_totals["bytes"])):
+                    p, x = predicted.get(kind, 0), measured.get(kind, 0)
+                    if abs(p - x) > COLLECTIVE_TOLERANCE * x:
+                        found.append(f"the whole call: {kind} {what} predicted {p}, XLA:TPU {x}")
+            return tuple(found)
+        counts, sizes = c.per_block(self.setup), c.per_block(self.setup, _bytes)
+        for block in self.middle_blocks():
+            for kind in VERDICT_KINDS:
+                for what, measured, predicted in (("count", counts, self.predicted_per_block),
+                                                  ("bytes", sizes, self.predicted_bytes_per_block)):
+                    p, x = predicted.get(block, Counter()).get(kind, 0), measured.get(block, Counter()).get(kind, 0)
+                    if abs(p - x) > COLLECTIVE_TOLERANCE * x:
+                        found.append(f"{block}: {kind} {what} predicted {p}, XLA:TPU {x}")
+        return tuple(found)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.differences()
+
+
+def _bytes(c: MeasuredCollective) -> int:
+    return c.hlo.bytes_per_device
+
+
+def tpu_options(path: str | Path, options: CheckOptions, given: set[str]) -> CheckOptions:
+    """The compile's options: the strategy's whole model at its workload's size, unless the command line said
+    otherwise (`given` names the options it gave)."""
+    from meshlab.models.truncate import block_lists
+    from meshlab.plan.planned import plan_file
+
+    planned = plan_file(path)
+    w = planned.strategy.workload
+    full = max(block_lists(planned.card).values())
+    return replace(options, layers=options.layers if "layers" in given else full,
+                   height=options.height if "height" in given else w.height,
+                   width=options.width if "width" in given else w.width,
+                   text_tokens=options.text_tokens if "text_tokens" in given else w.text_tokens,
+                   frames=options.frames if "frames" in given else w.frames,
+                   batch=w.batch)
+
+
+def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "auto",
+                  progress: Progress = lambda _: None) -> TpuCheckReport:
+    from meshlab.runtime.workers import libtpu
+
+    if front_end not in FRONT_ENDS:
+        raise InputError(f"unknown front end {front_end!r}", f"use --front-end {' or '.join(FRONT_ENDS)}")
+    setup = check_setup(path, options)
+    refuse_before_compiling(setup, front_end)
+    topology = libtpu.topology_of(setup.planned.hardware)
+    front_ends = {"auto": ["torch-xla"], "both": ["torch-xla", "torchax"]}.get(front_end, [front_end])
+    libtpu.require(torchax="torchax" in front_ends or front_end == "auto")
+    if "torch-xla" in front_ends:
+        from meshlab.parallelisms import xla
+
+        xla.require()
+    with _scratch(options.dump_dir) as folder:
+        results = _compile(path, options, front_ends, topology, folder, progress)
+        if front_end == "auto" and results[0].get("error"):
+            progress("torch-xla could not trace the model; compiling torchax's program instead")
+            results += _compile(path, options, ["torchax"], topology, folder, progress)
+        if all(r.get("error") for r in results):
+            raise BackendError("no front end compiled the model: " + "; ".join(
+                f"{r['front_end']}: {r['error']}" for r in results),
+                "check the plan on the CPU first (`meshlab check` with --backend xla)")
+        compiled = tuple(_read(r, setup) for r in results)
+        kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
+    prediction = checked_prediction(setup)
+    return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, prediction, issued=True),
+                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(prediction),
+                          predicted_totals(prediction))
+
+
+def predicted_totals(prediction) -> dict:
+    """meshlab's collectives of one whole call, by kind, as XLA:TPU issues them: counts and bytes per chip."""
+    count, nbytes = Counter(), Counter()
+    for c in prediction.issued_collectives:
+        if not c.per_step:
+            count[c.kind] += c.count
+            nbytes[c.kind] += c.count * c.bytes
+    return {"count": count, "bytes": nbytes}
+
+
+def predicted_call(prediction) -> dict:
+    """meshlab's seconds for one transformer call, term by term, beside XLA:TPU's schedule of the same program:
+    the ops (each the longer of its FLOPs and its HBM bytes) and the collectives by kind (no overlap)."""
+    step = prediction.step
+    by_kind = Counter()
+    for t in step.collectives:
+        if not t.collective.per_step:
+            by_kind[t.collective.kind] += t.collective.count * t.seconds
+    local = step.local / step.calls
+    return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
+            "collective_s_by_kind": dict(by_kind), "overlap": "none (collectives add to the ops' time)"}
+
+
+def refuse_before_compiling(setup: CheckSetup, front_end: str) -> None:
+    """What no compile can do, refused before a worker starts, at the strategy's line (exit 2): a system that is not
+    a TPU, a batch or token count that does not split as the activations say, scan through torchax."""
+    from meshlab.runtime.workers import libtpu
+    from meshlab.plan.inputs import input_spec
+
+    planned = setup.planned
+    try:
+        libtpu.topology_of(planned.hardware)
+    except InputError as exc:
+        raise planned.loaded.place(replace_field(exc, ("hardware",))) from None
+    geo = setup.geometry
+    try:
+        input_spec("hidden_states", (geo.batch, geo.image_tokens, 1), setup.strategy.activations, setup.plan.mesh)
+    except InputError as exc:
+        raise planned.loaded.place(replace_field(exc, ("workload", "batch"))) from None
+    if setup.scan and front_end == "torchax":
+        raise InputError("torchax has no scan of a torch block list", "use --front-end torch-xla (or auto) for a "
+                         "scanned plan, or drop --scan")
+
+
+def replace_field(exc: InputError, field: tuple) -> InputError:
+    return InputError(exc.problem, exc.fix, exc.location, field=field)
+
+
+def _compile(path, options: CheckOptions, front_ends: list[str], topology, folder: Path, progress) -> list[dict]:
+    from meshlab.runtime.workers import libtpu
+
+    env = child_environment(topology.chips) | libtpu.environment(topology)
+    env["XLA_HLO_DEBUG"] = "1"  # op names on the program's ops say which module made each collective
+    # XLA:TPU's latency-hiding schedule: its own time estimate of the program (meshlab.check.tpu_schedule)
+    env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder / 'xla-dump'} "
+                        "--xla_dump_latency_hiding_schedule=true").strip()
+    request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
+                              topology=topology.to_json(), scratch=str(folder))
+    return call_worker("meshlab.runtime.workers.check_tpu", request, env, progress=progress)["results"]
+
+
+def _read(result: dict, setup: CheckSetup) -> Compiled:
+    if result.get("error"):
+        return Compiled(result["front_end"], error=result["error"])
+    collectives = ()
+    if result.get("hlo_file"):
+        text = Path(result["hlo_file"]).read_text()
+        # torch_xla's groups name devices (its ordinals are the topology's ids); jax's name mesh positions
+        ids = tuple(result["mesh_device_ids"]) if result["front_end"] == "torch-xla" else None
+        collectives = collectives_of(hlo.parse_collectives(text), setup, ids)
+    schedule = None
+    if result.get("schedule_file"):
+        schedule = parse_schedule(Path(result["schedule_file"]).read_text())
+    return Compiled(result["front_end"], "", result["compile_seconds"], result.get("trace_seconds"),
+                    result.get("memory") or {}, result.get("other_argument_bytes") or {}, result.get("flops"),
+                    result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
+                    result.get("required_bytes"), schedule,
+                    program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")))
+
+
+def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counter]:
+    """meshlab's bytes per chip each collective kind moves in a block, as XLA:TPU issues them, keyed as
+    `predicted_per_block` keys counts."""
+    first: dict[str, int] = {}
+    for p in setup.plan.parameters:
+        position = block_position(p.name) if p.parameter.block is not None else None
+        if position and position[1] == 0:
+            first.setdefault(position[0], p.parameter.block)
+    out = {}
+    for name, checked in setup.checked_blocks.items():
+        if name not in first:
+            continue
+        sizes = Counter()
+        for c in prediction.issued_collectives:
+            if c.block == first[name] and not c.only:  # a middle block's
+                sizes[c.kind] += c.bytes
+        for index in range(checked):
+            out[f"{name}.{index}"] = sizes
+    return out
+
+
+class _scratch:
+    """--dump-dir (kept), or a temporary folder (removed) for the TPU programs."""
+
+    def __init__(self, keep: Path | None):
+        self.keep, self.temporary = keep, None
+
+    def __enter__(self) -> Path:
+        if self.keep is not None:
+            output_folder(self.keep, "--dump-dir")
+            try:
+                self.keep.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(f"cannot make --dump-dir {self.keep}: {exc.strerror}",
+                                 "give --dump-dir a folder in a writable place") from None
+            return self.keep.resolve()
+        self.temporary = tempfile.mkdtemp(prefix="meshlab-tpu-")
+        return Path(self.temporary)
+
+    def __exit__(self, *exc) -> None:
+        if self.temporary is not None:
+            shutil.rmtree(self.temporary, ignore_errors=True)
+
+
+def tpu_check_document(report: TpuCheckReport) -> dict:
+    """The JSON of `meshlab check --backend tpu --json`: the CPU check's keys where they mean the same, XLA:TPU's
+    figures as the truth."""
+    setup, c = report.setup, report.primary
+    memory = setup.memory.most_loaded
+    doc = {
+        "backend": "tpu",
+        "strategy": {"name": setup.strategy.name, "file": str(setup.planned.loaded.path)},
+        "model": {"name": setup.card.name, "class": setup.card.class_name, "blocks": setup.checked_blocks,
+                  "full_blocks": setup.full_blocks},
+        "device": {"type": f"TPU {report.topology['name']}" + (f" x{report.topology['slices']} slices"
+                                                              if report.topology["slices"] > 1 else ""),
+                   "count": report.topology["chips"], "compiled": "ahead of time by XLA:TPU (libtpu) on this host"},
+        "options": setup.options.to_json(),
+        "forward": {"batch": setup.geometry.batch, "image_tokens": setup.geometry.image_tokens,
+                    "text_tokens": setup.geometry.text_tokens, "dtype": setup.strategy.workload.dtype},
+        "front_end": c.front_end if c else None,
+        "agrees": report.agrees,
+        "differences": list(report.differences()),
+        "fits": {"predicted": report.fits_predicted, "xla": report.fits_xla,
+                 "xla_required_bytes": c.total_bytes if c else None,
+                 "usable_hbm_bytes": setup.planned.hardware.usable_hbm_bytes,
+                 "xla_refusal": c.out_of_memory if c else ""},
+        "compile_seconds": c.compile_seconds if c else None,
+        "trace_seconds": c.trace_seconds if c else None,
+        "weights_per_device": {"predicted": memory.weights, "predicted_as_arguments": report.predicted_argument_weights,
+                               "xla": c.weights if c else None},
+        "xla_memory_per_device": _memory_document(c),
+        "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,
+                                      "activations_as_compiled": report.predicted_temporaries(c.front_end) if c
+                                      else None, "vae_decode": memory.vae_decode,
+                                      "total": memory.weights + memory.activations},
+        "middle_blocks": report.middle_blocks() if report.attributed else [],
+        "collectives_attributed_to_blocks": report.attributed,
+        "predicted_collectives_per_call": {k: dict(v) for k, v in report.predicted_totals.items()},
+        "collectives_per_block": _blocks(c.per_block(setup)) if c else {},
+        "async_collectives_per_block": _blocks(c.asynchronous(setup)) if c else {},
+        "collective_bytes_per_block": _blocks(c.per_block(setup, _bytes)) if c else {},
+        "predicted_collectives_per_block": _blocks(report.predicted_per_block),
+        "predicted_collective_bytes_per_block": _blocks(report.predicted_bytes_per_block),
+        "collectives": [x.to_json() for x in c.collectives] if c else [],
+        "flops_per_device": {"predicted": _predicted_flops(setup), "xla": c.flops if c else None,
+                             "what": "one forward on one chip: meshlab's Linears and attention; XLA:TPU's cost "
+                                     "analysis of the whole program (elementwise work too)"},
+        "bytes_accessed_per_device": c.bytes_accessed if c else None,
+        "xla_schedule": c.schedule.to_json() if c and c.schedule else None,
+        "xla_schedule_note": "" if c is None or c.schedule else ("XLA:TPU wrote no latency-hiding schedule: it "
+                                                                 "schedules one only for a program with an "
+                                                                 "asynchronous collective, and this one has none"
+                                                                 if not any(x.hlo.asynchronous for x in c.collectives)
+                                                                 else "XLA:TPU wrote no latency-hiding schedule"),
+        "predicted_call": report.predicted_call,
+        "front_ends": [_front_end_document(x, setup) for x in report.compiled],
+        "hlo_files": report.hlo_files,
+    }
+    return doc
+
+
+def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
+    if not c.ok:
+        return {"front_end": c.front_end, "error": c.error}
+    middle = [f"{name}.{n // 2}" for name, n in setup.checked_blocks.items()]
+    if not c.program_read:
+        return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
+                "weights": c.weights, "flops": c.flops, "program_read": False}
+    counts = c.per_block(setup)
+    return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
+            "weights": c.weights, "flops": c.flops, "program_read": True,
+            "block_collectives": {b: dict(counts.get(b, Counter())) for b in middle},
+            "outside_blocks": dict(counts.get(OUTSIDE, Counter()))}
+
+
+def _memory_document(c: Compiled | None) -> dict | None:
+    if c is None or not c.memory:
+        return None
+    m = c.memory
+    return {"arguments": m["argument"], "outputs": m["output"], "temporaries": m["temp"],
+            "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
+            "other_arguments": c.other_arguments}
+
+
+def _blocks(per_block: dict[str, Counter]) -> dict[str, dict]:
+    return {k: dict(sorted(v.items())) for k, v in per_block.items() if v or k != OUTSIDE}
+
+
+def _predicted_flops(setup: CheckSetup) -> float:
+    from meshlab.check.verdict import predicted_flops
+
+    return predicted_flops(setup)
+

@@ -1,0 +1,428 @@
+"""Read what XLA wrote: HLO sharding strings, partitioned HLO text, and buffer-assignment reports. Pure, no torch.
+
+The three inputs, as XLA prints them (``--xla_dump_to=DIR --xla_dump_hlo_as_text``):
+
+- a sharding: ``{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}``, ``{replicated}``, or the iota form
+  ``{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}``;
+- the per-device program after SPMD partitioning (``*after_optimizations.txt``), whose collectives look like
+  ``%all-gather.1 = f32[1,512,3072]{2,0,1} all-gather(%call.70), replica_groups={{0,4},{1,5}}, dimensions={1}``;
+- its buffer assignment (``*after_optimizations-buffer-assignment.txt``): one ``allocation N: size S, ...`` line
+  per buffer of one device, and ``Total bytes used: N``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from meshlab.core.errors import BackendError
+from meshlab.core.mesh import unravel
+
+#: Bytes per element of every XLA primitive type (xla/xla_data.proto's PrimitiveType, as HLO text spells them);
+#: sub-byte types are packed (s4: two to a byte), so their arrays take a fraction of a byte per element.
+ELEMENT_BYTES = {
+    "pred": 1, "s1": 0.125, "u1": 0.125, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1,
+    "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
+    "f4e2m1fn": 0.5, "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2": 1,
+    "f8e5m2fnuz": 1, "f8e8m0fnu": 1, "c64": 8, "c128": 16, "token": 0, "opaque": 0,
+}
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+# --- shardings -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HloSharding:
+    """A parsed HLO sharding: tiles per tensor dim, and the devices in tile order (replicas last)."""
+
+    tiles: tuple[int, ...]  # one entry per tensor dim (the replication dim removed)
+    replicas: int  # devices that hold each tile (1: no replication)
+    devices: tuple[int, ...]  # device ids in tile-assignment order, len = prod(tiles) * replicas
+
+    @property
+    def is_replicated(self) -> bool:
+        return math.prod(self.tiles) == 1
+
+    def shard_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """What each device allocates: every dim padded to ceil(n / tiles), as XLA pads it."""
+        if self.is_replicated:
+            return tuple(shape)
+        return tuple(-(-n // k) for n, k in zip(shape, self.tiles))
+
+
+_SHARDING = re.compile(r"^\{devices=\[([\d,]+)\](\S+)((?:\s+\w+)*)\}$")
+
+
+def parse_sharding(text: str, rank: int, device_count: int) -> HloSharding:
+    """Parse an HLO sharding string of a `rank`-dim tensor; an empty or ``{replicated}`` one is replicated."""
+    text = text.strip()
+    if text in ("", "{replicated}"):
+        return HloSharding((1,) * rank, device_count, tuple(range(device_count)))
+    match = _SHARDING.match(text)
+    if not match:
+        raise ValueError(f"unsupported HLO sharding {text!r}")
+    dims = tuple(int(d) for d in match.group(1).split(","))
+    devices = _device_list(match.group(2), math.prod(dims))
+    replicate = "last_tile_dim_replicate" in match.group(3).split()
+    tiles, replicas = (dims[:-1], dims[-1]) if replicate else (dims, 1)
+    if len(tiles) != rank:
+        raise ValueError(f"HLO sharding {text!r} has {len(tiles)} tiled dims for a tensor of rank {rank}")
+    return HloSharding(tiles, replicas, devices)
+
+
+def _device_list(text: str, count: int) -> tuple[int, ...]:
+    if text.startswith("<="):
+        iota = re.fullmatch(r"<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+        if not iota:
+            raise ValueError(f"unsupported iota device list {text!r}")
+        return iota_devices(_ints(iota.group(1)), _ints(iota.group(2)) if iota.group(2) else None)
+    devices = tuple(int(d) for d in text.split(","))
+    if len(devices) != count:
+        raise ValueError(f"device list {text!r} has {len(devices)} devices, the tiles need {count}")
+    return devices
+
+
+def iota_devices(dims: tuple[int, ...], perm: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """XLA's iota tile assignment: ``iota(prod(dims))`` reshaped to `dims`, transposed by `perm`, flattened."""
+    perm = perm or tuple(range(len(dims)))
+    out_dims = [dims[p] for p in perm]
+    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    devices = []
+    for flat in range(math.prod(dims)):
+        index = unravel(flat, out_dims)
+        devices.append(sum(index[k] * strides[p] for k, p in enumerate(perm)))
+    return tuple(devices)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+# --- collectives ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArrayShape:
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def bytes(self) -> int:
+        return math.ceil(math.prod(self.dims) * ELEMENT_BYTES[self.dtype])
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass(frozen=True)
+class HloCollective:
+    """One collective of the per-device program, as XLA wrote it."""
+
+    name: str  # the instruction's name, e.g. all-gather.1
+    kind: str  # one of COLLECTIVE_KINDS
+    result: tuple[ArrayShape, ...]  # one entry, or several for a combined (tuple-shaped) collective
+    operands: tuple[ArrayShape, ...]  # empty when the operands' definitions were not found
+    groups: tuple[tuple[int, ...], ...]  # replica groups; source-target pairs for collective-permute
+    op_name: str | None  # the op_name of its metadata (meshlab tags it "<module path>/<aten op>")
+    asynchronous: bool = False  # issued as a start/done pair (XLA:TPU overlaps compute between the two)
+
+    @property
+    def bytes_per_device(self) -> int:
+        """The larger of what one device sends in and gets out (all-gather: its result; reduce-scatter: its input)."""
+        return max(sum(s.bytes for s in self.result), sum(s.bytes for s in self.operands))
+
+    @property
+    def layer(self) -> str | None:
+        """The innermost module the op came from, when meshlab scoped the forward (``transformer_blocks.0.attn``)."""
+        return layer_of(self.op_name)
+
+
+_SCOPE = re.compile(r"^(.*)#(?:\.\d+)?$")
+
+
+_PARAMETER = re.compile(r"params\[\\?'([^'\\]+)\\?'\]")  # the HLO text escapes the quotes: params[\'a.b\']
+
+
+def layer_of(op_name: str | None) -> str | None:
+    """The innermost meshlab scope of an op name: ``a#.3/a.b#.5/aten__mm`` -> ``a.b``; None without one. A jax
+    program names an op on a weight argument (an FSDP gather) after the argument, ``params['a.b.weight']``: its
+    module ``a.b``."""
+    for segment in reversed((op_name or "").split("/")[:-1]):
+        match = _SCOPE.match(segment)
+        if match:
+            return match.group(1)
+    weight = _PARAMETER.search(op_name or "")
+    if weight:
+        return weight.group(1).rpartition(".")[0] or None
+    return None
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_KIND = re.compile(r"\s(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
+_ARRAY = re.compile(r"(?<![\w.%'\-])([a-z][a-z0-9]*)\[([\d,]*)\]")  # any type name: an unknown one is refused
+
+
+def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
+    """Every collective of an HLO module's text, in program order, each once.
+
+    Async pairs count once, at -start. XLA:TPU's async collective fusions copy one collective into the
+    computations that start and finish it (the same ``channel_id``, under ``AsyncCollectiveStart`` /
+    ``AsyncCollectiveDone`` custom calls): it counts once, marked asynchronous. A reduce-scatter XLA:TPU writes
+    as an all-reduce and a slice inside an ``all-reduce-scatter`` fusion counts as the reduce-scatter it is."""
+    shapes = definitions(hlo_text)
+    computations = _computations(hlo_text)
+    asynchronous = {channel for name, lines in computations for channel in _channels(lines)
+                    if any("AsyncCollective" in line for line in lines)}
+    callers = _callers(hlo_text)
+    found, seen = [], set()
+    for computation, lines in computations:
+        for line in lines:
+            instruction = _INSTRUCTION.match(line)
+            kind = _KIND.search(line) if instruction else None
+            if not kind:
+                continue
+            channel = _channel(line)
+            head = line[instruction.start(2):kind.start()]
+            operands = tuple(s for o in _operand_names(line[kind.end():]) for s in shapes.get(o, ()))
+            result = array_shapes(head) if not kind.group(2) else _start_result(head)
+            groups = _groups(line)
+            copy = (channel, kind.group(1), result, groups)  # an async fusion's copies agree on all four
+            if channel is not None and copy in seen:
+                continue
+            seen.add(copy)
+            name, op_name = kind.group(1), _op_name(line)
+            if name == "all-reduce" and computation.startswith("all-reduce-scatter"):
+                name, result = "reduce-scatter", _computation_result(hlo_text, computation) or result
+                op_name = op_name or callers.get(computation)  # the fusion that calls it carries the op's name
+            found.append(HloCollective(
+                name=instruction.group(1), kind=name, result=result, operands=operands, groups=groups,
+                op_name=op_name, asynchronous=bool(kind.group(2)) or channel in asynchronous,
+            ))
+    return tuple(found)
+
+
+def _callers(hlo_text: str) -> dict[str, str]:
+    """The op_name of the instruction that calls each computation (``calls=%name``), by computation name."""
+    found = {}
+    for line in hlo_text.splitlines():
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        name = _op_name(line) if called else None
+        if name:
+            found.setdefault(called.group(1), name)
+    return found
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?\s*->.*\{\s*$")
+
+
+def _computations(hlo_text: str) -> list[tuple[str, list[str]]]:
+    """(name, instruction lines) of each computation of the module, in order ("" for lines outside any)."""
+    out, name, lines = [], "", []
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and not line.startswith(" "):
+            if lines:
+                out.append((name, lines))
+            name, lines = header.group(1), []
+        elif line.startswith("}"):
+            out.append((name, lines))
+            name, lines = "", []
+        else:
+            lines.append(line)
+    if lines:
+        out.append((name, lines))
+    return out
+
+
+def _computation_result(hlo_text: str, computation: str) -> tuple[ArrayShape, ...]:
+    header = re.search(r"^%?" + re.escape(computation) + r"\s*\(.*\)\s*->\s*(.*)\{\s*$", hlo_text, re.M)
+    return array_shapes(header.group(1)) if header else ()
+
+
+def _channel(line: str) -> int | None:
+    match = re.search(r"channel_id=(\d+)", line)
+    return int(match.group(1)) if match else None
+
+
+def _channels(lines: list[str]) -> set[int]:
+    return {c for line in lines if _KIND.search(line) and (c := _channel(line)) is not None}
+
+
+_DOT = re.compile(r"\sdot\(")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+
+
+def dot_flops(hlo_text: str) -> float:
+    """FLOPs of every dot in an HLO module's text, as XLA's HloCostAnalysis counts a dot: 2 x the result's
+    elements x the contracted elements (fused computations included; each is called once in a module without
+    loops). Convolutions and elementwise work are left out, as meshlab's FLOP count leaves them out."""
+    shapes = definitions(hlo_text)
+    total = 0.0
+    for line in hlo_text.splitlines():
+        instruction = _INSTRUCTION.match(line)
+        dot = _DOT.search(line) if instruction else None
+        if not dot:
+            continue
+        result = array_shapes(line[instruction.start(2):dot.start()])
+        operands = _operand_names(line[dot.end():])
+        contracting = _CONTRACTING.search(line)
+        lhs = shapes.get(operands[0], ()) if operands else ()
+        if not result or not lhs or contracting is None:
+            continue
+        contracted = math.prod(lhs[0].dims[i] for i in _ints(contracting.group(1)))
+        total += 2.0 * math.prod(result[0].dims) * contracted
+    return total
+
+
+def definitions(hlo_text: str) -> dict[str, tuple[ArrayShape, ...]]:
+    """Each instruction's result shapes, by its name (every computation of the module)."""
+    shapes = {}
+    for line in hlo_text.splitlines():
+        instruction = _INSTRUCTION.match(line)
+        if instruction:
+            head = re.split(r"\s[a-z][a-z0-9\-]*\(", " " + instruction.group(2), maxsplit=1)[0]
+            shapes[instruction.group(1)] = array_shapes(head)
+    return shapes
+
+
+def array_shapes(text: str) -> tuple[ArrayShape, ...]:
+    """Every array shape written in `text` (``bf16[8,16]{1,0}``), in order. A type XLA names that is not in
+    ELEMENT_BYTES is an error saying so: sized at a guess, a collective's bytes would be silently wrong."""
+    shapes = []
+    for dtype, dims in _ARRAY.findall(text):
+        if dtype not in ELEMENT_BYTES:
+            raise UnknownElementType(dtype)
+        shapes.append(ArrayShape(dtype, _ints(dims)))
+    return tuple(shapes)
+
+
+class UnknownElementType(BackendError):
+    """XLA wrote an element type meshlab cannot size (a newer XLA's): one line naming it, exit 3."""
+
+    def __init__(self, dtype: str):
+        super().__init__(f"XLA wrote an array of element type {dtype!r}, whose size meshlab does not know",
+                         "add it to meshlab.check.hlo.ELEMENT_BYTES (xla_data.proto's PrimitiveType says its bits)")
+        self.dtype = dtype
+
+
+def _start_result(text: str) -> tuple[ArrayShape, ...]:
+    """An async -start returns (operands, results[, scalar contexts]); keep the results."""
+    shapes = tuple(s for s in array_shapes(text) if s.dims)
+    return shapes[len(shapes) // 2:] if len(shapes) > 1 else shapes
+
+
+def _operand_names(text: str) -> list[str]:
+    depth, end = 1, 0
+    for end, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            break
+    return re.findall(r"%([\w.\-]+)", text[:end])
+
+
+def _op_name(line: str) -> str | None:
+    match = re.search(r'op_name="([^"]*)"', line)
+    return match.group(1) if match else None
+
+
+def _groups(line: str) -> tuple[tuple[int, ...], ...]:
+    pairs = re.search(r"source_target_pairs=\{((?:\{[\d,]*\},?)*)\}", line)
+    if pairs:
+        return tuple(_ints(g) for g in re.findall(r"\{([\d,]*)\}", pairs.group(1)))
+    iota = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
+    if iota:
+        shape = _ints(iota.group(1))
+        devices = iota_devices(_ints(iota.group(2)), _ints(iota.group(3)) if iota.group(3) else None)
+        size = shape[-1]
+        return tuple(devices[i:i + size] for i in range(0, len(devices), size))
+    explicit = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}", line)
+    if explicit:
+        return tuple(_ints(g) for g in re.findall(r"\{([\d,]*)\}", explicit.group(1)))
+    named = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(([\d,]*)\))?\s*\{([^}]*)\}", line)
+    if named:
+        groups = mesh_groups(tuple((a, int(n)) for a, n in re.findall(r"'([^']+)'=(\d+)", named.group(1))),
+                             tuple(re.findall(r"'([^']+)'", named.group(3))))
+        ids = _ints(named.group(2)) if named.group(2) else None
+        return tuple(tuple(ids[p] for p in g) for g in groups) if ids else groups
+    return ()
+
+
+def mesh_groups(axes: tuple[tuple[str, int], ...], over: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """Replica groups written as a mesh (``mesh['x'=2,'y'=4] {'y'}``): mesh positions numbered row-major, each
+    group the positions that differ only along the axes `over` (``device_ids=(...)`` after the mesh maps
+    positions to devices; the caller applies it)."""
+    sizes = [n for _, n in axes]
+    names = [a for a, _ in axes]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for device in range(math.prod(sizes)):
+        coords = unravel(device, sizes)
+        key = tuple(c for c, name in zip(coords, names) if name not in over)
+        groups.setdefault(key, []).append(device)
+    return tuple(tuple(g) for g in groups.values())
+
+
+def mesh_axes(groups: tuple[tuple[int, ...], ...], axes: tuple[tuple[str, int], ...],
+              device_ids: tuple[int, ...] | None = None) -> tuple[str, ...]:
+    """The mesh axes a collective runs over: those along which the members of a group differ.
+
+    `axes` are the mesh's (name, size) pairs; `device_ids[p]` is the device at row-major mesh position p
+    (default: position = id). No groups means one group of every device.
+    """
+    names = [name for name, _ in axes]
+    sizes = [size for _, size in axes]
+    count = math.prod(sizes)
+    position = {d: p for p, d in enumerate(device_ids or range(count))}
+    groups = groups or (tuple(range(count)),)
+    varying = set()
+    for group in groups:
+        coords = [unravel(position.get(d, d), sizes) for d in group]
+        varying.update(i for i in range(len(sizes)) if len({c[i] for c in coords}) > 1)
+    return tuple(names[i] for i in sorted(varying))
+
+
+# --- memory --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class XlaMemory:
+    """One device's buffers for one compiled program, by what they hold (bytes)."""
+
+    parameters: int  # the program's arguments: weights, inputs, cached tables
+    temporaries: int  # scratch XLA reuses between ops
+    outputs: int  # results that live past the program
+    constants: int
+    total: int  # "Total bytes used"
+
+    def to_json(self) -> dict:
+        return {"parameters": self.parameters, "temporaries": self.temporaries, "outputs": self.outputs,
+                "constants": self.constants, "total": self.total}
+
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):\s*$", re.M)
+
+
+def parse_buffer_assignment(text: str) -> XlaMemory:
+    """Sum a buffer-assignment report's allocations by kind; the total is XLA's own figure when it gives one."""
+    sums = {"parameters": 0, "temporaries": 0, "outputs": 0, "constants": 0}
+    for size, what in _ALLOCATION.findall(text):
+        sums[_allocation_kind(what)] += int(size)
+    total = re.search(r"Total bytes used: (\d+)", text)
+    return XlaMemory(**sums, total=int(total.group(1)) if total else sum(sums.values()))
+
+
+def _allocation_kind(what: str) -> str:
+    if re.search(r"\bparameter \d+", what):
+        return "parameters"
+    if "output shape" in what or "live-out" in what:
+        return "outputs"
+    if "constant" in what:
+        return "constants"
+    return "temporaries"
+
+
+def total_bytes_used(memory_report: str) -> int | None:
+    """The ``Total bytes used`` of a memory-usage report."""
+    match = re.search(r"Total bytes used: (\d+)", memory_report)
+    return int(match.group(1)) if match else None

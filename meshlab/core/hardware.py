@@ -1,0 +1,611 @@
+"""The hardware catalog: what each accelerator and slice can hold and move, with a source for every figure.
+
+The figures live in ``meshlab/data/hardware.yaml`` (one ``accelerators`` entry per chip, one ``systems`` entry
+per name a user can give, e.g. ``v6e-8``). This module reads that file once, checks it, and merges each system
+with its accelerator into a frozen `Hardware`. It imports nothing heavier than yaml.
+
+>>> hw = load_hardware("v6e-8", {"usable_hbm_bytes": "30GiB"})
+>>> hw.chips, hw.topology, hw.usable_hbm_bytes == 30 * 2**30, hw.sources["usable_hbm_bytes"]
+(8, (2, 4), True, 'override')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from meshlab.core.errors import InputError
+
+CHIP_KINDS = ("tpu", "gpu", "cpu")  # cpu: only from a profile (meshlab.cost.profile)
+# "ici-torus": nearest-neighbour links along each topology axis; an axis with wraparound is a ring.
+# "nvswitch": every device reaches every other through switches at its full link bandwidth.
+INTERCONNECTS = ("ici-torus", "nvswitch")
+
+COUNT_FIELDS = ("chips", "hosts", "ici_links")
+BYTE_FIELDS = ("hbm_bytes", "usable_hbm_bytes", "runtime_reserve_bytes", "host_memory_bytes")
+RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth", "dcn_bandwidth_per_host", "host_link_bandwidth",
+               "host_flops", "checkpoint_read_bandwidth")
+TIME_FIELDS = ("collective_latency_s", "step_overhead_s", "compile_seconds_base", "compile_seconds_per_block")
+FRACTION_FIELDS = ("compute_efficiency", "hbm_efficiency")
+# Every field that is a figure: each carries a source, and each can be overridden.
+FIGURES = (
+    ("interconnect",) + COUNT_FIELDS + ("topology", "wraparound")
+    + BYTE_FIELDS + RATE_FIELDS + FRACTION_FIELDS + TIME_FIELDS
+)
+LABELS = ("kind", "chip")  # plain strings in the YAML, no source
+#: Figures only some entries have (each with a source where it is given): the attention kernel a run uses on
+#: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
+#: measured GEMM rates by shape (`MatmulRates`).
+OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
+                    "eager_dispatch_s")
+#: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
+OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s")
+#: the head dim the published attention rates were measured at; other head dims use compute_efficiency
+ATTENTION_RATES_HEAD_DIM = 128
+
+_BYTE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_BYTES_HELP = 'give bytes as a number (34359738368, 1.6e12) or with a unit: "31.25GiB", "32GB", "512MiB", "2TiB"'
+
+
+@dataclass(frozen=True)
+class MatmulRates:
+    """Measured FLOP/s of one bf16 GEMM ``[m, k] x [k, n]`` on a grid of shapes: `rates` holds one figure per
+    (m, n, k) point, m-major then n then k. `rate` interpolates log rate linearly in the log of each dim. Below
+    the grid along a dim it continues the trend of that dim's first two points (small GEMMs run at a falling rate:
+    on the sm_90 table, halving m from 512 to 256 rows takes 0.79 of the time, not half; the HBM roofline still
+    bounds a tiny one from below); above the grid the largest measured shape's rate stands (the table flattens
+    there, and a trend would pass the peak)."""
+
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    rates: tuple[float, ...]
+
+    def problems(self) -> list[str]:
+        grid = [("m", self.m), ("n", self.n), ("k", self.k)]
+        problems = [f"matmul_rates {name} ({list(axis)}) must be positive whole numbers, increasing"
+                    for name, axis in grid
+                    if not axis or not all(_is_int(x) and x >= 1 for x in axis) or list(axis) != sorted(set(axis))]
+        if not problems and len(self.rates) != len(self.m) * len(self.n) * len(self.k):
+            problems.append(f"matmul_rates has {len(self.rates)} rates for a {len(self.m)} x {len(self.n)} x "
+                            f"{len(self.k)} grid")
+        if not problems and not all(isinstance(r, float) and math.isfinite(r) and r > 0 for r in self.rates):
+            problems.append("matmul_rates must all be positive FLOP/s")
+        return problems
+
+    def rate(self, m: int, k: int, n: int) -> float:
+        """FLOP/s of a ``[m, k] x [k, n]`` GEMM (a Linear's tokens, in and out features, as `Work.shape` has them)."""
+        (i, ti), (j, tj), (l, tl) = (_bracket(axis, x) for axis, x in ((self.m, m), (self.n, n), (self.k, k)))
+        nn, nk = len(self.n), len(self.k)
+        corners = [(wa * wb * wc, self.rates[(a * nn + b) * nk + c])
+                   for a, wa in ((i, 1 - ti), (i + 1, ti)) for b, wb in ((j, 1 - tj), (j + 1, tj))
+                   for c, wc in ((l, 1 - tl), (l + 1, tl)) if wa * wb * wc]
+        if len(corners) == 1:  # a grid point, exactly as measured
+            return corners[0][1]
+        return math.exp(sum(weight * math.log(rate) for weight, rate in corners))
+
+    def stretch(self, m: int, k: int, n: int) -> tuple[float, float]:
+        """How many times below and above the measured grid the shape lies along its farthest dim (1: within)."""
+        dims = ((self.m, m), (self.n, n), (self.k, k))
+        return max(max(axis[0] / x, 1.0) for axis, x in dims), max(max(x / axis[-1], 1.0) for axis, x in dims)
+
+    def to_json(self) -> dict[str, Any]:
+        nn, nk = len(self.n), len(self.k)
+        return {"m": list(self.m), "n": list(self.n), "k": list(self.k),
+                "flops": [[list(self.rates[(a * nn + b) * nk:(a * nn + b + 1) * nk]) for b in range(nn)]
+                          for a in range(len(self.m))]}
+
+
+def _bracket(axis: tuple[int, ...], x: float) -> tuple[int, float]:
+    """(index of the grid point at or below `x`, fraction of the way to the next in log x): negative below the
+    grid (the first two points' trend continues), held at the top."""
+    if len(axis) == 1:
+        return 0, 0.0
+    if x < axis[0]:
+        return 0, math.log(x / axis[0]) / math.log(axis[1] / axis[0])
+    if x >= axis[-1]:
+        return len(axis) - 2, 1.0
+    i = max(j for j, point in enumerate(axis) if point <= x)
+    return i, math.log(x / axis[i]) / math.log(axis[i + 1] / axis[i])
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One named system: a slice of TPU chips or a GPU node, per-chip figures and cost-model knobs.
+
+    Bytes are ints, rates floats, all per chip unless named otherwise. Bandwidths are one way.
+    On ``ici-torus`` hardware each chip has ``ici_links`` links of ``ici_link_bandwidth`` each, and an axis of
+    ``topology`` is a ring where ``wraparound`` says so, else an open line. On ``nvswitch`` hardware the node is
+    one axis with ``wraparound`` true and a single link carrying the GPU's whole NVLink bandwidth.
+    The memory report counts `runtime_reserve_bytes` as one component of each chip's total, held against usable HBM.
+    Several slices (``v6e-8x2``) count every chip and host of all of them; ``topology`` is one slice's, and a
+    collective that crosses slices moves over the data-center network at `dcn_bandwidth_per_chip`.
+    """
+
+    name: str
+    kind: str  # "tpu" or "gpu"
+    chip: str  # human name, e.g. "TPU v6e (Trillium)"
+    interconnect: str  # one of INTERCONNECTS
+    chips: int  # devices in the slice or node
+    hosts: int  # physical hosts (1 for a sub-host slice)
+    ici_links: int  # links per chip (TPU ICI ports; 1 switched port on GPUs)
+    topology: tuple[int, ...]  # chips along each physical axis; product == chips
+    wraparound: tuple[bool, ...]  # per topology axis: does it close into a ring
+    hbm_bytes: int  # physical HBM per chip
+    usable_hbm_bytes: int  # what the runtime reports as allocatable per chip
+    runtime_reserve_bytes: int  # further margin per chip for compiler scratch, collectives, fragmentation
+    host_memory_bytes: int  # DRAM per host (what the VM gets on a sub-host slice)
+    hbm_bandwidth: float  # bytes/s per chip
+    bf16_flops: float  # dense bf16 peak FLOP/s per chip
+    ici_link_bandwidth: float  # bytes/s one way per link (GPUs: whole NVLink bandwidth one way)
+    dcn_bandwidth_per_host: float  # bytes/s a host sends over the data-center network
+    host_link_bandwidth: float  # bytes/s one way between one chip and its host (PCIe)
+    host_flops: float  # FLOP/s the host CPU gives a component placed on it
+    compute_efficiency: float  # fraction of bf16_flops a large matmul reaches
+    hbm_efficiency: float  # fraction of hbm_bandwidth a streaming kernel reaches
+    collective_latency_s: float  # fixed latency per collective hop/step
+    step_overhead_s: float  # host overhead per step
+    checkpoint_read_bandwidth: float  # bytes/s one host reads a checkpoint from its storage
+    compile_seconds_base: float  # compiling the denoising step: a fixed part ...
+    compile_seconds_per_block: float  # ... and a part per transformer block (0 and 0: eager, nothing compiled)
+    sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    overridden: tuple[str, ...] = ()
+    slices: int = 1  # slices joined by DCN (a `<system>x<k>` name)
+    #: the attention kernel a run uses ("" when the catalog has no published rates for this chip); a key of
+    #: `attention_rates`
+    attention_kernel: str = ""
+    #: per kernel, (sequence length, FLOP/s) of its published forward pass at head dim 128, non-causal
+    attention_rates: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    #: measured GEMM rates by shape (None: every matmul at compute_efficiency)
+    matmul_rates: MatmulRates | None = None
+    #: what renting one chip (one GPU) costs per hour, on demand at list price (None: no price known)
+    usd_per_chip_hour: float | None = None
+    #: dense float32 matmul peak FLOP/s as the frameworks run float32 by default (None: not in the catalog)
+    fp32_flops: float | None = None
+    #: the host's seconds to dispatch one op of eager PyTorch (a traced op of the card's `dispatches`): a call takes
+    #: the longer of its dispatches and its kernels (None: not priced, as on a TPU, where XLA runs the call whole;
+    #: a GPU's torch.compile'd call, `elementwise: fused`, is assumed to hide its launches, unmeasured)
+    eager_dispatch_s: float | None = None
+    #: a measured profile (meshlab.cost.profile.Profile) the cost model prices ops from, when the strategy's
+    #: hardware is a profile file
+    profile: Any = field(default=None, hash=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topology", tuple(self.topology))
+        object.__setattr__(self, "wraparound", tuple(self.wraparound))
+        object.__setattr__(self, "overridden", tuple(self.overridden))
+        for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS + OPTIONAL_NUMBERS:
+            if _is_int(getattr(self, name)):
+                object.__setattr__(self, name, float(getattr(self, name)))
+        problems = _problems(self)
+        if problems:  # the first broken invariant; fixing it reveals the next
+            raise ValueError(f"hardware {self.name!r}: {problems[0]}")
+
+    @property
+    def dcn_bandwidth_per_chip(self) -> float:
+        """Each chip's share of its host's DCN bandwidth (the hosts of a slice share theirs among its chips)."""
+        return self.dcn_bandwidth_per_host * self.hosts / self.chips
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """What the whole system costs per hour: every chip of it at `usd_per_chip_hour` (None: no price)."""
+        return None if self.usd_per_chip_hour is None else self.usd_per_chip_hour * self.chips
+
+    @property
+    def kernel_rates(self) -> tuple[tuple[int, float], ...]:
+        """The published (sequence length, FLOP/s) points of `attention_kernel`; () when there is no kernel."""
+        return dict(self.attention_rates).get(self.attention_kernel, ())
+
+    def attention_rate(self, keys: int, head_dim: int) -> float | None:
+        """FLOP/s of one attention of `keys` keys per query on this chip's `attention_kernel`, interpolated
+        (in log sequence length) between its published rates and held at the ends; None where none applies
+        (no kernel, or another head dim), and compute_efficiency prices it."""
+        points = self.kernel_rates
+        if not points or head_dim != ATTENTION_RATES_HEAD_DIM or keys < 1:
+            return None
+        if keys <= points[0][0]:
+            return points[0][1]
+        for (n0, r0), (n1, r1) in zip(points, points[1:]):
+            if keys <= n1:
+                t = math.log(keys / n0) / math.log(n1 / n0)
+                return r0 + t * (r1 - r0)
+        return points[-1][1]
+
+    @property
+    def rated_ops(self) -> tuple[str, ...]:
+        """The op kinds this entry prices at rates of their own, not compute_efficiency: "linear" (measured GEMM
+        rates), "attention" (its kernel's published rates)."""
+        return tuple(kind for kind, given in (("linear", self.matmul_rates is not None),
+                                              ("attention", bool(self.attention_kernel))) if given)
+
+    def matmul_rate(self, m: int, k: int, n: int) -> float | None:
+        """FLOP/s of a ``[m, k] x [k, n]`` GEMM from the measured `matmul_rates`; None where the entry has none
+        (compute_efficiency prices it)."""
+        return self.matmul_rates.rate(m, k, n) if self.matmul_rates is not None and min(m, k, n) >= 1 else None
+
+    def at_dtype(self, dtype: str) -> "Hardware":
+        """This entry for a workload in `dtype`: float32 runs at `fp32_flops`, and the measured GEMM and published
+        attention rates (bf16 figures) no longer apply; bf16 and float16 are the bf16 figures."""
+        if dtype != "float32" or self.fp32_flops is None or self.profile is not None:
+            return self
+        sources = {**self.sources, "bf16_flops": f"float32: {self.sources.get('fp32_flops', '')}"}
+        return replace(self, bf16_flops=self.fp32_flops, matmul_rates=None, attention_kernel="", sources=sources)
+
+    def using(self, devices: int) -> "Hardware":
+        """The same system using `devices` of its devices: any count up to a GPU node's (one GPU, or four of
+        eight, behind the same switch); a TPU slice is used whole (another count is another slice, e.g. v6e-4)."""
+        if devices == self.chips:
+            return self
+        if self.kind != "gpu" or not 1 <= devices < self.chips:
+            return self  # the mesh check says what is wrong
+        return replace(self, name=f"{self.name}:{devices}", chips=devices, topology=(devices,),
+                       wraparound=(True,))
+
+
+def _problems(hw: Hardware) -> list[str]:
+    """Every broken invariant of `hw`, as sentences naming the field, its value and the constraint."""
+    problems = [f"kind {hw.kind!r} is not one of {list(CHIP_KINDS)}"] if hw.kind not in CHIP_KINDS else []
+    if hw.interconnect not in INTERCONNECTS:
+        problems.append(f"interconnect {hw.interconnect!r} is not one of {list(INTERCONNECTS)}")
+    for name in COUNT_FIELDS:
+        if not _is_int(getattr(hw, name)) or getattr(hw, name) < 1:
+            problems.append(f"{name} ({getattr(hw, name)!r}) must be a positive integer")
+    if not hw.topology or not all(_is_int(n) and n >= 1 for n in hw.topology):
+        problems.append(f"topology {list(hw.topology)} must be a non-empty list of positive integers")
+    elif not _is_int(hw.slices) or hw.slices < 1:
+        problems.append(f"slices ({hw.slices!r}) must be a positive integer")
+    elif math.prod(hw.topology) * hw.slices != hw.chips:
+        per = f" per slice over {hw.slices} slices" if hw.slices > 1 else ""
+        problems.append(f"topology {list(hw.topology)} holds {math.prod(hw.topology)} chips{per}, not chips "
+                        f"({hw.chips})")
+    if len(hw.wraparound) != len(hw.topology) or not all(isinstance(w, bool) for w in hw.wraparound):
+        problems.append(f"wraparound {list(hw.wraparound)} must be one true/false per topology axis")
+    problems += _byte_problems(hw)
+    for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS:
+        value = getattr(hw, name)
+        low_ok = value >= 0 if name in TIME_FIELDS else value > 0
+        if not isinstance(value, float) or not low_ok or (name in FRACTION_FIELDS and value > 1):
+            bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
+            problems.append(f"{name} ({value!r}) must be a number {bound}")
+    for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
+                            ("eager_dispatch_s", 0.0, 1.0)):
+        value = getattr(hw, name)
+        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
+            problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")
+    missing = [name for name in FIGURES if not hw.sources.get(name)]
+    missing += [name for name in OPTIONAL_FIGURES if _given(hw, name) and not hw.sources.get(name)]
+    if missing:
+        problems.append(f"figures without a source: {missing}")
+    kernels = [k for k, _ in hw.attention_rates]
+    if hw.attention_kernel and hw.attention_kernel not in kernels:
+        problems.append(f"attention_kernel {hw.attention_kernel!r} has no published attention rates on this chip "
+                        f"(it has: {', '.join(kernels) or 'none'})")
+    for kernel, points in hw.attention_rates:
+        if not points or any(n < 1 or r <= 0 for n, r in points) or [n for n, _ in points] != sorted(
+                {n for n, _ in points}):
+            problems.append(f"attention_rates of {kernel!r} must be (sequence length, FLOP/s) pairs, lengths "
+                            "increasing, rates positive")
+    if hw.matmul_rates is not None:
+        problems += hw.matmul_rates.problems()
+    return problems
+
+
+def _byte_problems(hw: Hardware) -> list[str]:
+    problems = [
+        f"{name} ({getattr(hw, name)!r}) must be a whole number of bytes >= 0"
+        for name in BYTE_FIELDS
+        if not _is_int(getattr(hw, name)) or getattr(hw, name) < 0
+    ]
+    if problems:
+        return problems
+    if not 0 < hw.usable_hbm_bytes <= hw.hbm_bytes:
+        problems.append(f"usable_hbm_bytes ({hw.usable_hbm_bytes}) must be in (0, hbm_bytes ({hw.hbm_bytes})]")
+    if hw.runtime_reserve_bytes >= hw.usable_hbm_bytes:
+        problems.append(
+            f"runtime_reserve_bytes ({hw.runtime_reserve_bytes}) must be below usable_hbm_bytes "
+            f"({hw.usable_hbm_bytes})"
+        )
+    return problems
+
+
+def _given(hw: Hardware, name: str) -> bool:
+    """Whether the optional figure `name` has a value on `hw` (a price of 0 is one)."""
+    value = getattr(hw, name)
+    return value is not None if name in OPTIONAL_NUMBERS else bool(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# ---- parsing figures (shared by the YAML and by overrides) ----
+
+
+def _bytes(value: object) -> int:
+    """Bytes from an int, a float (``1.6e12``) or a string with an optional unit (``"31.25GiB"``, ``"32GB"``).
+
+    GB/TB are powers of ten, GiB/TiB powers of two; units are case-insensitive. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a byte count")
+    if isinstance(value, (int, float)):
+        number, scale = float(value), 1
+    elif isinstance(value, str) and (match := _BYTES_RE.match(value)):
+        unit = match.group(2).lower()
+        if unit not in _BYTE_UNITS:
+            raise ValueError(f"unknown byte unit {match.group(2)!r} in {value!r}")
+        number, scale = float(match.group(1)), _BYTE_UNITS[unit]
+    else:
+        raise ValueError(f"{value!r} is not a byte count")
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r} is not a byte count >= 0")
+    return round(number * scale)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _count(value: object) -> int:
+    number = _number(value)
+    if not number.is_integer():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(number)
+
+
+def _topology(value: object) -> tuple[int, ...]:
+    if isinstance(value, str):  # "2x4" as a command line gives it
+        value = value.lower().split("x")
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{value!r} is not a topology; give a list of ints like [2, 4] or '2x4'")
+    return tuple(_count(n) for n in value)
+
+
+def _wraparound(value: object) -> tuple[bool, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(w, bool) for w in value):
+        raise ValueError(f"{value!r} is not a wraparound; give a list of true/false, one per topology axis")
+    return tuple(value)
+
+
+def _interconnect(value: object) -> str:
+    if value not in INTERCONNECTS:
+        raise ValueError(f"{value!r} is not one of {list(INTERCONNECTS)}")
+    return str(value)
+
+
+def _coerce(name: str, value: object) -> object:
+    """The figure `name` parsed from a YAML or override value; ValueError says why not."""
+    if name in BYTE_FIELDS:
+        return _bytes(value)
+    if name in COUNT_FIELDS:
+        return _count(value)
+    if name == "topology":
+        return _topology(value)
+    if name == "wraparound":
+        return _wraparound(value)
+    if name == "interconnect":
+        return _interconnect(value)
+    if name == "attention_kernel":
+        if not isinstance(value, str):
+            raise ValueError(f"expected the name of a kernel, got {value!r}")
+        return "" if value in ("", "none") else value
+    if name == "attention_rates":
+        if not isinstance(value, dict):
+            raise ValueError("expected {kernel: [[sequence length, FLOP/s], ...]}")
+        return tuple((str(k), tuple((_count(n), _number(r)) for n, r in points)) for k, points in value.items())
+    if name == "matmul_rates":
+        return _matmul_rates(value)
+    if name in OPTIONAL_NUMBERS and value in (None, "none"):
+        return None
+    return _number(value)
+
+
+def _matmul_rates(value: object) -> MatmulRates | None:
+    """{m: [...], n: [...], k: [...], flops: [[[FLOP/s per k] per n] per m]}, or none."""
+    if value in (None, "none"):
+        return None
+    shape_help = "expected {m: [...], n: [...], k: [...], flops: [[[FLOP/s for each k] for each n] for each m]}"
+    if not isinstance(value, dict) or set(value) != {"m", "n", "k", "flops"}:
+        raise ValueError(shape_help + ", or none")
+    axes = [value[name] for name in ("m", "n", "k")]
+    if not all(isinstance(axis, list) for axis in axes):
+        raise ValueError(shape_help)
+    m, n, k = (tuple(_count(x) for x in axis) for axis in axes)
+    flops = value["flops"]
+    if not (isinstance(flops, list) and len(flops) == len(m) and all(
+            isinstance(row, list) and len(row) == len(n) and all(isinstance(r, list) and len(r) == len(k) for r in row)
+            for row in flops)):
+        raise ValueError(f"flops must be {len(m)} x {len(n)} x {len(k)} (m, then n, then k)")
+    return MatmulRates(m, n, k, tuple(_number(r) for row in flops for line in row for r in line))
+
+
+# ---- the catalog ----
+
+
+def catalog() -> dict[str, Hardware]:
+    """Every named system, in the catalog's order. Loaded once; a fresh dict on every call."""
+    return dict(_load())
+
+
+def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hardware:
+    """The named system, with any figure replaced by `overrides` (recorded with source ``"override"``).
+
+    Byte fields take human units (see `_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
+    Raises `InputError` for an unknown name or field, an ill-typed value, or overrides that contradict
+    each other (e.g. ``chips`` without a matching ``topology``).
+    """
+    table = catalog()
+    slices = _MULTISLICE.fullmatch(name)
+    if slices and slices.group(1) in table and table[slices.group(1)].kind == "tpu" and int(slices.group(2)) >= 2:
+        hardware = multislice(table[slices.group(1)], int(slices.group(2)))
+        return with_overrides(hardware, overrides) if overrides else hardware
+    base, _, part = name.partition(":")  # "h100:1": one GPU of an h100 node (what `Hardware.using` names)
+    if base not in table or (part and not (part.isdigit() and table[base].kind == "gpu"
+                                           and 1 <= int(part) <= table[base].chips)):
+        raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)}")
+    hardware = table[base].using(int(part)) if part else table[base]
+    return with_overrides(hardware, overrides) if overrides else hardware
+
+
+_MULTISLICE = re.compile(r"(.+)x([0-9]+)")
+
+
+def multislice(one: Hardware, slices: int) -> Hardware:
+    """`slices` copies of the slice `one`, joined by DCN: every chip and host counted, one slice's topology."""
+    if one.slices != 1:
+        raise InputError(f"{one.name} is already {one.slices} slices", "name a single slice, e.g. v6e-8x2")
+    sources = {**one.sources, "chips": f"{slices} slices of {one.name}: {one.sources['chips']}",
+               "hosts": f"{slices} slices of {one.name}: {one.sources['hosts']}"}
+    return replace(one, name=f"{one.name}x{slices}", chips=one.chips * slices, hosts=one.hosts * slices,
+                   slices=slices, sources=sources)
+
+
+def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware:
+    """`hardware` with figures replaced by `overrides` (each recorded with source ``"override"``)."""
+    unknown = [key for key in overrides if key not in FIGURES + OPTIONAL_FIGURES]
+    if unknown:
+        raise InputError(
+            f"unknown hardware field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+            f"override one of: {', '.join(FIGURES + OPTIONAL_FIGURES)}",
+        )
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        try:
+            changes[key] = _coerce(key, value)
+        except OverflowError:  # an integer past what a float holds (10**400)
+            raise InputError(f"hardware override {key}: {str(value)[:20]}... is too large a number",
+                             f"give {key} a value of the same kind as the catalog's") from None
+        except ValueError as error:
+            fix = _BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
+            raise InputError(f"hardware override {key}: {error}", fix) from None
+    sources = {**hardware.sources, **{key: "override" for key in changes}}
+    overridden = tuple(dict.fromkeys(hardware.overridden + tuple(changes)))
+    try:
+        return replace(hardware, **changes, sources=sources, overridden=overridden)
+    except ValueError as error:
+        if "attention_kernel" in changes and "attention_kernel" in str(error):
+            kernels = [k for k, _ in hardware.attention_rates]
+            raise InputError(f"hardware override attention_kernel: {error}",
+                             f"give one of {', '.join(kernels)}, or none" if kernels else "leave attention_kernel out"
+                             ) from None
+        if "usd_per_chip_hour" in changes and "usd_per_chip_hour" in str(error):
+            raise InputError(f"hardware override usd_per_chip_hour: {changes['usd_per_chip_hour']!r} is not a price",
+                             "give US dollars per chip-hour as a number from 0 to 1e6 (e.g. 1.2), or none") from None
+        if "matmul_rates" in changes and "matmul_rates" in str(error):
+            raise InputError(f"hardware override {str(error).partition(': ')[2]}",
+                             "give positive FLOP/s for every point of an increasing m, n, k grid, or none") from None
+        raise InputError(
+            f"the overrides do not fit together: {error}",
+            "override related figures together (chips with topology and wraparound; usable HBM within HBM)",
+        ) from None
+
+
+@lru_cache(maxsize=1)
+def _load() -> tuple[tuple[str, Hardware], ...]:
+    text = (resources.files("meshlab") / "data" / "hardware.yaml").read_text(encoding="utf-8")
+    # libyaml's parser when PyYAML has it: the pure-Python one takes ~0.4 s on this catalog
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    accelerators = data["accelerators"]
+    systems = {name: _build(name, entry, accelerators) for name, entry in data["systems"].items()}
+    for name in data.get("multislice", ()):
+        base, slices = _MULTISLICE.fullmatch(name).groups()
+        systems[name] = multislice(systems[base], int(slices))
+    return tuple(systems.items())
+
+
+def _build(name: str, system: dict[str, Any], accelerators: dict[str, Any]) -> Hardware:
+    """Merge a system with its accelerator and parse every figure; errors name the entry and field."""
+    where = f"meshlab/data/hardware.yaml: systems.{name}"
+    entry = {**accelerators[system["accelerator"]], **{k: v for k, v in system.items() if k != "accelerator"}}
+    expected = set(FIGURES) | set(LABELS)
+    if not expected <= set(entry) <= expected | set(OPTIONAL_FIGURES):
+        raise InputError(
+            f"{where}: fields missing {sorted(expected - set(entry))}, unknown "
+            f"{sorted(set(entry) - expected - set(OPTIONAL_FIGURES))}",
+            "give every figure once, as {value: ..., source: ...}",
+        )
+    values: dict[str, Any] = {label: entry[label] for label in LABELS}
+    sources: dict[str, str] = {}
+    for figure in FIGURES + tuple(f for f in OPTIONAL_FIGURES if f in entry):
+        try:
+            values[figure] = _coerce(figure, entry[figure]["value"])
+        except (ValueError, TypeError, KeyError) as error:
+            raise InputError(f"{where}.{figure}: {error}", "write it as {value: ..., source: ...}") from None
+        sources[figure] = str(entry[figure].get("source", ""))
+    try:
+        return Hardware(name=name, sources=sources, **values)
+    except ValueError as error:
+        raise InputError(f"{where}: {error}", "fix the catalog entry") from None
+
+
+# ---- the `meshlab hardware` table ----
+
+
+def describe_rows(with_sources: bool = False) -> list[dict[str, Any]]:
+    """One row of display strings per catalog entry, for the ``meshlab hardware`` table.
+
+    With `with_sources` (the ``--json`` twin) each row also carries ``figures`` (every figure's raw value,
+    JSON-ready) and ``sources`` (where each comes from).
+    """
+    return [_row(hardware, with_sources) for hardware in catalog().values()]
+
+
+def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": hw.name,
+        "kind": hw.kind,
+        "chips": str(hw.chips),
+        "topology": "x".join(map(str, hw.topology)) + (f" x{hw.slices} slices" if hw.slices > 1 else ""),
+        "hbm": _gib(hw.hbm_bytes),
+        "usable_hbm": _gib(hw.usable_hbm_bytes),
+        "hbm_bandwidth": f"{hw.hbm_bandwidth / 1e12:.2f} TB/s",
+        "bf16_peak": f"{hw.bf16_flops / 1e12:.0f} TFLOP/s",
+        "ici": f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s x {hw.ici_links}",
+        "wraparound": _wrap(hw),
+        "dcn": f"{hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s/host",
+        "usd_per_chip_hour": "-" if hw.usd_per_chip_hour is None else f"${hw.usd_per_chip_hour:.2f}",
+    }
+    if with_sources:
+        given = FIGURES + tuple(name for name in OPTIONAL_FIGURES if _given(hw, name))
+        row["figures"] = {name: _plain(getattr(hw, name)) for name in given}
+        if hw.attention_rates:
+            row["figures"]["attention_rates"] = {k: [list(p) for p in points] for k, points in hw.attention_rates}
+        if hw.matmul_rates is not None:
+            row["figures"]["matmul_rates"] = hw.matmul_rates.to_json()
+        row["sources"] = {name: hw.sources[name] for name in given}
+    return row
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}".rstrip("0").rstrip(".") + " GiB"
+
+
+def _wrap(hw: Hardware) -> str:
+    if hw.interconnect == "nvswitch":
+        return "switch"
+    if all(hw.wraparound):
+        return "all axes"
+    wrapped = [str(i) for i, w in enumerate(hw.wraparound) if w]
+    return f"axis {', '.join(wrapped)}" if wrapped else "none"

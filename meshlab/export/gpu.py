@@ -1,0 +1,160 @@
+"""A plan in the forms the GPU tools take: diffusers' ``enable_parallelism`` call and xDiT's (xfuser's) flags. Pure.
+
+Both tools take degrees, not specs, so a plan has such a form only when each of its mesh axes is one of their
+parallelisms:
+
+- the guidance axis (``cfg``, 2): xDiT's ``--use_cfg_parallel``; diffusers runs both branches on each rank, so its
+  snippet splits them over the ``cfg`` sub-mesh in the script (it says so);
+- the batch axis: xDiT's ``--data_parallel_degree``; diffusers has none (one process group per replica);
+- the sequence axes: Ulysses' (the ``attention.qkv`` rule puts them on the heads) and the ring's, the degrees of
+  ``ContextParallelConfig(ulysses_degree, ring_degree)`` and ``--ulysses_degree`` / ``--ring_degree``;
+- a ``model`` axis that splits weights: ``TensorParallelConfig(tp_degree)`` (diffusers refuses it beside context
+  parallelism) and ``--tensor_parallel_degree``.
+
+The rest of the pipeline (``placement``): a tiled VAE decode is diffusers' ``pipe.vae.enable_tiling()`` and
+xDiT's ``--enable_tiling``; a parallel one is xDiT's ``--use_parallel_vae`` (diffusers has none; xDiT offers it
+for some models only, which its runner checks); a text encoder sharded over the GPUs (FSDP) is xDiT's
+``--shard_t5_encoder`` (a T5 encoder only; diffusers has none; Wan's own generate.py has ``--t5_fsdp``).
+
+Anything else (FSDP, a weight split over the batch axis; other axes; several slices) has no form in them, and is
+refused with the reason. Written by hand: neither tool reads a sharding plan, and these are their documented
+arguments (diffusers 0.42 ``ContextParallelConfig`` / ``TensorParallelConfig``; xDiT's ``xfuser`` CLI).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from meshlab.core.errors import PlanError
+from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
+from meshlab.plan.plan import Plan
+from meshlab.strategy.schema import Strategy
+
+@dataclass(frozen=True)
+class Degrees:
+    """A plan's parallel degrees as the GPU tools count them."""
+
+    cfg: int
+    data: int
+    ulysses: int
+    ring: int
+    tensor: int
+    priced_as: str  # Activations.sequence_parallel: what the plan's sequence split was priced as running it
+
+
+def degrees(plan: Plan, strategy: Strategy) -> Degrees:
+    """The plan's degrees, or a PlanError naming what the GPU tools cannot express."""
+    mesh, activations = plan.mesh, strategy.activations
+    sequence = set(activations.sequence_axes)
+    ulysses, ring = set(ulysses_axes(activations)), set(ring_axes(activations))
+    idle = [a for a in activations.sequence_axes if a not in ulysses | ring and mesh.size(a) > 1]
+    if idle:
+        raise PlanError(f"sequence axis {idle[0]!r} splits the tokens between attentions, and the attention.qkv rule "
+                        "neither keeps it on the tokens (a ring) nor moves it onto the heads (Ulysses): the GPU tools "
+                        "have no such form", f"put {idle[0]!r} in the qkv rule's tokens or features entry",
+                        field=("activations", "rules"))
+    weights = {a for p in plan.parameters for a in p.spec.axes}
+    size = lambda axes: math.prod(mesh.size(a) for a in axes)  # noqa: E731
+    fsdp = weights & ({activations.batch} | sequence | {GUIDANCE_AXIS})
+    if fsdp:
+        raise PlanError(f"weights split over {'+'.join(sorted(fsdp))}, which also splits activations (FSDP): diffusers' "
+                        "enable_parallelism and xDiT's flags have no such form",
+                        "export --format torch-xla or dtensor, or keep the weights whole on that axis",
+                        field=("rules",))
+    known = sequence | {activations.batch, GUIDANCE_AXIS} | weights
+    other = [a for a in mesh.names if a not in known and mesh.size(a) > 1]
+    if other:
+        raise PlanError(f"mesh axis {other[0]!r} is neither guidance, batch, sequence nor a weight split: the GPU "
+                        "tools have no degree for it", "drop it from the mesh, or export --format torch-xla",
+                        field=("mesh",))
+    if strategy.dcn:
+        raise PlanError("the plan spans several slices (dcn), which the GPU tools do not take",
+                        "export --format torch-xla", field=("dcn",))
+    cfg = mesh.size(GUIDANCE_AXIS) if GUIDANCE_AXIS in mesh.names else 1
+    data = mesh.size(activations.batch) if activations.batch else 1
+    return Degrees(cfg, data, size(ulysses), size(ring), size(weights), activations.sequence_parallel)
+
+
+def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
+    """The ``enable_parallelism`` call for a plan diffusers can express, as Python to paste into a script run with
+    torchrun (one process per GPU)."""
+    d = degrees(plan, strategy)
+    if d.tensor > 1 and d.ulysses * d.ring > 1:
+        raise PlanError("the plan splits weights (tensor parallel) and the sequence (context parallel), and "
+                        "diffusers' ParallelConfig refuses the two together",
+                        "export --format xdit, or keep one of the two", field=("rules",))
+    if d.data > 1:
+        raise PlanError(f"the batch is split over {strategy.activations.batch} ({d.data}), and diffusers' "
+                        "enable_parallelism has no data parallel degree", "run one process group per replica "
+                        "(a plan with data 1), or export --format xdit (--data_parallel_degree)",
+                        field=("activations", "batch"))
+    if d.ulysses * d.ring == 1 and d.tensor == 1:
+        raise PlanError("the plan splits neither the sequence nor the weights, and diffusers' enable_parallelism "
+                        "takes only those (context and tensor parallel degrees)", "export --format xdit "
+                        "(--use_cfg_parallel, --data_parallel_degree), or split the sequence", field=("mesh",))
+    names, shape = [], []
+    for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):
+        if n > 1 or name in ("ring", "ulysses") and d.tensor == 1:
+            names.append(name)
+            shape.append(n)
+    lines = [f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
+             "--format diffusers", "# run under torchrun (one process per GPU), after the pipeline is built and "
+             "moved to the rank's GPU: `transformer` is pipe.transformer", "from torch.distributed.device_mesh import "
+             "init_device_mesh"]
+    if d.tensor > 1:
+        lines += ["from diffusers import TensorParallelConfig", "",
+                  f"mesh = init_device_mesh('cuda', {tuple(shape)!r}, mesh_dim_names={tuple(names)!r})",
+                  "transformer.enable_parallelism(config=TensorParallelConfig(mesh=mesh['tp']))"]
+    else:
+        lines += ["from diffusers import ContextParallelConfig", "",
+                  f"mesh = init_device_mesh('cuda', {tuple(shape)!r}, mesh_dim_names={tuple(names)!r})",
+                  *(["# a ring's passes need the log-sum-exp, which the default (native) backend does not return: "
+                     "torch's FlashAttention-2 (the catalog's default kernel; it takes no attention mask, so pad "
+                     "prompts to one length or drop an all-ones mask)",
+                     "transformer.set_attention_backend('_native_flash')"] if d.ring > 1 else []),
+                  f"transformer.enable_parallelism(config=ContextParallelConfig(ring_degree={d.ring}, "
+                  f"ulysses_degree={d.ulysses}, mesh=mesh['ring', 'ulysses']))"]
+        if d.ulysses * d.ring > 1 and d.priced_as != "diffusers":
+            ring = ", and gathers a ring's k and v once, then runs its passes" if d.ring > 1 else ""
+            lines.append(f"# this plan was priced as {d.priced_as} runs it; diffusers joins the streams on the chip"
+                         f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
+    if strategy.placement.text_encoder == "sharded":
+        raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs (FSDP), which diffusers' "
+                        "enable_parallelism does not do", "use device (replicated) or cpu, or export --format xdit "
+                        "(--shard_t5_encoder)", field=("placement", "text_encoder"))
+    if strategy.placement.vae_decode == "parallel":
+        raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
+                        "VAE", "use full or tiled, or export --format xdit (--use_parallel_vae)",
+                        field=("placement", "vae_decode"))
+    if strategy.placement.vae_decode == "tiled":
+        lines.append("pipe.vae.enable_tiling()  # placement.vae_decode: tiled")
+    if d.cfg > 1:
+        lines += ["# guidance: diffusers runs both branches on every rank; split them over mesh['cfg'] in the script "
+                  "(rank group mesh['cfg'].get_local_rank() runs one branch; all-gather the two noise predictions "
+                  "each step)"]
+    return "\n".join(lines) + "\n"
+
+
+def xdit_flags(plan: Plan, strategy: Strategy) -> str:
+    """The xfuser command line's parallel flags (their product is the GPU count)."""
+    d = degrees(plan, strategy)
+    flags = [f"--data_parallel_degree {d.data}", f"--ulysses_degree {d.ulysses}", f"--ring_degree {d.ring}",
+             "--pipefusion_parallel_degree 1", f"--tensor_parallel_degree {d.tensor}"]
+    if d.cfg > 1:
+        flags.append("--use_cfg_parallel")
+    if strategy.placement.vae_decode == "parallel":
+        flags.append("--use_parallel_vae")
+    if strategy.placement.vae_decode == "tiled":
+        flags.append("--enable_tiling")
+    note = ""
+    if strategy.placement.text_encoder == "sharded":
+        flags.append("--shard_t5_encoder")
+        note += "# --shard_t5_encoder shards a T5 text encoder; xDiT keeps others whole on every GPU\n"
+    if d.ulysses * d.ring > 1 and d.priced_as != "xdit":
+        ring = ", and sends each ring block to the next rank during a pass" if d.ring > 1 else ""
+        note += (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "
+                f"activations.sequence_parallel: xdit to price what xDiT runs\n")
+    return (f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
+            f"--format xdit\n{note}torchrun --nproc_per_node {plan.mesh.device_count} <xfuser example script> "
+            + " ".join(flags) + "\n")

@@ -1,0 +1,474 @@
+"""The model card: the inventory meshlab plans over, as plain immutable values (no torch).
+
+Cards are generated from the real diffusers classes by ``meshlab.models.importer.card_import`` (which needs torch) and
+shipped as JSON inside the package, so planning never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from meshlab.core.errors import InputError, Location
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}
+
+#: Which token stream a Linear (or any parameter) serves; the cost model multiplies by its token count.
+STREAMS = ("image", "text", "joint", "conditioning", "none")
+#: Module kinds the planner distinguishes (column/row apply only to ``linear``).
+MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
+
+#: 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys; 4: rotary embeddings and
+#: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``)
+CARD_SCHEMA_VERSION = 4
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of the model: its dotted path, shape, dtype, and what the planner and cost model need."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # one of MODULE_KINDS: the kind of the module that owns it
+    stream: str  # one of STREAMS
+    block: int | None = None  # index of the repeated block it belongs to, None outside blocks
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_bias(self) -> bool:
+        return self.name.endswith(".bias")
+
+    @property
+    def module(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+    @property
+    def bytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One attention module: heads and head dim, and the Linears that make its q/k/v and output."""
+
+    module: str
+    heads: int
+    head_dim: int
+    streams: tuple[str, ...]  # token streams of its queries (joined in one sequence), e.g. ("text", "image")
+    qkv: tuple[str, ...]  # module paths of the q/k/v projections (all streams)
+    out: tuple[str, ...]  # module paths of the output projections
+    #: token streams of its keys and values; () means the queries' own sequence (self or joint attention).
+    #: A cross-attention (Wan's attn2) has image queries against text keys: streams ("image",), keys ("text",).
+    keys: tuple[str, ...] = ()
+    #: one Linear makes q, k, v and more (Flux.2's single blocks: ``to_qkv_mlp_proj``, q | k | v | MLP-in along
+    #: its output): the width of its q, k and v part; 0 where each of q, k and v has its own Linear
+    fused_width: int = 0
+
+    @property
+    def key_streams(self) -> tuple[str, ...]:
+        return self.keys or self.streams
+
+
+_BLOCK = re.compile(r"^([A-Za-z_]\w*)\.(\d+)(?:\.|$)")
+
+
+def block_position(path: str) -> tuple[str, int] | None:
+    """``("transformer_blocks", 3)`` for ``transformer_blocks.3.attn.to_q.weight``; None outside numbered lists."""
+    match = _BLOCK.match(path)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def module_pattern(path: str, block_lists: set[str] | frozenset[str]) -> str:
+    """``transformer_blocks.*.attn.to_q`` for ``transformer_blocks.7.attn.to_q``: one name for every block."""
+    position = block_position(path)
+    if position is None or position[0] not in block_lists:
+        return path
+    name, index = position
+    return f"{name}.*{path[len(f'{name}.{index}'):]}"
+
+
+def concrete_path(pattern: str, like: str) -> str:
+    """The pattern's path in the block `like` sits in: (``transformer_blocks.*.attn``, ``transformer_blocks.7.x``)
+    gives ``transformer_blocks.7.attn``."""
+    head, star, tail = pattern.partition(".*")
+    position = block_position(like)
+    if not star or position is None or position[0] != head:
+        return pattern
+    return f"{head}.{position[1]}{tail}"
+
+
+@dataclass(frozen=True)
+class Modulation:
+    """A norm over the hidden width that a Linear's output conditions (shift and scale pieces)."""
+
+    norm: str  # module pattern of the norm (see ``Flow``)
+    stream: str  # the token stream the norm normalizes
+    width: int  # features of each piece that meets the norm's output (a chunk of the Linear's output)
+
+
+@dataclass(frozen=True)
+class QkNorm:
+    """A norm inside an attention that a q/k Linear's output passes through (its ``norm_q``)."""
+
+    module: str  # module pattern of the norm
+    width: int  # the features it normalizes over: a head's, or every head's at once (Wan's across heads)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What one Linear reads and what reads it, traced from the real forward (meshlab.models.importer.dataflow_trace).
+
+    ``module`` is a pattern: the path with the block index replaced by ``*``, one entry for every block of a list.
+    ``reads`` are producer labels: ``linear:<pattern>``, ``attention:<pattern>``, ``norm:<pattern>|<stream>``
+    (a residual stream's norm) or ``input:<forward argument>``.
+    """
+
+    module: str
+    reads: tuple[str, ...]
+    attention: str | None = None  # the attention (pattern) whose q/k/v this Linear makes
+    modulates: tuple[Modulation, ...] = ()
+    residual: bool = False  # its output joins a residual stream (reaches a norm's input) or the model output
+    qk_norm: QkNorm | None = None  # the norm inside its attention that its output passes through
+    #: rotary embeddings rotate its output: "whole" (each head's pairs at once), "halves" (written as two
+    #: interleaved halves of each head, Wan's ``out[..., 0::2]``: XLA then moves each half on its own where an
+    #: activation rule re-splits them), "" (not rotated)
+    rotary: str = ""
+
+    def sources(self, kind: str) -> tuple[str, ...]:
+        """Producers of one kind (``linear``, ``attention``, ``norm``, ``input``), as patterns."""
+        return tuple(label.split(":", 1)[1] for label in self.reads if label.startswith(kind + ":"))
+
+
+@dataclass(frozen=True)
+class Join:
+    """Outside attention, the text and image streams concatenated into one joint sequence along the tokens
+    (``concat``), or a joint sequence cut back into them (``split``), in the module ``module`` (a pattern)."""
+
+    module: str
+    kind: str  # "concat" or "split"
+    width: int  # features of the joint tensor
+
+
+#: How elementwise work runs: "fused", one pass per gap between matmuls (XLA, torch.compile); "eager", every op
+#: its own kernel reading and writing its tensors (plain PyTorch)
+ELEMENTWISE_EXECUTIONS = ("fused", "eager")
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """HBM bytes one block of ``blocks`` moves per token of ``stream`` in its elementwise work (norms, modulation,
+    RoPE, activations, residual adds, casts) when each gap between its matmuls runs as one fused pass
+    (``execution`` "fused") or when every op runs as its own kernel ("eager"): traced from the real forward at the
+    card's dtype (meshlab.models.importer.elementwise_trace)."""
+
+    blocks: str  # the block list (``transformer_blocks``)
+    stream: str  # "image", "text" or "joint"
+    bytes_per_token: float
+    #: the matmul these tensors meet: "out" (made by `linear`), "in" (read by `linear`, and by other Linears
+    #: only), "attention" (q/k/v going in, or the output coming out), "" (none: the residual stream and the rest)
+    side: str = ""
+    linear: str = ""  # the Linear's module pattern (``transformer_blocks.*.attn.to_q``) for "out" and "in"
+    execution: str = "fused"  # one of ELEMENTWISE_EXECUTIONS
+
+
+@dataclass(frozen=True)
+class Component:
+    """A pipeline component meshlab does not shard (VAE, text encoder): its size, and a decode working set."""
+
+    name: str
+    class_name: str
+    parameters: int
+    dtype: str
+    #: Peak working set while decoding, in bytes per output pixel per image (VAE only): the tensors two real
+    #: decodes allocate, measured on the CPU (meshlab.models.importer.decode_trace), as a slope over the pixels
+    working_bytes_per_pixel: float = 0.0
+    #: FLOPs of one decode per output pixel per image (VAE only; convolutions and matmuls as torch's
+    #: FlopCounterMode counts them in the same traced decode). 0: not known (a card from before it was recorded).
+    decode_flops_per_pixel: float = 0.0
+    #: FLOPs of one encode per prompt token (text encoders: 2 x the parameters of the text path, without token
+    #: embeddings, output head or vision tower). 0: not known.
+    flops_per_token: float = 0.0
+    #: FLOPs per token of an output head the encoder's forward computes though the pipeline reads hidden states
+    #: (Qwen2.5-VL's LM head: 2 x its parameters); it does not shrink when the encoder is cut to fewer layers.
+    head_flops_per_token: float = 0.0
+    #: Tokens the pipeline's prompt template puts before each prompt and drops from the embedding (Qwen-Image: 34).
+    prefix_tokens: int = 0
+    #: HBM bytes per output pixel of the decode's ops other than convolutions, matmuls and attention, each op
+    #: its own kernel (eager: diffusers on a GPU); and with each gap between heavy ops fused (XLA). VAE only; 0:
+    #: not known
+    decode_bytes_per_pixel: float = 0.0
+    decode_fused_bytes_per_pixel: float = 0.0
+    #: ops the host dispatches in one decode of one latent frame (eager's floor)
+    decode_dispatches: int = 0
+    #: the tiles diffusers' tiled decode (``vae.enable_tiling()``) cuts an image into, in output pixels: (height,
+    #: width) of a tile and the stride between tiles' starts; (0, 0): not a VAE, or one without tiling
+    tile: tuple[int, int] = (0, 0)
+    tile_stride: tuple[int, int] = (0, 0)
+    #: parameters of its largest repeated layer (a text encoder's transformer layer): what a sharded encoder
+    #: (FSDP) gathers at a time
+    largest_layer_parameters: int = 0
+    #: parameters outside every layer list (token embeddings, final norm, heads): FSDP's root unit, whole on
+    #: every chip of a sharded encoder
+    root_parameters: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.parameters * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Figures the workload and cost model need: widths, patching, and how pixels become tokens."""
+
+    hidden_size: int
+    num_layers: int  # repeated blocks in all (dual-stream plus single-stream)
+    num_attention_heads: int
+    attention_head_dim: int
+    patch_size: int
+    in_channels: int  # width of one image token at the transformer's input (after 2x2 packing)
+    text_dim: int  # width of one text token at the transformer's input
+    vae_scale_factor: int  # pixels per latent pixel along each side
+    mlp_ratio: float
+    #: video models: pixel frames per latent frame past the first (Wan's VAE: 4, so 81 frames are 21 latent
+    #: frames); 1 for an image model, whatever its VAE can do
+    temporal_scale_factor: int = 1
+    temporal_patch: int = 1  # latent frames per token frame
+
+    @property
+    def is_video(self) -> bool:
+        return self.temporal_scale_factor > 1
+
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames of `frames` pixel frames: the VAE keeps the first and compresses the rest
+        ``temporal_scale_factor`` to one (Wan: 81 -> 21); 1 for an image model."""
+        return (frames - 1) // self.temporal_scale_factor + 1 if self.is_video else 1
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    name: str
+    class_name: str
+    source: dict  # how it was made: diffusers version, config, preset
+    architecture: Architecture
+    parameters: tuple[Parameter, ...]
+    attention: tuple[Attention, ...]
+    components: tuple[Component, ...] = field(default=())
+    dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
+    joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention
+    elementwise: tuple[Elementwise, ...] = field(default=())  # per block; () on a card imported before it was traced
+    #: ops a block of each list dispatches from the host in eager PyTorch (not each a kernel: see
+    #: meshlab.models.importer.elementwise_trace), and "outside": the rest of one forward's; {} on a card imported before
+    #: they were counted
+    dispatches: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def total_params(self) -> int:
+        return sum(p.numel for p in self.parameters)
+
+    @property
+    def config_digest(self) -> str:
+        """A short hash of the diffusers config the card was made from: two cards of one model share it."""
+        return config_digest(self.source.get("config") or {})
+
+    @cached_property
+    def block_lists(self) -> frozenset[str]:
+        """Names of the lists of repeated blocks (``transformer_blocks``, ...); computed once per card (a sweep
+        asks thousands of times)."""
+        return frozenset(p.name.split(".", 1)[0] for p in self.parameters if p.block is not None)
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def to_json(self) -> dict:
+        return card_to_json(self)
+
+
+def config_digest(config: dict) -> str:
+    """sha256 (16 hex digits) of a diffusers config without its private keys (``_class_name``, ...)."""
+    import hashlib
+
+    public = {k: v for k, v in config.items() if not str(k).startswith("_")}
+    return hashlib.sha256(json.dumps(public, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def card_to_json(card: ModelCard) -> dict:
+    arch = card.architecture
+    return {
+        "schema_version": CARD_SCHEMA_VERSION,
+        "name": card.name,
+        "class_name": card.class_name,
+        "source": card.source,
+        "architecture": {k: getattr(arch, k) for k in Architecture.__dataclass_fields__},
+        "parameters": [
+            {"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "kind": p.kind, "stream": p.stream, "block": p.block}
+            for p in card.parameters
+        ],
+        "attention": [
+            {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
+             "keys": list(a.keys), "fused_width": a.fused_width,
+             "qkv": list(a.qkv), "out": list(a.out)}
+            for a in card.attention
+        ],
+        "components": [
+            {"name": c.name, "class_name": c.class_name, "parameters": c.parameters, "dtype": c.dtype,
+             "working_bytes_per_pixel": c.working_bytes_per_pixel,
+             "decode_flops_per_pixel": c.decode_flops_per_pixel, "decode_bytes_per_pixel": c.decode_bytes_per_pixel,
+             "decode_fused_bytes_per_pixel": c.decode_fused_bytes_per_pixel, "decode_dispatches": c.decode_dispatches,
+             "tile": list(c.tile), "tile_stride": list(c.tile_stride),
+             "largest_layer_parameters": c.largest_layer_parameters, "root_parameters": c.root_parameters,
+             "flops_per_token": c.flops_per_token,
+             **({"head_flops_per_token": c.head_flops_per_token} if c.head_flops_per_token else {}),
+             **({"prefix_tokens": c.prefix_tokens} if c.prefix_tokens else {})}
+            for c in card.components
+        ],
+        "dataflow": [
+            {"module": f.module, "reads": list(f.reads), "attention": f.attention, "residual": f.residual,
+             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates],
+             **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
+             **({"rotary": f.rotary} if f.rotary else {})}
+            for f in card.dataflow
+        ],
+        "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
+        "elementwise": [{"blocks": e.blocks, "stream": e.stream, "bytes_per_token": e.bytes_per_token,
+                         **({"side": e.side} if e.side else {}), **({"linear": e.linear} if e.linear else {}),
+                         **({"execution": e.execution} if e.execution != "fused" else {})}
+                        for e in card.elementwise],
+        **({"dispatches": dict(card.dispatches)} if card.dispatches else {}),
+    }
+
+
+def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
+    """Build a card from its JSON form; a malformed card is an InputError naming the file."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version < CARD_SCHEMA_VERSION:
+        raise InputError(
+            f"model card of schema {version}, older than this meshlab's {CARD_SCHEMA_VERSION}: "
+            + ("it has no traced dataflow (which Linear feeds which), which the cost model reads" if version < 2 else
+               "it records no video compression or cross-attention keys, which token counts and FLOPs read"
+               if version < 3 else "it records no traced rotary embeddings or q/k norms, which collectives read"),
+            f"regenerate it: {_regenerate_command(data)}",
+            Location(origin),
+        )
+    try:
+        if version != CARD_SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {CARD_SCHEMA_VERSION}")
+        if not data.get("dataflow"):
+            raise ValueError("the card has no dataflow")
+        if not all(isinstance(f, dict) and f.get("rotary", "") in ("", "whole", "halves") for f in data["dataflow"]):
+            raise ValueError("a dataflow entry's rotary must be '', 'whole' or 'halves'")
+        card = ModelCard(
+            name=data["name"],
+            class_name=data["class_name"],
+            source=data["source"],
+            architecture=Architecture(**data["architecture"]),
+            parameters=tuple(_parameter(p) for p in data["parameters"]),
+            attention=tuple(_attention(a) for a in data["attention"]),
+            components=tuple(_component(c) for c in data.get("components", [])),
+            dataflow=tuple(_flow(f) for f in data["dataflow"]),
+            joins=tuple(Join(j["module"], j["kind"], int(j["width"])) for j in data.get("joins", [])),
+            elementwise=tuple(_elementwise(e) for e in data.get("elementwise", [])),
+            dispatches=_dispatches(data.get("dispatches") or {}),
+        )
+        lists = {position[0] for p in card.parameters if p.block is not None
+                 for position in [block_position(p.name)] if position}
+        if set(card.dispatches) - lists - {"outside"}:
+            raise ValueError(f"dispatches names {sorted(set(card.dispatches) - lists - {'outside'})}, not a block "
+                             f"list of the card ({', '.join(sorted(lists))}) or 'outside'")
+        return card
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(
+            f"not a valid meshlab model card ({type(exc).__name__}: {exc})",
+            "generate one with `meshlab models import`",
+            Location(origin),
+        ) from None
+
+
+def _component(c: dict) -> Component:
+    pairs = {k: tuple(int(v) for v in c[k]) for k in ("tile", "tile_stride") if k in c}
+    if any(len(v) != 2 or min(v) < 0 for v in pairs.values()) or (
+            any(pairs.get("tile", (0, 0))) and min(pairs.get("tile_stride", (0, 0))) < 1):
+        raise ValueError(f"component {c.get('name')!r}: tile and tile_stride must be [height, width], a tile with "
+                         "a positive stride")
+    return Component(**{**c, **pairs})
+
+
+def _parameter(p: dict) -> Parameter:
+    if p["kind"] not in MODULE_KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
+        raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
+    return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
+
+
+def _dispatches(d: dict) -> dict:
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                          and v >= 0 for k, v in d.items()):
+        raise ValueError("dispatches must map block lists (and 'outside') to counts of ops")
+    return dict(d)
+
+
+def _elementwise(e: dict) -> Elementwise:
+    side, linear, execution = e.get("side", ""), e.get("linear", ""), e.get("execution", "fused")
+    if (e["stream"] not in ("image", "text", "joint") or float(e["bytes_per_token"]) < 0
+            or side not in ("", "in", "out", "attention") or bool(linear) != (side in ("in", "out"))
+            or execution not in ELEMENTWISE_EXECUTIONS):
+        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream, side or execution, "
+                         "negative bytes, or a Linear where its side has none")
+    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]), side, str(linear), execution)
+
+
+def _regenerate_command(data: dict) -> str:
+    preset = (data.get("source") or {}).get("preset")
+    if preset:
+        return f"meshlab models import {preset} -o <card>.json"
+    return "meshlab models import --config <its diffusers config.json> -o <card>.json"
+
+
+def _flow(f: dict) -> Flow:
+    return Flow(f["module"], tuple(f["reads"]), f.get("attention"),
+                tuple(Modulation(m["norm"], m["stream"], int(m["width"])) for m in f.get("modulates", [])),
+                bool(f.get("residual", False)),
+                QkNorm(f["qk_norm"]["module"], int(f["qk_norm"]["width"])) if f.get("qk_norm") else None,
+                str(f.get("rotary", "")))
+
+
+def _attention(a: dict) -> Attention:
+    return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]),
+                     tuple(a.get("keys", ())), int(a.get("fused_width", 0)))
+
+
+BUILTIN_DIR = Path(__file__).parent / "cards"  # the built-in cards, one JSON file each
+
+
+def builtin_cards() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.json"))
+
+
+def load_card(name_or_path: str, relative_to: Path | None = None) -> ModelCard:
+    """A built-in card by name (``qwen-image``) or a card JSON file by path."""
+    if name_or_path in builtin_cards():
+        path = BUILTIN_DIR / f"{name_or_path}.json"
+    else:
+        path = Path(name_or_path)
+        if relative_to is not None and not path.is_absolute():
+            path = relative_to / path
+        if not path.suffix == ".json" or not path.is_file():
+            raise InputError(
+                f"unknown model {name_or_path!r}",
+                f"use a built-in card ({', '.join(builtin_cards())}) or a path to a card .json file",
+            )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read model card: {exc}", "regenerate it with `meshlab models import`", Location(str(path))) from None
+    return card_from_json(data, str(path))

@@ -1,0 +1,65 @@
+"""How each built-in model is run by default: its diffusers pipeline's own ``__call__`` defaults, with sources.
+
+Read from ``meshlab/data/pipelines.yaml`` once; pure (yaml only). `meshlab sweep` and `meshlab try --model` take
+a model's steps, guidance, text length and output size from here unless the command line gives them, so that
+Flux.1-dev is priced guidance-distilled at 28 steps, not with CFG at 50.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+FIELDS = ("steps", "cfg", "text_tokens", "height", "width", "frames")
+
+
+@dataclass(frozen=True)
+class PipelineDefaults:
+    model: str
+    pipeline: str
+    steps: int
+    cfg: bool
+    text_tokens: int
+    height: int
+    width: int
+    frames: int
+    source: str
+
+    def workload_fields(self) -> dict:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def describe(self) -> str:
+        size = f"{self.width}x{self.height}" + (f" x {self.frames} frames" if self.frames > 1 else "")
+        guidance = "true CFG (two calls a step)" if self.cfg else "no CFG (guidance-distilled: one call a step)"
+        return f"{self.pipeline}'s defaults: {self.steps} steps, {guidance}, {self.text_tokens} text tokens, {size}"
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, PipelineDefaults]:
+    text = (resources.files("meshlab") / "data" / "pipelines.yaml").read_text(encoding="utf-8")
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return {name: PipelineDefaults(model=name, **row) for name, row in data.items()}
+
+
+def pipeline_defaults(model: str) -> PipelineDefaults | None:
+    """The defaults of a built-in card by name; None for a card file or a model the table does not know."""
+    return _table().get(model)
+
+
+def default_workload(model: str, **given) -> tuple:
+    """The workload `model` (a card's name) is run at by default, its pipeline's, with what the command line gave
+    (not None) in place of it, and a line saying what it rests on. Pure."""
+    from meshlab.plan.planned import workload_with
+    from meshlab.strategy.schema import Workload
+
+    defaults = pipeline_defaults(model)
+    base = Workload(**defaults.workload_fields()) if defaults else Workload()
+    changed = {k: v for k, v in given.items() if v is not None}
+    workload = workload_with(base, **changed)
+    basis = defaults.describe() if defaults else f"meshlab's generic workload (no pipeline defaults for {model!r})"
+    if changed:
+        basis += "; from the command line: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items())
+    return workload, basis

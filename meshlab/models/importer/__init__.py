@@ -1,0 +1,1 @@
+"""Building a model card from the real diffusers class: the card importer and the traces of one forward (dataflow, elementwise bytes, the VAE decode), and the model and inputs builder the workers share (torch)."""

@@ -1,0 +1,225 @@
+"""Which op feeds which in a real diffusers transformer, traced from one forward (needs torch).
+
+A ``TorchFunctionMode`` tags every tensor the forward makes with the set of producers it was computed from,
+and passes the union of its inputs' tags on through every op, with three boundaries that start a new tag:
+
+- ``F.linear``: the output is tagged by the Linear (found by its weight); what its input was tagged with is
+  what it ``reads``.
+- attention (``F.scaled_dot_product_attention``): the output is tagged by the attention module it runs in; the
+  Linears in its q/k/v tags feed it.
+- a norm over the hidden width (``F.layer_norm`` and the like, the LayerNorms of the residual streams): the
+  output is tagged by the norm; what reaches its input joins a residual stream.
+
+Outside attention, a concatenation of the text and image streams along the token dim into one joint sequence,
+and the slicing of a joint sequence back into the two, are recorded as ``Join`` events of the module they run
+in (Flux's single blocks do both; the q/k/v concatenations inside attention are the attention's own business).
+
+An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a
+modulation: those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last
+dim. Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head
+q/k norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
+
+Inside an attention, two more edges of each q/k/v Linear are recorded, from what the ops do rather than from
+module names:
+
+- a q/k norm: a norm function (or a mean over the last dim, as diffusers' ``RMSNorm`` computes one) whose input
+  carries the Linear's tag; the innermost module running it is the norm, and the input's last dim is the width
+  it normalizes over (a head's, or every head's at once);
+- rotary embeddings: a multiply of two tensors whose last dims are equal and larger than 1, one carrying the
+  Linear's tag and the other no Linear, norm or attention tag, at least 2-D and not a parameter (the cos/sin or
+  complex frequencies, made from the model's inputs or buffers; a (batch, tokens, 1) mask is not one). A rotated
+  value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is rotated as interleaved
+  halves.
+
+Both are recorded only for the Linears of the attention they run in (a norm over the residual stream that an
+attention module happens to run is not a q/k norm of the feed-forward that made its input).
+
+The result is keyed by module pattern: a path with the block index replaced by ``*``
+(``transformer_blocks.*.attn.to_q``), so one traced block stands for every block of its list.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+from meshlab.models.card import Flow, Join, Modulation, QkNorm
+from meshlab.models.card import module_pattern as pattern_of
+
+
+def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
+                   stream_of: Callable[[tuple[int, ...]], str]) -> tuple[tuple[Flow, ...], tuple[Join, ...]]:
+    """Run ``model(**inputs)`` once under the tracer: every Linear's flow, in the order the forward calls them,
+    and the joins and splits of the token streams outside attention."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten
+
+    F = torch.nn.functional
+    linear_of = {id(m.weight): pattern_of(p, block_lists) for p, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear)}
+    attention_modules = {p for p, m in model.named_modules() if isinstance(getattr(m, "heads", None), int)}
+    stack: list[str] = []
+
+    def enter(path: str) -> Callable:
+        def hook(module, args) -> None:  # a hook that returns something replaces the inputs or output
+            stack.append(path)
+        return hook
+
+    def leave(module, args, output) -> None:
+        stack.pop()
+
+    for path, module in model.named_modules():
+        module.register_forward_pre_hook(enter(path))
+        module.register_forward_hook(leave)
+    reads: dict[str, set[str]] = defaultdict(set)
+    order: list[str] = []
+    feeds: dict[str, str] = {}
+    residual: set[str] = set()
+    modulations: dict[str, dict[str, Modulation]] = defaultdict(dict)
+    norms = {F.layer_norm, F.group_norm, getattr(F, "rms_norm", F.layer_norm)}
+    joins: dict[tuple[str, str], Join] = {}
+    qk_norms: dict[str, QkNorm] = {}
+    rotary: dict[str, str] = {}
+    multiplies = {torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__}
+    means = {torch.mean, torch.Tensor.mean}
+
+    def in_attention() -> bool:
+        return any(p in attention_modules for p in stack)
+
+    def record_attention_edges(func, args, kwargs, incoming: list[frozenset]) -> None:
+        """q/k norms and rotary embeddings inside an attention (see the module's docstring), for the Linears of the
+        innermost attention running."""
+        owner = next((p for p in reversed(stack) if p in attention_modules), None)
+        if not incoming or owner is None:
+            return
+        prefix = pattern_of(owner, block_lists) + "."
+
+        def own(label: frozenset) -> set[str]:
+            return {name for name in linears(label) if name.startswith(prefix)}
+
+        first = tree_flatten(args)[0][:1]
+        if (func in norms or (func in means and _last_dim(args, kwargs))) and first and torch.is_tensor(first[0]):
+            where = pattern_of(stack[-1], block_lists)
+            for name in own(incoming[0]):
+                qk_norms.setdefault(name, QkNorm(where, int(first[0].shape[-1])))
+        if func in multiplies:
+            tensors = [t for t in tree_flatten(args)[0] if torch.is_tensor(t)]
+            labels = tags(args)
+            if len(tensors) == 2 and tensors[0].dim() and tensors[1].dim() \
+                    and tensors[0].shape[-1] == tensors[1].shape[-1] > 1:
+                for frequencies, rotated in ((0, 1), (1, 0)):
+                    t, label = tensors[frequencies], labels[frequencies]
+                    if t.dim() >= 2 and not isinstance(t, torch.nn.Parameter) and not any(
+                            x.split(":", 1)[0] in ("linear", "norm", "attention") for x in label):
+                        for name in own(labels[rotated]):
+                            rotary.setdefault(name, "whole")
+        if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]) \
+                and _strided_last(args[1], args[0].dim()):
+            for name in own(tags(args[2])[0] if tags(args[2]) else frozenset()):
+                if name in rotary:
+                    rotary[name] = "halves"
+
+    def record_join(func, args, kwargs, out) -> None:
+        if any(p in attention_modules for p in stack):
+            return
+        if func is torch.cat and torch.is_tensor(out) and out.dim() == 3:
+            parts = args[0] if args else kwargs.get("tensors", ())
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if dim in (1, -2) and stream_of(tuple(out.shape)) == "joint" and len(parts) == 2 and all(
+                    stream_of(tuple(t.shape)) in ("text", "image") for t in parts):
+                where = pattern_of(stack[-1] if stack else "", block_lists)
+                joins.setdefault((where, "concat"), Join(where, "concat", int(out.shape[-1])))
+        if func is torch.Tensor.__getitem__ and torch.is_tensor(out) and out.dim() == 3 and torch.is_tensor(args[0]):
+            if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image"):
+                where = pattern_of(stack[-1] if stack else "", block_lists)
+                joins.setdefault((where, "split"), Join(where, "split", int(out.shape[-1])))
+
+    def tags(values) -> list[frozenset]:
+        return [getattr(t, "_meshlab_from", frozenset()) for t in tree_flatten(values)[0] if torch.is_tensor(t)]
+
+    def tag(values, label: frozenset) -> None:
+        for t in tree_flatten(values)[0]:
+            if torch.is_tensor(t):
+                t._meshlab_from = label
+
+    def linears(label: frozenset) -> set[str]:
+        return {x.split(":", 1)[1] for x in label if x.startswith("linear:")}
+
+    class Tracer(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func is F.linear:
+                name = linear_of.get(id(args[1] if len(args) > 1 else kwargs["weight"]))
+                if name is not None:
+                    if name not in reads:
+                        order.append(name)
+                    reads[name].update(tags(args[0])[0])
+                    tag(out, frozenset({f"linear:{name}"}))
+                    return out
+            incoming = tags((args, kwargs))
+            if func is F.scaled_dot_product_attention:
+                owner = next((p for p in reversed(stack) if p in attention_modules), "attention")
+                for name in linears(frozenset().union(*incoming[:3])):
+                    feeds[name] = pattern_of(owner, block_lists)
+                tag(out, frozenset({f"attention:{pattern_of(owner, block_lists)}"}))
+                return out
+            if func in norms and torch.is_tensor(args[0]) and args[0].shape[-1] == hidden and not any(
+                    p in attention_modules for p in stack):  # a q/k norm across heads (Wan) is attention's own
+                residual.update(linears(incoming[0]))
+                norm = pattern_of(stack[-1] if stack else "norm", block_lists)
+                tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))
+                return out
+            self._modulation(args, incoming)
+            record_join(func, args, kwargs, out)
+            record_attention_edges(func, args, kwargs, incoming)
+            if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[0]) \
+                    and torch.is_tensor(args[2]):  # the written value's producers join the target's
+                tag(args[0], frozenset().union(*tags(args[0]), *tags(args[2])))
+            tag(out, frozenset().union(*incoming) if incoming else frozenset())
+            return out
+
+        @staticmethod
+        def _modulation(args, incoming: list[frozenset]) -> None:
+            normed = [x for label in incoming for x in label if x.startswith("norm:")]
+            if not normed:
+                return
+            tensors = [t for t in tree_flatten(args)[0] if torch.is_tensor(t)]
+            for t, label in zip(tensors, incoming):
+                if label and not any(x.startswith("norm:") for x in label) and linears(label) == {
+                        x.split(":", 1)[1] for x in label}:
+                    for name in linears(label):
+                        for norm_label in normed:
+                            norm, stream = norm_label[5:].rsplit("|", 1)
+                            modulations[name].setdefault(norm, Modulation(norm, stream, int(t.shape[-1])))
+
+    for name, value in inputs.items():
+        if torch.is_tensor(value):
+            value._meshlab_from = frozenset({f"input:{name}"})
+    with torch.no_grad(), Tracer():
+        output = model(**inputs, return_dict=False)[0]
+    residual.update(linears(getattr(output, "_meshlab_from", frozenset())))
+    flows = tuple(
+        Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
+             modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
+             residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""))
+        for name in order
+    )
+    return flows, tuple(joins.values())
+
+
+def _last_dim(args: tuple, kwargs: dict) -> bool:
+    """A reduction over the last dim only (``x.mean(-1, keepdim=True)``)."""
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    return len(dims) == 1 and dims[0] in (-1, args[0].dim() - 1 if hasattr(args[0], "dim") else -1)
+
+
+def _strided_last(index, dims: int) -> bool:
+    """An index whose step of 2 or more falls on the last of `dims` dims (``[..., 0::2]``, or one entry per dim)."""
+    entries = index if isinstance(index, tuple) else (index,)
+    if not entries or (Ellipsis not in entries and len(entries) != dims):
+        return False
+    last = entries[-1]
+    return isinstance(last, slice) and last.step not in (None, 1)

@@ -1,0 +1,130 @@
+"""Activation rules made real: each resolved point (meshlab.plan.activations) becomes one forward hook that
+marks the tensor there. Under torch_xla the mark is ``xs.mark_sharding`` and XLA's partitioner then moves the
+data between the splits on either side (a token split turned into a heads split is an all-to-all); under DTensor
+it is a ``redistribute`` to the point's placements (meshlab.parallelisms.dtensor.marker), whose result the hook passes
+on in place of the tensor."""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+from typing import Any, Callable
+
+from meshlab.core.errors import BackendError
+from meshlab.plan.activations import ActivationPoint
+from meshlab.core.spec import PartitionSpec
+
+#: The kernel marks of the attention module whose forward is running (set by its pre-hook, read by the wrapped
+#: ``dispatch_attention_fn``); None outside any marked attention.
+_ACTIVE = contextvars.ContextVar("meshlab_attention_marks", default=None)
+
+
+#: ``mark(tensor, spec, label) -> tensor``: the tensor as the backend holds it under `spec`.
+Mark = Callable[[Any, PartitionSpec, str], Any]
+
+
+def xla_marker(xla_mesh) -> Mark:
+    from meshlab.parallelisms import xla
+
+    def mark(tensor, spec: PartitionSpec, label: str):
+        xla.mark(tensor, xla_mesh, spec, label)
+        return tensor
+
+    return mark
+
+
+def install(module, points: tuple[ActivationPoint, ...], mark: Mark) -> list:
+    """Register one hook per point on the named submodules of `module`; returns the hook handles."""
+    handles = []
+    for point in points:
+        target = module.get_submodule(point.module)
+        if point.where == "kernel":
+            _wrap_dispatch(target, point)
+            handles.append(target.register_forward_pre_hook(_enter(point, mark)))
+            handles.append(target.register_forward_hook(_leave))
+        elif point.where == "output":
+            handles.append(target.register_forward_hook(_mark_output(point, mark)))
+        elif point.where == "input":
+            handles.append(target.register_forward_pre_hook(_mark_input(point, mark)))
+        else:
+            handles.append(target.register_forward_pre_hook(_mark_argument(point, mark), with_kwargs=True))
+    return handles
+
+
+def _label(point: ActivationPoint) -> str:
+    return f"{point.point} of {point.module} ({point.stream})"
+
+
+def _enter(point: ActivationPoint, mark: Mark):
+    batch, tokens, heads = point.spec.entries
+    spec = PartitionSpec(batch, tokens, heads, None)  # [batch, tokens, heads, head dim], as the kernel reads them
+
+    def hook(_module, _args):
+        _ACTIVE.set((point, spec, mark))
+        return None
+
+    return hook
+
+
+def _leave(_module, _args, _output):
+    _ACTIVE.set(None)
+
+
+def _wrap_dispatch(attention_module, point: ActivationPoint) -> None:
+    """Wrap ``dispatch_attention_fn`` where the module's attention processor calls it (diffusers' one entry to
+    every attention kernel) so that, inside a marked attention, q, k, v and the output are marked."""
+    processor = getattr(attention_module, "processor", None)
+    home = sys.modules.get(type(processor).__module__) if processor is not None else None
+    original = getattr(home, "dispatch_attention_fn", None)
+    if original is None:
+        raise BackendError(f"{point.module}'s attention processor {type(processor).__name__} does not call diffusers' "
+                           "dispatch_attention_fn, so an attention.qkv rule cannot reach its q, k and v",
+                           "drop the attention.qkv rule for this model")
+    if getattr(original, "__meshlab_wrapped__", False):
+        return
+
+    def dispatch(query, key, value, *args, **kwargs):
+        active = _ACTIVE.get()
+        if active is None:
+            return original(query, key, value, *args, **kwargs)
+        marked, spec, mark = active
+        query, key, value = (mark(tensor, spec, f"{name} of {marked.module}")
+                             for name, tensor in (("q", query), ("k", key), ("v", value)))
+        out = original(query, key, value, *args, **kwargs)
+        if out.dim() == 4:
+            out = mark(out, spec, f"the attention output of {marked.module}")
+        return out
+
+    dispatch.__meshlab_wrapped__ = True
+    home.dispatch_attention_fn = dispatch
+
+
+def _mark_output(point: ActivationPoint, mark: Mark):
+    batch, _tokens, features = point.spec.entries
+    flat = PartitionSpec(batch, features)  # a [batch, features] output (conditioning Linears)
+
+    def hook(_module, _args, output):
+        return mark(output, point.spec if output.dim() == 3 else flat, _label(point))
+
+    return hook
+
+
+def _mark_input(point: ActivationPoint, mark: Mark):
+    def hook(_module, args):
+        if args:
+            return (mark(args[0], point.spec, _label(point)), *args[1:])
+        return None
+
+    return hook
+
+
+def _mark_argument(point: ActivationPoint, mark: Mark):
+    name = point.where.split(":", 1)[1]
+
+    def hook(_module, args, kwargs):
+        value = kwargs.get(name)
+        if value is not None:
+            return args, {**kwargs, name: mark(value, point.spec, _label(point))}
+        return None
+
+    return hook

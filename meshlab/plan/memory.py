@@ -1,0 +1,280 @@
+"""Per-chip memory of a plan: weights, activations, the other pipeline parts, and a runtime reserve.
+
+Method (documented in ``ACTIVATION_METHOD``): weights are the padded shards XLA allocates; activations are
+the peak working set of the heaviest transformer block at the workload's token counts. The pipeline runs in
+phases, encode, denoise, decode, with every weight placed on the device resident throughout: the peak is the
+largest phase's working set (a sharded text encoder's gathered layer; the denoise activations; the VAE decode's
+working set, under ``placement.vae_decode``), not their sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from meshlab.models.card import DTYPE_BYTES, Architecture, Component
+from meshlab.plan.axes import activation_axes, compute_split, ring_axes
+from meshlab.plan.plan import Plan, PlannedParameter
+from meshlab.strategy.schema import Strategy
+from meshlab.core.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
+
+ACTIVATION_METHOD = (
+    "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
+    "(attention: q/k/v and the attention output, and the scores and probabilities when flash_attention is off) "
+    "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
+    "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
+    "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
+    "activations.sequence (and the text tokens with it where attention joins them); with a sequence split, "
+    "attention also holds the k and v of the joint sequence's tokens on other chips (a ring that passes blocks "
+    "by send/recv, two blocks of them, and a ring of passes its running output in float32)"
+)
+
+
+@dataclass(frozen=True)
+class ChipMemory:
+    chip: int
+    weights_sharded: int  # real bytes of this chip's shards of sharded parameters
+    weights_replicated: int  # parameters every chip holds whole
+    padding: int  # bytes XLA pads onto this chip's shards
+    activations: int  # peak working set while denoising
+    vae_weights: int
+    vae_decode: int  # VAE decode working set (after denoising)
+    text_encoder: int  # the text encoders' resident weights (all of them, or this chip's shard)
+    reserve: int  # runtime and compiler scratch kept by the platform
+    hbm: int  # usable HBM of one chip
+    text_encode: int = 0  # the encode phase's working set: a sharded encoder's largest layer, gathered
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase whose working set sets the peak: "encode", "denoise" or "decode"."""
+        return max((self.activations, 1, "denoise"), (self.vae_decode, 0, "decode"),
+                   (self.text_encode, -1, "encode"))[2]
+
+    @property
+    def weights(self) -> int:
+        return self.weights_sharded + self.weights_replicated + self.padding
+
+    @property
+    def activation_peak(self) -> int:
+        return max(self.activations, self.vae_decode, self.text_encode)
+
+    @property
+    def other(self) -> int:
+        return self.vae_weights + self.text_encoder + self.reserve
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.activation_peak + self.other
+
+    @property
+    def headroom(self) -> int:
+        return self.hbm - self.total
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    chips: tuple[ChipMemory, ...]
+    tokens: TokenCounts
+
+    @property
+    def most_loaded(self) -> ChipMemory:
+        return max(self.chips, key=lambda c: (c.total, -c.chip))
+
+    @property
+    def uniform(self) -> bool:
+        """Every chip holds the same bytes in every component (equal totals can hide a different split)."""
+        return len({dataclasses.replace(c, chip=0) for c in self.chips}) == 1
+
+    @property
+    def fits(self) -> bool:
+        return all(c.headroom >= 0 for c in self.chips)
+
+    def on(self, usable_hbm: int, reserve: int) -> "MemoryReport":
+        """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them)."""
+        return MemoryReport(tuple(dataclasses.replace(c, hbm=usable_hbm, reserve=reserve) for c in self.chips),
+                            self.tokens)
+
+
+def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int) -> MemoryReport:
+    tokens = token_counts(strategy.workload, plan.card.architecture)
+    activations = block_activation_bytes(plan, strategy, tokens)
+    vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
+    sharded, replicated, padded = _weight_groups(plan)
+    chips = []
+    for chip in range(plan.mesh.device_count):
+        real_padded = sum(p.real_bytes_on(chip, plan.mesh) for p, _ in padded)
+        allocated_padded = sum(allocated for _, allocated in padded)
+        chips.append(ChipMemory(chip, sharded + real_padded, replicated, allocated_padded - real_padded,
+                                activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm,
+                                text_encode))
+    return MemoryReport(tuple(chips), tokens)
+
+
+def _weight_groups(plan: Plan) -> tuple[int, int, list[tuple[PlannedParameter, int]]]:
+    """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones."""
+    sharded = replicated = 0
+    padded = []
+    for p in plan.parameters:
+        allocated = p.bytes_per_device(plan.mesh)
+        if p.spec.is_replicated:
+            replicated += allocated
+        elif any(n % k for n, k in zip(p.shape, p.spec.split_counts(plan.mesh))):
+            padded.append((p, allocated))
+        else:
+            sharded += allocated
+    return sharded, replicated, padded
+
+
+def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
+    """VAE weights, the decode's working set, the text encoders' resident weights and the encode phase's working
+    set, on one chip."""
+    itemsize = DTYPE_BYTES[strategy.workload.dtype]
+    workload, placement = strategy.workload, strategy.placement
+    vae = plan.card.component("vae")
+    encoders = [c for c in plan.card.components if c.name.startswith("text_encoder")]  # SD3.5 has three
+    vae_weights = vae_decode = text_bytes = text_encode = 0
+    if vae is not None and placement.vae == "device":
+        vae_weights = vae.parameters * itemsize
+        split = _batch_split(plan, strategy)
+        per_chip_batch = -(-workload.batch // split)  # XLA pads an uneven batch
+        share = decode_share(vae, placement.vae_decode, workload.height, workload.width,
+                             plan.mesh.device_count // split)
+        vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
+                                                       workload.height, workload.width, workload.frames, itemsize,
+                                                       share)
+    chips = plan.mesh.device_count
+    text_bytes = sum(encoder_resident(c, placement.text_encoder, chips) for c in encoders) * itemsize
+    if encoders and placement.text_encoder == "sharded" and chips > 1:  # a layer gathered at a time
+        text_encode = max(c.largest_layer_parameters for c in encoders) * itemsize
+    return vae_weights, vae_decode, text_bytes, text_encode
+
+
+def encoder_resident(encoder: Component, where: str, chips: int) -> int:
+    """Parameters of a text encoder that one of `chips` holds between encodes under ``placement.text_encoder``
+    `where`: none on the host ("cpu"), all of them replicated ("device", or "sharded" on one chip), or, sharded
+    (FSDP, as Wan's --t5_fsdp wraps each layer), its share of the layers and the root unit whole (the token
+    embedding and whatever sits outside the layer list: FSDP gathers it for the whole forward and keeps it)."""
+    if where == "cpu":
+        return 0
+    if where == "sharded" and chips > 1:
+        return -(-(encoder.parameters - encoder.root_parameters) // chips) + encoder.root_parameters
+    return encoder.parameters
+
+
+@dataclass(frozen=True)
+class DecodeShare:
+    """What one chip decodes of one sample's frames under ``placement.vae_decode``."""
+
+    working_pixels: int  # pixels of a frame whose working set it holds at once: the image, a tile, its rows
+    computed_pixels: int  # pixels of a frame it decodes: overlapping tiles decode more than the image
+    pieces: int  # decodes it runs per latent frame: one, or a tile each
+
+
+def decode_share(vae: Component, mode: str, height: int, width: int, chips: int) -> DecodeShare:
+    """'full': the whole image; 'tiled': diffusers' tiled decode (only where the image exceeds the VAE's tile):
+    tiles of ``vae.tile`` starting every ``vae.tile_stride`` pixels, edge tiles cut at the image, one at a time;
+    'parallel': the image's rows split over the `chips` that decode it (xDiT's parallel VAE; the halo rows each
+    chip also decodes are left out)."""
+    pixels = height * width
+    (tile_h, tile_w), (stride_h, stride_w) = vae.tile, vae.tile_stride
+    if mode == "tiled" and tile_h and (height > tile_h or width > tile_w):
+        rows = [min(tile_h, height - i) for i in range(0, height, stride_h)]
+        cols = [min(tile_w, width - j) for j in range(0, width, stride_w)]
+        return DecodeShare(max(rows) * max(cols), sum(rows) * sum(cols), len(rows) * len(cols))
+    if mode == "parallel" and chips > 1:
+        rows = -(-height // chips)
+        return DecodeShare(rows * width, rows * width, 1)
+    return DecodeShare(pixels, pixels, 1)
+
+
+def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height: int, width: int, frames: int,
+                     itemsize: int, share: DecodeShare | None = None) -> int:
+    """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16,
+    2 bytes an element; for a video VAE, decoding a latent frame after the first with its causal caches) over the
+    pixels held at once (`share`: the whole image by default, a tile, or one chip's rows), beside the decoded image
+    or video (3 channels x every frame) it hands back: a whole video twice, as a video VAE appends each latent
+    frame's output with ``torch.cat``. Under tiling every decoded tile is kept to blend, and the blend (its rows,
+    then their ``torch.cat``) holds two more copies of the image after the last tile's working set is freed
+    (Wan's tiled decode clamps into a third, left out)."""
+    pixels = height * width
+    share = share or DecodeShare(pixels, pixels, 1)
+    image = 3 * frames * itemsize  # bytes per pixel of the decoded output
+    working = int(working_bytes_per_pixel * share.working_pixels * itemsize / 2)
+    if share.pieces > 1:
+        return image * share.computed_pixels + max(working, image * 2 * pixels)
+    return working + image * (2 * pixels if arch.is_video and frames > 1 else pixels)
+
+
+def _batch_split(plan: Plan, strategy: Strategy) -> int:
+    axis = strategy.activations.batch
+    return plan.mesh.size(axis) if axis else 1
+
+
+def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) -> int:
+    """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD)."""
+    itemsize = DTYPE_BYTES[strategy.workload.dtype]
+    batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
+    sequence_axes = strategy.activations.sequence_axes
+    split_image = math.prod(plan.mesh.size(a) for a in sequence_axes)
+    text_split = rules_split_text(strategy.activations.rules, sequence_axes)
+    local = local_token_counts(tokens, split_image, plan.card, text_split)
+    ring = ring_axes(strategy.activations)
+    shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
+                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring))
+    blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
+    for p in plan.parameters:
+        if p.parameter.block is not None:
+            blocks[p.parameter.block].append(p)
+    attention_by_module = {a.module: a for a in plan.card.attention}
+    peak = max((_block_elements(params, attention_by_module, plan, shape) for params in blocks.values()), default=0)
+    return peak * batch * itemsize
+
+
+@dataclass(frozen=True)
+class _Shape:
+    tokens: TokenCounts  # per sample, whole
+    local: TokenCounts  # per sample on one chip (see meshlab.core.tokens.local_token_counts)
+    gathered: frozenset[str]  # axes that split activations: weights split over them are gathered (FSDP)
+    flash: bool
+    ring: str = "gather"  # Activations.ring (from sequence_parallel)
+    ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
+
+
+def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
+    width = plan.card.architecture.hidden_size
+    weights = {p.parameter.module: p for p in params if p.parameter.kind == "linear" and not p.parameter.is_bias}
+    residual = 2 * shape.local.joint * width
+    attention_phase, attention_modules = 0, set()
+    for attention in attention_by_module.values():
+        if attention.qkv and attention.qkv[0] in weights:
+            attention_phase = max(attention_phase, _attention_elements(attention, weights, plan, shape))
+            attention_modules.update(attention.qkv + attention.out)
+    mlp_phase = max((2 * _output_elements(w, plan, shape) for m, w in weights.items()
+                     if m not in attention_modules and w.parameter.stream != "conditioning"), default=0)
+    return residual + max(attention_phase, mlp_phase)
+
+
+def _output_elements(weight: PlannedParameter, plan: Plan, shape: _Shape) -> int:
+    out_features = weight.shape[0]
+    return shape.local.of_stream(weight.parameter.stream) * -(-out_features // compute_split(weight.spec.entries[0], plan.mesh, shape.gathered))
+
+
+def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
+    """q/k/v at the local tokens, plus k and v of the tokens other chips hold when a sequence axis splits them
+    (every query needs every key: the all-gather's output), the output, and scores without flash. A ring that
+    passes blocks (p2p-passes) holds its own block and the next one instead of every key; a ring of passes keeps
+    its running output in float32 (two bf16 elements each) beside the pass's."""
+    qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
+    head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
+    heads = -(-attention.heads // head_split)
+    queries = sum(shape.local.of_stream(s) for s in attention.streams)
+    local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
+    keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
+    passes = shape.ring in ("gather-passes", "p2p-passes") and shape.ring_degree > 1
+    held = 2 * -(-keys // shape.ring_degree) if passes and shape.ring == "p2p-passes" else keys
+    gathered_kv = 2 * max(0, held - local_keys) * heads * attention.head_dim
+    output = queries * heads * attention.head_dim * (3 if passes else 1)
+    scores = 0 if shape.flash else 2 * heads * queries * keys
+    return qkv + gathered_kv + output + scores

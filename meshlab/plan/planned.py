@@ -1,0 +1,189 @@
+"""The planning path end to end: strategy file -> validated strategy -> plan -> memory. No torch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from meshlab.models.card import ModelCard, load_card
+from meshlab.core.errors import InputError, Location, MeshlabError, PlanError
+from meshlab.core.hardware import Hardware, load_hardware
+from meshlab.plan.memory import MemoryReport, memory_report
+from meshlab.core.mesh import AbstractMesh
+from meshlab.plan.plan import Plan
+from meshlab.plan.planner import make_plan
+from meshlab.strategy.loader import LoadedStrategy, load_strategy
+from meshlab.strategy.schema import Strategy, Workload
+
+
+@dataclass(frozen=True)
+class PlannedStrategy:
+    """Everything `meshlab try` reports on one strategy file."""
+
+    loaded: LoadedStrategy
+    card: ModelCard
+    hardware: Hardware
+    plan: Plan
+    memory: MemoryReport
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.loaded.strategy
+
+    @property
+    def files_read(self) -> tuple[Path, ...]:
+        """The strategy file, and the card and profile files it names (not built-in cards or catalog entries)."""
+        folder, strategy = self.loaded.path.parent, self.strategy
+        named = [name for name in (strategy.model, strategy.hardware_name) if name.endswith(".json")]
+        return (self.loaded.path, *(folder / name for name in named))
+
+
+def unmatched_rules(planned: PlannedStrategy) -> list[InputError]:
+    """A problem for every rule that gives no parameter its spec (a typo leaves the weights it meant replicated),
+    placed at the rule's line: a warning, or with ``--strict`` an error."""
+    return [InputError(f"rule {i} ({planned.strategy.rules[i].pattern!r}) matches no parameter of "
+                       f"{planned.card.name}", "fix its pattern (`meshlab try --json` lists every parameter's name) "
+                       "or remove it", planned.loaded.document.locate(("rules", i)))
+            for i in planned.plan.unmatched_rules]
+
+
+def plan_file(path: str | Path) -> PlannedStrategy:
+    """Load, plan and size a strategy file; every error comes back placed at its line in the file."""
+    loaded = load_strategy(path)
+    try:
+        return plan_strategy(loaded)
+    except MeshlabError as exc:
+        raise loaded.place(exc) from None
+
+
+def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> PlannedStrategy:
+    """`hardware`: plan on it instead of what the strategy names (`meshlab profile`, before the profile exists)."""
+    strategy = loaded.strategy
+    card = _with_field(lambda: load_card(strategy.model, loaded.path.parent), ("model",))
+    hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
+    if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
+        hardware = hardware.using(math.prod(strategy.mesh.values()))
+    plan = make_plan(strategy, card, hardware.chips)
+    check_dcn(strategy.dcn, plan.mesh, hardware)
+    if strategy.placement.vae_decode == "parallel" and (hardware.kind != "gpu" or strategy.placement.vae == "cpu"):
+        where = "the VAE runs on the host (placement.vae: cpu)" if strategy.placement.vae == "cpu" else \
+            f"{hardware.name} is a {hardware.kind}"
+        raise PlanError(f"placement.vae_decode: parallel splits the decode over the GPUs as xDiT's parallel VAE does, "
+                        f"and {where}", "use full or tiled", field=("placement", "vae_decode"))
+    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+    return PlannedStrategy(loaded, card, hardware, plan, memory)
+
+
+def _hardware(loaded: LoadedStrategy) -> Hardware:
+    """The catalog entry the strategy names, or the one a profile file stands for (``hardware: cpu.json``, a path
+    relative to the strategy; read only then, so `meshlab try` on a catalog name never touches it)."""
+    strategy = loaded.strategy
+    name = strategy.hardware_name
+    if not name.endswith(".json"):
+        return load_hardware(name, strategy.hardware_overrides)
+    from meshlab.cost.profile import profile_hardware
+
+    devices = math.prod(strategy.mesh.values()) if -1 not in strategy.mesh.values() else None
+    return profile_hardware(loaded.path.parent / name, devices, strategy.hardware_overrides)
+
+
+def check_dcn(dcn: dict[str, int], mesh: AbstractMesh, hardware: Hardware) -> None:
+    """`dcn` (axis -> slices it spans) must name mesh axes, divide them, and multiply to the hardware's slices."""
+    for axis, slices in dcn.items():
+        if axis not in mesh.names:
+            raise PlanError(f"dcn names axis {axis!r}, which the mesh ({', '.join(mesh.names)}) does not have",
+                            f"name a mesh axis, e.g. dcn: {{{mesh.names[0]}: {hardware.slices}}}", field=("dcn", axis))
+        if mesh.size(axis) % slices:
+            raise PlanError(f"dcn: {{{axis}: {slices}}} does not divide axis {axis!r} of size {mesh.size(axis)}",
+                            f"span a divisor of {mesh.size(axis)} slices, or grow the axis", field=("dcn", axis))
+    spanned = math.prod(dcn.values())
+    if spanned == hardware.slices:
+        return
+    if hardware.slices == 1:
+        raise PlanError(f"dcn spans {spanned} slices, but {hardware.name} is one slice",
+                        f"drop dcn, or use hardware {hardware.name}x{spanned}", field=("dcn",))
+    fits = [a for a in mesh.names if mesh.size(a) % hardware.slices == 0]
+    example = f"e.g. dcn: {{{fits[0]}: {hardware.slices}}}" if fits else "grow an axis to a multiple of the slices"
+    raise PlanError(f"{hardware.name} is {hardware.slices} slices, and dcn spans {spanned}",
+                    f"say which mesh axes cross slices, {example}", field=("dcn",))
+
+
+def workload_with(workload: Workload, **updates) -> Workload:
+    """`workload` with fields a command line set (``--height`` ...): a value out of the field's bounds is an
+    InputError naming the flag."""
+    try:
+        return workload.model_copy(update=updates)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        flag = "--" + str(problem["loc"][0]).replace("_", "-") if problem["loc"] else "the workload"
+        what = Workload.field_description(str(problem["loc"][0])) if problem["loc"] else ""
+        raise InputError(f"{flag}: {problem['msg']}", f"{flag} is {what}" if what else "see `meshlab schema`",
+                         Location("command line")) from None  # placed, so no strategy line claims it
+
+
+def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
+    """The same strategy planned at another workload (e.g. the size a run actually used)."""
+    strategy = planned.strategy.model_copy(update={"workload": workload_with(planned.strategy.workload, **updates)})
+    plan = make_plan(strategy, planned.card, planned.hardware.chips)
+    memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes)
+    loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
+    return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
+
+
+def refuse_placement(planned: PlannedStrategy, what: str) -> None:
+    """meshlab's pipelines decode the whole image and keep a text encoder whole (on the host or the device): a
+    tiled or parallel decode, or a sharded encoder, is priced as the GPU tools run it, not run here, so a run of it
+    is refused at its line."""
+    placement = planned.strategy.placement
+    for key, value, plain in (("vae_decode", placement.vae_decode, "full"),
+                              ("text_encoder", placement.text_encoder, "cpu or device")):
+        if value in ("tiled", "parallel", "sharded"):
+            raise planned.loaded.place(InputError(
+                f"meshlab {what} decodes the whole image and keeps the text encoder whole, and this strategy's "
+                f"placement.{key} is {value}", f"set placement.{key}: {plain} to {what} it here, or run it with the "
+                "GPU tools (meshlab export --format diffusers or xdit)", field=("placement", key)))
+
+
+def refuse_ring(planned: PlannedStrategy, what: str) -> None:
+    """meshlab runs and profiles a sequence split as XLA's partitioner and DTensor do (every chip gathers a ring's k
+    and v, and the streams are re-split to be joined): one a GPU tool runs (``activations.sequence_parallel``) is
+    priced as the tool runs it, not run here, so a run of it is refused at that line."""
+    activations, mesh = planned.strategy.activations, planned.plan.mesh
+    tool = activations.sequence_parallel
+    if tool != "partitioner" and math.prod(mesh.size(a) for a in activations.sequence_axes) > 1:
+        raise planned.loaded.place(InputError(
+            f"meshlab {what} runs a sequence split as XLA's partitioner and DTensor do, and this strategy's is priced "
+            f"as {tool} runs it", f"set activations.sequence_parallel: partitioner to {what} it here, or run it with "
+            f"{tool} (meshlab export --format {tool})", field=("activations", "sequence_parallel")))
+
+
+def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrategy:
+    """The same plan priced with its elementwise work run as `execution` ("fused" or "eager"): what a backend
+    runs (meshlab.experiments.run); planning and memory do not depend on it."""
+    strategy = planned.strategy.model_copy(
+        update={"compile": planned.strategy.compile.model_copy(update={"elementwise": execution})})
+    return replace(planned, loaded=LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path))
+
+
+def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:
+    """The same strategy planned over its card cut to `layers` blocks per list (what ``--checkpoint random
+    --layers`` builds): memory and predictions for the model that runs."""
+    from meshlab.models.truncate import truncate_card
+
+    card = truncate_card(planned.card, layers)
+    plan = make_plan(planned.strategy, card, planned.hardware.chips)
+    memory = memory_report(plan, planned.strategy, planned.hardware.usable_hbm_bytes,
+                           planned.hardware.runtime_reserve_bytes)
+    return PlannedStrategy(planned.loaded, card, planned.hardware, plan, memory)
+
+
+def _with_field(load, field: tuple):
+    try:
+        return load()
+    except MeshlabError as exc:
+        if exc.location is None and not exc.field:
+            raise type(exc)(exc.problem, exc.fix, None, field) from None
+        raise

@@ -1,0 +1,381 @@
+"""The torch half of `meshlab check --backend tpu`: ``python -m meshlab.runtime.workers.check_tpu REQUEST RESULT``.
+
+Compiles the strategy's transformer for its TPU system with XLA:TPU ahead of time (meshlab.runtime.workers.libtpu), at
+the depth and size the parent asks (by default the whole model at the workload's real size), through one or both
+front ends, and returns what XLA:TPU made of each. No weight is allocated:
+
+- ``torch-xla``: the program a PyTorch/XLA SPMD user runs. The model is built on ``meta``, every parameter
+  becomes a torch_xla placeholder (a tensor with no data) annotated, under its module's scope, with its spec on
+  a mesh laid out as ``xs.HybridMesh`` lays it over the topology (`hybrid_mesh_ordinals`: torus coordinates
+  within a slice, the strategy's ``dcn`` axis across slices), the plan is applied as ``meshlab.apply`` applies it
+  (rewrites, activation rules, scan), the forward is traced lazily on virtual CPU devices, and torch_xla's
+  pre-partitioning HLO is compiled for the TPU. Nothing is compiled for the CPU.
+- ``torchax``: the same module run as a jax function by torchax on a mesh jax lays out
+  (``create_device_mesh`` / ``create_hybrid_device_mesh``), every parameter an abstract ``jax.ShapeDtypeStruct``
+  with its ``NamedSharding``, activation rules as ``with_sharding_constraint``, each module under a named scope.
+
+The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topology": Topology}``. Each result:
+``{"front_end", "compile_seconds", "memory", "flops", "bytes_accessed", "hlo_file", "mesh_device_ids",
+"trace_seconds", "out_of_memory", "required_bytes"}`` or ``{"front_end", "error"}``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+from meshlab.runtime.protocol import report_progress as progress
+from meshlab.runtime.protocol import serve
+from meshlab.runtime.requests import TpuCheckRequest
+from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
+from meshlab.core.errors import BackendError, MeshlabError
+
+FRONT_ENDS = ("torch-xla", "torchax")
+
+
+def handle(request: TpuCheckRequest) -> dict:
+    from meshlab.runtime.workers import libtpu
+
+    topology = libtpu.Topology(**request.topology)
+    if "torch-xla" in request.front_ends:
+        from meshlab.parallelisms import xla
+
+        xla.enable_spmd()  # torch_xla before jax: the two XLA builds share the process in this order
+    setup = check_setup(request.strategy, CheckOptions(**request.options))
+    devices = libtpu.devices(topology)
+    out = Path(request.scratch)
+    results = []
+    for front in request.front_ends:
+        try:
+            results.append(_compile(front, setup, devices, out))
+        except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
+            results.append({"front_end": front, "error": exc.one_line()})
+        except Exception as exc:  # noqa: BLE001 - a front end's own failure is its result, not the worker's end
+            from meshlab.parallelisms.xla import error_message
+
+            results.append({"front_end": front, "error": f"{front} failed: {type(exc).__name__}: "
+                                                        f"{error_message(exc)}"})
+    return {"results": results, "topology_devices": [{"id": d.id, "coords": list(d.coords)} for d in devices]}
+
+
+def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
+    from meshlab.runtime.workers import libtpu
+
+    mesh, dcn = setup.plan.mesh, setup.strategy.dcn
+    if front == "torch-xla":  # torch_xla's ordinals: the topology's devices in id order, laid out as HybridMesh does
+        mesh_ids = hybrid_mesh_ordinals(devices, mesh.shape, mesh.names, dcn)
+    else:  # mesh positions name devices by id (the compile maps them)
+        mesh_ids = libtpu.jax_device_grid(devices, mesh.shape, mesh.names, dcn)
+    progress(f"{front}: tracing {setup.card.class_name} ({_depth(setup)}) with no weights")
+    start, began = time.perf_counter(), time.time()
+    if front == "torch-xla":
+        hlo_text = torch_xla_program(setup, mesh_ids)
+        traced = time.perf_counter() - start
+        progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
+        compiled = libtpu.compile_hlo(hlo_text, devices)
+    else:
+        lowered = torchax_program(setup, devices, mesh_ids)
+        traced = time.perf_counter() - start
+        progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
+        compiled = libtpu.compile_lowered(lowered)
+    hlo_file = out / f"{front}.tpu.hlo.txt"
+    if compiled.hlo:
+        hlo_file.write_text(compiled.hlo)
+    schedules = sorted((p for p in (out / "xla-dump").glob("*.schedule.txt") if p.stat().st_mtime >= began - 1),
+                       key=lambda p: p.stat().st_mtime)
+    schedule = None
+    if schedules:  # XLA:TPU's latency-hiding schedule of this compile (the parent asked for it in XLA_FLAGS)
+        schedule = out / f"{front}.schedule.txt"
+        schedules[-1].replace(schedule)
+    return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
+            "other_argument_bytes": _other_arguments(setup, front),
+            "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
+            "hlo_file": str(hlo_file) if compiled.hlo else None, "mesh_device_ids": mesh_ids,
+            "schedule_file": str(schedule) if schedule else None,
+            "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes}
+
+
+def _depth(setup: CheckSetup) -> str:
+    return ", ".join(f"{n} of {setup.full_blocks[k]} {k}" for k, n in setup.checked_blocks.items())
+
+
+def empty_model(setup: CheckSetup):
+    """The checked depth of the card's diffusers class with every parameter on ``meta`` (buffers real)."""
+    import diffusers
+    from accelerate import init_empty_weights
+
+    from meshlab.models.importer.build import depth_config
+
+    cls = getattr(diffusers, setup.card.class_name)
+    with init_empty_weights(include_buffers=False):
+        model = cls.from_config(depth_config(setup.card, setup.options.layers))
+    return model.eval().requires_grad_(False)
+
+
+def _other_arguments(setup: CheckSetup, front: str) -> dict[str, int]:
+    """Bytes per chip of the program's arguments that are not weights: the inputs, split as the activations say,
+    and (torch_xla, which passes them in; torchax folds them into the program) the model's buffers, whole."""
+    import math
+
+    import torch
+
+    from meshlab.plan.inputs import input_spec
+
+    mesh, activations = setup.plan.mesh, setup.strategy.activations
+    inputs = sum(math.prod(input_spec(k, tuple(v.shape), activations, mesh).shard_shape(tuple(v.shape), mesh))
+                 * v.element_size() for k, v in _inputs(setup).items() if isinstance(v, torch.Tensor))
+    model = empty_model(setup)
+    tables = [*model.buffers(), *(value for _, _, value in tensor_attributes(model))]
+    buffers = sum(b.numel() * b.element_size() for b in tables) if front == "torch-xla" else 0
+    return {"inputs": int(inputs), "buffers": int(buffers)}
+
+
+def tensor_attributes(model) -> list[tuple]:
+    """(module, name, tensor) of every tensor a module keeps as a plain attribute, neither parameter nor buffer
+    (Qwen-Image's RoPE frequency tables): torch_xla passes them to the program as arguments of their own."""
+    import torch
+
+    found = []
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                found.append((module, name, value))
+    return found
+
+
+def _inputs(setup: CheckSetup) -> dict:
+    from meshlab.models.importer.build import example_inputs
+
+    return example_inputs(setup.card, setup.geometry, setup.strategy.workload.dtype, setup.options.seed)
+
+
+# --- torch_xla -----------------------------------------------------------------------------------------------
+
+
+def hybrid_mesh_ordinals(devices: list, shape: tuple[int, ...], names: tuple[str, ...], dcn: dict[str, int]
+                         ) -> list[int]:
+    """torch_xla ordinals (the topology's devices in id order) in row-major mesh order, as ``xs.HybridMesh`` lays
+    out a mesh over a real TPU's devices (within a slice by torus coordinates, slices by their index): the program
+    meshlab's export runs there. HybridMesh itself reads the runtime's devices, which here are virtual CPU ones;
+    its layout function (private, torch_xla 2.9) is called on the topology's coordinates instead."""
+    import numpy as np
+    from torch_xla.distributed.spmd.xla_sharding import _create_device_mesh_for_nd_torus
+
+    from meshlab.runtime.workers.libtpu import ici_and_dcn
+
+    ici, across = ici_and_dcn(shape, names, dcn)
+    slices: dict[int, list[int]] = {}
+    for ordinal, d in enumerate(devices):
+        slices.setdefault(int(getattr(d, "slice_index", 0) or 0), []).append(ordinal)
+
+    def within(ordinals: list[int]):
+        coords = [tuple(devices[o].coords) for o in ordinals]
+        physical = np.empty(tuple(c + 1 for c in map(max, zip(*coords))), dtype=int)
+        for c, o in zip(coords, ordinals):
+            physical[c] = o
+        try:
+            grid, _ = _create_device_mesh_for_nd_torus(physical, ici, allow_split_physical_axes=True)
+        except (ValueError, NotImplementedError, AssertionError):  # HybridMesh would fail too: plain order
+            grid = np.array(ordinals).reshape(ici)
+        return grid
+
+    meshes = [within(slices[k]) for k in sorted(slices)]
+    if len(meshes) == 1:
+        return [int(o) for o in np.asarray(meshes[0]).flatten()]
+    layout = np.arange(len(meshes)).reshape(across)
+    blocks = np.vectorize(lambda i: meshes[i], otypes=[object])(layout)
+    return [int(o) for o in np.block(blocks.tolist()).flatten()]
+
+
+def torch_xla_program(setup: CheckSetup, mesh_ids: list[int]) -> str:
+    """torch_xla's pre-partitioning HLO of one forward under the plan, parameters as sharded placeholders."""
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_builder as xb
+    import torch_xla.distributed.spmd as xs
+
+    from meshlab.parallelisms import activation_hooks, xla
+    from meshlab.plan.inputs import input_spec
+    from meshlab.models.importer.build import forward
+
+    plan, strategy = setup.plan, setup.strategy
+    model = empty_model(setup)
+    dtype = getattr(torch, strategy.workload.dtype)
+    if strategy.rewrites:
+        from meshlab.parallelisms.rewrites import apply_rewrites
+
+        apply_rewrites(model, strategy.rewrites)
+    mesh = xs.Mesh(np.array(mesh_ids), plan.mesh.shape, plan.mesh.names)
+    specs = {p.name: p.spec for p in plan.parameters}
+    for module_name, module in model.named_modules():
+        for leaf, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            name = f"{module_name}.{leaf}" if module_name else leaf
+            placeholder = xb.create_placeholder_tensor(tuple(param.shape), dtype)
+            # under the module's scope, so the gathers XLA makes of this weight (FSDP) name the module
+            scope = torch_xla._XLAC.profiler.scope_pusher(module_name + xla.SCOPE_MARK) if module_name else None
+            torch_xla._XLAC._xla_annotate_custom_sharding(placeholder, mesh.get_op_sharding(
+                specs[name].to_torch_xla()))
+            del scope
+            module._parameters[leaf] = torch.nn.Parameter(placeholder, requires_grad=False)
+    model = model.to(xla.device())  # buffers (masks, tables): small and real
+    for module, attribute, value in tensor_attributes(model):  # tables kept as plain attributes (Qwen's RoPE)
+        setattr(module, attribute, value.to(xla.device()))
+    if setup.scan:
+        from meshlab.parallelisms import scan as scanning
+
+        scanning.install(model, plan, mesh)
+    if strategy.activations.rules:
+        from meshlab.plan.activations import activation_points
+
+        activation_hooks.install(model, activation_points(plan.card, strategy.activations.rules),
+                                 activation_hooks.xla_marker(mesh))
+    inputs = {}
+    for name, value in _inputs(setup).items():
+        if isinstance(value, torch.Tensor):
+            value = xla.to_device(value)
+            xla.mark(value, mesh, input_spec(name, tuple(value.shape), strategy.activations, plan.mesh), name)
+        inputs[name] = value
+    try:
+        with torch.no_grad(), xla.tag_layers(model):
+            output = forward(model, inputs)
+        text = xla.pending_hlo([output])
+    except RuntimeError as exc:
+        raise BackendError(f"torch_xla could not trace the forward: {xla.error_message(exc)}",
+                           "run `meshlab check` (XLA on CPU) on the strategy first") from None
+    return shard_parameters(text)
+
+
+_ANNOTATION = re.compile(r'custom-call\(([^)]*%([\w.\-]+))\), custom_call_target="Sharding", '
+                         r'sharding=(\{[^}]*\})')
+
+
+def shard_parameters(hlo_text: str) -> str:
+    """Give each HLO parameter the sharding of the ``Sharding`` custom call torch_xla wrapped around it (what a
+    placeholder's annotation becomes), so that XLA:TPU takes the argument as sharded, as a marked tensor is."""
+    for _, name, sharding in _ANNOTATION.findall(hlo_text):
+        hlo_text = re.sub(r"(%" + re.escape(name) + r" = [^\n]*? parameter\(\d+\))(?!, sharding)",
+                          lambda m: m.group(1) + ", sharding=" + sharding, hlo_text)
+    return hlo_text
+
+
+# --- torchax -------------------------------------------------------------------------------------------------
+
+
+def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
+    """The forward as a jax function (torchax), lowered over abstract sharded parameters and inputs; each module's
+    ops under a named scope of its path (as torch_xla's are under meshlab.parallelisms.xla.tag_layers)."""
+    import warnings
+
+    import jax
+    import numpy as np
+    import torch
+    from jax.sharding import Mesh, NamedSharding
+
+    from meshlab.parallelisms import activation_hooks
+    from meshlab.runtime.workers import libtpu
+    from meshlab.plan.inputs import input_spec
+
+    plan, strategy = setup.plan, setup.strategy
+    if setup.scan:
+        raise BackendError("torchax has no scan of a torch block list that meshlab drives",
+                           "compile the torch-xla front end for a scanned plan (--front-end torch-xla)")
+    torchax, interop = libtpu.import_torchax()
+    model = empty_model(setup)
+    if strategy.rewrites:
+        from meshlab.parallelisms.rewrites import apply_rewrites
+
+        apply_rewrites(model, strategy.rewrites)
+    by_id = {d.id: d for d in devices}
+    mesh = Mesh(np.array([by_id[i] for i in mesh_ids]).reshape(plan.mesh.shape), plan.mesh.names)
+    jdtype = getattr(jax.numpy, strategy.workload.dtype)
+
+    def named(spec) -> NamedSharding:
+        return NamedSharding(mesh, jax.sharding.PartitionSpec(*spec.to_torch_xla()))
+
+    specs = {p.name: p.spec for p in plan.parameters}
+    params = {name: jax.ShapeDtypeStruct(tuple(p.shape), jdtype, sharding=named(specs[name]))
+              for name, p in model.named_parameters()}
+    buffers = dict(model.named_buffers())
+    example = _inputs(setup)
+    tensors = {k: v for k, v in example.items() if isinstance(v, torch.Tensor)}
+    rest = {k: v for k, v in example.items() if not isinstance(v, torch.Tensor)}
+    abstract = {k: jax.ShapeDtypeStruct(tuple(v.shape), _jax_dtype(v.dtype),
+                                        sharding=named(input_spec(k, tuple(v.shape), strategy.activations, plan.mesh)))
+                for k, v in tensors.items()}
+    env = torchax.default_env()
+    if strategy.activations.rules:
+        from meshlab.plan.activations import activation_points
+
+        def mark(tensor, spec, _label):
+            constrained = jax.lax.with_sharding_constraint(interop.jax_view(tensor), named(spec))
+            return interop.torch_view(constrained)
+
+        activation_hooks.install(model, activation_points(plan.card, strategy.activations.rules), mark)
+
+    def run(params, inputs):
+        with env, jax_scopes(model):
+            state = {**interop.torch_view(params), **{k: env.to_xla(v) for k, v in buffers.items()}}
+            kwargs = {**interop.torch_view(inputs), **rest, "return_dict": False}
+            out = torch.func.functional_call(model, state, args=(), kwargs=kwargs)[0]
+            return interop.jax_view(out)
+
+    try:
+        with warnings.catch_warnings():  # int64 inputs become int32 without jax's x64 mode, as a TPU run has them
+            warnings.simplefilter("ignore", UserWarning)
+            return jax.jit(run).lower(params, abstract)
+    except Exception as exc:  # torchax raises plain errors naming the aten op it has no lowering for
+        raise BackendError(f"torchax could not lower {setup.card.class_name}: {str(exc).splitlines()[0][:300]}",
+                           "compile the torch-xla front end (--front-end torch-xla)") from None
+
+
+class jax_scopes:
+    """Every submodule's forward under ``jax.named_scope("<path>#")``: the op names XLA:TPU keeps on the
+    collectives then say which module caused each, as meshlab.parallelisms.xla.tag_layers makes torch_xla's do."""
+
+    def __init__(self, model):
+        self.model, self.handles, self.open = model, [], []
+
+    def __enter__(self):
+        import jax
+
+        from meshlab.parallelisms.xla import SCOPE_MARK
+
+        def enter(_module, _args, name):
+            scope = jax.named_scope(name + SCOPE_MARK)
+            scope.__enter__()
+            self.open.append(scope)
+
+        def leave(_module, _args, _output):
+            self.open.pop().__exit__(None, None, None)
+
+        for name, sub in self.model.named_modules():
+            if name:
+                self.handles.append(sub.register_forward_pre_hook(lambda m, a, name=name: enter(m, a, name)))
+                self.handles.append(sub.register_forward_hook(leave))
+        return self
+
+    def __exit__(self, *exc):
+        while self.open:
+            self.open.pop().__exit__(None, None, None)
+        for handle in self.handles:
+            handle.remove()
+
+
+def _jax_dtype(dtype):
+    import jax.numpy as jnp
+
+    return {"torch.bfloat16": jnp.bfloat16, "torch.float32": jnp.float32, "torch.float16": jnp.float16,
+            "torch.int64": jnp.int64, "torch.int32": jnp.int32, "torch.bool": jnp.bool_}.get(str(dtype), jnp.float32)
+
+
+def main(argv: list[str]) -> int:
+    return serve(handle, argv, "the XLA:TPU compile", TpuCheckRequest)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

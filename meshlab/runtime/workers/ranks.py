@@ -1,0 +1,109 @@
+"""Start one process per device for torch.distributed on this host, or join the ranks torchrun started.
+
+``spawn(target, world, payload)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process group
+(``torch.multiprocessing``, no torchrun needed) and returns each rank's result. A rank's failure comes back as
+that rank's meshlab error; the ranks die with the process that started them (Linux ``PR_SET_PDEATHSIG``), and
+``torch.multiprocessing`` stops the others when one fails, so no rank is left behind. Under ``torchrun`` (``RANK``
+and ``WORLD_SIZE`` set), ``joined()`` initialises the group from the environment instead: nccl on CUDA, else gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from meshlab.runtime.protocol import _ERRORS, WorkerError, error_document
+from meshlab.core.errors import BackendError
+
+#: How long a rank waits on the others before the group gives up (a rank that died leaves the rest waiting).
+RANK_TIMEOUT_S = 600
+
+Target = Callable[[Any, Path], Any]
+
+
+def spawn(target: Target, world: int, payload: Any, folder: Path | None = None) -> list:
+    """`target(payload, folder)` on `world` gloo ranks of this host; each rank's JSON-ready result, by rank."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="meshlab-ranks-", dir=folder) as scratch:
+        try:
+            mp.start_processes(_rank, args=(world, _free_port(), target, payload, scratch), nprocs=world, join=True,
+                               start_method="spawn")
+        except Exception as exc:  # noqa: BLE001 - the ranks' own error files say what went wrong
+            _raise_rank_error(Path(scratch), world, exc)
+        return [json.loads((Path(scratch) / f"rank{r}.json").read_text())["result"] for r in range(world)]
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def joined() -> None:
+    """Join the process group torchrun describes in the environment (nccl with CUDA, else gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
+                                timeout=timedelta(seconds=RANK_TIMEOUT_S))
+
+
+def _rank(rank: int, world: int, port: int, target: Target, payload: Any, scratch: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    _die_with_parent()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    folder = Path(scratch)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=RANK_TIMEOUT_S))
+        _write(folder / f"rank{rank}.json", {"result": target(payload, folder)})
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back as this rank's error
+        _write(folder / f"error{rank}.json", error_document(exc, f"rank {rank} of {world}").model_dump())
+        raise SystemExit(1) from None
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _raise_rank_error(folder: Path, world: int, exc: BaseException) -> None:
+    for rank in range(world):
+        path = folder / f"error{rank}.json"
+        if path.exists():
+            error = WorkerError.model_validate_json(path.read_text())
+            raise _ERRORS[error.type](error.problem, error.fix) from None
+    raise BackendError(f"the ranks could not start or stopped: {str(exc).strip().splitlines()[-1][:300]}",
+                       "check that this host can start processes and open local TCP ports; rerun with "
+                       "MESHLAB_DEBUG=1 for the traceback") from None
+
+
+def _write(path: Path, document: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document))
+    os.replace(tmp, path)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Linux: this rank gets SIGKILL when the process that started it dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass

@@ -1,0 +1,185 @@
+"""Compare strategy files: plan each, predict each, rank by predicted seconds per image, say why losers lose."""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshlab.cost.predict import Prediction, predict
+from meshlab.core.errors import InputError
+from meshlab.plan.planned import PlannedStrategy, plan_file
+
+
+@dataclass(frozen=True)
+class Entry:
+    planned: PlannedStrategy
+    prediction: Prediction
+    rank: int  # 1-based; fitting plans first, each group by predicted seconds per image
+    why: str  # why it loses to the best ("" for the best)
+
+    @property
+    def fits(self) -> bool:
+        return self.planned.memory.fits
+
+
+@dataclass(frozen=True)
+class Comparison:
+    entries: tuple[Entry, ...]  # ranked within each model, the models in the order given
+    notes: tuple[str, ...]  # e.g. strategies for different models
+
+    @property
+    def best_per_model(self) -> dict[str, Entry]:
+        """Each model's fastest plan that fits (plans for different models do different work: none is best of
+        all)."""
+        found: dict[str, Entry] = {}
+        for e in self.entries:
+            if e.fits and e.rank == 1:
+                found.setdefault(e.planned.card.name, e)
+        return found
+
+    @property
+    def best(self) -> Entry | None:
+        """The fastest plan that fits, where every plan is for one model."""
+        bests = self.best_per_model
+        models = {e.planned.card.name for e in self.entries}
+        return next(iter(bests.values())) if len(models) == 1 and bests else None
+
+
+def expand(patterns: list[str]) -> list[Path]:
+    """Files named or matched by `patterns` (globs the shell did not expand), in order, without repeats."""
+    if not patterns:
+        raise InputError("no strategy files given", "pass one or more files or globs, e.g. strategies/*.yaml")
+    found: list[Path] = []
+    for pattern in patterns:
+        if Path(pattern).is_file():
+            matches = [pattern]
+        elif glob.has_magic(pattern):
+            matches = sorted(m for m in glob.glob(pattern) if Path(m).is_file())
+            if not matches:
+                raise InputError(f"no file matches {pattern!r}", "check the glob, e.g. strategies/*.yaml")
+        else:
+            raise InputError(f"no such strategy file {pattern!r}", "pass an existing YAML file or a glob")
+        found += [Path(m) for m in matches if Path(m) not in found]
+    return found
+
+
+def compare(patterns: list[str]) -> Comparison:
+    planned = [plan_file(path) for path in expand(patterns)]
+    return rank([(p, predict(p.plan, p.strategy, p.hardware)) for p in planned])
+
+
+def rank(pairs: list[tuple[PlannedStrategy, Prediction]]) -> Comparison:
+    """Each model's plans ranked among themselves (fitting first, then by seconds per image), each loser against
+    its own model's best: plans for different models do different work and are never held to each other."""
+    groups: dict[str, list] = {}
+    for pair in pairs:
+        groups.setdefault(pair[0].card.name, []).append(pair)
+    entries = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda pp: (not pp[0].memory.fits, pp[1].seconds_per_image, pp[0].strategy.name))
+        best = ordered[0] if ordered and ordered[0][0].memory.fits else None
+        entries += [Entry(p, pred, i + 1, "" if best and p is best[0] else why_loses(p, pred, best))
+                    for i, (p, pred) in enumerate(ordered)]
+    return Comparison(tuple(entries), _notes(pairs))
+
+
+def _notes(pairs) -> tuple[str, ...]:
+    notes = []
+    models = sorted({p.card.name for p, _ in pairs})
+    if len(models) > 1:
+        notes.append(f"these strategies are for different models ({', '.join(models)}): each is ranked among its "
+                     "own model's plans (their times are for different work)")
+    hardware = sorted({p.hardware.name for p, _ in pairs})
+    if len(hardware) > 1:
+        notes.append(f"these strategies run on different hardware ({', '.join(hardware)})")
+    if pairs and not any(p.memory.fits for p, _ in pairs):
+        notes.append("no strategy fits: there is no best plan")
+    return tuple(notes)
+
+
+def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
+    """One line: the biggest reason this plan is slower than (or excluded against) the best."""
+    chip = planned.memory.most_loaded
+    if not planned.memory.fits:
+        gib = 2**30
+        if chip.weights_replicated > chip.weights_sharded:
+            return (f"weights replicated: does not fit ({chip.weights_replicated / gib:.1f} GiB of whole weights "
+                    f"per chip, {chip.total / gib:.1f} of {chip.hbm / gib:.2f} GiB)")
+        return f"does not fit: {chip.total / gib:.1f} GiB needed per chip, {chip.hbm / gib:.2f} GiB usable"
+    if best is None:
+        return ""
+    b = best[1]
+    per_image = pred.layout.steps / pred.layout.images
+    best_per_image = b.layout.steps / b.layout.images
+    deltas = {
+        "collective": pred.step.collective * per_image - b.step.collective * best_per_image,
+        "local": pred.step.local * per_image - b.step.local * best_per_image,
+        "overhead": pred.step.overhead * per_image - b.step.overhead * best_per_image,
+        "launches": pred.step.launch_wait * per_image - b.step.launch_wait * best_per_image,
+    }
+    worst = max(deltas, key=deltas.get)
+    tie = pred.seconds_per_image <= 1.02 * b.seconds_per_image
+    return ("ties with the best within 2%; " if tie else "") + _reason(worst, pred, b, per_image, best_per_image)
+
+
+def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_per_image: float) -> str:
+    if worst == "collective":
+        counts = pred.block_collectives(issued=True)  # as the hardware issues them: what the time is priced from
+        listed = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return (f"{listed or 'collectives'} per block: {pred.step.collective * per_image:.2f} s/image in collectives "
+                f"vs {b.step.collective * best_per_image:.2f}")
+    if worst == "local":
+        mine = pred.step.flops * per_image / 1e12
+        theirs = b.step.flops * best_per_image / 1e12
+        if mine > 1.05 * theirs and pred.chips == 1:
+            return f"one device does all the work: {mine:.0f} TFLOP per image vs {theirs:.0f} per chip"
+        if mine > 1.05 * theirs:
+            return f"repeats work across chips: {mine:.0f} TFLOP per chip per image vs {theirs:.0f}"
+        return (f"slower compute/HBM per image: {pred.step.local * per_image:.2f} s vs "
+                f"{b.step.local * best_per_image:.2f} (fewer images per call to share weight reads)")
+    if worst == "launches":
+        return (f"waits on eager PyTorch's launches: {pred.step.launch_wait * per_image:.2f} s/image beyond its own "
+                f"work vs {b.step.launch_wait * best_per_image:.2f} (each chip's share too small to hide the host)")
+    return f"host overhead: {pred.step.overhead * per_image:.2f} s/image vs {b.step.overhead * best_per_image:.2f}"
+
+
+def entry_document(entry: Entry) -> dict:
+    from meshlab.cost.document import prediction_document
+
+    planned = entry.planned
+    chip = planned.memory.most_loaded
+    return {
+        "rank": entry.rank,
+        "best": entry.rank == 1 and entry.fits,
+        "name": planned.strategy.name,
+        "file": str(planned.loaded.path),
+        "model": planned.card.name,
+        "hardware": planned.hardware.name,
+        "mesh": planned.plan.mesh.as_dict(),
+        "workload": {"batch": planned.strategy.workload.batch, "steps": planned.strategy.workload.steps,
+                     "cfg": planned.strategy.workload.cfg},
+        "weights_bytes_per_chip": chip.weights,
+        "peak_bytes_per_chip": chip.total,
+        "usable_hbm_bytes": chip.hbm,
+        "padding_bytes_per_chip": chip.padding,
+        "fits": entry.fits,
+        "why_not_best": entry.why,
+        "predicted": prediction_document(entry.prediction),
+    }
+
+
+def comparison_document(comparison: Comparison) -> dict:
+    from meshlab.cost.document import assumptions_document
+
+    hardware = {}
+    for entry in comparison.entries:
+        hardware.setdefault(entry.planned.hardware.name, assumptions_document(entry.planned.hardware))
+    return {
+        "label": "predicted",
+        "best": comparison.best.planned.strategy.name if comparison.best else None,
+        "best_per_model": {model: e.planned.strategy.name for model, e in comparison.best_per_model.items()},
+        "notes": list(comparison.notes),
+        "entries": [entry_document(e) for e in comparison.entries],
+        "assumptions": hardware,
+    }
