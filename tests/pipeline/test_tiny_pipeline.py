@@ -1,7 +1,7 @@
 """The tiny Qwen-Image pipeline, the XLA fixes, and the runner on 8 virtual CPU devices.
 
 The CPU tests check each fix against the code it replaces; the XLA test runs ``python -m
-meshlab.pipelines.runner`` in a fresh process (SPMD must be on before any XLA tensor exists) with the transformer
+meshlab.pipelines.runner_cli`` in a fresh process (SPMD must be on before any XLA tensor exists) with the transformer
 and VAE sharded on a 2x4 mesh, and compares its image with the stock pipeline on the CPU.
 """
 
@@ -72,7 +72,7 @@ def xla_runs(tiny_dir, tmp_path_factory) -> list[dict]:
         "XLA_FLAGS": "--xla_backend_optimization_level=0",
     }
     command = [
-        sys.executable, "-m", "meshlab.pipelines.runner", "--tiny", str(tiny_dir), "--out", str(out),
+        sys.executable, "-m", "meshlab.pipelines.runner_cli", "--tiny", str(tiny_dir), "--out", str(out),
         "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--steps", str(STEPS), "--height", str(SIZE),
         "--width", str(SIZE), "--cfg", str(CFG), "--seed", str(SEED), "--runs", "2",
         "--shard", f"{__file__}:shard_largest_dim",
