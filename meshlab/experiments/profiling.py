@@ -3,7 +3,7 @@
 The parent plans the strategy, lists what to measure (each Linear's shard GEMM and the attention at every text
 length, the whole call at one block per list and one block alone, the VAE decode at the workload's resolution,
 the host's matmul and transfer), starts the torch worker (meshlab.runtime.workers.profile) with the device
-environment, fits one curve per op class (meshlab.cost.profile.fit) and writes the file atomically
+environment, fits one curve per op class (meshlab.cost.profile_points.fit) and writes the file atomically
 (meshlab.search.sweep.write_atomic): a profile is whole or absent, never partial.
 
 Text lengths: the strategy's ``text_tokens`` and, by default, 8 and 32 as well, because the stock pipeline encodes
@@ -179,7 +179,8 @@ def _catalog_name(device: dict, planned: PlannedStrategy, options: ProfileOption
 
 def _document(planned: PlannedStrategy, request: ProfileRequest, device: dict, result: dict, seconds: float) -> dict:
     from meshlab.cost.predict import layout_of, profile_key
-    from meshlab.cost.profile import Point, profile_document
+    from meshlab.cost.profile_file import profile_document
+    from meshlab.cost.profile_points import Point
 
     points = tuple(Point(p["op"], tuple(p["shape"]), p["flops"], p["bytes"], p["seconds"], p.get("label", ""))
                    for p in result["points"])
