@@ -65,7 +65,8 @@ def main() -> None:
     low, high = (int(n) for n in args.blocks.split(","))
     import torch
 
-    from meshlab.models.importer.build import build_model, example_inputs, forward, geometry
+    from meshlab.models.families import geometry
+    from meshlab.models.importer.build import build_model, example_inputs, forward
     from meshlab.models.card import load_card
     from meshlab.models.truncate import truncate_card
     from meshlab.cost.layout import eager_dispatches

@@ -120,7 +120,7 @@ def test_the_contract_can_fail(tmp_path):
     source.write_text("from . import sibling\ndef f():\n    import torch\n")
     assert all_imports(source, "meshlab.cost.m") == [("meshlab.cost", 1), ("meshlab.cost.sibling", 1), ("torch", 3)]
     assert import_time_imports(source, "meshlab.cost.m") == [("meshlab.cost", 1), ("meshlab.cost.sibling", 1)]
-    # a real chain: the backend's xla module imports torch_xla only inside functions, so at import time it is light
+    # a real chain: parallelisms' xla module imports torch_xla only inside functions, so at import time it is light
     assert heavy_chain("meshlab.parallelisms.xla") is None
     assert any(name == "torch_xla.runtime" or name.startswith("torch_xla") for name, _ in
                all_imports(MODULES["meshlab.parallelisms.xla"]))

@@ -84,7 +84,7 @@ def test_a_random_full_width_block_runs_with_plain_pytorch_and_is_recorded(tmp_p
 
 def test_the_random_card_as_built_scales_the_text_encoder_by_the_layers_kept():
     from meshlab.models.card import load_card
-    from meshlab.pipelines.random_pipeline import card_as_built
+    from meshlab.models.truncate import card_as_built
 
     card = load_card("qwen-image")
     built = card_as_built(card, 2)

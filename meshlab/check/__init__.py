@@ -1,1 +1,3 @@
-"""Holding a plan against the compiler: the XLA, DTensor and XLA:TPU checks' parent side, the HLO reader, the readback and the verdicts (no torch; the workers run the compiles)."""
+"""Holding a plan against the compiler, the parent's side: the checks against XLA's partitioner, DTensor and XLA:TPU
+(``against_*``; their workers are ``meshlab.runtime.workers.check_*``), the HLO reader, the readback and the
+verdicts (no torch)."""

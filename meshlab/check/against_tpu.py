@@ -222,15 +222,15 @@ def tpu_options(path: str | Path, options: CheckOptions, given: set[str]) -> Che
 
 def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "auto",
                   progress: Progress = lambda _: None) -> TpuCheckReport:
-    from meshlab.runtime.workers import libtpu
+    from meshlab.runtime import tpu_topology
 
     if front_end not in FRONT_ENDS:
         raise InputError(f"unknown front end {front_end!r}", f"use --front-end {' or '.join(FRONT_ENDS)}")
     setup = check_setup(path, options)
     refuse_before_compiling(setup, front_end)
-    topology = libtpu.topology_of(setup.planned.hardware)
+    topology = tpu_topology.topology_of(setup.planned.hardware)
     front_ends = {"auto": ["torch-xla"], "both": ["torch-xla", "torchax"]}.get(front_end, [front_end])
-    libtpu.require(torchax="torchax" in front_ends or front_end == "auto")
+    tpu_topology.require(torchax="torchax" in front_ends or front_end == "auto")
     if "torch-xla" in front_ends:
         from meshlab.parallelisms import xla
 
@@ -278,12 +278,12 @@ def predicted_call(prediction) -> dict:
 def refuse_before_compiling(setup: CheckSetup, front_end: str) -> None:
     """What no compile can do, refused before a worker starts, at the strategy's line (exit 2): a system that is not
     a TPU, a batch or token count that does not split as the activations say, scan through torchax."""
-    from meshlab.runtime.workers import libtpu
+    from meshlab.runtime import tpu_topology
     from meshlab.plan.inputs import input_spec
 
     planned = setup.planned
     try:
-        libtpu.topology_of(planned.hardware)
+        tpu_topology.topology_of(planned.hardware)
     except InputError as exc:
         raise planned.loaded.place(replace_field(exc, ("hardware",))) from None
     geo = setup.geometry
@@ -301,9 +301,9 @@ def replace_field(exc: InputError, field: tuple) -> InputError:
 
 
 def _compile(path, options: CheckOptions, front_ends: list[str], topology, folder: Path, progress) -> list[dict]:
-    from meshlab.runtime.workers import libtpu
+    from meshlab.runtime import tpu_topology
 
-    env = child_environment(topology.chips) | libtpu.environment(topology)
+    env = child_environment(topology.chips) | tpu_topology.environment(topology)
     env["XLA_HLO_DEBUG"] = "1"  # op names on the program's ops say which module made each collective
     # XLA:TPU's latency-hiding schedule: its own time estimate of the program (meshlab.check.tpu_schedule)
     env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder / 'xla-dump'} "

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.plan.inputs import batch_axes
-from meshlab.models.importer.forward_inputs import family
-from meshlab.models.importer.build import Geometry, geometry
+from meshlab.models.families import Geometry, family, geometry
 from meshlab.models.card import ModelCard
 from meshlab.models.truncate import truncate_card
 from meshlab.plan.axes import GUIDANCE_AXIS

@@ -60,3 +60,14 @@ class PlanError(InputError):
 
 class BackendError(MeshlabError):
     """torch_xla is missing, SPMD is off, or XLA rejected what meshlab asked of it. Exit code 3."""
+
+
+def error_message(exc: BaseException) -> str:
+    """The first lines of an XLA error, without the C++ stack trace that follows them."""
+    lines = []
+    for line in str(exc).splitlines():
+        if line.strip().startswith(("*** Begin stack trace", "Frames:", "Exception raised from", "frame #")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines)[:500] or type(exc).__name__

@@ -96,7 +96,7 @@ def _layout(mesh_shape: tuple[int, ...], topology: tuple[int, ...]) -> tuple[tup
     """Each mesh position's physical coordinates; a mesh that does not cover the slice has its positions in row-major
     order over the topology."""
     if math.prod(mesh_shape) != math.prod(topology):
-        return tuple(_unravel(p, topology) for p in range(math.prod(mesh_shape)))
+        return tuple(unravel(p, topology) for p in range(math.prod(mesh_shape)))
     return mesh_coordinates(mesh_shape, topology)
 
 

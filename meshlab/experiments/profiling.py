@@ -2,9 +2,9 @@
 
 The parent plans the strategy, lists what to measure (each Linear's shard GEMM and the attention at every text
 length, the whole call at one block per list and one block alone, the VAE decode at the workload's resolution,
-the host's matmul and transfer), starts the torch worker (meshlab.runtime.workers.profile) with the device
+the host's matmul and transfer), starts the torch worker (meshlab.runtime.workers.measure) with the device
 environment, fits one curve per op class (meshlab.cost.profile_points.fit) and writes the file atomically
-(meshlab.search.sweep.write_atomic): a profile is whole or absent, never partial.
+(meshlab.core.files.write_atomic): a profile is whole or absent, never partial.
 
 Text lengths: the strategy's ``text_tokens`` and, by default, 8 and 32 as well, because the stock pipeline encodes
 each prompt to its own length (a short prompt is 10 to 20 tokens) and a run is priced at the length it encoded.
@@ -84,7 +84,7 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
     request = _request(path, planned, backend, options)
     env = child_environment(devices) if backend == "xla" else torch_environment()
     started = time.perf_counter()
-    result = call_worker("meshlab.runtime.workers.profile", request, env, timeout_s=options.timeout_s,
+    result = call_worker("meshlab.runtime.workers.measure", request, env, timeout_s=options.timeout_s,
                          progress=progress)
     seconds = time.perf_counter() - started
     device = result["device"] | {"hardware": _catalog_name(result["device"], planned, options)}

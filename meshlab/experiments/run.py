@@ -80,7 +80,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
                      f"strategy says {said})")
     if options.checkpoint == "random":
         from meshlab.models.truncate import block_lists
-        from meshlab.pipelines.random_pipeline import card_as_built
+        from meshlab.models.truncate import card_as_built
 
         options = replace(options, layers=options.layers or max(block_lists(planned.card).values()))
         planned = at_depth(planned, options.layers)
@@ -98,7 +98,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
         _refuse_if_too_big(planned, options)
         _require_backend(planned, options)
         if options.checkpoint == "random":
-            from meshlab.pipelines.random_pipeline import refuse_unless_buildable
+            from meshlab.models.truncate import refuse_unless_buildable
 
             refuse_unless_buildable(planned.card)
         checkpoint = _checkpoint(options.checkpoint, planned.card.class_name)

@@ -11,7 +11,7 @@ import contextlib
 import importlib.util
 from collections.abc import Iterator
 
-from meshlab.core.errors import BackendError
+from meshlab.core.errors import BackendError, error_message
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.spec import PartitionSpec
 
@@ -241,14 +241,3 @@ def tag_layers(module) -> Iterator[None]:
         scopes.clear()
         for handle in handles:
             handle.remove()
-
-
-def error_message(exc: BaseException) -> str:
-    """The first lines of an XLA error, without the C++ stack trace that follows them."""
-    lines = []
-    for line in str(exc).splitlines():
-        if line.strip().startswith(("*** Begin stack trace", "Frames:", "Exception raised from", "frame #")):
-            break
-        if line.strip():
-            lines.append(line.strip())
-    return " ".join(lines)[:500] or type(exc).__name__

@@ -16,39 +16,7 @@ from __future__ import annotations
 import contextlib
 
 from meshlab.models.card import ModelCard
-from meshlab.core.errors import InputError
-
-PIPELINE_CLASS = "QwenImageTransformer2DModel"
-
-
-def refuse_unless_buildable(card: ModelCard) -> None:
-    """`card` must carry the configs the random pipeline is built from (pure: the CLI asks before any worker)."""
-    if card.class_name != PIPELINE_CLASS:
-        raise InputError(f"--checkpoint random builds a Qwen-Image pipeline, and card {card.name!r} is a "
-                         f"{card.class_name}", "run a strategy for a Qwen-Image card (meshlab models list)")
-    components = card.source.get("components") or {}
-    missing = [name for name in ("vae", "text_encoder") if not (components.get(name) or {}).get("config")]
-    if not card.source.get("config") or missing:
-        what = ", ".join(missing) if card.source.get("config") else "transformer"
-        raise InputError(f"card {card.name!r} carries no diffusers config for its {what}, which --checkpoint "
-                         "random builds from", "regenerate the card with `meshlab models import`")
-
-
-def card_as_built(card: ModelCard, layers: int) -> ModelCard:
-    """`card` as the random pipeline builds it at `layers`: the text encoder keeps `layers` of its decoder layers,
-    so its FLOPs per token scale by that share (the transformer's cut is meshlab.models.truncate's)."""
-    import dataclasses
-
-    configs = card.source.get("components") or {}
-    components = []
-    for c in card.components:
-        config = (configs.get(c.name) or {}).get("config") or {}
-        total = int(config.get("num_hidden_layers") or 0)
-        if c.name == "text_encoder" and total > layers:
-            c = dataclasses.replace(c, flops_per_token=c.flops_per_token * layers / total)
-        components.append(c)
-    return dataclasses.replace(card, components=tuple(components))
-
+from meshlab.models.truncate import refuse_unless_buildable
 
 def build_random_pipeline(card: ModelCard, layers: int, dtype: str, seed: int):
     """A ``QwenImagePipeline`` of `card` with `layers` blocks per transformer list and text-encoder layers."""

@@ -1,1 +1,2 @@
-"""Processes: the worker protocol and its requests, the device environments of child processes (no torch; the workers that import it are in ``workers/``)."""
+"""Processes: the worker protocol and its requests, the environments of child processes and the TPU topology a
+compile needs (no torch; the workers that import it are in ``workers/``)."""

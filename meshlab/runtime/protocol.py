@@ -28,7 +28,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 
 from meshlab.runtime.requests import Request
-from meshlab.core.errors import BackendError, InputError, MeshlabError, PlanError
+from meshlab.core.errors import BackendError, InputError, MeshlabError, PlanError, error_message
 
 Progress = Callable[[str], None]
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
@@ -190,8 +190,6 @@ def error_document(exc: BaseException, what: str) -> WorkerError:
         status = "refused" if isinstance(exc, (InputError, PlanError)) else getattr(exc, "status", "error")
         return WorkerError(type=type(exc).__name__ if type(exc).__name__ in _ERRORS else "BackendError",
                            status=status, problem=exc.problem, fix=exc.fix)
-    from meshlab.parallelisms.xla import error_message
-
     message = error_message(exc)
     return WorkerError(type="BackendError", status="oom" if is_out_of_memory(str(exc)) else "error",
                        problem=f"{what} failed: {type(exc).__name__}: {message}",

@@ -50,7 +50,7 @@ class TpuCheckRequest(Request):
 
 
 class ProfileRequest(Request):
-    """`meshlab profile` (``meshlab.runtime.workers.profile``): the shapes the plan gives each chip, to time."""
+    """`meshlab profile` (``meshlab.runtime.workers.measure``): the shapes the plan gives each chip, to time."""
 
     strategy: str
     backend: Literal["xla", "torch"]

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from meshlab.runtime import tpu_topology
 from meshlab.runtime.workers import libtpu
 from meshlab.core.errors import InputError
 from meshlab.core.hardware import load_hardware
@@ -21,17 +22,17 @@ HAVE_TPU_COMPILER = all(importlib.util.find_spec(m) for m in ("jax", "libtpu", "
 
 
 def test_catalog_tpus_name_their_libtpu_topology():
-    assert libtpu.topology_of(load_hardware("v6e-8")).name == "v6e:2x4"
-    v5p = libtpu.topology_of(load_hardware("v5p-8"))
+    assert tpu_topology.topology_of(load_hardware("v6e-8")).name == "v6e:2x4"
+    v5p = tpu_topology.topology_of(load_hardware("v5p-8"))
     assert (v5p.name, v5p.chip_config, v5p.chips) == ("v5p:2x2x1", "megacore", 4)
-    two = libtpu.topology_of(load_hardware("v6e-8x2"))
+    two = tpu_topology.topology_of(load_hardware("v6e-8x2"))
     assert (two.name, two.slices, two.chips) == ("v6e:2x4", 2, 16)
-    assert libtpu.environment(v5p)["TPU_ACCELERATOR_TYPE"] == "v5p-8"  # v5p names count TensorCores
+    assert tpu_topology.environment(v5p)["TPU_ACCELERATOR_TYPE"] == "v5p-8"  # v5p names count TensorCores
 
 
 def test_a_gpu_is_refused_with_the_fix():
     with pytest.raises(InputError, match="compiles for a TPU system, and h100 is a gpu") as error:
-        libtpu.topology_of(load_hardware("h100"))
+        tpu_topology.topology_of(load_hardware("h100"))
     assert "--backend xla or dtensor" in error.value.fix
 
 
@@ -45,7 +46,7 @@ def test_xla_tpu_s_refusal_gives_the_bytes_it_asked_for():
 def test_a_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(Exception, match="jax, libtpu, torchax are not installed") as error:
-        libtpu.require(torchax=True)
+        tpu_topology.require(torchax=True)
     assert "'.[tpu]'" in error.value.fix
 
 

@@ -42,17 +42,24 @@ def test_fields_carry_their_descriptions():
     assert schema()["title"] == "meshlab strategy"
 
 
-def test_shell_completion_is_offered():
-    """In a fresh process, as a shell asks for it: typer keeps its completion scripts in process-wide state that
-    other tests' in-process apps can leave changed."""
+def test_shell_completion_completes_commands():
+    """What a shell asks the console script when the user presses tab (bash's protocol, which the script that
+    `meshlab --install-completion` installs speaks): the commands that start with what was typed."""
+    import os
     import subprocess
     import sys
+    from pathlib import Path
 
     from tests.conftest import REPO
 
-    from pathlib import Path
+    script = Path(sys.executable).parent / "meshlab"
 
-    script = Path(sys.executable).parent / "meshlab"  # the console script a shell completes
-    done = subprocess.run([str(script), "--show-completion", "bash"], capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    assert "_MESHLAB_COMPLETE=complete_bash" in done.stdout and "complete -o default -F" in done.stdout
+    def complete(typed: str) -> list[str]:
+        env = {**os.environ, "_MESHLAB_COMPLETE": "complete_bash", "COMP_WORDS": typed,
+               "COMP_CWORD": str(len(typed.split()) - 1)}
+        done = subprocess.run([str(script)], capture_output=True, text=True, cwd=REPO, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("meshlab tr") == ["try"]
+    assert complete("meshlab c") == ["check", "compare", "calibrate"]

@@ -45,18 +45,19 @@ def test_the_port_lays_every_mesh_out_as_torch_xla_does(topology):
 
 _LIBTPU_CHECK = """
 import json, math, os, sys
+from meshlab.runtime import tpu_topology
 from meshlab.runtime.workers import libtpu
 from meshlab.runtime.workers.check_tpu import hybrid_mesh_ordinals
 from meshlab.cost.device_layout import mesh_coordinates
 from meshlab.core.hardware import catalog
 from tests.cost.test_device_layout import mesh_shapes
 
-os.environ.update(libtpu.environment(libtpu.topology_of(catalog()["v6e-8"])))
+os.environ.update(tpu_topology.environment(tpu_topology.topology_of(catalog()["v6e-8"])))
 compared, differ = 0, []
 for name, hw in sorted(catalog().items()):
     if hw.kind != "tpu" or hw.slices != 1:
         continue
-    devices = libtpu.devices(libtpu.topology_of(hw))
+    devices = libtpu.devices(tpu_topology.topology_of(hw))
     for shape in mesh_shapes(hw.chips):
         names = tuple(f"a{i}" for i in range(len(shape)))
         real = [tuple(devices[o].coords)[:len(hw.topology)] for o in hybrid_mesh_ordinals(devices, shape, names, {})]
@@ -85,3 +86,11 @@ def test_the_port_places_each_mesh_position_on_the_chip_hybrid_mesh_gives_it_ove
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["compared"] > 100 and result["differ"] == [], result
+
+
+def test_a_mesh_smaller_than_its_slice_takes_the_first_chips_in_row_major_order():
+    """A mesh that does not cover the slice (4 of a 2x4 v6e-8's chips) is laid out over the topology row-major:
+    the first four positions of (2, 4) are the first row."""
+    from meshlab.cost.topology import _layout
+
+    assert _layout((2, 2), (2, 4)) == ((0, 0), (0, 1), (0, 2), (0, 3))

@@ -1,1 +1,2 @@
-"""Building a model card from the real diffusers class: the card importer and the traces of one forward (dataflow, elementwise bytes, the VAE decode), and the model and inputs builder the workers share (torch)."""
+"""Building a model card from the real diffusers class: the card importer, the traces of one forward (dataflow,
+elementwise bytes, the VAE decode), and the model and inputs builder the workers share (torch)."""

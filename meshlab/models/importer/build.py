@@ -11,23 +11,12 @@ from __future__ import annotations
 
 import math
 
-from meshlab.models.importer.forward_inputs import Geometry, family, forward_inputs
+from meshlab.models.families import Geometry, family
+from meshlab.models.importer.forward_inputs import forward_inputs
 from meshlab.models.card import ModelCard
 from meshlab.core.errors import InputError
-from meshlab.core.tokens import token_frames
 
-__all__ = ["Geometry", "geometry", "depth_config", "build_model", "example_inputs", "forward"]
-
-
-def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: int, frames: int = 1) -> Geometry:
-    """Image tokens as the pipeline packs them; a size (or frame count) that does not pack is an InputError."""
-    step = card.architecture.vae_scale_factor * card.architecture.patch_size
-    for side, value in (("height", height), ("width", width)):
-        if value < step or value % step:
-            raise InputError(f"--{side} {value} is not a positive multiple of {step} "
-                             f"(VAE {card.architecture.vae_scale_factor}x, patch {card.architecture.patch_size})",
-                             f"use a multiple of {step}, e.g. {max(step, value // step * step)}")
-    return Geometry(batch, (height // step, width // step), text_tokens, token_frames(frames, card.architecture))
+__all__ = ["depth_config", "build_model", "example_inputs", "forward"]
 
 
 def depth_config(card: ModelCard, layers: int) -> dict:

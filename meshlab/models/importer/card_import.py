@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from meshlab.models.importer.forward_inputs import FAMILIES, Family, Geometry, family, forward_inputs
+from meshlab.models.families import FAMILIES, Family, Geometry, family
+from meshlab.models.importer.forward_inputs import forward_inputs
 from meshlab.models.card import (
     BUILTIN_DIR, DTYPE_BYTES, ELEMENTWISE_EXECUTIONS, Architecture, Attention, Component, Elementwise, Flow, Join,
     ModelCard, Parameter, card_to_json, module_pattern,

@@ -2,7 +2,7 @@
 
 One builder serves every supported class: it reads the forward's signature and makes each argument it names
 from the config (text width, pooled width, RoPE axes, guidance) and the geometry (batch, token grid, frames,
-text tokens). What differs between families is one row of ``FAMILIES``: the block lists, the latent layout the
+text tokens). What differs between families is one row of ``meshlab.models.families.FAMILIES``: the block lists, the latent layout the
 forward takes, how many latent pixels one token covers per side (and per frame), and the config key of the text
 embedding width. A class with no row, or a forward argument with no default that the builder cannot make, is an
 InputError naming what is missing.
@@ -17,65 +17,9 @@ Latent layouts:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from meshlab.core.errors import InputError
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """The shapes of one forward: samples, image tokens per column and row, token frames, text tokens."""
-
-    batch: int
-    grid: tuple[int, int]  # image tokens per column and per row (one frame)
-    text_tokens: int
-    frames: int = 1  # token frames (latent frames over the temporal patch); 1 for an image
-
-    @property
-    def image_tokens(self) -> int:
-        return self.frames * self.grid[0] * self.grid[1]
-
-
-@dataclass(frozen=True)
-class Family:
-    """What differs between transformer families (see the module's docstring)."""
-
-    blocks: tuple[tuple[str, str], ...]  # (ModuleList attribute, config key of its depth), dual-stream first
-    latent: str  # "tokens", "image" or "video"
-    patch: Callable[[dict], int]  # latent pixels per token side
-    text_width: str  # config key of the text embedding width
-    temporal_patch: Callable[[dict], int] = lambda config: 1  # latent frames per token frame
-    #: (spatial, temporal) VAE compression when a card is imported without its VAE: what the pipeline assumes
-    #: then (WanPipeline: 8 and 4; the image pipelines: 8)
-    vae_default: tuple[int, int] = (8, 1)
-
-
-#: One row per supported class. Patch sizes are the pipeline's packing: QwenImagePipeline packs 2x2 as its
-#: config says; FluxPipeline and Flux2Pipeline pack 2x2 before the model although their configs say patch 1;
-#: SD3 and Wan patchify inside the model with the config's patch size ((t, h, w) for Wan).
-FAMILIES: dict[str, Family] = {
-    "QwenImageTransformer2DModel": Family((("transformer_blocks", "num_layers"),), "tokens",
-                                          lambda c: c["patch_size"], "joint_attention_dim"),
-    "FluxTransformer2DModel": Family(
-        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "tokens",
-        lambda c: 2, "joint_attention_dim"),
-    "Flux2Transformer2DModel": Family(
-        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "tokens",
-        lambda c: 2, "joint_attention_dim"),
-    "SD3Transformer2DModel": Family((("transformer_blocks", "num_layers"),), "image",
-                                    lambda c: c["patch_size"], "joint_attention_dim"),
-    "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
-                                    lambda c: c["patch_size"][0], vae_default=(8, 4)),
-}
-
-
-def family(class_name: str) -> Family:
-    if class_name not in FAMILIES:
-        raise InputError(f"meshlab cannot build forward inputs for {class_name!r}: no row for it in "
-                         "meshlab.models.importer.forward_inputs.FAMILIES (its block lists, latent layout and patch size)",
-                         f"supported classes: {', '.join(FAMILIES)}")
-    return FAMILIES[class_name]
+from meshlab.models.families import Family, Geometry, family
 
 
 def forward_inputs(cls: type, config: dict, geo: Geometry, dtype, generator) -> dict:

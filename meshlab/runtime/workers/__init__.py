@@ -1,1 +1,2 @@
-"""The torch workers the CLI starts in child processes (check, profile, run), and the ranks and libtpu helpers they use."""
+"""The torch workers the CLI starts in child processes (the checks, the profile's measurements, the runs), and the
+ranks and libtpu helpers they use (torch)."""

@@ -29,8 +29,9 @@ from pathlib import Path
 from meshlab.runtime.protocol import report_progress as progress
 from meshlab.runtime.protocol import serve
 from meshlab.runtime.requests import TpuCheckRequest
+from meshlab.runtime.tpu_topology import Topology
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
-from meshlab.core.errors import BackendError, MeshlabError
+from meshlab.core.errors import BackendError, MeshlabError, error_message
 
 FRONT_ENDS = ("torch-xla", "torchax")
 
@@ -38,7 +39,7 @@ FRONT_ENDS = ("torch-xla", "torchax")
 def handle(request: TpuCheckRequest) -> dict:
     from meshlab.runtime.workers import libtpu
 
-    topology = libtpu.Topology(**request.topology)
+    topology = Topology(**request.topology)
     if "torch-xla" in request.front_ends:
         from meshlab.parallelisms import xla
 
@@ -53,8 +54,6 @@ def handle(request: TpuCheckRequest) -> dict:
         except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
             results.append({"front_end": front, "error": exc.one_line()})
         except Exception as exc:  # noqa: BLE001 - a front end's own failure is its result, not the worker's end
-            from meshlab.parallelisms.xla import error_message
-
             results.append({"front_end": front, "error": f"{front} failed: {type(exc).__name__}: "
                                                         f"{error_message(exc)}"})
     return {"results": results, "topology_devices": [{"id": d.id, "coords": list(d.coords)} for d in devices]}
@@ -245,7 +244,7 @@ def torch_xla_program(setup: CheckSetup, mesh_ids: list[int]) -> str:
             output = forward(model, inputs)
         text = xla.pending_hlo([output])
     except RuntimeError as exc:
-        raise BackendError(f"torch_xla could not trace the forward: {xla.error_message(exc)}",
+        raise BackendError(f"torch_xla could not trace the forward: {error_message(exc)}",
                            "run `meshlab check` (XLA on CPU) on the strategy first") from None
     return shard_parameters(text)
 

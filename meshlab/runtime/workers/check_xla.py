@@ -20,7 +20,7 @@ from meshlab.runtime.protocol import report_progress as progress
 from meshlab.runtime.protocol import serve
 from meshlab.runtime.requests import CheckJob, CheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
-from meshlab.core.errors import BackendError
+from meshlab.core.errors import BackendError, error_message
 
 #: The first forward's graph also computes the RoPE tables diffusers caches on the device; from the second on they
 #: are inputs, so the second compiles the graph every later step runs.
@@ -86,7 +86,7 @@ def _run(model, inputs: dict, index: int, dump_dir: Path, timings: dict) -> dict
         xla.sync()  # as a pipeline ends each step; it also materialises the RoPE tables diffusers caches
         output = output.cpu().float()
     except RuntimeError as exc:
-        raise BackendError(f"XLA failed to compile or run the sharded forward: {xla.error_message(exc)}",
+        raise BackendError(f"XLA failed to compile or run the sharded forward: {error_message(exc)}",
                            "run `meshlab try` on the strategy; report the message if the plan looks right") from None
     timings[f"forward_{index + 1}"] = time.perf_counter() - start
     moved = xla.traffic_since(traffic)

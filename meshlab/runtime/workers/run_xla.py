@@ -113,7 +113,7 @@ def _same_model(card, transformer, config: dict, ignore: tuple[str, ...] = ()) -
 
 def _depth_keys(card) -> tuple[str, ...]:
     """The config keys that give a block list's depth (meshlab.models.importer.forward_inputs' families)."""
-    from meshlab.models.importer.forward_inputs import FAMILIES
+    from meshlab.models.families import FAMILIES
 
     family = FAMILIES.get(card.class_name)
     return tuple(key for _attr, key in family.blocks) if family else ()

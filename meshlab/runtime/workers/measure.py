@@ -1,4 +1,4 @@
-"""The torch half of `meshlab profile`: ``python -m meshlab.runtime.workers.profile REQUEST RESULT``.
+"""The torch half of `meshlab profile`: ``python -m meshlab.runtime.workers.measure REQUEST RESULT``.
 
 Times, on the local device, what the parent (meshlab.experiments.profiling) asks for, each op compiled and warmed first and
 then the median of a few runs, the clock stopped only once the device is done (``xla.sync``: torch_xla's sync
@@ -210,7 +210,8 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
     """Per text length: the transformer at one block per list under the plan, and each list's first block alone,
     each run `calls` times in one program as a step runs them (both guidance branches, on inputs of their own so
     XLA cannot merge them): on the CPU, XLA runs independent calls side by side on the cores."""
-    from meshlab.models.importer.build import build_model, example_inputs, geometry
+    from meshlab.models.families import geometry
+    from meshlab.models.importer.build import build_model, example_inputs
     from meshlab.models.truncate import block_lists
     from meshlab.plan.planned import at_depth, with_workload
     from meshlab.experiments.profiling import plan_for_profiling

@@ -1,0 +1,83 @@
+"""What differs between the diffusers transformer families meshlab supports, and the shapes of one forward (pure:
+the check's setup and the card importer both read them; the torch side that builds a forward from them is
+meshlab.models.importer.forward_inputs).
+
+One row of ``FAMILIES`` per class: its block lists, the latent layout its forward takes (``tokens``: packed
+``[batch, tokens, channels]``; ``image``: ``[batch, channels, height, width]``; ``video``: with frames), how many
+latent pixels one token covers per side (and per frame), and the config key of its text embedding width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from meshlab.core.errors import InputError
+from meshlab.core.tokens import token_frames
+from meshlab.models.card import ModelCard
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The shapes of one forward: samples, image tokens per column and row, token frames, text tokens."""
+
+    batch: int
+    grid: tuple[int, int]  # image tokens per column and per row (one frame)
+    text_tokens: int
+    frames: int = 1  # token frames (latent frames over the temporal patch); 1 for an image
+
+    @property
+    def image_tokens(self) -> int:
+        return self.frames * self.grid[0] * self.grid[1]
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between transformer families (see the module's docstring)."""
+
+    blocks: tuple[tuple[str, str], ...]  # (ModuleList attribute, config key of its depth), dual-stream first
+    latent: str  # "tokens", "image" or "video"
+    patch: Callable[[dict], int]  # latent pixels per token side
+    text_width: str  # config key of the text embedding width
+    temporal_patch: Callable[[dict], int] = lambda config: 1  # latent frames per token frame
+    #: (spatial, temporal) VAE compression when a card is imported without its VAE: what the pipeline assumes
+    #: then (WanPipeline: 8 and 4; the image pipelines: 8)
+    vae_default: tuple[int, int] = (8, 1)
+
+
+#: One row per supported class. Patch sizes are the pipeline's packing: QwenImagePipeline packs 2x2 as its
+#: config says; FluxPipeline and Flux2Pipeline pack 2x2 before the model although their configs say patch 1;
+#: SD3 and Wan patchify inside the model with the config's patch size ((t, h, w) for Wan).
+FAMILIES: dict[str, Family] = {
+    "QwenImageTransformer2DModel": Family((("transformer_blocks", "num_layers"),), "tokens",
+                                          lambda c: c["patch_size"], "joint_attention_dim"),
+    "FluxTransformer2DModel": Family(
+        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "tokens",
+        lambda c: 2, "joint_attention_dim"),
+    "Flux2Transformer2DModel": Family(
+        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "tokens",
+        lambda c: 2, "joint_attention_dim"),
+    "SD3Transformer2DModel": Family((("transformer_blocks", "num_layers"),), "image",
+                                    lambda c: c["patch_size"], "joint_attention_dim"),
+    "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
+                                    lambda c: c["patch_size"][0], vae_default=(8, 4)),
+}
+
+
+def family(class_name: str) -> Family:
+    if class_name not in FAMILIES:
+        raise InputError(f"meshlab cannot build forward inputs for {class_name!r}: no row for it in "
+                         "meshlab.models.families.FAMILIES (its block lists, latent layout and patch size)",
+                         f"supported classes: {', '.join(FAMILIES)}")
+    return FAMILIES[class_name]
+
+
+def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: int, frames: int = 1) -> Geometry:
+    """Image tokens as the pipeline packs them; a size (or frame count) that does not pack is an InputError."""
+    step = card.architecture.vae_scale_factor * card.architecture.patch_size
+    for side, value in (("height", height), ("width", width)):
+        if value < step or value % step:
+            raise InputError(f"--{side} {value} is not a positive multiple of {step} "
+                             f"(VAE {card.architecture.vae_scale_factor}x, patch {card.architecture.patch_size})",
+                             f"use a multiple of {step}, e.g. {max(step, value // step * step)}")
+    return Geometry(batch, (height // step, width // step), text_tokens, token_frames(frames, card.architecture))
