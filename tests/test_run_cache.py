@@ -5,27 +5,27 @@ import json
 import pytest
 
 from meshlab.core.errors import InputError
-from meshlab.experiments.run import CACHE_MANIFEST, _claim_cache
+from meshlab.experiments.compile_cache import CACHE_MANIFEST, claim_cache
 
 MANIFEST = {"key": "abc", "strategy": "pairs", "checkpoint": "/ckpt", "torch_xla": "2.9.0"}
 
 
 def test_a_new_folder_is_claimed_and_reclaimed(tmp_path):
     folder = tmp_path / "pairs-abc"
-    _claim_cache(folder, MANIFEST)
-    _claim_cache(folder, MANIFEST)  # the same plan again: its own programs
+    claim_cache(folder, MANIFEST)
+    claim_cache(folder, MANIFEST)  # the same plan again: its own programs
     assert json.loads((folder / CACHE_MANIFEST).read_text()) == MANIFEST
     assert [p.name for p in folder.iterdir()] == [CACHE_MANIFEST]  # no temporary file left
 
 
 def test_a_folder_of_another_plan_or_version_is_refused(tmp_path):
     folder = tmp_path / "pairs-abc"
-    _claim_cache(folder, MANIFEST)
+    claim_cache(folder, MANIFEST)
     with pytest.raises(InputError, match="belongs to 'pairs' with torch_xla 2.9.0, not to this plan with torch_xla 2.10"):
-        _claim_cache(folder, MANIFEST | {"torch_xla": "2.10"})
+        claim_cache(folder, MANIFEST | {"torch_xla": "2.10"})
 
 
 def test_a_folder_that_cannot_be_made_is_one_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(InputError, match="cannot use the compile cache"):
-        _claim_cache(tmp_path / "file" / "pairs-abc", MANIFEST)
+        claim_cache(tmp_path / "file" / "pairs-abc", MANIFEST)

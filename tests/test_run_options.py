@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from meshlab.core.errors import InputError
-from meshlab.experiments.run import RunOptions, _cache_for, experiment_runs, run_strategy
+from meshlab.experiments.compile_cache import cache_for
+from meshlab.experiments.definition import experiment_runs
+from meshlab.experiments.run import RunOptions, run_strategy
 from meshlab.plan.planned import plan_file
 
 from tests.conftest import REPO
@@ -62,7 +64,7 @@ def test_a_checkpoint_whose_index_is_not_json_is_refused_and_recorded(tmp_path):
 
 def test_the_compile_cache_of_a_random_checkpoint_is_keyed_by_its_depth(tmp_path):
     planned = plan_file(ONE_CPU)
-    two, three = (_cache_for(planned, "random", options(tmp_path, cache_dir=tmp_path / "cache", layers=n))
+    two, three = (cache_for(planned, "random", options(tmp_path, cache_dir=tmp_path / "cache", layers=n))
                   for n in (2, 3))
     assert two != three
     assert json.loads((two / "meshlab-cache.json").read_text())["checkpoint"] == "random, 2 blocks per list"

@@ -53,7 +53,8 @@ def run_experiment(path: Path, options, console) -> None:
     """Run every strategy x workload in order with a progress bar; a failed run is recorded and the rest go on."""
     from rich.progress import Progress
 
-    from meshlab.experiments.run import experiment_runs, preflight, run_strategy
+    from meshlab.experiments.definition import experiment_runs
+    from meshlab.experiments.run import preflight, run_strategy
 
     runs = experiment_runs(path, options)
     for strategy, run_options in runs:  # bad input anywhere stops the experiment before its first run

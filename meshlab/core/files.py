@@ -11,6 +11,7 @@ permissions, a new one gets the umask's. Pure standard library.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -109,3 +110,8 @@ def is_device(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
+def file_stem(name: str) -> str:
+    """A strategy's name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "strategy"

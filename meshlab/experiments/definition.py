@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import Field, ValidationError
 
@@ -11,6 +12,9 @@ from meshlab.core.errors import InputError
 from meshlab.strategy.closed import Closed, Int
 from meshlab.strategy.loader import validation_error
 from meshlab.strategy.yaml_source import read_yaml
+
+if TYPE_CHECKING:
+    from meshlab.experiments.run import RunOptions
 
 
 class WorkloadOverride(Closed):
@@ -56,3 +60,27 @@ def load_experiment(path: Path) -> Experiment:
             raise InputError(f"strategy file {strategy!r} not found", "paths are relative to the experiment file",
                              document.locate(("strategies", index)))
     return experiment
+
+
+def experiment_runs(path: Path, options: RunOptions) -> list[tuple[Path, RunOptions]]:
+    """The experiment's strategies x workloads, each with its run options (the experiment's checkpoint and
+    prompt win over the command line's defaults)."""
+    from dataclasses import replace
+
+    experiment = load_experiment(path)
+    runs = []
+    for strategy in experiment.strategies:
+        for workload in experiment.workloads:
+            run_options = replace(options, checkpoint=experiment.checkpoint, prompt=experiment.prompt,
+                                  negative_prompt=experiment.negative_prompt, seed=experiment.seed,
+                                  experiment=experiment.name, steps=given(workload.steps, options.steps),
+                                  height=given(workload.height, options.height),
+                                  width=given(workload.width, options.width),
+                                  batch=given(workload.batch, options.batch), cfg=given(workload.cfg, options.cfg))
+            runs.append((Path(os.path.normpath(path.parent / strategy)), run_options))
+    return runs
+
+
+def given(value, default):
+    """`value` where it is set (0 is a value), else `default`."""
+    return default if value is None else value

@@ -11,7 +11,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +152,7 @@ class Ran(_Part):
 
 
 class Prediction(_Part):
-    """meshlab's prediction for the run's workload on the strategy's hardware (``meshlab.experiments.run._prediction``)."""
+    """meshlab's prediction for the run's workload on the strategy's hardware (``meshlab.experiments.recording.prediction``)."""
 
     hardware: Optional[str] = None
     kind: Optional[str] = None

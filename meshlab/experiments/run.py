@@ -9,28 +9,26 @@ the outcome: the image (moved into place atomically) and one record appended ato
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import math
 import os
-import platform
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 
 from meshlab.runtime.protocol import WorkerFailed, call_worker
 from meshlab.runtime.requests import BuildTinyRequest, TorchRunRequest, XlaRunRequest
-from meshlab.runtime.devices import accelerator_platform, child_environment, torch_environment
+from meshlab.runtime.devices import child_environment, torch_environment
 from meshlab.core.errors import BackendError, InputError, Location, MeshlabError
-from meshlab.experiments.records import RunRecord, append_record, run_record, strategy_identity
-from meshlab.core.files import output_folder
+from meshlab.experiments.records import RunRecord, append_record, run_record
+from meshlab.core.files import file_stem, output_folder
+from meshlab.experiments.compile_cache import cache_for
+from meshlab.experiments.definition import given
+from meshlab.experiments.recording import base_record, failure, prediction, success
 from meshlab.plan.planned import (PlannedStrategy, at_depth, plan_file, refuse_placement, refuse_ring, with_elementwise,
                               with_workload)
 
-PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 RUN_BACKENDS = ("xla", "dtensor", "torch")
 
 
@@ -89,7 +87,7 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     elif options.layers is not None:
         raise InputError("--layers cuts the blocks of a pipeline meshlab builds, and a saved checkpoint is run whole",
                          "use --checkpoint random with --layers, or drop --layers")
-    record = _base_record(planned, workload, options)
+    record = base_record(planned, workload, options)
     record_path = options.results_dir / f"{file_stem(planned.strategy.name)}.jsonl"
     if record_path.is_dir():
         raise InputError(f"{record_path} is a folder, where this strategy's records go",
@@ -105,18 +103,18 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
         result = _run_worker(path, planned, checkpoint, workload, options)
     except MeshlabError as error:
         try:
-            append_record(record_path, record | _failure(error))
+            append_record(record_path, record | failure(error))
         except BackendError as unrecorded:  # the run's own failure is what the user must see
             raise error from unrecorded
         raise
     image = _keep_image(result, planned, options) if result.get("is_writer", True) else None
-    record |= _success(result, image)
+    record |= success(result, image)
     seen = result.get("hardware") or {}
     if seen.get("device_type"):  # the worker saw the device; the parent (no torch) guessed it
         record["hardware"] = record["hardware"] | {"platform": str(seen["device_type"]).lower()}
     encoded = ran_text_tokens(result["summary"].get("text_tokens") or [])
     if encoded and encoded != planned.strategy.workload.text_tokens:  # price what ran, not the strategy's padding
-        record["prediction"] = _prediction(with_workload(planned, text_tokens=encoded)) | {
+        record["prediction"] = prediction(with_workload(planned, text_tokens=encoded)) | {
             "text_tokens": encoded, "strategy_text_tokens": planned.strategy.workload.text_tokens}
     written = append_record(record_path, record) if result.get("is_writer", True) else run_record(record)
     return RunOutcome(written, record_path, image, (*notes, *result["summary"].get("warnings", [])))
@@ -143,11 +141,6 @@ def resolve_backend(backend: str, devices: int) -> str:
     return ("torch" if devices == 1 else "dtensor") if cuda else "xla"
 
 
-def file_stem(name: str) -> str:
-    """A strategy's name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "strategy"
-
-
 def preflight(path: Path, options: RunOptions) -> tuple[PlannedStrategy, dict]:
     """What a run checks before anything is built or written: the strategy planned at the workload the run uses
     (bounds checked), finite guidance, folders that are folders. An experiment checks all its runs this way
@@ -166,9 +159,9 @@ def _workload(planned: PlannedStrategy, options: RunOptions) -> dict:
     """The workload this run uses: the strategy's dtype, and its sizes, steps, batch and guidance where the
     command line (or an experiment) set none; 0 is a value (refused by the workload's bounds), not unset."""
     w = planned.strategy.workload
-    cfg = _given(options.cfg, w.cfg)
-    return {"height": _given(options.height, w.height), "width": _given(options.width, w.width),
-            "steps": _given(options.steps, w.steps), "cfg": cfg, "batch": _given(options.batch, w.batch),
+    cfg = given(options.cfg, w.cfg)
+    return {"height": given(options.height, w.height), "width": given(options.width, w.width),
+            "steps": given(options.steps, w.steps), "cfg": cfg, "batch": given(options.batch, w.batch),
             "dtype": w.dtype, "cfg_scale": options.cfg_scale if cfg else 1.0}
 
 
@@ -284,7 +277,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
             joint_guidance=_joint_guidance(planned), prompt=options.prompt, negative_prompt=options.negative_prompt,
             seed=options.seed, verify=options.verify, load_dtype=_load_dtype(options, workload),
             scan=planned.strategy.compile.scan_blocks if options.scan is None else options.scan,
-            scratch=str(scratch), cache_dir=str(_cache_for(planned, checkpoint, options) or ""))
+            scratch=str(scratch), cache_dir=str(cache_for(planned, checkpoint, options) or ""))
         dump = scratch / "xla-dump"
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
@@ -319,54 +312,6 @@ def _run_torch(path: Path, planned: PlannedStrategy, checkpoint: Path | str, wor
     return result
 
 
-CACHE_MANIFEST = "meshlab-cache.json"
-
-
-def _cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -> Path | None:
-    """One compile-cache folder per plan, checkpoint and torch_xla version, with a manifest that says whose it is:
-    a folder that holds another plan's or another version's programs is refused, never silently recompiled."""
-    if options.cache_dir is None:
-        return None
-    built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
-    plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
-    identity = {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
-                "checkpoint": built, "torch_xla": _version("torch_xla")}
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"
-    manifest = {"key": key, "strategy": planned.strategy.name, "checkpoint": identity["checkpoint"],
-                "torch_xla": identity["torch_xla"]}
-    _claim_cache(folder, manifest)
-    return folder
-
-
-def _claim_cache(folder: Path, manifest: dict) -> None:
-    path = folder / CACHE_MANIFEST
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            found = json.loads(path.read_text())
-            if found != manifest:
-                raise InputError(f"the compile cache {folder} belongs to {found.get('strategy')!r} with torch_xla "
-                                 f"{found.get('torch_xla')}, not to this plan with torch_xla {manifest['torch_xla']}",
-                                 "give --cache-dir a folder of its own, or delete that one")
-        else:
-            tmp = folder / f".{CACHE_MANIFEST}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(manifest))
-            os.replace(tmp, path)
-        if not os.access(folder, os.W_OK):
-            raise PermissionError(f"{folder} is not writable")
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot use the compile cache {folder}: {exc}",
-                         "give --cache-dir a writable folder of meshlab's") from None
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _keep_image(result: dict, planned: PlannedStrategy, options: RunOptions) -> Path | None:
     data = result.pop("image_bytes", None)
     if data is None:
@@ -379,99 +324,3 @@ def _keep_image(result: dict, planned: PlannedStrategy, options: RunOptions) -> 
     return final
 
 
-def _base_record(planned: PlannedStrategy, workload: dict, options: RunOptions) -> dict:
-    return {
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "experiment": options.experiment,
-        "status": "error",
-        "reason": None,
-        "strategy": {"name": planned.strategy.name, **strategy_identity(Path(planned.loaded.document.file))},
-        "model": planned.card.name,
-        "checkpoint": options.checkpoint,
-        **({"layers": planned.card.source["truncated"]["layers_per_list"]} if options.checkpoint == "random" else {}),
-        "backend": options.backend,
-        "hardware": {"platform": (accelerator_platform() or "cpu").lower(), "devices": planned.plan.mesh.device_count,
-                     "host": platform.node()},
-        "versions": _versions(),
-        "workload": workload,
-        "prediction": _prediction(planned),
-    }
-
-
-def _prediction(at_run: PlannedStrategy) -> dict:
-    """meshlab's prediction for this run's workload on the strategy's hardware (a catalog entry, or a profile)."""
-    from meshlab.cost.document import priced_document
-    from meshlab.cost.predict import predict
-
-    predicted = predict(at_run.plan, at_run.strategy, at_run.hardware)
-    return {"hardware": at_run.hardware.name, "kind": at_run.hardware.kind, "chips": at_run.hardware.chips,
-            **({"profile": at_run.hardware.profile.path,
-                "profile_backend": at_run.hardware.profile.device.get("backend"),
-                "profile_digest": at_run.hardware.profile.digest}
-               if at_run.hardware.profile is not None else {}),
-            "model": at_run.card.name,
-            "config_digest": at_run.card.config_digest, "batch": at_run.strategy.workload.batch,
-            "dtype": at_run.strategy.workload.dtype, "step_s": predicted.step.total,
-            "seconds_per_image": predicted.seconds_per_image,
-            "denoise_seconds_per_image": predicted.denoise_seconds_per_image, "terms": predicted.terms.to_json(),
-            "compute_s": predicted.step.compute,
-            "local_s": predicted.step.local, "collective_s": predicted.step.collective,
-            "overhead_s": predicted.step.overhead, "launch_wait_s": predicted.step.launch_wait,
-            "launch_floor_s": predicted.step.launch_floor,
-            "peak_bytes_per_chip": at_run.memory.most_loaded.total, "fits": at_run.memory.fits,
-            "text_tokens": at_run.strategy.workload.text_tokens,
-            "elementwise": at_run.strategy.compile.elementwise,
-            "priced": priced_document(predicted),
-            "note": ("predicted from the profile named as the strategy's hardware" if at_run.hardware.profile
-                     is not None else "predicted for the strategy's catalog hardware at this run's workload, "
-                     "not for its devices")}
-
-
-def _versions() -> dict:
-    return {"python": platform.python_version()} | {package: _version(package) for package in PACKAGES}
-
-
-def _failure(error: MeshlabError) -> dict:
-    if isinstance(error, WorkerFailed):
-        return {"status": error.status, "reason": error.problem}
-    return {"status": "refused" if isinstance(error, InputError) else "error", "reason": error.problem}
-
-
-def _success(result: dict, image: Path | None) -> dict:
-    summary = result["summary"]
-    timings = summary["timings"] | {"compile_s": summary["counters"].get("compile_s")}
-    return {"status": "ok", "reason": None, "timings": timings, "cache": result.get("cache"),
-            "host_transfers": summary["counters"].get("host_transfers"), "scanned": result.get("scanned", []),
-            "compiles": {"total": summary["counters"]["compiles_total"],
-                         "steady": summary["counters"]["compiles_steady"]},
-            "fallbacks": summary["counters"].get("run_fallbacks", {}),
-            "mismatches": result.get("mismatches", []), "memory": result.get("memory"),
-            "hardware_seen": result.get("hardware"), "image": str(image) if image else None,
-            "max_abs_error_vs_cpu": result.get("max_abs_error"), "ran": result.get("ran")}
-
-
-
-
-def experiment_runs(path: Path, options: RunOptions) -> list[tuple[Path, RunOptions]]:
-    """The experiment's strategies x workloads, each with its run options (the experiment's checkpoint and
-    prompt win over the command line's defaults)."""
-    from dataclasses import replace
-
-    from meshlab.experiments.definition import load_experiment
-
-    experiment = load_experiment(path)
-    runs = []
-    for strategy in experiment.strategies:
-        for workload in experiment.workloads:
-            run_options = replace(options, checkpoint=experiment.checkpoint, prompt=experiment.prompt,
-                                  negative_prompt=experiment.negative_prompt, seed=experiment.seed,
-                                  experiment=experiment.name, steps=_given(workload.steps, options.steps),
-                                  height=_given(workload.height, options.height),
-                                  width=_given(workload.width, options.width),
-                                  batch=_given(workload.batch, options.batch), cfg=_given(workload.cfg, options.cfg))
-            runs.append((Path(os.path.normpath(path.parent / strategy)), run_options))
-    return runs
-
-
-def _given(value, default):
-    return default if value is None else value

@@ -306,7 +306,7 @@ def test_a_run_priced_from_a_profile_records_which_measurement_it_was(keyed):
     """The record's prediction carries the profile's digest, which calibrate matches runs to."""
     import hashlib
 
-    from meshlab.experiments.run import _prediction
+    from meshlab.experiments.recording import prediction as _prediction
 
     strategy, profile = keyed
     prediction = _prediction(plan_file(strategy))

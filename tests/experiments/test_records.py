@@ -65,7 +65,7 @@ def test_strategy_identity_hashes_content(tmp_path):
 
 
 def test_strategy_names_become_safe_file_names():
-    from meshlab.experiments.run import file_stem
+    from meshlab.core.files import file_stem
 
     assert file_stem("2d") == "2d" and file_stem("../etc/x y") == "_etc_x_y" and file_stem("...") == "strategy"
 

@@ -1,0 +1,66 @@
+"""A run's persistent XLA compile cache: one folder per plan, checkpoint and torch_xla version, with a manifest that
+says whose it is (`meshlab run --cache-dir`). No torch here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from meshlab.core.errors import InputError
+from meshlab.core.files import file_stem
+
+if TYPE_CHECKING:
+    from meshlab.experiments.run import RunOptions
+    from meshlab.plan.planned import PlannedStrategy
+
+CACHE_MANIFEST = "meshlab-cache.json"
+
+
+def cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -> Path | None:
+    """One compile-cache folder per plan, checkpoint and torch_xla version, with a manifest that says whose it is:
+    a folder that holds another plan's or another version's programs is refused, never silently recompiled."""
+    if options.cache_dir is None:
+        return None
+    built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
+    plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
+    identity = {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
+                "checkpoint": built, "torch_xla": package_version("torch_xla")}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"
+    manifest = {"key": key, "strategy": planned.strategy.name, "checkpoint": identity["checkpoint"],
+                "torch_xla": identity["torch_xla"]}
+    claim_cache(folder, manifest)
+    return folder
+
+
+def claim_cache(folder: Path, manifest: dict) -> None:
+    path = folder / CACHE_MANIFEST
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            found = json.loads(path.read_text())
+            if found != manifest:
+                raise InputError(f"the compile cache {folder} belongs to {found.get('strategy')!r} with torch_xla "
+                                 f"{found.get('torch_xla')}, not to this plan with torch_xla {manifest['torch_xla']}",
+                                 "give --cache-dir a folder of its own, or delete that one")
+        else:
+            tmp = folder / f".{CACHE_MANIFEST}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(manifest))
+            os.replace(tmp, path)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"{folder} is not writable")
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot use the compile cache {folder}: {exc}",
+                         "give --cache-dir a writable folder of meshlab's") from None
+
+
+def package_version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
