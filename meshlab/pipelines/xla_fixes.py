@@ -1,6 +1,6 @@
 """What a Qwen-Image pipeline needs to run well under PyTorch/XLA: one small function per fix.
 
-Each fix keeps the pipeline's numbers (checked in ``tests/pipeline/test_tiny_pipeline.py``) and removes one cause of
+Each fix keeps the pipeline's numbers (checked in ``tests/pipelines/test_tiny_pipeline.py``) and removes one cause of
 extra graphs, host syncs or CPU fallbacks:
 
 - ``use_real_rope``: RoPE in real arithmetic instead of complex64. Complex ops are a known weak spot of

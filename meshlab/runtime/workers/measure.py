@@ -168,7 +168,7 @@ def _collective(mesh_axes: dict[str, int], dev, dtype, kind: str, axes: tuple[st
     sharding than its input's and letting XLA's partitioner insert the collective. A collective-permute's output
     has its input's spec on the mesh with the devices moved one step along the last of `axes`: each chip sends
     its whole buffer to its neighbour. XLA's CPU compiler moves bf16 collectives as f32 and keeps a reduce-scatter
-    as the partitioner's all-reduce, as it does in a run (tests/backend/test_profile_collectives.py)."""
+    as the partitioner's all-reduce, as it does in a run (tests/runtime/test_profile_collectives.py)."""
     import math
 
     import torch

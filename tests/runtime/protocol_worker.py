@@ -1,4 +1,4 @@
-"""A real worker for the protocol's tests: ``python -m tests.backend.protocol_worker REQUEST RESULT``."""
+"""A real worker for the protocol's tests: ``python -m tests.runtime.protocol_worker REQUEST RESULT``."""
 
 import os
 import signal

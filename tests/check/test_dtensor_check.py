@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend.test_apply_check import PADDED, SMALL
+from tests.check.test_apply_check import PADDED, SMALL
 from tests.conftest import REPO
 
 pytestmark = [

@@ -14,7 +14,7 @@ import yaml
 from meshlab.runtime.protocol import WorkerFailed
 from meshlab.core.errors import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ONE_CPU = ROOT / "experiments" / "strategies" / "qwen-image-one-cpu.yaml"
 
 

@@ -1,4 +1,4 @@
-"""The one worker protocol of check and run, through a real child process (tests/backend/protocol_worker.py)."""
+"""The one worker protocol of check and run, through a real child process (tests/runtime/protocol_worker.py)."""
 
 import os
 
@@ -8,9 +8,9 @@ from meshlab.runtime.protocol import WorkerFailed, call_worker
 from meshlab.runtime.requests import Request
 from meshlab.core.errors import BackendError, InputError
 
-from tests.backend.protocol_worker import ActionRequest
+from tests.runtime.protocol_worker import ActionRequest
 
-MODULE = "tests.backend.protocol_worker"
+MODULE = "tests.runtime.protocol_worker"
 
 
 def call(action: str, **request):
