@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from meshlab.plan.planned import plan_file
-from meshlab.plan.try_document import chip_document
+from meshlab.search.try_document import chip_document
 
 from tests.conftest import REPO, STRATEGIES
 

@@ -20,9 +20,9 @@ PACKAGE = REPO / "meshlab"
 HEAVY = {"torch", "torch_xla", "diffusers", "transformers", "accelerate", "jax", "jaxlib", "torchax", "libtpu",
          "numpy"}
 #: Where the heavy stack may be imported: building cards from diffusers (models/importer), applying plans
-#: (parallelisms), the workers the CLI starts (runtime/workers), whole pipelines (pipelines), and the public apply
+#: (parallelisms), the workers the CLI starts (workers), whole pipelines (pipelines), and the public apply
 #: API, which imports torch_xla only when it is called. Every other folder is torch-free.
-MAY_IMPORT_HEAVY = ("meshlab/models/importer/", "meshlab/parallelisms/", "meshlab/runtime/workers/",
+MAY_IMPORT_HEAVY = ("meshlab/models/importer/", "meshlab/parallelisms/", "meshlab/workers/",
                     "meshlab/pipelines/", "meshlab/api.py")
 
 

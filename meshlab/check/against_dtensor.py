@@ -1,4 +1,4 @@
-"""`meshlab check --backend dtensor`: plan here (no torch), run the ranks through meshlab.runtime.workers.check_dtensor,
+"""`meshlab check --backend dtensor`: plan here (no torch), run the ranks through meshlab.workers.check_dtensor,
 hold every rank's local shards and the sharded forward against the plan.
 
 What is compared, per parameter and rank: the DTensor placements, the local shard shape (``torch.chunk`` rule,
@@ -121,7 +121,7 @@ def run_dtensor_checks(paths: list[str | Path], options: CheckOptions, progress:
     request = DTensorCheckRequest(jobs=[CheckJob(strategy=str(path), options=options.to_json()) for path in paths],
                                   world=world)
     try:
-        results = call_worker("meshlab.runtime.workers.check_dtensor", request, torch_environment(),
+        results = call_worker("meshlab.workers.check_dtensor", request, torch_environment(),
                               progress=progress)["results"]
     except WorkerFailed as error:
         if error.status != "oom":

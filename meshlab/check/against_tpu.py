@@ -1,6 +1,6 @@
 """`meshlab check --backend tpu`: the plan held against XLA:TPU's own compile for the strategy's TPU system.
 
-Plan here (no torch, no jax); compile in meshlab.runtime.workers.check_tpu (ahead of time: libtpu's compile-only client
+Plan here (no torch, no jax); compile in meshlab.workers.check_tpu (ahead of time: libtpu's compile-only client
 on this host, no TPU); read the TPU program and hold it to the plan:
 
 - **weights per chip**: XLA:TPU's argument bytes less the inputs and buffers, against the plan's weights (within
@@ -168,7 +168,6 @@ class TpuCheckReport:
         weights = self.predicted_argument_weights
         if abs(c.weights - weights) > WEIGHTS_TOLERANCE * weights:
             found.append(f"weights per chip: predicted {weights}, XLA:TPU {c.weights}")
-        memory = self.setup.memory.most_loaded
         temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
         if abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
             found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {temps}")
@@ -310,7 +309,7 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
                         "--xla_dump_latency_hiding_schedule=true").strip()
     request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
                               topology=topology.to_json(), scratch=str(folder))
-    return call_worker("meshlab.runtime.workers.check_tpu", request, env, progress=progress)["results"]
+    return call_worker("meshlab.workers.check_tpu", request, env, progress=progress)["results"]
 
 
 def _read(result: dict, setup: CheckSetup) -> Compiled:

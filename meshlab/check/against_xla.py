@@ -55,7 +55,7 @@ def run_worker(jobs: list[CheckJob], dump_dir: Path, device_count: int, progress
     """Run the jobs in one worker process (meshlab.runtime.protocol); its errors come back as meshlab's errors."""
     request = CheckRequest(jobs=jobs, dump_dir=str(dump_dir))
     try:
-        return call_worker("meshlab.runtime.workers.check_xla", request, worker_env(dump_dir, device_count),
+        return call_worker("meshlab.workers.check_xla", request, worker_env(dump_dir, device_count),
                            progress=progress)["results"]
     except WorkerFailed as error:
         if error.status != "oom":

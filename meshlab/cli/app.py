@@ -72,7 +72,7 @@ def try_(
 
     warn_unmatched_rules(planned, strict)
     if as_json:
-        from meshlab.plan.try_document import try_document
+        from meshlab.search.try_document import try_document
 
         print_json(try_document(planned) | ({"text_encoder": placement} if placement else {}))
     else:

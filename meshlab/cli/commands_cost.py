@@ -90,7 +90,6 @@ def sweep(
     import time
 
     from meshlab.cli.render_cost import progress_bar, render_sweep
-    from meshlab.plan.planned import workload_with
     from meshlab.strategy.schema import Workload
     from meshlab.core.files import output_path, write_atomic
     from meshlab.search.sweep import DEFAULT_SYSTEMS, Limits, strategy_yaml, sweep_document, sweep_systems

@@ -132,7 +132,7 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Fit the time model's efficiency and host overhead to recorded runs on that hardware; print overrides."""
-    from meshlab.cost.calibrate import calibrate as fit
+    from meshlab.experiments.calibrate import calibrate as fit
     from meshlab.experiments.records import read_records
 
     result = fit(read_records(files).records, hardware)

@@ -204,7 +204,7 @@ def _basis(p) -> str:
     if p.pricing is None:
         return "a measured profile"
     c = p.pricing
-    parts = [f"GEMMs measured" if c.linears_measured else "", "attention published" if c.attention_published else ""]
+    parts = ["GEMMs measured" if c.linears_measured else "", "attention published" if c.attention_published else ""]
     found = [x for x in parts if x]
     return ", ".join(found) + ("; rest assumed" if found else "assumed efficiencies")
 

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from meshlab.cli.output import gib
 from meshlab.plan.planned import PlannedStrategy
-from meshlab.plan.try_document import coverage, rule_summaries
+from meshlab.search.try_document import coverage, rule_summaries
 
 
 def render_try(planned: PlannedStrategy, console) -> None:

@@ -1,2 +1,2 @@
-"""The figures every stage shares: errors, output files, partition specs, meshes, token counts, the hardware catalog
-and its GEMM-rate grid (pure, no torch)."""
+"""What every stage shares: errors, output files, the closed pydantic base of meshlab's schemas, partition specs,
+meshes, the hardware catalog with its GEMM-rate grid, and measured profiles (pure, no torch)."""

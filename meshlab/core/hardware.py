@@ -116,7 +116,7 @@ class Hardware:
     #: the longer of its dispatches and its kernels (None: not priced, as on a TPU, where XLA runs the call whole;
     #: a GPU's torch.compile'd call, `elementwise: fused`, is assumed to hide its launches, unmeasured)
     eager_dispatch_s: float | None = None
-    #: a measured profile (meshlab.cost.profile_points.Profile) the cost model prices ops from, when the strategy's
+    #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
 

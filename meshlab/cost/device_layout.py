@@ -38,7 +38,7 @@ def mesh_coordinates(mesh_shape: tuple[int, ...], topology: tuple[int, ...]) -> 
     else:
         coords, shape = _transpose(_grid(physical), physical, order)
     if coords is None:  # torch_xla's layout fails (never on the catalog's systems): the devices in id order, x
-        # fastest, as meshlab's TPU check (meshlab.runtime.workers.check_tpu.hybrid_mesh_ordinals) falls back
+        # fastest, as meshlab's TPU check (meshlab.workers.check_tpu.hybrid_mesh_ordinals) falls back
         coords = tuple(_x_fastest(i, physical) for i in range(math.prod(physical)))
     return tuple(c[:len(topology)] for c in coords)
 

@@ -27,13 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from meshlab.models.card import Attention, ModelCard, concrete_path
+from meshlab.models.card import Attention, concrete_path
 from meshlab.models.truncate import block_lists
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.axes import compute_split
-from meshlab.core.tokens import TokenCounts
+from meshlab.plan.tokens import TokenCounts
 
 
 @dataclass(frozen=True)

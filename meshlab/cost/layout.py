@@ -17,7 +17,7 @@ from meshlab.core.errors import PlanError
 from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
-from meshlab.core.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
+from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 
 

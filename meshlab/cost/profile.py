@@ -1,5 +1,5 @@
 """Pricing a plan's transformer call from a measured profile (`meshlab profile`). Pure. The profile's values and
-fitted curves are ``meshlab.cost.profile_points``; its file format ``meshlab.cost.profile_file``.
+fitted curves are ``meshlab.core.profile_points``; its file format ``meshlab.core.profile_file``.
 
 A profile is a JSON file of points measured on one device, each an op class at a shape with its FLOPs, bytes and
 seconds, plus one fitted curve per op class (seconds = latency + size / rate over the sizes measured). It names
@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshlab.core.errors import InputError
-from meshlab.cost.profile_file import FIX, load_profile
-from meshlab.cost.profile_points import Priced, Profile
+from meshlab.core.profile_file import FIX, load_profile
+from meshlab.core.profile_points import Priced, Profile
 
 def plan_key(model_digest: str, mesh: dict, rules: list, activations: dict, image_tokens: int, batch: int,
              dtype: str, cfg_axis: bool) -> str:

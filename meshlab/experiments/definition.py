@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 from pydantic import Field, ValidationError
 
 from meshlab.core.errors import InputError
-from meshlab.strategy.closed import Closed, Int
+from meshlab.core.closed import Closed, Int
 from meshlab.strategy.loader import validation_error
 from meshlab.strategy.yaml_source import read_yaml
 

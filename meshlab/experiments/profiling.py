@@ -2,8 +2,8 @@
 
 The parent plans the strategy, lists what to measure (each Linear's shard GEMM and the attention at every text
 length, the whole call at one block per list and one block alone, the VAE decode at the workload's resolution,
-the host's matmul and transfer), starts the torch worker (meshlab.runtime.workers.measure) with the device
-environment, fits one curve per op class (meshlab.cost.profile_points.fit) and writes the file atomically
+the host's matmul and transfer), starts the torch worker (meshlab.workers.measure) with the device
+environment, fits one curve per op class (meshlab.core.profile_points.fit) and writes the file atomically
 (meshlab.core.files.write_atomic): a profile is whole or absent, never partial.
 
 Text lengths: the strategy's ``text_tokens`` and, by default, 8 and 32 as well, because the stock pipeline encodes
@@ -84,7 +84,7 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
     request = _request(path, planned, backend, options)
     env = child_environment(devices) if backend == "xla" else torch_environment()
     started = time.perf_counter()
-    result = call_worker("meshlab.runtime.workers.measure", request, env, timeout_s=options.timeout_s,
+    result = call_worker("meshlab.workers.measure", request, env, timeout_s=options.timeout_s,
                          progress=progress)
     seconds = time.perf_counter() - started
     device = result["device"] | {"hardware": _catalog_name(result["device"], planned, options)}
@@ -179,8 +179,8 @@ def _catalog_name(device: dict, planned: PlannedStrategy, options: ProfileOption
 
 def _document(planned: PlannedStrategy, request: ProfileRequest, device: dict, result: dict, seconds: float) -> dict:
     from meshlab.cost.predict import layout_of, profile_key
-    from meshlab.cost.profile_file import profile_document
-    from meshlab.cost.profile_points import Point
+    from meshlab.core.profile_file import profile_document
+    from meshlab.core.profile_points import Point
 
     points = tuple(Point(p["op"], tuple(p["shape"]), p["flops"], p["bytes"], p["seconds"], p.get("label", ""))
                    for p in result["points"])

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from meshlab.core.errors import BackendError, InputError, Location
 from meshlab.core.files import is_device
-from meshlab.strategy.closed import first_problem
+from meshlab.core.closed import first_problem
 
 RECORD_SCHEMA_VERSION = 1
 

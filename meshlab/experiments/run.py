@@ -1,7 +1,7 @@
 """`meshlab run`: the whole pipeline with a plan applied, timed, and recorded in experiments/results/.
 
 The parent (this module, no torch) plans the strategy, refuses a plan that does not fit unless forced, starts
-the torch worker (``meshlab.runtime.workers.run_xla``) in a child process with the device environment, and writes
+the torch worker (``meshlab.workers.run_xla``) in a child process with the device environment, and writes
 the outcome: the image (moved into place atomically) and one record appended atomically to
 ``<results>/<strategy>.jsonl``. Every outcome, refused, failed or ok, leaves a record; none leaves a partial file.
 """
@@ -257,7 +257,7 @@ def _tiny_checkpoint() -> Path:
     cache = Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tiny-qwen-image"
     if not (cache / "model_index.json").is_file():
         building = cache.with_name(f"{cache.name}.building-{os.getpid()}")
-        call_worker("meshlab.runtime.workers.run_xla", BuildTinyRequest(build_tiny=str(building)), dict(os.environ),
+        call_worker("meshlab.workers.run_xla", BuildTinyRequest(build_tiny=str(building)), dict(os.environ),
                     timeout_s=600)
         try:
             os.replace(building, cache)  # whole or not at all; a concurrent builder may have won
@@ -282,7 +282,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
         try:
-            result = call_worker("meshlab.runtime.workers.run_xla", request, env, folder=scratch,
+            result = call_worker("meshlab.workers.run_xla", request, env, folder=scratch,
                                  timeout_s=options.timeout_s)
         except InputError as error:
             raise InputError(error.problem, "use a strategy that applies to this checkpoint's model") from None
@@ -296,13 +296,13 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
 
 def _run_torch(path: Path, planned: PlannedStrategy, checkpoint: Path | str, workload: dict, options: RunOptions,
                scratch: Path) -> dict:
-    """The DTensor run (meshlab.runtime.workers.run_dtensor) or the plain-PyTorch one (meshlab.runtime.workers.run_torch)."""
+    """The DTensor run (meshlab.workers.run_dtensor) or the plain-PyTorch one (meshlab.workers.run_torch)."""
     request = TorchRunRequest(
         strategy=str(path), checkpoint=str(checkpoint), workload=workload, layers=options.layers,
         world=planned.plan.mesh.device_count, prompt=options.prompt, negative_prompt=options.negative_prompt,
         seed=options.seed, verify=options.verify, load_dtype=_load_dtype(options, workload), scratch=str(scratch))
     env = torch_environment()
-    module = "meshlab.runtime.workers.run_dtensor" if options.backend == "dtensor" else "meshlab.runtime.workers.run_torch"
+    module = "meshlab.workers.run_dtensor" if options.backend == "dtensor" else "meshlab.workers.run_torch"
     try:
         result = call_worker(module, request, env, folder=scratch, timeout_s=options.timeout_s)
     except InputError as error:

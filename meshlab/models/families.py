@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from meshlab.core.errors import InputError
-from meshlab.core.tokens import token_frames
+from meshlab.plan.tokens import token_frames
 from meshlab.models.card import ModelCard
 
 

@@ -11,7 +11,7 @@ stock loop (same latents, CFG with norm rescale, scheduler step), checked agains
 ``torch_xla.sync()`` per step.
 
 SPMD has to be switched on before the first XLA tensor exists, so sharded runs need a fresh process: from the
-command line, ``meshlab.pipelines.runner_cli``; from meshlab, the run worker (``meshlab.runtime.workers.run_xla``).
+command line, ``meshlab.pipelines.runner_cli``; from meshlab, the run worker (``meshlab.workers.run_xla``).
 """
 
 from __future__ import annotations

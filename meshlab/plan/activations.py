@@ -26,7 +26,7 @@ from meshlab.core.errors import PlanError
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.spec import PartitionSpec
 from meshlab.strategy.schema import ActivationRule, Strategy
-from meshlab.core.tokens import token_counts
+from meshlab.plan.tokens import token_counts
 
 #: The forward argument of a block that carries each stream's hidden states (Qwen-Image's and Flux's blocks).
 STREAM_ARGUMENTS = {"image": "hidden_states", "text": "encoder_hidden_states"}

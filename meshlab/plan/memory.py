@@ -18,7 +18,7 @@ from meshlab.models.card import DTYPE_BYTES, Architecture, Component
 from meshlab.plan.axes import activation_axes, compute_split, ring_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
-from meshlab.core.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
+from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
@@ -235,7 +235,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
 @dataclass(frozen=True)
 class _Shape:
     tokens: TokenCounts  # per sample, whole
-    local: TokenCounts  # per sample on one chip (see meshlab.core.tokens.local_token_counts)
+    local: TokenCounts  # per sample on one chip (see meshlab.plan.tokens.local_token_counts)
     gathered: frozenset[str]  # axes that split activations: weights split over them are gathered (FSDP)
     flash: bool
     ring: str = "gather"  # Activations.ring (from sequence_parallel)

@@ -56,7 +56,7 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
     asserts an even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
     Ulysses) that divide the tokens, the nearest height the present degree divides, or the text length."""
     from meshlab.plan.axes import ring_axes
-    from meshlab.core.tokens import joins_text, token_counts
+    from meshlab.plan.tokens import joins_text, token_counts
 
     activations = strategy.activations
     if activations.ring == "gather" or math.prod(mesh.size(a) for a in ring_axes(activations)) == 1:

@@ -26,31 +26,31 @@ class CheckJob(Request):
 
 
 class CheckRequest(Request):
-    """`meshlab check` on XLA's CPU partitioner (``meshlab.runtime.workers.check_xla``): the jobs share one device count."""
+    """`meshlab check` on XLA's CPU partitioner (``meshlab.workers.check_xla``): the jobs share one device count."""
 
     jobs: list[CheckJob]
     dump_dir: str
 
 
 class DTensorCheckRequest(Request):
-    """`meshlab check --backend dtensor` (``meshlab.runtime.workers.check_dtensor``) on `world` gloo ranks."""
+    """`meshlab check --backend dtensor` (``meshlab.workers.check_dtensor``) on `world` gloo ranks."""
 
     jobs: list[CheckJob]
     world: int = Field(ge=1)
 
 
 class TpuCheckRequest(Request):
-    """`meshlab check --backend tpu` (``meshlab.runtime.workers.check_tpu``): one strategy, compiled by each front end."""
+    """`meshlab check --backend tpu` (``meshlab.workers.check_tpu``): one strategy, compiled by each front end."""
 
     strategy: str
     options: dict[str, Any]
     front_ends: list[Literal["torch-xla", "torchax"]] = Field(min_length=1)
-    topology: dict[str, Any]  # meshlab.runtime.workers.libtpu.Topology's fields
+    topology: dict[str, Any]  # meshlab.workers.libtpu.Topology's fields
     scratch: str
 
 
 class ProfileRequest(Request):
-    """`meshlab profile` (``meshlab.runtime.workers.measure``): the shapes the plan gives each chip, to time."""
+    """`meshlab profile` (``meshlab.workers.measure``): the shapes the plan gives each chip, to time."""
 
     strategy: str
     backend: Literal["xla", "torch"]
@@ -102,7 +102,7 @@ class PipelineRequest(Request):
 
 
 class XlaRunRequest(PipelineRequest):
-    """`meshlab run --backend xla` (``meshlab.runtime.workers.run_xla``)."""
+    """`meshlab run --backend xla` (``meshlab.workers.run_xla``)."""
 
     joint_guidance: bool = False
     scan: bool = False
@@ -110,12 +110,12 @@ class XlaRunRequest(PipelineRequest):
 
 
 class TorchRunRequest(PipelineRequest):
-    """`meshlab run --backend dtensor|torch` (``meshlab.runtime.workers.run_dtensor``, ``meshlab.runtime.workers.run_torch``)."""
+    """`meshlab run --backend dtensor|torch` (``meshlab.workers.run_dtensor``, ``meshlab.workers.run_torch``)."""
 
     world: int = Field(ge=1)
 
 
 class BuildTinyRequest(Request):
-    """Build the tiny offline Qwen-Image pipeline into a folder (``meshlab.runtime.workers.run_xla``)."""
+    """Build the tiny offline Qwen-Image pipeline into a folder (``meshlab.workers.run_xla``)."""
 
     build_tiny: str

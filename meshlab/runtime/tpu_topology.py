@@ -1,6 +1,6 @@
 """A TPU system as libtpu names it, and what the process that compiles for it needs (no jax here: the parent of
 ``meshlab check --backend tpu`` asks these before it starts the worker that loads libtpu,
-meshlab.runtime.workers.libtpu)."""
+meshlab.workers.libtpu)."""
 
 from __future__ import annotations
 

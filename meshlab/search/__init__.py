@@ -1,1 +1,1 @@
-"""Comparing and searching plans: compare, sweep, and try's quick question (pure, no torch)."""
+"""Comparing and searching plans: compare, sweep, try's document and its quick question (pure, no torch)."""

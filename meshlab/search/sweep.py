@@ -352,7 +352,7 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
     host = terms.overhead_s + terms.transfer_s + (terms.text_encode_s if on_host else 0.0)
     rows = [
         ("compute" if compute_bound else "HBM bandwidth", p.step.local * steps_per_image,
-         f"more chips splitting the work, or a faster chip" if compute_bound else
+         "more chips splitting the work, or a faster chip" if compute_bound else
          "more images per call (the weights are read once per call), or chips with faster HBM"),
         ("host launches", p.step.launch_wait * steps_per_image,
          "torch.compile (fewer, fused kernels) or CUDA graphs, or more work per call (larger images, fewer chips)"),

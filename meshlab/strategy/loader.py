@@ -8,7 +8,7 @@ from pathlib import Path
 from meshlab.core.errors import InputError, MeshlabError
 from pydantic import ValidationError
 
-from meshlab.strategy.closed import Closed, first_problem
+from meshlab.core.closed import Closed, first_problem
 from meshlab.strategy.schema import Strategy
 from meshlab.strategy.yaml_source import YamlDocument, read_yaml
 

@@ -1,4 +1,4 @@
-"""The strategy file's schema: closed, immutable pydantic models (``meshlab.strategy.closed``), every field described.
+"""The strategy file's schema: closed, immutable pydantic models (``meshlab.core.closed``), every field described.
 
 Loading stays pure: these models only validate values; resolving names (model card, hardware) and
 planning happen later, in ``meshlab.plan``.
@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
-from meshlab.strategy.closed import Closed, Int
+from meshlab.core.closed import Closed, Int
 
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -121,7 +121,7 @@ def test_no_rank_is_left_running_when_the_worker_dies():
     for line in check.stderr:
         if "starting 8 gloo processes" in line:
             break
-    worker = next(pid for pid in _descendants(check.pid) if "meshlab.runtime.workers.check_dtensor" in _cmdline(pid))
+    worker = next(pid for pid in _descendants(check.pid) if "meshlab.workers.check_dtensor" in _cmdline(pid))
     deadline = time.time() + 300  # the ranks import torch, arm their death signal, then join the gloo group
     while not ((started := _ranks(worker)) and len(started) == 8 and all(map(_joined, started))):
         assert time.time() < deadline, "the ranks did not start"

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from meshlab.runtime import tpu_topology
-from meshlab.runtime.workers import libtpu
+from meshlab.workers import libtpu
 from meshlab.core.errors import InputError
 from meshlab.core.hardware import load_hardware
 from tests.conftest import REPO

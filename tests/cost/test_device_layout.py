@@ -46,8 +46,8 @@ def test_the_port_lays_every_mesh_out_as_torch_xla_does(topology):
 _LIBTPU_CHECK = """
 import json, math, os, sys
 from meshlab.runtime import tpu_topology
-from meshlab.runtime.workers import libtpu
-from meshlab.runtime.workers.check_tpu import hybrid_mesh_ordinals
+from meshlab.workers import libtpu
+from meshlab.workers.check_tpu import hybrid_mesh_ordinals
 from meshlab.cost.device_layout import mesh_coordinates
 from meshlab.core.hardware import catalog
 from tests.cost.test_device_layout import mesh_shapes

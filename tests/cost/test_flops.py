@@ -3,7 +3,7 @@
 import pytest
 
 from meshlab.models.card import load_card
-from meshlab.core.tokens import TokenCounts
+from meshlab.plan.tokens import TokenCounts
 
 from tests.conftest import small_card
 from tests.cost.helpers import PAIRS, forward_flops, predicted

@@ -52,7 +52,7 @@ def test_the_denoise_term_is_the_steps_less_their_host_overhead_shared_by_the_im
 def test_text_encode_is_the_encoders_flops_at_the_hosts_or_the_chips_rate():
     planned, host = predicted(text_encoder="cpu")
     _, device = predicted(text_encoder="device")
-    w, hw = planned.strategy.workload, planned.hardware
+    w = planned.strategy.workload
     (encoder,) = [c for c in planned.card.components if c.name.startswith("text_encoder")]
     # Qwen-Image's pipeline encodes its 34-token template before each prompt, and Qwen2.5-VL's forward its LM head
     assert encoder.prefix_tokens == 34 and encoder.head_flops_per_token == 2 * 3584 * 152064

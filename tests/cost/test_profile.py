@@ -12,8 +12,8 @@ import yaml
 
 from meshlab.cost.predict import predict, profile_key
 from meshlab.cost.profile import by_ops
-from meshlab.cost.profile_file import load_profile, profile_document
-from meshlab.cost.profile_points import Curve, Point, fit, interpolate
+from meshlab.core.profile_file import load_profile, profile_document
+from meshlab.core.profile_points import Curve, Point, fit, interpolate
 from meshlab.core.errors import InputError
 from meshlab.core.hardware import load_hardware
 from meshlab.plan.planned import at_depth, plan_file, with_workload
@@ -111,7 +111,7 @@ def test_another_plan_is_priced_op_by_op_and_names_what_was_assumed(keyed, tmp_p
 
 def test_ops_composition_sums_measured_points_and_the_fallback():
     from meshlab.cost.flops import Work
-    from meshlab.cost.profile_points import Profile
+    from meshlab.core.profile_points import Profile
 
     profile = Profile("p.json", {"platform": "cpu", "devices": 1}, {}, {},
                       (Point("linear", (4, 8, 8), 512.0, 0, 0.5),))
@@ -290,7 +290,7 @@ def test_compare_and_explain_warn_when_a_figure_is_far_beyond_the_measured_sizes
 
 def test_two_block_lists_share_the_slope_as_their_blocks_alone_compare():
     from meshlab.cost.profile import by_blocks
-    from meshlab.cost.profile_points import Profile
+    from meshlab.core.profile_points import Profile
 
     points = (Point("outer", (256, 8, 1), 0, 0, 1.0), Point("stack", (256, 8, 1, 3), 0, 0, 3.0),
               Point("block", (256, 8, 1), 0, 0, 0.2, "double"), Point("block", (256, 8, 1), 0, 0, 0.6, "single"))

@@ -134,8 +134,8 @@ def test_the_summary_shows_every_call_point(tmp_path):
     from rich.console import Console
 
     from meshlab.cli.render_run import render_profile
-    from meshlab.cost.profile_file import profile_document
-    from meshlab.cost.profile_points import Point
+    from meshlab.core.profile_file import profile_document
+    from meshlab.core.profile_points import Point
 
     points = (Point("linear", (8, 16, 16), 4096.0, 1.0, 0.001), Point("outer", (256, 8, 2), 0, 0, 2.0),
               Point("block", (256, 8, 2), 0, 0, 2.5, "transformer_blocks"), Point("stack", (256, 8, 2, 3), 0, 0, 7.0))

@@ -14,7 +14,7 @@ from meshlab.cli.app import app
 from meshlab.cost.flops import attention_flops, linear_flops
 from meshlab.core.errors import PlanError
 from meshlab.strategy.schema import Workload
-from meshlab.core.tokens import TokenCounts, token_counts
+from meshlab.plan.tokens import TokenCounts, token_counts
 
 from tests.conftest import REPO
 from tests.cost.helpers import forward_flops

@@ -1,6 +1,6 @@
 """A run's per-device memory: the largest "Total bytes used" over the memory-usage reports XLA dumped."""
 
-from meshlab.runtime.workers.run_xla import xla_memory
+from meshlab.workers.run_xla import xla_memory
 
 
 def test_the_largest_program_s_total_is_the_peak(tmp_path):

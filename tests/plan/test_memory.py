@@ -3,7 +3,7 @@
 from meshlab.plan.memory import block_activation_bytes, memory_report
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
-from meshlab.core.tokens import token_counts
+from meshlab.plan.tokens import token_counts
 
 from tests.conftest import small_card
 

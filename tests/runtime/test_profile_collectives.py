@@ -1,6 +1,6 @@
 """The collectives `meshlab profile` times are the ones XLA's partitioner emits (8 virtual CPU devices).
 
-Each kind is made by resharding an elementwise op's output (meshlab.runtime.workers.measure._collective); this
+Each kind is made by resharding an elementwise op's output (meshlab.workers.measure._collective); this
 reads the per-device program XLA compiled for it and checks that it holds exactly that collective, over the
 intended mesh axis, on the per-chip buffer meshlab's `Collective.bytes` names. Two things XLA's CPU compiler does
 that a TPU's does not: it moves bf16 collectives as f32 (so the elements are counted, not the bytes), and it
@@ -29,7 +29,7 @@ SCRIPT = r"""
 import glob, json, os, sys
 import torch
 from meshlab.check.hlo import parse_collectives
-from meshlab.runtime.workers.measure import Device, _collective
+from meshlab.workers.measure import Device, _collective
 
 dump = sys.argv[1]
 mesh = {"data": 2, "model": 4}

@@ -47,7 +47,7 @@ def test_a_bool_is_not_a_count_anywhere():
 
 
 def test_a_union_names_every_alternative():
-    from meshlab.strategy.closed import first_problem
+    from meshlab.core.closed import first_problem
 
     data = MINIMAL | {"hardware": ["v6e-8"]}
     with pytest.raises(ValidationError) as info:

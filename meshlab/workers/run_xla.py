@@ -1,4 +1,4 @@
-"""The torch half of `meshlab run`, in its own process: ``python -m meshlab.runtime.workers.run_xla REQUEST``.
+"""The torch half of `meshlab run`, in its own process: ``python -m meshlab.workers.run_xla REQUEST``.
 
 The parent (``meshlab.experiments.run``) sets the device environment before torch_xla starts. The request names the
 strategy, the local checkpoint, the workload and a scratch folder (or ``{"build_tiny": DIR}``); the payload, in

@@ -1,7 +1,7 @@
 """A measured profile's values: its points (an op class at a shape, with FLOPs, bytes and seconds), the curve fitted
 to each op class (seconds = latency + size / rate, least squares), and the profile with its lookups (measured,
 interpolated or fitted, with how far each figure extrapolates). Pure. The file format is
-``meshlab.cost.profile_file``; pricing a plan's call from a profile is ``meshlab.cost.profile``.
+``meshlab.core.profile_file``; pricing a plan's call from a profile is ``meshlab.cost.profile``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The torch half of `meshlab check`, run in its own process: ``python -m meshlab.runtime.workers.check_xla REQUEST RESULT``.
+"""The torch half of `meshlab check`, run in its own process: ``python -m meshlab.workers.check_xla REQUEST RESULT``.
 
 The CLI sets the environment before torch_xla starts (``PJRT_DEVICE``, ``CPU_NUM_DEVICES``, ``XLA_FLAGS`` with
 the dump folder, ``XLA_HLO_DEBUG=1`` for op metadata). The request is JSON: ``{"jobs": [{"strategy", "options"},

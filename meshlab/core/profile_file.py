@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from meshlab.core.errors import BackendError, InputError
 from meshlab.core.files import is_device
-from meshlab.cost.profile_points import OPS, Point, Profile, fit_all
-from meshlab.strategy.closed import first_problem
+from meshlab.core.profile_points import OPS, Point, Profile, fit_all
+from meshlab.core.closed import first_problem
 
 FORMAT = 1
 FIX = "measure it again with `meshlab profile STRATEGY -o FILE.json`"

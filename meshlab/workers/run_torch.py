@@ -1,4 +1,4 @@
-"""The torch half of `meshlab run --backend torch`: ``python -m meshlab.runtime.workers.run_torch REQUEST RESULT``.
+"""The torch half of `meshlab run --backend torch`: ``python -m meshlab.workers.run_torch REQUEST RESULT``.
 
 Plain PyTorch on one device, eager with SDPA: a CUDA GPU when there is one, else the CPU. No torch_xla (torch_xla's
 CUDA build is not on PyPI, and GPU hosts often carry a newer torch than meshlab pins): it imports only torch,
@@ -20,7 +20,7 @@ def handle(request: TorchRunRequest) -> dict:
     import numpy as np
     import torch
 
-    from meshlab.runtime.workers.run_xla import plan_for
+    from meshlab.workers.run_xla import plan_for
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"

@@ -1,6 +1,6 @@
-"""The torch half of `meshlab run --backend dtensor`: ``python -m meshlab.runtime.workers.run_dtensor REQUEST RESULT``.
+"""The torch half of `meshlab run --backend dtensor`: ``python -m meshlab.workers.run_dtensor REQUEST RESULT``.
 
-No torch_xla. On one host it starts one gloo process per device (meshlab.runtime.workers.ranks); under ``torchrun``
+No torch_xla. On one host it starts one gloo process per device (meshlab.workers.ranks); under ``torchrun``
 (``RANK`` and ``WORLD_SIZE`` set) it is one of the ranks torchrun started, with nccl on CUDA. Every rank loads
 the same pipeline, applies the plan to its transformer with ``meshlab.apply(..., backend="dtensor")`` and runs
 the stock ``QwenImagePipeline.__call__`` unchanged: the transformer's forward takes plain tensors, splits them
@@ -20,7 +20,7 @@ from meshlab.pipelines import stock
 
 
 def handle(request: TorchRunRequest) -> dict:
-    from meshlab.runtime.workers.ranks import joined, spawn, under_torchrun
+    from meshlab.workers.ranks import joined, spawn, under_torchrun
 
     reference = None
     if request.verify:
@@ -57,7 +57,7 @@ def _run_rank(request: TorchRunRequest, _folder: Path) -> dict:
 
     from meshlab.api import apply
     from meshlab.parallelisms import dtensor
-    from meshlab.runtime.workers.run_xla import plan_for
+    from meshlab.workers.run_xla import plan_for
 
     rank, world = dist.get_rank(), dist.get_world_size()
     pipe = stock.load_checkpoint(request)

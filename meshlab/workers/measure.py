@@ -1,4 +1,4 @@
-"""The torch half of `meshlab profile`: ``python -m meshlab.runtime.workers.measure REQUEST RESULT``.
+"""The torch half of `meshlab profile`: ``python -m meshlab.workers.measure REQUEST RESULT``.
 
 Times, on the local device, what the parent (meshlab.experiments.profiling) asks for, each op compiled and warmed first and
 then the median of a few runs, the clock stopped only once the device is done (``xla.sync``: torch_xla's sync

@@ -1,6 +1,6 @@
-"""The torch half of `meshlab check --backend tpu`: ``python -m meshlab.runtime.workers.check_tpu REQUEST RESULT``.
+"""The torch half of `meshlab check --backend tpu`: ``python -m meshlab.workers.check_tpu REQUEST RESULT``.
 
-Compiles the strategy's transformer for its TPU system with XLA:TPU ahead of time (meshlab.runtime.workers.libtpu), at
+Compiles the strategy's transformer for its TPU system with XLA:TPU ahead of time (meshlab.workers.libtpu), at
 the depth and size the parent asks (by default the whole model at the workload's real size), through one or both
 front ends, and returns what XLA:TPU made of each. No weight is allocated:
 
@@ -37,7 +37,7 @@ FRONT_ENDS = ("torch-xla", "torchax")
 
 
 def handle(request: TpuCheckRequest) -> dict:
-    from meshlab.runtime.workers import libtpu
+    from meshlab.workers import libtpu
 
     topology = Topology(**request.topology)
     if "torch-xla" in request.front_ends:
@@ -60,7 +60,7 @@ def handle(request: TpuCheckRequest) -> dict:
 
 
 def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
-    from meshlab.runtime.workers import libtpu
+    from meshlab.workers import libtpu
 
     mesh, dcn = setup.plan.mesh, setup.strategy.dcn
     if front == "torch-xla":  # torch_xla's ordinals: the topology's devices in id order, laid out as HybridMesh does
@@ -162,7 +162,7 @@ def hybrid_mesh_ordinals(devices: list, shape: tuple[int, ...], names: tuple[str
     import numpy as np
     from torch_xla.distributed.spmd.xla_sharding import _create_device_mesh_for_nd_torus
 
-    from meshlab.runtime.workers.libtpu import ici_and_dcn
+    from meshlab.workers.libtpu import ici_and_dcn
 
     ici, across = ici_and_dcn(shape, names, dcn)
     slices: dict[int, list[int]] = {}
@@ -276,7 +276,7 @@ def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
     from jax.sharding import Mesh, NamedSharding
 
     from meshlab.parallelisms import activation_hooks
-    from meshlab.runtime.workers import libtpu
+    from meshlab.workers import libtpu
     from meshlab.plan.inputs import input_spec
 
     plan, strategy = setup.plan, setup.strategy

@@ -2,7 +2,7 @@
 
 import pytest
 
-from meshlab.cost.calibrate import calibrate as calibrate_records
+from meshlab.experiments.calibrate import calibrate as calibrate_records
 from meshlab.core.errors import InputError
 from meshlab.experiments.records import RunRecord
 from meshlab.core.hardware import load_hardware
@@ -107,7 +107,7 @@ def test_a_profile_calibrates_only_the_runs_predicted_from_its_own_measurement(t
     import json
     import shutil
 
-    from meshlab.cost.calibrate import entry
+    from meshlab.experiments.calibrate import entry
     from tests.conftest import REPO
 
     path = tmp_path / "cpu-1.json"

@@ -5,7 +5,7 @@ TPU system (``jax.experimental.topologies.get_topology_desc``: its devices, with
 and a compile-only client), and XLA:TPU compiles a partitioned program for it on the host CPU. Nothing runs; the
 compiled executable reports its per-chip memory (``memory_analysis``), its cost analysis and its optimized HLO.
 
-Two programs reach it (meshlab.runtime.workers.check_tpu): torch_xla's pre-partitioning HLO, whose GSPMD shardings
+Two programs reach it (meshlab.workers.check_tpu): torch_xla's pre-partitioning HLO, whose GSPMD shardings
 name logical devices 0..n-1 (torch_xla's global ordinals: the devices sorted by id), and a jax function traced by
 torchax over the topology's devices. The HLO route needs jaxlib's HLO-to-StableHLO converter and the client's
 ``compile``, both private (jax 0.10.2): they are wrapped here, in one place, and nowhere else. Written by hand

@@ -1,7 +1,7 @@
-"""The torch half of `meshlab check --backend dtensor`: ``python -m meshlab.runtime.workers.check_dtensor REQUEST RESULT``.
+"""The torch half of `meshlab check --backend dtensor`: ``python -m meshlab.workers.check_dtensor REQUEST RESULT``.
 
 It runs the float32 reference forward on the unsharded model, then starts one gloo process per device
-(meshlab.runtime.workers.ranks). Every rank builds the same random weights, applies the plan with
+(meshlab.workers.ranks). Every rank builds the same random weights, applies the plan with
 ``meshlab.apply(..., backend="dtensor")``, reads back its local shards, and runs the sharded forward under
 ``CommDebugMode``, which counts the collectives DTensor issues.
 """
@@ -27,7 +27,7 @@ KINDS = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "re
 def handle(request: DTensorCheckRequest) -> dict:
     import torch
 
-    from meshlab.runtime.workers.ranks import spawn
+    from meshlab.workers.ranks import spawn
 
     jobs, world = request.jobs, request.world
     with tempfile.TemporaryDirectory(prefix="meshlab-references-") as scratch:
