@@ -42,7 +42,8 @@ def strategy_text(devices: int, profile: Path, steps: int) -> str:
 
 def validate(devices: int, profile: Path | None, steps: int, folder: Path, progress=print) -> dict:
     from meshlab.experiments.profiling import ProfileOptions, profile_strategy
-    from meshlab.experiments.run import RunOptions, run_strategy
+    from meshlab.experiments.options import RunOptions
+    from meshlab.experiments.run import run_strategy
 
     strategy = folder / f"cpu-validation-{devices}.yaml"
     measured_profile = profile is None

@@ -113,7 +113,7 @@ def sweep(
         raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
                          "give --text-encoder auto, host or device")
     card, systems = _card_and_systems(model, names, devices)
-    from meshlab.models.defaults import default_workload
+    from meshlab.plan.planned import default_workload
 
     workload, basis = default_workload(card.name, height=height, width=width, frames=frames, steps=steps,
                                        text_tokens=text_tokens, cfg=cfg)

@@ -84,7 +84,8 @@ def run(
     or refused, 3 failed on the device (oom, error)."""
     from meshlab.cli.render_run import render_outcome
     from meshlab.experiments.definition import is_experiment
-    from meshlab.experiments.run import RunOptions, run_strategy
+    from meshlab.experiments.options import RunOptions
+    from meshlab.experiments.run import run_strategy
 
     options = RunOptions(checkpoint=checkpoint or "tiny", prompt=prompt, negative_prompt=negative_prompt,
                          steps=steps, height=height, width=width, cfg_scale=cfg_scale, seed=seed, out_dir=out,

@@ -90,7 +90,7 @@ def entry(hardware: str):
     """A catalog entry by name, or the entry a profile file stands for (its runs' predictions name it so): with a
     profile, a slowdown near 1 says the profile and the recorded runs agree on this device."""
     if hardware.endswith(".json"):
-        from meshlab.cost.profile import profile_hardware
+        from meshlab.core.profile_hardware import profile_hardware
 
         return profile_hardware(hardware, None)
     return load_hardware(hardware)

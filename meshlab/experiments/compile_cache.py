@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from meshlab.core.errors import InputError
 from meshlab.core.files import file_stem
+from meshlab.experiments.options import RunOptions
 
 if TYPE_CHECKING:
-    from meshlab.experiments.run import RunOptions
     from meshlab.plan.planned import PlannedStrategy
 
 CACHE_MANIFEST = "meshlab-cache.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from pydantic import Field, ValidationError
 
@@ -12,9 +12,7 @@ from meshlab.core.errors import InputError
 from meshlab.core.closed import Closed, Int
 from meshlab.strategy.loader import validation_error
 from meshlab.strategy.yaml_source import read_yaml
-
-if TYPE_CHECKING:
-    from meshlab.experiments.run import RunOptions
+from meshlab.experiments.options import RunOptions
 
 
 class WorkloadOverride(Closed):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import platform
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from meshlab.core.errors import InputError, MeshlabError
 from meshlab.experiments.compile_cache import package_version
@@ -15,9 +14,7 @@ from meshlab.experiments.records import strategy_identity
 from meshlab.plan.planned import PlannedStrategy
 from meshlab.runtime.devices import accelerator_platform
 from meshlab.runtime.protocol import WorkerFailed
-
-if TYPE_CHECKING:
-    from meshlab.experiments.run import RunOptions
+from meshlab.experiments.options import RunOptions
 
 PACKAGES = ("meshlab", "torch", "torch_xla", "diffusers", "transformers")
 

@@ -25,38 +25,10 @@ from meshlab.experiments.records import RunRecord, append_record, run_record
 from meshlab.core.files import file_stem, output_folder
 from meshlab.experiments.compile_cache import cache_for
 from meshlab.experiments.definition import given
+from meshlab.experiments.options import RUN_BACKENDS, RunOptions
 from meshlab.experiments.recording import base_record, failure, prediction, success
 from meshlab.plan.planned import (PlannedStrategy, at_depth, plan_file, refuse_placement, refuse_ring, with_elementwise,
                               with_workload)
-
-RUN_BACKENDS = ("xla", "dtensor", "torch")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    checkpoint: str  # a local pipeline folder, or "tiny" to build the tiny offline pipeline
-    prompt: str = "a red cube on a blue table"
-    negative_prompt: str | None = "blurry, low quality"
-    steps: int | None = None  # None: the strategy's workload
-    height: int | None = None
-    width: int | None = None
-    cfg_scale: float = 4.0
-    seed: int = 0
-    out_dir: Path = Path("out")
-    results_dir: Path = Path("experiments/results")
-    cache_dir: Path | None = None  # persistent XLA compile cache; None: none
-    force: bool = False  # run a plan that does not fit
-    verify: bool = False  # also run the stock pipeline on the CPU and record the largest pixel difference
-    experiment: str | None = None
-    timeout_s: float = 3600.0
-    scan: bool | None = None  # block lists through torch_xla's scan; None: the strategy's compile.scan_blocks
-    #: "xla": PyTorch/XLA SPMD; "dtensor": torch.distributed DTensor, one process per device; "torch": plain
-    #: PyTorch on one device (eager, SDPA); "auto": torch (one device) or dtensor on a CUDA host, else xla
-    backend: str = "auto"
-    layers: int | None = None  # with checkpoint "random": blocks per list (and text-encoder layers) to build
-    batch: int | None = None  # None: the strategy's workload (an experiment's workloads may set these two)
-    cfg: bool | None = None
-
 
 @dataclass(frozen=True)
 class RunOutcome:

@@ -47,19 +47,3 @@ def _table() -> dict[str, PipelineDefaults]:
 def pipeline_defaults(model: str) -> PipelineDefaults | None:
     """The defaults of a built-in card by name; None for a card file or a model the table does not know."""
     return _table().get(model)
-
-
-def default_workload(model: str, **given) -> tuple:
-    """The workload `model` (a card's name) is run at by default, its pipeline's, with what the command line gave
-    (not None) in place of it, and a line saying what it rests on. Pure."""
-    from meshlab.plan.planned import workload_with
-    from meshlab.strategy.schema import Workload
-
-    defaults = pipeline_defaults(model)
-    base = Workload(**defaults.workload_fields()) if defaults else Workload()
-    changed = {k: v for k, v in given.items() if v is not None}
-    workload = workload_with(base, **changed)
-    basis = defaults.describe() if defaults else f"meshlab's generic workload (no pipeline defaults for {model!r})"
-    if changed:
-        basis += "; from the command line: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items())
-    return workload, basis

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from meshlab.core.errors import InputError
-from meshlab.plan.tokens import token_frames
-from meshlab.models.card import ModelCard
+from meshlab.models.card import ModelCard, token_frames
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def _hardware(loaded: LoadedStrategy) -> Hardware:
     name = strategy.hardware_name
     if not name.endswith(".json"):
         return load_hardware(name, strategy.hardware_overrides)
-    from meshlab.cost.profile import profile_hardware
+    from meshlab.core.profile_hardware import profile_hardware
 
     devices = math.prod(strategy.mesh.values()) if -1 not in strategy.mesh.values() else None
     return profile_hardware(loaded.path.parent / name, devices, strategy.hardware_overrides)
@@ -122,6 +122,21 @@ def workload_with(workload: Workload, **updates) -> Workload:
         what = Workload.field_description(str(problem["loc"][0])) if problem["loc"] else ""
         raise InputError(f"{flag}: {problem['msg']}", f"{flag} is {what}" if what else "see `meshlab schema`",
                          Location("command line")) from None  # placed, so no strategy line claims it
+
+
+def default_workload(model: str, **given) -> tuple:
+    """The workload `model` (a card's name) is run at by default, its pipeline's, with what the command line gave
+    (not None) in place of it, and a line saying what it rests on. Pure."""
+    from meshlab.models.defaults import pipeline_defaults
+
+    defaults = pipeline_defaults(model)
+    base = Workload(**defaults.workload_fields()) if defaults else Workload()
+    changed = {k: v for k, v in given.items() if v is not None}
+    workload = workload_with(base, **changed)
+    basis = defaults.describe() if defaults else f"meshlab's generic workload (no pipeline defaults for {model!r})"
+    if changed:
+        basis += "; from the command line: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items())
+    return workload, basis
 
 
 def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:

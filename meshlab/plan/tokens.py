@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.models.card import Architecture, ModelCard
+from meshlab.models.card import Architecture, ModelCard, token_frames
 from meshlab.core.errors import PlanError
 from meshlab.strategy.schema import Workload
 
@@ -21,30 +21,6 @@ class TokenCounts:
     def of_stream(self, stream: str) -> int:
         """Tokens a Linear of `stream` sees per sample (conditioning Linears act once per sample)."""
         return {"image": self.image, "text": self.text, "joint": self.joint, "conditioning": 1}.get(stream, 0)
-
-
-def token_frames(frames: int, arch: Architecture) -> int:
-    """Token frames of a sample of `frames` pixel frames: the VAE keeps the first frame and compresses the rest
-    `temporal_scale_factor` to one (Wan: 81 frames -> 21 latent frames), then the patch groups latent frames.
-    Frames on an image model, or a count that does not compress or patch evenly, is a PlanError."""
-    if not arch.is_video:
-        if frames != 1:
-            raise PlanError(f"workload.frames is {frames}, but this is an image model (its VAE compresses no frames)",
-                            "drop workload.frames, or use a video model card such as wan-2.1-t2v-14b",
-                            field=("workload", "frames"))
-        return 1
-    t = arch.temporal_scale_factor
-    if (frames - 1) % t:
-        fix = (frames - 1) // t * t + 1
-        raise PlanError(f"workload.frames {frames} is not 1 + a multiple of {t} (the VAE compresses {t} frames to one "
-                        "after the first)", f"use {fix} or {fix + t}", field=("workload", "frames"))
-    latent = arch.latent_frames(frames)
-    if latent % arch.temporal_patch:
-        raise PlanError(f"workload.frames {frames} gives {latent} latent frames, not a multiple of the temporal "
-                        f"patch {arch.temporal_patch}",
-                        f"pick frames whose latent count divides by {arch.temporal_patch}",
-                        field=("workload", "frames"))
-    return latent // arch.temporal_patch
 
 
 def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:

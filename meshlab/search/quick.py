@@ -104,7 +104,7 @@ def plan_quick(model: str | None, hardware: str | None, mesh: str | None, rules:
     the device where the plan still fits with it on a GPU (as diffusers places it), on the host on a TPU (as
     meshlab run's PyTorch/XLA pipeline and the seed's port run it) or where --text-encoder says."""
     from meshlab.models.card import load_card
-    from meshlab.models.defaults import default_workload
+    from meshlab.plan.planned import default_workload
     from meshlab.core.errors import MeshlabError
     from meshlab.core.hardware import load_hardware
     from meshlab.plan.planned import plan_strategy

@@ -13,7 +13,8 @@ import pytest
 from meshlab.core.errors import InputError
 from meshlab.experiments.compile_cache import cache_for
 from meshlab.experiments.definition import experiment_runs
-from meshlab.experiments.run import RunOptions, run_strategy
+from meshlab.experiments.options import RunOptions
+from meshlab.experiments.run import run_strategy
 from meshlab.plan.planned import plan_file
 
 from tests.conftest import REPO
