@@ -5,6 +5,9 @@
 - No module outside them reaches the heavy stack when it is imported: the imports that run at import time (a
   module's top-level statements, not those inside functions) are followed through meshlab's own modules, and a
   chain that ends in a heavy package fails the test, naming every link.
+- Imports between meshlab's folders run one way, down ``LAYERS``: a module imports only from its own folder and the
+  folders on lower layers (any import, at the top, inside a function or under ``TYPE_CHECKING``). Folders on one
+  layer do not import each other.
 
 Read from the source with ``ast``: nothing is imported to check it.
 """
@@ -24,6 +27,20 @@ HEAVY = {"torch", "torch_xla", "diffusers", "transformers", "accelerate", "jax",
 #: API, which imports torch_xla only when it is called. Every other folder is torch-free.
 MAY_IMPORT_HEAVY = ("meshlab/models/importer/", "meshlab/parallelisms/", "meshlab/workers/",
                     "meshlab/pipelines/", "meshlab/api.py")
+
+#: meshlab's folders from the ground up. The workers a parent starts sit above the stages they run; the CLI above
+#: everything it renders (it starts the workers by module name, so it imports none of them).
+LAYERS = (
+    ("core",),  # errors, files, specs, meshes, the hardware catalog and profiles
+    ("strategy", "models", "runtime"),  # the strategy file, model cards, the worker protocol
+    ("plan",),
+    ("cost", "export", "parallelisms"),
+    ("search", "pipelines", "check", "experiments"),
+    ("api",),
+    ("workers",),
+    ("cli",),
+    ("__main__",),
+)
 
 
 def module_name(path: Path) -> str:
@@ -126,3 +143,46 @@ def test_the_contract_can_fail(tmp_path):
                all_imports(MODULES["meshlab.parallelisms.xla"]))
     # the rewrites module imports torch at its top: a chain of one link
     assert heavy_chain("meshlab.parallelisms.rewrites")[0].startswith("meshlab.parallelisms.rewrites:")
+
+
+def layer_of(module: str) -> tuple[str, int] | None:
+    """The folder (or root module) of a meshlab module, and its layer; None for the package itself."""
+    parts = module.split(".")
+    if parts[0] != "meshlab" or len(parts) < 2:
+        return None
+    folder = parts[1]
+    ranks = [i for i, layer in enumerate(LAYERS) if folder in layer]
+    assert ranks, f"{module}: its folder {folder!r} is on no layer of LAYERS; put it on one"
+    return folder, ranks[0]
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    """Every import of `modules` that goes to another folder on the same or a higher layer, as file:line sentences."""
+    found = []
+    for module, path in modules.items():
+        here, where = layer_of(module), path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        for name, line in all_imports(path, module):
+            there = layer_of(name) if name.startswith("meshlab.") else None
+            if here and there and there[0] != here[0] and there[1] >= here[1]:
+                found.append(f"{where}:{line} ({here[0]}, layer {here[1]}) imports {name} "
+                             f"({there[0]}, layer {there[1]})")
+    return found
+
+
+def test_imports_run_down_the_layers():
+    assert not upward_imports(MODULES), "\n".join(upward_imports(MODULES))
+
+
+def test_every_folder_is_on_a_layer_and_the_layer_check_can_fail(tmp_path):
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    folders |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert folders == {folder for layer in LAYERS for folder in layer}
+    source = tmp_path / "m.py"
+    source.write_text("from meshlab.core.errors import InputError\ndef f():\n    from meshlab.cli import app\n"
+                      "from meshlab.export import snippets\n")
+    assert sorted(upward_imports({"meshlab.cost.m": source})) == [
+        f"{source}:3 (cost, layer 3) imports meshlab.cli (cli, layer 7)",
+        f"{source}:3 (cost, layer 3) imports meshlab.cli.app (cli, layer 7)",
+        f"{source}:4 (cost, layer 3) imports meshlab.export (export, layer 3)",
+        f"{source}:4 (cost, layer 3) imports meshlab.export.snippets (export, layer 3)",
+    ]
