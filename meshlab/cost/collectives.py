@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
@@ -123,29 +124,17 @@ class _State:
 
 def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point."""
-    found: list[Collective] = []
-    deriver = _Deriver(layout, mesh, graph, found, _card_points(graph, layout))
-    by_module = {op.module: op for op in graph.linears}
-    done_attention: set[str] = set()
-    for position, op in enumerate(graph.linears):
-        if op.role == "out" and op.source not in done_attention:
-            attention = next(a for a in graph.attentions if a.module == op.source)
-            deriver.states[op.source] = deriver.attention(attention, [by_module[m] for m in attention.qkv
-                                                                      if m in by_module])
-            done_attention.add(op.source)
-        deriver.states[op.module] = deriver.linear(op, deriver.incoming(op, position))
-    for attention in graph.attentions:  # attentions with no output projection (Flux single blocks)
-        if attention.module not in done_attention:
-            qkv = [by_module[m] for m in attention.qkv if m in by_module]
-            if qkv:
-                deriver.states[attention.module] = deriver.attention(attention, qkv)
-    deriver.parameters(graph)
-    deriver.joins(graph)
-    if layout.guidance_axis:
-        found.append(Collective("all-gather", (layout.guidance_axis,), _guidance_bytes(graph, layout), None,
-                                "guidance", "the two guidance branches' noise predictions meet once per step",
-                                per_step=True))
-    return tuple(found)
+    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout))
+    return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph),
+            *_guidance(graph, layout))
+
+
+def _guidance(graph: Graph, layout: Layout) -> tuple[Collective, ...]:
+    """The guidance branches' predictions meet once per step, where a mesh axis splits them."""
+    if not layout.guidance_axis:
+        return ()
+    return (Collective("all-gather", (layout.guidance_axis,), _guidance_bytes(graph, layout), None, "guidance",
+                       "the two guidance branches' noise predictions meet once per step", per_step=True),)
 
 
 def _card_points(graph: Graph, layout: Layout) -> dict:
@@ -204,12 +193,18 @@ def _guidance_bytes(graph: Graph, layout: Layout) -> int:
     return 2 * layout.batch * layout.tokens.image * out * layout.itemsize
 
 
-class _Deriver:
-    """Applies the rules above, appending to `found`."""
+#: A step of the walk: it yields the collectives it issues and returns the state its tensor leaves in.
+Step = Generator[Collective, None, _State]
 
-    def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, found: list[Collective],
-                 points: dict | None = None):
-        self.layout, self.mesh, self.graph, self.found = layout, mesh, graph, found
+
+class _Deriver:
+    """Applies the rules above, in three passes that yield their collectives: the activations' walk through the
+    Linears and attentions in graph order (`activations`), the parameters gathered before use (`parameters`), and
+    the streams joined outside attention (`joins`). Each step of the walk yields what it issues and returns how its
+    output is split; the walk itself keeps only that (`states`) and which norms and joint outputs it has handled."""
+
+    def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, points: dict | None = None):
+        self.layout, self.mesh, self.graph = layout, mesh, graph
         self.points = points or {}
         self.attentions = {a.module: a for a in graph.attentions}
         self.joined_back: set[str] = set()
@@ -251,10 +246,27 @@ class _Deriver:
         tokens = self.layout.local.of_stream(stream)
         return self.layout.batch * tokens * -(-features // self.size(split)) * self.layout.itemsize
 
-    def emit(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str, role: str = "",
-             joined: Axes = ()) -> None:
-        self.found.append(Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block),
-                                     role=role, joined=joined))
+    def new(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str, role: str = "",
+            joined: Axes = ()) -> Collective:
+        """One collective in `op_block`, counted over the identical blocks it stands for."""
+        return Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block), role=role,
+                          joined=joined)
+
+    def activations(self, graph: Graph) -> Iterator[Collective]:
+        """The walk: each Linear in graph order (an attention's q/k/v resolved where its output projection comes),
+        then the attentions with no output projection (Flux's single blocks)."""
+        done_attention: set[str] = set()
+        for position, op in enumerate(graph.linears):
+            if op.role == "out" and op.source not in done_attention:
+                attention = self.attentions[op.source]
+                qkv = [self.by_module[m] for m in attention.qkv if m in self.by_module]
+                self.states[op.source] = yield from self.attention(attention, qkv)
+                done_attention.add(op.source)
+            self.states[op.module] = yield from self.linear(op, self.incoming(op, position))
+        for attention in graph.attentions:
+            qkv = [self.by_module[m] for m in attention.qkv if m in self.by_module]
+            if attention.module not in done_attention and qkv:
+                self.states[attention.module] = yield from self.attention(attention, qkv)
 
     def used_split(self, op: LinearOp) -> tuple[Axes | None, Axes | None]:
         """A Linear weight's (output, input) split as it is used: axes that split activations are gathered
@@ -282,10 +294,10 @@ class _Deriver:
             return _State(self.residual.get(op.stream) if flow is not None and flow.sources("norm") else None)
         return _State(split) if at is not None and (op.block is not None or position > at) else _State()
 
-    def linear(self, op: LinearOp, incoming: _State) -> _State:
+    def linear(self, op: LinearOp, incoming: _State) -> Step:
         w_out, w_in = self.used_split(op)
         phase = f"{_phase_name(op)}:in"
-        self._plain_norms(op)
+        yield from self._plain_norms(op)
         shared = self._shared_source(op)
         if shared is not None:
             incoming = shared
@@ -295,24 +307,23 @@ class _Deriver:
                 and len(attention.streams) > 1:
             if attention.module not in self.joined_back:
                 self.joined_back.add(attention.module)
-                self._joint_back(op, attention, incoming, point)
+                yield from self._joint_back(op, attention, incoming, point)
             incoming = _State(point.spec.entries[2] or None)
         elif point is not None:
-            incoming = self._marked(op, op.in_features, incoming, point, phase)
+            incoming = yield from self._marked(op, op.in_features, incoming, point, phase)
         if op.also:
-            incoming = self._concat(op, incoming, w_in, phase)
+            incoming = yield from self._concat(op, incoming, w_in, phase)
         if incoming.partial:
-            self.emit("all-reduce", incoming.partial, self.tensor_bytes(op.stream, op.in_features, incoming.split),
-                      op.block, phase, f"{op.short}: its input is a partial sum")
+            yield self.new("all-reduce", incoming.partial, self.tensor_bytes(op.stream, op.in_features, incoming.split),
+                           op.block, phase, f"{op.short}: its input is a partial sum")
         if incoming.split and incoming.split != w_in:
-            self.emit("all-gather", incoming.split, self.tensor_bytes(op.stream, op.in_features, None), op.block, phase,
-                      f"{op.short}: input arrives split on {'+'.join(incoming.split)}, "
-                      f"the weight wants it {'split on ' + '+'.join(w_in) if w_in else 'whole'}")
-        self._fsdp(op.weight, op.block, f"{op.short}.weight")
-        out = _State(w_out, w_in)
-        return self._consume(op, out)
+            yield self.new("all-gather", incoming.split, self.tensor_bytes(op.stream, op.in_features, None), op.block,
+                           phase, f"{op.short}: input arrives split on {'+'.join(incoming.split)}, "
+                           f"the weight wants it {'split on ' + '+'.join(w_in) if w_in else 'whole'}")
+        yield from self._fsdp(op.weight, op.block, f"{op.short}.weight")
+        return (yield from self._consume(op, _State(w_out, w_in)))
 
-    def _concat(self, op: LinearOp, first: _State, w_in: Axes | None, phase: str) -> _State:
+    def _concat(self, op: LinearOp, first: _State, w_in: Axes | None, phase: str) -> Step:
         """A Linear whose input concatenates its source's output with `op.also` along features (Flux single
         blocks: attention output, then the MLP branch). Parts split as the weight's input dim wants cannot be
         joined in place (the weight wants contiguous blocks of the whole): XLA moves each part's split onto the
@@ -323,30 +334,30 @@ class _Deriver:
             (self.states.get(m, _State()), w, m) for m, w in zip(op.also, widths)]
         if w_in and all(state.split == w_in for state, _, _ in parts):
             for state, width, module in parts:
-                self.emit("all-to-all", w_in, self.tensor_bytes(op.stream, width, w_in), op.block, f"{phase}:concat",
-                          f"{op.short}: the output of {module.rsplit('.', 1)[-1]}, split on {'+'.join(w_in)}, joins "
-                          "a concatenation the weight wants split in contiguous blocks")
-            self.emit("all-to-all", w_in, self.tensor_bytes(op.stream, op.in_features, w_in), op.block,
-                      f"{phase}:concat", f"{op.short}: the concatenation moves its split back onto the features")
+                yield self.new("all-to-all", w_in, self.tensor_bytes(op.stream, width, w_in), op.block,
+                               f"{phase}:concat", f"{op.short}: the output of {module.rsplit('.', 1)[-1]}, split on "
+                               f"{'+'.join(w_in)}, joins a concatenation the weight wants split in contiguous blocks")
+            yield self.new("all-to-all", w_in, self.tensor_bytes(op.stream, op.in_features, w_in), op.block,
+                           f"{phase}:concat", f"{op.short}: the concatenation moves its split back onto the features")
             return _State(w_in)
         for state, width, module in parts:
             if state.split and state.split != w_in:
-                self.emit("all-gather", state.split, self.tensor_bytes(op.stream, width, None), op.block, phase,
-                          f"{op.short}: the output of {module.rsplit('.', 1)[-1]} arrives split on "
-                          f"{'+'.join(state.split)}; the concatenation needs it whole")
+                yield self.new("all-gather", state.split, self.tensor_bytes(op.stream, width, None), op.block, phase,
+                               f"{op.short}: the output of {module.rsplit('.', 1)[-1]} arrives split on "
+                               f"{'+'.join(state.split)}; the concatenation needs it whole")
         return _State()
 
-    def _consume(self, op: LinearOp, out: _State) -> _State:
+    def _consume(self, op: LinearOp, out: _State) -> Step:
         phase = f"{_phase_name(op)}:out"
         nbytes = self.tensor_bytes(op.stream, op.out_features, out.split)
         if op.role in ("qkv",):
             return out  # attention resolves it
         if out.partial:
-            self.emit("all-reduce", out.partial, nbytes, op.block, phase,
-                      f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
-                      role="modulation" if op.role == "chunks" and op.block is not None else "")
+            yield self.new("all-reduce", out.partial, nbytes, op.block, phase,
+                           f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
+                           role="modulation" if op.role == "chunks" and op.block is not None else "")
         if op.role == "chunks":
-            return self._chunks(op, out.split)
+            return (yield from self._chunks(op, out.split))
         if op.role == "hidden" or not out.split:
             return _State(out.split)
         if op.stream == "conditioning" and op.block is None:
@@ -357,21 +368,22 @@ class _Deriver:
         if out.split == self.residual.get(op.stream):
             return _State(out.split)  # joins a residual stream split alike: the next LayerNorm gathers it
         why = f"{op.short} is split on its output dim but its consumer needs it whole"
-        self.emit("all-gather", out.split, self.tensor_bytes(op.stream, op.out_features, None), op.block, phase, why)
+        yield self.new("all-gather", out.split, self.tensor_bytes(op.stream, op.out_features, None), op.block, phase,
+                       why)
         return _State()
 
-    def _chunks(self, op: LinearOp, split: Axes | None) -> _State:
+    def _chunks(self, op: LinearOp, split: Axes | None) -> Step:
         kept = self.chunk_split(op)
         if split and not kept:
-            self.emit("all-gather", split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
-                      f"{_phase_name(op)}:out", f"{op.short}: its {op.chunk_width}-wide chunks do not split evenly "
-                      f"over {'+'.join(split)}; every chip needs them whole")
+            yield self.new("all-gather", split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
+                           f"{_phase_name(op)}:out", f"{op.short}: its {op.chunk_width}-wide chunks do not split "
+                           f"evenly over {'+'.join(split)}; every chip needs them whole")
         if kept:
-            self._realign(op, kept)
-        self._layer_norms(op, kept)
+            yield from self._realign(op, kept)
+        yield from self._layer_norms(op, kept)
         return _State(kept)
 
-    def _realign(self, op: LinearOp, split: Axes) -> None:
+    def _realign(self, op: LinearOp, split: Axes) -> Iterator[Collective]:
         """Each chunk piece that is not on the chip that wants it moves in one collective-permute."""
         parts, chunk = self.size(split), op.chunk_width
         shard, piece = -(-op.out_features // parts), chunk // parts
@@ -379,9 +391,9 @@ class _Deriver:
                     if (c * chunk + j * piece) // shard != j)
         nbytes = self.layout.batch * piece * self.layout.itemsize
         for _ in range(moves):
-            self.emit("collective-permute", split, nbytes, op.block, f"{_phase_name(op)}:chunks",
-                      f"{op.short}: {shard}-row shards hold {piece}-row pieces of its {chunk}-wide chunks "
-                      f"that other chips want")
+            yield self.new("collective-permute", split, nbytes, op.block, f"{_phase_name(op)}:chunks",
+                           f"{op.short}: {shard}-row shards hold {piece}-row pieces of its {chunk}-wide chunks "
+                           f"that other chips want")
 
     def _block_norms(self, op: LinearOp) -> list[int]:
         """The kept blocks whose norms a modulation Linear outside the blocks conditions (Wan's time_proj)."""
@@ -391,7 +403,7 @@ class _Deriver:
         lists = {m.norm.partition(".*")[0] for m in flow.modulates if ".*" in m.norm}
         return [b for name in sorted(lists) for b in self.blocks_of.get(name, [])]
 
-    def _plain_norms(self, op: LinearOp) -> None:
+    def _plain_norms(self, op: LinearOp) -> Iterator[Collective]:
         """LayerNorms of a residual stream that no modulation conditions (Wan's cross-attention norm2), read by
         this Linear: the same gathers as a modulated one, once per norm and block."""
         flow = self.flows.get(_pattern(op, self.graph))
@@ -402,8 +414,8 @@ class _Deriver:
             if norm in self.modulated_norms or ".*" not in norm or (op.block, norm) in self.plain_norms_done:
                 continue
             self.plain_norms_done.add((op.block, norm))
-            self._norm(stream, self.graph.hidden_size, self.residual.get(stream), op.block,
-                       norm.rsplit(".", 1)[-1], norm.rsplit(".", 1)[-1])
+            yield from self._norm(stream, self.graph.hidden_size, self.residual.get(stream), op.block,
+                                  norm.rsplit(".", 1)[-1], norm.rsplit(".", 1)[-1])
 
     def _feeds_blocks_only(self, op: LinearOp) -> bool:
         """A Linear outside the blocks whose output only Linears inside the blocks read (Wan's text embedding,
@@ -420,7 +432,7 @@ class _Deriver:
                 return self.states[source]
         return None
 
-    def _layer_norms(self, op: LinearOp, split: Axes | None) -> None:
+    def _layer_norms(self, op: LinearOp, split: Axes | None) -> Iterator[Collective]:
         """The LayerNorms a modulation Linear conditions: a split residual is gathered, then the rows."""
         stream = op.modulates or "image"
         blocks = self._block_norms(op)
@@ -428,15 +440,16 @@ class _Deriver:
             norms = sorted({m.norm.rsplit(".", 1)[-1] for m in self.flows[op.module].modulates if ".*" in m.norm})
             for block in blocks:
                 for norm in norms:
-                    self._norm(stream, op.chunk_width, self.residual.get(stream), block, norm, norm)
+                    yield from self._norm(stream, op.chunk_width, self.residual.get(stream), block, norm, norm)
             return
         residual = self.residual.get(stream) if op.block is not None or split else split
         for norm in range(1, op.layer_norms + 1):
             # a LayerNorm over the residual: as wide as the pieces that modulate it
-            self._norm(stream, op.chunk_width, residual, op.block, f"norm{norm}" if op.block is not None
-                       else "norm_out", f"LayerNorm {norm}")
+            yield from self._norm(stream, op.chunk_width, residual, op.block, f"norm{norm}" if op.block is not None
+                                  else "norm_out", f"LayerNorm {norm}")
 
-    def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str) -> None:
+    def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str
+              ) -> Iterator[Collective]:
         """One LayerNorm of a residual stream in `block`: gathers (or, in row form, row statistics) as above."""
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
         whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
@@ -444,26 +457,26 @@ class _Deriver:
             if residual:
                 stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
                 for what in ("mean", "variance"):
-                    self.emit("all-reduce", residual, stats, block, f"{phase}:{what}",
-                              f"the {stream} stream's {name} (row form) sums its {what} over features split on "
-                              f"{'+'.join(residual)} (float32, one value per row)")
+                    yield self.new("all-reduce", residual, stats, block, f"{phase}:{what}",
+                                   f"the {stream} stream's {name} (row form) sums its {what} over features split on "
+                                   f"{'+'.join(residual)} (float32, one value per row)")
             return
         if residual:
-            self.emit("all-gather", residual, self.tensor_bytes(stream, width, None), block, f"{phase}:features",
-                      f"the {stream} stream's {name} reads a residual split on {'+'.join(residual)}")
+            yield self.new("all-gather", residual, self.tensor_bytes(stream, width, None), block, f"{phase}:features",
+                           f"the {stream} stream's {name} reads a residual split on {'+'.join(residual)}")
         if rows:
-            self.emit("all-gather", rows, whole_rows, block, f"{phase}:rows",
-                      f"the {stream} stream's {name} is a batch norm over batch x tokens rows, split on "
-                      f"{'+'.join(rows)}: XLA gathers them")
+            yield self.new("all-gather", rows, whole_rows, block, f"{phase}:rows",
+                           f"the {stream} stream's {name} is a batch norm over batch x tokens rows, split on "
+                           f"{'+'.join(rows)}: XLA gathers them")
 
-    def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str, joins: Axes = ()) -> _State:
+    def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str, joins: Axes = ()) -> Step:
         """The tensor an activation rule marks, resharded from `state` to the rule's split (see the rules).
         `joins`: the token axes a joint attention's concatenation moves onto the heads too (USP: the ring axes the
         rule keeps on the tokens), which XLA moves in the same all-to-all as the rule's (measured: ring 2 x seq 2 x
         model 2, Qwen-Image: one all-to-all over ring+seq per projection)."""
         if state.partial:
-            self.emit("all-reduce", state.partial, self.tensor_bytes(op.stream, features, state.split), op.block,
-                      phase, f"{op.short}: a partial sum meets the {point.point} rule")
+            yield self.new("all-reduce", state.partial, self.tensor_bytes(op.stream, features, state.split), op.block,
+                           phase, f"{op.short}: a partial sum meets the {point.point} rule")
         want_tokens, want = point.spec.entries[1] or (), point.spec.entries[2] or ()
         have = state.split or ()
         split = self.layout.local.of_stream(op.stream) < self.layout.tokens.of_stream(op.stream)
@@ -472,23 +485,24 @@ class _Deriver:
         onto_tokens = _onto_tokens(state, point)
         if onto_features:
             moved = tuple(a for a in self.layout.sequence_axes if a in onto_features or a in joins)
-            self.emit("all-to-all", moved, self.tensor_bytes(op.stream, features, state.split), op.block,
-                      f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
-                      f"{'+'.join(onto_features)} from the tokens onto the heads"
-                      + (f", with {'+'.join(joins)} to join the streams" if joins else ""),
-                      joined=tuple(a for a in joins if a not in onto_features))
+            yield self.new("all-to-all", moved, self.tensor_bytes(op.stream, features, state.split), op.block,
+                           f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
+                           f"{'+'.join(onto_features)} from the tokens onto the heads"
+                           + (f", with {'+'.join(joins)} to join the streams" if joins else ""),
+                           joined=tuple(a for a in joins if a not in onto_features))
         if onto_tokens:
-            self.emit("all-to-all", onto_tokens, self.tensor_bytes(op.stream, features, want or None), op.block,
-                      f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
-                      f"{'+'.join(onto_tokens)} from the heads back onto the tokens")
+            yield self.new("all-to-all", onto_tokens, self.tensor_bytes(op.stream, features, want or None), op.block,
+                           f"{phase}:{point.point}", f"{op.short}: the {point.point} rule moves the split on "
+                           f"{'+'.join(onto_tokens)} from the heads back onto the tokens")
         lost = tuple(a for a in have if a not in want and a not in onto_tokens)
         if lost:
-            self.emit("all-gather", lost, self.tensor_bytes(op.stream, features, tuple(a for a in have if a in want)
-                                                            or None), op.block, f"{phase}:{point.point}",
-                      f"{op.short}: the {point.point} rule wants its features whole on {'+'.join(lost)}")
+            kept = tuple(a for a in have if a in want) or None
+            yield self.new("all-gather", lost, self.tensor_bytes(op.stream, features, kept), op.block,
+                           f"{phase}:{point.point}",
+                           f"{op.short}: the {point.point} rule wants its features whole on {'+'.join(lost)}")
         return _State(want or None)
 
-    def _joint_back(self, op: LinearOp, attention, state: _State, point) -> None:
+    def _joint_back(self, op: LinearOp, attention, state: _State, point) -> Iterator[Collective]:
         """The joint output of a marked attention kernel returns to tokens before it is cut into streams: one
         all-to-all of the joint sequence, then the cut moves the streams whose even split does not line up with
         the joint one (measured: cfg 2 x seq 2 x model 2, Qwen-Image: 1 all-to-all and 2 permutes per block)."""
@@ -499,19 +513,22 @@ class _Deriver:
         width = -(-attention.heads * attention.head_dim // self.size(want or None))
         joint_local = sum(self.layout.local.of_stream(s) for s in attention.streams)
         nbytes = self.layout.batch * joint_local * width * self.layout.itemsize
-        self.emit("all-to-all", back, nbytes, op.block, "attention:out",
-                  f"the joint attention output moves its split on {'+'.join(back)} from the heads back onto the tokens")
-        self._cut_into_streams(attention.streams, back, nbytes, op.block)
+        yield self.new("all-to-all", back, nbytes, op.block, "attention:out",
+                       f"the joint attention output moves its split on {'+'.join(back)} from the heads back onto the "
+                       "tokens")
+        yield from self._cut_into_streams(attention.streams, back, nbytes, op.block)
 
-    def _cut_into_streams(self, streams: tuple[str, ...], axes: Axes, joint_bytes: int, block) -> None:
+    def _cut_into_streams(self, streams: tuple[str, ...], axes: Axes, joint_bytes: int, block
+                          ) -> Iterator[Collective]:
         """Cutting a joint attention output, split over `axes` on its tokens, back into streams: the streams whose
         own even split does not line up with the joint one move one joint shard between them, one permute each."""
         misaligned = self._misaligned(streams, self.size(axes))
         for stream in misaligned:
-            self.emit("collective-permute", axes, joint_bytes // len(misaligned), block, "attention:split",
-                      f"the {stream} stream's share of the joint output sits on other chips than its own split wants")
+            yield self.new("collective-permute", axes, joint_bytes // len(misaligned), block, "attention:split",
+                           f"the {stream} stream's share of the joint output sits on other chips than its own split "
+                           "wants")
 
-    def attention(self, attention, qkv: list[LinearOp]) -> _State:
+    def attention(self, attention, qkv: list[LinearOp]) -> Step:
         point = self.points.get((attention.module, "kernel"))
         at_kernel = self.layout.ring_axes  # the sequence axes that still split the tokens at the kernel
         joint = len({op.stream for op in qkv}) > 1 and not attention.keys
@@ -519,38 +536,30 @@ class _Deriver:
         arrived = {}
         for op in qkv:
             state = _State(*self.used_split(op))
-            before = len(self.found)
-            arrived[op.module] = state if point is None else self._marked(op, op.out_features, state, point,
-                                                                          "attention:in", joins)
-            if self._flow(op).rotary == "halves":
-                self._in_halves(before)
+            if point is None:
+                arrived[op.module] = state
+                continue
+            moved, arrived[op.module] = _collected(self._marked(op, op.out_features, state, point, "attention:in",
+                                                                joins))
+            yield from _in_halves(moved) if self._flow(op).rotary == "halves" else moved
         splits = [arrived[op.module].split for op in qkv]
         target = max(splits, key=lambda s: (splits.count(s), s is not None))
         phase = "attention:in"
         for op in qkv:
             state = arrived[op.module]
             if state.partial:
-                self.emit("all-reduce", state.partial, self.tensor_bytes(op.stream, op.out_features, state.split),
-                          op.block, phase, f"{op.short} is split on its input dim: q/k/v must be summed")
+                yield self.new("all-reduce", state.partial, self.tensor_bytes(op.stream, op.out_features, state.split),
+                               op.block, phase, f"{op.short} is split on its input dim: q/k/v must be summed")
             if state.split and state.split != target:
-                self.emit("all-gather", state.split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
-                          phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
-                          f"{'on ' + '+'.join(target) if target else 'whole'}")
-        self._norms_across_heads(attention, qkv)
+                yield self.new("all-gather", state.split, self.tensor_bytes(op.stream, op.out_features, None), op.block,
+                               phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
+                               f"{'on ' + '+'.join(target) if target else 'whole'}")
+        yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
-            self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
+            yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
         return _State(target)
 
-    def _in_halves(self, since: int) -> None:
-        """The all-to-alls emitted since `since` move a rotated q or k: two half-width ones each (measured: Wan
-        under cfg x Ulysses, four of 98,304 B where q and k would be two of 196,608 B)."""
-        for i in range(len(self.found) - 1, since - 1, -1):
-            c = self.found[i]
-            if c.kind == "all-to-all":
-                half = replace(c, bytes=c.bytes // 2, why=c.why + " (one of the two rotary halves)")
-                self.found[i:i + 1] = [half, half]
-
-    def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> None:
+    def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> Iterator[Collective]:
         """A q or k norm over all heads at once (Wan's ``rms_norm_across_heads``) reads the projection's output
         before any activation rule moves it: where that output is split on features, each row's sum of squares
         is all-reduced, one float32 value per token (measured: Wan 2.1 under 2d and pairs; none under Ulysses,
@@ -561,15 +570,17 @@ class _Deriver:
             split = self.used_split(op)[0]
             if norm is None or norm.width != width or not split or attention.heads == 1:
                 continue
-            self.emit("all-reduce", split, self.layout.batch * self.layout.local.of_stream(op.stream) * 4, op.block,
-                      "attention:qknorm", f"{'.'.join(norm.module.rsplit('.', 2)[-2:])} normalizes across heads "
-                      f"split on {'+'.join(split)}: one float32 sum of squares per token")
+            sums = self.layout.batch * self.layout.local.of_stream(op.stream) * 4
+            yield self.new("all-reduce", split, sums, op.block, "attention:qknorm",
+                           f"{'.'.join(norm.module.rsplit('.', 2)[-2:])} normalizes across heads split on "
+                           f"{'+'.join(split)}: one float32 sum of squares per token")
 
     def _flow(self, op: LinearOp) -> Flow:
         """The card's traced flow of a Linear (an empty one where the card has none)."""
         return self.flows.get(_pattern(op, self.graph)) or Flow(op.module, ())
 
-    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes, joined: bool = False) -> None:
+    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes, joined: bool = False
+                  ) -> Iterator[Collective]:
         """Sequence axes split the tokens at the kernel: q, k and v of several streams are concatenated along a
         split dim, every query needs every key and value of the joint sequence, and the joint output is cut back
         into streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4,
@@ -586,21 +597,21 @@ class _Deriver:
         if concatenated:
             for what in ("q", "k", "v"):
                 for stream in streams if not joined else ():  # `joined`: moved with the rule's all-to-all
-                    self.emit("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
-                              "attention:concat", f"{what} of the {stream} stream joins a sequence split on {axis}: "
-                              "XLA moves the split onto the heads to concatenate")
-                self.emit("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
-                          f"the joint {what} moves its split back onto the sequence")
+                    yield self.new("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
+                                   "attention:concat", f"{what} of the {stream} stream joins a sequence split on "
+                                   f"{axis}: XLA moves the split onto the heads to concatenate")
+                yield self.new("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
+                               f"the joint {what} moves its split back onto the sequence")
         keys = attention.key_streams
         if any(self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s) for s in keys):
             joint_whole = sum(self.layout.tokens.of_stream(s) for s in keys)
             for what in ("k", "v"):  # a cross-attention's whole keys (Wan's text) need no gather
-                self.emit("all-gather", axes, nbytes(joint_whole), block, "attention:kv",
-                          f"{what}: tokens are split over {axis}; every query needs every key and value")
+                yield self.new("all-gather", axes, nbytes(joint_whole), block, "attention:kv",
+                               f"{what}: tokens are split over {axis}; every query needs every key and value")
         if concatenated:
-            self._cut_into_streams(streams, axes, nbytes(joint_local), block)
+            yield from self._cut_into_streams(streams, axes, nbytes(joint_local), block)
 
-    def joins(self, graph: Graph) -> None:
+    def joins(self, graph: Graph) -> Iterator[Collective]:
         """Streams joined into one sequence (or cut back) outside attention, each block that does it (Flux's single
         blocks): under a sequence axis the same all-to-alls and permutes as attention's q/k/v (measured: Flux,
         seq 2 x model 4, a single block: 3 all-to-alls and 2 permutes of hidden-wide tokens)."""
@@ -619,16 +630,16 @@ class _Deriver:
                 nbytes = lambda tokens: self.layout.batch * tokens * join.width * self.layout.itemsize  # noqa: E731
                 if join.kind == "concat":
                     for stream in streams:
-                        self.emit("all-to-all", axes, nbytes(local.of_stream(stream)), block, "streams:concat",
-                                  f"the {stream} stream joins a sequence split on {axis}")
-                    self.emit("all-to-all", axes, nbytes(local.joint), block, "streams:concat",
-                              "the joined sequence moves its split back onto the tokens")
+                        yield self.new("all-to-all", axes, nbytes(local.of_stream(stream)), block, "streams:concat",
+                                       f"the {stream} stream joins a sequence split on {axis}")
+                    yield self.new("all-to-all", axes, nbytes(local.joint), block, "streams:concat",
+                                   "the joined sequence moves its split back onto the tokens")
                 else:
                     misaligned = self._misaligned(streams, self.size(axes))
                     for stream in misaligned:
-                        self.emit("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
-                                  "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
-                                  "other chips than its own split wants")
+                        yield self.new("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
+                                       "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
+                                       "other chips than its own split wants")
 
     def _misaligned(self, streams: tuple[str, ...], parts: int) -> list[str]:
         """Streams whose even split over `parts` chips does not lie inside the joint sequence's even split."""
@@ -638,31 +649,32 @@ class _Deriver:
         for stream in streams:
             n = tokens.of_stream(stream)
             piece = -(-n // parts)
-            if any(not (j * joint_shard <= offset + j * piece and offset + min(n, (j + 1) * piece) <= (j + 1) * joint_shard)
+            if any(not (j * joint_shard <= offset + j * piece
+                        and offset + min(n, (j + 1) * piece) <= (j + 1) * joint_shard)
                    for j in range(parts) if j * piece < n):
                 found.append(stream)
             offset += n
         return found
 
-    def _fsdp(self, param: PlannedParameter, block, name: str) -> None:
+    def _fsdp(self, param: PlannedParameter, block, name: str) -> Iterator[Collective]:
         activation_axes = set(self.layout.activation_axes())
         axes = tuple(a for a in param.spec.axes if a in activation_axes)
         if axes:
-            self.emit("all-gather", axes, param.bytes_per_device(self.mesh) * self.size(axes), block,
-                      f"{name}:weights", f"{name} is split over {'+'.join(axes)}, which also splits activations")
+            yield self.new("all-gather", axes, param.bytes_per_device(self.mesh) * self.size(axes), block,
+                           f"{name}:weights", f"{name} is split over {'+'.join(axes)}, which also splits activations")
 
-    def parameters(self, graph: Graph) -> None:
+    def parameters(self, graph: Graph) -> Iterator[Collective]:
         """Biases split unlike their weight's output, and split norm scales, are gathered before use."""
         for op in graph.linears:
             if op.bias is None:
                 continue
             if op.bias.spec.entries[0] != op.weight.spec.entries[0] and op.bias.spec.axes:
-                self.emit("all-gather", op.bias.spec.axes, op.bias.parameter.bytes, op.block, "parameters",
-                          f"{op.short}.bias is split unlike its weight's output")
+                yield self.new("all-gather", op.bias.spec.axes, op.bias.parameter.bytes, op.block, "parameters",
+                               f"{op.short}.bias is split unlike its weight's output")
         for p in graph.others:
             if p.spec.axes and p.parameter.kind == "norm":
-                self.emit("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
-                          f"{p.name} (a norm scale) is split, but every chip applies it whole")
+                yield self.new("all-gather", p.spec.axes, p.parameter.bytes, p.parameter.block, "parameters",
+                               f"{p.name} (a norm scale) is split, but every chip applies it whole")
             elif p.spec.axes and p.parameter.kind == "other" and p.parameter.rank <= 3:
                 # a table added to the modulation (Wan's scale_shift_table, [1, chunks, width]): gathered once; split
                 # over an axis that splits activations (FSDP), each chunk is gathered where it is used (measured:
@@ -670,9 +682,30 @@ class _Deriver:
                 fsdp = set(p.spec.axes) <= set(self.layout.activation_axes()) and p.parameter.rank == 3
                 pieces = p.shape[1] if fsdp else 1
                 for _ in range(pieces):
-                    self.emit("all-gather", p.spec.axes, p.parameter.bytes // pieces, p.parameter.block, "parameters",
-                              f"{p.name} (a table added to the modulation) is split, but every chip adds it whole"
-                              + (", one chunk at a time" if fsdp else ""))
+                    yield self.new("all-gather", p.spec.axes, p.parameter.bytes // pieces, p.parameter.block,
+                                   "parameters", f"{p.name} (a table added to the modulation) is split, but every "
+                                   "chip adds it whole" + (", one chunk at a time" if fsdp else ""))
+
+
+def _collected(step: Step) -> tuple[list[Collective], _State]:
+    """What a step yields, and the state it returns."""
+    made: list[Collective] = []
+    while True:
+        try:
+            made.append(next(step))
+        except StopIteration as done:
+            return made, done.value
+
+
+def _in_halves(moved: list[Collective]) -> Iterator[Collective]:
+    """`moved` with each all-to-all, which moves a rotated q or k, as two half-width ones (measured: Wan under cfg x
+    Ulysses, four of 98,304 B where q and k would be two of 196,608 B)."""
+    for c in moved:
+        if c.kind == "all-to-all":
+            half = replace(c, bytes=c.bytes // 2, why=c.why + " (one of the two rotary halves)")
+            yield from (half, half)
+        else:
+            yield c
 
 
 def _onto_tokens(state: _State, point) -> Axes:
