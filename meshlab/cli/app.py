@@ -85,14 +85,19 @@ def try_(
 
 @app.command("schema")
 @reports_errors
-def schema() -> None:
-    """Print the JSON Schema of a strategy file (from its typed records), for editors that validate YAML.
+def schema(name: str = typer.Argument("strategy", help="which file: strategy, experiment, hardware-overrides, "
+                                       "hardware-entry, run-record, profile, worker-request, worker-result")) -> None:
+    """Print the JSON Schema of a file meshlab reads or writes (a strategy by default), from the pydantic model
+    it is read through, for editors and other tools.
 
     With yaml-language-server: `meshlab schema > strategy.schema.json`, then put
     `# yaml-language-server: $schema=strategy.schema.json` at the top of a strategy file."""
-    from meshlab.strategy.schema import strategy_json_schema
+    from meshlab.cli.schemas import SCHEMAS, json_schema
+    from meshlab.core.errors import InputError
 
-    print_json(strategy_json_schema())
+    if name not in SCHEMAS:
+        raise InputError(f"no schema named {name!r}", f"use one of: {', '.join(SCHEMAS)}")
+    print_json(json_schema(name))
 
 
 @app.command("hardware")

@@ -1,8 +1,10 @@
 """The hardware catalog: what each accelerator and slice can hold and move, with a source for every figure.
 
 The figures live in ``meshlab/data/hardware.yaml`` (one ``accelerators`` entry per chip, one ``systems`` entry
-per name a user can give, e.g. ``v6e-8``). This module reads that file once, checks it, and merges each system
-with its accelerator into a frozen `Hardware`. It imports nothing heavier than yaml.
+per name a user can give, e.g. ``v6e-8``). This module reads that file once, merges each system with its
+accelerator, reads the figures through the pydantic models of ``meshlab.core.hardware_figures`` (as it reads a
+strategy's overrides), and checks what holds across figures in the frozen `Hardware` value. It imports nothing
+heavier than yaml and pydantic.
 
 >>> hw = load_hardware("v6e-8", {"usable_hbm_bytes": "30GiB"})
 >>> hw.chips, hw.topology, hw.usable_hbm_bytes == 30 * 2**30, hw.sources["usable_hbm_bytes"]
@@ -19,14 +21,16 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from meshlab.core.closed import first_problem
 from meshlab.core.errors import InputError
+from meshlab.core.hardware_figures import BYTES_HELP, INTERCONNECTS, CatalogEntry, CatalogFile, HardwareFigures
 from meshlab.core.matmul_rates import MatmulRates
 
-CHIP_KINDS = ("tpu", "gpu", "cpu")  # cpu: only from a profile (meshlab.cost.profile)
-# "ici-torus": nearest-neighbour links along each topology axis; an axis with wraparound is a ring.
+CHIP_KINDS = ("tpu", "gpu", "cpu")  # cpu: only from a profile (meshlab.core.profile_hardware)
+# INTERCONNECTS: "ici-torus": nearest-neighbour links along each topology axis; an axis with wraparound is a ring.
 # "nvswitch": every device reaches every other through switches at its full link bandwidth.
-INTERCONNECTS = ("ici-torus", "nvswitch")
 
 COUNT_FIELDS = ("chips", "hosts", "ici_links")
 BYTE_FIELDS = ("hbm_bytes", "usable_hbm_bytes", "runtime_reserve_bytes", "host_memory_bytes")
@@ -49,15 +53,6 @@ OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_
 OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
-
-_BYTE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-_BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_BYTES_HELP = 'give bytes as a number (34359738368, 1.6e12) or with a unit: "31.25GiB", "32GB", "512MiB", "2TiB"'
-
 
 @dataclass(frozen=True)
 class Hardware:
@@ -268,114 +263,6 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# ---- parsing figures (shared by the YAML and by overrides) ----
-
-
-def _bytes(value: object) -> int:
-    """Bytes from an int, a float (``1.6e12``) or a string with an optional unit (``"31.25GiB"``, ``"32GB"``).
-
-    GB/TB are powers of ten, GiB/TiB powers of two; units are case-insensitive. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a byte count")
-    if isinstance(value, (int, float)):
-        number, scale = float(value), 1
-    elif isinstance(value, str) and (match := _BYTES_RE.match(value)):
-        unit = match.group(2).lower()
-        if unit not in _BYTE_UNITS:
-            raise ValueError(f"unknown byte unit {match.group(2)!r} in {value!r}")
-        number, scale = float(match.group(1)), _BYTE_UNITS[unit]
-    else:
-        raise ValueError(f"{value!r} is not a byte count")
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{value!r} is not a byte count >= 0")
-    return round(number * scale)
-
-
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{value!r} is not a number")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a number") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number")
-    return number
-
-
-def _count(value: object) -> int:
-    number = _number(value)
-    if not number.is_integer():
-        raise ValueError(f"{value!r} is not a whole number")
-    return int(number)
-
-
-def _topology(value: object) -> tuple[int, ...]:
-    if isinstance(value, str):  # "2x4" as a command line gives it
-        value = value.lower().split("x")
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{value!r} is not a topology; give a list of ints like [2, 4] or '2x4'")
-    return tuple(_count(n) for n in value)
-
-
-def _wraparound(value: object) -> tuple[bool, ...]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(w, bool) for w in value):
-        raise ValueError(f"{value!r} is not a wraparound; give a list of true/false, one per topology axis")
-    return tuple(value)
-
-
-def _interconnect(value: object) -> str:
-    if value not in INTERCONNECTS:
-        raise ValueError(f"{value!r} is not one of {list(INTERCONNECTS)}")
-    return str(value)
-
-
-def _coerce(name: str, value: object) -> object:
-    """The figure `name` parsed from a YAML or override value; ValueError says why not."""
-    if name in BYTE_FIELDS:
-        return _bytes(value)
-    if name in COUNT_FIELDS:
-        return _count(value)
-    if name == "topology":
-        return _topology(value)
-    if name == "wraparound":
-        return _wraparound(value)
-    if name == "interconnect":
-        return _interconnect(value)
-    if name == "attention_kernel":
-        if not isinstance(value, str):
-            raise ValueError(f"expected the name of a kernel, got {value!r}")
-        return "" if value in ("", "none") else value
-    if name == "attention_rates":
-        if not isinstance(value, dict):
-            raise ValueError("expected {kernel: [[sequence length, FLOP/s], ...]}")
-        return tuple((str(k), tuple((_count(n), _number(r)) for n, r in points)) for k, points in value.items())
-    if name == "matmul_rates":
-        return _matmul_rates(value)
-    if name in OPTIONAL_NUMBERS and value in (None, "none"):
-        return None
-    return _number(value)
-
-
-def _matmul_rates(value: object) -> MatmulRates | None:
-    """{m: [...], n: [...], k: [...], flops: [[[FLOP/s per k] per n] per m]}, or none."""
-    if value in (None, "none"):
-        return None
-    shape_help = "expected {m: [...], n: [...], k: [...], flops: [[[FLOP/s for each k] for each n] for each m]}"
-    if not isinstance(value, dict) or set(value) != {"m", "n", "k", "flops"}:
-        raise ValueError(shape_help + ", or none")
-    axes = [value[name] for name in ("m", "n", "k")]
-    if not all(isinstance(axis, list) for axis in axes):
-        raise ValueError(shape_help)
-    m, n, k = (tuple(_count(x) for x in axis) for axis in axes)
-    flops = value["flops"]
-    if not (isinstance(flops, list) and len(flops) == len(m) and all(
-            isinstance(row, list) and len(row) == len(n) and all(isinstance(r, list) and len(r) == len(k) for r in row)
-            for row in flops)):
-        raise ValueError(f"flops must be {len(m)} x {len(n)} x {len(k)} (m, then n, then k)")
-    return MatmulRates(m, n, k, tuple(_number(r) for row in flops for line in row for r in line))
-
-
 # ---- the catalog ----
 
 
@@ -425,16 +312,17 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
             f"unknown hardware field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
             f"override one of: {', '.join(FIGURES + OPTIONAL_FIGURES)}",
         )
-    changes: dict[str, Any] = {}
-    for key, value in overrides.items():
-        try:
-            changes[key] = _coerce(key, value)
-        except OverflowError:  # an integer past what a float holds (10**400)
-            raise InputError(f"hardware override {key}: {str(value)[:20]}... is too large a number",
-                             f"give {key} a value of the same kind as the catalog's") from None
-        except ValueError as error:
-            fix = _BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
-            raise InputError(f"hardware override {key}: {error}", fix) from None
+    try:
+        figures = HardwareFigures.model_validate(overrides)
+    except OverflowError:  # an integer past what a float holds (10**400)
+        key = next(k for k, v in overrides.items() if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 1e308)
+        raise InputError(f"hardware override {key}: {str(overrides[key])[:20]}... is too large a number",
+                         f"give {key} a value of the same kind as the catalog's") from None
+    except ValidationError as error:
+        (key, *_), _, message = first_problem(error, overrides)
+        fix = BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
+        raise InputError(f"hardware override {key}: {message}", fix) from None
+    changes = {key: getattr(figures, key) for key in overrides}
     sources = {**hardware.sources, **{key: "override" for key in changes}}
     overridden = tuple(dict.fromkeys(hardware.overridden + tuple(changes)))
     try:
@@ -462,37 +350,56 @@ def _load() -> tuple[tuple[str, Hardware], ...]:
     text = (resources.files("meshlab") / "data" / "hardware.yaml").read_text(encoding="utf-8")
     # libyaml's parser when PyYAML has it: the pure-Python one takes ~0.4 s on this catalog
     data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    accelerators = data["accelerators"]
-    systems = {name: _build(name, entry, accelerators) for name, entry in data["systems"].items()}
-    for name in data.get("multislice", ()):
+    try:
+        file = CatalogFile.model_validate(data)
+    except ValidationError as error:
+        path, _, message = first_problem(error, data)
+        raise InputError(f"meshlab/data/hardware.yaml: {'.'.join(map(str, path))}: {message}",
+                         "fix the catalog's layout: accelerators, systems and multislice") from None
+    systems = {name: _build(name, entry, file.accelerators) for name, entry in file.systems.items()}
+    for name in file.multislice:
         base, slices = _MULTISLICE.fullmatch(name).groups()
         systems[name] = multislice(systems[base], int(slices))
     return tuple(systems.items())
 
 
 def _build(name: str, system: dict[str, Any], accelerators: dict[str, Any]) -> Hardware:
-    """Merge a system with its accelerator and parse every figure; errors name the entry and field."""
+    """Merge a system with its accelerator and read every figure; errors name the entry and field."""
     where = f"meshlab/data/hardware.yaml: systems.{name}"
-    entry = {**accelerators[system["accelerator"]], **{k: v for k, v in system.items() if k != "accelerator"}}
-    expected = set(FIGURES) | set(LABELS)
-    if not expected <= set(entry) <= expected | set(OPTIONAL_FIGURES):
-        raise InputError(
-            f"{where}: fields missing {sorted(expected - set(entry))}, unknown "
-            f"{sorted(set(entry) - expected - set(OPTIONAL_FIGURES))}",
-            "give every figure once, as {value: ..., source: ...}",
-        )
-    values: dict[str, Any] = {label: entry[label] for label in LABELS}
-    sources: dict[str, str] = {}
-    for figure in FIGURES + tuple(f for f in OPTIONAL_FIGURES if f in entry):
-        try:
-            values[figure] = _coerce(figure, entry[figure]["value"])
-        except (ValueError, TypeError, KeyError) as error:
-            raise InputError(f"{where}.{figure}: {error}", "write it as {value: ..., source: ...}") from None
-        sources[figure] = str(entry[figure].get("source", ""))
+    if system.get("accelerator") not in accelerators:
+        raise InputError(f"{where}.accelerator: {system.get('accelerator')!r} is not an accelerator of the catalog",
+                         f"use one of: {', '.join(accelerators)}")
+    merged = {**accelerators[system["accelerator"]], **{k: v for k, v in system.items() if k != "accelerator"}}
+    try:
+        entry = CatalogEntry.model_validate(merged)
+    except ValidationError as error:
+        raise _catalog_problem(where, error, merged) from None
+    given = {figure: getattr(entry, figure) for figure in entry.model_fields_set if figure not in LABELS}
+    written = {figure: sourced.value for figure, sourced in given.items()}
+    try:
+        figures = HardwareFigures.model_validate(written)
+    except ValidationError as error:
+        raise _catalog_problem(where, error, written) from None
+    values = {label: getattr(entry, label) for label in LABELS}
+    values |= {figure: getattr(figures, figure) for figure in given}
+    sources = {figure: sourced.source for figure, sourced in given.items()}
     try:
         return Hardware(name=name, sources=sources, **values)
     except ValueError as error:
         raise InputError(f"{where}: {error}", "fix the catalog entry") from None
+
+
+def _catalog_problem(where: str, error: ValidationError, data: dict) -> InputError:
+    """The first problem of a catalog entry as one line naming the entry and field."""
+    path, kind, message = first_problem(error, data)
+    if kind == "missing":
+        inside = "".join(f".{part}" for part in path[:-1])
+        return InputError(f"{where}{inside}: {path[-1]} is missing",
+                          "give every figure once, as {value: ..., source: ...}")
+    if kind == "extra_forbidden":
+        return InputError(f"{where}: unknown field {path[0]}",
+                          f"give only the catalog's figures: {', '.join(HardwareFigures.model_fields)}")
+    return InputError(f"{where}.{'.'.join(map(str, path))}: {message}", "write it as {value: ..., source: ...}")
 
 
 # ---- the `meshlab hardware` table ----

@@ -119,3 +119,8 @@ class BuildTinyRequest(Request):
     """Build the tiny offline Qwen-Image pipeline into a folder (``meshlab.workers.run_xla``)."""
 
     build_tiny: str
+
+
+#: the requests a worker is started with, by class name (`meshlab schema worker-request` is their union)
+WORKER_REQUESTS = ("CheckRequest", "DTensorCheckRequest", "TpuCheckRequest", "ProfileRequest", "XlaRunRequest",
+                   "TorchRunRequest", "BuildTinyRequest")

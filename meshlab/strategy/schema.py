@@ -218,10 +218,19 @@ REWRITES = {
 }
 
 
+def _override_properties(schema: dict) -> None:
+    """A HardwareRef's schema names every figure it may override, as `HardwareFigures` reads it, and no other key."""
+    from meshlab.core.hardware_figures import HardwareFigures
+
+    schema["properties"] = {**schema["properties"], **HardwareFigures.model_json_schema()["properties"]}
+    schema["additionalProperties"] = False
+
+
 class HardwareRef(Closed):
     """A catalog entry by name, with any of its figures overridden."""
 
-    model_config = ConfigDict(extra="allow")  # the figures overridden, by name: checked against the catalog later
+    # the figures overridden, by name: read and checked by meshlab.core.hardware.with_overrides when the plan loads
+    model_config = ConfigDict(extra="allow", json_schema_extra=_override_properties)
 
     name: str = Field(description="catalog name, e.g. v6e-8 (see `meshlab hardware`)")
 
@@ -298,9 +307,3 @@ class Strategy(Closed):
         if isinstance(self.hardware, str):
             return {}
         return dict(self.hardware.extra)
-
-
-def strategy_json_schema() -> dict:
-    """The JSON Schema (draft 2020-12) of a strategy file, every field with its description."""
-    schema = Strategy.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "meshlab strategy"}

@@ -371,3 +371,44 @@ def test_a_float32_workload_runs_at_the_float32_peak_without_the_bf16_rates():
     v6e = load_hardware("v6e-8")
     assert v6e.at_dtype("float32").bf16_flops == v6e.bf16_flops
     assert "one bf16 pass" in v6e.sources["fp32_flops"]
+
+
+# ---- the catalog's entries, read through the same pydantic models as overrides ----
+
+
+def test_a_catalog_entry_requires_every_figure_the_hardware_has():
+    from meshlab.core.hardware import OPTIONAL_FIGURES
+    from meshlab.core.hardware_figures import REQUIRED as ENTRY_REQUIRES, CatalogEntry, HardwareFigures
+
+    assert set(ENTRY_REQUIRES) == set(FIGURES)
+    assert set(HardwareFigures.model_fields) == set(FIGURES) | set(OPTIONAL_FIGURES)
+    assert set(CatalogEntry.model_fields) == set(FIGURES) | set(OPTIONAL_FIGURES) | {"kind", "chip"}
+
+
+def test_a_broken_catalog_entry_is_one_line_naming_entry_and_field():
+    import yaml
+
+    from meshlab.core.hardware import _build
+
+    from tests.conftest import REPO
+
+    data = yaml.safe_load((REPO / "meshlab" / "data" / "hardware.yaml").read_text())
+    accelerators, system = data["accelerators"], data["systems"]["v6e-8"]
+    assert _build("v6e-8", system, accelerators) == load_hardware("v6e-8")
+    cases = [
+        ({"topology": {"value": "2y4", "source": "s"}}, "systems.v6e-8.topology: '2y4' is not a number",
+         "{value: ..., source: ...}"),
+        ({"hbm_gb": {"value": 32, "source": "s"}}, "systems.v6e-8: unknown field hbm_gb", "usable_hbm_bytes"),
+        ({"accelerator": "v9"}, "systems.v6e-8.accelerator: 'v9' is not an accelerator", "v6e"),
+        ({"topology": {"source": "s"}}, "systems.v6e-8.topology: value is missing", "{value"),
+        ({"chips": {"value": 8}}, "figures without a source: ['chips']", "fix the catalog entry"),
+    ]
+    for change, problem, fix in cases:
+        with pytest.raises(InputError) as caught:
+            _build("v6e-8", {**system, **change}, accelerators)
+        assert problem in caught.value.problem and fix in caught.value.fix, caught.value.one_line()
+        assert "\n" not in caught.value.one_line()
+    whole = {**accelerators[system["accelerator"]], **system}
+    without_hbm = {k: v for k, v in whole.items() if k not in ("hbm_bytes", "accelerator")}
+    with pytest.raises(InputError, match="systems.v6e-8: hbm_bytes is missing"):
+        _build("v6e-8", {**without_hbm, "accelerator": "bare"}, {"bare": {}})
