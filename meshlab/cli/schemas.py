@@ -32,6 +32,12 @@ def _hardware_entry() -> Any:
     return CatalogEntry
 
 
+def _card() -> Any:
+    from meshlab.models.card_file import CardFile
+
+    return CardFile
+
+
 def _run_record() -> Any:
     from meshlab.experiments.records import RunRecord
 
@@ -68,6 +74,7 @@ SCHEMAS: dict[str, tuple[str, Callable[[], Any]]] = {
     "hardware-overrides": ("the figures a strategy's hardware: {name: ..., <figure>: ...} overrides",
                            _hardware_overrides),
     "hardware-entry": ("one system of meshlab/data/hardware.yaml, merged with its accelerator", _hardware_entry),
+    "card": ("a model card, as meshlab models import writes it", _card),
     "run-record": ("one line of experiments/results/*.jsonl, as meshlab run appends it", _run_record),
     "profile": ("a profile file, as meshlab profile writes it", _profile),
     "worker-request": ("the request file the CLI hands a worker process", _worker_request),

@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from meshlab.core.closed import first_problem
 from meshlab.core.errors import InputError, Location, PlanError
+from meshlab.models.card_file import CardFile
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}
 
@@ -374,7 +378,8 @@ def card_to_json(card: ModelCard) -> dict:
 
 
 def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
-    """Build a card from its JSON form; a malformed card is an InputError naming the file."""
+    """Build a card from its JSON form, read through the pydantic model of the file (`meshlab.models.card_file`);
+    a malformed card is one InputError naming the file and the first problem's field."""
     version = data.get("schema_version") if isinstance(data, dict) else None
     if isinstance(version, int) and version < CARD_SCHEMA_VERSION:
         raise InputError(
@@ -385,70 +390,43 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             f"regenerate it: {_regenerate_command(data)}",
             Location(origin),
         )
+    def refused(problem: str) -> InputError:
+        return InputError(f"not a valid meshlab model card: {problem}", "generate one with `meshlab models import`",
+                          Location(origin))
+
+    if not isinstance(data, dict) or version != CARD_SCHEMA_VERSION:
+        raise refused(f"schema_version must be {CARD_SCHEMA_VERSION}")
     try:
-        if version != CARD_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {CARD_SCHEMA_VERSION}")
-        if not data.get("dataflow"):
-            raise ValueError("the card has no dataflow")
-        if not all(isinstance(f, dict) and f.get("rotary", "") in ("", "whole", "halves") for f in data["dataflow"]):
-            raise ValueError("a dataflow entry's rotary must be '', 'whole' or 'halves'")
-        card = ModelCard(
-            name=data["name"],
-            class_name=data["class_name"],
-            source=data["source"],
-            architecture=Architecture(**data["architecture"]),
-            parameters=tuple(_parameter(p) for p in data["parameters"]),
-            attention=tuple(_attention(a) for a in data["attention"]),
-            components=tuple(_component(c) for c in data.get("components", [])),
-            dataflow=tuple(_flow(f) for f in data["dataflow"]),
-            joins=tuple(Join(j["module"], j["kind"], int(j["width"])) for j in data.get("joins", [])),
-            elementwise=tuple(_elementwise(e) for e in data.get("elementwise", [])),
-            dispatches=_dispatches(data.get("dispatches") or {}),
-        )
-        lists = {position[0] for p in card.parameters if p.block is not None
-                 for position in [block_position(p.name)] if position}
-        if set(card.dispatches) - lists - {"outside"}:
-            raise ValueError(f"dispatches names {sorted(set(card.dispatches) - lists - {'outside'})}, not a block "
-                             f"list of the card ({', '.join(sorted(lists))}) or 'outside'")
-        return card
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(
-            f"not a valid meshlab model card ({type(exc).__name__}: {exc})",
-            "generate one with `meshlab models import`",
-            Location(origin),
-        ) from None
-
-
-def _component(c: dict) -> Component:
-    pairs = {k: tuple(int(v) for v in c[k]) for k in ("tile", "tile_stride") if k in c}
-    if any(len(v) != 2 or min(v) < 0 for v in pairs.values()) or (
-            any(pairs.get("tile", (0, 0))) and min(pairs.get("tile_stride", (0, 0))) < 1):
-        raise ValueError(f"component {c.get('name')!r}: tile and tile_stride must be [height, width], a tile with "
-                         "a positive stride")
-    return Component(**{**c, **pairs})
-
-
-def _parameter(p: dict) -> Parameter:
-    if p["kind"] not in MODULE_KINDS or p["stream"] not in STREAMS or p["dtype"] not in DTYPE_BYTES:
-        raise ValueError(f"parameter {p.get('name')!r} has an unknown kind, stream or dtype")
-    return Parameter(p["name"], tuple(p["shape"]), p["dtype"], p["kind"], p["stream"], p.get("block"))
-
-
-def _dispatches(d: dict) -> dict:
-    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                                          and v >= 0 for k, v in d.items()):
-        raise ValueError("dispatches must map block lists (and 'outside') to counts of ops")
-    return dict(d)
-
-
-def _elementwise(e: dict) -> Elementwise:
-    side, linear, execution = e.get("side", ""), e.get("linear", ""), e.get("execution", "fused")
-    if (e["stream"] not in ("image", "text", "joint") or float(e["bytes_per_token"]) < 0
-            or side not in ("", "in", "out", "attention") or bool(linear) != (side in ("in", "out"))
-            or execution not in ELEMENTWISE_EXECUTIONS):
-        raise ValueError(f"elementwise entry of {e.get('blocks')!r} has an unknown stream, side or execution, "
-                         "negative bytes, or a Linear where its side has none")
-    return Elementwise(str(e["blocks"]), e["stream"], float(e["bytes_per_token"]), side, str(linear), execution)
+        checked = CardFile.model_validate(data)
+    except ValidationError as exc:
+        path, _, message = first_problem(exc, data)
+        raise refused(f"{'.'.join(map(str, path)) or 'the card'}: {message}") from None
+    card = ModelCard(
+        name=checked.name,
+        class_name=checked.class_name,
+        source=dict(checked.source),
+        architecture=Architecture(**checked.architecture.model_dump()),
+        parameters=tuple(Parameter(p.name, tuple(p.shape), p.dtype, p.kind, p.stream, p.block)
+                         for p in checked.parameters),
+        attention=tuple(Attention(a.module, a.heads, a.head_dim, tuple(a.streams), tuple(a.qkv), tuple(a.out),
+                                  tuple(a.keys), a.fused_width) for a in checked.attention),
+        components=tuple(Component(**{**c.model_dump(), "tile": tuple(c.tile), "tile_stride": tuple(c.tile_stride)})
+                         for c in checked.components),
+        dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,
+                            tuple(Modulation(m.norm, m.stream, m.width) for m in f.modulates), f.residual,
+                            QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary)
+                       for f in checked.dataflow),
+        joins=tuple(Join(j.module, j.kind, j.width) for j in checked.joins),
+        elementwise=tuple(Elementwise(e.blocks, e.stream, e.bytes_per_token, e.side, e.linear, e.execution)
+                          for e in checked.elementwise),
+        dispatches=dict(checked.dispatches),
+    )
+    lists = {position[0] for p in card.parameters if p.block is not None
+             for position in [block_position(p.name)] if position}
+    if set(card.dispatches) - lists - {"outside"}:
+        raise refused(f"dispatches names {sorted(set(card.dispatches) - lists - {'outside'})}, not a block list of "
+                      f"the card ({', '.join(sorted(lists))}) or 'outside'")
+    return card
 
 
 def _regenerate_command(data: dict) -> str:
@@ -456,19 +434,6 @@ def _regenerate_command(data: dict) -> str:
     if preset:
         return f"meshlab models import {preset} -o <card>.json"
     return "meshlab models import --config <its diffusers config.json> -o <card>.json"
-
-
-def _flow(f: dict) -> Flow:
-    return Flow(f["module"], tuple(f["reads"]), f.get("attention"),
-                tuple(Modulation(m["norm"], m["stream"], int(m["width"])) for m in f.get("modulates", [])),
-                bool(f.get("residual", False)),
-                QkNorm(f["qk_norm"]["module"], int(f["qk_norm"]["width"])) if f.get("qk_norm") else None,
-                str(f.get("rotary", "")))
-
-
-def _attention(a: dict) -> Attention:
-    return Attention(a["module"], a["heads"], a["head_dim"], tuple(a["streams"]), tuple(a["qkv"]), tuple(a["out"]),
-                     tuple(a.get("keys", ())), int(a.get("fused_width", 0)))
 
 
 BUILTIN_DIR = Path(__file__).parent / "cards"  # the built-in cards, one JSON file each

@@ -81,7 +81,7 @@ def schema_of(name: str) -> dict:
 
 
 def test_every_schema_is_a_json_schema_with_its_title():
-    assert list(SCHEMAS) == ["strategy", "experiment", "hardware-overrides", "hardware-entry", "run-record",
+    assert list(SCHEMAS) == ["strategy", "experiment", "hardware-overrides", "hardware-entry", "card", "run-record",
                              "profile", "worker-request", "worker-result"]
     for name, (title, _) in SCHEMAS.items():
         assert schema_of(name)["title"] == title
@@ -147,3 +147,16 @@ def test_worker_requests_and_results_validate():
     failed = WorkerResult(error=WorkerError(type="InputError", status="refused", problem="p", fix="f"))
     jsonschema.validate(json.loads(failed.model_dump_json()), result)
     jsonschema.validate(json.loads(WorkerResult(ok={"seconds": 1.5}).model_dump_json()), result)
+
+
+def test_every_built_in_card_and_test_card_validates_as_a_card():
+    card = schema_of("card")
+    files = sorted((REPO / "meshlab" / "models" / "cards").glob("*.json"))
+    files += sorted((REPO / "tests" / "cost" / "data" / "cards").glob("*.json"))
+    for path in files:
+        jsonschema.validate(json.loads(path.read_text()), card)
+    assert len(files) >= 7
+    broken = json.loads(files[0].read_text())
+    broken["parameters"][0]["kind"] = "lora"
+    with pytest.raises(jsonschema.ValidationError, match="'lora' is not one of"):
+        jsonschema.validate(broken, card)

@@ -285,17 +285,21 @@ def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
     assert {e.execution for e in card_from_json(data).elementwise} == {"fused", "eager"}
     assert all(("execution" in e) == (e.get("execution") == "eager") for e in data["elementwise"])  # fused: implied
     data["elementwise"][0]["stream"] = "pixels"
-    with pytest.raises(InputError, match="unknown stream"):
+    with pytest.raises(InputError, match="elementwise.0.stream: Input should be 'image', 'text' or 'joint'"):
         card_from_json(data, "bad.json")
     data["elementwise"][0] |= {"stream": "image", "execution": "lazy"}
-    with pytest.raises(InputError, match="unknown stream, side or execution"):
+    with pytest.raises(InputError, match="elementwise.0.execution: Input should be 'fused' or 'eager'") as caught:
+        card_from_json(data, "bad.json")
+    assert caught.value.location.file == "bad.json" and "\n" not in caught.value.one_line()
+    data["elementwise"][0] |= {"execution": "eager", "side": "in", "linear": ""}
+    with pytest.raises(InputError, match="a Linear is named on the 'in' and 'out' sides and only there"):
         card_from_json(data, "bad.json")
 
 
 @pytest.mark.parametrize("dispatches, problem", [
     ({"transformer_block": 96}, "not a block list of the card"),
-    ({"transformer_blocks": -1}, "counts of ops"),
-    ({"transformer_blocks": 9.5}, "counts of ops"),
+    ({"transformer_blocks": -1}, "dispatches.transformer_blocks: Input should be greater than or equal to 0"),
+    ({"transformer_blocks": 9.5}, "dispatches.transformer_blocks: Input should be a valid integer"),
 ])
 def test_dispatches_round_trip_and_a_bad_count_is_a_one_line_error(dispatches, problem):
     from meshlab.models.card import card_from_json

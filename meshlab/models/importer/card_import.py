@@ -139,10 +139,14 @@ def import_from_config_file(
 
 
 def write_card(card: ModelCard, path: str | Path, inputs: tuple | list = ()) -> Path:
-    """Write the card's JSON to ``path`` whole or not at all, never over one of `inputs` (meshlab.core.files)."""
+    """Write the card's JSON to ``path`` whole or not at all, never over one of `inputs` (meshlab.core.files). The
+    document is checked against the card file's model first, so a card meshlab writes is one it reads back."""
     from meshlab.core.files import write_atomic
+    from meshlab.models.card_file import CardFile
 
-    write_atomic(path, json.dumps(card_to_json(card), indent=1, sort_keys=False) + "\n", inputs, "-o")
+    document = card_to_json(card)
+    CardFile.model_validate(document)
+    write_atomic(path, json.dumps(document, indent=1, sort_keys=False) + "\n", inputs, "-o")
     return Path(path)
 
 
