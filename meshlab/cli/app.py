@@ -86,8 +86,8 @@ def try_(
 @app.command("schema")
 @reports_errors
 def schema(name: str = typer.Argument("strategy", help="which file: strategy, experiment, hardware-overrides, "
-                                       "hardware-entry, card, run-record, profile, worker-request, "
-                                       "worker-result")) -> None:
+                                       "hardware-entry, card, run-record, profile, cache-manifest, "
+                                       "worker-request, worker-result")) -> None:
     """Print the JSON Schema of a file meshlab reads or writes (a strategy by default), from the pydantic model
     it is read through, for editors and other tools.
 

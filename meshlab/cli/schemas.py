@@ -50,6 +50,12 @@ def _profile() -> Any:
     return ProfileFile
 
 
+def _cache_manifest() -> Any:
+    from meshlab.experiments.compile_cache import CacheManifest
+
+    return CacheManifest
+
+
 def _worker_request() -> Any:
     from typing import Union
 
@@ -77,6 +83,7 @@ SCHEMAS: dict[str, tuple[str, Callable[[], Any]]] = {
     "card": ("a model card, as meshlab models import writes it", _card),
     "run-record": ("one line of experiments/results/*.jsonl, as meshlab run appends it", _run_record),
     "profile": ("a profile file, as meshlab profile writes it", _profile),
+    "cache-manifest": ("meshlab-cache.json in a compile-cache folder (meshlab run --cache-dir)", _cache_manifest),
     "worker-request": ("the request file the CLI hands a worker process", _worker_request),
     "worker-result": ("the result file a worker process writes back", _worker_result),
 }

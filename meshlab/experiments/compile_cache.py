@@ -9,8 +9,11 @@ import json
 import os
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from meshlab.core.closed import first_problem
 from meshlab.core.errors import InputError
 from meshlab.core.files import file_stem
 from meshlab.experiments.options import RunOptions
@@ -19,6 +22,17 @@ if TYPE_CHECKING:
     from meshlab.plan.planned import PlannedStrategy
 
 CACHE_MANIFEST = "meshlab-cache.json"
+
+
+class CacheManifest(BaseModel):
+    """``meshlab-cache.json`` in a compile-cache folder: whose programs the folder holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    key: str  # the hash of the plan, strategy file, checkpoint and torch_xla version
+    strategy: str
+    checkpoint: str
+    torch_xla: Optional[str]
 
 
 def cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -> Path | None:
@@ -32,29 +46,33 @@ def cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -
                 "checkpoint": built, "torch_xla": package_version("torch_xla")}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"
-    manifest = {"key": key, "strategy": planned.strategy.name, "checkpoint": identity["checkpoint"],
-                "torch_xla": identity["torch_xla"]}
+    manifest = CacheManifest(key=key, strategy=planned.strategy.name, checkpoint=identity["checkpoint"],
+                             torch_xla=identity["torch_xla"])
     claim_cache(folder, manifest)
     return folder
 
 
-def claim_cache(folder: Path, manifest: dict) -> None:
+def claim_cache(folder: Path, manifest: CacheManifest) -> None:
     path = folder / CACHE_MANIFEST
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if path.exists():
-            found = json.loads(path.read_text())
+            found = CacheManifest.model_validate_json(path.read_text())
             if found != manifest:
-                raise InputError(f"the compile cache {folder} belongs to {found.get('strategy')!r} with torch_xla "
-                                 f"{found.get('torch_xla')}, not to this plan with torch_xla {manifest['torch_xla']}",
+                raise InputError(f"the compile cache {folder} belongs to {found.strategy!r} with torch_xla "
+                                 f"{found.torch_xla}, not to this plan with torch_xla {manifest.torch_xla}",
                                  "give --cache-dir a folder of its own, or delete that one")
         else:
             tmp = folder / f".{CACHE_MANIFEST}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(manifest))
+            tmp.write_text(manifest.model_dump_json())
             os.replace(tmp, path)
         if not os.access(folder, os.W_OK):
             raise PermissionError(f"{folder} is not writable")
-    except (OSError, json.JSONDecodeError) as exc:
+    except ValidationError as exc:
+        _, _, message = first_problem(exc, None)
+        raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: {message}",
+                         "give --cache-dir a folder of its own, or delete that one") from None
+    except OSError as exc:
         raise InputError(f"cannot use the compile cache {folder}: {exc}",
                          "give --cache-dir a writable folder of meshlab's") from None
 

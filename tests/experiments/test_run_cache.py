@@ -5,16 +5,17 @@ import json
 import pytest
 
 from meshlab.core.errors import InputError
-from meshlab.experiments.compile_cache import CACHE_MANIFEST, claim_cache
+from meshlab.experiments.compile_cache import CACHE_MANIFEST, CacheManifest, claim_cache
 
-MANIFEST = {"key": "abc", "strategy": "pairs", "checkpoint": "/ckpt", "torch_xla": "2.9.0"}
+WRITTEN = {"key": "abc", "strategy": "pairs", "checkpoint": "/ckpt", "torch_xla": "2.9.0"}
+MANIFEST = CacheManifest(**WRITTEN)
 
 
 def test_a_new_folder_is_claimed_and_reclaimed(tmp_path):
     folder = tmp_path / "pairs-abc"
     claim_cache(folder, MANIFEST)
     claim_cache(folder, MANIFEST)  # the same plan again: its own programs
-    assert json.loads((folder / CACHE_MANIFEST).read_text()) == MANIFEST
+    assert json.loads((folder / CACHE_MANIFEST).read_text()) == WRITTEN
     assert [p.name for p in folder.iterdir()] == [CACHE_MANIFEST]  # no temporary file left
 
 
@@ -22,10 +23,21 @@ def test_a_folder_of_another_plan_or_version_is_refused(tmp_path):
     folder = tmp_path / "pairs-abc"
     claim_cache(folder, MANIFEST)
     with pytest.raises(InputError, match="belongs to 'pairs' with torch_xla 2.9.0, not to this plan with torch_xla 2.10"):
-        claim_cache(folder, MANIFEST | {"torch_xla": "2.10"})
+        claim_cache(folder, MANIFEST.model_copy(update={"torch_xla": "2.10"}))
 
 
 def test_a_folder_that_cannot_be_made_is_one_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(InputError, match="cannot use the compile cache"):
         claim_cache(tmp_path / "file" / "pairs-abc", MANIFEST)
+
+
+@pytest.mark.parametrize("written", ['{"key": "abc"}', '{"key": "abc", "strategy": "pairs", "checkpoint": "/c", '
+                                     '"torch_xla": "2.9.0", "owner": "me"}', "not json"])
+def test_a_manifest_that_is_not_meshlabs_is_one_error(tmp_path, written):
+    folder = tmp_path / "pairs-abc"
+    folder.mkdir()
+    (folder / CACHE_MANIFEST).write_text(written)
+    with pytest.raises(InputError, match="holds a meshlab-cache.json that is not meshlab's") as caught:
+        claim_cache(folder, MANIFEST)
+    assert "\n" not in caught.value.one_line()
