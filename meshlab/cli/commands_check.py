@@ -1,4 +1,5 @@
-"""`meshlab check` and `meshlab export`: wiring only; the work is in meshlab.check.against_xla and meshlab.export.snippets."""
+"""`meshlab check` and `meshlab export`: wiring only; the work is in meshlab.check.against_xla and
+meshlab.export.snippets."""
 
 from __future__ import annotations
 

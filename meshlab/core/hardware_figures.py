@@ -6,7 +6,8 @@ Both read a figure the same way, through one field of `HardwareFigures`: bytes a
 optional figure as ``none``. The parsers are hand-written (as PlainValidators) because YAML reads ``1.6e12`` as a
 string (PyYAML's YAML 1.1 wants a sign in the exponent), which pydantic's ByteSize refuses ("could not interpret
 byte unit: e12") and its float reads only in lax mode, and ``2x4`` is no type of pydantic's. Each field's problem is
-a ValueError that names the value; `meshlab.core.hardware` turns it into a one-line InputError with the fix. The checks across figures (usable HBM within HBM, a topology holding the chips) are the `Hardware` value's.
+a ValueError that names the value; `meshlab.core.hardware` turns it into a one-line InputError with the fix. The checks
+across figures (usable HBM within HBM, a topology holding the chips) are the `Hardware` value's.
 """
 
 from __future__ import annotations

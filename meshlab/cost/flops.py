@@ -9,8 +9,8 @@ activations and other elementwise work (well under 1% of a DiT's FLOPs).
 On one chip each Linear does the work of its local shard: ceil(out / split) x ceil(in / split) at the
 tokens and samples the chip holds, where a split counts only the axes that do not also split activations: a
 weight split over the batch, sequence or guidance axis is all-gathered before use (FSDP), so every chip
-multiplies the whole of those dims with its own samples. Attention runs its local heads (as q is split) over the local queries
-(image tokens split over the sequence axis) against every key.
+multiplies the whole of those dims with its own samples. Attention runs its local heads (as q is split) over the local
+queries (image tokens split over the sequence axis) against every key.
 
 HBM bytes per call: every weight shard this chip holds is read once (FSDP-gathered weights at their gathered
 size); each Linear reads its input and writes its output; attention reads q, k, v and writes its output, and

@@ -32,8 +32,8 @@ def strategy_identity(path: Path) -> dict:
 
 
 def run_record(record: dict) -> RunRecord:
-    """The record meshlab.experiments.run built, as `report` and `calibrate` will read it back; a record they could not read
-    is a BackendError (the writer and RunRecord disagree: a bug in meshlab, not in the user's input)."""
+    """The record meshlab.experiments.run built, as `report` and `calibrate` will read it back; a record they could not
+    read is a BackendError (the writer and RunRecord disagree: a bug in meshlab, not in the user's input)."""
     record = {"schema_version": RECORD_SCHEMA_VERSION, **record}
     problem = record_problem(record)
     if problem is not None:
@@ -43,7 +43,8 @@ def run_record(record: dict) -> RunRecord:
 
 
 def append_record(path: Path, record: dict) -> RunRecord:
-    """Append `record` (as meshlab.experiments.run builds it) after checking it is one `report` and `calibrate` can read."""
+    """Append `record` (as meshlab.experiments.run builds it) after checking it is one `report` and `calibrate` can
+    read."""
     checked = run_record(record)
     line = (json.dumps({"schema_version": RECORD_SCHEMA_VERSION, **record}, sort_keys=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +153,8 @@ class Ran(_Part):
 
 
 class Prediction(_Part):
-    """meshlab's prediction for the run's workload on the strategy's hardware (``meshlab.experiments.recording.prediction``)."""
+    """meshlab's prediction for the run's workload on the strategy's hardware
+    (``meshlab.experiments.recording.prediction``)."""
 
     hardware: Optional[str] = None
     kind: Optional[str] = None
@@ -204,9 +206,9 @@ class Compiles(_Part):
 
 
 class RunRecord(_Part):
-    """One line of a run record file: what `meshlab run` wrote (``meshlab.experiments.run``) and `report` and `calibrate` read.
-    Writer and reader agree through this model: ``append_record`` refuses a record it does not validate, and
-    ``read_records`` gives these models, each placed at its file and line (`source`)."""
+    """One line of a run record file: what `meshlab run` wrote (``meshlab.experiments.run``) and `report` and
+    `calibrate` read. Writer and reader agree through this model: ``append_record`` refuses a record it does not
+    validate, and ``read_records`` gives these models, each placed at its file and line (`source`)."""
 
     schema_version: Literal[1]
     status: Literal["ok", "oom", "error", "refused"]

@@ -63,9 +63,10 @@ def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard
     Where an attention concatenates text and image tokens into one sequence (Qwen-Image, Flux's dual blocks),
     XLA's sharding propagation carries the joint sequence's split back through the text stream onto its
     (replicated) input, so the text tokens are split too: measured on 8 virtual CPU devices, seq 2 x model 4,
-    every text tensor of Qwen-Image's block 0 holds 16 of 32 text tokens (tests/cost/data/xla_collectives_seq2-model4.json).
-    An activation rule that splits the text stream's tokens (``text_split``, see ``rules_split_text``) does it too
-    (Wan's cross-attention k and v under a ``linear.output`` rule on every stream).
+    every text tensor of Qwen-Image's block 0 holds 16 of 32 text tokens
+    (tests/cost/data/xla_collectives_seq2-model4.json). An activation rule that splits the text stream's tokens
+    (``text_split``, see ``rules_split_text``) does it too (Wan's cross-attention k and v under a ``linear.output`` rule
+    on every stream).
     """
     if sequence_split == 1:
         return tokens

@@ -1,13 +1,14 @@
 """One protocol for meshlab's torch workers (`check` and `run`): a request file in, progress lines out, a result
 file back. The parent side imports no torch.
 
-The parent writes the request (JSON: one of ``meshlab.runtime.requests``' models) into a folder and starts ``python -m MODULE REQUEST RESULT`` with the device
-environment (torch_xla reads it when it starts, so each plan gets a fresh process). The worker prints progress as
-JSON lines ``{"progress": "..."}`` on stdout and writes RESULT once, atomically (``WorkerResult``):
+The parent writes the request (JSON: one of ``meshlab.runtime.requests``' models) into a folder and starts ``python -m
+MODULE REQUEST RESULT`` with the device environment (torch_xla reads it when it starts, so each plan gets a fresh
+process). The worker prints progress as JSON lines ``{"progress": "..."}`` on stdout and writes RESULT once, atomically
+(``WorkerResult``):
 
 - ``{"ok": <payload>}``, or
-- ``{"error": {"type", "status", "problem", "fix"}}`` (``WorkerError``): ``type`` is meshlab's error class (InputError, PlanError,
-  BackendError), ``status`` what the run record calls it (``refused`` for bad input, ``oom`` when memory ran out,
+- ``{"error": {"type", "status", "problem", "fix"}}`` (``WorkerError``): ``type`` is meshlab's error class
+  (InputError, PlanError, BackendError), ``status`` what the run record calls it (``refused`` for bad input, ``oom`` when memory ran out,
   ``error`` otherwise). With ``MESHLAB_DEBUG`` set the worker re-raises after writing, for the traceback.
 
 A worker that dies before writing RESULT (killed for memory, a crash in native code) or outlives its time is a

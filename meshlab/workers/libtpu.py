@@ -12,9 +12,9 @@ torchax over the topology's devices. The HLO route needs jaxlib's HLO-to-StableH
 because no library compiles another framework's HLO for a TPU topology; MaxText's ``train_compile.py`` does the
 jax half only.
 
-Environment (set by the parent before jax starts, see meshlab.runtime.tpu_topology.environment): libtpu reads ``TPU_ACCELERATOR_TYPE`` and
-``TPU_WORKER_HOSTNAMES`` at start and complains without them; ``ALLOW_MULTIPLE_LIBTPU_LOAD`` lets several
-processes (parallel tests) load it.
+Environment (set by the parent before jax starts, see meshlab.runtime.tpu_topology.environment): libtpu reads
+``TPU_ACCELERATOR_TYPE`` and ``TPU_WORKER_HOSTNAMES`` at start and complains without them;
+``ALLOW_MULTIPLE_LIBTPU_LOAD`` lets several processes (parallel tests) load it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The torch half of `meshlab profile`: ``python -m meshlab.workers.measure REQUEST RESULT``.
 
-Times, on the local device, what the parent (meshlab.experiments.profiling) asks for, each op compiled and warmed first and
-then the median of a few runs, the clock stopped only once the device is done (``xla.sync``: torch_xla's sync
-plus ``wait_device_ops``; ``torch.cuda.synchronize`` on a GPU):
+Times, on the local device, what the parent (meshlab.experiments.profiling) asks for, each op compiled and warmed first
+and then the median of a few runs, the clock stopped only once the device is done (``xla.sync``: torch_xla's sync plus
+``wait_device_ops``; ``torch.cuda.synchronize`` on a GPU):
 
 - each Linear's shard GEMM and the attention at the shapes given (on several XLA devices every device runs it,
   as each does its shard under the plan);

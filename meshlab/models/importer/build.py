@@ -3,8 +3,8 @@
 The weights are random from a fixed seed, drawn straight into the plan's dtype with no initialisation pass
 that is thrown away: each parameter is a window, at an offset of its own, onto one pool of about a million
 random values (tiling the pool costs a copy; drawing 380 M values one by one costs seconds). Windows of one
-weight's shards start at different points of the pool, so shards in the wrong place change the output. Inputs follow the pipeline's packing: ``(height / (vae * patch))``
-by ``(width / ...)`` image tokens.
+weight's shards start at different points of the pool, so shards in the wrong place change the output. Inputs follow the
+pipeline's packing: ``(height / (vae * patch))`` by ``(width / ...)`` image tokens.
 """
 
 from __future__ import annotations

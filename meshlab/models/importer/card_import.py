@@ -234,11 +234,10 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
 
 def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[tuple[Elementwise, ...], dict]:
     """Per block of each list, the bytes its elementwise work moves per token of each stream, fused (one pass per
-    gap between matmuls) and eager (every op its own kernel) (meshlab.models.importer.elementwise_trace), from a forward of
-    a three-blocks-per-kind copy at the card's dtype: the middle block of each list stands for all of them (the
-    first reads the list's input in a pass of its own, which the others share with the block before them). Also
-    the ops a block of each list dispatches, and the rest of the forward's ("outside": all but the three blocks of
-    each list)."""
+    gap between matmuls) and eager (every op its own kernel) (meshlab.models.importer.elementwise_trace), from a forward
+    of a three-blocks-per-kind copy at the card's dtype: the middle block of each list stands for all of them (the first
+    reads the list's input in a pass of its own, which the others share with the block before them). Also the ops a
+    block of each list dispatches, and the rest of the forward's ("outside": all but the three blocks of each list)."""
     import torch
 
     torch_dtype = getattr(torch, dtype)

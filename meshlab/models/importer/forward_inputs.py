@@ -2,9 +2,9 @@
 
 One builder serves every supported class: it reads the forward's signature and makes each argument it names
 from the config (text width, pooled width, RoPE axes, guidance) and the geometry (batch, token grid, frames,
-text tokens). What differs between families is one row of ``meshlab.models.families.FAMILIES``: the block lists, the latent layout the
-forward takes, how many latent pixels one token covers per side (and per frame), and the config key of the text
-embedding width. A class with no row, or a forward argument with no default that the builder cannot make, is an
+text tokens). What differs between families is one row of ``meshlab.models.families.FAMILIES``: the block lists, the
+latent layout the forward takes, how many latent pixels one token covers per side (and per frame), and the config key of
+the text embedding width. A class with no row, or a forward argument with no default that the builder cannot make, is an
 InputError naming what is missing.
 
 Latent layouts:
