@@ -46,7 +46,8 @@ class Family:
 
 #: One row per supported class. Patch sizes are the pipeline's packing: QwenImagePipeline packs 2x2 as its
 #: config says; FluxPipeline and Flux2Pipeline pack 2x2 before the model although their configs say patch 1;
-#: SD3 and Wan patchify inside the model with the config's patch size ((t, h, w) for Wan).
+#: SD3, Wan and HunyuanVideo patchify inside the model with the config's patch size ((t, h, w) for Wan; patch_size
+#: and patch_size_t for HunyuanVideo).
 FAMILIES: dict[str, Family] = {
     "QwenImageTransformer2DModel": Family((("transformer_blocks", "num_layers"),), "tokens",
                                           lambda c: c["patch_size"], "joint_attention_dim"),
@@ -60,6 +61,9 @@ FAMILIES: dict[str, Family] = {
                                     lambda c: c["patch_size"], "joint_attention_dim"),
     "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
                                     lambda c: c["patch_size"][0], vae_default=(8, 4)),
+    "HunyuanVideoTransformer3DModel": Family(
+        (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "video",
+        lambda c: c["patch_size"], "text_embed_dim", lambda c: c["patch_size_t"], vae_default=(8, 4)),
 }
 
 

@@ -172,8 +172,47 @@ def test_unsupported_class_is_an_input_error():
     from meshlab.models.importer.card_import import import_card
 
     with pytest.raises(InputError, match="FluxTransformer2DModel") as raised:
-        import_card("HunyuanVideoTransformer3DModel", {}, "hunyuan")
+        import_card("CogVideoXTransformer3DModel", {}, "cogvideox")
     assert "no row for it" in str(raised.value)
+
+
+@pytest.mark.xla
+def test_small_hunyuan_video_imports_as_a_video_model_with_a_text_refiner():
+    """HunyuanVideo: Flux's dual- and single-stream blocks over video latents patchified inside the model, and a
+    token refiner (self-attention over the text alone) before the blocks. Its mask is HunyuanVideo's own
+    encoder_attention_mask argument."""
+    pytest.importorskip("diffusers")
+    from meshlab.models.families import geometry
+    from meshlab.models.importer.card_import import import_card
+
+    config = {"in_channels": 4, "out_channels": 4, "num_attention_heads": 2, "attention_head_dim": 16,
+              "num_layers": 1, "num_single_layers": 2, "num_refiner_layers": 1, "patch_size": 2, "patch_size_t": 1,
+              "text_embed_dim": 32, "pooled_projection_dim": 16, "rope_axes_dim": [4, 6, 6], "guidance_embeds": True}
+    card = import_card("HunyuanVideoTransformer3DModel", config, "tiny-hunyuan")
+    arch = card.architecture
+    assert (arch.in_channels, arch.patch_size, arch.temporal_patch, arch.num_layers) == (16, 2, 1, 3)
+    assert (arch.vae_scale_factor, arch.temporal_scale_factor, arch.text_dim) == (8, 4, 32)  # no VAE: the pipeline's
+    refiner, dual, single = card.attention[0], card.attention[1], card.attention[-1]
+    assert refiner.module == "context_embedder.token_refiner.refiner_blocks.0.attn" and refiner.streams == ("text",)
+    assert dual.module == "transformer_blocks.0.attn" and dual.streams == ("text", "image")
+    assert single.module == "single_transformer_blocks.1.attn" and single.streams == ("text", "image")
+    params = params_by_name(card)
+    assert params["context_embedder.token_refiner.refiner_blocks.0.attn.to_q.weight"].stream == "text"
+    assert params["context_embedder.token_refiner.refiner_blocks.0.attn.to_q.weight"].block is None
+    assert params["single_transformer_blocks.1.proj_out.weight"].block == 2
+    assert {j.kind for j in card.joins} == {"concat", "split"}
+    # 720 x 1280 x 129 frames: 33 latent frames of 45 x 80 tokens, the 118,800 tokens of the issue's example
+    assert geometry(card, 720, 1280, 256, 1, frames=129).image_tokens == 33 * 45 * 80 == 118_800
+
+
+def test_hunyuan_videos_vae_is_read_as_a_video_vae():
+    from meshlab.models.importer.card_import import _latent_shape, _vae_scale_factor
+
+    config = {"latent_channels": 16, "spatial_compression_ratio": 8, "temporal_compression_ratio": 4,
+              "block_out_channels": [128, 256, 512, 512]}
+    assert _vae_scale_factor(config) == (8, 4)  # as HunyuanVideoPipeline reads its VAE
+    assert _latent_shape(config, 8, frames=3) == (1, 16, 3, 8, 8)
+    assert _vae_scale_factor({"block_out_channels": [128, 256, 512, 512]}) == (8, 1)  # an image VAE
 
 
 @pytest.mark.xla

@@ -486,9 +486,12 @@ def _text_path_parameters(model) -> int:
 
 def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
     """Pixels per latent pixel along a side, and frames per latent frame past the first, computed as
-    QwenImagePipeline, FluxPipeline and WanPipeline do (WanPipeline reads the VAE's ``scale_factor_*``)."""
+    QwenImagePipeline, FluxPipeline, WanPipeline and HunyuanVideoPipeline do (WanPipeline reads the VAE's
+    ``scale_factor_*``, HunyuanVideoPipeline its ``*_compression_ratio``)."""
     if config.get("scale_factor_spatial") and config.get("scale_factor_temporal"):
         return int(config["scale_factor_spatial"]), int(config["scale_factor_temporal"])
+    if config.get("spatial_compression_ratio") and config.get("temporal_compression_ratio"):  # HunyuanVideo's VAE
+        return int(config["spatial_compression_ratio"]), int(config["temporal_compression_ratio"])
     if "temperal_downsample" in config:
         return 2 ** len(config["temperal_downsample"]), 2 ** sum(bool(t) for t in config["temperal_downsample"])
     return 2 ** (len(config["block_out_channels"]) - 1), 1
@@ -505,8 +508,10 @@ def _traced_decode(spec: ComponentSpec, cls: type, video: bool) -> Decode:
 
 
 def _latent_shape(config: Mapping, side: int, frames: int = 1) -> tuple[int, ...]:
-    if "z_dim" in config:  # video VAE (AutoencoderKLQwenImage): [batch, channels, frames, h, w]
+    if "z_dim" in config:  # video VAE (AutoencoderKLQwenImage, Wan's): [batch, channels, frames, h, w]
         return (1, config["z_dim"], frames, side, side)
+    if "temporal_compression_ratio" in config:  # HunyuanVideo's video VAE: the same layout
+        return (1, config["latent_channels"], frames, side, side)
     if frames != 1:
         raise InputError("an image VAE decodes one frame", "use a video VAE (one with z_dim) for a video model")
     if "latent_channels" in config:

@@ -11,7 +11,8 @@ Latent layouts:
 
 - ``tokens``: ``[batch, tokens, channels]``, packed by the pipeline before the model (Qwen-Image, Flux, Flux.2);
 - ``image``: ``[batch, channels, height, width]`` latents, patchified inside the model (SD3);
-- ``video``: ``[batch, channels, frames, height, width]`` latents, patchified inside the model (Wan).
+- ``video``: ``[batch, channels, frames, height, width]`` latents, patchified inside the model (Wan,
+  HunyuanVideo).
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ _MAKERS = {
     "hidden_states": _hidden_states,
     "encoder_hidden_states": _text,
     "encoder_hidden_states_mask": _text_mask,
+    "encoder_attention_mask": _text_mask,  # HunyuanVideo's name for it
     "timestep": _timestep,
     "pooled_projections": _pooled,
     "guidance": _guidance,
