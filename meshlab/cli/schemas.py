@@ -1,5 +1,7 @@
 """The JSON Schema of every file meshlab reads or writes, by name, for `meshlab schema NAME`. Each comes from the
-pydantic model the file is read through, so the schema and the reader cannot disagree."""
+pydantic model the file is read through, so the two describe the same fields and types. What a reader checks beyond
+its model is not in the schema: a catalog figure's value is read as the override of the same name reads it
+(`hardware-overrides` describes it), and a card's dispatch counts must name its block lists."""
 
 from __future__ import annotations
 

@@ -274,7 +274,7 @@ def catalog() -> dict[str, Hardware]:
 def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hardware:
     """The named system, with any figure replaced by `overrides` (recorded with source ``"override"``).
 
-    Byte fields take human units (see `_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
+    Byte fields take human units (see `meshlab.core.hardware_figures.parse_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
     Raises `InputError` for an unknown name or field, an ill-typed value, or overrides that contradict
     each other (e.g. ``chips`` without a matching ``topology``).
     """
@@ -312,17 +312,7 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
             f"unknown hardware field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
             f"override one of: {', '.join(FIGURES + OPTIONAL_FIGURES)}",
         )
-    try:
-        figures = HardwareFigures.model_validate(overrides)
-    except OverflowError:  # an integer past what a float holds (10**400)
-        key = next(k for k, v in overrides.items() if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 1e308)
-        raise InputError(f"hardware override {key}: {str(overrides[key])[:20]}... is too large a number",
-                         f"give {key} a value of the same kind as the catalog's") from None
-    except ValidationError as error:
-        (key, *_), _, message = first_problem(error, overrides)
-        fix = BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
-        raise InputError(f"hardware override {key}: {message}", fix) from None
-    changes = {key: getattr(figures, key) for key in overrides}
+    changes = {key: _override(key, value) for key, value in overrides.items()}  # the first problem in file order
     sources = {**hardware.sources, **{key: "override" for key in changes}}
     overridden = tuple(dict.fromkeys(hardware.overridden + tuple(changes)))
     try:
@@ -343,6 +333,19 @@ def with_overrides(hardware: Hardware, overrides: dict[str, object]) -> Hardware
             f"the overrides do not fit together: {error}",
             "override related figures together (chips with topology and wraparound; usable HBM within HBM)",
         ) from None
+
+
+def _override(key: str, value: object) -> Any:
+    """One override read as `HardwareFigures` reads the figure `key`; its problem is one line with the fix."""
+    try:
+        return getattr(HardwareFigures.model_validate({key: value}), key)
+    except OverflowError:  # an integer past what a float holds (10**400), alone or inside a list
+        raise InputError(f"hardware override {key}: {str(value)[:20]}... is too large a number",
+                         f"give {key} a value of the same kind as the catalog's") from None
+    except ValidationError as error:
+        _, _, message = first_problem(error, {key: value})
+        fix = BYTES_HELP if key in BYTE_FIELDS else f"give {key} a value of the same kind as the catalog's"
+        raise InputError(f"hardware override {key}: {message}", fix) from None
 
 
 @lru_cache(maxsize=1)
@@ -392,14 +395,16 @@ def _build(name: str, system: dict[str, Any], accelerators: dict[str, Any]) -> H
 def _catalog_problem(where: str, error: ValidationError, data: dict) -> InputError:
     """The first problem of a catalog entry as one line naming the entry and field."""
     path, kind, message = first_problem(error, data)
+    inside = "".join(f".{part}" for part in path[:-1])
     if kind == "missing":
-        inside = "".join(f".{part}" for part in path[:-1])
         return InputError(f"{where}{inside}: {path[-1]} is missing",
                           "give every figure once, as {value: ..., source: ...}")
     if kind == "extra_forbidden":
-        return InputError(f"{where}: unknown field {path[0]}",
-                          f"give only the catalog's figures: {', '.join(HardwareFigures.model_fields)}")
-    return InputError(f"{where}.{'.'.join(map(str, path))}: {message}", "write it as {value: ..., source: ...}")
+        fix = (f"give only the catalog's figures: {', '.join(HardwareFigures.model_fields)}" if len(path) == 1 else
+               "a figure is {value: ..., source: ...} and nothing else")
+        return InputError(f"{where}{inside}: unknown field {path[-1]}", fix)
+    fix = "fix the catalog entry" if path and path[0] in LABELS else "write it as {value: ..., source: ...}"
+    return InputError(f"{where}.{'.'.join(map(str, path))}: {message}", fix)
 
 
 # ---- the `meshlab hardware` table ----

@@ -103,8 +103,11 @@ def parse_kernel(value: object) -> str:
 
 
 def parse_attention_rates(value: object) -> tuple[tuple[str, tuple[tuple[int, float], ...]], ...]:
-    if not isinstance(value, dict):
-        raise ValueError("expected {kernel: [[sequence length, FLOP/s], ...]}")
+    shape_help = "expected {kernel: [[sequence length, FLOP/s], ...]}"
+    if not isinstance(value, dict) or not all(
+            isinstance(points, list) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in points)
+            for points in value.values()):
+        raise ValueError(shape_help)
     return tuple((str(k), tuple((parse_count(n), parse_number(r)) for n, r in points)) for k, points in value.items())
 
 
@@ -145,12 +148,22 @@ AttentionRates = Annotated[tuple[tuple[str, tuple[tuple[int, float], ...]], ...]
 MatmulGrid = Annotated[Optional[MatmulRates], _figure(parse_matmul_rates, Union[dict[str, list], str, None])]
 
 
-class HardwareFigures(Closed):
-    """The figures of a hardware entry, each as the catalog and an override write it. Every field is optional
-    here: an override names only what it changes (`model_fields_set`), and the catalog's own checks say which
-    figures an entry must have."""
+def _no_null_defaults(schema: dict) -> None:
+    """A figure that takes no null (all but the optional ones) shows no null default in the schema."""
+    for name, field in schema["properties"].items():
+        if name not in OPTIONAL and field.get("default", 0) is None:
+            del field["default"]
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+#: the figures that take none (null): no GEMM rates, no price, no float32 peak, no dispatch cost
+OPTIONAL = ("matmul_rates", "usd_per_chip_hour", "fp32_flops", "eager_dispatch_s")
+
+
+class HardwareFigures(Closed):
+    """The figures of a hardware entry, each as the catalog and an override write it. Every field may be left
+    out here: an override names only what it changes, and `CatalogEntry` says which figures an entry must have."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, json_schema_extra=_no_null_defaults)
 
     interconnect: Interconnect = Field(None, description="ici-torus (TPU links to neighbours) or nvswitch (GPUs)")
     chips: Count = Field(None, description="devices in the slice or node")
@@ -189,12 +202,14 @@ class HardwareFigures(Closed):
 class SourcedFigure(Closed):
     """One figure of the catalog: its value, as `HardwareFigures` reads it, and where it comes from."""
 
-    value: Any = Field(description="the figure, written as the field of the same name in an override")
+    value: Any = Field(description="the figure, written as the field of the same name in an override (the loader "
+                                   "reads it as `meshlab schema hardware-overrides` describes that field)")
     source: str = Field("", description="a citation without a URL, or 'assumption: ...' with why")
 
 
 def _entry_model(name: str, doc: str, required: tuple[str, ...], extra: dict) -> type[Closed]:
-    fields: dict[str, Any] = {figure: (Optional[SourcedFigure], None) for figure in HardwareFigures.model_fields}
+    # an optional figure may be left out, not written as null (validate_default is off, so None stands for absent)
+    fields: dict[str, Any] = {figure: (SourcedFigure, None) for figure in HardwareFigures.model_fields}
     fields.update({figure: (SourcedFigure, ...) for figure in required})
     return create_model(name, __base__=Closed, __doc__=doc, **fields, **extra)
 

@@ -57,7 +57,7 @@ def claim_cache(folder: Path, manifest: CacheManifest) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if path.exists():
-            found = CacheManifest.model_validate_json(path.read_text())
+            found = CacheManifest.model_validate(json.loads(path.read_text()))
             if found != manifest:
                 raise InputError(f"the compile cache {folder} belongs to {found.strategy!r} with torch_xla "
                                  f"{found.torch_xla}, not to this plan with torch_xla {manifest.torch_xla}",
@@ -69,8 +69,12 @@ def claim_cache(folder: Path, manifest: CacheManifest) -> None:
         if not os.access(folder, os.W_OK):
             raise PermissionError(f"{folder} is not writable")
     except ValidationError as exc:
-        _, _, message = first_problem(exc, None)
-        raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: {message}",
+        where, _, message = first_problem(exc, json.loads(path.read_text()))
+        raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: "
+                         f"{'.'.join(map(str, where)) or 'the manifest'}: {message}",
+                         "give --cache-dir a folder of its own, or delete that one") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: {exc}",
                          "give --cache-dir a folder of its own, or delete that one") from None
     except OSError as exc:
         raise InputError(f"cannot use the compile cache {folder}: {exc}",

@@ -42,8 +42,8 @@ class AttentionEntry(_Part):
     module: str
     heads: Int = Field(ge=1)
     head_dim: Int = Field(ge=1)
-    streams: list[str]
-    keys: list[str] = []
+    streams: list[Stream]
+    keys: list[Stream] = []
     fused_width: Int = Field(0, ge=0)
     qkv: list[str]
     out: list[str]
@@ -79,7 +79,7 @@ class ComponentEntry(_Part):
 
 class ModulationEntry(_Part):
     norm: str
-    stream: str
+    stream: Stream
     width: Int = Field(ge=0)
 
 

@@ -124,11 +124,19 @@ def test_every_catalog_system_validates_as_a_hardware_entry():
 
 
 def test_overrides_are_checked_as_the_loader_reads_them():
+    from meshlab.core.errors import InputError
+    from meshlab.core.hardware import load_hardware
+
     overrides = schema_of("hardware-overrides")
-    jsonschema.validate({"usable_hbm_bytes": "31.25GiB", "topology": "2x4", "usd_per_chip_hour": None,
-                         "matmul_rates": "none", "compute_efficiency": 0.5}, overrides)
-    with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
-        jsonschema.validate({"hbm_gb": 32}, overrides)
+    good = {"usable_hbm_bytes": "31.25GiB", "topology": "2x4", "usd_per_chip_hour": None, "matmul_rates": "none",
+            "compute_efficiency": 0.5}
+    jsonschema.validate(good, overrides)
+    assert load_hardware("v6e-8", good).usable_hbm_bytes == int(31.25 * 2**30)
+    for bad, message in (({"hbm_gb": 32}, "Additional properties"), ({"chips": None}, "None is not valid under any of the given schemas")):
+        with pytest.raises(jsonschema.ValidationError, match=message):
+            jsonschema.validate(bad, overrides)
+        with pytest.raises(InputError):
+            load_hardware("v6e-8", bad)
     strategy = yaml.safe_load(STRATEGIES[0].read_text())
     jsonschema.validate(strategy | {"hardware": {"name": "v6e-8", "usable_hbm_bytes": "30GiB"}}, schema())
     with pytest.raises(jsonschema.ValidationError, match="Additional properties"):

@@ -402,6 +402,12 @@ def test_a_broken_catalog_entry_is_one_line_naming_entry_and_field():
         ({"accelerator": "v9"}, "systems.v6e-8.accelerator: 'v9' is not an accelerator", "v6e"),
         ({"topology": {"source": "s"}}, "systems.v6e-8.topology: value is missing", "{value"),
         ({"chips": {"value": 8}}, "figures without a source: ['chips']", "fix the catalog entry"),
+        ({"fp32_flops": None}, "systems.v6e-8.fp32_flops: Input should be a valid dictionary", "{value"),
+        ({"hbm_bytes": {"value": 1, "source": "s", "note": "n"}}, "systems.v6e-8.hbm_bytes: unknown field note",
+         "a figure is {value: ..., source: ...} and nothing else"),
+        ({"kind": "npu"}, "systems.v6e-8.kind: Input should be 'tpu', 'gpu' or 'cpu'", "fix the catalog entry"),
+        ({"attention_rates": {"value": {"fa2": 5}, "source": "s"}}, "systems.v6e-8.attention_rates: expected {kernel",
+         "{value"),
     ]
     for change, problem, fix in cases:
         with pytest.raises(InputError) as caught:
@@ -412,3 +418,17 @@ def test_a_broken_catalog_entry_is_one_line_naming_entry_and_field():
     without_hbm = {k: v for k, v in whole.items() if k not in ("hbm_bytes", "accelerator")}
     with pytest.raises(InputError, match="systems.v6e-8: hbm_bytes is missing"):
         _build("v6e-8", {**without_hbm, "accelerator": "bare"}, {"bare": {}})
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ({"topology": [10**400, 1]}, "hardware override topology: [1000000000000000000... is too large a number"),
+    ({"matmul_rates": {"m": [1], "n": [1], "k": [1], "flops": [[[10**400]]]}},
+     "hardware override matmul_rates: {'m': [1], 'n': [1],... is too large a number"),
+    ({"attention_rates": {"fa2": 5}}, "hardware override attention_rates: expected {kernel: [[sequence length"),
+    ({"hbm_bandwidth": "fast", "chips": 8.5}, "hardware override hbm_bandwidth: 'fast' is not a number"),
+    ({"chips": 8.5, "hbm_bandwidth": "fast"}, "hardware override chips: 8.5 is not a whole number"),
+])
+def test_an_override_s_first_problem_in_file_order_is_one_line(overrides, says):
+    with pytest.raises(InputError) as caught:
+        load_hardware("v6e-8", overrides)
+    assert caught.value.problem.startswith(says) and "\n" not in caught.value.one_line(), caught.value.problem

@@ -41,3 +41,7 @@ def test_a_manifest_that_is_not_meshlabs_is_one_error(tmp_path, written):
     with pytest.raises(InputError, match="holds a meshlab-cache.json that is not meshlab's") as caught:
         claim_cache(folder, MANIFEST)
     assert "\n" not in caught.value.one_line()
+    if written.startswith('{"key": "abc"}'):
+        assert "not meshlab's: strategy: Field required" in caught.value.problem
+    if "owner" in written:
+        assert "not meshlab's: owner: Extra inputs are not permitted" in caught.value.problem

@@ -351,3 +351,14 @@ def test_dispatches_round_trip_and_a_bad_count_is_a_one_line_error(dispatches, p
         card_from_json(data, "bad.json")
     del data["dispatches"]
     assert card_from_json(data).dispatches == {}  # a card imported before they were counted: no launch floor
+
+
+def test_a_card_meshlab_could_not_read_back_is_never_written(tmp_path):
+    import dataclasses
+
+    from meshlab.models.importer.card_import import write_card
+
+    broken = dataclasses.replace(load_card("qwen-image"), dispatches={"nope": 3})
+    with pytest.raises(InputError, match="dispatches names \\['nope'\\], not a block list of the card") as caught:
+        write_card(broken, tmp_path / "broken.json")
+    assert caught.value.location.file == str(tmp_path / "broken.json") and list(tmp_path.iterdir()) == []

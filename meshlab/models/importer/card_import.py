@@ -140,12 +140,13 @@ def import_from_config_file(
 
 def write_card(card: ModelCard, path: str | Path, inputs: tuple | list = ()) -> Path:
     """Write the card's JSON to ``path`` whole or not at all, never over one of `inputs` (meshlab.core.files). The
-    document is checked against the card file's model first, so a card meshlab writes is one it reads back."""
+    document is read back first as `load_card` reads it, so a card meshlab writes is one it reads (what it refuses
+    is its one-line InputError, naming the file)."""
     from meshlab.core.files import write_atomic
-    from meshlab.models.card_file import CardFile
+    from meshlab.models.card import card_from_json
 
     document = card_to_json(card)
-    CardFile.model_validate(document)
+    card_from_json(document, str(path))
     write_atomic(path, json.dumps(document, indent=1, sort_keys=False) + "\n", inputs, "-o")
     return Path(path)
 
