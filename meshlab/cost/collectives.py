@@ -557,7 +557,25 @@ class _Deriver:
         yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
             yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
+        elif point is None and attention.keys:
+            yield from self._split_keys(attention, qkv, target)
         return _State(target)
+
+    def _split_keys(self, attention, qkv: list[LinearOp], target: Axes | None) -> Iterator[Collective]:
+        """A cross-attention no rule marks, whose keys' stream arrives split on its tokens (an activation rule that
+        splits every stream's Linear outputs splits Wan's text too): XLA gathers k and v whole, each query needs
+        every key (measured: Wan 2.1 1.3B under cfg 2 x Ulysses 4 with the Ulysses rules for self-attention only,
+        two gathers of [heads, text tokens, head dim] per block)."""
+        axes = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
+        keys = attention.key_streams
+        if not axes or all(self.layout.local.of_stream(s) == self.layout.tokens.of_stream(s) for s in keys):
+            return
+        width = -(-attention.heads * attention.head_dim // self.size(target))
+        nbytes = self.layout.batch * sum(self.layout.tokens.of_stream(s) for s in keys) * width * self.layout.itemsize
+        for what in ("k", "v"):
+            yield self.new("all-gather", axes, nbytes, qkv[0].block, "attention:kv",
+                           f"{what} of the cross-attention: the {'+'.join(keys)} tokens are split over "
+                           f"{'+'.join(axes)}, and every query needs every key and value")
 
     def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> Iterator[Collective]:
         """A q or k norm over all heads at once (Wan's ``rms_norm_across_heads``) reads the projection's output

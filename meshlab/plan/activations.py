@@ -1,7 +1,8 @@
 """Activation rules resolved against a model card: which tensor of which module each rule splits. Pure, no torch.
 
-A rule names a point of every block (``ACTIVATION_POINTS``) and optionally a stream; it resolves to one
-``ActivationPoint`` per module the card has there:
+A rule names a point of every block (``ACTIVATION_POINTS``) and optionally a stream, and for the attention points
+whether it means self- or cross-attention (``attention``: a cross-attention's keys come from another stream, as Wan's
+text); it resolves to one ``ActivationPoint`` per module the card has there:
 
 - ``attention.qkv``: q, k and v as the attention kernel reads them (``[batch, tokens, heads, head dim]``: the
   spec's features entry splits the heads), joined over every stream the attention joins, so the rule takes no
@@ -64,6 +65,8 @@ def activation_points(card: ModelCard, rules: list[ActivationRule] | tuple[Activ
         spec = rule_spec(rule)
         wanted = (lambda s: rule.stream is None or s == rule.stream)  # noqa: E731
         for attention in card.attention:
+            if rule.attention is not None and (rule.attention == "cross") != bool(attention.keys):
+                continue
             if rule.point == "attention.qkv":
                 found.setdefault((attention.module, "kernel"), ActivationPoint(
                     attention.module, "kernel", rule.point, "+".join(attention.streams), spec, index))
@@ -98,6 +101,14 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
             raise PlanError(f"activations.rules[{index}] gives attention.qkv a stream, but the attention kernel reads "
                             "q, k and v of every stream joined", "leave `stream` out of this rule",
                             field=field + ("stream",))
+        if rule.attention is not None and rule.point not in ("attention.qkv", "attention.output"):
+            raise PlanError(f"activations.rules[{index}] names attention {rule.attention!r} at {rule.point}, which "
+                            "is no attention point", "leave `attention` out, or use attention.qkv or attention.output",
+                            field=field + ("attention",))
+        if rule.attention == "cross" and not any(a.keys for a in card.attention):
+            raise PlanError(f"activations.rules[{index}] is for cross-attention, and {card.name} has none (its "
+                            "attentions join their streams' queries and keys)", "leave `attention` out",
+                            field=field + ("attention",))
         if rule.stream is not None and rule.stream not in streams:
             raise PlanError(f"activations.rules[{index}] names stream {rule.stream!r}, which {card.name} does not "
                             "have", f"use one of {list(streams)} or leave `stream` out (every stream)",

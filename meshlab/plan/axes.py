@@ -27,9 +27,10 @@ def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[s
 
 
 def ulysses_axes(activations: Activations) -> tuple[str, ...]:
-    """The sequence axes an ``attention.qkv`` rule puts on the heads (features) and off the tokens: Ulysses'."""
+    """The sequence axes an ``attention.qkv`` rule for self-attention puts on the heads (features) and off the
+    tokens: Ulysses'."""
     for rule in activations.rules:
-        if rule.point == "attention.qkv":
+        if rule.point == "attention.qkv" and rule.attention != "cross":
             tokens, features = (_axes(e) for e in rule.spec[1:])
             return tuple(a for a in activations.sequence_axes if a in features and a not in tokens)
     return ()
@@ -40,7 +41,7 @@ def ring_axes(activations: Activations) -> tuple[str, ...]:
     in its tokens entry, or every sequence axis without such a rule (as meshlab.cost.collectives reads it). A
     sequence axis the rule neither keeps on the tokens nor moves onto the heads leaves the kernel whole tokens."""
     for rule in activations.rules:
-        if rule.point == "attention.qkv":
+        if rule.point == "attention.qkv" and rule.attention != "cross":
             tokens = _axes(rule.spec[1])
             return tuple(a for a in activations.sequence_axes if a in tokens)
     return activations.sequence_axes

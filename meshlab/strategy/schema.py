@@ -97,6 +97,10 @@ class ActivationRule(Closed):
 
     point: str = Field(description=f"one of {', '.join(ACTIVATION_POINTS)}")
     stream: Optional[str] = Field(None, description="only this token stream (image, text); null: every stream")
+    attention: Optional[Literal["self", "cross"]] = Field(
+        None, description="attention.qkv and attention.output only: only self-attention (keys from the queries' "
+                          "own sequence) or only cross-attention (keys from another stream, Wan's text); null: every "
+                          "attention")
     spec: list[SpecEntry] = Field(
         min_length=3, max_length=3,
         description="[batch, tokens, features]: a mesh axis, a list of axes (major to minor), or null each")
@@ -152,10 +156,14 @@ class Activations(Closed):
 
     def identity(self) -> dict:
         """The record as JSON, in the form keys were made from before `sequence` took lists and `sequence_parallel`
-        was added (a one-axis list is its name; the default is left out): a plan's identity in profiles and caches."""
+        and a rule's `attention` were added (a one-axis list is its name; defaults are left out): a plan's identity
+        in profiles and caches."""
         found = self.model_dump(mode="json")
         if found.get("sequence_parallel") == "partitioner":
             del found["sequence_parallel"]
+        for rule in found.get("rules", []):
+            if rule.get("attention") is None:  # every attention, as every rule was before rules could choose
+                rule.pop("attention", None)
         if isinstance(found.get("sequence"), list) and len(found["sequence"]) == 1:
             found["sequence"] = found["sequence"][0]
         return found

@@ -32,9 +32,11 @@ BUILT_IN = ("data", "model", "2d", "pairs", "ulysses", "hybrid", "fsdp")
 #: The built-in strategies as they were before they took the layernorm-rows rewrite (the LayerNorm rows gathers)
 STOCK = ("data-stock", "2d-stock", "pairs-stock")
 #: Cards beyond Qwen-Image and Flux: Wan 2.1 (video, cross-attention, modulation from outside the blocks; its
-#: built-in cfg x Ulysses + FSDP layout on the 1.3B card), SD3.5 Large (an MMDiT with 38 heads) and FLUX.2 (packed
+#: built-in cfg x Ulysses + FSDP layout on the 1.3B card, with its Ulysses rules on every attention and on
+#: self-attention alone), SD3.5 Large (an MMDiT with 38 heads) and FLUX.2 (packed
 #: Linears, at 16 heads), each under largest-dim and column/row rules
-OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "sd35-2d", "sd35-pairs", "flux2-2d", "flux2-pairs")
+OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "wan13-v6e-8-self", "sd35-2d", "sd35-pairs", "flux2-2d",
+                "flux2-pairs")
 MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs",
           "flux-seq2-model4", "seq2-data2-model2", "usp-ring2-seq2-model2") + OTHER_MODELS
 TOLERANCE = 0.10

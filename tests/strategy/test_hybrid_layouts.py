@@ -85,6 +85,12 @@ def test_ring_without_rules_gathers_keys_and_values(tmp_path):
     ("      spec: [cfg, seq, null]\n      note: tokens split", "      stream: audio\n      spec: [cfg, seq, null]\n"
      "      note: tokens split", "stream 'audio'"),
     ("spec: [cfg, null, seq]", "spec: [cfg, null, sequence]", "unknown mesh axis 'sequence'"),
+    ("      spec: [cfg, seq, null]\n      note: tokens split", "      attention: self\n      spec: [cfg, seq, null]\n"
+     "      note: tokens split", "names attention 'self' at block.input, which is no attention point"),
+    ("      spec: [cfg, null, seq]", "      attention: cross\n      spec: [cfg, null, seq]",
+     "is for cross-attention, and qwen-image has none"),
+    ("      spec: [cfg, null, seq]", "      attention: both\n      spec: [cfg, null, seq]",
+     "activations.rules[1].attention: Input should be 'self' or 'cross'"),
 ])
 def test_bad_rules_are_one_line_errors(tmp_path, old, new, message):
     path = _variant(tmp_path, "ulysses", old, new)
@@ -106,3 +112,24 @@ def test_tokens_that_do_not_divide_warn_with_padding(tmp_path):
     path = _variant(tmp_path, "ulysses", "text_tokens: 512", "text_tokens: 510")
     planned = plan_file(path)
     assert any("510 tokens over 4 devices: XLA pads them to 512" in w for w in planned.plan.warnings)
+
+
+def test_attention_rules_can_take_self_or_cross_attention_alone():
+    """Wan's blocks have a self-attention (attn1) and a cross-attention over the text (attn2, keys from another
+    stream): a rule can name either, and a rule that names neither takes both, as before."""
+    planned = plan_file(REPO / "tests" / "cost" / "data" / "strategies" / "wan13-v6e-8.yaml")
+    card = planned.card
+
+    def marked(attention):
+        rules = [ActivationRule(point=point, attention=attention, spec=spec) for point, spec in
+                 (("attention.qkv", ["cfg", None, "seq"]), ("attention.output", ["cfg", "seq", None]))]
+        return Counter(p.module.split(".")[2] for p in activation_points(card, rules))
+
+    assert marked(None) == {"attn1": 60, "attn2": 60}  # 30 blocks: a kernel and an output projection each
+    assert marked("self") == {"attn1": 60} and marked("cross") == {"attn2": 60}
+    both, selfish = (plan_file(REPO / "tests" / "cost" / "data" / "strategies" / f"{s}.yaml")
+                     for s in ("wan13-v6e-8", "wan13-v6e-8-self"))
+    # a rule for every attention keeps the identity it had before rules could choose (profiles and caches key on it)
+    assert all(set(r) == {"point", "stream", "spec", "note"} for r in both.strategy.activations.identity()["rules"])
+    assert [r.get("attention") for r in selfish.strategy.activations.identity()["rules"]] == [None, "self", "self",
+                                                                                            None]
