@@ -530,9 +530,9 @@ class _Deriver:
 
     def attention(self, attention, qkv: list[LinearOp]) -> Step:
         point = self.points.get((attention.module, "kernel"))
-        at_kernel = self.layout.ring_axes  # the sequence axes that still split the tokens at the kernel
+        at_kernel, ulysses = self.kernel_axes(point)
         joint = len({op.stream for op in qkv}) > 1 and not attention.keys
-        joins = at_kernel if joint and self.layout.ulysses_axes else ()  # USP: the join rides the Ulysses all-to-all
+        joins = at_kernel if joint and ulysses else ()  # USP: the join rides the Ulysses all-to-all
         arrived = {}
         for op in qkv:
             state = _State(*self.used_split(op))
@@ -557,25 +557,20 @@ class _Deriver:
         yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
             yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
-        elif point is None and attention.keys:
-            yield from self._split_keys(attention, qkv, target)
         return _State(target)
 
-    def _split_keys(self, attention, qkv: list[LinearOp], target: Axes | None) -> Iterator[Collective]:
-        """A cross-attention no rule marks, whose keys' stream arrives split on its tokens (an activation rule that
-        splits every stream's Linear outputs splits Wan's text too): XLA gathers k and v whole, each query needs
-        every key (measured: Wan 2.1 1.3B under cfg 2 x Ulysses 4 with the Ulysses rules for self-attention only,
-        two gathers of [heads, text tokens, head dim] per block)."""
-        axes = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
-        keys = attention.key_streams
-        if not axes or all(self.layout.local.of_stream(s) == self.layout.tokens.of_stream(s) for s in keys):
-            return
-        width = -(-attention.heads * attention.head_dim // self.size(target))
-        nbytes = self.layout.batch * sum(self.layout.tokens.of_stream(s) for s in keys) * width * self.layout.itemsize
-        for what in ("k", "v"):
-            yield self.new("all-gather", axes, nbytes, qkv[0].block, "attention:kv",
-                           f"{what} of the cross-attention: the {'+'.join(keys)} tokens are split over "
-                           f"{'+'.join(axes)}, and every query needs every key and value")
+    def kernel_axes(self, point) -> tuple[Axes, Axes]:
+        """For one attention: the sequence axes that still split the tokens at its kernel (a ring's, whose keys and
+        values XLA gathers) and those its rule moves onto the heads (Ulysses'), read from the rule that marks its
+        kernel. An attention no rule marks keeps every sequence axis on its tokens (measured: Wan 2.1 under
+        cfg 2 x Ulysses 4 with the Ulysses rules for self-attention only: the cross-attention gathers the text's k and
+        v, which the linear.output rule left split, in two all-gathers per block)."""
+        sequence = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
+        if point is None:
+            return sequence, ()
+        tokens, features = (_entry_axes(e) for e in point.spec.entries[1:])
+        return (tuple(a for a in sequence if a in tokens),
+                tuple(a for a in sequence if a in features and a not in tokens))
 
     def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> Iterator[Collective]:
         """A q or k norm over all heads at once (Wan's ``rms_norm_across_heads``) reads the projection's output
@@ -724,6 +719,10 @@ def _in_halves(moved: list[Collective]) -> Iterator[Collective]:
             yield from (half, half)
         else:
             yield c
+
+
+def _entry_axes(entry) -> Axes:
+    return (entry,) if isinstance(entry, str) else tuple(entry or ())
 
 
 def _onto_tokens(state: _State, point) -> Axes:

@@ -46,6 +46,12 @@ class Degrees:
 def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     """The plan's degrees, or a PlanError naming what the GPU tools cannot express."""
     mesh, activations = plan.mesh, strategy.activations
+    cross = next((i for i, r in enumerate(activations.rules) if r.attention == "cross"), None)
+    if cross is not None:
+        raise PlanError(f"activations.rules[{cross}] splits the cross-attention on its own: the GPU tools run their "
+                        "sequence parallelism on self-attention and have no form for it",
+                        "export --format torch-xla, or drop the cross-attention rule",
+                        field=("activations", "rules", cross, "attention"))
     sequence = set(activations.sequence_axes)
     ulysses, ring = set(ulysses_axes(activations)), set(ring_axes(activations))
     idle = [a for a in activations.sequence_axes if a not in ulysses | ring and mesh.size(a) > 1]

@@ -120,9 +120,9 @@ class Activations(Closed):
     batch: Optional[AxisName] = Field(None, description="mesh axis that splits the batch (null: not split)")
     sequence: Optional[Union[AxisName, list[AxisName]]] = Field(
         None, description="mesh axis, or list of axes (major to minor), that splits the token sequence of the image "
-        "stream (null: not split). An axis that the attention.qkv rule moves onto the heads is a Ulysses axis; any "
-        "other splits the tokens at the attention kernel too, a ring axis (see `sequence_parallel`). USP, Ulysses x "
-        "ring: [ring, ulysses] with the qkv rule [batch, ring, ulysses]")
+        "stream (null: not split). An axis that the attention.qkv rule for self-attention moves onto the heads is a "
+        "Ulysses axis; any other splits the tokens at the attention kernel too, a ring axis (see "
+        "`sequence_parallel`). USP, Ulysses x ring: [ring, ulysses] with the qkv rule [batch, ring, ulysses]")
     sequence_parallel: Literal["partitioner", "diffusers", "xdit"] = Field(
         "partitioner", description="what runs the sequence split: 'partitioner', XLA's SPMD partitioner or torch "
         "DTensor (what meshlab applies and runs): every chip gathers the keys and values of a ring axis and runs one "

@@ -133,3 +133,49 @@ def test_attention_rules_can_take_self_or_cross_attention_alone():
     assert all(set(r) == {"point", "stream", "spec", "note"} for r in both.strategy.activations.identity()["rules"])
     assert [r.get("attention") for r in selfish.strategy.activations.identity()["rules"]] == [None, "self", "self",
                                                                                             None]
+
+
+def _wan_variant(tmp_path: Path, name: str, changes: list[tuple[str, str]]) -> Path:
+    text = (REPO / "tests" / "cost" / "data" / "strategies" / "wan13-v6e-8.yaml").read_text()
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _kv_gathers(path: Path) -> Counter:
+    """The axes of block 0's k/v all-gathers (every query needs every key), by how many there are."""
+    planned = plan_file(path)
+    prediction = predict(planned.plan, planned.strategy, planned.hardware)
+    return Counter(c.axes for c in prediction.collectives if c.block == 0 and c.phase == "attention:kv")
+
+
+def test_each_attention_reads_its_own_rule_for_the_axes_at_its_kernel(tmp_path):
+    """The sequence axes still splitting an attention's tokens at its kernel come from the rule that marks it; an
+    attention no rule marks keeps every sequence axis there, and XLA gathers its keys and values over them."""
+    qkv, out = "- point: attention.qkv\n", "- point: attention.output\n"
+    usp = _wan_variant(tmp_path, "usp-self", [
+        ("mesh:\n  cfg: 2\n  seq: 4", "mesh:\n  cfg: 2\n  ring: 2\n  seq: 2"), ("sequence: seq", "sequence: [ring, seq]"),
+        ("spec: [cfg, seq, null]", "spec: [cfg, [ring, seq], null]"), ("spec: [cfg, null, seq]", "spec: [cfg, ring, seq]"),
+        (qkv, qkv + "      attention: self\n"), (out, out + "      attention: self\n"),
+        ("axis: seq", "axis: ring")])
+    # self-attention: a ring over `ring` (Ulysses over seq); the cross-attention, unmarked: text split over both
+    assert _kv_gathers(usp) == {("ring",): 2, ("ring", "seq"): 2}
+    cross_only = _wan_variant(tmp_path, "cross-only", [(qkv, qkv + "      attention: cross\n"),
+                                                        (out, out + "      attention: cross\n")])
+    # the cross-attention's Ulysses rule leaves no axis on its tokens: no gathers; the unmarked self-attention's
+    # tokens are split over seq: its k and v are gathered
+    assert _kv_gathers(cross_only) == {("seq",): 2}
+    every = REPO / "tests" / "cost" / "data" / "strategies" / "wan13-v6e-8.yaml"
+    assert _kv_gathers(every) == {}  # Ulysses everywhere: the all-to-alls move the tokens, nothing is gathered
+
+
+def test_the_gpu_tools_have_no_form_for_a_cross_attention_rule(tmp_path):
+    out = "- point: attention.output\n"
+    path = _wan_variant(tmp_path, "cross", [(out, out + "      attention: cross\n")])
+    for tool in ("diffusers", "xdit"):
+        result = runner.invoke(app, ["export", str(path), "--format", tool])
+        assert result.exit_code == 2, result.output
+        assert "activations.rules[2] splits the cross-attention on its own" in result.output
