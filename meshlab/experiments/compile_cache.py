@@ -73,7 +73,7 @@ def claim_cache(folder: Path, manifest: CacheManifest) -> None:
         raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: "
                          f"{'.'.join(map(str, where)) or 'the manifest'}: {message}",
                          "give --cache-dir a folder of its own, or delete that one") from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # not JSON, or not text
         raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: {exc}",
                          "give --cache-dir a folder of its own, or delete that one") from None
     except OSError as exc:

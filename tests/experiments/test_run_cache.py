@@ -33,15 +33,18 @@ def test_a_folder_that_cannot_be_made_is_one_error(tmp_path):
 
 
 @pytest.mark.parametrize("written", ['{"key": "abc"}', '{"key": "abc", "strategy": "pairs", "checkpoint": "/c", '
-                                     '"torch_xla": "2.9.0", "owner": "me"}', "not json"])
+                                     '"torch_xla": "2.9.0", "owner": "me"}', "not json", b"\xff\xfe"])
 def test_a_manifest_that_is_not_meshlabs_is_one_error(tmp_path, written):
     folder = tmp_path / "pairs-abc"
     folder.mkdir()
-    (folder / CACHE_MANIFEST).write_text(written)
+    if isinstance(written, bytes):
+        (folder / CACHE_MANIFEST).write_bytes(written)
+    else:
+        (folder / CACHE_MANIFEST).write_text(written)
     with pytest.raises(InputError, match="holds a meshlab-cache.json that is not meshlab's") as caught:
         claim_cache(folder, MANIFEST)
     assert "\n" not in caught.value.one_line()
-    if written.startswith('{"key": "abc"}'):
+    if isinstance(written, str) and written.startswith('{"key": "abc"}'):
         assert "not meshlab's: strategy: Field required" in caught.value.problem
-    if "owner" in written:
+    if isinstance(written, str) and "owner" in written:
         assert "not meshlab's: owner: Extra inputs are not permitted" in caught.value.problem
