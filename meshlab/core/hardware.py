@@ -274,7 +274,8 @@ def catalog() -> dict[str, Hardware]:
 def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hardware:
     """The named system, with any figure replaced by `overrides` (recorded with source ``"override"``).
 
-    Byte fields take human units (see `meshlab.core.hardware_figures.parse_bytes`); ``topology`` takes ``[2, 4]`` or ``"2x4"``.
+    Byte fields take human units (see `meshlab.core.hardware_figures.parse_bytes`); ``topology`` takes ``[2, 4]``
+    or ``"2x4"``.
     Raises `InputError` for an unknown name or field, an ill-typed value, or overrides that contradict
     each other (e.g. ``chips`` without a matching ``topology``).
     """

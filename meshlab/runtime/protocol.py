@@ -9,7 +9,8 @@ process). The worker prints progress as JSON lines ``{"progress": "..."}`` on st
 - ``{"ok": <payload>}``, or
 - ``{"error": {"type", "status", "problem", "fix"}}`` (``WorkerError``): ``type`` is meshlab's error class
   (InputError, PlanError, BackendError), ``status`` what the run record calls it (``refused`` for bad input,
-  ``oom`` when memory ran out, ``error`` otherwise). With ``MESHLAB_DEBUG`` set the worker re-raises after writing, for the traceback.
+  ``oom`` when memory ran out, ``error`` otherwise). With ``MESHLAB_DEBUG`` set the worker re-raises after
+  writing, for the traceback.
 
 A worker that dies before writing RESULT (killed for memory, a crash in native code) or outlives its time is a
 ``WorkerFailed`` naming the exit code and the last lines of its stderr.

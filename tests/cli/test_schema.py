@@ -132,7 +132,8 @@ def test_overrides_are_checked_as_the_loader_reads_them():
             "compute_efficiency": 0.5}
     jsonschema.validate(good, overrides)
     assert load_hardware("v6e-8", good).usable_hbm_bytes == int(31.25 * 2**30)
-    for bad, message in (({"hbm_gb": 32}, "Additional properties"), ({"chips": None}, "None is not valid under any of the given schemas")):
+    for bad, message in (({"hbm_gb": 32}, "Additional properties"),
+                         ({"chips": None}, "None is not valid under any of the given schemas")):
         with pytest.raises(jsonschema.ValidationError, match=message):
             jsonschema.validate(bad, overrides)
         with pytest.raises(InputError):

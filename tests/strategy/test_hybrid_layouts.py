@@ -157,8 +157,10 @@ def test_each_attention_reads_its_own_rule_for_the_axes_at_its_kernel(tmp_path):
     attention no rule marks keeps every sequence axis there, and XLA gathers its keys and values over them."""
     qkv, out = "- point: attention.qkv\n", "- point: attention.output\n"
     usp = _wan_variant(tmp_path, "usp-self", [
-        ("mesh:\n  cfg: 2\n  seq: 4", "mesh:\n  cfg: 2\n  ring: 2\n  seq: 2"), ("sequence: seq", "sequence: [ring, seq]"),
-        ("spec: [cfg, seq, null]", "spec: [cfg, [ring, seq], null]"), ("spec: [cfg, null, seq]", "spec: [cfg, ring, seq]"),
+        ("mesh:\n  cfg: 2\n  seq: 4", "mesh:\n  cfg: 2\n  ring: 2\n  seq: 2"),
+        ("sequence: seq", "sequence: [ring, seq]"),
+        ("spec: [cfg, seq, null]", "spec: [cfg, [ring, seq], null]"),
+        ("spec: [cfg, null, seq]", "spec: [cfg, ring, seq]"),
         (qkv, qkv + "      attention: self\n"), (out, out + "      attention: self\n"),
         ("axis: seq", "axis: ring")])
     # self-attention: a ring over `ring` (Ulysses over seq); the cross-attention, unmarked: text split over both
