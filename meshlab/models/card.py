@@ -390,6 +390,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             f"regenerate it: {_regenerate_command(data)}",
             Location(origin),
         )
+
     def refused(problem: str) -> InputError:
         return InputError(f"not a valid meshlab model card: {problem}", "generate one with `meshlab models import`",
                           Location(origin))
