@@ -18,8 +18,6 @@ user runs) by default, ``torchax`` where torch_xla cannot trace the model, or bo
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,7 +34,7 @@ from meshlab.check.verdict import (
 from meshlab.models.card import block_position
 from meshlab.runtime.devices import child_environment
 from meshlab.core.errors import BackendError, InputError
-from meshlab.core.files import output_folder
+from meshlab.core.files import dump_folder
 
 FRONT_ENDS = ("auto", "torch-xla", "torchax", "both")
 WEIGHTS_TOLERANCE = 0.01
@@ -234,7 +232,7 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         from meshlab.parallelisms import xla
 
         xla.require()
-    with _scratch(options.dump_dir) as folder:
+    with dump_folder(options.dump_dir, "meshlab-tpu-") as folder:
         results = _compile(path, options, front_ends, topology, folder, progress)
         if front_end == "auto" and results[0].get("error"):
             progress("torch-xla could not trace the model; compiling torchax's program instead")
@@ -350,29 +348,6 @@ def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counte
         for index in range(checked):
             out[f"{name}.{index}"] = sizes
     return out
-
-
-class _scratch:
-    """--dump-dir (kept), or a temporary folder (removed) for the TPU programs."""
-
-    def __init__(self, keep: Path | None):
-        self.keep, self.temporary = keep, None
-
-    def __enter__(self) -> Path:
-        if self.keep is not None:
-            output_folder(self.keep, "--dump-dir")
-            try:
-                self.keep.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise InputError(f"cannot make --dump-dir {self.keep}: {exc.strerror}",
-                                 "give --dump-dir a folder in a writable place") from None
-            return self.keep.resolve()
-        self.temporary = tempfile.mkdtemp(prefix="meshlab-tpu-")
-        return Path(self.temporary)
-
-    def __exit__(self, *exc) -> None:
-        if self.temporary is not None:
-            shutil.rmtree(self.temporary, ignore_errors=True)
 
 
 def tpu_check_document(report: TpuCheckReport) -> dict:

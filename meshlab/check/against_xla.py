@@ -8,7 +8,6 @@ temporary folder; ``XLA_HLO_DEBUG=1`` keeps the op names that say which layer ca
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 from pathlib import Path
 
 from meshlab.check import hlo
@@ -22,7 +21,7 @@ from meshlab.runtime.requests import CheckJob, CheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.runtime.devices import child_environment
 from meshlab.core.errors import BackendError, InputError
-from meshlab.core.files import output_folder
+from meshlab.core.files import dump_folder
 
 
 def run_check(path: str | Path, options: CheckOptions, progress: Progress = lambda _: None) -> CheckReport:
@@ -38,7 +37,7 @@ def run_checks(paths: list[str | Path], options: CheckOptions, progress: Progres
     counts = {s.plan.mesh.device_count for s in setups}
     if len(counts) > 1:
         raise InputError(f"the strategies plan for different device counts {sorted(counts)}", "check them one by one")
-    with _dump_folder(options.dump_dir) as dump_dir:
+    with dump_folder(options.dump_dir, "meshlab-dump-") as dump_dir:
         jobs = [CheckJob(strategy=str(path), options=options.to_json()) for path in paths]
         results = run_worker(jobs, dump_dir, counts.pop(), progress)
         progress("reading XLA's partitioned program and buffer assignment")
@@ -102,26 +101,3 @@ def forward_module(forwards: list[dict], dump_dir: Path) -> Path | None:
         if candidates:
             return max(candidates, key=lambda p: p.stat().st_size)
     return None
-
-
-class _dump_folder:
-    """The given folder (kept), or a temporary one (removed)."""
-
-    def __init__(self, keep: Path | None):
-        self.keep, self.temporary = keep, None
-
-    def __enter__(self) -> Path:
-        if self.keep is not None:
-            output_folder(self.keep, "--dump-dir")
-            try:
-                self.keep.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise InputError(f"cannot make --dump-dir {self.keep}: {exc.strerror}", "give --dump-dir a folder "
-                                 "in a writable place") from None
-            return self.keep.resolve()
-        self.temporary = tempfile.TemporaryDirectory(prefix="meshlab-dump-")
-        return Path(self.temporary.name)
-
-    def __exit__(self, *exc) -> None:
-        if self.temporary is not None:
-            self.temporary.cleanup()

@@ -102,6 +102,13 @@ def first_problem(exc: ValidationError, data: object) -> tuple[tuple, str, str]:
     return loc, error["type"], " or ".join([first, *(m.removeprefix("Input should be ") for m in others)])
 
 
+def problem_line(exc: ValidationError, data: object, whole: str) -> str:
+    """The first problem (`first_problem`) as ``field.path: message``; `whole` names the document where the problem
+    is the document's own."""
+    loc, _kind, message = first_problem(exc, data)
+    return f"{'.'.join(map(str, loc)) or whole}: {message}"
+
+
 def data_path(loc: tuple, data: object, missing: bool) -> tuple:
     """The parts of a problem's path that walk the document's data (and, for a missing field, its name), so
     the path names what the user wrote."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from meshlab.core.errors import InputError, Location
@@ -49,6 +51,23 @@ def output_folder(path: Path, what: str, where: Location | None = None) -> Path:
     if path.exists() and not path.is_dir():
         raise InputError(f"{what} {path} is not a folder", f"give {what} a folder (made if missing)", where)
     return path
+
+
+@contextmanager
+def dump_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """Where a check writes the compiler's programs: `keep` (``--dump-dir``, made where missing and kept), or a
+    temporary folder removed afterwards."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as temporary:
+            yield Path(temporary)
+        return
+    output_folder(keep, "--dump-dir")
+    try:
+        keep.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot make --dump-dir {keep}: {exc.strerror}",
+                         "give --dump-dir a folder in a writable place") from None
+    yield keep.resolve()
 
 
 def write_atomic(path: str | Path, text: str, inputs: Iterable[str | Path] = (),

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from meshlab.core.closed import first_problem
+from meshlab.core.closed import first_problem, problem_line
 from meshlab.core.errors import InputError
 from meshlab.core.hardware_figures import BYTES_HELP, INTERCONNECTS, CatalogEntry, CatalogFile, HardwareFigures
 from meshlab.core.matmul_rates import MatmulRates
@@ -357,8 +357,7 @@ def _load() -> tuple[tuple[str, Hardware], ...]:
     try:
         file = CatalogFile.model_validate(data)
     except ValidationError as error:
-        path, _, message = first_problem(error, data)
-        raise InputError(f"meshlab/data/hardware.yaml: {'.'.join(map(str, path))}: {message}",
+        raise InputError(f"meshlab/data/hardware.yaml: {problem_line(error, data, 'the catalog')}",
                          "fix the catalog's layout: accelerators, systems and multislice") from None
     systems = {name: _build(name, entry, file.accelerators) for name, entry in file.systems.items()}
     for name in file.multislice:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from meshlab.core.errors import BackendError, InputError
 from meshlab.core.files import is_device
 from meshlab.core.profile_points import OPS, Point, Profile, fit_all
-from meshlab.core.closed import first_problem
+from meshlab.core.closed import problem_line
 
 FORMAT = 1
 FIX = "measure it again with `meshlab profile STRATEGY -o FILE.json`"
@@ -31,8 +31,8 @@ def profile_document(device: dict, versions: dict, plan: dict, points: tuple[Poi
     try:
         ProfileFile.model_validate(document)  # the writer and the reader agree, or this is meshlab's bug
     except ValidationError as exc:
-        loc, _kind, message = first_problem(exc, document)
-        raise BackendError(f"the profile just measured would not load back ({'.'.join(map(str, loc))}: {message})",
+        problem = problem_line(exc, document, "the profile")
+        raise BackendError(f"the profile just measured would not load back ({problem})",
                            "a bug in meshlab, not in the strategy: report it with the strategy and the device") \
             from None
     return document
@@ -118,8 +118,7 @@ def _profile(path: Path, data: object) -> Profile:
     try:
         checked = ProfileFile.model_validate(data)
     except ValidationError as exc:
-        loc, _kind, message = first_problem(exc, data)
-        raise ValueError(f"{'.'.join(str(part) for part in loc) or 'the profile'}: {message}") from None
+        raise ValueError(problem_line(exc, data, "the profile")) from None
     points = tuple(Point(p.op, tuple(p.shape), p.flops, p.bytes, p.seconds, p.label) for p in checked.points)
     return Profile(str(path), checked.device.model_dump(), dict(checked.versions or {}), dict(checked.plan), points,
                    fit_all(points), checked.duration_s)

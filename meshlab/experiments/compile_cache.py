@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from meshlab.core.closed import first_problem
+from meshlab.core.closed import problem_line
 from meshlab.core.errors import InputError
 from meshlab.core.files import file_stem
 from meshlab.experiments.options import RunOptions
@@ -69,9 +69,8 @@ def claim_cache(folder: Path, manifest: CacheManifest) -> None:
         if not os.access(folder, os.W_OK):
             raise PermissionError(f"{folder} is not writable")
     except ValidationError as exc:
-        where, _, message = first_problem(exc, json.loads(path.read_text()))
         raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: "
-                         f"{'.'.join(map(str, where)) or 'the manifest'}: {message}",
+                         f"{problem_line(exc, json.loads(path.read_text()), 'the manifest')}",
                          "give --cache-dir a folder of its own, or delete that one") from None
     except ValueError as exc:  # not JSON, or not text
         raise InputError(f"the compile cache {folder} holds a {CACHE_MANIFEST} that is not meshlab's: {exc}",

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from meshlab.core.errors import BackendError, InputError, Location
 from meshlab.core.files import is_device
-from meshlab.core.closed import first_problem
+from meshlab.core.closed import problem_line
 
 RECORD_SCHEMA_VERSION = 1
 
@@ -242,6 +242,5 @@ def record_problem(record: dict) -> str | None:
     try:
         RunRecord.model_validate(record)
     except ValidationError as exc:
-        loc, _kind, message = first_problem(exc, record)
-        return f"{'.'.join(str(part) for part in loc) or 'the record'}: {message}"
+        return problem_line(exc, record, "the record")
     return None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from meshlab.core.closed import first_problem
+from meshlab.core.closed import problem_line
 from meshlab.core.errors import InputError, Location, PlanError
 from meshlab.models.card_file import CardFile
 
@@ -400,8 +400,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
     try:
         checked = CardFile.model_validate(data)
     except ValidationError as exc:
-        path, _, message = first_problem(exc, data)
-        raise refused(f"{'.'.join(map(str, path)) or 'the card'}: {message}") from None
+        raise refused(problem_line(exc, data, "the card")) from None
     card = ModelCard(
         name=checked.name,
         class_name=checked.class_name,
