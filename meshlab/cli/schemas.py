@@ -5,95 +5,41 @@ its model is not in the schema: a catalog figure's value is read as the override
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from importlib import import_module
+from typing import Union
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
-
-def _strategy() -> Any:
-    from meshlab.strategy.schema import Strategy
-
-    return Strategy
-
-
-def _experiment() -> Any:
-    from meshlab.experiments.definition import Experiment
-
-    return Experiment
-
-
-def _hardware_overrides() -> Any:
-    from meshlab.core.hardware_figures import HardwareFigures
-
-    return HardwareFigures
-
-
-def _hardware_entry() -> Any:
-    from meshlab.core.hardware_figures import CatalogEntry
-
-    return CatalogEntry
-
-
-def _card() -> Any:
-    from meshlab.models.card_file import CardFile
-
-    return CardFile
-
-
-def _run_record() -> Any:
-    from meshlab.experiments.records import RunRecord
-
-    return RunRecord
-
-
-def _profile() -> Any:
-    from meshlab.core.profile_file import ProfileFile
-
-    return ProfileFile
-
-
-def _cache_manifest() -> Any:
-    from meshlab.experiments.compile_cache import CacheManifest
-
-    return CacheManifest
-
-
-def _worker_request() -> Any:
-    from typing import Union
-
-    from pydantic import TypeAdapter
-
-    from meshlab.runtime import requests
-
-    kinds = tuple(getattr(requests, name) for name in requests.WORKER_REQUESTS)
-    return TypeAdapter(Union[kinds])  # type: ignore[valid-type]
-
-
-def _worker_result() -> Any:
-    from meshlab.runtime.protocol import WorkerResult
-
-    return WorkerResult
-
-
-#: name -> (what the file is, where meshlab reads or writes it, the model it is read through)
-SCHEMAS: dict[str, tuple[str, Callable[[], Any]]] = {
-    "strategy": ("meshlab strategy", _strategy),
-    "experiment": ("meshlab experiment (experiments/*.yaml)", _experiment),
+#: name -> (what the file is, and where meshlab reads or writes it; the model it is read through, as module:name,
+#: imported only when its schema is asked for)
+SCHEMAS: dict[str, tuple[str, str]] = {
+    "strategy": ("meshlab strategy", "meshlab.strategy.schema:Strategy"),
+    "experiment": ("meshlab experiment (experiments/*.yaml)", "meshlab.experiments.definition:Experiment"),
     "hardware-overrides": ("the figures a strategy's hardware: {name: ..., <figure>: ...} overrides",
-                           _hardware_overrides),
-    "hardware-entry": ("one system of meshlab/data/hardware.yaml, merged with its accelerator", _hardware_entry),
-    "card": ("a model card, as meshlab models import writes it", _card),
-    "run-record": ("one line of experiments/results/*.jsonl, as meshlab run appends it", _run_record),
-    "profile": ("a profile file, as meshlab profile writes it", _profile),
-    "cache-manifest": ("meshlab-cache.json in a compile-cache folder (meshlab run --cache-dir)", _cache_manifest),
-    "worker-request": ("the request file the CLI hands a worker process", _worker_request),
-    "worker-result": ("the result file a worker process writes back", _worker_result),
+                           "meshlab.core.hardware_figures:HardwareFigures"),
+    "hardware-entry": ("one system of meshlab/data/hardware.yaml, merged with its accelerator",
+                       "meshlab.core.hardware_figures:CatalogEntry"),
+    "card": ("a model card, as meshlab models import writes it", "meshlab.models.card_file:CardFile"),
+    "run-record": ("one line of experiments/results/*.jsonl, as meshlab run appends it",
+                   "meshlab.experiments.records:RunRecord"),
+    "profile": ("a profile file, as meshlab profile writes it", "meshlab.core.profile_file:ProfileFile"),
+    "cache-manifest": ("meshlab-cache.json in a compile-cache folder (meshlab run --cache-dir)",
+                       "meshlab.experiments.compile_cache:CacheManifest"),
+    "worker-request": ("the request file the CLI hands a worker process", "meshlab.runtime.requests:WORKER_REQUESTS"),
+    "worker-result": ("the result file a worker process writes back", "meshlab.runtime.protocol:WorkerResult"),
 }
 
 
 def json_schema(name: str) -> dict:
     """The JSON Schema (draft 2020-12) of the file `name` (a key of SCHEMAS), titled with what the file is."""
-    title, model = SCHEMAS[name]
-    found = model()
-    schema = found.json_schema() if hasattr(found, "json_schema") else found.model_json_schema()
+    title, where = SCHEMAS[name]
+    module, _, attribute = where.partition(":")
+    found = getattr(import_module(module), attribute)
+    if isinstance(found, tuple):  # the names of several models: their union
+        from pydantic import TypeAdapter
+
+        kinds = tuple(getattr(import_module(module), kind) for kind in found)
+        schema = TypeAdapter(Union[kinds]).json_schema()  # type: ignore[valid-type]
+    else:
+        schema = found.model_json_schema()
     return {"$schema": DRAFT, **schema, "title": title}

@@ -19,11 +19,7 @@ Dtype = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "int8"]
 Count = Annotated[Int, Field(ge=0)]
 
 
-class _Part(Closed):
-    """A part of the card: closed (a misspelt key is refused) and immutable."""
-
-
-class ParameterEntry(_Part):
+class ParameterEntry(Closed):
     """One parameter of the transformer: its path, shape and dtype, the module kind that owns it, the token stream
     it serves, and its block (null outside the repeated blocks)."""
 
@@ -35,7 +31,7 @@ class ParameterEntry(_Part):
     block: Optional[Int] = None
 
 
-class AttentionEntry(_Part):
+class AttentionEntry(Closed):
     """One attention: its heads, the streams of its queries, its q/k/v and output projections, and (cross
     attention) the streams of its keys."""
 
@@ -49,7 +45,7 @@ class AttentionEntry(_Part):
     out: list[str]
 
 
-class ComponentEntry(_Part):
+class ComponentEntry(Closed):
     """A pipeline component beside the transformer (a text encoder, the VAE), with what its cost and memory read."""
 
     name: str
@@ -77,18 +73,18 @@ class ComponentEntry(_Part):
         return self
 
 
-class ModulationEntry(_Part):
+class ModulationEntry(Closed):
     norm: str
     stream: Stream
     width: Int = Field(ge=0)
 
 
-class QkNormEntry(_Part):
+class QkNormEntry(Closed):
     module: str
     width: Int = Field(ge=1)
 
 
-class FlowEntry(_Part):
+class FlowEntry(Closed):
     """One Linear of the traced forward: what it reads, the attention it feeds, the norms it modulates, whether it
     joins a residual stream, and the q/k norm and rotary embedding its output passes through."""
 
@@ -101,13 +97,13 @@ class FlowEntry(_Part):
     rotary: Literal["", "whole", "halves"] = ""
 
 
-class JoinEntry(_Part):
+class JoinEntry(Closed):
     module: str
     kind: Literal["concat", "split"]
     width: Int = Field(ge=0)
 
 
-class ElementwiseEntry(_Part):
+class ElementwiseEntry(Closed):
     """The bytes per token one block's elementwise ops move, on one stream, at one side of a Linear."""
 
     blocks: str
@@ -125,7 +121,7 @@ class ElementwiseEntry(_Part):
         return self
 
 
-class ArchitectureEntry(_Part):
+class ArchitectureEntry(Closed):
     hidden_size: Int = Field(ge=1)
     num_layers: Int = Field(ge=1)
     num_attention_heads: Int = Field(ge=1)
@@ -139,7 +135,7 @@ class ArchitectureEntry(_Part):
     temporal_patch: Int = Field(1, ge=1)
 
 
-class CardFile(_Part):
+class CardFile(Closed):
     """A model card (schema 4): the parameter inventory and traced forward meshlab plans and prices over."""
 
     schema_version: Literal[4]
