@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from meshlab.cli.output import WatchedStdout, console, output_failed, print_json, reports_errors
+from meshlab.cli.output import WatchedStdout, console, output_failed, print_json, print_schema, reports_errors
 
 app = typer.Typer(
     name="meshlab",
@@ -72,9 +72,10 @@ def try_(
 
     warn_unmatched_rules(planned, strict)
     if as_json:
+        from meshlab.search.documents import TryDocument
         from meshlab.search.try_document import try_document
 
-        print_json(try_document(planned) | ({"text_encoder": placement} if placement else {}))
+        print_json(try_document(planned) | ({"text_encoder": placement} if placement else {}), TryDocument)
     else:
         from meshlab.cli.render_try import render_try
 
@@ -98,7 +99,7 @@ def schema(name: str = typer.Argument("strategy", help="which file: strategy, ex
 
     if name not in SCHEMAS:
         raise InputError(f"no schema named {name!r}", f"use one of: {', '.join(SCHEMAS)}")
-    print_json(json_schema(name))
+    print_schema(json_schema(name))
 
 
 @app.command("hardware")
@@ -106,10 +107,10 @@ def schema(name: str = typer.Argument("strategy", help="which file: strategy, ex
 def hardware(as_json: bool = JSON_OPTION) -> None:
     """List the hardware catalog, with the source of every figure."""
     from meshlab.cli.render_catalog import render_hardware
-    from meshlab.core.hardware import describe_rows
+    from meshlab.core.hardware import HardwareList, describe_rows
 
     if as_json:
-        print_json(describe_rows(with_sources=True))
+        print_json(describe_rows(with_sources=True), HardwareList)
     else:
         render_hardware(describe_rows(), console())
 

@@ -70,7 +70,9 @@ def check(
 
         with Progress() as progress:
             report = run_tpu_check(strategy, tpu_options(strategy, options, given), front_end, progress.update)
-        print_json(tpu_check_document(report)) if as_json else render_tpu_check(report, console())
+        from meshlab.check.documents import TpuCheckDocument
+
+        print_json(tpu_check_document(report), TpuCheckDocument) if as_json else render_tpu_check(report, console())
         if not report.agrees:
             raise typer.Exit(1)
         return
@@ -80,13 +82,17 @@ def check(
 
         with Progress() as progress:
             report = run_dtensor_check(strategy, options, progress.update)
-        print_json(dtensor_check_document(report)) if as_json else render_dtensor_check(report, console())
+        from meshlab.check.documents import DTensorCheckDocument
+
+        print_json(dtensor_check_document(report), DTensorCheckDocument) if as_json else render_dtensor_check(report, console())
         if not report.agrees:
             raise typer.Exit(1)
         return
     with Progress() as progress:
         report = run_check(strategy, options, progress.update)
-    print_json(check_document(report)) if as_json else render_check(report, console())
+    from meshlab.check.documents import CheckDocument
+
+    print_json(check_document(report), CheckDocument) if as_json else render_check(report, console())
     if not report.agrees:
         raise typer.Exit(1)
 
@@ -102,12 +108,12 @@ def export(
     GPU tools' form of it (diffusers' enable_parallelism, xDiT's flags); a plan with no such form is refused."""
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
-    from meshlab.export.snippets import dtensor_snippet, spec_map_document, torch_xla_snippet
+    from meshlab.export.snippets import SpecMapDocument, dtensor_snippet, spec_map_document, torch_xla_snippet
     from meshlab.plan.planned import plan_file
 
     planned = plan_file(strategy)
     if fmt == "json":
-        print_json(spec_map_document(planned.plan))
+        print_json(spec_map_document(planned.plan), SpecMapDocument)
     elif fmt in ("diffusers", "xdit"):
         from meshlab.export.gpu import diffusers_snippet, xdit_flags
 

@@ -40,8 +40,9 @@ def compare(
         plot_comparison(comparison, plot, inputs=[f for e in comparison.entries for f in e.planned.files_read])
     if as_json:
         from meshlab.search.compare import comparison_document
+        from meshlab.search.documents import ComparisonDocument
 
-        print_json(comparison_document(comparison))
+        print_json(comparison_document(comparison), ComparisonDocument)
     else:
         from meshlab.cli.render_cost import render_comparison
 
@@ -157,8 +158,10 @@ def sweep(
 
         plot_sweep(result, plot, card_file)
     if as_json:
+        from meshlab.search.documents import SweepDocument
+
         print_json(sweep_document(result, None, elapsed, default) | {"workload": workload.model_dump(),
-                                                                     "workload_basis": basis})
+                                                                     "workload_basis": basis}, SweepDocument)
     elif out != "-":
         console().print(f"workload: {basis}")
         render_sweep(result, console(), written, elapsed, default)
@@ -175,11 +178,9 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
     warn_unmatched_rules(planned, strict=False)
     prediction = predict(planned.plan, planned.strategy, planned.hardware)
     if as_json:
-        from meshlab.cost.document import assumptions_document, collectives_document, prediction_document
+        from meshlab.cost.document import ExplainDocument, explain_document
 
-        print_json({"strategy": planned.strategy.name, "file": str(planned.loaded.path),
-                    "predicted": prediction_document(prediction), "collectives": collectives_document(prediction),
-                    "assumptions": assumptions_document(planned.hardware)})
+        print_json(explain_document(planned, prediction), ExplainDocument)
     else:
         from meshlab.cli.render_cost import render_explain
 

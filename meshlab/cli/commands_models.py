@@ -16,18 +16,12 @@ models = typer.Typer(help="Model cards: the parameter inventories meshlab plans 
 @reports_errors
 def list_cards(as_json: bool = typer.Option(False, "--json")) -> None:
     """The built-in model cards."""
-    from meshlab.models.card import builtin_cards, load_card
     from meshlab.cli.render_catalog import render_cards
+    from meshlab.models.card import builtin_cards, load_card
+    from meshlab.models.listing import CardList, card_row
 
-    rows = [_card_row(load_card(name)) for name in builtin_cards()]
-    print_json(rows) if as_json else render_cards(rows, console())
-
-
-def _card_row(card) -> dict:
-    return {"name": card.name, "class": card.class_name, "parameters": card.total_params,
-            "blocks": card.architecture.num_layers, "hidden": card.architecture.hidden_size,
-            "heads": card.architecture.num_attention_heads,
-            "components": {c.name: c.parameters for c in card.components}}
+    rows = [card_row(load_card(name)) for name in builtin_cards()]
+    print_json(rows, CardList) if as_json else render_cards(rows, console())
 
 
 @models.command("import")

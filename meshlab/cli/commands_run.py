@@ -40,7 +40,9 @@ def profile(
     options = ProfileOptions(out=out, text_tokens=lengths, backend=backend, hardware=hardware, blocks=blocks, vae=vae)
     with ProgressBar("profile") as progress:
         outcome = profile_strategy(strategy, options, progress.update)
-    print_json(outcome.document) if as_json else render_profile(outcome, console())
+    from meshlab.core.profile_file import ProfileFile
+
+    print_json(outcome.document, ProfileFile) if as_json else render_profile(outcome, console())
 
 
 def _int_list(text: str, option: str) -> tuple[int, ...]:
@@ -115,14 +117,14 @@ def report(
     """Recorded runs: measured beside predicted, with the error in % where the hardware matches."""
     from meshlab.cli.render_run import render_report
     from meshlab.experiments.records import read_records
-    from meshlab.experiments.measured import report_document, report_rows
+    from meshlab.experiments.measured import ReportDocument, report_document, report_rows
 
     rows = report_rows(read_records(files))
     if plot is not None:
         from meshlab.cli.render_run import plot_report
 
         plot_report(rows, plot, inputs=files)
-    print_json(report_document(rows)) if as_json else render_report(rows, console())
+    print_json(report_document(rows), ReportDocument) if as_json else render_report(rows, console())
 
 
 @reports_errors
@@ -133,13 +135,13 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Fit the time model's efficiency and host overhead to recorded runs on that hardware; print overrides."""
+    from meshlab.experiments.calibrate import CalibrationDocument, calibration_document
     from meshlab.experiments.calibrate import calibrate as fit
     from meshlab.experiments.records import read_records
 
     result = fit(read_records(files).records, hardware)
     if as_json:
-        print_json({"points": result.points, "slowdown": result.slowdown, "overrides": result.overrides(),
-                    "error_before_pct": result.error_before_pct, "error_after_pct": result.error_after_pct})
+        print_json(calibration_document(result), CalibrationDocument)
         return
     out = console()
     out.print(f"{result.points} runs on {hardware}: measured steps are {result.slowdown:.2f}x the predicted "

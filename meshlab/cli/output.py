@@ -19,8 +19,16 @@ EXIT_BAD_INPUT = 2
 EXIT_BACKEND = 3
 
 
-def print_json(document: object) -> None:
-    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+def print_json(document: object, model) -> None:
+    """`document` as JSON on stdout, once its model (a pydantic model, see meshlab.core.document) reads it back."""
+    from meshlab.core.document import document_text
+
+    sys.stdout.write(document_text(document, model) + "\n")
+
+
+def print_schema(schema: dict) -> None:
+    """A JSON Schema (the one document with no model of its own: it is a model's)."""
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
 
 
 def console():

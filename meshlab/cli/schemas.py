@@ -1,5 +1,7 @@
-"""The JSON Schema of every file meshlab reads or writes, by name, for `meshlab schema NAME`. Each comes from the
-pydantic model the file is read through, so the two describe the same fields and types. What a reader checks beyond
+"""The JSON Schema of every file meshlab reads or writes, and of every document a command prints with `--json`, by
+name, for `meshlab schema NAME`. Each comes from the pydantic model the file is read through (a printed document is
+read back through its model before it is printed: meshlab.core.document), so the two describe the same fields and
+types. What a reader checks beyond
 its model is not in the schema: a catalog figure's value is read as the override of the same name reads it
 (`hardware-overrides` describes it), and a card's dispatch counts must name its block lists."""
 
@@ -27,6 +29,19 @@ SCHEMAS: dict[str, tuple[str, str]] = {
                        "meshlab.experiments.compile_cache:CacheManifest"),
     "worker-request": ("the request file the CLI hands a worker process", "meshlab.runtime.requests:WORKER_REQUESTS"),
     "worker-result": ("the result file a worker process writes back", "meshlab.runtime.protocol:WorkerResult"),
+    # what the commands print with --json (each read back through its model before it is printed)
+    "try": ("meshlab try --json", "meshlab.search.documents:TryDocument"),
+    "compare": ("meshlab compare --json", "meshlab.search.documents:ComparisonDocument"),
+    "sweep": ("meshlab sweep --json", "meshlab.search.documents:SweepDocument"),
+    "explain": ("meshlab explain --json", "meshlab.cost.document:ExplainDocument"),
+    "check": ("meshlab check --json (XLA's partitioner on CPU devices)", "meshlab.check.documents:CheckDocument"),
+    "check-dtensor": ("meshlab check --backend dtensor --json", "meshlab.check.documents:DTensorCheckDocument"),
+    "check-tpu": ("meshlab check --backend tpu --json", "meshlab.check.documents:TpuCheckDocument"),
+    "spec-map": ("meshlab export --format json", "meshlab.export.snippets:SpecMapDocument"),
+    "hardware-list": ("meshlab hardware --json", "meshlab.core.hardware:HardwareList"),
+    "models-list": ("meshlab models list --json", "meshlab.models.listing:CardList"),
+    "report": ("meshlab report --json", "meshlab.experiments.measured:ReportDocument"),
+    "calibration": ("meshlab calibrate --json", "meshlab.experiments.calibrate:CalibrationDocument"),
 }
 
 

@@ -21,9 +21,10 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, RootModel, ValidationError
 
 from meshlab.core.closed import first_problem, problem_line
+from meshlab.core.document import Document
 from meshlab.core.errors import InputError
 from meshlab.core.hardware_figures import BYTES_HELP, INTERCONNECTS, CatalogEntry, CatalogFile, HardwareFigures
 from meshlab.core.matmul_rates import MatmulRates
@@ -408,6 +409,29 @@ def _catalog_problem(where: str, error: ValidationError, data: dict) -> InputErr
 
 
 # ---- the `meshlab hardware` table ----
+
+
+class HardwareRow(Document):
+    """One catalog system: display strings (the table's), and with --json every figure's value and source."""
+
+    name: str
+    kind: str
+    chips: str
+    topology: str
+    hbm: str
+    usable_hbm: str
+    hbm_bandwidth: str
+    bf16_peak: str
+    ici: str
+    wraparound: str
+    dcn: str
+    usd_per_chip_hour: str
+    figures: HardwareFigures | None = Field(None, description="every figure's value, as an override names it")
+    sources: dict[str, str] | None = Field(None, description="figure -> where its value comes from")
+
+
+class HardwareList(RootModel[list[HardwareRow]]):
+    """`meshlab hardware --json`: the catalog, every figure with its source."""
 
 
 def describe_rows(with_sources: bool = False) -> list[dict[str, Any]]:

@@ -1,12 +1,190 @@
-"""JSON documents of predictions: plain, ordered, deterministic; every figure under a ``predicted`` key."""
+"""JSON documents of predictions: plain, ordered, deterministic; every figure under a ``predicted`` key. Each has
+its model (meshlab.core.document) beside the function that builds it."""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 
+from pydantic import Field
+
+from meshlab.core.document import Document
+from meshlab.core.hardware import Hardware
 from meshlab.cost.predict import Prediction
 from meshlab.cost.timing import Assumptions
-from meshlab.core.hardware import Hardware
+from meshlab.plan.planned import PlannedStrategy
+
+
+class PerStepDocument(Document):
+    """One denoising step on the busiest chip: its work, what each part takes, and the step it adds up to."""
+
+    transformer_calls: int
+    flops_per_chip: float
+    hbm_bytes_per_chip: float
+    compute_s: float
+    hbm_s: float
+    compute_or_hbm_s: float
+    elementwise_bytes_per_chip: float
+    elementwise_s: float
+    collective_s: float
+    dcn_s: float
+    launch_wait_s: float
+    host_dispatches: int
+    launch_floor_s: float
+    overhead_s: float
+    step_s: float
+    collective_bytes_per_chip: float
+    roofline_s: float
+
+
+class TermsDocument(Document):
+    """One pipeline call's terms beside the denoising loop (seconds), and which of them the card cannot price."""
+
+    text_encode_s: float
+    denoise_s: float
+    vae_decode_s: float
+    transfer_s: float
+    overhead_s: float
+    unknown: list[str]
+
+
+class FirstImageDocument(Document):
+    """Time to first image: the startup (absent where nothing is priced for it) and the first call."""
+
+    read_s: float | None = None
+    transfer_s: float | None = None
+    compile_s: float | None = None
+    compiled_blocks: int | None = None
+    checkpoint_bytes: int | None = None
+    startup_s: float | None = None
+    first_call_s: float
+    total_s: float
+    usd: float | None
+
+
+class CountAndBytes(Document):
+    count: int
+    bytes: int
+
+
+class ExtrapolatedGemms(Document):
+    below_measured_gemms: float
+    above_measured_gemms: float
+
+
+class CatalogPricedDocument(Document):
+    """Priced from the catalog's assumed efficiencies (and measured GEMM or published attention rates)."""
+
+    from_: Literal["catalog"] = Field(alias="from")
+    measured: list[str]
+    published: list[str]
+    assumed: list[str]
+    extrapolated: ExtrapolatedGemms
+
+
+class ProfiledCollectives(Document):
+    measured: int
+    assumed: int
+
+
+class ProfilePricedDocument(Document):
+    """Priced from a profile's measurements: what was measured, what was assumed, how far it extrapolates."""
+
+    from_: Literal["profile"] = Field(alias="from")
+    basis: str
+    measured: list[str]
+    assumed: list[str]
+    collectives: str | ProfiledCollectives
+    extrapolated: float
+    note: str
+
+
+class RingAttentionDocument(Document):
+    module: str
+    count: int
+    pass_s: float
+    merge_s: float
+    cast_s: float
+    transfer_s: float
+    exposed_transfer_s: float
+    block_bytes: int
+    attention_s: float
+    one_kernel_s: float
+
+
+class RingDocument(Document):
+    """The attentions run as a ring, per transformer call on one chip."""
+
+    implementation: str
+    degree: int
+    axes: list[str]
+    attentions_per_call: int
+    per_call_s: float
+    as_one_kernel_per_call_s: float
+    attentions: list[RingAttentionDocument]
+
+
+class PredictionDocument(Document):
+    """Everything meshlab predicts of one plan on its hardware (every figure predicted, none measured)."""
+
+    label: Literal["predicted"]
+    per_step: PerStepDocument
+    seconds_per_image: float
+    denoise_seconds_per_image: float
+    terms: TermsDocument | None
+    images_per_second: float
+    usd_per_hour: float | None
+    usd_per_image: float | None
+    time_to_first_image: FirstImageDocument
+    roofline_seconds_per_image: float
+    mfu: float
+    roofline_mfu: float
+    model_flops_per_call_per_sample: float
+    collectives_per_block: dict[str, int] = Field(description="kind -> count in one block, as issued")
+    collectives_per_call: dict[str, CountAndBytes] = Field(description="kind -> count and bytes per chip per call")
+    priced: CatalogPricedDocument | ProfilePricedDocument
+    ring: RingDocument | None
+
+
+class CollectiveDocument(Document):
+    """One collective of the plan, priced: what it moves, where, and why the partitioner issues it."""
+
+    kind: str
+    axes: list[str]
+    bytes: int
+    block: int | None
+    blocks_like_it: int
+    phase: str
+    operands: int
+    per_step: bool
+    why: str
+    route: str
+    seconds: float
+    dcn_seconds: float
+
+
+class AssumptionDocument(Document):
+    """One figure the time rests on, with its source."""
+
+    name: str
+    value: float | str | None
+    source: str
+
+
+class ExplainDocument(Document):
+    """`meshlab explain --json`."""
+
+    strategy: str
+    file: str
+    predicted: PredictionDocument
+    collectives: list[CollectiveDocument]
+    assumptions: list[AssumptionDocument]
+
+
+def explain_document(planned: PlannedStrategy, p: Prediction) -> dict:
+    """The JSON of `meshlab explain --json`."""
+    return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
+            "collectives": collectives_document(p), "assumptions": assumptions_document(planned.hardware)}
 
 
 def prediction_document(p: Prediction) -> dict:

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pydantic import Field
+
+from meshlab.core.document import Document
 from meshlab.core.errors import InputError
+from meshlab.core.hardware import MatmulRates, load_hardware
+from meshlab.core.hardware_figures import HardwareFigures
 from meshlab.experiments.comparable import comparison_problem
 from meshlab.experiments.records import RunRecord
-from meshlab.core.hardware import MatmulRates, load_hardware
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,27 @@ class Calibration:
         return {"name": self.hardware, "compute_efficiency": round(self.compute_efficiency, 4),
                 "hbm_efficiency": round(self.hbm_efficiency, 4), "step_overhead_s": round(self.overhead_s, 6),
                 **rates}
+
+
+class CalibratedFigures(HardwareFigures):
+    """The catalog entry's name and the figures the calibration sets (a strategy's `hardware:` block)."""
+
+    name: str
+
+
+class CalibrationDocument(Document):
+    """`meshlab calibrate --json`: the fit, the overrides it gives, and the error before and after."""
+
+    points: int = Field(description="the recorded runs the fit rests on")
+    slowdown: float = Field(description="measured steps over the predicted compute/HBM time")
+    overrides: CalibratedFigures
+    error_before_pct: float
+    error_after_pct: float
+
+
+def calibration_document(result: Calibration) -> dict:
+    return {"points": result.points, "slowdown": result.slowdown, "overrides": result.overrides(),
+            "error_before_pct": result.error_before_pct, "error_after_pct": result.error_after_pct}
 
 
 def comparable_points(records: tuple[RunRecord, ...], hw) -> list[Point]:

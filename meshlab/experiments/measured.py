@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import Field, RootModel
+
+from meshlab.core.document import Document
 from meshlab.experiments.comparable import comparison_problem, ran_platform
 from meshlab.experiments.records import RecordSet, RunRecord
 
@@ -64,6 +67,32 @@ def _row(record: RunRecord) -> ReportRow:
         reason=record.reason or "",
         not_compared=comparison_problem(record),
     )
+
+
+class ReportRowDocument(Document):
+    """One recorded run: measured beside predicted, and the error where they are comparable."""
+
+    source: str = Field(description="file:line of the record")
+    time: str
+    strategy: str
+    ran_on: str
+    workload: str
+    status: str
+    steady_step_s: float | None
+    predicted_step_s: float | None
+    predicted_for: str
+    step_error_pct: float | None
+    first_step_s: float | None
+    total_s: float | None
+    compiles: int | None
+    peak_bytes_per_device: int | None
+    predicted_peak_bytes_per_chip: int | None
+    reason: str
+    not_compared: str | None = Field(description="why the run is not held against the prediction (null: it is)")
+
+
+class ReportDocument(RootModel[list[ReportRowDocument]]):
+    """`meshlab report --json`: one row per recorded run."""
 
 
 def report_document(rows: tuple[ReportRow, ...]) -> list[dict]:

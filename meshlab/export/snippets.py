@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pydantic import Field
+
+from meshlab.core.document import Document
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Activations, Rule
 
@@ -198,6 +201,17 @@ def _inputs_comment(activations: Activations, examples: list[str]) -> str:
     parts = ([f"the batch dim (dim 0) of every batched input over {batch!r}"] if batch else []) + (
         [f"hidden_states' token dim over {_entry(sequence)!r}"] if sequence else [])
     return "\n\n# Inputs: split " + ", and ".join(parts) + ", e.g.\n" + "".join(f"{line}\n" for line in examples)
+
+
+class SpecMapDocument(Document):
+    """`meshlab export --format json`: the mesh, and every parameter's spec in torch_xla's form."""
+
+    strategy: str
+    model: str
+    class_: str = Field(alias="class")
+    mesh: dict[str, int]
+    parameters: dict[str, list[str | list[str] | None]] = Field(
+        description="parameter -> per dim, the mesh axis (or axes) it splits over, or null")
 
 
 def spec_map_document(plan: Plan) -> dict:

@@ -17,6 +17,7 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests.conftest import REPO, STRATEGIES
@@ -240,8 +241,5 @@ def test_check_command_prints_the_json_document(small_strategies):
     result = CliRunner().invoke(app, ["check", str(small_strategies["qwen-pairs"]), "--layers", "1", "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert {"parameters", "collectives", "xla_memory_per_device", "max_abs_error"} <= set(document)
-    assert {"name", "predicted_spec", "xla_sharding", "predicted_shard_shape", "xla_shard_shape"} <= set(
-        document["parameters"][0])
-    assert {"kind", "shape", "dtype", "bytes_per_device", "mesh_axes", "layer"} <= set(document["collectives"][0])
-    assert {"parameters", "temporaries", "outputs", "total"} <= set(document["xla_memory_per_device"])
+    jsonschema.validate(document, json.loads(CliRunner().invoke(app, ["schema", "check"]).stdout))
+    assert document["parameters"] and document["collectives"] and document["xla_memory_per_device"]["total"] > 0

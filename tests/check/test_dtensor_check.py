@@ -7,6 +7,7 @@ The small Qwen-Image of test_apply_check under the built-in strategies DTensor c
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -57,6 +58,10 @@ def test_every_rank_holds_its_planned_slice_and_the_forward_matches(reports, nam
     assert not report.mismatches, [p.to_json() for p in report.mismatches[:3]]
     assert report.output_agrees, (report.max_abs_error, report.tolerance)
     assert report.local_weight_bytes == report.predicted_weight_bytes
+    from meshlab.check.against_dtensor import dtensor_check_document
+    from meshlab.check.documents import DTensorCheckDocument
+
+    DTensorCheckDocument.model_validate_json(json.dumps(dtensor_check_document(report)))  # as the CLI reads it back
 
 
 def test_uneven_splits_follow_torch_chunk_on_each_rank(reports):

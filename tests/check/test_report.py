@@ -252,7 +252,10 @@ def test_an_output_beyond_the_tolerance_disagrees():
 
 
 def test_json_document_has_what_the_issue_asks_for():
+    from meshlab.check.documents import CheckDocument
+
     document = check_document(fabricated())
+    CheckDocument.model_validate_json(json.dumps(document))  # the model the CLI reads it back through
     # the dump's own "Total bytes used: 305657163" line, and the sums of its allocation lines by kind
     assert document["xla_memory_per_device"] == {"parameters": 150_213_016, "temporaries": 155_435_650,
                                                  "outputs": 8_200, "constants": 297, "total": 305_657_163}

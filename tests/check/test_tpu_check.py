@@ -107,6 +107,9 @@ def pairs_both():
     code, doc, err = _check("strategies/pairs.yaml", "--layers", "3", "--height", "256", "--width", "256",
                             "--text-tokens", "32", "--front-end", "both")
     assert doc is not None, err
+    from meshlab.check.documents import TpuCheckDocument
+
+    TpuCheckDocument.model_validate_json(json.dumps(doc))  # as the CLI read it back (a reader's view)
     return code, doc
 
 

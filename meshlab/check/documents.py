@@ -1,0 +1,336 @@
+"""The models of `meshlab check --json` for each backend (see meshlab.core.document): XLA's partitioner on CPU
+devices (`verdict.check_document`), DTensor on gloo ranks (`against_dtensor.dtensor_check_document`) and XLA:TPU
+ahead of time (`against_tpu.tpu_check_document`). The three share their first keys; each holds meshlab's
+prediction beside what its backend did."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from meshlab.core.document import Document
+
+#: collective kind (all-reduce, all-gather, ...) -> a count or bytes
+ByKind = dict[str, int]
+#: block ("transformer_blocks.30", or "outside blocks") -> its collectives by kind
+ByBlock = dict[str, ByKind]
+Spec = list[str | list[str] | None]
+
+
+class StrategyRef(Document):
+    name: str
+    file: str
+
+
+class CheckedModel(Document):
+    name: str
+    class_: str = Field(alias="class")
+    blocks: dict[str, int] = Field(description="block list -> blocks compiled in the check")
+    full_blocks: dict[str, int] = Field(description="block list -> blocks in the whole model")
+
+
+class CheckOptions(Document):
+    layers: int
+    height: int
+    width: int
+    text_tokens: int
+    frames: int | None
+    seed: int
+    scan: bool | None
+    batch: int | None = None
+
+
+class CheckedForward(Document):
+    batch: int
+    image_tokens: int
+    text_tokens: int
+    dtype: str
+
+
+class CheckedDevice(Document):
+    type: str
+    count: int
+
+
+class XlaParameter(Document):
+    """One parameter as planned and as XLA placed it."""
+
+    name: str
+    shape: list[int]
+    predicted_spec: Spec
+    predicted_sharding: str
+    xla_sharding: str
+    predicted_shard_shape: list[int]
+    xla_shard_shape: list[int]
+    misplaced_devices: list[int]
+    agrees: bool
+    problem: str | None = None
+
+
+class HloCollective(Document):
+    """One collective of the compiled program."""
+
+    kind: str
+    shape: list[int] | list[list[int]]
+    dtype: str | None
+    bytes_per_device: int
+    mesh_axes: list[str]
+    layer: str | None
+    async_: bool = Field(alias="async")
+
+
+class XlaWeights(Document):
+    predicted: int
+    xla: int
+    full_depth_predicted: int
+    full_depth_xla: int
+
+
+class BufferAssignment(Document):
+    """XLA's buffer assignment on the CPU device, by kind (bytes)."""
+
+    parameters: int
+    temporaries: int
+    outputs: int
+    constants: int
+    total: int
+
+
+class MeshlabMemory(Document):
+    weights: int
+    activations: int
+    total: int
+
+
+class HostTransfers(Document):
+    from_device: int
+    to_device: int
+    syncs: int
+    causes: dict[str, int]
+
+
+class ForwardRun(Document):
+    compiles: int
+    seconds: float
+    compile_seconds: float | None = None
+    host_transfers: HostTransfers | None = None
+
+
+class XlaFlops(Document):
+    predicted: float
+    xla_dots: float | None
+    ratio: float | None
+    what: str
+
+
+class CheckDocument(Document):
+    """`meshlab check --json` (XLA's partitioner on CPU devices)."""
+
+    strategy: StrategyRef
+    model: CheckedModel
+    device: CheckedDevice
+    options: CheckOptions
+    forward: CheckedForward
+    agrees: bool
+    mismatches: list[str]
+    collective_differences: list[str]
+    compile_seconds: float | None
+    compile_seconds_full_depth_extrapolated: float | None
+    scanned: list[str]
+    host_transfers: HostTransfers | None
+    parameters: list[XlaParameter]
+    weights_per_device: XlaWeights
+    collectives: list[HloCollective]
+    collectives_per_block: ByBlock
+    collectives_full_depth: ByKind
+    collective_bytes_per_block: ByBlock
+    collective_bytes_full_depth: ByKind
+    predicted_collectives_per_block: ByBlock
+    predicted_collectives_full_depth: ByKind
+    xla_memory_per_device: BufferAssignment | None
+    meshlab_memory_per_device: MeshlabMemory
+    max_abs_error: float
+    reference_max_abs: float
+    tolerance: float
+    forwards: list[ForwardRun]
+    timings_seconds: dict[str, float]
+    hlo_module: str | None
+    flops_per_device: XlaFlops
+    caveats: dict[str, str]
+
+
+class DTensorDevice(Document):
+    type: Literal["cpu"]
+    count: int
+    process_group: Literal["gloo"]
+
+
+class RankedParameter(Document):
+    """One parameter on every rank: the plan's placements and local shapes against what each rank holds."""
+
+    name: str
+    shape: list[int]
+    predicted_spec: Spec
+    predicted_placements: str
+    placements: str
+    predicted_shard_shape: list[int]
+    shard_shape: list[int]
+    predicted_shard_shapes_per_rank: list[list[int]]
+    shard_shapes_per_rank: list[list[int]]
+    disagreeing_ranks: list[int]
+    agrees: bool
+
+
+class RankWeights(Document):
+    predicted: list[int]
+    dtensor: list[int]
+
+
+class DTensorCheckDocument(Document):
+    """`meshlab check --backend dtensor --json`."""
+
+    backend: Literal["dtensor"]
+    strategy: StrategyRef
+    model: CheckedModel
+    device: DTensorDevice
+    options: CheckOptions
+    forward: CheckedForward
+    agrees: bool
+    mismatches: list[str]
+    parameters: list[RankedParameter]
+    weights_per_rank: RankWeights
+    collectives_issued: ByKind
+    collectives_issued_per_block: ByBlock
+    predicted_collectives_per_block: ByBlock
+    collectives_note: str
+    max_abs_error: float
+    reference_max_abs: float
+    tolerance: float
+    timings_seconds: dict[str, float]
+
+
+class TpuDevice(Document):
+    type: str = Field(description="the TPU target, e.g. 'TPU v6e:2x4'")
+    count: int
+    compiled: str
+
+
+class TpuFits(Document):
+    predicted: bool
+    xla: bool | None
+    xla_required_bytes: int | None
+    usable_hbm_bytes: int
+    xla_refusal: str
+
+
+class TpuWeights(Document):
+    predicted: int
+    predicted_as_arguments: int
+    xla: int | None
+
+
+class TpuMemory(Document):
+    """XLA:TPU's memory analysis per chip (bytes)."""
+
+    arguments: int
+    outputs: int
+    temporaries: int
+    generated_code: int
+    aliased: int
+    total: int | None
+    other_arguments: dict[str, int]
+
+
+class TpuMeshlabMemory(Document):
+    weights: int
+    activations: int
+    activations_as_compiled: int | None
+    vae_decode: int
+    total: int
+
+
+class CountsAndBytes(Document):
+    count: ByKind
+    bytes: ByKind
+
+
+class TpuFlops(Document):
+    predicted: float
+    xla: float | None
+    what: str
+
+
+class XlaSchedule(Document):
+    """XLA:TPU's latency-hiding scheduler's estimate (its cost model, not a measurement)."""
+
+    total_s: float
+    compute_s: float
+    collective_s: float
+    collective_s_by_kind: dict[str, float]
+    wasted_s: dict[str, float]
+    cycles_per_microsecond: float
+    what: str
+
+
+class PredictedCall(Document):
+    """meshlab's seconds for one transformer call, term by term."""
+
+    total_s: float
+    compute_s: float
+    collective_s: float
+    collective_s_by_kind: dict[str, float]
+    overlap: str
+
+
+class FrontEndFailed(Document):
+    front_end: str
+    error: str
+
+
+class FrontEndCompiled(Document):
+    front_end: str
+    compile_seconds: float | None
+    memory: TpuMemory | None
+    weights: int | None
+    flops: float | None
+    program_read: bool
+    block_collectives: ByBlock | None = None
+    outside_blocks: ByKind | None = None
+
+
+class TpuCheckDocument(Document):
+    """`meshlab check --backend tpu --json`: the CPU check's keys where they mean the same, XLA:TPU's figures as
+    the truth."""
+
+    backend: Literal["tpu"]
+    strategy: StrategyRef
+    model: CheckedModel
+    device: TpuDevice
+    options: CheckOptions
+    forward: CheckedForward
+    front_end: str | None
+    agrees: bool
+    differences: list[str]
+    fits: TpuFits
+    compile_seconds: float | None
+    trace_seconds: float | None
+    weights_per_device: TpuWeights
+    xla_memory_per_device: TpuMemory | None
+    meshlab_memory_per_device: TpuMeshlabMemory
+    middle_blocks: list[str]
+    collectives_attributed_to_blocks: bool
+    predicted_collectives_per_call: CountsAndBytes
+    collectives_per_block: ByBlock
+    async_collectives_per_block: ByBlock
+    collective_bytes_per_block: ByBlock
+    predicted_collectives_per_block: ByBlock
+    predicted_collective_bytes_per_block: ByBlock
+    collectives: list[HloCollective]
+    flops_per_device: TpuFlops
+    bytes_accessed_per_device: float | None
+    xla_schedule: XlaSchedule | None
+    xla_schedule_note: str
+    predicted_call: PredictedCall
+    front_ends: list[FrontEndFailed | FrontEndCompiled]
+    hlo_files: dict[str, str]
