@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.runtime.protocol import Progress, WorkerFailed, call_worker
+from meshlab.runtime.results import DTensorCheckPayload
 from meshlab.runtime.requests import CheckJob, DTensorCheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.check.verdict import OutputVerdict, predicted_per_block
@@ -122,7 +123,7 @@ def run_dtensor_checks(paths: list[str | Path], options: CheckOptions, progress:
                                   world=world)
     try:
         results = call_worker("meshlab.workers.check_dtensor", request, torch_environment(),
-                              progress=progress)["results"]
+                              DTensorCheckPayload, progress=progress)["results"]
     except WorkerFailed as error:
         if error.status != "oom":
             raise

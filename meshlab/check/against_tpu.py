@@ -24,6 +24,7 @@ from pathlib import Path
 
 from meshlab.check import hlo
 from meshlab.runtime.protocol import Progress, call_worker
+from meshlab.runtime.results import TpuCheckPayload
 from meshlab.runtime.requests import TpuCheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.check.tpu_schedule import Schedule, parse_schedule
@@ -307,7 +308,7 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
                         "--xla_dump_latency_hiding_schedule=true").strip()
     request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
                               topology=topology.to_json(), scratch=str(folder))
-    return call_worker("meshlab.workers.check_tpu", request, env, progress=progress)["results"]
+    return call_worker("meshlab.workers.check_tpu", request, env, TpuCheckPayload, progress=progress)["results"]
 
 
 def _read(result: dict, setup: CheckSetup) -> Compiled:

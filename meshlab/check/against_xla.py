@@ -13,6 +13,7 @@ from pathlib import Path
 from meshlab.check import hlo
 from meshlab.parallelisms import xla
 from meshlab.runtime.protocol import Progress, WorkerFailed, call_worker
+from meshlab.runtime.results import XlaCheckPayload
 from meshlab.check.verdict import (
     CheckReport, checked_prediction, collectives_of, predicted_flops, predicted_full_depth, predicted_per_block,
 )
@@ -55,7 +56,7 @@ def run_worker(jobs: list[CheckJob], dump_dir: Path, device_count: int, progress
     request = CheckRequest(jobs=jobs, dump_dir=str(dump_dir))
     try:
         return call_worker("meshlab.workers.check_xla", request, worker_env(dump_dir, device_count),
-                           progress=progress)["results"]
+                           XlaCheckPayload, progress=progress)["results"]
     except WorkerFailed as error:
         if error.status != "oom":
             raise

@@ -29,6 +29,8 @@ SCHEMAS: dict[str, tuple[str, str]] = {
                        "meshlab.experiments.compile_cache:CacheManifest"),
     "worker-request": ("the request file the CLI hands a worker process", "meshlab.runtime.requests:WORKER_REQUESTS"),
     "worker-result": ("the result file a worker process writes back", "meshlab.runtime.protocol:WorkerResult"),
+    "worker-payload": ("a worker's result payload (the ok of its result file), as the parent reads it",
+                       "meshlab.runtime.results:WORKER_PAYLOADS"),
     # what the commands print with --json (each read back through its model before it is printed)
     "try": ("meshlab try --json", "meshlab.search.documents:TryDocument"),
     "compare": ("meshlab compare --json", "meshlab.search.documents:ComparisonDocument"),

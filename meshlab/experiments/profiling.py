@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshlab.runtime.protocol import Progress, call_worker
+from meshlab.runtime.results import ProfilePayload
 from meshlab.runtime.requests import ProfileRequest
 from meshlab.runtime.devices import child_environment, torch_environment
 from meshlab.core.errors import InputError, MeshlabError
@@ -84,7 +85,7 @@ def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progre
     request = _request(path, planned, backend, options)
     env = child_environment(devices) if backend == "xla" else torch_environment()
     started = time.perf_counter()
-    result = call_worker("meshlab.workers.measure", request, env, timeout_s=options.timeout_s,
+    result = call_worker("meshlab.workers.measure", request, env, ProfilePayload, timeout_s=options.timeout_s,
                          progress=progress)
     seconds = time.perf_counter() - started
     device = result["device"] | {"hardware": _catalog_name(result["device"], planned, options)}

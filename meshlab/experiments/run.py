@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshlab.runtime.protocol import WorkerFailed, call_worker
+from meshlab.runtime.results import BuiltPayload, RunPayload
 from meshlab.runtime.requests import BuildTinyRequest, TorchRunRequest, XlaRunRequest
 from meshlab.runtime.devices import child_environment, torch_environment
 from meshlab.core.errors import BackendError, InputError, Location, MeshlabError
@@ -230,7 +231,7 @@ def _tiny_checkpoint() -> Path:
     if not (cache / "model_index.json").is_file():
         building = cache.with_name(f"{cache.name}.building-{os.getpid()}")
         call_worker("meshlab.workers.run_xla", BuildTinyRequest(build_tiny=str(building)), dict(os.environ),
-                    timeout_s=600)
+                    BuiltPayload, timeout_s=600)
         try:
             os.replace(building, cache)  # whole or not at all; a concurrent builder may have won
         except OSError:
@@ -254,7 +255,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
         try:
-            result = call_worker("meshlab.workers.run_xla", request, env, folder=scratch,
+            result = call_worker("meshlab.workers.run_xla", request, env, RunPayload, folder=scratch,
                                  timeout_s=options.timeout_s)
         except InputError as error:
             raise InputError(error.problem, "use a strategy that applies to this checkpoint's model") from None
@@ -276,7 +277,7 @@ def _run_torch(path: Path, planned: PlannedStrategy, checkpoint: Path | str, wor
     env = torch_environment()
     module = "meshlab.workers.run_dtensor" if options.backend == "dtensor" else "meshlab.workers.run_torch"
     try:
-        result = call_worker(module, request, env, folder=scratch, timeout_s=options.timeout_s)
+        result = call_worker(module, request, env, RunPayload, folder=scratch, timeout_s=options.timeout_s)
     except InputError as error:
         raise InputError(error.problem, "use a strategy that applies to this checkpoint's model") from None
     if result.get("image"):

@@ -8,8 +8,33 @@ needs this fresh process:
 
 from __future__ import annotations
 
+from typing import Union
+
+from meshlab.core.document import document_text
 from meshlab.core.errors import BackendError
+from meshlab.core.files import write_atomic
 from meshlab.pipelines.runner import Shard, run_pipeline, run_reference
+from meshlab.runtime.results import Payload, RunSummary
+
+
+class RunnerRun(RunSummary):
+    """One run: its summary, and the files its image and float pixels went to."""
+
+    image: str
+    pixels: str
+
+
+class ReferenceRun(Payload):
+    """The stock pipeline on the CPU (--reference)."""
+
+    device: str
+    total_s: float
+
+
+class RunnerOutput(Payload):
+    """The JSON file ``--out`` names."""
+
+    runs: Union[list[RunnerRun], list[ReferenceRun]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     The JSON is ``{"runs": [summary, ...]}``; run i also writes ``OUT-run{i}.png`` and ``OUT-run{i}.npy`` (float
     pixels). ``--reference`` runs the stock pipeline on the CPU instead (no XLA) and writes ``OUT-reference.*``.
     """
-    import json
-
     import numpy as np
 
     args = _parser().parse_args(argv)
@@ -35,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference:
         pixels, seconds = run_reference(pipe, *knobs)
         np.save(out.with_name(f"{out.stem}-reference.npy"), pixels)
-        out.write_text(json.dumps({"runs": [{"device": "cpu (stock pipeline)", "total_s": seconds}]}, indent=2))
+        document = {"runs": [{"device": "cpu (stock pipeline)", "total_s": seconds}]}
+        write_atomic(out, document_text(document, RunnerOutput), what="--out")
         return 0
     runs = []
     for i in range(args.runs):
@@ -44,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         result.image.save(image)
         np.save(array, result.pixels)
         runs.append(result.summary() | {"image": str(image), "pixels": str(array)})
-    out.write_text(json.dumps({"runs": runs}, indent=2))
+    write_atomic(out, document_text({"runs": runs}, RunnerOutput), what="--out")
     return 0
 
 

@@ -79,9 +79,11 @@ def is_out_of_memory(message: str) -> bool:
 # --- the parent's side -----------------------------------------------------------------------------------------
 
 
-def call_worker(module: str, request: Request, env: dict[str, str], *, folder: Path | None = None,
-                timeout_s: float | None = None, progress: Progress = lambda _: None) -> dict:
-    """Run `module`'s worker on `request` and return its payload; its errors come back as meshlab's errors."""
+def call_worker(module: str, request: Request, env: dict[str, str], payload: type[BaseModel], *,
+                folder: Path | None = None, timeout_s: float | None = None,
+                progress: Progress = lambda _: None) -> dict:
+    """Run `module`'s worker on `request` and return its payload, once read through `payload` (a model of
+    meshlab.runtime.results); its errors come back as meshlab's errors."""
     with tempfile.TemporaryDirectory(prefix="meshlab-worker-", dir=folder) as scratch:
         request_path, result_path, stderr_path = (Path(scratch) / n for n in ("request.json", "result.json", "stderr"))
         request_path.write_text(request.model_dump_json())
@@ -106,7 +108,20 @@ def call_worker(module: str, request: Request, env: dict[str, str], *, folder: P
         if error.status in ("oom", "error") and error.type == "BackendError":
             raise WorkerFailed(error.problem, error.fix, status=error.status)
         raise _ERRORS[error.type](error.problem, error.fix)
-    return result.ok
+    return read_payload(result.ok, payload, module)
+
+
+def read_payload(data: Any, payload: Any, who: str) -> Any:
+    """`data` once read through `payload` (a model, or a type such as ``list[Model]``); a payload that does not
+    match is a BackendError naming the field, not a KeyError where the parent first reads it."""
+    try:
+        TypeAdapter(payload).validate_python(data)
+    except ValidationError as exc:
+        from meshlab.core.closed import problem_line
+
+        raise BackendError(f"{who} handed back a result meshlab does not read ({problem_line(exc, data, 'it')})",
+                           "rerun with MESHLAB_DEBUG=1; the worker and this meshlab may be different versions") from None
+    return data
 
 
 def _follow(process: subprocess.Popen, progress: Progress, timeout_s: float | None) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from meshlab.runtime.protocol import report_progress as progress
 from meshlab.runtime.protocol import serve
 from meshlab.runtime.requests import CheckJob, DTensorCheckRequest
+from meshlab.runtime.results import DTensorRankCheck
 
 #: CommDebugMode's op names, as the kinds meshlab's cost model and XLA's HLO use.
 KINDS = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
@@ -39,7 +40,7 @@ def handle(request: DTensorCheckRequest) -> dict:
             torch.save(_reference(job), references[-1])
             reference_s.append(time.perf_counter() - start)
         progress(f"starting {world} gloo processes; each builds the model and applies the plan with DTensor")
-        ranks = spawn(_check_rank, world, {"jobs": jobs, "references": references})
+        ranks = spawn(_check_rank, world, {"jobs": jobs, "references": references}, list[DTensorRankCheck])
     for index, seconds in enumerate(reference_s):
         ranks[0][index]["timings"]["reference"] = seconds
     return {"results": [[rank[index] for rank in ranks] for index in range(len(jobs))]}

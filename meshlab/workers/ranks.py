@@ -1,7 +1,8 @@
 """Start one process per device for torch.distributed on this host, or join the ranks torchrun started.
 
-``spawn(target, world, payload)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process group
-(``torch.multiprocessing``, no torchrun needed) and returns each rank's result. A rank's failure comes back as
+``spawn(target, world, payload, result)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process group
+(``torch.multiprocessing``, no torchrun needed) and returns each rank's result, read through the type `result` (a
+model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. A rank's failure comes back as
 that rank's meshlab error; the ranks die with the process that started them (Linux ``PR_SET_PDEATHSIG``), and
 ``torch.multiprocessing`` stops the others when one fails, so no rank is left behind. Under ``torchrun`` (``RANK``
 and ``WORLD_SIZE`` set), ``joined()`` initialises the group from the environment instead: nccl on CUDA, else gloo.
@@ -18,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from meshlab.runtime.protocol import _ERRORS, WorkerError, error_document
+from meshlab.runtime.protocol import _ERRORS, WorkerError, error_document, read_payload
 from meshlab.core.errors import BackendError
 
 #: How long a rank waits on the others before the group gives up (a rank that died leaves the rest waiting).
@@ -27,8 +28,9 @@ RANK_TIMEOUT_S = 600
 Target = Callable[[Any, Path], Any]
 
 
-def spawn(target: Target, world: int, payload: Any, folder: Path | None = None) -> list:
-    """`target(payload, folder)` on `world` gloo ranks of this host; each rank's JSON-ready result, by rank."""
+def spawn(target: Target, world: int, payload: Any, result: Any, folder: Path | None = None) -> list:
+    """`target(payload, folder)` on `world` gloo ranks of this host; each rank's JSON-ready result, by rank, once
+    read through `result`."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="meshlab-ranks-", dir=folder) as scratch:
@@ -37,7 +39,8 @@ def spawn(target: Target, world: int, payload: Any, folder: Path | None = None) 
                                start_method="spawn")
         except Exception as exc:  # noqa: BLE001 - the ranks' own error files say what went wrong
             _raise_rank_error(Path(scratch), world, exc)
-        return [json.loads((Path(scratch) / f"rank{r}.json").read_text())["result"] for r in range(world)]
+        return [read_payload(json.loads((Path(scratch) / f"rank{r}.json").read_text())["result"], result,
+                             f"rank {r} of {world}") for r in range(world)]
 
 
 def under_torchrun() -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from meshlab.runtime.protocol import report_progress as progress
 from meshlab.runtime.requests import TorchRunRequest
+from meshlab.runtime.results import DTensorRankRun
 from meshlab.pipelines import stock
 
 
@@ -31,7 +32,7 @@ def handle(request: TorchRunRequest) -> dict:
         ranks = [_run_rank(request, Path(request.scratch))]
     else:
         progress(f"starting {request.world} gloo processes; each loads the pipeline and applies the plan")
-        ranks = spawn(_run_rank, request.world, request)
+        ranks = spawn(_run_rank, request.world, request, DTensorRankRun)
     result = ranks[0]
     result["mismatches"] = sorted({name for rank in ranks for name in rank.pop("mismatches")})
     result["memory"] = {"source": "DTensor local shards of the transformer's parameters (weights only)",

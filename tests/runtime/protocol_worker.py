@@ -9,6 +9,7 @@ from typing import Any
 
 from meshlab.runtime.protocol import report_progress, serve
 from meshlab.runtime.requests import Request
+from meshlab.runtime.results import Payload
 from meshlab.core.errors import InputError
 
 
@@ -19,11 +20,19 @@ class ActionRequest(Request):
     value: Any = None
 
 
+class EchoPayload(Payload):
+    """What the test worker hands back."""
+
+    echo: Any
+
+
 def handle(request: ActionRequest) -> dict:
     action = request.action
     report_progress(f"doing {action}")
     if action == "echo":
         return {"echo": request.value}
+    if action == "misnamed":  # a payload the parent's model does not read
+        return {"echoed": request.value}
     if action == "refuse":
         raise InputError("the plan does not apply", "use another plan")
     if action == "oom":

@@ -8,7 +8,7 @@ from meshlab.runtime.protocol import WorkerFailed, call_worker
 from meshlab.runtime.requests import Request
 from meshlab.core.errors import BackendError, InputError
 
-from tests.runtime.protocol_worker import ActionRequest
+from tests.runtime.protocol_worker import ActionRequest, EchoPayload
 
 MODULE = "tests.runtime.protocol_worker"
 
@@ -17,7 +17,8 @@ def call(action: str, **request):
     seen = []
     env = dict(os.environ)
     env.pop("MESHLAB_DEBUG", None)
-    return call_worker(MODULE, ActionRequest(action=action, **request), env, timeout_s=20, progress=seen.append), seen
+    return call_worker(MODULE, ActionRequest(action=action, **request), env, EchoPayload, timeout_s=20,
+                       progress=seen.append), seen
 
 
 def test_a_payload_and_the_progress_come_back():
@@ -30,7 +31,14 @@ def test_a_request_the_worker_does_not_read_is_a_backend_error_naming_the_field(
         acton: str
 
     with pytest.raises(BackendError, match="the test work could not read its request: Field required at action"):
-        call_worker(MODULE, Misspelt(acton="echo"), dict(os.environ), timeout_s=20)
+        call_worker(MODULE, Misspelt(acton="echo"), dict(os.environ), EchoPayload, timeout_s=20)
+
+
+def test_a_payload_the_parent_does_not_read_is_a_backend_error_naming_the_field():
+    with pytest.raises(BackendError, match=r"tests.runtime.protocol_worker handed back a result meshlab does not read "
+                                           r"\(echo: Field required\)") as caught:
+        call("misnamed", value=1)
+    assert "different versions" in caught.value.fix
 
 
 def test_a_request_is_checked_when_the_parent_makes_it():
@@ -66,7 +74,8 @@ def test_failures_come_back_with_their_status(action, status, message):
 
 def test_a_worker_past_its_time_is_stopped(tmp_path):
     with pytest.raises(WorkerFailed, match="took longer than 1 s"):
-        call_worker(MODULE, ActionRequest(action="sleep"), dict(os.environ), timeout_s=1, folder=tmp_path)
+        call_worker(MODULE, ActionRequest(action="sleep"), dict(os.environ), EchoPayload, timeout_s=1,
+                    folder=tmp_path)
     assert list(tmp_path.iterdir()) == []  # its scratch folder is gone
 
 
