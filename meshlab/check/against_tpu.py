@@ -111,10 +111,11 @@ class TpuCheckReport:
     @property
     def fits_predicted(self) -> bool:
         """Whether the transformer's program fits as meshlab predicts it: its weights and the denoise activations
-        on every chip. XLA:TPU compiles that program alone; the VAE's decode and the text encoders are others
-        (``meshlab try`` adds them, the peak being the largest phase)."""
+        on every chip (under scan, with the block weights stacked for it). XLA:TPU compiles that program alone; the
+        VAE's decode and the text encoders are others (``meshlab try`` adds them, the peak being the largest
+        phase)."""
         usable = self.setup.planned.hardware.usable_hbm_bytes
-        return all(c.weights + c.activations <= usable for c in self.setup.memory.chips)
+        return all(c.weights + c.denoise <= usable for c in self.setup.memory.chips)
 
     @property
     def fits_xla(self) -> bool | None:
@@ -134,7 +135,7 @@ class TpuCheckReport:
         """meshlab's working set of the denoising forward on one chip (not the VAE decode: the program is the
         transformer alone), with the attention the front end's program has: torch_xla's stock attention
         materialises its scores (no flash kernel unless a user calls one), torchax's becomes XLA:TPU's online
-        softmax (flash)."""
+        softmax (flash); under scan, with the block weights stacked for it."""
         from meshlab.plan.memory import memory_report
 
         flash = front_end != "torch-xla"
@@ -144,7 +145,7 @@ class TpuCheckReport:
                 update={"flash_attention": flash})})
         hw = self.setup.planned.hardware
         return memory_report(self.setup.plan, strategy, hw.usable_hbm_bytes, hw.runtime_reserve_bytes
-                             ).most_loaded.activations
+                             ).most_loaded.denoise
 
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
@@ -382,7 +383,8 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,
                                       "activations_as_compiled": report.predicted_temporaries(c.front_end) if c
                                       else None, "vae_decode": memory.vae_decode,
-                                      "total": memory.weights + memory.activations},
+                                      "scan_stacked_weights": memory.scan_stacked,
+                                      "total": memory.weights + memory.denoise},
         "middle_blocks": report.middle_blocks() if report.attributed else [],
         "collectives_attributed_to_blocks": report.attributed,
         "predicted_collectives_per_call": {k: dict(v) for k, v in report.predicted_totals.items()},

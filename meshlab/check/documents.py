@@ -100,7 +100,8 @@ class BufferAssignment(Document):
 class MeshlabMemory(Document):
     weights: int
     activations: int
-    total: int
+    scan_stacked_weights: int = Field(description="the block weights stacked for a scan (0 unrolled)")
+    total: int = Field(description="weights, activations and any stacked weights")
 
 
 class HostTransfers(Document):
@@ -245,9 +246,12 @@ class TpuMemory(Document):
 class TpuMeshlabMemory(Document):
     weights: int
     activations: int
-    activations_as_compiled: int | None
+    activations_as_compiled: int | None = Field(
+        description="the denoise working set with the attention the front end compiles (and any scan's stacked "
+        "weights): what XLA:TPU's temporaries are held to")
     vae_decode: int
-    total: int
+    scan_stacked_weights: int
+    total: int = Field(description="weights, activations and any stacked weights")
 
 
 class CountsAndBytes(Document):

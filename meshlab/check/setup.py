@@ -61,7 +61,8 @@ class CheckSetup:
 
     @property
     def scan(self) -> bool:
-        return self.options.scan if self.options.scan is not None else self.strategy.compile.scan_blocks
+        """Block lists through torch_xla's scan: --scan, or the strategy's compile.scan_blocks."""
+        return self.strategy.compile.scan_blocks
 
     @property
     def checked_blocks(self) -> dict[str, int]:
@@ -93,7 +94,9 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     images = batch // 2 if GUIDANCE_AXIS in axes else batch
     workload = workload_with(planned.strategy.workload, height=options.height, width=options.width,
                              text_tokens=options.text_tokens, batch=images, frames=frames)
-    strategy = planned.strategy.model_copy(update={"workload": workload})
+    scan = options.scan if options.scan is not None else planned.strategy.compile.scan_blocks
+    strategy = planned.strategy.model_copy(update={  # the memory counts what --scan stacks
+        "workload": workload, "compile": planned.strategy.compile.model_copy(update={"scan_blocks": scan})})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)

@@ -64,6 +64,7 @@ def _memory_table(planned: PlannedStrategy) -> Table:
     rows = [
         ("weights, sharded", chip.weights_sharded), ("weights, replicated", chip.weights_replicated),
         ("weights, padding", chip.padding), ("activations (denoise peak)", chip.activations),
+        *([("block weights stacked for the scan (denoise)", chip.scan_stacked)] if chip.scan_stacked else []),
         ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),
         ("text encoder", chip.text_encoder),
         *([("text encode (a sharded layer gathered)", chip.text_encode)] if chip.text_encode else []),

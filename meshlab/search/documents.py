@@ -78,6 +78,8 @@ class ChipBreakdown(Document):
     text_encoder: int
     text_encode: int
     reserve: int
+    scan_stacked_weights: int = Field(description="compile.scan_blocks: the block weights stacked for the scan, "
+                                      "live while denoising (0 unrolled)")
 
 
 class ChipMemoryRow(Document):

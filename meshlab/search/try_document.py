@@ -96,7 +96,7 @@ def chip_document(chip: ChipMemory) -> dict:
             "weights_sharded": chip.weights_sharded, "weights_replicated": chip.weights_replicated,
             "padding": chip.padding, "activations": chip.activations, "vae_weights": chip.vae_weights,
             "vae_decode": chip.vae_decode, "text_encoder": chip.text_encoder, "text_encode": chip.text_encode,
-            "reserve": chip.reserve,
+            "reserve": chip.reserve, "scan_stacked_weights": chip.scan_stacked,
         },
         "peak_phase": chip.peak_phase,
     }

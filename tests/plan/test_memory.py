@@ -111,3 +111,18 @@ def test_uniform_compares_every_component_not_totals():
                                 weights_replicated=first.weights_replicated - 2)  # same total, other split
     assert moved.total == first.total
     assert not dataclasses.replace(report, chips=(first, moved) + report.chips[2:]).uniform
+
+
+def test_a_scanned_plan_holds_its_block_weights_stacked_while_denoising():
+    """torch_xla's scan stacks every block's weights each forward (meshlab.parallelisms.scan): the denoise phase
+    holds a second copy of the block weights, split as each block's copy is; nothing outside the blocks is stacked."""
+    card = small_card()
+    unrolled, scanned = strategy(), strategy(compile={"scan_blocks": True})
+    plain = memory_report(make_plan(unrolled, card, 8), unrolled, usable_hbm=10**9, reserve=0).chips[0]
+    chip = memory_report(make_plan(scanned, card, 8), scanned, usable_hbm=10**9, reserve=0).chips[0]
+    in_blocks = sum(p.bytes // 4 if p.rank >= 2 else p.bytes for p in card.parameters
+                    if p.name.startswith("transformer_blocks."))  # 2-D weights split 4 ways over model
+    assert plain.scan_stacked == 0 and chip.scan_stacked == in_blocks > 0
+    assert in_blocks < chip.weights  # the embedders and the output layers are not stacked
+    assert chip.denoise == chip.activations + in_blocks == plain.activations + in_blocks
+    assert chip.peak_phase == "denoise" and chip.total == plain.total - plain.activation_peak + chip.denoise
