@@ -235,10 +235,11 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
 
         xla.require()
     with dump_folder(options.dump_dir, "meshlab-tpu-") as folder:
-        results = _compile(path, options, front_ends, topology, folder, progress)
+        flags = setup.strategy.compile.libtpu_flags
+        results = _compile(path, options, front_ends, topology, folder, progress, flags)
         if front_end == "auto" and results[0].get("error"):
             progress("torch-xla could not trace the model; compiling torchax's program instead")
-            results += _compile(path, options, ["torchax"], topology, folder, progress)
+            results += _compile(path, options, ["torchax"], topology, folder, progress, flags)
         if all(r.get("error") for r in results):
             raise BackendError("no front end compiled the model: " + "; ".join(
                 f"{r['front_end']}: {r['error']}" for r in results),
@@ -299,7 +300,8 @@ def replace_field(exc: InputError, field: tuple) -> InputError:
     return InputError(exc.problem, exc.fix, exc.location, field=field)
 
 
-def _compile(path, options: CheckOptions, front_ends: list[str], topology, folder: Path, progress) -> list[dict]:
+def _compile(path, options: CheckOptions, front_ends: list[str], topology, folder: Path, progress,
+             flags: list[str]) -> list[dict]:
     from meshlab.runtime import tpu_topology
 
     env = child_environment(topology.chips) | tpu_topology.environment(topology)
@@ -307,6 +309,8 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
     # XLA:TPU's latency-hiding schedule: its own time estimate of the program (meshlab.check.tpu_schedule)
     env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder / 'xla-dump'} "
                         "--xla_dump_latency_hiding_schedule=true").strip()
+    if flags:  # the plan's own XLA:TPU flags (compile.libtpu_flags), after any the environment sets
+        env["LIBTPU_INIT_ARGS"] = " ".join([env.get("LIBTPU_INIT_ARGS", ""), *flags]).strip()
     request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
                               topology=topology.to_json(), scratch=str(folder))
     return call_worker("meshlab.workers.check_tpu", request, env, TpuCheckPayload, progress=progress)["results"]
@@ -369,6 +373,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "forward": {"batch": setup.geometry.batch, "image_tokens": setup.geometry.image_tokens,
                     "text_tokens": setup.geometry.text_tokens, "dtype": setup.strategy.workload.dtype},
         "front_end": c.front_end if c else None,
+        "libtpu_flags": list(setup.strategy.compile.libtpu_flags),
         "agrees": report.agrees,
         "differences": list(report.differences()),
         "fits": {"predicted": report.fits_predicted, "xla": report.fits_xla,

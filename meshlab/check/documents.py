@@ -314,6 +314,7 @@ class TpuCheckDocument(Document):
     options: CheckOptions
     forward: CheckedForward
     front_end: str | None
+    libtpu_flags: list[str] = Field(description="the plan's XLA:TPU flags the program was compiled with")
     agrees: bool
     differences: list[str]
     fits: TpuFits

@@ -130,4 +130,4 @@ def export(
         typer.echo(text, nl=False)
     else:
         typer.echo(torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations,
-                                      planned.strategy.dcn), nl=False)
+                                      planned.strategy.dcn, tuple(planned.strategy.compile.libtpu_flags)), nl=False)

@@ -42,6 +42,8 @@ def cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -
         return None
     built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
     plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
+    if not planned.strategy.compile.libtpu_flags:  # keys made before the field existed stay the same
+        plan["compile"] = {k: v for k, v in plan["compile"].items() if k != "libtpu_flags"}
     identity = {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
                 "checkpoint": built, "torch_xla": package_version("torch_xla")}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

@@ -254,6 +254,9 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
         dump = scratch / "xla-dump"
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
         env = child_environment(planned.plan.mesh.device_count, flags)
+        if planned.strategy.compile.libtpu_flags:  # read by libtpu on a TPU host; nothing else reads them
+            env["LIBTPU_INIT_ARGS"] = " ".join([env.get("LIBTPU_INIT_ARGS", ""),
+                                                *planned.strategy.compile.libtpu_flags]).strip()
         try:
             result = call_worker("meshlab.workers.run_xla", request, env, RunPayload, folder=scratch,
                                  timeout_s=options.timeout_s)

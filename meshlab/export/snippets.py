@@ -57,10 +57,18 @@ def shard_module(module, mesh):
 
 
 def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations,
-                      dcn: dict[str, int] | None = None) -> str:
+                      dcn: dict[str, int] | None = None, libtpu_flags: tuple[str, ...] = ()) -> str:
     """A Python snippet a user pastes into a script: the mesh, the rules, and the mark_sharding calls. With `dcn`
-    (axis -> slices it spans) the TPU mesh is a ``HybridMesh`` whose DCN shape puts those axes across slices."""
+    (axis -> slices it spans) the TPU mesh is a ``HybridMesh`` whose DCN shape puts those axes across slices; with
+    `libtpu_flags` (the strategy's compile.libtpu_flags) the snippet sets LIBTPU_INIT_ARGS before torch_xla loads."""
     mesh, dcn = plan.mesh, dcn or {}
+    flags = [] if not libtpu_flags else [
+        "import os",
+        "",
+        "# XLA:TPU flags the plan is compiled with (libtpu reads them when torch_xla first loads it)",
+        f"os.environ[\"LIBTPU_INIT_ARGS\"] = (os.environ.get(\"LIBTPU_INIT_ARGS\", \"\") + {' ' + ' '.join(libtpu_flags)!r}"
+        ").strip()",
+        ""]
     dcn_shape = tuple(dcn.get(name, 1) for name in mesh.names)
     ici_shape = tuple(size // k for size, k in zip(mesh.shape, dcn_shape))
     lines = [
@@ -68,6 +76,7 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
         f"{mesh.describe()} mesh, exported by meshlab.",
         "# Usage: xr.use_spmd() before any tensor is on the XLA device; move the transformer to the device;",
         "# then mesh = make_mesh(); shard_module(pipe.transformer, mesh).",
+        *flags,
         "import fnmatch",
         "import re",
         "",

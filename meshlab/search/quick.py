@@ -215,7 +215,7 @@ def quick_document(card, model: str, hw, mesh: dict[str, int] | None, parts: lis
                 "rewrites": list(strategy.rewrites), "workload": strategy.workload.model_dump()}
     document["placement"] = {"text_encoder": "device" if text_encoder == "device" else "cpu"}
     if strategy.compile.elementwise != "fused":
-        document["compile"] = strategy.compile.model_dump()
+        document["compile"] = strategy.compile.model_dump(exclude={"libtpu_flags"})
     if hw.slices > 1:  # several slices: one axis crosses them over DCN, data where it can (as the sweep tries first)
         across = next((a for a in ("data", "cfg", "seq", "model") if mesh.get(a, 1) % hw.slices == 0), None)
         if across is None:

@@ -216,6 +216,23 @@ class Compile(Closed):
     scan_blocks: bool = Field(
         False, description="run every block list through torch_xla's scan: one compiled loop body instead of one "
         "copy per block (compile time stops growing with depth; every block of a list must share its specs)")
+    libtpu_flags: list[str] = Field(
+        default_factory=list, description="XLA:TPU flags the plan is compiled with, as LIBTPU_INIT_ARGS takes them "
+        "(e.g. --xla_tpu_enable_windowed_einsum_for_all_gather=false, or MaxText's async collective flags): "
+        "`check --backend tpu` compiles with them, `run` on a TPU sets them and `export --format torch-xla` "
+        "writes them; the time model does not price what they change")
+
+    @field_validator("libtpu_flags")
+    @classmethod
+    def _flags(cls, flags: list[str]) -> list[str]:
+        for flag in flags:
+            if not _LIBTPU_FLAG.fullmatch(flag):
+                raise ValueError(f"{flag!r} is not a libtpu flag: write --name or --name=value, one flag per item "
+                                 "(e.g. --xla_tpu_enable_windowed_einsum_for_all_gather=false)")
+        return flags
+
+
+_LIBTPU_FLAG = re.compile(r"--[A-Za-z0-9_]+(=\S+)?")
 
 
 #: Model rewrites a strategy can ask for: what each changes, and which collectives it removes.

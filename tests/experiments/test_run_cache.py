@@ -48,3 +48,22 @@ def test_a_manifest_that_is_not_meshlabs_is_one_error(tmp_path, written):
         assert "not meshlab's: strategy: Field required" in caught.value.problem
     if isinstance(written, str) and "owner" in written:
         assert "not meshlab's: owner: Extra inputs are not permitted" in caught.value.problem
+
+
+def test_a_plan_s_libtpu_flags_give_it_a_cache_of_its_own(tmp_path):
+    """XLA:TPU flags change the programs: a plan with compile.libtpu_flags never reads the programs of the same
+    plan without them. Without flags the key is made as before the field existed (no flags key in it)."""
+    from meshlab.experiments.compile_cache import cache_for
+    from meshlab.experiments.options import RunOptions
+    from meshlab.plan.planned import plan_file
+
+    from tests.conftest import REPO
+
+    path, text = tmp_path / "2d.yaml", (REPO / "strategies" / "2d.yaml").read_text()
+    options = RunOptions(checkpoint="random", cache_dir=tmp_path / "cache", layers=2)
+    keys = []
+    for flags in ("[]", "[--xla_tpu_enable_windowed_einsum_for_all_gather=false]"):  # one file, only the flags differ
+        path.write_text(text + f"compile:\n  libtpu_flags: {flags}\n")
+        keys.append(cache_for(plan_file(path), "random", options).name)
+    path.write_text(text)
+    assert cache_for(plan_file(path), "random", options).name == keys[0] != keys[1]

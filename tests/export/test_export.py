@@ -274,3 +274,24 @@ def test_snippet_builds_a_hybrid_mesh_across_slices(fake_torch_xla, tmp_path):
     snippet = torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations, planned.strategy.dcn)
     assert run_snippet(snippet)["make_mesh"]() == "hybrid"
     assert recorded == {"ici_mesh_shape": (2, 4), "dcn_mesh_shape": (2, 1), "axis_names": ("data", "model")}
+
+
+def test_a_strategy_s_libtpu_flags_are_set_before_torch_xla_loads(fake_torch_xla, monkeypatch, tmp_path):
+    """compile.libtpu_flags: the snippet sets LIBTPU_INIT_ARGS (after any the user set) at its top, before its
+    torch_xla imports; a plan without flags writes no such line."""
+    flags = "--xla_tpu_enable_windowed_einsum_for_all_gather=false"
+    strategy = tmp_path / "flags.yaml"
+    strategy.write_text((REPO / "strategies" / "2d.yaml").read_text() + f"compile:\n  libtpu_flags: [{flags}]\n")
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_enable_async_all_gather=true")
+    done = CliRunner().invoke(__import__("meshlab.cli.app", fromlist=["app"]).app,
+                              ["export", str(strategy), "--format", "torch-xla"])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    first_import = next(i for i, line in enumerate(lines) if "torch_xla" in line and line.startswith("import"))
+    assert any("LIBTPU_INIT_ARGS" in line for line in lines[:first_import])
+    run_snippet(done.stdout)
+    import os
+
+    assert os.environ["LIBTPU_INIT_ARGS"] == f"--xla_enable_async_all_gather=true {flags}"
+    plain = plan_file(REPO / "strategies" / "2d.yaml")
+    assert "LIBTPU_INIT_ARGS" not in torch_xla_snippet(plain.plan, plain.strategy.rules, plain.strategy.activations)

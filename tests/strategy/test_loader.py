@@ -117,6 +117,9 @@ def test_deep_nesting_and_huge_files_are_refused(tmp_path):
 @pytest.mark.parametrize("change, message", [
     (("height: 1024", "height: " + "9" * 5000), "unreadable YAML value: Exceeds the limit"),
     (("axis: model", "axis: []"), "shard: largest needs `axis"),
+    (("hardware: v6e-8", "hardware: v6e-8\ncompile:\n  libtpu_flags: [xla_tpu_foo=1]"),
+     "compile.libtpu_flags: 'xla_tpu_foo=1' is not a libtpu flag: write --name or --name=value"),
+    (("hardware: v6e-8", "hardware: v6e-8\ncompile:\n  libtpu_flags: ['--a=1 --b=2']"), "one flag per item"),
 ])
 def test_edge_values_are_one_located_error(write_strategy, change, message):
     text = GOOD.replace("hardware: v6e-8", "hardware: v6e-8\nworkload:\n  height: 1024")
