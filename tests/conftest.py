@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -11,6 +13,10 @@ from meshlab.models.card import Architecture, Attention, Component, Flow, ModelC
 
 REPO = Path(__file__).resolve().parents[1]
 STRATEGIES = sorted((REPO / "strategies").glob("*.yaml"))
+
+# XLA:TPU compile times a developer measured (meshlab.plan.compile_times) would change the time to first image of
+# the shipped strategies: the tests (and every process they start) keep theirs in a file of their own.
+os.environ["MESHLAB_COMPILE_TIMES"] = str(Path(tempfile.mkdtemp(prefix="meshlab-test-")) / "compile-times.json")
 
 
 def _linear(name: str, out: int, inp: int, stream: str, block: int | None) -> list[Parameter]:

@@ -95,6 +95,7 @@ class TpuCheckReport:
     hlo_files: dict[str, str]  # front end -> the kept TPU program (with --dump-dir)
     predicted_call: dict = field(default_factory=dict)  # meshlab's seconds for one call of the compiled program
     predicted_totals: dict = field(default_factory=dict)  # {"count": Counter, "bytes": Counter}: one whole call
+    compile_time_kept: str | None = None  # the compile-times file the whole plan's compile went to (else None)
 
     @property
     def attributed(self) -> bool:
@@ -247,9 +248,35 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         compiled = tuple(_read(r, setup) for r in results)
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
     prediction = checked_prediction(setup)
+    primary = next((c for c in compiled if c.ok), None)
     return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, prediction, issued=True),
                           predicted_bytes_per_block(setup, prediction), kept, predicted_call(prediction),
-                          predicted_totals(prediction))
+                          predicted_totals(prediction), keep_compile_time(setup, primary))
+
+
+def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
+    """A whole plan compiled at its own workload is that plan's measured compile (meshlab.plan.compile_times), which
+    its time to first image then takes; a cut model, another size or a refused program is not. Returns the file."""
+    import datetime
+    import os
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from meshlab.plan.compile_times import MeasuredCompile, record_compile
+
+    own = setup.planned.strategy.workload.model_dump(exclude={"steps"})
+    if (c is None or c.out_of_memory or c.compile_seconds is None or setup.checked_blocks != setup.full_blocks
+            or setup.strategy.workload.model_dump(exclude={"steps"}) != own):
+        return None
+    try:
+        libtpu = version("libtpu")
+    except PackageNotFoundError:
+        libtpu = None
+    measured = MeasuredCompile(seconds=c.compile_seconds, strategy=setup.strategy.name, front_end=c.front_end,
+                               system=setup.planned.hardware.name, host=platform.node(), cores=os.cpu_count(),
+                               libtpu=libtpu, measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                                   timespec="seconds"))
+    return str(record_compile(setup.strategy, setup.planned.card, setup.planned.hardware.name, measured))
 
 
 def predicted_totals(prediction) -> dict:
@@ -381,6 +408,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                  "usable_hbm_bytes": setup.planned.hardware.usable_hbm_bytes,
                  "xla_refusal": c.out_of_memory if c else ""},
         "compile_seconds": c.compile_seconds if c else None,
+        "compile_time_kept": report.compile_time_kept,
         "trace_seconds": c.trace_seconds if c else None,
         "weights_per_device": {"predicted": memory.weights, "predicted_as_arguments": report.predicted_argument_weights,
                                "xla": c.weights if c else None},

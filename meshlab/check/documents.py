@@ -319,6 +319,8 @@ class TpuCheckDocument(Document):
     differences: list[str]
     fits: TpuFits
     compile_seconds: float | None
+    compile_time_kept: str | None = Field(description="the file this whole plan's compile time went to, which its "
+                                          "time to first image takes from then on (null: a cut model or another size)")
     trace_seconds: float | None
     weights_per_device: TpuWeights
     xla_memory_per_device: TpuMemory | None

@@ -227,8 +227,10 @@ def _cost_row(p, hw) -> tuple[str, str, str]:
 
 def _first_image_row(p, hw) -> tuple[str, str, str]:
     s = p.startup
-    compiled = (f"compile {s.compile_s:.0f} s ({hw.compile_seconds_base:g} s + {hw.compile_seconds_per_block:g} s x "
-                f"{s.compiled_blocks} blocks)" if s.compile_s else "no compile (eager)")
+    compiled = (f"compile {s.compile_s:.0f} s ({hw.compile_measured.describe()})" if s.compile_measured else
+                f"compile {s.compile_s:.0f} s (modelled: {hw.compile_seconds_base:g} s + "
+                f"{hw.compile_seconds_per_block:g} s x {s.compiled_blocks} blocks)" if s.compile_s else
+                "no compile (eager)")
     price = f"; {usd(p.usd_to_first_image)} for the wait" if p.usd_to_first_image is not None else ""
     return ("time to first image", f"{p.time_to_first_image:.0f} s",
             f"read {s.checkpoint_bytes / 1e9:.1f} GB at {hw.checkpoint_read_bandwidth / 1e9:g} GB/s {s.read_s:.0f} s + "

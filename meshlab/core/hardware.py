@@ -115,6 +115,9 @@ class Hardware:
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
+    #: XLA:TPU's compile of this very plan and size, measured ahead of time (meshlab.plan.compile_times); the
+    #: startup takes its seconds in place of the compile_seconds model
+    compile_measured: Any = field(default=None, hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", tuple(self.topology))

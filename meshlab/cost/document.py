@@ -56,6 +56,9 @@ class FirstImageDocument(Document):
     compile_s: float | None = None
     compiled_blocks: int | None = None
     checkpoint_bytes: int | None = None
+    compile: Literal["measured", "modelled"] | None = Field(
+        None, description="measured: XLA:TPU's compile of this plan and size ahead of time; modelled: the catalog's "
+        "compile_seconds_base + compile_seconds_per_block x blocks")
     startup_s: float | None = None
     first_call_s: float
     total_s: float

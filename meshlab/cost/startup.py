@@ -34,6 +34,7 @@ class Startup:
     compile_s: float
     compiled_blocks: int  # blocks the compile is priced for (a scanned list counts once)
     checkpoint_bytes: int
+    compile_measured: bool = False  # XLA:TPU's own compile of this plan and size (else the catalog's model)
 
     @property
     def total(self) -> float:
@@ -42,7 +43,7 @@ class Startup:
     def to_json(self) -> dict:
         return {"read_s": self.read_s, "transfer_s": self.transfer_s, "compile_s": self.compile_s,
                 "compiled_blocks": self.compiled_blocks, "checkpoint_bytes": self.checkpoint_bytes,
-                "startup_s": self.total}
+                "compile": "measured" if self.compile_measured else "modelled", "startup_s": self.total}
 
 
 def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per_chip: int) -> Startup:
@@ -56,9 +57,11 @@ def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per
         for c in card.components)
     lists = block_lists(card)
     blocks = len(lists) if strategy.compile.scan_blocks else sum(lists.values())
-    compile_s = hardware.compile_seconds_base + hardware.compile_seconds_per_block * blocks
+    measured = hardware.compile_measured
+    compile_s = measured.seconds if measured is not None else \
+        hardware.compile_seconds_base + hardware.compile_seconds_per_block * blocks
     return Startup(checkpoint / hardware.checkpoint_read_bandwidth, on_chip / hardware.host_link_bandwidth,
-                   compile_s, blocks, checkpoint)
+                   compile_s, blocks, checkpoint, measured is not None)
 
 
 def usd_per_image_over(images: int, startup_s: float, call_s: float, images_per_call: int,

@@ -74,6 +74,11 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
         raise PlanError(f"placement.vae_decode: parallel splits the decode over the GPUs as xDiT's parallel VAE does, "
                         f"and {where}", "use full or tiled", field=("placement", "vae_decode"))
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+    if hardware.kind == "tpu":
+        from meshlab.plan.compile_times import measured_compile
+
+        measured = measured_compile(strategy, card, hardware.name)
+        hardware = replace(hardware, compile_measured=measured) if measured else hardware
     return PlannedStrategy(loaded, card, hardware, plan, memory)
 
 

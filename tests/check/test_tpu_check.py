@@ -289,3 +289,42 @@ def test_a_strategy_s_libtpu_flags_reach_the_compile(tmp_path):
     assert off["all-gather"] > default["all-gather"] and off["collective-permute"] < default["collective-permute"]
     assert (flagged["collective_bytes_per_block"][block]["collective-permute"]
             < plain["collective_bytes_per_block"][block]["collective-permute"] / 10)
+
+
+@tpu
+@pytest.mark.tpu
+def test_a_whole_plan_s_compile_is_kept_as_its_time_to_first_image(tmp_path, monkeypatch):
+    """check --backend tpu at full depth and the strategy's own size keeps XLA:TPU's compile seconds for the plan
+    (meshlab.plan.compile_times); explain then prices the startup's compile with them, labelled measured. A cut
+    model (--layers) or another size keeps nothing."""
+    from typer.testing import CliRunner
+
+    from meshlab.cli.app import app
+    from meshlab.models.importer.card_import import import_card, write_card
+    from tests.check.test_apply_check import SMALL
+
+    times = tmp_path / "times.json"
+    monkeypatch.setenv("MESHLAB_COMPILE_TIMES", str(times))
+    class_name, config = SMALL["qwen"]
+    card = write_card(import_card(class_name, config, "qwen-small"), tmp_path / "qwen-small.json")
+    strategy = tmp_path / "small.yaml"
+    text = (REPO / "strategies" / "2d.yaml").read_text().replace("model: qwen-image", f"model: {card}")
+    strategy.write_text(text.replace("height: 1024", "height: 256").replace("width: 1024", "width: 256")
+                        .replace("text_tokens: 512", "text_tokens: 32"))
+    explained = CliRunner().invoke(app, ["explain", str(strategy), "--json"])
+    before = json.loads(explained.stdout)["predicted"]["time_to_first_image"]
+    assert before["compile"] == "modelled"
+    code, cut, err = _check(str(strategy), "--layers", "1")
+    assert cut is not None and cut["compile_time_kept"] is None and not times.exists(), err
+    code, doc, err = _check(str(strategy))
+    assert doc is not None, err
+    assert doc["model"]["blocks"] == doc["model"]["full_blocks"] and doc["compile_time_kept"] == str(times)
+    after = json.loads(CliRunner().invoke(app, ["explain", str(strategy), "--json"]).stdout)["predicted"]
+    assert after["time_to_first_image"]["compile"] == "measured"
+    assert after["time_to_first_image"]["compile_s"] == doc["compile_seconds"]
+    table = " ".join(CliRunner().invoke(app, ["explain", str(strategy)]).stdout.replace("│", " ").split())
+    assert f"compile {doc['compile_seconds']:.0f} s (measured: XLA:TPU ahead of time, torch-xla's program" in table
+    other = tmp_path / "other.yaml"  # another size is another program: modelled again
+    other.write_text(strategy.read_text().replace("height: 256", "height: 512"))
+    assert json.loads(CliRunner().invoke(app, ["explain", str(other), "--json"]).stdout)[
+        "predicted"]["time_to_first_image"]["compile"] == "modelled"

@@ -1,0 +1,93 @@
+"""XLA:TPU compile times measured ahead of time, kept per plan, size and TPU system, so that a plan's time to first
+image takes the compiler's own figure where one was measured instead of the catalog's model of it.
+
+`meshlab check S.yaml --backend tpu` at full depth and at the strategy's own workload writes one entry
+(`record_compile`); loading a strategy reads it back (`measured_compile`, from `plan_strategy`). The file is a
+cache: ``$MESHLAB_COMPILE_TIMES``, else ``tpu-compile-times.json`` under ``$MESHLAB_CACHE`` (default
+``~/.cache/meshlab``). A file that does not read as one is treated as empty, and the next write replaces it whole.
+
+The key is what decides the program XLA:TPU compiles: the model's config digest, the TPU system, the mesh and its
+DCN axes, the rules, activations, rewrites, scan and libtpu flags, and the workload's shapes (not its steps, prices
+or placement, which change no program). The compile seconds are this host's: a TPU VM's host has more cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from meshlab.models.card import ModelCard
+from meshlab.strategy.schema import Strategy
+
+FORMAT = 1
+
+
+class MeasuredCompile(BaseModel):
+    """One XLA:TPU compile of a whole plan, measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seconds: float
+    strategy: str  # the strategy's name when it was measured
+    front_end: str  # whose program: torch-xla or torchax
+    system: str  # the TPU system compiled for, e.g. v6e-8
+    host: str
+    cores: int | None
+    libtpu: str | None
+    measured_at: str  # UTC, ISO 8601
+
+    def describe(self) -> str:
+        return (f"measured: XLA:TPU ahead of time, {self.front_end}'s program, on {self.host} "
+                f"({self.cores} cores, libtpu {self.libtpu}, {self.measured_at[:10]})")
+
+
+class CompileTimesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    meshlab_compile_times: int = FORMAT
+    entries: dict[str, MeasuredCompile] = {}
+
+
+def compile_times_path() -> Path:
+    given = os.environ.get("MESHLAB_COMPILE_TIMES")
+    if given:
+        return Path(given)
+    return Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tpu-compile-times.json"
+
+
+def compile_key(strategy: Strategy, card: ModelCard, system: str) -> str:
+    workload = strategy.workload.model_dump(exclude={"steps"})
+    identity = [card.config_digest, system, strategy.mesh, strategy.dcn,
+                [r.model_dump(mode="json") for r in strategy.rules], strategy.activations.identity(),
+                list(strategy.rewrites), strategy.compile.scan_blocks, list(strategy.compile.libtpu_flags), workload]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read(path: Path) -> CompileTimesFile:
+    try:
+        return CompileTimesFile.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return CompileTimesFile()
+
+
+def measured_compile(strategy: Strategy, card: ModelCard, system: str) -> MeasuredCompile | None:
+    """The compile measured for this plan, size and system; None when none was."""
+    path = compile_times_path()
+    if not path.is_file():
+        return None
+    return _read(path).entries.get(compile_key(strategy, card, system))
+
+
+def record_compile(strategy: Strategy, card: ModelCard, system: str, measured: MeasuredCompile) -> Path:
+    """Keep `measured` as this plan's compile (the file written whole, or not at all)."""
+    from meshlab.core.files import write_atomic
+
+    path = compile_times_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    found = _read(path)
+    entries = {**found.entries, compile_key(strategy, card, system): measured}
+    return write_atomic(path, CompileTimesFile(entries=entries).model_dump_json(indent=1), what="the compile times")
