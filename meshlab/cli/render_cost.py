@@ -50,6 +50,11 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             f"{chip.padding / 2**20:.1f}",
         )
     console.print(table)
+    firsts = [f"{e.planned.strategy.name} {e.prediction.time_to_first_image:.0f} s"
+              + (" (compile measured)" if e.prediction.startup and e.prediction.startup.compile_measured else "")
+              for e in comparison.entries]
+    console.print("Time to first image (load, compile, first call; a compile is modelled unless `meshlab check "
+                  "--backend tpu` measured this plan's): " + ", ".join(firsts))
     for e in comparison.entries:
         if e.why:
             console.print(f"  [bold]{e.planned.strategy.name}[/bold] loses: {e.why}")
