@@ -49,9 +49,9 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
-                    "eager_dispatch_s")
+                    "eager_dispatch_s", "collective_matmul_flop_per_byte")
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
-OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s")
+OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 
@@ -112,6 +112,9 @@ class Hardware:
     #: the longer of its dispatches and its kernels (None: not priced, as on a TPU, where XLA runs the call whole;
     #: a GPU's torch.compile'd call, `elementwise: fused`, is assumed to hide its launches, unmeasured)
     eager_dispatch_s: float | None = None
+    #: XLA:TPU's collective matmul: a matmul fed by an all-gather (or drained by a reduce-scatter) over n chips runs
+    #: as async permutes when its FLOPs per chip per byte of that collective reach this x 2 / n (None: not modelled)
+    collective_matmul_flop_per_byte: float | None = None
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -217,7 +220,7 @@ def _problems(hw: Hardware) -> list[str]:
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
     for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
-                            ("eager_dispatch_s", 0.0, 1.0)):
+                            ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 0.0, 1e9)):
         value = getattr(hw, name)
         if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
             problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")

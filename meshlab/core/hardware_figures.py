@@ -156,7 +156,7 @@ def _no_null_defaults(schema: dict) -> None:
 
 
 #: the figures that take none (null): no GEMM rates, no price, no float32 peak, no dispatch cost
-OPTIONAL = ("matmul_rates", "usd_per_chip_hour", "fp32_flops", "eager_dispatch_s")
+OPTIONAL = ("matmul_rates", "usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte")
 
 
 class HardwareFigures(Closed):
@@ -197,6 +197,9 @@ class HardwareFigures(Closed):
     fp32_flops: OptionalNumber = Field(None, description="dense float32 matmul peak FLOP/s, or none")
     eager_dispatch_s: OptionalNumber = Field(None, description="host seconds to dispatch one eager PyTorch op, or "
                                                                "none")
+    collective_matmul_flop_per_byte: OptionalNumber = Field(
+        None, description="XLA:TPU runs a matmul fed or drained by a collective over n chips as a collective matmul "
+        "(async permutes) when its FLOPs per chip per byte of that collective reach this x 2 / n; or none")
 
 
 class SourcedFigure(Closed):

@@ -114,6 +114,15 @@ class Collective:
     #: axes in `axes` only XLA's join of the streams needs (USP: the ring axes its Ulysses all-to-all also moves); a
     #: GPU tool, which joins the streams on the chip, runs it over the others (meshlab.cost.ring.tool_issued)
     joined: Axes = ()
+    #: a collective XLA:TPU may run as a collective matmul (`windowed`): "gather", an operand gathered for a matmul
+    #: whose output stays split like the other operand; "scatter", a partial sum whose output stays split like the
+    #: residual it joins; "" neither
+    window: str = ""
+    dot_flops: float = 0.0  # per chip: the FLOPs of the matmul it feeds or drains (window only)
+    reads: str = ""  # all-gathers of one tensor share this (XLA:TPU gathers it once for all its readers)
+    #: a permute of a collective matmul that sends its shards both ways round the ring at once: two take the time of
+    #: one where the route is a ring (meshlab.cost.timing)
+    both_ways: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,9 +153,13 @@ def _card_points(graph: Graph, layout: Layout) -> dict:
     return {(p.module, p.where): p for p in activation_points(graph.card, layout.activation_rules)}
 
 
-def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collective, ...]:
-    """The collectives the compiler issues on hardware of `kind`. On TPUs, XLA:TPU's all-reduce combiner merges
-    all-reduces with no data dependency between them into one op moving their bytes together:
+def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul: float | None = None,
+              mesh: dict[str, int] | None = None) -> tuple[Collective, ...]:
+    """The collectives the compiler issues on hardware of `kind` (`collective_matmul`: the hardware's
+    collective_matmul_flop_per_byte; `mesh`: axis sizes). On TPUs, XLA:TPU gathers a tensor once for all its readers and a block's
+    conditioning once for all blocks (`gathered_once`), runs matmuls worth it as collective matmuls
+    (`collective_matmuls`), and its all-reduce combiner merges all-reduces with no data dependency between them into
+    one op moving their bytes together:
 
     - the all-reduces of one block phase (the image and text streams' partial sums of one projection);
     - a block's modulation all-reduce (its input is the conditioning vector, ready before the block starts) into
@@ -154,11 +167,13 @@ def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collectiv
       all-reduce carries nothing more.
 
     Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
-    6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. Other kinds are
-    issued as the partitioner makes them (XLA:TPU's collective matmuls and gathers are not modelled: see
-    `known_differences`). A sequence split a GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
+    6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. A sequence split a
+    GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
+    collectives = gathered_once(collectives)
+    if collective_matmul and mesh:
+        collectives = collective_matmuls(collectives, collective_matmul, mesh)
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
     for block in dict.fromkeys(c.block for c in reduces if c.block is not None):
         mine = [c for c in reduces if c.block == block and not c.per_step]
@@ -173,6 +188,54 @@ def issued_on(collectives: tuple[Collective, ...], kind: str) -> tuple[Collectiv
         reduces[at:at + 1] = [merged, replace(last, count=1, only="last")]
         reduces[reduces.index(modulation)] = replace(modulation, count=1, only="first")
     return tuple(c for c in collectives if c.kind != "all-reduce") + tuple(reduces)
+
+
+def gathered_once(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """XLA:TPU's collective CSE: the all-gathers of one tensor in one block (an attention's q, k and v projections
+    reading one normed stream) become one, shared by every reader, and so not a collective matmul; a block's
+    modulation Linear gathers the conditioning, the same in every block, once for them all (in the first).
+    Measured (2d.yaml, `meshlab check --backend tpu`, v6e-8): the partitioner's 6 q/k/v input gathers per block
+    are 2, one per stream, and a middle block gathers no conditioning."""
+    out: list[Collective] = []
+    first: dict[tuple, int] = {}
+    for c in collectives:
+        if c.kind == "all-gather" and c.role == "modulation" and c.block is not None:
+            c = replace(c, count=1, only="first", why=f"{c.why} (the conditioning, gathered once for every block)")
+        key = (c.block, c.reads, c.axes, c.bytes, c.per_step)
+        if c.kind != "all-gather" or not c.reads or key not in first:
+            if c.kind == "all-gather" and c.reads:
+                first[key] = len(out)
+            out.append(c)
+            continue
+        shared = out[first[key]]
+        out[first[key]] = replace(shared, window="", why=f"{shared.why}; {c.why.split(':')[0]} reads the same gather")
+    return tuple(out)
+
+
+def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float, mesh: dict[str, int]
+                       ) -> tuple[Collective, ...]:
+    """XLA:TPU's collective matmul (XLA's windowed einsum): a matmul fed by an all-gather, or drained by a sum wanted
+    split, over n chips runs as n - 1 async permutes of one chip's shard, each overlapping a slice of the matmul,
+    when its FLOPs per chip per byte of that collective reach `flop_per_byte` x 2 / n (the hardware's
+    collective_matmul_flop_per_byte, measured by benchmarks/collective_matmul_probe.py). The permutes move
+    (n - 1) / n of the collective's bytes, as a ring all-gather does, and go both ways round the ring at once (so
+    they take a ring all-gather's time; what they hide behind the matmul is not priced: overlap stays 0). On more
+    than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them wasted):
+    meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
+    MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
+    the attention output projection (768) keeps its gather."""
+    out: list[Collective] = []
+    for c in collectives:
+        n = math.prod(mesh[a] for a in c.axes)
+        if not c.window or n < 2 or c.dot_flops / c.bytes < flop_per_byte * 2 / n:
+            out.append(c)
+            continue
+        how = "gathers" if c.window == "gather" else "sums"
+        out += [replace(c, kind="collective-permute", bytes=c.bytes // n, operands=1, window="", both_ways=True,
+                        why=f"{c.why}: XLA:TPU {how} it in a collective matmul, shard {step + 1} of {n - 1} passed "
+                            "to a neighbour (both ways round the ring at once) while the matmul runs on the last")
+                for step in range(n - 1)]
+    return tuple(out)
 
 
 def combine(collectives: list[Collective]) -> tuple[Collective, ...]:
@@ -247,10 +310,16 @@ class _Deriver:
         return self.layout.batch * tokens * -(-features // self.size(split)) * self.layout.itemsize
 
     def new(self, kind: str, axes: Axes, nbytes: int, op_block, phase: str, why: str, role: str = "",
-            joined: Axes = ()) -> Collective:
+            joined: Axes = (), **more) -> Collective:
         """One collective in `op_block`, counted over the identical blocks it stands for."""
         return Collective(kind, axes, nbytes, op_block, phase, why, count=self.graph.count(op_block), role=role,
-                          joined=joined)
+                          joined=joined, **more)
+
+    def dot_flops(self, op: LinearOp) -> float:
+        """The FLOPs of `op`'s matmul on one chip, its weight split as it is used."""
+        w_out, w_in = self.used_split(op)
+        rows = self.tensor_bytes(op.stream, 1, None) // self.layout.itemsize  # this chip's batch x tokens
+        return 2.0 * rows * op.in_features * op.out_features / (self.size(w_in) * self.size(w_out))
 
     def activations(self, graph: Graph) -> Iterator[Collective]:
         """The walk: each Linear in graph order (an attention's q/k/v resolved where its output projection comes),
@@ -317,10 +386,14 @@ class _Deriver:
             yield self.new("all-reduce", incoming.partial, self.tensor_bytes(op.stream, op.in_features, incoming.split),
                            op.block, phase, f"{op.short}: its input is a partial sum")
         if incoming.split and incoming.split != w_in:
+            column = w_in is None and w_out == incoming.split and op.block is not None  # output split like the weight
             yield self.new("all-gather", incoming.split, self.tensor_bytes(op.stream, op.in_features, None), op.block,
                            phase, f"{op.short}: input arrives split on {'+'.join(incoming.split)}, "
-                           f"the weight wants it {'split on ' + '+'.join(w_in) if w_in else 'whole'}")
-        yield from self._fsdp(op.weight, op.block, f"{op.short}.weight")
+                           f"the weight wants it {'split on ' + '+'.join(w_in) if w_in else 'whole'}",
+                           role="modulation" if op.role == "chunks" and op.block is not None else "",
+                           window="gather" if column else "", dot_flops=self.dot_flops(op) if column else 0.0,
+                           reads=f"{op.stream}:{phase}:{op.source}")
+        yield from self._fsdp(op.weight, op.block, f"{op.short}.weight", self.dot_flops(op))
         return (yield from self._consume(op, _State(w_out, w_in)))
 
     def _concat(self, op: LinearOp, first: _State, w_in: Axes | None, phase: str) -> Step:
@@ -353,9 +426,12 @@ class _Deriver:
         if op.role in ("qkv",):
             return out  # attention resolves it
         if out.partial:
+            # a sum whose output joins a residual split alike is wanted split, not whole (a reduce-scatter)
+            scatter = op.block is not None and op.role != "chunks" and self.residual.get(op.stream) == out.partial
             yield self.new("all-reduce", out.partial, nbytes, op.block, phase,
                            f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
-                           role="modulation" if op.role == "chunks" and op.block is not None else "")
+                           role="modulation" if op.role == "chunks" and op.block is not None else "",
+                           window="scatter" if scatter else "", dot_flops=self.dot_flops(op) if scatter else 0.0)
         if op.role == "chunks":
             return (yield from self._chunks(op, out.split))
         if op.role == "hidden" or not out.split:
@@ -669,12 +745,13 @@ class _Deriver:
             offset += n
         return found
 
-    def _fsdp(self, param: PlannedParameter, block, name: str) -> Iterator[Collective]:
+    def _fsdp(self, param: PlannedParameter, block, name: str, flops: float = 0.0) -> Iterator[Collective]:
         activation_axes = set(self.layout.activation_axes())
         axes = tuple(a for a in param.spec.axes if a in activation_axes)
         if axes:
             yield self.new("all-gather", axes, param.bytes_per_device(self.mesh) * self.size(axes), block,
-                           f"{name}:weights", f"{name} is split over {'+'.join(axes)}, which also splits activations")
+                           f"{name}:weights", f"{name} is split over {'+'.join(axes)}, which also splits activations",
+                           window="gather" if flops and block is not None else "", dot_flops=flops)
 
     def parameters(self, graph: Graph) -> Iterator[Collective]:
         """Biases split unlike their weight's output, and split norm scales, are gathered before use."""

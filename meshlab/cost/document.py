@@ -25,7 +25,7 @@ class PerStepDocument(Document):
     hbm_s: float
     compute_or_hbm_s: float
     elementwise_bytes_per_chip: float
-    elementwise_s: float
+    elementwise_s: float | None = Field(description="null: inside a call a profile timed whole")
     collective_s: float
     dcn_s: float
     launch_wait_s: float

@@ -191,8 +191,10 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
 
     def seconds(c: Collective) -> float:
         found = collective_price(c) if collective_price is not None else None
-        return found if found is not None else collective_seconds(c.kind, c.bytes, routes[c.axes],
-                                                                  hardware.collective_latency_s)
+        if found is not None:
+            return found
+        alone = collective_seconds(c.kind, c.bytes, routes[c.axes], hardware.collective_latency_s)
+        return alone / 2 if c.both_ways and routes[c.axes].shape in ("ring", "grid") else alone
 
     timed = tuple(TimedCollective(c, routes[c.axes], seconds(c), dcn_seconds(c.kind, c.bytes, routes[c.axes]))
                   for c in collectives)

@@ -328,3 +328,28 @@ def test_a_whole_plan_s_compile_is_kept_as_its_time_to_first_image(tmp_path, mon
     other.write_text(strategy.read_text().replace("height: 256", "height: 512"))
     assert json.loads(CliRunner().invoke(app, ["explain", str(other), "--json"]).stdout)[
         "predicted"]["time_to_first_image"]["compile"] == "modelled"
+
+
+@tpu
+@pytest.mark.tpu
+def test_2d_s_collective_matmuls_and_shared_gathers_are_predicted():
+    """XLA:TPU's program for 2d.yaml (measured at full depth too, for the note): q/k/v read one gather per stream;
+    each MLP's first Linear (3072 FLOP per byte of its input gather, on 4 chips) and its second's sum run as
+    collective matmuls, 3 + 3 async permutes per stream each; the attention output projection (768) keeps its
+    gather; the conditioning is gathered once, in the first block. A middle block agrees by kind in count and bytes
+    (all-gathers and all-reduces exactly; the permutes within 10%)."""
+    code, doc, err = _check("strategies/2d.yaml", "--layers", "3", "--height", "256", "--width", "256",
+                            "--text-tokens", "32", "--front-end", "torch-xla")
+    assert doc is not None, err
+    block = "transformer_blocks.1"
+    xla, predicted = doc["collectives_per_block"][block], doc["predicted_collectives_per_block"][block]
+    xla_bytes, predicted_bytes = doc["collective_bytes_per_block"][block], doc["predicted_collective_bytes_per_block"][
+        block]
+    assert xla["all-gather"] == predicted["all-gather"] == 4 and xla["all-reduce"] == predicted["all-reduce"] == 4
+    assert xla_bytes["all-gather"] == predicted_bytes["all-gather"]
+    assert xla_bytes["all-reduce"] == predicted_bytes["all-reduce"]
+    assert abs(predicted["collective-permute"] - xla["collective-permute"]) <= 0.1 * xla["collective-permute"]
+    assert abs(predicted_bytes["collective-permute"] - xla_bytes["collective-permute"]) <= 0.1 * xla_bytes[
+        "collective-permute"]
+    assert doc["async_collectives_per_block"][block]["collective-permute"] == xla["collective-permute"]
+    assert not [d for d in doc["differences"] if d.startswith(block)], doc["differences"]
