@@ -220,7 +220,7 @@ def _problems(hw: Hardware) -> list[str]:
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
     for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
-                            ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 0.0, 1e9)):
+                            ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9)):
         value = getattr(hw, name)
         if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
             problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")

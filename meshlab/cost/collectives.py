@@ -9,7 +9,8 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
 - A Linear whose input dim is split as its input arrives multiplies locally; its output is split as its
   output dim and is a partial sum over the axes of its input dim (a row-split Linear).
 - An input split on axes the weight's input dim is not split on is all-gathered first, once per consuming
-  Linear (XLA does not share one gather between q, k and v); a whole input the weight splits is sliced, free.
+  Linear (the CPU partitioner does not share one gather between q, k and v; XLA:TPU does: `issued_on`); a whole
+  input the weight splits is sliced, free.
 - A partial sum is all-reduced before anything non-linear reads it.
 - The conditioning vector (the timestep embedding) stays as its last Linear left it; each modulation Linear
   that wants it otherwise gathers it for itself.
@@ -107,7 +108,9 @@ class Collective:
     operands: int = 1  # tensors combined into this one collective
     per_step: bool = False  # once per denoising step rather than once per transformer call
     count: int = 1  # identical blocks it stands for (see `Graph.repeats`): it runs `count` times per call
-    role: str = ""  # "modulation": the partial sum of a block's modulation Linear (it reads only the conditioning)
+    #: "modulation": the partial sum of a block's modulation Linear (it reads only the conditioning), or its input's
+    #: gather; "norm-rows": a LayerNorm's gather of the rows a batch or sequence axis splits (the CPU partitioner's)
+    role: str = ""
     #: "first" or "last": issued in only the first or last of the `count` blocks (XLA:TPU's cross-block combining,
     #: `issued_on`); "": in every one of them
     only: str = ""
@@ -123,6 +126,9 @@ class Collective:
     #: a permute of a collective matmul that sends its shards both ways round the ring at once: two take the time of
     #: one where the route is a ring (meshlab.cost.timing)
     both_ways: bool = False
+    #: a LayerNorm's gather of a residual split on features: the bytes of its rows' mean and variance, which XLA:TPU
+    #: all-reduces instead (`norm_statistics`)
+    stats_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,9 +160,11 @@ def _card_points(graph: Graph, layout: Layout) -> dict:
 
 
 def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul: float | None = None,
-              mesh: dict[str, int] | None = None) -> tuple[Collective, ...]:
+              mesh: dict[str, int] | None = None, dcn: dict[str, int] | None = None, scanned: bool = False
+              ) -> tuple[Collective, ...]:
     """The collectives the compiler issues on hardware of `kind` (`collective_matmul`: the hardware's
-    collective_matmul_flop_per_byte; `mesh`: axis sizes). On TPUs, XLA:TPU gathers a tensor once for all its readers and a block's
+    collective_matmul_flop_per_byte; `mesh`: axis sizes; `dcn`: the axes that cross slices; `scanned`: block lists
+    run through scan). On TPUs, XLA:TPU gathers a tensor once for all its readers and a block's
     conditioning once for all blocks (`gathered_once`), runs matmuls worth it as collective matmuls
     (`collective_matmuls`), and its all-reduce combiner merges all-reduces with no data dependency between them into
     one op moving their bytes together:
@@ -171,9 +179,9 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
-    collectives = gathered_once(collectives)
-    if collective_matmul and mesh:
-        collectives = collective_matmuls(collectives, collective_matmul, mesh)
+    collectives = norm_statistics(gathered_once(collectives, scanned))
+    if collective_matmul is not None and mesh:
+        collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
     for block in dict.fromkeys(c.block for c in reduces if c.block is not None):
         mine = [c for c in reduces if c.block == block and not c.per_step]
@@ -190,16 +198,32 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     return tuple(c for c in collectives if c.kind != "all-reduce") + tuple(reduces)
 
 
-def gathered_once(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
+def norm_statistics(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """XLA:TPU normalizes a residual where it lies. A LayerNorm (torch_xla's batch-norm lowering over batch x tokens
+    rows) whose features are split all-reduces its rows' mean and variance, one value each per row in the
+    activation's dtype, where the CPU partitioner gathers the features; and it gathers no rows a batch or sequence
+    axis splits (each row's statistics are its own), where the CPU partitioner does. The combiner then carries both
+    streams' statistics of one norm in one op. Measured (`meshlab check --backend tpu`, v6e-8, 256²): model.yaml's
+    middle block 1 all-reduce of 1,152 B per norm where the CPU partitioner gathers 4 residuals; Flux under 2d
+    rules without layernorm-rows, no collective over `data` in a block."""
+    return tuple(replace(c, kind="all-reduce", bytes=c.stats_bytes, phase=c.phase.replace(":features", ":statistics"),
+                         stats_bytes=0, why=f"{c.why}: XLA:TPU sums its rows' mean and variance over "
+                                            f"{'+'.join(c.axes)} instead of gathering them")
+                 if c.kind == "all-gather" and c.stats_bytes else c
+                 for c in collectives if c.role != "norm-rows")
+
+
+def gathered_once(collectives: tuple[Collective, ...], scanned: bool = False) -> tuple[Collective, ...]:
     """XLA:TPU's collective CSE: the all-gathers of one tensor in one block (an attention's q, k and v projections
     reading one normed stream) become one, shared by every reader, and so not a collective matmul; a block's
     modulation Linear gathers the conditioning, the same in every block, once for them all (in the first).
     Measured (2d.yaml, `meshlab check --backend tpu`, v6e-8): the partitioner's 6 q/k/v input gathers per block
-    are 2, one per stream, and a middle block gathers no conditioning."""
+    are 2, one per stream, and a middle block gathers no conditioning. Under scan (one loop body for the blocks)
+    the conditioning's gather stays in the body: that it is hoisted out of the loop is not measured."""
     out: list[Collective] = []
     first: dict[tuple, int] = {}
     for c in collectives:
-        if c.kind == "all-gather" and c.role == "modulation" and c.block is not None:
+        if c.kind == "all-gather" and c.role == "modulation" and c.block is not None and not scanned:
             c = replace(c, count=1, only="first", why=f"{c.why} (the conditioning, gathered once for every block)")
         key = (c.block, c.reads, c.axes, c.bytes, c.per_step)
         if c.kind != "all-gather" or not c.reads or key not in first:
@@ -212,8 +236,8 @@ def gathered_once(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]
     return tuple(out)
 
 
-def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float, mesh: dict[str, int]
-                       ) -> tuple[Collective, ...]:
+def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float, mesh: dict[str, int],
+                       across_slices: set[str] = frozenset()) -> tuple[Collective, ...]:
     """XLA:TPU's collective matmul (XLA's windowed einsum): a matmul fed by an all-gather, or drained by a sum wanted
     split, over n chips runs as n - 1 async permutes of one chip's shard, each overlapping a slice of the matmul,
     when its FLOPs per chip per byte of that collective reach `flop_per_byte` x 2 / n (the hardware's
@@ -223,11 +247,14 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them wasted):
     meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
-    the attention output projection (768) keeps its gather."""
+    the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
+    collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner
+    issues it."""
     out: list[Collective] = []
     for c in collectives:
         n = math.prod(mesh[a] for a in c.axes)
-        if not c.window or n < 2 or c.dot_flops / c.bytes < flop_per_byte * 2 / n:
+        if (not c.window or n < 2 or len(c.axes) != 1 or c.axes[0] in across_slices
+                or c.dot_flops / c.bytes < flop_per_byte * 2 / n):
             out.append(c)
             continue
         how = "gathers" if c.window == "gather" else "sums"
@@ -392,7 +419,8 @@ class _Deriver:
                            f"the weight wants it {'split on ' + '+'.join(w_in) if w_in else 'whole'}",
                            role="modulation" if op.role == "chunks" and op.block is not None else "",
                            window="gather" if column else "", dot_flops=self.dot_flops(op) if column else 0.0,
-                           reads=f"{op.stream}:{phase}:{op.source}")
+                           reads=f"{op.stream}:{phase}:{op.source}:"
+                                 f"{op.module.rsplit('.', 1)[0] if op.role == 'qkv' else ''}")
         yield from self._fsdp(op.weight, op.block, f"{op.short}.weight", self.dot_flops(op))
         return (yield from self._consume(op, _State(w_out, w_in)))
 
@@ -539,11 +567,12 @@ class _Deriver:
             return
         if residual:
             yield self.new("all-gather", residual, self.tensor_bytes(stream, width, None), block, f"{phase}:features",
-                           f"the {stream} stream's {name} reads a residual split on {'+'.join(residual)}")
+                           f"the {stream} stream's {name} reads a residual split on {'+'.join(residual)}",
+                           stats_bytes=2 * self.tensor_bytes(stream, 1, None))
         if rows:
             yield self.new("all-gather", rows, whole_rows, block, f"{phase}:rows",
                            f"the {stream} stream's {name} is a batch norm over batch x tokens rows, split on "
-                           f"{'+'.join(rows)}: XLA gathers them")
+                           f"{'+'.join(rows)}: XLA gathers them", role="norm-rows")
 
     def _marked(self, op: LinearOp, features: int, state: _State, point, phase: str, joins: Axes = ()) -> Step:
         """The tensor an activation rule marks, resharded from `state` to the rule's split (see the rules).

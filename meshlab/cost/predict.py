@@ -151,7 +151,8 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     done = work if work is not None else plan_work(plan, strategy)
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
     issued = tool_issued(issued_on(collectives, hardware.kind, hardware.collective_matmul_flop_per_byte,
-                                   plan.mesh.as_dict()), layout)  # what the hardware and the ring's tool run
+                                   plan.mesh.as_dict(), strategy.dcn, strategy.compile.scan_blocks),
+                         layout)  # what the hardware and the ring's tool run
     ring = {layout.ring_axes} if layout.ring_axes else set()
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn)
               for axes in {c.axes for c in collectives} | {c.axes for c in issued} | ring}

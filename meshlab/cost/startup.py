@@ -4,9 +4,10 @@
   each host from its storage at ``checkpoint_read_bandwidth`` (hosts read in parallel, each the whole checkpoint,
   as ``from_pretrained`` does);
 - **transfer_s**: what each chip holds of them over its host link (``host_link_bandwidth``; chips in parallel);
-- **compile_s**: ``compile_seconds_base + compile_seconds_per_block x blocks`` (the catalog's figures: XLA:TPU
-  compiles measured ahead of time on TPUs, 0 for eager PyTorch on GPUs); a list run through scan compiles one
-  block body, so it counts once;
+- **compile_s**: XLA:TPU's own compile of this plan at this size where `meshlab check --backend tpu` measured it
+  (``Hardware.compile_measured``, meshlab.plan.compile_times); otherwise ``compile_seconds_base +
+  compile_seconds_per_block x blocks`` (the catalog's figures: XLA:TPU compiles measured ahead of time on TPUs, 0 for
+  eager PyTorch on GPUs), where a list run through scan compiles one block body, so it counts once;
 - **first_call_s**: the first pipeline call end to end, its images together (the steady state's seconds per image
   times the images of one call).
 

@@ -4,7 +4,9 @@ image takes the compiler's own figure where one was measured instead of the cata
 `meshlab check S.yaml --backend tpu` at full depth and at the strategy's own workload writes one entry
 (`record_compile`); loading a strategy reads it back (`measured_compile`, from `plan_strategy`). The file is a
 cache: ``$MESHLAB_COMPILE_TIMES``, else ``tpu-compile-times.json`` under ``$MESHLAB_CACHE`` (default
-``~/.cache/meshlab``). A file that does not read as one is treated as empty, and the next write replaces it whole.
+``~/.cache/meshlab``). A file that does not read as one is ignored when reading; a write moves it aside (to
+``*.unreadable``) rather than over it, and holds a lock while it reads, adds and rewrites, so two checks at once
+both keep their entries.
 
 The key is what decides the program XLA:TPU compiles: the model's config digest, the TPU system, the mesh and its
 DCN axes, the rules, activations, rewrites, scan and libtpu flags, and the workload's shapes (not its steps, prices
@@ -61,17 +63,18 @@ def compile_times_path() -> Path:
 
 def compile_key(strategy: Strategy, card: ModelCard, system: str) -> str:
     workload = strategy.workload.model_dump(exclude={"steps"})
-    identity = [card.config_digest, system, strategy.mesh, strategy.dcn,
+    identity = [card.config_digest, system, list(strategy.mesh.items()), list(strategy.dcn.items()),  # order matters
                 [r.model_dump(mode="json") for r in strategy.rules], strategy.activations.identity(),
                 list(strategy.rewrites), strategy.compile.scan_blocks, list(strategy.compile.libtpu_flags), workload]
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _read(path: Path) -> CompileTimesFile:
+def _read(path: Path) -> CompileTimesFile | None:
+    """The file; None when it does not read as one."""
     try:
         return CompileTimesFile.model_validate_json(path.read_bytes())
     except (OSError, ValidationError, ValueError):
-        return CompileTimesFile()
+        return None
 
 
 def measured_compile(strategy: Strategy, card: ModelCard, system: str) -> MeasuredCompile | None:
@@ -79,15 +82,24 @@ def measured_compile(strategy: Strategy, card: ModelCard, system: str) -> Measur
     path = compile_times_path()
     if not path.is_file():
         return None
-    return _read(path).entries.get(compile_key(strategy, card, system))
+    found = _read(path)
+    return found.entries.get(compile_key(strategy, card, system)) if found is not None else None
 
 
 def record_compile(strategy: Strategy, card: ModelCard, system: str, measured: MeasuredCompile) -> Path:
-    """Keep `measured` as this plan's compile (the file written whole, or not at all)."""
+    """Keep `measured` as this plan's compile (the file written whole, or not at all; see the module's docstring)."""
+    import fcntl
+
     from meshlab.core.files import write_atomic
 
     path = compile_times_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    found = _read(path)
-    entries = {**found.entries, compile_key(strategy, card, system): measured}
-    return write_atomic(path, CompileTimesFile(entries=entries).model_dump_json(indent=1), what="the compile times")
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = _read(path) if path.exists() else CompileTimesFile()
+        if found is None:  # not meshlab's, or a newer meshlab's: kept aside, never written over
+            os.replace(path, path.with_name(path.name + ".unreadable"))
+            found = CompileTimesFile()
+        entries = {**found.entries, compile_key(strategy, card, system): measured}
+        return write_atomic(path, CompileTimesFile(entries=entries).model_dump_json(indent=1),
+                            what="the compile times")

@@ -180,8 +180,8 @@ class Binding(Document):
     """The term a plan's time is bound by, its share, and what would move it."""
 
     term: str
-    seconds_per_image: float
-    share: float
+    seconds_per_image: float | None = Field(description="null for HBM capacity (nothing fits)")
+    share: float | None
     move: str
 
 

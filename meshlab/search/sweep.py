@@ -553,7 +553,7 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None, object
         "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
         "mesh": dict(s.mesh), **({"dcn": dict(s.dcn)} if s.dcn else {}), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
         "rewrites": list(s.rewrites), "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
-        **({"compile": s.compile.model_dump()} if s.compile.elementwise != "fused" else {}),
+        **({"compile": s.compile.model_dump(exclude={"libtpu_flags"})} if s.compile.elementwise != "fused" else {}),
     }
     header = (
         f"# Written by `meshlab sweep`: the best plan by {objective} that fits, of {candidate.family} family.\n"

@@ -50,6 +50,7 @@ def test_compare_and_sweep_match_their_schemas(tmp_path):
     assert rings, "flux-usp-h100 runs a ring: the ring's part of the schema is exercised"
     sweep = schema_of("sweep")
     for args in (["--model", "flux-dev", "--hardware", "v6e-8", "--images", "100", "--max-seconds-per-image", "0.01"],
+                 ["--model", "qwen-image", "--hardware", "v6e-1,v6e-8"],  # v6e-1 fits nothing: no binding seconds
                  ["--model", "wan-2.1-t2v-1.3b", "--hardware", "v6e-8,h100"]):
         document = printed("sweep", *args, "--json", "--out", str(tmp_path / "best.yaml"))
         jsonschema.validate(document, sweep)

@@ -1,0 +1,61 @@
+"""XLA:TPU compile times kept per plan (meshlab.plan.compile_times): what makes two plans one, what a strategy then
+reads back, and a file that is not meshlab's. Pure (no compile: the entries are made by hand)."""
+
+import json
+
+import pytest
+
+from meshlab.plan.compile_times import MeasuredCompile, compile_key, measured_compile, record_compile
+from meshlab.plan.planned import plan_file
+
+from tests.conftest import REPO
+
+MEASURED = MeasuredCompile(seconds=163.0, strategy="2d", front_end="torch-xla", system="v6e-8", host="h", cores=2,
+                           libtpu="0.0.52", measured_at="2026-12-05T04:00:00+00:00")
+
+
+@pytest.fixture
+def times(tmp_path, monkeypatch):
+    path = tmp_path / "times.json"
+    monkeypatch.setenv("MESHLAB_COMPILE_TIMES", str(path))
+    return path
+
+
+def strategy_file(tmp_path, old: str = "", new: str = ""):
+    path = tmp_path / "s.yaml"
+    path.write_text((REPO / "strategies" / "2d.yaml").read_text().replace(old, new))
+    return plan_file(path)
+
+
+def test_a_kept_compile_is_the_plan_s_and_only_its(times, tmp_path):
+    planned = strategy_file(tmp_path)
+    record_compile(planned.strategy, planned.card, "v6e-8", MEASURED)
+    again = strategy_file(tmp_path, "steps: 50", "steps: 20")  # steps change no program
+    assert again.hardware.compile_measured == MEASURED
+    assert measured_compile(again.strategy, again.card, "v6e-8") == MEASURED
+    for old, new in (("height: 1024", "height: 512"), ("  data: 2\n  model: 4", "  model: 4\n  data: 2"),
+                     ("rewrites: [layernorm-rows]", "rewrites: []")):
+        other = strategy_file(tmp_path, old, new)  # another size, mesh order or rewrite is another program
+        assert other.hardware.compile_measured is None, (old, new)
+    assert measured_compile(planned.strategy, planned.card, "v6e-16") is None
+
+
+def test_the_mesh_s_order_is_part_of_the_key(tmp_path):
+    one = strategy_file(tmp_path)
+    other = strategy_file(tmp_path, "  data: 2\n  model: 4", "  model: 4\n  data: 2")
+    assert compile_key(one.strategy, one.card, "v6e-8") != compile_key(other.strategy, other.card, "v6e-8")
+
+
+def test_a_file_that_is_not_meshlab_s_is_read_as_none_and_kept_aside(times, tmp_path):
+    times.write_text('{"meshlab_compile_times": 2, "entries": {}, "from": "a newer meshlab"}')
+    planned = strategy_file(tmp_path)
+    assert planned.hardware.compile_measured is None
+    record_compile(planned.strategy, planned.card, "v6e-8", MEASURED)
+    assert json.loads(times.with_name("times.json.unreadable").read_text())["from"] == "a newer meshlab"
+    assert strategy_file(tmp_path).hardware.compile_measured == MEASURED
+
+
+def test_a_gpu_plan_never_reads_it(times, tmp_path):
+    planned = strategy_file(tmp_path, "hardware: v6e-8", "hardware: h100")
+    record_compile(planned.strategy, planned.card, "h100", MEASURED)
+    assert strategy_file(tmp_path, "hardware: v6e-8", "hardware: h100").hardware.compile_measured is None
