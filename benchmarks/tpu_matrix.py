@@ -1,0 +1,51 @@
+"""A middle block's collectives by XLA:TPU against meshlab's, over every TPU strategy the repository checks
+(strategies/ and the agreement matrix in tests/cost/data/strategies/), at small size so that the whole matrix takes
+minutes here (3 blocks of each list, 256x256, 32 text tokens, torch_xla's program, v6e-8).
+
+    python benchmarks/tpu_matrix.py --out benchmarks/results/tpu_matrix_256.txt
+
+Per strategy: "agrees" or the differences `meshlab check --backend tpu` reports for the kinds it holds (count and
+bytes within 10% per kind; temporaries are left out here: see benchmarks/tpu_aot.py). Figures for the note; nothing
+here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARGS = ("--backend", "tpu", "--front-end", "torch-xla", "--layers", "3", "--height", "256", "--width", "256",
+        "--text-tokens", "32", "--json")
+
+
+def row(path: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", "meshlab", "check", str(path), *ARGS], capture_output=True, text=True,
+                          cwd=REPO)
+    name = str(path.relative_to(REPO))
+    if not done.stdout.startswith("{"):
+        return f"{name}: not compiled: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}"
+    doc = json.loads(done.stdout)
+    differences = [d for d in doc["differences"] if not d.startswith("temporaries")]
+    return f"{name}: " + ("agrees" if not differences else "; ".join(differences))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
+    lines = []
+    for path in files:
+        lines.append(row(path))
+        print(lines[-1], flush=True)
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
