@@ -202,7 +202,8 @@ def norm_statistics(collectives: tuple[Collective, ...]) -> tuple[Collective, ..
     """XLA:TPU normalizes a residual where it lies. A LayerNorm (torch_xla's batch-norm lowering over batch x tokens
     rows) whose features are split all-reduces its rows' mean and variance, one value each per row in the
     activation's dtype, where the CPU partitioner gathers the features; and it gathers no rows a batch or sequence
-    axis splits (each row's statistics are its own), where the CPU partitioner does. The combiner then carries both
+    axis splits (each row's statistics are its own; measured under a batch split, assumed alike under a sequence
+    split), where the CPU partitioner does. The combiner then carries both
     streams' statistics of one norm in one op. Measured (`meshlab check --backend tpu`, v6e-8, 256²): model.yaml's
     middle block 1 all-reduce of 1,152 B per norm where the CPU partitioner gathers 4 residuals; Flux under 2d
     rules without layernorm-rows, no collective over `data` in a block."""
@@ -242,8 +243,8 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     split, over n chips runs as n - 1 async permutes of one chip's shard, each overlapping a slice of the matmul,
     when its FLOPs per chip per byte of that collective reach `flop_per_byte` x 2 / n (the hardware's
     collective_matmul_flop_per_byte, measured by benchmarks/collective_matmul_probe.py). The permutes move
-    (n - 1) / n of the collective's bytes, as a ring all-gather does, and go both ways round the ring at once (so
-    they take a ring all-gather's time; what they hide behind the matmul is not priced: overlap stays 0). On more
+    (n - 1) / n of the collective's bytes, as a ring all-gather does, and go both ways round the ring at once (on a
+    ring route they take a ring all-gather's time; what they hide behind the matmul is not priced: overlap stays 0). On more
     than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them wasted):
     meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
