@@ -27,6 +27,8 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "profile": ("a profile file, as meshlab profile writes it", "meshlab.core.profile_file:ProfileFile"),
     "cache-manifest": ("meshlab-cache.json in a compile-cache folder (meshlab run --cache-dir)",
                        "meshlab.experiments.compile_cache:CacheManifest"),
+    "compile-times": ("XLA:TPU compile times check --backend tpu keeps ($MESHLAB_COMPILE_TIMES)",
+                      "meshlab.plan.compile_times:CompileTimesFile"),
     "worker-request": ("the request file the CLI hands a worker process", "meshlab.runtime.requests:WORKER_REQUESTS"),
     "worker-result": ("the result file a worker process writes back", "meshlab.runtime.protocol:WorkerResult"),
     "worker-payload": ("a worker's result payload (the ok of its result file), as the parent reads it",

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -48,9 +49,11 @@ class MeasuredCompile(BaseModel):
 
 
 class CompileTimesFile(BaseModel):
+    """The file: plan key -> its measured compile."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    meshlab_compile_times: int = FORMAT
+    meshlab_compile_times: Literal[1] = FORMAT
     entries: dict[str, MeasuredCompile] = {}
 
 

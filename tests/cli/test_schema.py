@@ -82,7 +82,7 @@ def schema_of(name: str) -> dict:
 
 def test_every_schema_is_a_json_schema_with_its_title():
     assert list(SCHEMAS) == ["strategy", "experiment", "hardware-overrides", "hardware-entry", "card", "run-record",
-                             "profile", "cache-manifest", "worker-request", "worker-result", "worker-payload", "try", "compare",
+                             "profile", "cache-manifest", "compile-times", "worker-request", "worker-result", "worker-payload", "try", "compare",
                              "sweep", "explain", "check", "check-dtensor", "check-tpu", "spec-map", "hardware-list",
                              "models-list", "report", "calibration"]
     for name, (title, _) in SCHEMAS.items():
