@@ -331,13 +331,11 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
              flags: list[str]) -> list[dict]:
     from meshlab.runtime import tpu_topology
 
-    env = child_environment(topology.chips) | tpu_topology.environment(topology)
+    env = child_environment(topology.chips, libtpu_flags=flags) | tpu_topology.environment(topology)
     env["XLA_HLO_DEBUG"] = "1"  # op names on the program's ops say which module made each collective
     # XLA:TPU's latency-hiding schedule: its own time estimate of the program (meshlab.check.tpu_schedule)
     env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder / 'xla-dump'} "
                         "--xla_dump_latency_hiding_schedule=true").strip()
-    if flags:  # the plan's own XLA:TPU flags (compile.libtpu_flags), after any the environment sets
-        env["LIBTPU_INIT_ARGS"] = " ".join([env.get("LIBTPU_INIT_ARGS", ""), *flags]).strip()
     request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
                               topology=topology.to_json(), scratch=str(folder))
     return call_worker("meshlab.workers.check_tpu", request, env, TpuCheckPayload, progress=progress)["results"]

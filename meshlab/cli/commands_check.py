@@ -84,7 +84,10 @@ def check(
             report = run_dtensor_check(strategy, options, progress.update)
         from meshlab.check.documents import DTensorCheckDocument
 
-        print_json(dtensor_check_document(report), DTensorCheckDocument) if as_json else render_dtensor_check(report, console())
+        if as_json:
+            print_json(dtensor_check_document(report), DTensorCheckDocument)
+        else:
+            render_dtensor_check(report, console())
         if not report.agrees:
             raise typer.Exit(1)
         return

@@ -1,9 +1,9 @@
 """The JSON Schema of every file meshlab reads or writes, and of every document a command prints with `--json`, by
 name, for `meshlab schema NAME`. Each comes from the pydantic model the file is read through (a printed document is
 read back through its model before it is printed: meshlab.core.document), so the two describe the same fields and
-types. What a reader checks beyond
-its model is not in the schema: a catalog figure's value is read as the override of the same name reads it
-(`hardware-overrides` describes it), and a card's dispatch counts must name its block lists."""
+types. What a reader checks beyond its model is not in the schema: a catalog figure's value is read as the override
+of the same name reads it (`hardware-overrides` describes it), and a card's dispatch counts must name its block
+lists."""
 
 from __future__ import annotations
 

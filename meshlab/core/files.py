@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,11 +52,18 @@ def output_folder(path: Path, what: str, where: Location | None = None) -> Path:
     return path
 
 
+def cache_root() -> Path:
+    """meshlab's own cache folder: $MESHLAB_CACHE, by default ~/.cache/meshlab."""
+    return Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab"))
+
+
 @contextmanager
 def dump_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
     """Where a check writes the compiler's programs: `keep` (``--dump-dir``, made where missing and kept), or a
     temporary folder removed afterwards."""
     if keep is None:
+        import tempfile  # here, not at import: `meshlab try` reads strategies through this module
+
         with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as temporary:
             yield Path(temporary)
         return

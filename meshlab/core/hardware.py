@@ -26,7 +26,9 @@ from pydantic import Field, RootModel, ValidationError
 from meshlab.core.closed import first_problem, problem_line
 from meshlab.core.document import Document
 from meshlab.core.errors import InputError
-from meshlab.core.hardware_figures import BYTES_HELP, INTERCONNECTS, CatalogEntry, CatalogFile, HardwareFigures
+from meshlab.core.hardware_figures import (
+    BYTES_HELP, INTERCONNECTS, OPTIONAL_NUMBERS, CatalogEntry, CatalogFile, HardwareFigures,
+)
 from meshlab.core.matmul_rates import MatmulRates
 
 CHIP_KINDS = ("tpu", "gpu", "cpu")  # cpu: only from a profile (meshlab.core.profile_hardware)
@@ -50,8 +52,6 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
                     "eager_dispatch_s", "collective_matmul_flop_per_byte")
-#: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
-OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 

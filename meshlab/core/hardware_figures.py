@@ -155,8 +155,10 @@ def _no_null_defaults(schema: dict) -> None:
             del field["default"]
 
 
-#: the figures that take none (null): no GEMM rates, no price, no float32 peak, no dispatch cost
-OPTIONAL = ("matmul_rates", "usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte")
+#: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
+OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte")
+#: the figures that take none (null): no GEMM rates, and the optional numbers
+OPTIONAL = ("matmul_rates", *OPTIONAL_NUMBERS)
 
 
 class HardwareFigures(Closed):

@@ -244,9 +244,9 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     when its FLOPs per chip per byte of that collective reach `flop_per_byte` x 2 / n (the hardware's
     collective_matmul_flop_per_byte, measured by benchmarks/collective_matmul_probe.py). The permutes move
     (n - 1) / n of the collective's bytes, as a ring all-gather does, and go both ways round the ring at once (on a
-    ring route they take a ring all-gather's time; what they hide behind the matmul is not priced: overlap stays 0). On more
-    than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them wasted):
-    meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
+    ring route they take a ring all-gather's time; what they hide behind the matmul is not priced: overlap stays
+    0). On more than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them
+    wasted): meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
     the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
     collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner

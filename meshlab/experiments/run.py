@@ -23,7 +23,7 @@ from meshlab.runtime.requests import BuildTinyRequest, TorchRunRequest, XlaRunRe
 from meshlab.runtime.devices import child_environment, torch_environment
 from meshlab.core.errors import BackendError, InputError, Location, MeshlabError
 from meshlab.experiments.records import RunRecord, append_record, run_record
-from meshlab.core.files import file_stem, output_folder
+from meshlab.core.files import cache_root, file_stem, output_folder
 from meshlab.experiments.compile_cache import cache_for
 from meshlab.experiments.definition import given
 from meshlab.experiments.options import RUN_BACKENDS, RunOptions
@@ -227,7 +227,7 @@ def _checkpoint(name: str, transformer: str) -> Path | str:
 
 def _tiny_checkpoint() -> Path:
     """The tiny offline Qwen-Image pipeline, built once into the user's cache (a few seconds)."""
-    cache = Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tiny-qwen-image"
+    cache = cache_root() / "tiny-qwen-image"
     if not (cache / "model_index.json").is_file():
         building = cache.with_name(f"{cache.name}.building-{os.getpid()}")
         call_worker("meshlab.workers.run_xla", BuildTinyRequest(build_tiny=str(building)), dict(os.environ),
@@ -253,10 +253,7 @@ def _run_worker(path: Path, planned: PlannedStrategy, checkpoint: Path, workload
             scratch=str(scratch), cache_dir=str(cache_for(planned, checkpoint, options) or ""))
         dump = scratch / "xla-dump"
         flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"  # its memory-usage reports: per-device peak
-        env = child_environment(planned.plan.mesh.device_count, flags)
-        if planned.strategy.compile.libtpu_flags:  # read by libtpu on a TPU host; nothing else reads them
-            env["LIBTPU_INIT_ARGS"] = " ".join([env.get("LIBTPU_INIT_ARGS", ""),
-                                                *planned.strategy.compile.libtpu_flags]).strip()
+        env = child_environment(planned.plan.mesh.device_count, flags, planned.strategy.compile.libtpu_flags)
         try:
             result = call_worker("meshlab.workers.run_xla", request, env, RunPayload, folder=scratch,
                                  timeout_s=options.timeout_s)

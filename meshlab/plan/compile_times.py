@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from meshlab.core.files import cache_root, write_atomic
 from meshlab.models.card import ModelCard
 from meshlab.strategy.schema import Strategy
 
@@ -61,7 +62,7 @@ def compile_times_path() -> Path:
     given = os.environ.get("MESHLAB_COMPILE_TIMES")
     if given:
         return Path(given)
-    return Path(os.environ.get("MESHLAB_CACHE", Path.home() / ".cache" / "meshlab")) / "tpu-compile-times.json"
+    return cache_root() / "tpu-compile-times.json"
 
 
 def compile_key(strategy: Strategy, card: ModelCard, system: str) -> str:
@@ -92,8 +93,6 @@ def measured_compile(strategy: Strategy, card: ModelCard, system: str) -> Measur
 def record_compile(strategy: Strategy, card: ModelCard, system: str, measured: MeasuredCompile) -> Path:
     """Keep `measured` as this plan's compile (the file written whole, or not at all; see the module's docstring)."""
     import fcntl
-
-    from meshlab.core.files import write_atomic
 
     path = compile_times_path()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,11 @@ def accelerator_platform() -> str | None:
     return None  # a GPU needs a CUDA build of torch_xla and an explicit PJRT_DEVICE=CUDA
 
 
-def child_environment(device_count: int, extra_xla_flags: str = "") -> dict[str, str]:
-    """The environment of a torch_xla child: the accelerator as found, or `device_count` virtual CPU devices."""
+def child_environment(device_count: int, extra_xla_flags: str = "", libtpu_flags: list[str] | tuple[str, ...] = ()
+                      ) -> dict[str, str]:
+    """The environment of a torch_xla child: the accelerator as found, or `device_count` virtual CPU devices;
+    `libtpu_flags` (a strategy's compile.libtpu_flags) after any LIBTPU_INIT_ARGS the environment sets (libtpu reads
+    them on a TPU host, or in an ahead-of-time compile; nothing else does)."""
     env = dict(os.environ)
     platform = accelerator_platform()
     if platform is None:
@@ -33,6 +36,8 @@ def child_environment(device_count: int, extra_xla_flags: str = "") -> dict[str,
         env["PJRT_DEVICE"] = platform
     if extra_xla_flags:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {extra_xla_flags}".strip()
+    if libtpu_flags:
+        env["LIBTPU_INIT_ARGS"] = " ".join([env.get("LIBTPU_INIT_ARGS", ""), *libtpu_flags]).strip()
     return env
 
 

@@ -120,7 +120,8 @@ def read_payload(data: Any, payload: Any, who: str) -> Any:
         from meshlab.core.closed import problem_line
 
         raise BackendError(f"{who} handed back a result meshlab does not read ({problem_line(exc, data, 'it')})",
-                           "rerun with MESHLAB_DEBUG=1; the worker and this meshlab may be different versions") from None
+                           "rerun with MESHLAB_DEBUG=1; the worker and this meshlab may be different versions"
+                           ) from None
     return data
 
 

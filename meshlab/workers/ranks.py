@@ -1,11 +1,12 @@
 """Start one process per device for torch.distributed on this host, or join the ranks torchrun started.
 
-``spawn(target, world, payload, result)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process group
-(``torch.multiprocessing``, no torchrun needed) and returns each rank's result, read through the type `result` (a
-model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. A rank's failure comes back as
-that rank's meshlab error; the ranks die with the process that started them (Linux ``PR_SET_PDEATHSIG``), and
-``torch.multiprocessing`` stops the others when one fails, so no rank is left behind. Under ``torchrun`` (``RANK``
-and ``WORLD_SIZE`` set), ``joined()`` initialises the group from the environment instead: nccl on CUDA, else gloo.
+``spawn(target, world, payload, result)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process
+group (``torch.multiprocessing``, no torchrun needed) and returns each rank's result, read through the type `result`
+(a model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. A rank's failure
+comes back as that rank's meshlab error; the ranks die with the process that started them (Linux
+``PR_SET_PDEATHSIG``), and ``torch.multiprocessing`` stops the others when one fails, so no rank is left behind.
+Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set), ``joined()`` initialises the group from the environment
+instead: nccl on CUDA, else gloo.
 """
 
 from __future__ import annotations
