@@ -8,8 +8,9 @@
   effective peak, plus the bytes its other ops move (eager) at the effective HBM bandwidth, at least its ops'
   dispatches. The FLOPs-only figure meshlab gave before the memory term is printed beside it.
 - **Working set (CPU).** A real decode of each shipped VAE (random weights, float32) at a size the card was not
-  measured at, its tensors' peak read from torch.profiler's memory timeline (meshlab.models.importer.decode_trace), against
-  meshlab.plan.memory.vae_decode_bytes.
+  measured at (for a video VAE, more latent frames too), its tensors' peak tracked op by op as the cards measure them
+  (meshlab.models.importer.decode_trace.live_peak), against meshlab.plan.memory.vae_decode_bytes. The test
+  (tests/cost/test_pipeline_time.py) holds the same decodes against torch.profiler's memory timeline instead.
 
 A check, never a fit: the catalog's rates and efficiencies and the cards' figures are used as they are.
 """
@@ -48,23 +49,26 @@ def memory_rows() -> list[dict]:
     import diffusers
     import torch
 
-    from meshlab.models.importer.decode_trace import _tensor_peak
+    from meshlab.models.importer.card_import import _latent_shape
+    from meshlab.models.importer.decode_trace import live_peak
+    from meshlab.plan.memory import frame_growth
 
     rows = []
-    for model, side, latent_frames in (("qwen-image", 32, 1), ("flux-dev", 32, 1), ("wan-2.1-t2v-14b", 16, 4)):
+    for model, side, latent_frames in (("qwen-image", 32, 1), ("flux-dev", 32, 1), ("wan-2.1-t2v-14b", 16, 4),
+                                       ("hunyuan-video", 12, 5), ("ltx-video", 12, 6), ("cogvideox-5b", 12, 7)):
         card = load_card(model)
         spec = card.source["components"]["vae"]
         config = spec["config"]
         torch.manual_seed(0)
         vae = getattr(diffusers, spec["class"]).from_config(config).eval()
-        shape = (1, config["z_dim"], latent_frames, side, side) if "z_dim" in config else \
-            (1, config["latent_channels"], side, side)
-        peak, pixels = _tensor_peak(vae, torch.randn(shape))
+        peak, pixels = live_peak(vae, torch.randn(_latent_shape(vae.config, side, latent_frames)))
         frames = (latent_frames - 1) * card.architecture.temporal_scale_factor + 1 if card.architecture.is_video else 1
         measured = (peak + 3 * frames * pixels * 4) / 2  # float32 decode, its output added back, at bfloat16
-        predicted = vae_decode_bytes(card.component("vae").working_bytes_per_pixel, card.architecture,
-                                     8 * side, 8 * side, frames, 2)
-        rows.append({"case": f"{model} VAE working set {8 * side}x{8 * side}x{frames}, cpu",
+        vae_card, scale = card.component("vae"), card.architecture.vae_scale_factor
+        predicted = vae_decode_bytes(vae_card.working_bytes_per_pixel, card.architecture, scale * side, scale * side,
+                                     frames, 2, None, frame_growth(vae_card, card.architecture, frames),
+                                     vae_card.output_copies)
+        rows.append({"case": f"{model} VAE working set {scale * side}x{scale * side}x{frames}, cpu",
                      "measured_bytes": measured, "predicted_bytes": predicted, "ratio": predicted / measured})
     return rows
 

@@ -181,7 +181,8 @@ def read_back(module, plan: Plan, xla_mesh) -> tuple[AppliedParameter, ...]:
 
 
 def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
-    """Move the forward's tensor inputs to the device and split them as ``activations`` says (batch, sequence)."""
+    """Move the forward's tensor inputs to the device and split them as ``activations`` says (batch, sequence); a
+    tuple of tensors (CogVideoX's rotary tables) moves whole, replicated."""
     import torch
 
     if not isinstance(plan, PlannedStrategy):
@@ -197,6 +198,8 @@ def shard_inputs(mesh, plan: PlannedStrategy, **inputs) -> dict[str, Any]:
             value = value if value.device.type == "xla" else xla.to_device(value)
             spec = input_spec(name, tuple(value.shape), plan.strategy.activations, plan.plan.mesh)
             xla.mark(value, xla_mesh, spec, name)
+        elif isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+            value = tuple(v if v.device.type == "xla" else xla.to_device(v) for v in value)
         out[name] = value
     return out
 

@@ -411,9 +411,12 @@ def _terms_table(planned, p) -> Table:
         table.add_column(column, justify=justify)
     terms = p.terms
     on_host = planned.strategy.placement.text_encoder == "cpu"
-    encoders = [c for c in card.components if c.name.startswith("text_encoder")]
+    encoders = card.text_encoders
     per_token = sum(c.flops_per_token + c.head_flops_per_token for c in encoders)
     prefix = max((c.prefix_tokens for c in encoders), default=0)
+    images = [c for c in card.encoders if c not in encoders]
+    image_how = "".join(f", plus the {c.name} at {c.flops_per_token / 1e9:.1f} GFLOP per token x "
+                        f"{card.architecture.reference_tokens} image tokens" for c in images)
     host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
     where = (f"the host at {_rate(hw.host_flops)} ({host_how})" if on_host
              else f"the chip at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}")
@@ -426,7 +429,8 @@ def _terms_table(planned, p) -> Table:
     rows = [
         ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens}"
          f"{f' + {prefix} template' if prefix else ''} tokens x "
-         f"{2 if workload.cfg else 1} prompt(s) on {where}"),
+         f"{2 if workload.cfg else 1} prompt(s){image_how} on {where}"
+         f"{'; the conditioning frames VAE encode is not priced' if images else ''}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
         ("VAE decode", "vae_decode_s", _decode_how(vae, hw, planned.strategy.placement.vae, measured_decode)),
         ("host transfers", "transfer_s", f"prompt embeddings in, float32 pixels out at "

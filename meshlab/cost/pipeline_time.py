@@ -8,7 +8,9 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
   cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
   ``sharded`` (FSDP over every chip) adds each encode's all-gather of the layers' weights, (n - 1) / n of them,
-  at one chip's ``ici_link_bandwidth`` (not overlapped with the encode; the root unit stays gathered);
+  at one chip's ``ici_link_bandwidth`` (not overlapped with the encode; the root unit stays gathered). An image
+  encoder (Wan 2.1 image-to-video's CLIP) adds its FLOPs per token x the card's reference tokens, once per image.
+  Not priced: the image-to-video pipeline's VAE encode of its conditioning frames;
 - **denoise_s**: the steps at the predicted step time less its host overhead (meshlab.cost.timing);
 - **vae_decode_s**: the images one chip decodes (its share of the batch split), each its pixels (and frames) x
   the card's figures per output pixel (real decodes on the CPU, meshlab.models.importer.decode_trace): the convolutions'
@@ -64,12 +66,15 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     workload, placement = strategy.workload, strategy.placement
     device_flops = hardware.bf16_flops * hardware.compute_efficiency
     unknown = []
-    encoders = [c for c in card.components if c.name.startswith("text_encoder")]
+    encoders = card.encoders
     if any(c.flops_per_token == 0 for c in encoders):
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
+    # an image encoder (Wan I2V's CLIP) encodes the conditioning image once per image, its reference tokens
     encode_flops = sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
-                       for c in encoders if c.flops_per_token) * prompts if "text_encode_s" not in unknown else 0.0
+                       for c in card.text_encoders if c.flops_per_token) * prompts \
+        + sum(c.flops_per_token * card.architecture.reference_tokens * images
+              for c in encoders if c not in card.text_encoders) if "text_encode_s" not in unknown else 0.0
     encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
     encode_s = encode_flops / encode_rate
     if placement.text_encoder == "sharded" and hardware.chips > 1 and "text_encode_s" not in unknown:

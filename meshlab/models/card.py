@@ -22,7 +22,7 @@ from meshlab.models.card_file import CardFile
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}
 
 #: Which token stream a Linear (or any parameter) serves; the cost model multiplies by its token count.
-STREAMS = ("image", "text", "joint", "conditioning", "none")
+STREAMS = ("image", "text", "joint", "conditioning", "reference", "none")
 #: Module kinds the planner distinguishes (column/row apply only to ``linear``).
 MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
@@ -198,6 +198,15 @@ class Component:
     #: Peak working set while decoding, in bytes per output pixel per image (VAE only): the tensors two real
     #: decodes allocate, measured on the CPU (meshlab.models.importer.decode_trace), as a slope over the pixels
     working_bytes_per_pixel: float = 0.0
+    #: video VAE only: the latent frames of the decode that working set was measured at (a pass in the decode's
+    #: steady state), and what it grows by per latent frame more, per output pixel of one frame (measured between
+    #: two decodes a period apart: LTX-Video's decoder holds every frame at once and grows; Wan's, which caches a
+    #: latent frame at a time, holds about the same). 0: not known, or an image VAE
+    working_latent_frames: int = 0
+    working_bytes_per_pixel_per_latent_frame: float = 0.0
+    #: video VAE only: copies of the decoded video its decode holds at once (2: it concatenates decoded pieces, as
+    #: Wan's frames; 1: one decoder call makes the whole video, as LTX-Video's); 0: not known (counted as 2)
+    output_copies: int = 0
     #: FLOPs of one decode per output pixel per image (VAE only; convolutions and matmuls as torch's
     #: FlopCounterMode counts them in the same traced decode). 0: not known (a card from before it was recorded).
     decode_flops_per_pixel: float = 0.0
@@ -249,6 +258,9 @@ class Architecture:
     #: frames); 1 for an image model, whatever its VAE can do
     temporal_scale_factor: int = 1
     temporal_patch: int = 1  # latent frames per token frame
+    #: tokens of a conditioning image's embedding that every sample carries whatever the workload (the "reference"
+    #: stream: Wan 2.1 image-to-video's CLIP image tokens, 257); 0 for a model without one
+    reference_tokens: int = 0
 
     @property
     def is_video(self) -> bool:
@@ -319,6 +331,17 @@ class ModelCard:
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
 
+    @property
+    def text_encoders(self) -> tuple[Component, ...]:
+        """The text encoders (SD3.5 has three), in the pipeline's order."""
+        return tuple(c for c in self.components if c.name.startswith("text_encoder"))
+
+    @property
+    def encoders(self) -> tuple[Component, ...]:
+        """Every encoder of the conditioning that ``placement.text_encoder`` places: the text encoders and an image
+        encoder (Wan 2.1 image-to-video's CLIP, which its pipeline keeps beside the text encoder)."""
+        return tuple(c for c in self.components if c.name.startswith(("text_encoder", "image_encoder")))
+
     def to_json(self) -> dict:
         return card_to_json(self)
 
@@ -338,7 +361,8 @@ def card_to_json(card: ModelCard) -> dict:
         "name": card.name,
         "class_name": card.class_name,
         "source": card.source,
-        "architecture": {k: getattr(arch, k) for k in Architecture.__dataclass_fields__},
+        "architecture": {k: getattr(arch, k) for k in Architecture.__dataclass_fields__
+                         if k != "reference_tokens" or arch.reference_tokens},
         "parameters": [
             {"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "kind": p.kind, "stream": p.stream, "block": p.block}
             for p in card.parameters
@@ -352,6 +376,10 @@ def card_to_json(card: ModelCard) -> dict:
         "components": [
             {"name": c.name, "class_name": c.class_name, "parameters": c.parameters, "dtype": c.dtype,
              "working_bytes_per_pixel": c.working_bytes_per_pixel,
+             **({"working_latent_frames": c.working_latent_frames,
+                 "working_bytes_per_pixel_per_latent_frame": c.working_bytes_per_pixel_per_latent_frame,
+                 "output_copies": c.output_copies}
+                if c.working_latent_frames else {}),
              "decode_flops_per_pixel": c.decode_flops_per_pixel, "decode_bytes_per_pixel": c.decode_bytes_per_pixel,
              "decode_fused_bytes_per_pixel": c.decode_fused_bytes_per_pixel, "decode_dispatches": c.decode_dispatches,
              "tile": list(c.tile), "tile_stride": list(c.tile_stride),

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from meshlab.core.closed import Closed, Int
 
-Stream = Literal["image", "text", "joint", "conditioning", "none"]
+Stream = Literal["image", "text", "joint", "conditioning", "reference", "none"]
 Dtype = Literal["float32", "bfloat16", "float16", "float8_e4m3fn", "int8"]
 Count = Annotated[Int, Field(ge=0)]
 
@@ -53,6 +53,9 @@ class ComponentEntry(Closed):
     parameters: Int = Field(ge=0)
     dtype: Dtype
     working_bytes_per_pixel: float = Field(0.0, ge=0)
+    working_latent_frames: Int = Field(0, ge=0)
+    working_bytes_per_pixel_per_latent_frame: float = Field(0.0, ge=0)
+    output_copies: Int = Field(0, ge=0, le=2)
     decode_flops_per_pixel: float = Field(0.0, ge=0)
     decode_bytes_per_pixel: float = Field(0.0, ge=0)
     decode_fused_bytes_per_pixel: float = Field(0.0, ge=0)
@@ -133,6 +136,7 @@ class ArchitectureEntry(Closed):
     mlp_ratio: float = Field(ge=0)
     temporal_scale_factor: Int = Field(1, ge=1)
     temporal_patch: Int = Field(1, ge=1)
+    reference_tokens: Int = Field(0, ge=0)
 
 
 class CardFile(Closed):

@@ -233,5 +233,140 @@ FLUX2_DEV = Preset(
     },
 )
 
+#: Wan 2.1 image-to-video, 14B, 480P (720P has the same transformer). The transformer's config is
+#: diffusers' scripts/convert_wan_to_diffusers.py get_transformer_config("Wan-I2V-14B-480p"): the T2V 14B with
+#: 36 input channels (16 noise, 4 mask and 16 conditioning latents) and the image context (image_dim,
+#: added_kv_proj_dim). The image encoder is CLIP ViT-H/14 (laion/CLIP-ViT-H-14-laion2B-s32B-b79K) as the repository
+#: saves it; WanImageToVideoPipeline reads its penultimate hidden states.
+WAN_I2V_14B = Preset(
+    "wan-2.1-i2v-14b",
+    "WanTransformer3DModel",
+    {**WAN_14B.config, "in_channels": 36, "image_dim": 1280, "added_kv_proj_dim": 5120, "pos_embed_seq_len": None},
+    "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers transformer/config.json (diffusers scripts/convert_wan_to_diffusers.py)",
+    {
+        "vae": _WAN_VAE,
+        "text_encoder": _UMT5_XXL,
+        "image_encoder": ComponentSpec(
+            "transformers",
+            "CLIPVisionModel",
+            {
+                "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32, "num_attention_heads": 16,
+                "image_size": 224, "patch_size": 14, "num_channels": 3, "projection_dim": 1024, "hidden_act": "gelu",
+                "layer_norm_eps": 1e-05,
+            },
+            "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers image_encoder/config.json",
+        ),
+    },
+)
+
+#: T5 v1.1 XXL's encoder as LTX-Video and CogVideoX ship it (the same shape as FLUX.1's text_encoder_2).
+def _t5_xxl(origin: str) -> ComponentSpec:
+    return ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG, origin)
+
+
+#: LTX-Video 2B, 0.9.0 (Lightricks/LTX-Video; its transformer config is the same for 0.9.0, 0.9.1 and 0.9.5). The
+#: 0.9.0 VAE's config file leaves the decoder's keys out: they load as the class's defaults, which are 0.9.0's.
+LTX_VIDEO = Preset(
+    "ltx-video",
+    "LTXVideoTransformer3DModel",
+    {
+        "activation_fn": "gelu-approximate", "attention_bias": True, "attention_head_dim": 64,
+        "attention_out_bias": True, "caption_channels": 4096, "cross_attention_dim": 2048, "in_channels": 128,
+        "norm_elementwise_affine": False, "norm_eps": 1e-06, "num_attention_heads": 32, "num_layers": 28,
+        "out_channels": 128, "patch_size": 1, "patch_size_t": 1, "qk_norm": "rms_norm_across_heads",
+    },
+    "Lightricks/LTX-Video transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKLLTXVideo",
+            {
+                "block_out_channels": [128, 256, 512, 512], "decoder_causal": False, "encoder_causal": True,
+                "in_channels": 3, "latent_channels": 128, "layers_per_block": [4, 3, 3, 3, 4], "out_channels": 3,
+                "patch_size": 4, "patch_size_t": 1, "resnet_norm_eps": 1e-06, "scaling_factor": 1.0,
+                "spatio_temporal_scaling": [True, True, True, False],
+            },
+            "Lightricks/LTX-Video vae/config.json (0.9.0)",
+        ),
+        "text_encoder": _t5_xxl("Lightricks/LTX-Video text_encoder/config.json"),
+    },
+)
+
+#: CogVideoX-5b (THUDM/CogVideoX-5b): rotary embeddings, 226 text tokens joined with the video's.
+COGVIDEOX_5B = Preset(
+    "cogvideox-5b",
+    "CogVideoXTransformer3DModel",
+    {
+        "activation_fn": "gelu-approximate", "attention_bias": True, "attention_head_dim": 64, "dropout": 0.0,
+        "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 16, "max_text_seq_length": 226,
+        "norm_elementwise_affine": True, "norm_eps": 1e-05, "num_attention_heads": 48, "num_layers": 42,
+        "out_channels": 16, "patch_size": 2, "sample_frames": 49, "sample_height": 60, "sample_width": 90,
+        "spatial_interpolation_scale": 1.875, "temporal_compression_ratio": 4, "temporal_interpolation_scale": 1.0,
+        "text_embed_dim": 4096, "time_embed_dim": 512, "timestep_activation_fn": "silu",
+        "use_rotary_positional_embeddings": True,
+    },
+    "THUDM/CogVideoX-5b transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKLCogVideoX",
+            {
+                "act_fn": "silu", "block_out_channels": [128, 256, 256, 512],
+                "down_block_types": ["CogVideoXDownBlock3D"] * 4, "up_block_types": ["CogVideoXUpBlock3D"] * 4,
+                "force_upcast": True, "in_channels": 3, "latent_channels": 16, "layers_per_block": 3,
+                "norm_eps": 1e-06, "norm_num_groups": 32, "out_channels": 3, "sample_height": 480,
+                "sample_width": 720, "scaling_factor": 0.7, "temporal_compression_ratio": 4,
+                "use_post_quant_conv": False, "use_quant_conv": False,
+            },
+            "THUDM/CogVideoX-5b vae/config.json",
+        ),
+        "text_encoder": _t5_xxl("THUDM/CogVideoX-5b text_encoder/config.json"),
+    },
+)
+
+#: HunyuanVideo (hunyuanvideo-community/HunyuanVideo): Flux-like dual and single blocks over video latents. Its
+#: text encoder is the Llama-3-8B text tower of llava-llama-3-8b-v1_1 (HunyuanVideoPipeline encodes a 95-token
+#: template before each prompt and drops it: DEFAULT_PROMPT_TEMPLATE's crop_start), and CLIP ViT-L/14's text tower
+#: gives the pooled embedding.
+HUNYUAN_VIDEO = Preset(
+    "hunyuan-video",
+    "HunyuanVideoTransformer3DModel",
+    {
+        "in_channels": 16, "out_channels": 16, "num_attention_heads": 24, "attention_head_dim": 128,
+        "num_layers": 20, "num_single_layers": 40, "num_refiner_layers": 2, "mlp_ratio": 4.0, "patch_size": 2,
+        "patch_size_t": 1, "qk_norm": "rms_norm", "guidance_embeds": True, "text_embed_dim": 4096,
+        "pooled_projection_dim": 768, "rope_theta": 256.0, "rope_axes_dim": [16, 56, 56],
+    },
+    "hunyuanvideo-community/HunyuanVideo transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKLHunyuanVideo",
+            {
+                "act_fn": "silu", "block_out_channels": [128, 256, 512, 512],
+                "down_block_types": ["HunyuanVideoDownBlock3D"] * 4, "up_block_types": ["HunyuanVideoUpBlock3D"] * 4,
+                "in_channels": 3, "latent_channels": 16, "layers_per_block": 2, "mid_block_add_attention": True,
+                "norm_num_groups": 32, "out_channels": 3, "scaling_factor": 0.476986, "spatial_compression_ratio": 8,
+                "temporal_compression_ratio": 4,
+            },
+            "hunyuanvideo-community/HunyuanVideo vae/config.json",
+        ),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "LlamaModel",
+            {
+                "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128320, "max_position_embeddings": 8192,
+                "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+            },
+            "hunyuanvideo-community/HunyuanVideo text_encoder/config.json",
+            prompt_prefix_tokens=95,
+        ),
+        "text_encoder_2": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L,
+                                        "hunyuanvideo-community/HunyuanVideo text_encoder_2/config.json"),
+    },
+)
+
 #: The presets ``python -m meshlab.models.importer.card_import --all`` turns into the shipped cards, by card name.
-PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV, WAN_14B, WAN_1_3B, SD35_LARGE, FLUX2_DEV)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV, WAN_14B, WAN_1_3B, SD35_LARGE, FLUX2_DEV,
+                                                  WAN_I2V_14B, LTX_VIDEO, COGVIDEOX_5B, HUNYUAN_VIDEO)}

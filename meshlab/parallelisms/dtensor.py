@@ -91,14 +91,20 @@ def distribute(value, device_mesh, spec: PartitionSpec, mesh: AbstractMesh, name
 
 
 def distribute_inputs(inputs: dict, device_mesh, mesh: AbstractMesh, activations) -> dict:
-    """A forward's tensor inputs split as the strategy's ``activations`` say (meshlab.plan.inputs); the rest as
-    they are."""
+    """A forward's tensor inputs split as the strategy's ``activations`` say (meshlab.plan.inputs); a tuple of tensors
+    (CogVideoX's rotary tables) replicated; the rest as they are."""
     import torch
 
     from meshlab.plan.inputs import input_spec
 
-    return {name: distribute(value, device_mesh, input_spec(name, tuple(value.shape), activations, mesh), mesh, name)
-            if isinstance(value, torch.Tensor) else value for name, value in inputs.items()}
+    def placed(name: str, value):
+        if isinstance(value, torch.Tensor):
+            return distribute(value, device_mesh, input_spec(name, tuple(value.shape), activations, mesh), mesh, name)
+        if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+            return tuple(distribute(v, device_mesh, PartitionSpec.replicated(v.dim()), mesh, name) for v in value)
+        return value
+
+    return {name: placed(name, value) for name, value in inputs.items()}
 
 
 def holds_its_slice(value, sharded, spec: PartitionSpec, mesh: AbstractMesh, position: int) -> bool:

@@ -152,7 +152,7 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     workload, placement = strategy.workload, strategy.placement
     vae = plan.card.component("vae")
-    encoders = [c for c in plan.card.components if c.name.startswith("text_encoder")]  # SD3.5 has three
+    encoders = plan.card.encoders  # SD3.5 has three text encoders; Wan I2V an image encoder too
     vae_weights = vae_decode = text_bytes = text_encode = 0
     if vae is not None and placement.vae == "device":
         vae_weights = vae.parameters * itemsize
@@ -162,7 +162,8 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
                              plan.mesh.device_count // split)
         vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
                                                        workload.height, workload.width, workload.frames, itemsize,
-                                                       share)
+                                                       share, frame_growth(vae, plan.card.architecture,
+                                                                            workload.frames), vae.output_copies)
     chips = plan.mesh.device_count
     text_bytes = sum(encoder_resident(c, placement.text_encoder, chips) for c in encoders) * itemsize
     if encoders and placement.text_encoder == "sharded" and chips > 1:  # a layer gathered at a time
@@ -208,22 +209,35 @@ def decode_share(vae: Component, mode: str, height: int, width: int, chips: int)
     return DecodeShare(pixels, pixels, 1)
 
 
+def frame_growth(vae: Component, arch: Architecture, frames: int) -> float:
+    """What a video VAE's working set per pixel gains past the latent frames it was measured at (LTX-Video's decoder
+    holds every frame at once); 0 for an image, or a card without the figure."""
+    if not vae.working_latent_frames:
+        return 0.0
+    more = arch.latent_frames(frames) - vae.working_latent_frames
+    return vae.working_bytes_per_pixel_per_latent_frame * max(0, more)
+
+
 def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height: int, width: int, frames: int,
-                     itemsize: int, share: DecodeShare | None = None) -> int:
+                     itemsize: int, share: DecodeShare | None = None, growth: float = 0.0,
+                     copies: int = 0) -> int:
     """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16,
     2 bytes an element; for a video VAE, decoding a latent frame after the first with its causal caches) over the
     pixels held at once (`share`: the whole image by default, a tile, or one chip's rows), beside the decoded image
     or video (3 channels x every frame) it hands back: a whole video twice, as a video VAE appends each latent
     frame's output with ``torch.cat``. Under tiling every decoded tile is kept to blend, and the blend (its rows,
     then their ``torch.cat``) holds two more copies of the image after the last tile's working set is freed
-    (Wan's tiled decode clamps into a third, left out)."""
+    (Wan's tiled decode clamps into a third, left out). `growth`: bytes per pixel the working set gains over the
+    video's latent frames past those it was measured at (see `frame_growth`); `copies`: of the decoded video held
+    at once, as the card measured the decode (0: not known, two for a video)."""
     pixels = height * width
     share = share or DecodeShare(pixels, pixels, 1)
     image = 3 * frames * itemsize  # bytes per pixel of the decoded output
-    working = int(working_bytes_per_pixel * share.working_pixels * itemsize / 2)
+    working = int((working_bytes_per_pixel + growth) * share.working_pixels * itemsize / 2)
     if share.pieces > 1:
         return image * share.computed_pixels + max(working, image * 2 * pixels)
-    return working + image * (2 * pixels if arch.is_video and frames > 1 else pixels)
+    copies = (copies or 2) if arch.is_video and frames > 1 else 1
+    return working + image * copies * pixels
 
 
 def _batch_split(plan: Plan, strategy: Strategy) -> int:

@@ -13,6 +13,7 @@ from meshlab.strategy.schema import Workload
 class TokenCounts:
     image: int  # image tokens per sample
     text: int  # text tokens per sample
+    reference: int = 0  # a conditioning image's tokens per sample (Wan I2V's CLIP tokens), never split
 
     @property
     def joint(self) -> int:
@@ -20,7 +21,8 @@ class TokenCounts:
 
     def of_stream(self, stream: str) -> int:
         """Tokens a Linear of `stream` sees per sample (conditioning Linears act once per sample)."""
-        return {"image": self.image, "text": self.text, "joint": self.joint, "conditioning": 1}.get(stream, 0)
+        return {"image": self.image, "text": self.text, "joint": self.joint, "conditioning": 1,
+                "reference": self.reference}.get(stream, 0)
 
 
 def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:
@@ -34,7 +36,8 @@ def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:
                 f"use a multiple of {step}, e.g. {value // step * step or step}",
                 field=("workload", side),
             )
-    return TokenCounts(frames * (workload.height // step) * (workload.width // step), workload.text_tokens)
+    return TokenCounts(frames * (workload.height // step) * (workload.width // step), workload.text_tokens,
+                       arch.reference_tokens)
 
 
 def rules_split_text(rules, sequence_axes: tuple[str, ...]) -> bool:
@@ -72,4 +75,4 @@ def local_token_counts(tokens: TokenCounts, sequence_split: int, card: ModelCard
         return tokens
     joint = joins_text(card)
     text = -(-tokens.text // sequence_split) if joint or text_split else tokens.text
-    return TokenCounts(-(-tokens.image // sequence_split), text)
+    return TokenCounts(-(-tokens.image // sequence_split), text, tokens.reference)

@@ -37,6 +37,7 @@ class HardwareNamed(Document):
 class Tokens(Document):
     image: int
     text: int
+    reference: int = Field(0, description="a conditioning image's tokens (Wan 2.1 image-to-video's CLIP tokens)")
 
 
 class RuleSummary(Document):

@@ -19,7 +19,8 @@ def try_document(planned: PlannedStrategy) -> dict:
                      "overridden": list(planned.hardware.overridden)},
         "mesh": plan.mesh.as_dict(),
         "workload": strategy.workload.model_dump(),
-        "tokens": {"image": memory.tokens.image, "text": memory.tokens.text},
+        "tokens": {"image": memory.tokens.image, "text": memory.tokens.text,
+                   **({"reference": memory.tokens.reference} if memory.tokens.reference else {})},
         "total_params": card.total_params,
         "rules": rule_summaries(planned),
         "parameters": [

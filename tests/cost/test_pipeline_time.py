@@ -156,29 +156,65 @@ def test_decode_flops_per_pixel_extrapolates_to_a_larger_decode():
     assert per_pixel == pytest.approx(vae_card.decode_flops_per_pixel, rel=0.05)
 
 
+def profiled_peak(vae, latent) -> tuple[int, int]:
+    """An independent measure of a decode's working set (the cards use meshlab's own op-by-op tracker): torch.profiler's
+    memory timeline, every allocation it ties to a tensor, whatever its category, parameters aside (the category
+    alone leaves HunyuanVideo's VAE uncounted past its attention mask); the peak less the output, and the output's
+    pixels of one frame. It reads the profiler's private timeline, here only."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import _memory_profiler as memory
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                                  with_stack=True) as prof:
+        image = vae.decode(latent).sample
+    timeline = prof._memory_profile()
+
+    def counted(key, version) -> bool:
+        return isinstance(key, memory.TensorKey) and \
+            timeline._categories.get(key, version) != memory.Category.PARAMETER
+
+    current = peak = 0
+    for _, action, (key, version), nbytes in timeline.timeline:
+        if key.device.type != "cpu":
+            continue
+        if action in (memory.Action.PREEXISTING, memory.Action.CREATE):
+            current += nbytes if counted(key, version) else 0
+        elif action == memory.Action.INCREMENT_VERSION:
+            current += (nbytes if counted(key, version + 1) else 0) - (nbytes if counted(key, version) else 0)
+        elif action == memory.Action.DESTROY:
+            current -= nbytes if counted(key, version) else 0
+        peak = max(peak, current)
+    return peak - image.numel() * image.element_size(), image.shape[-1] * image.shape[-2]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("diffusers") is None, reason="needs diffusers")
 @pytest.mark.parametrize("model, side, latent_frames", [("qwen-image", 32, 1), ("flux-dev", 32, 1),
-                                                        ("wan-2.1-t2v-14b", 16, 4)])
+                                                        ("wan-2.1-t2v-14b", 16, 4), ("hunyuan-video", 12, 5),
+                                                        ("ltx-video", 12, 6), ("cogvideox-5b", 12, 7)])
 def test_the_decode_working_set_predicts_a_larger_measured_decode(model, side, latent_frames):
-    """The card's working set comes from decodes at 8x8 and 16x16 latents (one latent frame, or three for a
-    video VAE); a real decode of another size, measured by torch.profiler's memory timeline on the CPU, holds
-    what meshlab.plan.memory predicts for it within 2% (Wan: 13 frames, past the 9 the card was measured at)."""
+    """The card's working set comes from decodes at 8x8 and 16x16 latents (one latent frame, or a video VAE's
+    steady state, and how it grows per latent frame); a real decode of another size, measured by torch.profiler's
+    memory timeline on the CPU, holds what meshlab.plan.memory predicts for it within 2% (Wan: 13 frames, past the 9
+    the card was measured at; LTX-Video, whose decoder holds every frame: 41 frames, past its 17; HunyuanVideo:
+    one temporal tile of 5 latent frames; CogVideoX: 7 latent frames, batches of 3, 2 and 2)."""
     import diffusers
     import torch
 
-    from meshlab.models.importer.decode_trace import _tensor_peak
-    from meshlab.plan.memory import vae_decode_bytes
+    from meshlab.models.importer.card_import import _latent_shape
+    from meshlab.plan.memory import frame_growth, vae_decode_bytes
 
     card = load_card(model)
     spec = card.source["components"]["vae"]
+    torch.manual_seed(0)
     vae = getattr(diffusers, spec["class"]).from_config(spec["config"]).eval()
-    config = spec["config"]
-    shape = (1, config["z_dim"], latent_frames, side, side) if "z_dim" in config else \
-        (1, config["latent_channels"], side, side)
-    peak, pixels = _tensor_peak(vae, torch.randn(shape))
     frames = (latent_frames - 1) * card.architecture.temporal_scale_factor + 1 if card.architecture.is_video else 1
+    peak, pixels = profiled_peak(vae, torch.randn(_latent_shape(vae.config, side, latent_frames)))
     measured_bf16 = (peak + 3 * frames * pixels * 4) / 2  # the decode ran in float32; its output added back
-    predicted = vae_decode_bytes(card.component("vae").working_bytes_per_pixel, card.architecture,
-                                 8 * side, 8 * side, frames, 2)
+    scale = card.architecture.vae_scale_factor
+    vae_card = card.component("vae")
+    predicted = vae_decode_bytes(vae_card.working_bytes_per_pixel, card.architecture, scale * side, scale * side,
+                                 frames, 2, None, frame_growth(vae_card, card.architecture, frames),
+                                 vae_card.output_copies)
     assert predicted == pytest.approx(measured_bf16, rel=0.02)

@@ -15,7 +15,8 @@ import pytest
 from meshlab.models.card import BUILTIN_DIR, card_to_json, load_card
 from meshlab.core.errors import InputError
 
-SHIPPED = ("qwen-image", "flux-dev", "wan-2.1-t2v-14b", "wan-2.1-t2v-1.3b", "sd3.5-large", "flux2-dev")
+SHIPPED = ("qwen-image", "flux-dev", "wan-2.1-t2v-14b", "wan-2.1-t2v-1.3b", "sd3.5-large", "flux2-dev",
+           "wan-2.1-i2v-14b", "ltx-video", "cogvideox-5b", "hunyuan-video")
 
 
 def params_by_name(card) -> dict:
@@ -32,7 +33,7 @@ def test_shipped_card_is_small_and_names_its_source(name):
     card = load_card(name)
     assert card.source["preset"] == name
     assert card.source["class"] == card.class_name
-    assert {p.stream for p in card.parameters} <= {"image", "text", "joint", "conditioning"}  # all traced
+    assert {p.stream for p in card.parameters} <= {"image", "text", "joint", "conditioning", "reference"}  # all traced
 
 
 def test_qwen_image_counts_match_checked_facts():
@@ -172,7 +173,7 @@ def test_unsupported_class_is_an_input_error():
     from meshlab.models.importer.card_import import import_card
 
     with pytest.raises(InputError, match="FluxTransformer2DModel") as raised:
-        import_card("CogVideoXTransformer3DModel", {}, "cogvideox")
+        import_card("SanaTransformer2DModel", {}, "sana")
     assert "no row for it" in str(raised.value)
 
 

@@ -75,7 +75,7 @@ def import_card(
     offsets = _block_offsets(model, tracer)
     streams, (dataflow, joins) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
-    built = {n: _component(n, s, dtype, tracer.latent == "video") for n, s in specs.items()}
+    built = {n: _component(n, s, dtype, tracer.video) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
     return ModelCard(
         name=name,
@@ -99,6 +99,11 @@ def _source(version: str, class_name: str, config: dict, preset: str | None, spe
     source["components"] = {n: s.to_json() for n, s in specs.items()}
     source["trace"] = {"batch": TRACE_BATCH, "image_tokens": TRACE_GRID[0] * TRACE_GRID[1], "text_tokens": TRACE_TEXT,
                        "dtype": "float32", "device": "meta"}
+    tracer = FAMILIES[class_name]
+    if tracer.text_tokens(config):
+        source["trace"]["text_tokens"] = tracer.text_tokens(config)
+    if tracer.reference_tokens(config):
+        source["trace"]["reference_tokens"] = tracer.reference_tokens(config)
     return source
 
 
@@ -207,19 +212,20 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
     torch.manual_seed(TRACE_SEED)
     # two blocks of each kind: the first is a middle block (the last one's text stream feeds nothing)
     model = cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval()
-    geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_VIDEO_FRAMES if tracer.latent == "video" else 1)
-    image = geometry.image_tokens
-    counts = {image: "image", TRACE_TEXT: "text", image + TRACE_TEXT: "joint"}
+    geometry = _trace_geometry(tracer, config)
+    counts = {n: s for s, n in _trace_tokens(geometry).items()}
     seen: dict[str, set[str]] = {}
     inputs = forward_inputs(cls, config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))
-    latent = tuple(inputs["hidden_states"].shape)  # an unpacked latent (SD3, Wan) is the image stream too
+    latent = tuple(inputs["hidden_states"].shape)  # an unpacked latent (SD3, Wan) is the image stream too,
+    latents = {latent, (latent[0] * latent[1], *latent[2:])} if tracer.latent == "frames" else {latent}  # CogVideoX
+    # patchifies its [batch, frames, ...] latent with the frames folded into the batch
 
     def recorder(path: str) -> Callable:
         def hook(module, args, kwargs):
             x = next((a for a in (*args, *kwargs.values()) if torch.is_tensor(a)), None)
             if x is not None:
                 shape = tuple(x.shape)
-                seen.setdefault(path, set()).add("image" if shape == latent else _stream_of(shape, counts))
+                seen.setdefault(path, set()).add("image" if shape in latents else _stream_of(shape, counts))
 
         return hook
 
@@ -233,6 +239,25 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
     return {path: _merge(streams) for path, streams in seen.items()}, flows
 
 
+def _trace_geometry(tracer: Family, config: dict) -> Geometry:
+    """The traced forward's shapes: `TRACE_TEXT` text tokens unless the class requires its own count (Wan I2V's
+    512), and the class's reference tokens (Wan I2V's 257: distinct from every width of the supported models)."""
+    return Geometry(TRACE_BATCH, TRACE_GRID, tracer.text_tokens(config) or TRACE_TEXT,
+                    TRACE_VIDEO_FRAMES if tracer.video else 1, tracer.reference_tokens(config))
+
+
+def _trace_tokens(geometry: Geometry) -> dict[str, int]:
+    """Tokens per sample of each stream of the traced forward (each a distinct count)."""
+    image, text = geometry.image_tokens, geometry.text_tokens
+    tokens = {"image": image, "text": text, "joint": image + text}
+    if geometry.reference:
+        tokens["reference"] = geometry.reference
+    if len(set(tokens.values())) != len(tokens):
+        raise InputError(f"the traced forward's token counts are not distinct: {tokens}",
+                         "change meshlab.models.importer.card_import.TRACE_GRID or TRACE_TEXT")
+    return tokens
+
+
 def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[tuple[Elementwise, ...], dict]:
     """Per block of each list, the bytes its elementwise work moves per token of each stream, fused (one pass per
     gap between matmuls) and eager (every op its own kernel) (meshlab.models.importer.elementwise_trace), from a forward
@@ -242,9 +267,8 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[t
     import torch
 
     torch_dtype = getattr(torch, dtype)
-    geometry = Geometry(TRACE_BATCH, TRACE_GRID, TRACE_TEXT, TRACE_VIDEO_FRAMES if tracer.latent == "video" else 1)
-    image = geometry.image_tokens
-    tokens = {"image": image, "text": TRACE_TEXT, "joint": image + TRACE_TEXT}
+    geometry = _trace_geometry(tracer, config)
+    tokens = _trace_tokens(geometry)
     counts = {n: s for s, n in tokens.items()}
     with torch.device("meta"):
         model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
@@ -353,7 +377,7 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> 
 def _sequence(streams: set[str]) -> tuple[str, ...]:
     """Streams in an attention's sequence, text first: Qwen-Image and Flux concatenate [text, image]."""
     parts = set().union(*({"text", "image"} if s == "joint" else {s} for s in streams))
-    return tuple(s for s in ("text", "image", "conditioning", "none") if s in parts)
+    return tuple(s for s in ("text", "image", "reference", "conditioning", "none") if s in parts)
 
 
 def _architecture(model: Any, config: dict, tracer: Family, streams: dict[str, str], offsets: dict[str, int],
@@ -371,8 +395,9 @@ def _architecture(model: Any, config: dict, tracer: Family, streams: dict[str, s
         text_dim=config[tracer.text_width],
         vae_scale_factor=vae_scale[0],
         mlp_ratio=_mlp_ratio(model, streams, offsets, hidden),
-        temporal_scale_factor=vae_scale[1] if tracer.latent == "video" else 1,
+        temporal_scale_factor=vae_scale[1] if tracer.video else 1,
         temporal_patch=temporal_patch,
+        reference_tokens=tracer.reference_tokens(config),
     )
 
 
@@ -428,9 +453,12 @@ def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) 
     per_token = 0.0 if is_vae else 2.0 * _text_path_parameters(model)
     head = getattr(model, "lm_head", None)
     head_per_token = 2.0 * sum(p.numel() for p in head.parameters() if p.dim() >= 2) if head is not None else 0.0
-    scales = _vae_scale_factor(model.config) if is_vae else (8, 1)
+    scales = _vae_scale_factor(_vae_figures(model)) if is_vae else (8, 1)
     figures = {} if decode is None else dict(
-        working_bytes_per_pixel=decode.working_bytes_per_pixel, decode_flops_per_pixel=decode.flops_per_pixel,
+        working_bytes_per_pixel=decode.working_bytes_per_pixel, working_latent_frames=decode.working_latent_frames,
+        working_bytes_per_pixel_per_latent_frame=decode.working_growth_per_latent_frame,
+        output_copies=decode.output_copies,
+        decode_flops_per_pixel=decode.flops_per_pixel,
         decode_bytes_per_pixel=decode.eager_bytes_per_pixel,
         decode_fused_bytes_per_pixel=decode.fused_bytes_per_pixel, decode_dispatches=decode.dispatches)
     if is_vae:
@@ -443,7 +471,14 @@ def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) 
 def _tiles(vae: Any) -> dict:
     """The tile and stride, in output pixels, of the VAE's tiled decode, as its class sets them up:
     ``tile_sample_min_height``/``_width`` and ``tile_sample_stride_*`` (Wan's, Qwen-Image's), or
-    ``tile_sample_min_size`` with ``tile_overlap_factor`` (AutoencoderKL: stride = size x (1 - overlap))."""
+    ``tile_sample_min_size`` with ``tile_overlap_factor`` (AutoencoderKL: stride = size x (1 - overlap)), or
+    CogVideoX's per-side overlap factors over its latent tile (stride = int(latent tile x (1 - overlap)) latent
+    pixels)."""
+    if hasattr(vae, "tile_overlap_factor_height"):  # AutoencoderKLCogVideoX.tiled_decode
+        scale = 2 ** (len(vae.config.block_out_channels) - 1)
+        strides = (int(vae.tile_latent_min_height * (1 - vae.tile_overlap_factor_height)) * scale,
+                   int(vae.tile_latent_min_width * (1 - vae.tile_overlap_factor_width)) * scale)
+        return {"tile": (int(vae.tile_sample_min_height), int(vae.tile_sample_min_width)), "tile_stride": strides}
     if hasattr(vae, "tile_sample_min_height"):
         return {"tile": (int(vae.tile_sample_min_height), int(vae.tile_sample_min_width)),
                 "tile_stride": (int(vae.tile_sample_stride_height), int(vae.tile_sample_stride_width))}
@@ -487,15 +522,25 @@ def _text_path_parameters(model) -> int:
 
 def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
     """Pixels per latent pixel along a side, and frames per latent frame past the first, computed as
-    QwenImagePipeline, FluxPipeline, WanPipeline and HunyuanVideoPipeline do (WanPipeline reads the VAE's
-    ``scale_factor_*``, HunyuanVideoPipeline its ``*_compression_ratio``)."""
+    QwenImagePipeline, FluxPipeline, WanPipeline, HunyuanVideoPipeline, CogVideoXPipeline and LTXPipeline do
+    (WanPipeline reads the VAE's ``scale_factor_*``; HunyuanVideoPipeline and LTXPipeline its
+    ``*_compression_ratio``, which LTX-Video's VAE works out from its layers when its config leaves them null, see
+    `_vae_figures`; CogVideoXPipeline its ``temporal_compression_ratio`` and its blocks)."""
     if config.get("scale_factor_spatial") and config.get("scale_factor_temporal"):
         return int(config["scale_factor_spatial"]), int(config["scale_factor_temporal"])
-    if config.get("spatial_compression_ratio") and config.get("temporal_compression_ratio"):  # HunyuanVideo's VAE
-        return int(config["spatial_compression_ratio"]), int(config["temporal_compression_ratio"])
+    if config.get("temporal_compression_ratio"):  # HunyuanVideo's, LTX-Video's and CogVideoX's video VAEs
+        spatial = config.get("spatial_compression_ratio") or 2 ** (len(config["block_out_channels"]) - 1)
+        return int(spatial), int(config["temporal_compression_ratio"])
     if "temperal_downsample" in config:
         return 2 ** len(config["temperal_downsample"]), 2 ** sum(bool(t) for t in config["temperal_downsample"])
     return 2 ** (len(config["block_out_channels"]) - 1), 1
+
+
+def _vae_figures(vae: Any) -> dict:
+    """The VAE's config with the compression ratios it works out itself (LTX-Video's, from its layers)."""
+    ratios = {k: vars(vae)[k] for k in ("spatial_compression_ratio", "temporal_compression_ratio")
+              if isinstance(vars(vae).get(k), int)}  # set in __init__, not read through the config
+    return {**vae.config, **ratios}
 
 
 def _traced_decode(spec: ComponentSpec, cls: type, video: bool) -> Decode:
@@ -511,7 +556,7 @@ def _traced_decode(spec: ComponentSpec, cls: type, video: bool) -> Decode:
 def _latent_shape(config: Mapping, side: int, frames: int = 1) -> tuple[int, ...]:
     if "z_dim" in config:  # video VAE (AutoencoderKLQwenImage, Wan's): [batch, channels, frames, h, w]
         return (1, config["z_dim"], frames, side, side)
-    if "temporal_compression_ratio" in config:  # HunyuanVideo's video VAE: the same layout
+    if "temporal_compression_ratio" in config:  # HunyuanVideo's, LTX-Video's, CogVideoX's: the same layout
         return (1, config["latent_channels"], frames, side, side)
     if frames != 1:
         raise InputError("an image VAE decodes one frame", "use a video VAE (one with z_dim) for a video model")

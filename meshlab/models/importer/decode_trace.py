@@ -10,23 +10,32 @@ whose difference is one latent frame in the steady state, see `trace_decode`):
   upsampling) moves its tensors: eager (as diffusers runs a VAE on a GPU: each op reads and writes its own) and
   fused (as XLA compiles it: each gap between heavy ops moves what crosses its edges once); views and weights
   move nothing. Also the ops the host dispatches, eager's floor.
-- **Working set, measured**: the peak of the tensors the decode allocates, from torch.profiler's memory
-  timeline, over two real decodes (8x8 and 16x16 latents). The parameters' category is left out, and so is
-  memory the profiler ties to no tensor (the CPU convolutions' own scratch, which a GPU's kernels replace with
-  their workspaces), and so is the decoded output, which the memory model adds at the pipeline's size. The
-  bytes per output pixel are the slope between the two sizes, so what does not grow with the image (the
-  latent, constants) is not multiplied by it.
+- **Working set, measured**: the peak of the tensors the decode allocates, over two real decodes (8x8 and 16x16
+  latents), tracked op by op (`live_tensors`: every storage an op returns counts from its creation until it is
+  freed). Parameters and buffers are left out, and so is memory an op allocates and frees inside itself (the CPU
+  convolutions' own scratch, which a GPU's kernels replace with their workspaces), and so is the decoded output,
+  which the memory model adds at the pipeline's size. The bytes per output pixel are the slope between the two
+  sizes, so what does not grow with the image (constants) is not multiplied by it.
+- **A VAE that decodes in temporal tiles** (HunyuanVideo's: ``use_framewise_decoding``, tiles of
+  ``tile_sample_min_num_frames`` frames every ``tile_sample_stride_num_frames``) is measured as it decodes a video:
+  FLOPs, bytes and ops of one more tile (its overlap included) per output frame it adds, and the working set of a
+  decode of one whole tile.
 
 Every per-pixel figure is at 2 bytes an element (bfloat16): the pipeline decodes in the transformer's dtype.
 The mid-block's attention grows with the square of the latent pixels; at 16x16 it is small (and on the CPU
 torch's attention does not hold its scores, as XLA's may), and ``tests/cost/test_pipeline_time.py`` holds the
-working set against decodes of other sizes. torch.profiler's memory timeline has no API that
-returns its peak: ``MemoryProfileTimeline`` is read in `_tensor_peak`, the one place that leans on it.
+working set against decodes of other sizes measured by torch.profiler's memory timeline.
+
+Why the tracker is written here: torch.profiler's memory timeline, which an earlier version read, has no public API
+for its peak, and it leaves tensors uncategorised downstream of a tensor it cannot place (HunyuanVideo's VAE builds
+its causal attention mask from ``arange`` inside the decode: everything after the mid-block's attention went
+uncounted, 162 bytes per pixel for about 21,400). No library reports the peak of live tensors over a call on the
+CPU; a ``TorchDispatchMode`` sees every op's outputs, and a finalizer on each storage says when it dies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: The latent sides of the decodes: the smaller traces FLOPs and bytes; the two give the working set's slope.
@@ -44,6 +53,11 @@ class Decode:
     fused_bytes_per_pixel: float
     working_bytes_per_pixel: float
     dispatches: int  # ops the host dispatches in one decode of one latent frame
+    working_latent_frames: int = 0  # video: the latent frames of the decode the working set was measured at
+    working_growth_per_latent_frame: float = 0.0  # video: what the working set grows by per latent frame more
+    #: video: copies of the decoded video held at its end: 2 where the decode concatenates pieces (frames, batches,
+    #: tiles) into it, 1 where one decoder call makes the whole video (LTX-Video's, unless told to decode framewise)
+    output_copies: int = 0
 
 
 def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
@@ -54,19 +68,54 @@ def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
     later one into ``temporal_scale_factor`` frames, carrying causal caches: its FLOPs, bytes and ops are those
     of one such later latent frame (the difference between decodes of 3 and 2 latent frames) per pixel of the
     frames it makes, and its working set is that of a decode in that steady state (3 latent frames) less the
-    decoded video it has accumulated, per pixel of one frame.
+    decoded video it has accumulated, per pixel of one frame. A VAE that decodes in temporal tiles is measured over
+    one more tile (see `_frames`); its dispatches are per latent frame.
     """
     import torch
 
     small, large = DECODE_LATENTS
-    frames = (2, 3) if video else (0, 1)  # the difference of two decodes (0: none, for one image)
+    frames, working_frames, period = _frames(vae, video)
     before, after = (_traced(vae, torch.randn(latent_shape(small, n))) if n else (0.0, 0.0, 0.0, 0, 0)
                      for n in frames)
     flops, eager, fused, ops, pixels = (b - a for a, b in zip(before, after))
-    (low, low_pixels), (high, high_pixels) = (_tensor_peak(vae, torch.randn(latent_shape(side, frames[1])))
+    (low, low_pixels), (high, high_pixels) = (live_peak(vae, torch.randn(latent_shape(side, working_frames)))
                                               for side in (small, large))
     working = (high - low) / (high_pixels - low_pixels) * CARD_ITEMSIZE / 4  # traced in float32
-    return Decode(flops / pixels, eager / pixels, fused / pixels, working, ops)
+    per_latent_frame = max(1, frames[1] - frames[0])
+    decode = Decode(flops / pixels, eager / pixels, fused / pixels, working, round(ops / per_latent_frame))
+    if not video:
+        return decode
+    longer, _ = live_peak(vae, torch.randn(latent_shape(small, working_frames + period)))
+    growth = max(0.0, (longer - low) / low_pixels / period * CARD_ITEMSIZE / 4)
+    whole = getattr(vae, "use_framewise_decoding", None) is False  # a decoder call over every frame at once
+    return replace(decode, working_latent_frames=working_frames, working_growth_per_latent_frame=growth,
+                   output_copies=1 if whole else 2)
+
+
+def _frames(vae: Any, video: bool) -> tuple[tuple[int, int], int, int]:
+    """The latent frames of the two decodes whose difference is traced, of the decode whose working set is
+    measured, and the period (in latent frames) over which the working set's growth is measured.
+
+    - An image: 0 and 1; 1.
+    - A video VAE: 2 and 3; 3, every 1 (Wan's decodes a latent frame at a time with its caches: 3 is past the
+      first).
+    - A VAE that decodes its latent frames in batches of `b` with caches, the first batch taking the remainder
+      (CogVideoX's: 2): 2 and 3; 2`b` + 1 (a batch after the first), every `b`.
+    - A VAE that decodes in temporal tiles of `t` + 1 latent frames every `s` (HunyuanVideo's: 5 every 3): `s` + 2
+      and 2`s` + 2, which differ by one whole tile (the tiles of the two are 5 and 2, and 5, 5 and 2); `t` + 1, one
+      whole tile, every `s`.
+    """
+    if not video:
+        return (0, 1), 1, 1
+    config = vae.config
+    if getattr(vae, "use_framewise_decoding", False) and hasattr(vae, "tile_sample_stride_num_frames"):
+        ratio = config.temporal_compression_ratio
+        tile, stride = vae.tile_sample_min_num_frames // ratio, vae.tile_sample_stride_num_frames // ratio
+        return (stride + 2, 2 * stride + 2), tile + 1, stride
+    batch = getattr(vae, "num_latent_frames_batch_size", 1)
+    if batch > 1 and not hasattr(vae, "use_framewise_decoding"):  # LTX-Video's is for its framewise tiles only
+        return (2, 3), 2 * batch + 1, batch
+    return (2, 3), 3, 1
 
 
 def _traced(vae: Any, latent: Any) -> tuple[float, float, float, int, int]:
@@ -84,18 +133,59 @@ def _traced(vae: Any, latent: Any) -> tuple[float, float, float, int, int]:
     return counter.get_total_flops(), eager, fused, len(recorder.ops), image[0, 0].numel()
 
 
-def _tensor_peak(vae: Any, latent: Any) -> tuple[int, int]:
-    """Peak bytes of the tensors one real decode allocates (parameters and untied memory aside; see the module's
-    docstring) less its output, and the output's pixels of one frame."""
+def live_peak(vae: Any, latent: Any) -> tuple[int, int]:
+    """Peak bytes of the tensors one real decode holds (the latent and what its ops make; parameters, buffers and
+    ops' internal scratch aside) less its output, and the output's pixels of one frame."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler import _memory_profiler as memory
 
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                                  with_stack=True) as prof:
+    with torch.no_grad(), live_tensors(exclude=(*vae.parameters(), *vae.buffers())) as live:
         image = vae.decode(latent).sample
-    _, sizes = memory.MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline("cpu")
-    # column 0 is unused; a category's column is its index + 1
-    skip = {memory._CATEGORY_TO_INDEX[memory.Category.PARAMETER] + 1, memory._CATEGORY_TO_INDEX[None] + 1, 0}
-    peak = max((sum(v for i, v in enumerate(row) if i not in skip) for row in sizes), default=0)
-    return peak - image.numel() * image.element_size(), image.shape[-1] * image.shape[-2]
+    held = latent.untyped_storage().nbytes()  # the input is live throughout, as the pipeline's latent is
+    return held + live.peak - image.numel() * image.element_size(), image.shape[-1] * image.shape[-2]
+
+
+def live_tensors(exclude=()) -> Any:
+    """A ``TorchDispatchMode`` (torch's documented hook on every op; built on use, so importing this module needs no
+    torch) whose ``peak`` is the most bytes the storages ops returned held at once while it was entered: each storage
+    counts once, from the op that returns it until it is freed (a finalizer on the storage's Python object, which
+    torch keeps for the storage's life); views and in-place results add nothing, and `exclude`'s storages never
+    count."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def tensors(value: Any):
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                yield from tensors(item)
+        elif hasattr(value, "untyped_storage"):
+            yield value
+
+    class LiveTensors(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.excluded = {t.untyped_storage().data_ptr() for t in exclude}
+            self.live: dict[int, int] = {}
+            self.current = self.peak = 0
+
+        def _free(self, key: int, nbytes: int) -> None:
+            if self.live.get(key) == nbytes:
+                del self.live[key]
+                self.current -= nbytes
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for tensor in tensors(out):
+                if tensor.device.type == "meta":
+                    continue
+                storage = tensor.untyped_storage()
+                key, nbytes = storage.data_ptr(), storage.nbytes()
+                if nbytes == 0 or key in self.excluded or key in self.live:
+                    continue
+                self.live[key] = nbytes
+                self.current += nbytes
+                weakref.finalize(storage, self._free, key, nbytes)
+            self.peak = max(self.peak, self.current)
+            return out
+
+    return LiveTensors()

@@ -12,7 +12,12 @@ Latent layouts:
 - ``tokens``: ``[batch, tokens, channels]``, packed by the pipeline before the model (Qwen-Image, Flux, Flux.2);
 - ``image``: ``[batch, channels, height, width]`` latents, patchified inside the model (SD3);
 - ``video``: ``[batch, channels, frames, height, width]`` latents, patchified inside the model (Wan,
-  HunyuanVideo).
+  HunyuanVideo);
+- ``frames``: ``[batch, frames, channels, height, width]`` latents, patchified inside the model (CogVideoX).
+
+LTX-Video takes its video packed as ``tokens`` and the latent's frames, height and width beside it, from which it
+makes its rotary embeddings; CogVideoX takes its rotary embeddings made by the pipeline (``image_rotary_emb``: a
+cosine and a sine per image token and head feature).
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ def _hidden_states(fam: Family, config: dict, geo: Geometry, dtype, generator):
         shape = (b, channels, h * p, w * p)
     else:
         p, pt = fam.patch(config), fam.temporal_patch(config)
-        shape = (b, channels, geo.frames * pt, h * p, w * p)
+        shape = ((b, channels, geo.frames * pt, h * p, w * p) if fam.latent == "video"
+                 else (b, geo.frames * pt, channels, h * p, w * p))
     return torch.randn(shape, generator=generator).to(dtype)
 
 
@@ -61,6 +67,15 @@ def _text(fam: Family, config: dict, geo: Geometry, dtype, generator):
     import torch
 
     return torch.randn(geo.batch, geo.text_tokens, config[fam.text_width], generator=generator).to(dtype)
+
+
+def _reference(fam: Family, config: dict, geo: Geometry, dtype, generator):
+    """Wan I2V's CLIP image embedding: the reference stream's tokens at the config's image_dim."""
+    import torch
+
+    if not geo.reference:
+        return None
+    return torch.randn(geo.batch, geo.reference, config["image_dim"], generator=generator).to(dtype)
 
 
 def _text_mask(fam: Family, config: dict, geo: Geometry, dtype, generator):
@@ -121,9 +136,33 @@ def _additional_t_cond(fam: Family, config: dict, geo: Geometry, dtype, generato
     return torch.zeros(geo.batch, dtype=torch.long) if config.get("use_additional_t_cond") else None
 
 
+def _latent_frames(fam: Family, config: dict, geo: Geometry, dtype, generator) -> int:
+    return geo.frames * fam.temporal_patch(config)
+
+
+def _latent_height(fam: Family, config: dict, geo: Geometry, dtype, generator) -> int:
+    return geo.grid[0] * fam.patch(config)
+
+
+def _latent_width(fam: Family, config: dict, geo: Geometry, dtype, generator) -> int:
+    return geo.grid[1] * fam.patch(config)
+
+
+def _rotary(fam: Family, config: dict, geo: Geometry, dtype, generator):
+    """CogVideoXPipeline's rotary embeddings (``get_3d_rotary_pos_embed``): a cosine and a sine per image token,
+    each as wide as a head; None where the config uses none (CogVideoX-2b)."""
+    import torch
+
+    if not config.get("use_rotary_positional_embeddings"):
+        return None
+    shape = (geo.image_tokens, config["attention_head_dim"])
+    return torch.rand(shape, generator=generator).to(torch.float32), torch.rand(shape, generator=generator).to(torch.float32)
+
+
 _MAKERS = {
     "hidden_states": _hidden_states,
     "encoder_hidden_states": _text,
+    "encoder_hidden_states_image": _reference,  # Wan I2V
     "encoder_hidden_states_mask": _text_mask,
     "encoder_attention_mask": _text_mask,  # HunyuanVideo's name for it
     "timestep": _timestep,
@@ -133,4 +172,9 @@ _MAKERS = {
     "txt_ids": _text_ids,
     "img_shapes": _image_shapes,
     "additional_t_cond": _additional_t_cond,
+    # LTX-Video: the latent's frames, height and width (its rotary embeddings' grid)
+    "num_frames": _latent_frames,
+    "height": _latent_height,
+    "width": _latent_width,
+    "image_rotary_emb": _rotary,  # CogVideoX
 }
