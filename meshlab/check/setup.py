@@ -7,6 +7,7 @@ Both the CLI process and its torch worker call ``check_setup`` with the same arg
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class CheckOptions:
     layers: int = 2  # two blocks of each kind: the first is a middle block, which the prediction is held to
     height: int = 128
     width: int = 128
-    text_tokens: int = 32
+    text_tokens: int | None = None  # None: 32, or the count the model's forward requires (Wan I2V: 512)
     frames: int | None = None  # video frames; None: 1 for an image model, two latent frames for a video model
     seed: int = 0
     dump_dir: Path | None = None  # keep XLA's dump here; None: a temporary folder, removed afterwards
@@ -78,7 +79,10 @@ def check_setup(path: str | Path, options: CheckOptions) -> CheckSetup:
 
 
 def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
-    family(planned.card.class_name)  # a class meshlab cannot build is refused before any worker starts
+    # a class meshlab cannot build is refused before any worker starts
+    required = family(planned.card.class_name).text_tokens(planned.card.source.get("config") or {})
+    if options.text_tokens is None:
+        options = dataclasses.replace(options, text_tokens=required or 32)
     card = truncate_card(planned.card, options.layers)
     # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
     axes = batch_axes(planned.strategy.activations, planned.plan.mesh)

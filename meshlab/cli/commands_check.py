@@ -62,7 +62,7 @@ def check(
         return default if value is None else value
 
     options = CheckOptions(layers=given_or(layers, 2), height=given_or(height, 128), width=given_or(width, 128),
-                           text_tokens=given_or(text_tokens, 32), frames=frames, seed=seed, dump_dir=dump_dir,
+                           text_tokens=text_tokens, frames=frames, seed=seed, dump_dir=dump_dir,
                            scan=scan)
     if backend == "tpu":
         from meshlab.check.against_tpu import run_tpu_check, tpu_check_document, tpu_options

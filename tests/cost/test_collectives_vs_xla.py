@@ -35,8 +35,10 @@ STOCK = ("data-stock", "2d-stock", "pairs-stock")
 #: built-in cfg x Ulysses + FSDP layout on the 1.3B card, with its Ulysses rules on every attention and on
 #: self-attention alone), SD3.5 Large (an MMDiT with 38 heads) and FLUX.2 (packed
 #: Linears, at 16 heads), each under largest-dim and column/row rules
+#: The video DiTs of issue 26 under 2d: Wan 2.1 I2V (the image context's k and v), HunyuanVideo (dual and single blocks
+#: over video), LTX-Video and CogVideoX-5b (which differ: see known_differences.yaml)
 OTHER_MODELS = ("wan-2d", "wan-pairs", "wan13-v6e-8", "wan13-v6e-8-self", "sd35-2d", "sd35-pairs", "flux2-2d",
-                "flux2-pairs")
+                "flux2-pairs", "wani2v-2d", "hunyuan-2d", "ltx-2d", "cog-2d")
 MATRIX = ("cfg2-model4", "seq2-model4", "2d-4x2", "data2-cfg2-model2", "flux-2d", "flux-pairs",
           "flux-seq2-model4", "seq2-data2-model2", "usp-ring2-seq2-model2") + OTHER_MODELS
 TOLERANCE = 0.10
@@ -63,6 +65,17 @@ DOCUMENTED = {
     ("flux2-pairs", "collective-permute"): ((8, 1_474_560), (0, 0)),
     ("flux2-pairs", "collective-permute", "single_transformer_blocks"): ((14, 4_227_072), (0, 0)),
     ("flux2-pairs", "all-to-all", "single_transformer_blocks"): ((3, 786_432), (0, 0)),
+    ("wani2v-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
+    ("wani2v-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
+    ("hunyuan-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
+    ("hunyuan-2d", "collective-permute", "single_transformer_blocks"): ((7, 15_360), (8, 12_288)),
+    ("cog-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
+    ("cog-2d", "all-gather"): ((7, 4_917_248), (4, 1_968_128)),
+    ("cog-2d", "all-reduce"): ((9, 984_320), (5, 985_088)),
+    ("ltx-2d", "all-gather"): ((11, 1_216_512), (7, 811_008)),
+    ("ltx-2d", "all-reduce"): ((7, 131_456), (5, 131_584)),
+    ("ltx-2d", "all-to-all"): ((12, 61_440), (0, 0)),
+    ("ltx-2d", "collective-permute"): ((9, 22_528), (0, 0)),
 }
 #: strategy -> (XLA's dot FLOPs per device, derived): see known_differences.yaml (XLA gathers the text stream back over
 #: the sequence axis after attention and runs its Linears on every text token: 14% more FLOPs than the split)
