@@ -80,9 +80,9 @@ def check_setup(path: str | Path, options: CheckOptions) -> CheckSetup:
 
 def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     # a class meshlab cannot build is refused before any worker starts
-    required = family(planned.card.class_name).text_tokens(planned.card.source.get("config") or {})
+    family(planned.card.class_name)
     if options.text_tokens is None:
-        options = dataclasses.replace(options, text_tokens=required or 32)
+        options = dataclasses.replace(options, text_tokens=planned.card.architecture.text_tokens or 32)
     card = truncate_card(planned.card, options.layers)
     # one sample per chip along every axis that splits the batch (the guidance axis doubles it: both branches)
     axes = batch_axes(planned.strategy.activations, planned.plan.mesh)

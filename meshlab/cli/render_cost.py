@@ -249,7 +249,9 @@ def render_explain(planned, prediction, console) -> None:
     layout = p.layout
     console.print(f"[bold]{planned.strategy.name}[/bold] on {hw.name}, mesh {planned.plan.mesh.describe()}: "
                   f"{layout.batch} sample(s) per chip per call, {layout.calls} call(s) per step, "
-                  f"{layout.local.image} image + {layout.local.text} text tokens per sample per chip")
+                  f"{layout.local.image} image + {layout.local.text} text"
+                  f"{f' + {layout.local.reference} reference image' if layout.local.reference else ''} "
+                  "tokens per sample per chip")
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")

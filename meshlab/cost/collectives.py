@@ -721,8 +721,8 @@ class _Deriver:
                                    f"{axis}: XLA moves the split onto the heads to concatenate")
                 yield self.new("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
                                f"the joint {what} moves its split back onto the sequence")
-        keys = attention.key_streams
-        if any(self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s) for s in keys):
+        keys = [s for s in attention.key_streams if self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s)]
+        if keys:  # the split streams' keys (Wan I2V's reference stream is never split)
             joint_whole = sum(self.layout.tokens.of_stream(s) for s in keys)
             for what in ("k", "v"):  # a cross-attention's whole keys (Wan's text) need no gather
                 yield self.new("all-gather", axes, nbytes(joint_whole), block, "attention:kv",

@@ -71,16 +71,20 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
     # an image encoder (Wan I2V's CLIP) encodes the conditioning image once per image, its reference tokens
-    encode_flops = sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
-                       for c in card.text_encoders if c.flops_per_token) * prompts \
-        + sum(c.flops_per_token * card.architecture.reference_tokens * images
-              for c in encoders if c not in card.text_encoders) if "text_encode_s" not in unknown else 0.0
+    image_encoders = [c for c in encoders if c not in card.text_encoders]
+    encode_flops = (sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
+                        for c in card.text_encoders if c.flops_per_token) * prompts
+                    + sum(c.flops_per_token * card.architecture.reference_tokens * images for c in image_encoders)
+                    ) if "text_encode_s" not in unknown else 0.0
     encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
     encode_s = encode_flops / encode_rate
     if placement.text_encoder == "sharded" and hardware.chips > 1 and "text_encode_s" not in unknown:
-        layers = sum(c.parameters - c.root_parameters for c in encoders)  # the root unit stays gathered
-        gathered = layers * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) / hardware.chips
-        encode_s += prompts * gathered / hardware.ici_link_bandwidth
+        def gathered(group) -> float:  # each encode gathers the layers; the root unit stays gathered
+            layers = sum(c.parameters - c.root_parameters for c in group)
+            return layers * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) / hardware.chips
+
+        # the text encoders encode each prompt; an image encoder its image once
+        encode_s += (prompts * gathered(card.text_encoders) + gathered(image_encoders)) / hardware.ici_link_bandwidth
     vae = next((c for c in card.components if c.name == "vae"), None)
     if vae is None or vae.decode_flops_per_pixel == 0 or (placement.vae != "cpu"
                                                          and decode_bytes_per_pixel(vae, hardware) == 0):
@@ -93,7 +97,7 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         share = decode_share(vae, placement.vae_decode, workload.height, workload.width,
                              hardware.chips // batch_split)
         decode_s = vae_decode_seconds(vae, hardware, placement.vae, share.computed_pixels * workload.frames,
-                                      card.architecture.latent_frames(workload.frames) * share.pieces,
+                                      vae.decoder_runs(card.architecture.latent_frames(workload.frames)) * share.pieces,
                                       decoded_per_chip)
     profile = hardware.profile
     if profile is not None and placement.vae != "cpu" and placement.vae_decode == "full" and decode_flops:

@@ -205,13 +205,15 @@ class Component:
     working_latent_frames: int = 0
     working_bytes_per_pixel_per_latent_frame: float = 0.0
     #: video VAE only: copies of the decoded video its decode holds at once (2: it concatenates decoded pieces, as
-    #: Wan's frames; 1: one decoder call makes the whole video, as LTX-Video's); 0: not known (counted as 2)
+    #: Wan's frames; 1: one decoder call makes the whole video, as LTX-Video's, whose ``decode_dispatches`` are
+    #: then a whole decode's); 0: not known (counted as 2)
     output_copies: int = 0
     #: FLOPs of one decode per output pixel per image (VAE only; convolutions and matmuls as torch's
     #: FlopCounterMode counts them in the same traced decode). 0: not known (a card from before it was recorded).
     decode_flops_per_pixel: float = 0.0
     #: FLOPs of one encode per prompt token (text encoders: 2 x the parameters of the text path, without token
-    #: embeddings, output head or vision tower). 0: not known.
+    #: embeddings, output head or a text encoder's vision tower; an image encoder, Wan I2V's CLIP: 2 x its
+    #: parameters but the position embedding, per image token). 0: not known.
     flops_per_token: float = 0.0
     #: FLOPs per token of an output head the encoder's forward computes though the pipeline reads hidden states
     #: (Qwen2.5-VL's LM head: 2 x its parameters); it does not shrink when the encoder is cut to fewer layers.
@@ -240,6 +242,11 @@ class Component:
     def bytes(self) -> int:
         return self.parameters * DTYPE_BYTES[self.dtype]
 
+    def decoder_runs(self, latent_frames: int) -> int:
+        """Times a video's decode runs the decoder, each dispatching ``decode_dispatches`` ops: once per latent
+        frame, or once for a VAE whose one decoder call makes the whole video (``output_copies`` 1)."""
+        return 1 if self.output_copies == 1 else latent_frames
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -261,6 +268,9 @@ class Architecture:
     #: tokens of a conditioning image's embedding that every sample carries whatever the workload (the "reference"
     #: stream: Wan 2.1 image-to-video's CLIP image tokens, 257); 0 for a model without one
     reference_tokens: int = 0
+    #: the text tokens the forward requires, where it requires a count (Wan 2.1 I2V's cross-attention cuts its
+    #: context at 512; CogVideoX-2b's positional embedding spans 226); 0: any
+    text_tokens: int = 0
 
     @property
     def is_video(self) -> bool:
@@ -362,7 +372,7 @@ def card_to_json(card: ModelCard) -> dict:
         "class_name": card.class_name,
         "source": card.source,
         "architecture": {k: getattr(arch, k) for k in Architecture.__dataclass_fields__
-                         if k != "reference_tokens" or arch.reference_tokens},
+                         if k not in ("reference_tokens", "text_tokens") or getattr(arch, k)},
         "parameters": [
             {"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "kind": p.kind, "stream": p.stream, "block": p.block}
             for p in card.parameters

@@ -110,7 +110,7 @@ class ElementwiseEntry(Closed):
     """The bytes per token one block's elementwise ops move, on one stream, at one side of a Linear."""
 
     blocks: str
-    stream: Literal["image", "text", "joint"]
+    stream: Literal["image", "text", "joint", "reference"]
     bytes_per_token: float = Field(ge=0)
     side: Literal["", "in", "out", "attention"] = ""
     linear: str = ""
@@ -137,6 +137,7 @@ class ArchitectureEntry(Closed):
     temporal_scale_factor: Int = Field(1, ge=1)
     temporal_patch: Int = Field(1, ge=1)
     reference_tokens: Int = Field(0, ge=0)
+    text_tokens: Int = Field(0, ge=0)
 
 
 class CardFile(Closed):

@@ -80,7 +80,8 @@ FAMILIES: dict[str, Family] = {
                                     lambda c: c["patch_size"], "joint_attention_dim"),
     "WanTransformer3DModel": Family((("blocks", "num_layers"),), "video", lambda c: c["patch_size"][1], "text_dim",
                                     lambda c: c["patch_size"][0], vae_default=(8, 4),
-                                    reference_tokens=lambda c: WAN_IMAGE_TOKENS if c.get("image_dim") else 0,
+                                    reference_tokens=lambda c: (c.get("pos_embed_seq_len") or WAN_IMAGE_TOKENS)
+                                    if c.get("image_dim") else 0,  # FLF2V: two images, pos_embed_seq_len 514
                                     text_tokens=lambda c: WAN_I2V_TEXT if c.get("added_kv_proj_dim") else None),
     "HunyuanVideoTransformer3DModel": Family(
         (("transformer_blocks", "num_layers"), ("single_transformer_blocks", "num_single_layers")), "video",
@@ -106,10 +107,10 @@ def family(class_name: str) -> Family:
 def geometry(card: ModelCard, height: int, width: int, text_tokens: int, batch: int, frames: int = 1) -> Geometry:
     """Image tokens as the pipeline packs them; a size (or frame count) that does not pack, or a text length the
     class cannot take, is an InputError."""
-    required = family(card.class_name).text_tokens(card.source.get("config") or {})
+    required = card.architecture.text_tokens
     if required and text_tokens != required:
-        raise InputError(f"{card.name} takes exactly {required} text tokens (its cross-attention splits its context "
-                         f"there), not {text_tokens}", f"set workload.text_tokens: {required}")
+        raise InputError(f"{card.name} takes exactly {required} text tokens (its forward is built for that count), "
+                         f"not {text_tokens}", f"set workload.text_tokens: {required}")
     step = card.architecture.vae_scale_factor * card.architecture.patch_size
     for side, value in (("height", height), ("width", width)):
         if value < step or value % step:

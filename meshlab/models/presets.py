@@ -286,7 +286,7 @@ LTX_VIDEO = Preset(
                 "patch_size": 4, "patch_size_t": 1, "resnet_norm_eps": 1e-06, "scaling_factor": 1.0,
                 "spatio_temporal_scaling": [True, True, True, False],
             },
-            "Lightricks/LTX-Video vae/config.json (0.9.0)",
+            "diffusers/LTX-Video-0.9.0 vae/config.json (Lightricks' DIFFUSERS_VAE_CONFIG)",
         ),
         "text_encoder": _t5_xxl("Lightricks/LTX-Video text_encoder/config.json"),
     },

@@ -76,8 +76,8 @@ def activation_points(card: ModelCard, rules: list[ActivationRule] | tuple[Activ
                     if stream and wanted(stream):
                         found.setdefault((module, "input"), ActivationPoint(module, "input", rule.point, stream, spec, index))
         if rule.point == "linear.output":
-            for module, stream in streams.items():
-                if block_position(module) and wanted(stream):
+            for module, stream in streams.items():  # a reference stream (Wan I2V's image context) stays whole
+                if block_position(module) and wanted(stream) and stream != "reference":
                     found.setdefault((module, "output"), ActivationPoint(module, "output", rule.point, stream, spec, index))
         if rule.point == "block.input":
             blocks = {_block_of(a.module): a.streams for a in card.attention if _block_of(a.module)}

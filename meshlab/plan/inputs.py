@@ -24,6 +24,8 @@ from meshlab.strategy.schema import Activations
 BATCHED_INPUTS = frozenset({
     "hidden_states", "encoder_hidden_states", "encoder_hidden_states_mask", "timestep", "pooled_projections",
     "guidance", "additional_t_cond",
+    "encoder_attention_mask",  # HunyuanVideo's and LTX-Video's text mask
+    "encoder_hidden_states_image",  # Wan I2V's image context
 })
 #: Forward arguments whose dim 1 is the image-token sequence.
 SEQUENCE_INPUTS = frozenset({"hidden_states"})

@@ -26,6 +26,10 @@ class TokenCounts:
 
 
 def token_counts(workload: Workload, arch: Architecture) -> TokenCounts:
+    if arch.text_tokens and workload.text_tokens != arch.text_tokens:
+        raise PlanError(f"workload.text_tokens is {workload.text_tokens}, but this model's forward takes exactly "
+                        f"{arch.text_tokens} text tokens (its pipeline pads every prompt to them)",
+                        f"set workload.text_tokens: {arch.text_tokens}", field=("workload", "text_tokens"))
     frames = token_frames(workload.frames, arch)
     step = arch.vae_scale_factor * arch.patch_size
     for side in ("height", "width"):

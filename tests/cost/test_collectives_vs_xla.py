@@ -66,6 +66,7 @@ DOCUMENTED = {
     ("flux2-pairs", "collective-permute", "single_transformer_blocks"): ((14, 4_227_072), (0, 0)),
     ("flux2-pairs", "all-to-all", "single_transformer_blocks"): ((3, 786_432), (0, 0)),
     ("wani2v-2d", "all-to-all", "blocks"): ((6, 30_720), (0, 0)),
+    ("wani2v-2d", "all-gather", "blocks"): ((12, 24_985_600), (10, 19_722_240)),
     ("wani2v-2d", "collective-permute", "blocks"): ((9, 56_320), (0, 0)),
     ("hunyuan-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
     ("hunyuan-2d", "collective-permute", "single_transformer_blocks"): ((7, 15_360), (8, 12_288)),

@@ -325,7 +325,7 @@ def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
     assert {e.execution for e in card_from_json(data).elementwise} == {"fused", "eager"}
     assert all(("execution" in e) == (e.get("execution") == "eager") for e in data["elementwise"])  # fused: implied
     data["elementwise"][0]["stream"] = "pixels"
-    with pytest.raises(InputError, match="elementwise.0.stream: Input should be 'image', 'text' or 'joint'"):
+    with pytest.raises(InputError, match="elementwise.0.stream: Input should be 'image', 'text', 'joint' or 'reference'"):
         card_from_json(data, "bad.json")
     data["elementwise"][0] |= {"stream": "image", "execution": "lazy"}
     with pytest.raises(InputError, match="elementwise.0.execution: Input should be 'fused' or 'eager'") as caught:

@@ -32,7 +32,8 @@ PUBLISHED = {
     "flux2-dev": 32.0e9,
     # Lightricks/LTX-Video: the checkpoint ltx-video-2b-v0.9.safetensors ("2B")
     "ltx-video": 2.0e9,
-    # HunyuanVideo, arXiv:2412.03603: "a video generative model with over 13 billion parameters"
+    # HunyuanVideo, arXiv:2412.03603: "a video generative model with over 13 billion parameters" (12.82B counted:
+    # "over 13" is not met, only the 10% of a rounded name)
     "hunyuan-video": 13.0e9,
     # Not here: CogVideoX-5b (5.57B counted: the name rounds down by 11%) and Wan 2.1 I2V 14B (16.39B counted: the
     # T2V backbone's 14B plus the image context's k and v projections, 2.1B, under the same name).

@@ -70,14 +70,46 @@ def test_wan_i2v_flops_count_the_image_context_by_hand():
     assert attention_flops(cross, image, text + reference) == 4.0 * image * (text + reference) * d
 
 
-def test_wan_i2v_takes_its_512_text_tokens_and_nothing_else():
+def test_wan_i2v_takes_its_512_text_tokens_and_nothing_else(tmp_path):
     from meshlab.models.families import geometry
 
     card = load_card("wan-2.1-i2v-14b")
+    assert card.architecture.text_tokens == 512
     assert geometry(card, 480, 832, 512, 1, frames=81).reference == 257
     with pytest.raises(InputError, match="exactly 512 text tokens") as raised:
         geometry(card, 480, 832, 226, 1, frames=81)
     assert raised.value.fix == "set workload.text_tokens: 512"
+    asked = runner.invoke(app, ["try", "--model", "wan-2.1-i2v-14b", "--hardware", "h100:8", "--text-tokens", "226"])
+    assert asked.exit_code == 2 and "exactly 512 text tokens" in asked.output and "Traceback" not in asked.output
+    assert len(asked.output.strip().splitlines()) == 1
+    saved = tmp_path / "i2v.yaml"
+    assert runner.invoke(app, ["try", "--model", "wan-2.1-i2v-14b", "--hardware", "h100:8", "--save",
+                               str(saved)]).exit_code == 0
+    text = saved.read_text().replace("text_tokens: 512", "text_tokens: 226")
+    saved.write_text(text)
+    refused = runner.invoke(app, ["try", str(saved)])
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if "text_tokens: 226" in t)
+    assert refused.exit_code == 2 and f"{saved}:{line}" in refused.output and "set workload.text_tokens: 512" in \
+        refused.output
+
+
+def test_wan_i2v_image_context_is_not_a_modulation_and_stays_whole():
+    """The image context and the text are joined along the tokens and cut apart in the cross-attention: the text
+    embedder's output is no modulation of the image embedder's norm (a concatenation is no elementwise op), each
+    projection reads its own part, and no linear.output rule splits the reference stream's 257 tokens."""
+    from meshlab.cost.graph import _roles
+    from meshlab.plan.activations import activation_points
+    from meshlab.strategy.schema import ActivationRule
+
+    card = load_card("wan-2.1-i2v-14b")
+    flows = {f.module: f for f in card.dataflow}
+    assert _roles(card.dataflow)["condition_embedder.text_embedder.linear_2"] == "whole"
+    assert not flows["condition_embedder.text_embedder.linear_2"].modulates
+    assert flows["blocks.*.attn2.to_k"].reads == ("linear:condition_embedder.text_embedder.linear_2",)
+    assert flows["blocks.*.attn2.add_k_proj"].reads == ("norm:condition_embedder.image_embedder.norm2|reference",)
+    rule = ActivationRule.model_validate({"point": "linear.output", "spec": ["data", "seq", None]})
+    marked = {p.module for p in activation_points(card, [rule])}
+    assert "blocks.0.attn2.to_k" in marked and not any("add_k_proj" in m or "add_v_proj" in m for m in marked)
 
 
 def test_cogvideox_joins_text_and_video_in_one_attention_and_mlp():
@@ -114,21 +146,6 @@ def test_the_video_vaes_record_how_their_decodes_hold_frames():
     # the decoded video: concatenated from pieces (held twice at the end), or made by one decoder call (once)
     assert {n: v.output_copies for n, v in vaes.items()} == {
         "wan-2.1-t2v-14b": 2, "cogvideox-5b": 2, "hunyuan-video": 2, "ltx-video": 1}
-
-
-def test_ltx_videos_decode_grows_with_its_frames():
-    from meshlab.plan.memory import frame_growth, vae_decode_bytes
-
-    card = load_card("ltx-video")
-    vae = card.component("vae")
-    short, long = (vae_decode_bytes(vae.working_bytes_per_pixel, card.architecture, 512, 704, frames, 2, None,
-                                    frame_growth(vae, card.architecture, frames), vae.output_copies)
-                   for frames in (17, 161))
-    more = card.architecture.latent_frames(161) - vae.working_latent_frames
-    assert vae.output_copies == 1  # one decoder call makes the whole video: no pieces concatenated
-    video = 3 * 2 * 512 * 704  # the decoded video, once, per frame
-    assert long - short == pytest.approx(vae.working_bytes_per_pixel_per_latent_frame * more * 512 * 704
-                                         + video * (161 - 17), abs=2)
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -191,7 +208,7 @@ def test_a_cogvideox_2b_config_imports_tracing_its_226_text_tokens():
     config = {**PRESETS["cogvideox-5b"].config, "num_attention_heads": 30, "num_layers": 2,
               "use_rotary_positional_embeddings": False}
     card = import_card("CogVideoXTransformer3DModel", config, "cogvideox-2b-narrow")
-    assert card.source["trace"]["text_tokens"] == 226
+    assert card.source["trace"]["text_tokens"] == 226 and card.architecture.text_tokens == 226
     assert {(a.streams, a.keys) for a in card.attention} == {(("text", "image"), ())}
     with pytest.raises(InputError, match="exactly 226 text tokens"):
         geometry(card, 480, 720, 128, 1, frames=49)

@@ -398,6 +398,7 @@ def _architecture(model: Any, config: dict, tracer: Family, streams: dict[str, s
         temporal_scale_factor=vae_scale[1] if tracer.video else 1,
         temporal_patch=temporal_patch,
         reference_tokens=tracer.reference_tokens(config),
+        text_tokens=tracer.text_tokens(config) or 0,
     )
 
 

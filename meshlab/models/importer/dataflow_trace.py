@@ -16,7 +16,9 @@ in (Flux's single blocks do both; the q/k/v concatenations inside attention are 
 
 An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a
 modulation: those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last
-dim. Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head
+dim (a concatenation is no such op). A slice of a concatenation's output that falls within some of its parts
+carries only those parts' tags (Wan I2V joins the image context and the text along the tokens, and its
+cross-attention cuts them apart again). Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head
 q/k norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
 
 Inside an attention, two more edges of each q/k/v Linear are recorded, from what the ops do rather than from
@@ -135,6 +137,39 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 where = pattern_of(stack[-1] if stack else "", block_lists)
                 joins.setdefault((where, "split"), Join(where, "split", int(out.shape[-1])))
 
+    concatenations = {torch.cat, torch.concat}
+
+    def record_parts(args, kwargs, out) -> None:
+        """On a concatenation's output: the dim, and each part's [start, stop) along it with its tags."""
+        parts = args[0] if args else kwargs.get("tensors", ())
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        if not torch.is_tensor(out) or not all(torch.is_tensor(t) for t in parts):
+            return
+        dim = dim % out.dim()
+        spans, start = [], 0
+        for t in parts:
+            spans.append((start, start + t.shape[dim], getattr(t, "_meshlab_from", frozenset())))
+            start += t.shape[dim]
+        out._meshlab_parts = (dim, tuple(spans))
+
+    def sliced_part(args) -> frozenset | None:
+        """The tags of the parts a plain slice of a concatenation's output falls within (None: not such a
+        slice)."""
+        source, index = args[0], args[1] if len(args) > 1 else None
+        parts = getattr(source, "_meshlab_parts", None) if torch.is_tensor(source) else None
+        if parts is None:
+            return None
+        dim, spans = parts
+        entries = index if isinstance(index, tuple) else (index,)
+        if len(entries) <= dim or not all(isinstance(e, slice) and e == slice(None) for e in entries[:dim]) \
+                or not isinstance(entries[dim], slice):
+            return None
+        start, stop, step = entries[dim].indices(source.shape[dim])
+        if step != 1:
+            return None
+        within = [label for begin, end, label in spans if begin < stop and start < end]
+        return frozenset().union(*within) if within else None
+
     def tags(values) -> list[frozenset]:
         return [getattr(t, "_meshlab_from", frozenset()) for t in tree_flatten(values)[0] if torch.is_tensor(t)]
 
@@ -171,8 +206,16 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 norm = pattern_of(stack[-1] if stack else "norm", block_lists)
                 tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))
                 return out
-            self._modulation(args, incoming)
+            if func in concatenations:
+                record_parts(args, kwargs, out)
+            else:
+                self._modulation(args, incoming)
             record_join(func, args, kwargs, out)
+            if func is torch.Tensor.__getitem__ and torch.is_tensor(out):
+                part = sliced_part(args)
+                if part is not None:
+                    tag(out, part)
+                    return out
             record_attention_edges(func, args, kwargs, incoming)
             if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[0]) \
                     and torch.is_tensor(args[2]):  # the written value's producers join the target's

@@ -52,7 +52,7 @@ class Decode:
     eager_bytes_per_pixel: float
     fused_bytes_per_pixel: float
     working_bytes_per_pixel: float
-    dispatches: int  # ops the host dispatches in one decode of one latent frame
+    dispatches: int  # ops the host dispatches in one decode of one latent frame (a whole-video decoder: of a decode)
     working_latent_frames: int = 0  # video: the latent frames of the decode the working set was measured at
     working_growth_per_latent_frame: float = 0.0  # video: what the working set grows by per latent frame more
     #: video: copies of the decoded video held at its end: 2 where the decode concatenates pieces (frames, batches,
@@ -68,8 +68,10 @@ def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
     later one into ``temporal_scale_factor`` frames, carrying causal caches: its FLOPs, bytes and ops are those
     of one such later latent frame (the difference between decodes of 3 and 2 latent frames) per pixel of the
     frames it makes, and its working set is that of a decode in that steady state (3 latent frames) less the
-    decoded video it has accumulated, per pixel of one frame. A VAE that decodes in temporal tiles is measured over
-    one more tile (see `_frames`); its dispatches are per latent frame.
+    decoded video it has accumulated, per pixel of one frame; a VAE that decodes in batches of latent frames or in
+    temporal tiles is measured over one more batch or tile (see `_frames`), its dispatches per latent frame, and a
+    whole-video decoder's dispatches are one decode's. A video VAE's working set also records its growth per latent
+    frame past the measured decode, and the decoded video's copies it holds at once.
     """
     import torch
 
@@ -82,12 +84,14 @@ def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
                                               for side in (small, large))
     working = (high - low) / (high_pixels - low_pixels) * CARD_ITEMSIZE / 4  # traced in float32
     per_latent_frame = max(1, frames[1] - frames[0])
-    decode = Decode(flops / pixels, eager / pixels, fused / pixels, working, round(ops / per_latent_frame))
+    whole = video and getattr(vae, "use_framewise_decoding", None) is False  # one decoder call over every frame
+    # a whole-video decoder dispatches the same ops whatever its frames: one decode's, once per decode
+    dispatches = after[3] if whole else round(ops / per_latent_frame)
+    decode = Decode(flops / pixels, eager / pixels, fused / pixels, working, dispatches)
     if not video:
         return decode
     longer, _ = live_peak(vae, torch.randn(latent_shape(small, working_frames + period)))
     growth = max(0.0, (longer - low) / low_pixels / period * CARD_ITEMSIZE / 4)
-    whole = getattr(vae, "use_framewise_decoding", None) is False  # a decoder call over every frame at once
     return replace(decode, working_latent_frames=working_frames, working_growth_per_latent_frame=growth,
                    output_copies=1 if whole else 2)
 
@@ -100,7 +104,8 @@ def _frames(vae: Any, video: bool) -> tuple[tuple[int, int], int, int]:
     - A video VAE: 2 and 3; 3, every 1 (Wan's decodes a latent frame at a time with its caches: 3 is past the
       first).
     - A VAE that decodes its latent frames in batches of `b` with caches, the first batch taking the remainder
-      (CogVideoX's: 2): 2 and 3; 2`b` + 1 (a batch after the first), every `b`.
+      (CogVideoX's: 2): `b` + 1 and 2`b` + 1, which differ by one batch after the first (the batches of the two
+      are 3, and 3 and 2); 2`b` + 1, every `b`.
     - A VAE that decodes in temporal tiles of `t` + 1 latent frames every `s` (HunyuanVideo's: 5 every 3): `s` + 2
       and 2`s` + 2, which differ by one whole tile (the tiles of the two are 5 and 2, and 5, 5 and 2); `t` + 1, one
       whole tile, every `s`.
@@ -114,7 +119,7 @@ def _frames(vae: Any, video: bool) -> tuple[tuple[int, int], int, int]:
         return (stride + 2, 2 * stride + 2), tile + 1, stride
     batch = getattr(vae, "num_latent_frames_batch_size", 1)
     if batch > 1 and not hasattr(vae, "use_framewise_decoding"):  # LTX-Video's is for its framewise tiles only
-        return (2, 3), 2 * batch + 1, batch
+        return (batch + 1, 2 * batch + 1), 2 * batch + 1, batch
     return (2, 3), 3, 1
 
 
@@ -138,9 +143,9 @@ def live_peak(vae: Any, latent: Any) -> tuple[int, int]:
     ops' internal scratch aside) less its output, and the output's pixels of one frame."""
     import torch
 
-    with torch.no_grad(), live_tensors(exclude=(*vae.parameters(), *vae.buffers())) as live:
+    with torch.no_grad(), live_tensors(exclude=(*vae.parameters(), *vae.buffers(), latent)) as live:
         image = vae.decode(latent).sample
-    held = latent.untyped_storage().nbytes()  # the input is live throughout, as the pipeline's latent is
+    held = latent.untyped_storage().nbytes()  # the input is live throughout (its slices are views of it)
     return held + live.peak - image.numel() * image.element_size(), image.shape[-1] * image.shape[-2]
 
 

@@ -260,7 +260,7 @@ class _Recorder:
 def _charge(totals: dict, block: str, side: tuple[str, str], t, stream_of: Callable[[tuple[int, ...]], str]) -> None:
     """Add `t`'s bytes to its block, stream and side; a tensor without a token dim is left out."""
     stream = stream_of(tuple(t.shape))
-    if stream in ("image", "text", "joint"):
+    if stream in ("image", "text", "joint", "reference"):
         totals[(block, stream, *side)] += t.numel() * t.element_size()
 
 
