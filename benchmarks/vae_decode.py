@@ -55,7 +55,7 @@ def memory_rows() -> list[dict]:
 
     rows = []
     for model, side, latent_frames in (("qwen-image", 32, 1), ("flux-dev", 32, 1), ("wan-2.1-t2v-14b", 16, 4),
-                                       ("hunyuan-video", 12, 5), ("ltx-video", 12, 6), ("cogvideox-5b", 12, 7)):
+                                       ("hunyuan-video", 12, 8), ("ltx-video", 12, 6), ("cogvideox-5b", 12, 7)):
         card = load_card(model)
         spec = card.source["components"]["vae"]
         config = spec["config"]

@@ -79,8 +79,7 @@ def check_setup(path: str | Path, options: CheckOptions) -> CheckSetup:
 
 
 def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
-    # a class meshlab cannot build is refused before any worker starts
-    family(planned.card.class_name)
+    _ = family(planned.card.class_name)  # a class meshlab cannot build is refused before any worker starts
     if options.text_tokens is None:
         options = dataclasses.replace(options, text_tokens=planned.card.architecture.text_tokens or 32)
     card = truncate_card(planned.card, options.layers)

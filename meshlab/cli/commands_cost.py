@@ -116,8 +116,8 @@ def sweep(
     card, systems = _card_and_systems(model, names, devices)
     from meshlab.plan.planned import default_workload
 
-    workload, basis = default_workload(card.name, height=height, width=width, frames=frames, steps=steps,
-                                       text_tokens=text_tokens, cfg=cfg)
+    workload, basis = default_workload(card.name, card.architecture.text_tokens, height=height, width=width,
+                                       frames=frames, steps=steps, text_tokens=text_tokens, cfg=cfg)
     most = Workload.field_metadata("batch")["le"]
     hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can

@@ -461,8 +461,8 @@ def _decode_how(vae, hw, where: str, measured: bool) -> str:
         return f"{flops} on the host at {_rate(hw.host_flops)}"
     from meshlab.cost.pipeline_time import decode_bytes_per_pixel, dispatch_seconds
 
-    floor = (f"; at least {vae.decode_dispatches} ops' dispatches per latent frame (and tile)"
-             if dispatch_seconds(hw) else "")
+    per = "decode (one decoder call makes the whole video)" if vae.output_copies == 1 else "latent frame"
+    floor = (f"; at least {vae.decode_dispatches} ops' dispatches per {per} (and tile)" if dispatch_seconds(hw) else "")
     return (f"{flops} at the chip's effective peak + {decode_bytes_per_pixel(vae, hw) / 1e3:.1f} kB per pixel moved "
             f"by its other ops ({'fused by XLA' if hw.kind == 'tpu' else 'eager, each op its own kernel'}) at its "
             f"effective HBM bandwidth{floor} (traced decode)")

@@ -16,7 +16,8 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
   the card's figures per output pixel (real decodes on the CPU, meshlab.models.importer.decode_trace): the convolutions'
   and matmuls' FLOPs at the chip's effective peak, plus the bytes the other ops move at its effective HBM
   bandwidth (each op its own kernel on a GPU, where diffusers runs the VAE eager; fused gaps on a TPU, where
-  XLA compiles it); on a GPU at least the ops it dispatches (per latent frame) at the catalog's
+  XLA compiles it); on a GPU at least the ops it dispatches (per latent frame, or per decode for a VAE whose one
+  decoder call makes the whole video: LTX-Video's) at the catalog's
   ``eager_dispatch_s``. ``placement.vae: cpu``: the FLOPs at the host's rate (no host bandwidth is catalogued).
   Under ``placement.vae_decode`` (meshlab.plan.memory.decode_share): 'tiled' decodes its overlapping tiles, each
   paying the dispatches; 'parallel' one chip's rows of the image. With a profile as hardware and a full decode,
@@ -83,7 +84,7 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
             layers = sum(c.parameters - c.root_parameters for c in group)
             return layers * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) / hardware.chips
 
-        # the text encoders encode each prompt; an image encoder its image once
+        # the text encoders encode each prompt; an image encoder its call's images at once
         encode_s += (prompts * gathered(card.text_encoders) + gathered(image_encoders)) / hardware.ici_link_bandwidth
     vae = next((c for c in card.components if c.name == "vae"), None)
     if vae is None or vae.decode_flops_per_pixel == 0 or (placement.vae != "cpu"
@@ -119,8 +120,8 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
 def vae_decode_seconds(vae: Component, hardware: Hardware, where: str, pixels: int, decodes: int,
                        samples: int = 1) -> float:
     """`samples` samples decoded in one call on the chip or (`where` "cpu") on the host, each `pixels` output pixels
-    (every frame, tiles' overlaps included), the decoder run `decodes` times a call (latent frames x tiles; the
-    batch goes through each run together): see the module's docstring."""
+    (every frame, tiles' overlaps included), the decoder run `decodes` times a call (latent frames, or one for a
+    whole-video decoder, x tiles; the batch goes through each run together): see the module's docstring."""
     flops = vae.decode_flops_per_pixel * pixels * samples
     if where == "cpu":
         return flops / hardware.host_flops

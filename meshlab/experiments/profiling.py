@@ -23,7 +23,7 @@ from meshlab.runtime.protocol import Progress, call_worker
 from meshlab.runtime.results import ProfilePayload
 from meshlab.runtime.requests import ProfileRequest
 from meshlab.runtime.devices import child_environment, torch_environment
-from meshlab.core.errors import InputError, MeshlabError
+from meshlab.core.errors import InputError, Location, MeshlabError
 from meshlab.plan.planned import PlannedStrategy, plan_file, with_workload
 from meshlab.core.files import output_path, write_atomic
 
@@ -121,6 +121,15 @@ def plan_for_profiling(path: Path) -> PlannedStrategy:
 
 
 def text_lengths(planned: PlannedStrategy, given: tuple[int, ...]) -> tuple[int, ...]:
+    """The text lengths to time: the defaults and the workload's, or those given; only the one a model's forward
+    requires (Wan I2V: 512), where it requires one (another given length is refused at --text-tokens)."""
+    required = planned.card.architecture.text_tokens
+    if required:
+        if given and set(given) != {required}:
+            raise InputError(f"--text-tokens {','.join(map(str, given))}: {planned.card.name}'s forward takes exactly "
+                             f"{required} text tokens", f"drop --text-tokens, or give {required}",
+                             Location("command line"))
+        return (required,)
     return tuple(sorted(set(given or (*DEFAULT_TEXT_TOKENS, planned.strategy.workload.text_tokens))))
 
 

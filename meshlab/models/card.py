@@ -206,7 +206,8 @@ class Component:
     working_bytes_per_pixel_per_latent_frame: float = 0.0
     #: video VAE only: copies of the decoded video its decode holds at once (2: it concatenates decoded pieces, as
     #: Wan's frames; 1: one decoder call makes the whole video, as LTX-Video's, whose ``decode_dispatches`` are
-    #: then a whole decode's); 0: not known (counted as 2)
+    #: then a whole decode's: the one field says both, as the importer reads both from the decode's structure);
+    #: 0: not known (counted as 2)
     output_copies: int = 0
     #: FLOPs of one decode per output pixel per image (VAE only; convolutions and matmuls as torch's
     #: FlopCounterMode counts them in the same traced decode). 0: not known (a card from before it was recorded).
@@ -225,7 +226,8 @@ class Component:
     #: not known
     decode_bytes_per_pixel: float = 0.0
     decode_fused_bytes_per_pixel: float = 0.0
-    #: ops the host dispatches in one decode of one latent frame (eager's floor)
+    #: ops the host dispatches in one decode of one latent frame, or of the whole video for a VAE whose one decoder
+    #: call makes it (``output_copies`` 1) (eager's floor)
     decode_dispatches: int = 0
     #: the tiles diffusers' tiled decode (``vae.enable_tiling()``) cuts an image into, in output pixels: (height,
     #: width) of a tile and the stride between tiles' starts; (0, 0): not a VAE, or one without tiling

@@ -129,13 +129,15 @@ def workload_with(workload: Workload, **updates) -> Workload:
                          Location("command line")) from None  # placed, so no strategy line claims it
 
 
-def default_workload(model: str, **given) -> tuple:
-    """The workload `model` (a card's name) is run at by default, its pipeline's, with what the command line gave
-    (not None) in place of it, and a line saying what it rests on. Pure."""
+def default_workload(model: str, required_text: int = 0, **given) -> tuple:
+    """The workload `model` (a card's name) is run at by default, its pipeline's (else meshlab's generic one, at
+    the `required_text` tokens a card's forward requires, if any), with what the command line gave (not None) in
+    place of it, and a line saying what it rests on. Pure."""
     from meshlab.models.defaults import pipeline_defaults
 
     defaults = pipeline_defaults(model)
-    base = Workload(**defaults.workload_fields()) if defaults else Workload()
+    base = Workload(**defaults.workload_fields()) if defaults else \
+        Workload(**({"text_tokens": required_text} if required_text else {}))
     changed = {k: v for k, v in given.items() if v is not None}
     workload = workload_with(base, **changed)
     basis = defaults.describe() if defaults else f"meshlab's generic workload (no pipeline defaults for {model!r})"

@@ -123,7 +123,7 @@ def plan_quick(model: str | None, hardware: str | None, mesh: str | None, rules:
         hw = load_hardware(hardware)
     except InputError as exc:
         raise InputError(exc.problem, exc.fix, Location("command line: --hardware")) from None
-    workload, _basis = default_workload(card.name, **given)
+    workload, _basis = default_workload(card.name, card.architecture.text_tokens, **given)
     parsed, parts = parse_mesh(mesh) if mesh else None, parse_rules(rules)
     auto = text_encoder in (None, "auto")
     first = "device" if text_encoder == "device" or (auto and hw.kind == "gpu") else "host"

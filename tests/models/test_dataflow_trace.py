@@ -90,3 +90,33 @@ def test_the_tracer_finds_rotary_halves_and_a_norm_across_heads_under_any_names_
     assert by_name["layers.*.wo"].rotary == "" and by_name["layers.*.wq"].attention == "layers.*"
     # the attention's own input norm reads the feed-forward's output: no q/k norm of that Linear
     assert by_name["ff"].qk_norm is None and by_name["ff"].rotary == ""
+
+
+class _Joined(torch.nn.Module):
+    """Two producers joined along the tokens and cut apart again (as Wan I2V's image context and text): each cut
+    reads its own part; a slice across both, a Linear of the whole, and a cut after an in-place write read both."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
+        self.first, self.second, self.across, self.whole, self.after = (torch.nn.Linear(width, width)
+                                                                       for _ in range(5))
+
+    def forward(self, x, y, return_dict=False):
+        joined = torch.cat([self.a(x), self.b(y)], dim=-2)  # x: 3 tokens, y: 5 tokens
+        out = self.first(joined[:, :3]) + 0 * self.second(joined[:, -5:]).sum()
+        out = out + self.across(joined[:, 2:4]).sum() + self.whole(joined).sum()
+        written = torch.cat([self.a(x), self.b(y)], dim=1)
+        written[:, :1] = 0.0
+        return (out + self.after(written[:, :3]).sum(),)
+
+
+def test_a_cut_of_a_concatenation_reads_only_the_parts_it_falls_within():
+    from meshlab.models.importer.dataflow_trace import trace_dataflow
+
+    inputs = {"x": torch.randn(1, 3, 8), "y": torch.randn(1, 5, 8)}
+    found, _ = trace_dataflow(_Joined(), inputs, set(), 99, lambda shape: "image")
+    reads = {f.module: f.reads for f in found}
+    assert reads["first"] == ("linear:a",) and reads["second"] == ("linear:b",)
+    assert reads["across"] == reads["whole"] == reads["after"] == ("linear:a", "linear:b")
+    assert not any(f.modulates for f in found)  # a concatenation is no modulation

@@ -212,3 +212,30 @@ def test_a_cogvideox_2b_config_imports_tracing_its_226_text_tokens():
     assert {(a.streams, a.keys) for a in card.attention} == {(("text", "image"), ())}
     with pytest.raises(InputError, match="exactly 226 text tokens"):
         geometry(card, 480, 720, 128, 1, frames=49)
+
+
+def test_a_whole_video_decoder_dispatches_once_per_decode_and_the_others_once_per_latent_frame():
+    """LTX-Video's one decoder call makes every frame (its op count does not grow with them); Wan's, CogVideoX's
+    and HunyuanVideo's decoders run per latent frame (or batch, or tile), so the eager floor grows with the video."""
+    from meshlab.core.hardware import load_hardware
+    from meshlab.cost.pipeline_time import dispatch_seconds, vae_decode_seconds
+
+    ltx, wan = load_card("ltx-video").component("vae"), load_card("wan-2.1-t2v-14b").component("vae")
+    assert ltx.decoder_runs(21) == 1 and ltx.decode_dispatches > 100
+    assert wan.decoder_runs(21) == 21
+    h100 = load_hardware("h100")
+    tiny = 8 * 8  # pixels: the floor, not the kernels, decides
+    assert vae_decode_seconds(ltx, h100, "device", tiny, ltx.decoder_runs(21)) == pytest.approx(
+        ltx.decode_dispatches * dispatch_seconds(h100))
+
+
+def test_the_image_context_and_the_text_mask_split_with_the_batch():
+    from meshlab.core.mesh import AbstractMesh
+    from meshlab.plan.inputs import input_spec
+    from meshlab.strategy.schema import Activations
+
+    mesh = AbstractMesh((("data", 2), ("model", 4)))
+    activations = Activations.model_validate({"batch": "data"})
+    for name, shape in (("encoder_hidden_states_image", (2, 257, 1280)), ("encoder_attention_mask", (2, 128))):
+        assert input_spec(name, shape, activations, mesh).entries[0] == ("data",)
+    assert input_spec("image_rotary_emb", (2, 64), activations, mesh).entries[0] is None  # per token, not batched

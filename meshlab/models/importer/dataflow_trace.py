@@ -14,12 +14,13 @@ Outside attention, a concatenation of the text and image streams along the token
 and the slicing of a joint sequence back into the two, are recorded as ``Join`` events of the module they run
 in (Flux's single blocks do both; the q/k/v concatenations inside attention are the attention's own business).
 
-An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a
-modulation: those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last
-dim (a concatenation is no such op). A slice of a concatenation's output that falls within some of its parts
-carries only those parts' tags (Wan I2V joins the image context and the text along the tokens, and its
-cross-attention cuts them apart again). Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head
-q/k norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
+An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a modulation:
+those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last dim (a concatenation
+is no such op). A plain slice of a concatenation's output that falls within some of its parts carries only those
+parts' tags (Wan I2V joins the image context and the text along the tokens, and its cross-attention cuts them apart
+again); ``split``, ``chunk`` and ``narrow``, or a slice after an in-place write, carry the union, as any other op.
+Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head q/k
+norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
 
 Inside an attention, two more edges of each q/k/v Linear are recorded, from what the ops do rather than from
 module names:
@@ -137,13 +138,13 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 where = pattern_of(stack[-1] if stack else "", block_lists)
                 joins.setdefault((where, "split"), Join(where, "split", int(out.shape[-1])))
 
-    concatenations = {torch.cat, torch.concat}
+    concatenations = {torch.cat, torch.concat, torch.concatenate}
 
     def record_parts(args, kwargs, out) -> None:
         """On a concatenation's output: the dim, and each part's [start, stop) along it with its tags."""
         parts = args[0] if args else kwargs.get("tensors", ())
         dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-        if not torch.is_tensor(out) or not all(torch.is_tensor(t) for t in parts):
+        if not torch.is_tensor(out) or not all(torch.is_tensor(t) and t.dim() == out.dim() for t in parts):
             return
         dim = dim % out.dim()
         spans, start = [], 0
@@ -164,7 +165,10 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         if len(entries) <= dim or not all(isinstance(e, slice) and e == slice(None) for e in entries[:dim]) \
                 or not isinstance(entries[dim], slice):
             return None
-        start, stop, step = entries[dim].indices(source.shape[dim])
+        try:
+            start, stop, step = entries[dim].indices(source.shape[dim])
+        except (TypeError, ValueError):  # a bound that is no int (a tensor)
+            return None
         if step != 1:
             return None
         within = [label for begin, end, label in spans if begin < stop and start < end]
@@ -185,6 +189,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
+            if args and torch.is_tensor(args[0]) and _in_place(func):
+                args[0].__dict__.pop("_meshlab_parts", None)  # written in place: its parts are no longer known
             if func is F.linear:
                 name = linear_of.get(id(args[1] if len(args) > 1 else kwargs["weight"]))
                 if name is not None:
@@ -250,6 +256,13 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         for name in order
     )
     return flows, tuple(joins.values())
+
+
+def _in_place(func) -> bool:
+    """An op that writes its first argument: ``x[...] = y``, ``x.add_(y)``, ``x += y``."""
+    name = getattr(func, "__name__", "")
+    return name == "__setitem__" or (name.endswith("_") and not name.startswith("_")) or (
+        name.startswith("__i") and name.endswith("__") and name not in ("__index__", "__init__", "__iter__"))
 
 
 def _last_dim(args: tuple, kwargs: dict) -> bool:

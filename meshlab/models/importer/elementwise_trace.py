@@ -25,6 +25,7 @@ input) and ``_overloadpacket`` (the op's name).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -73,8 +74,9 @@ def record_call(model: Any, call: Callable[[], Any], current: list | None = None
     def tensors(tree) -> list:
         return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
-    recorder = _Recorder({id(t): name.rpartition(".")[0]
-                          for name, t in (*model.named_parameters(), *model.named_buffers())})
+    recorder = _Recorder({})
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        recorder.weights[recorder.key(t)] = name.rpartition(".")[0]
 
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -102,35 +104,72 @@ def record_call(model: Any, call: Callable[[], Any], current: list | None = None
     return recorder
 
 
+_SERIALS = itertools.count()
+
+
+class _Shape:
+    """What the counts read of a tensor (its shape, size and dtype's width), kept in its place: the tensors
+    themselves are freed as the call frees them, so a traced decode holds no more than the decode does."""
+
+    __slots__ = ("shape", "_numel", "_floating", "_itemsize")
+
+    def __init__(self, t):
+        self.shape, self._numel = tuple(t.shape), t.numel()
+        self._floating, self._itemsize = t.is_floating_point(), t.element_size()
+
+    def numel(self) -> int:
+        return self._numel
+
+    def is_floating_point(self) -> bool:
+        return self._floating
+
+    def element_size(self) -> int:
+        return self._itemsize
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
 class _Recorder:
-    """Ops in program order, each with the tensor versions it reads and writes (views resolved to their base)."""
+    """Ops in program order, each with the tensor versions it reads and writes (views resolved to their base).
+
+    A tensor is known by a serial number it carries as an attribute (torch keeps a tensor's Python object, and so
+    the attribute, for the tensor's life), not by ``id``, which a freed tensor's successor may reuse."""
 
     def __init__(self, weights: dict[int, str]):
-        self.weights = weights  # id of a parameter or buffer (or a tensor made from one alone) -> its module path
+        self.weights = weights  # serial of a parameter or buffer (or a tensor made from one alone) -> its module path
         self.inside_attention = False
-        self.base: dict[int, int] = {}  # a view's id -> the id of the tensor it views
-        self.version: dict[int, int] = defaultdict(int)  # base id -> writes so far
-        self.keep: list = []  # every tensor seen stays alive, so no id is reused
+        self.base: dict[int, int] = {}  # a view's serial -> the serial of the tensor it views
+        self.version: dict[int, int] = defaultdict(int)  # base serial -> writes so far
+        self.shapes: dict[int, _Shape] = {}  # serial -> what the counts read of that tensor
         #: (heavy op: "linear:<module>", "attention" or "" for elementwise, block, reads, writes)
         self.ops: list[tuple[str, str | None, list, list]] = []
 
+    def key(self, t) -> int:
+        serial = t.__dict__.get("_meshlab_serial")
+        if serial is None:  # numbered once in the process: a tensor seen by an earlier recording keeps its number
+            serial = t._meshlab_serial = next(_SERIALS)
+        return serial
+
+    def shape(self, t) -> _Shape:
+        return self.shapes.setdefault(self.key(t), _Shape(t))
+
     def root(self, t) -> int:
-        i = id(t)
+        i = self.key(t)
         while i in self.base:
             i = self.base[i]
         return i
 
     def op(self, name: str, view: bool, reads: list, writes: list, block: str | None) -> None:
-        self.keep.extend(reads + writes)
         if view:
             for w in writes:
-                if reads and id(w) != id(reads[0]):
-                    self.base[id(w)] = self.root(reads[0])
+                if reads and self.key(w) != self.key(reads[0]):
+                    self.base[self.key(w)] = self.root(reads[0])
             return
         roots = [self.root(t) for t in reads]
         if roots and all(r in self.weights for r in roots):
             for w in writes:  # a cast or transpose of a weight is the matmul's business
-                self.weights[id(w)] = self.weights[roots[0]]
+                self.weights[self.key(w)] = self.weights[roots[0]]
             return
         if name == "scaled_dot_product_attention":
             heavy = "attention"
@@ -138,13 +177,14 @@ class _Recorder:
             heavy = "linear:" + next((self.weights[r] for r in roots if r in self.weights), "")
         else:
             heavy = ""
-        read = [(r, self.version[r], t) for t, r in zip(reads, roots) if r not in self.weights and t.dim() > 0]
+        read = [(r, self.version[r], self.shape(t)) for t, r in zip(reads, roots)
+                if r not in self.weights and t.dim() > 0]
         written = []
         for t in writes:
             r = self.root(t)
             self.version[r] += 1
             if t.dim() > 0:
-                written.append((r, self.version[r], t))
+                written.append((r, self.version[r], self.shape(t)))
         self.ops.append((heavy, block, read, written))
 
     def dispatches(self) -> dict[str | None, int]:

@@ -70,12 +70,15 @@ def _text(fam: Family, config: dict, geo: Geometry, dtype, generator):
 
 
 def _reference(fam: Family, config: dict, geo: Geometry, dtype, generator):
-    """Wan I2V's CLIP image embedding: the reference stream's tokens at the config's image_dim."""
+    """Wan I2V's CLIP image embedding: the reference stream's tokens at the config's image_dim (FLF2V, with a
+    pos_embed_seq_len: two images' embeddings, which its image embedder views as one sequence per sample)."""
     import torch
 
     if not geo.reference:
         return None
-    return torch.randn(geo.batch, geo.reference, config["image_dim"], generator=generator).to(dtype)
+    images = 2 if config.get("pos_embed_seq_len") else 1
+    shape = (images * geo.batch, geo.reference // images, config["image_dim"])
+    return torch.randn(shape, generator=generator).to(dtype)
 
 
 def _text_mask(fam: Family, config: dict, geo: Geometry, dtype, generator):
@@ -156,7 +159,7 @@ def _rotary(fam: Family, config: dict, geo: Geometry, dtype, generator):
     if not config.get("use_rotary_positional_embeddings"):
         return None
     shape = (geo.image_tokens, config["attention_head_dim"])
-    return torch.rand(shape, generator=generator).to(torch.float32), torch.rand(shape, generator=generator).to(torch.float32)
+    return tuple(torch.rand(shape, generator=generator).to(torch.float32) for _ in ("cos", "sin"))
 
 
 _MAKERS = {
