@@ -239,3 +239,20 @@ def test_the_image_context_and_the_text_mask_split_with_the_batch():
     for name, shape in (("encoder_hidden_states_image", (2, 257, 1280)), ("encoder_attention_mask", (2, 128))):
         assert input_spec(name, shape, activations, mesh).entries[0] == ("data",)
     assert input_spec("image_rotary_emb", (2, 64), activations, mesh).entries[0] is None  # per token, not batched
+
+
+@pytest.mark.xla
+def test_a_first_last_frame_wan_config_traces_two_images_as_one_reference_sequence():
+    """Wan FLF2V (pos_embed_seq_len 514): the pipeline hands two images' 257 CLIP tokens each, and the image embedder
+    views them as one 514-token sequence per sample: the reference stream."""
+    pytest.importorskip("diffusers")
+    from meshlab.models.importer.card_import import import_card
+    from meshlab.models.presets import PRESETS
+
+    config = {**PRESETS["wan-2.1-i2v-14b"].config, "num_attention_heads": 2, "attention_head_dim": 64,
+              "ffn_dim": 256, "num_layers": 2, "text_dim": 64, "image_dim": 96, "added_kv_proj_dim": 128,
+              "pos_embed_seq_len": 514}
+    card = import_card("WanTransformer3DModel", config, "tiny-flf2v")
+    assert card.architecture.reference_tokens == 514
+    params = {p.name: p for p in card.parameters}
+    assert params["blocks.0.attn2.add_k_proj.weight"].stream == "reference"
