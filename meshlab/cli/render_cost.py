@@ -432,7 +432,7 @@ def _terms_table(planned, p) -> Table:
         ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens}"
          f"{f' + {prefix} template' if prefix else ''} tokens x "
          f"{2 if workload.cfg else 1} prompt(s){image_how} on {where}"
-         f"{'; the conditioning frames VAE encode is not priced' if images else ''}"),
+         f"{'; the VAE encode of the conditioning frames is not priced' if images else ''}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
         ("VAE decode", "vae_decode_s", _decode_how(vae, hw, planned.strategy.placement.vae, measured_decode)),
         ("host transfers", "transfer_s", f"prompt embeddings in, float32 pixels out at "
