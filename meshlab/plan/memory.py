@@ -221,16 +221,16 @@ def frame_growth(vae: Component, arch: Architecture, frames: int) -> float:
 def vae_decode_bytes(working_bytes_per_pixel: float, arch: Architecture, height: int, width: int, frames: int,
                      itemsize: int, share: DecodeShare | None = None, growth: float = 0.0,
                      copies: int = 0) -> int:
-    """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16, 2
-    bytes an element; for a video VAE, a decode in its steady state: a latent frame after the first with its causal caches, a
-    batch of latent frames, or a temporal tile, as the VAE decodes) over the pixels held at once (`share`: the whole
-    image by default, a tile, or one chip's rows), beside the decoded image or video (3 channels x every frame) it
-    hands back: a whole video twice where the VAE concatenates decoded pieces into it (``torch.cat``), once where
-    one decoder call makes it (`copies`). Under tiling every decoded tile is kept to blend, and the blend (its rows,
-    then their ``torch.cat``) holds two more copies of the image after the last tile's working set is freed (Wan's
-    tiled decode clamps into a third, left out). `growth`: bytes per pixel the working set gains over the video's
-    latent frames past those it was measured at (see `frame_growth`); `copies`: 0 (not known) counts as two for a
-    video."""
+    """Peak bytes of one sample's decode: the card's working set per pixel of one frame (measured in bfloat16, 2 bytes
+    an element; for a video VAE, a decode in its steady state: a latent frame after the first with its causal
+    caches, a batch of latent frames, or a temporal tile, as the VAE decodes) over the pixels held at once (`share`:
+    the whole image by default, a tile, or one chip's rows), beside the decoded image or video (3 channels x every
+    frame) it hands back: a whole video twice where the VAE concatenates decoded pieces into it (``torch.cat``),
+    once where one decoder call makes it (`copies`). Under tiling every decoded tile is kept to blend, and the blend
+    (its rows, then their ``torch.cat``) holds two more copies of the image after the last tile's working set is
+    freed (Wan's tiled decode clamps into a third, left out). `growth`: bytes per pixel the working set gains over
+    the video's latent frames past those it was measured at (see `frame_growth`); `copies`: 0 (not known) counts as
+    two for a video."""
     pixels = height * width
     share = share or DecodeShare(pixels, pixels, 1)
     image = 3 * frames * itemsize  # bytes per pixel of the decoded output
