@@ -62,11 +62,17 @@ _CLIP_L = {
     "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 768, "hidden_act": "quick_gelu",
 }
 
-#: T5 v1.1 XXL's encoder (FLUX.1's `text_encoder_2` and SD3.5's `text_encoder_3`: the per-token prompt embedding).
+#: T5 v1.1 XXL's encoder (FLUX.1's `text_encoder_2`, SD3.5's `text_encoder_3`, LTX-Video's and CogVideoX's
+#: `text_encoder`: the per-token prompt embedding).
 _T5_XXL_CONFIG = {
     "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
     "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32, "tie_word_embeddings": False,
 }
+
+
+def _t5_xxl(origin: str) -> ComponentSpec:
+    """T5 v1.1 XXL's encoder as the pipeline at `origin` ships it."""
+    return ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG, origin)
 
 _QWEN_TEXT_ENCODER = ComponentSpec(
     "transformers",
@@ -127,8 +133,7 @@ FLUX_DEV = Preset(
         "text_encoder": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L,
                                       "black-forest-labs/FLUX.1-dev text_encoder/config.json"),
         # T5 v1.1 XXL encoder (the pipeline's `text_encoder_2`, per-token prompt embedding).
-        "text_encoder_2": ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG,
-                                        "black-forest-labs/FLUX.1-dev text_encoder_2/config.json"),
+        "text_encoder_2": _t5_xxl("black-forest-labs/FLUX.1-dev text_encoder_2/config.json"),
     },
 )
 
@@ -193,8 +198,7 @@ SD35_LARGE = Preset(
             },
             "stabilityai/stable-diffusion-3.5-large text_encoder_2/config.json",
         ),
-        "text_encoder_3": ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG,
-                                        "stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json"),
+        "text_encoder_3": _t5_xxl("stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json"),
     },
 )
 
@@ -258,11 +262,6 @@ WAN_I2V_14B = Preset(
         ),
     },
 )
-
-#: T5 v1.1 XXL's encoder as LTX-Video and CogVideoX ship it (the same shape as FLUX.1's text_encoder_2).
-def _t5_xxl(origin: str) -> ComponentSpec:
-    return ComponentSpec("transformers", "T5EncoderModel", _T5_XXL_CONFIG, origin)
-
 
 #: LTX-Video 2B, 0.9.0 (Lightricks/LTX-Video; its transformer config is the same for 0.9.0, 0.9.1 and 0.9.5). The
 #: 0.9.0 VAE's config file leaves the decoder's keys out: they load as the class's defaults, which are 0.9.0's.
