@@ -249,9 +249,7 @@ def render_explain(planned, prediction, console) -> None:
     layout = p.layout
     console.print(f"[bold]{planned.strategy.name}[/bold] on {hw.name}, mesh {planned.plan.mesh.describe()}: "
                   f"{layout.batch} sample(s) per chip per call, {layout.calls} call(s) per step, "
-                  f"{layout.local.image} image + {layout.local.text} text"
-                  f"{f' + {layout.local.reference} reference image' if layout.local.reference else ''} "
-                  "tokens per sample per chip")
+                  f"{layout.local.describe()} per sample per chip")
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")
@@ -416,7 +414,7 @@ def _terms_table(planned, p) -> Table:
     encoders = card.text_encoders
     per_token = sum(c.flops_per_token + c.head_flops_per_token for c in encoders)
     prefix = max((c.prefix_tokens for c in encoders), default=0)
-    images = [c for c in card.encoders if c not in encoders]
+    images = card.image_encoders
     image_how = "".join(f", plus the {c.name} at {c.flops_per_token / 1e9:.1f} GFLOP per token x "
                         f"{card.architecture.reference_tokens} image tokens" for c in images)
     host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"

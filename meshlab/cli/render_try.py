@@ -56,8 +56,7 @@ def _memory_table(planned: PlannedStrategy) -> Table:
     note = (f"all {len(memory.chips)} chips identical" if memory.uniform
             else f"chips differ: chip {chip.chip} is the most loaded")
     tokens = memory.tokens
-    table = Table(title=f"Per-chip memory ({note}; {tokens.image} image + {tokens.text} text"
-                        f"{f' + {tokens.reference} reference image' if tokens.reference else ''} tokens)",
+    table = Table(title=f"Per-chip memory ({note}; {tokens.describe()})",
                   title_justify="left")
     table.add_column("component")
     table.add_column(f"chip {chip.chip}", justify="right")

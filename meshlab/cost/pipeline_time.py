@@ -72,7 +72,7 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
     # an image encoder (Wan I2V's CLIP) encodes the conditioning image once per image, its reference tokens
-    image_encoders = [c for c in encoders if c not in card.text_encoders]
+    image_encoders = card.image_encoders
     encode_flops = (sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
                         for c in card.text_encoders if c.flops_per_token) * prompts
                     + sum(c.flops_per_token * card.architecture.reference_tokens * images for c in image_encoders)

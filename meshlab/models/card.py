@@ -354,6 +354,11 @@ class ModelCard:
         encoder (Wan 2.1 image-to-video's CLIP, which its pipeline keeps beside the text encoder)."""
         return tuple(c for c in self.components if c.name.startswith(("text_encoder", "image_encoder")))
 
+    @property
+    def image_encoders(self) -> tuple[Component, ...]:
+        """The encoders of a conditioning image (Wan 2.1 image-to-video's CLIP), which encode once per image."""
+        return tuple(c for c in self.components if c.name.startswith("image_encoder"))
+
     def to_json(self) -> dict:
         return card_to_json(self)
 

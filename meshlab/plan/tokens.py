@@ -19,6 +19,11 @@ class TokenCounts:
     def joint(self) -> int:
         return self.image + self.text
 
+    def describe(self) -> str:
+        """The tokens as a phrase: image and text, and a reference stream's where there is one."""
+        reference = f" + {self.reference} reference image" if self.reference else ""
+        return f"{self.image} image + {self.text} text{reference} tokens"
+
     def of_stream(self, stream: str) -> int:
         """Tokens a Linear of `stream` sees per sample (conditioning Linears act once per sample)."""
         return {"image": self.image, "text": self.text, "joint": self.joint, "conditioning": 1,
