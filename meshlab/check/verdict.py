@@ -222,13 +222,15 @@ def predicted_flops(setup: CheckSetup, prediction=None) -> float:
     """meshlab's FLOPs of the checked forward on one device (Linears and attention, as XLA's dots count), less
     the dead tail of the model's last block: where the last block list ends on a block whose attention joins
     text and image (Qwen-Image), nothing reads its text stream after the attention, and XLA drops the text
-    Linears that would compute it (see meshlab/data/known_differences.yaml: the cost model counts every block alike)."""
+    Linears that would compute it (see meshlab/data/known_differences.yaml: the cost model counts every block alike).
+    Convolutions XLA keeps as convolutions (SANA's depthwise 3x3) are left out, as the dots leave them out; its
+    pointwise ones are Linears here and dots there (XLA rewrites a 1x1 convolution as a dot)."""
     from meshlab.cost.graph import graph_of
 
     work = (prediction or checked_prediction(setup)).work
     dead = _dead_text_tail(graph_of(setup.plan))
     # a kept block stands for `count` identical ones (Graph.repeats): the tail is dead in the last of them only
-    return sum(w.flops * (w.count - (w.name in dead)) for w in work)
+    return sum(w.flops * (w.count - (w.name in dead)) for w in work if w.kind != "conv")
 
 
 def dead_tail_weight_bytes(setup: CheckSetup) -> int:

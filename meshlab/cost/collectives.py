@@ -140,7 +140,7 @@ class _State:
 def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point."""
     deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout))
-    return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph),
+    return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
             *_guidance(graph, layout))
 
 
@@ -369,7 +369,7 @@ class _Deriver:
         """A Linear weight's (output, input) split as it is used: axes that split activations are gathered
         first (FSDP), so they do not split the computation."""
         gathered = set(self.layout.activation_axes())
-        return tuple(_without(e, gathered) for e in op.weight.spec.entries)
+        return tuple(_without(e, gathered) for e in op.weight.spec.entries[:2])  # a pointwise conv's kernel dims: 1
 
     def chunk_split(self, op: LinearOp) -> Axes | None:
         """How a modulation Linear's chunks end up split: as its rows, when every chunk splits evenly."""
@@ -703,9 +703,16 @@ class _Deriver:
         """Sequence axes split the tokens at the kernel: q, k and v of several streams are concatenated along a
         split dim, every query needs every key and value of the joint sequence, and the joint output is cut back
         into streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4,
-        Qwen-Image). XLA's partitioner gathers the keys and values: a ring's passes are meshlab.cost.ring's."""
+        Qwen-Image). XLA's partitioner gathers the keys and values: a ring's passes are meshlab.cost.ring's. A
+        linear attention (SANA's) gathers no keys: its state, a sum over the tokens, is all-reduced."""
         axis = "+".join(axes)
         block, streams = qkv[0].block, attention.streams
+        if attention.is_linear:  # no keys to gather: each chip sums its tokens' share of the state
+            heads, d = -(-attention.heads // self.size(target)), attention.head_dim
+            yield self.new("all-reduce", axes, self.layout.batch * heads * (d + 1) * d * 4, block, "attention:state",
+                           f"the linear attention's state relu(K)^T [V; 1] sums over tokens split on {axis}: one "
+                           f"float32 ({d} + 1) x {d} matrix per head")
+            return
         width = -(-attention.heads * attention.head_dim // self.size(target))
         # at the kernel the tokens are split over `axes` alone: a Ulysses axis moved its split onto the heads (USP)
         ulysses = self.size(tuple(a for a in self.layout.sequence_axes if a not in axes) or None)
@@ -759,6 +766,28 @@ class _Deriver:
                         yield self.new("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
                                        "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
                                        "other chips than its own split wants")
+
+    def halos(self, graph: Graph) -> Iterator[Collective]:
+        """A convolution over the token grid (SANA's depthwise 3x3, padding keeping every position) reads the
+        (kernel - 1) / 2 rows beyond each edge of the chip's share: where a sequence axis splits the image's tokens
+        (whole rows of the row-major grid), each chip receives them from its two neighbours, one collective-permute
+        each way, at the conv's channels on the chip. Derived, not held against XLA: its CPU partitioner does not
+        keep SANA's tokens split (meshlab/data/known_differences.yaml)."""
+        axes = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
+        if not axes or not self.layout.row_tokens:
+            return
+        for conv in graph.convs:
+            reach = max(((k - 1) // 2 for k in conv.shape[2:]), default=0)
+            if not reach or self.layout.local.of_stream(conv.parameter.stream) >= self.layout.tokens.of_stream(
+                    conv.parameter.stream):
+                continue
+            channels = -(-conv.shape[0] // self.size(_without(conv.spec.entries[0], set(self.layout.activation_axes()))))
+            nbytes = self.layout.batch * reach * self.layout.row_tokens * channels * self.layout.itemsize
+            name = conv.parameter.module.split(".", 2)[-1]
+            for side in ("above", "below"):
+                yield self.new("collective-permute", axes, nbytes, conv.parameter.block, f"{name}:halo",
+                               f"{name} reads {reach} row(s) of tokens {side} the chip's share, split on "
+                               f"{'+'.join(axes)}: its neighbour's")
 
     def _misaligned(self, streams: tuple[str, ...], parts: int) -> list[str]:
         """Streams whose even split over `parts` chips does not lie inside the joint sequence's even split."""

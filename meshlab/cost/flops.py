@@ -3,8 +3,11 @@
 Counted: every Linear as 2 x in x out per token of the stream it serves (image tokens, text tokens, their
 sum for joint Linears, once per sample for conditioning Linears), and attention as QK^T plus AV,
 2 x 2 x queries x keys x head_dim per head over the joint sequence (a cross-attention: its queries' stream
-against its keys' stream). Not counted: biases, norms, RoPE,
-activations and other elementwise work (well under 1% of a DiT's FLOPs).
+against its keys' stream). A pointwise convolution the card traced as a Linear counts as one (SANA's GLUMBConv);
+a linear attention (SANA's) as its state and its product with the queries, 2 x 2 x tokens x head_dim x
+(head_dim + 1) per head, in float32; another convolution inside a block (SANA's depthwise 3x3) as 2 x its weight's
+elements per token. Not counted: biases, norms, RoPE, activations and other elementwise work (well under 1% of a
+DiT's FLOPs), and convolutions outside the blocks (a patch embedding).
 
 On one chip each Linear does the work of its local shard: ceil(out / split) x ceil(in / split) at the
 tokens and samples the chip holds, where a split counts only the axes that do not also split activations: a
@@ -44,9 +47,10 @@ class Work:
     block: int | None
     flops: float
     hbm_bytes: float
-    kind: str  # "linear", "attention", "elementwise" or "other"
+    kind: str  # "linear", "attention", "linear-attention", "conv", "elementwise" or "other"
     count: int = 1  # identical blocks this op stands for (see `Graph.repeats`)
-    #: linear: (tokens, in, out) of the local shard GEMM; attention: (batch, heads, queries, keys, head_dim)
+    #: linear: (tokens, in, out) of the local shard GEMM; attention: (batch, heads, queries, keys, head_dim);
+    #: linear-attention: (batch, heads, tokens, head_dim)
     shape: tuple[int, ...] = ()
 
 
@@ -55,8 +59,19 @@ def linear_flops(in_features: int, out_features: int, tokens: int) -> float:
 
 
 def attention_flops(attention: Attention, queries: int, keys: int, heads: int | None = None) -> float:
+    """QK^T and AV of a softmax attention; a linear attention (SANA's) makes its state ``relu(K)^T [V; 1]``,
+    2 x keys x head_dim x (head_dim + 1) per head, then multiplies it by ``relu(Q)``, as much again per query."""
     heads = attention.heads if heads is None else heads
-    return 4.0 * queries * keys * attention.head_dim * heads
+    d = attention.head_dim
+    if attention.is_linear:
+        return 2.0 * (queries + keys) * d * (d + 1) * heads
+    return 4.0 * queries * keys * d * heads
+
+
+def conv_flops(weight_elements: int, tokens: int) -> float:
+    """A convolution with stride 1 and its padding keeping every position (SANA's depthwise 3x3): each output
+    position multiplies the whole kernel by its input, 2 x the weight's elements per token."""
+    return 2.0 * weight_elements * tokens
 
 
 def graph_flops(graph: Graph, tokens: TokenCounts) -> float:
@@ -67,6 +82,8 @@ def graph_flops(graph: Graph, tokens: TokenCounts) -> float:
     by_module = {op.module: op for op in graph.linears}
     for attention in graph.attentions:
         total += graph.count(by_module[attention.qkv[0]].block) * attention_flops(attention, *_sequence(attention, tokens))
+    total += sum(graph.count(p.parameter.block) * conv_flops(p.parameter.numel, tokens.of_stream(p.parameter.stream))
+                 for p in graph.convs)
     return total
 
 
@@ -84,7 +101,9 @@ def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention:
         qkv = [by_module[m] for m in attention.qkv if m in by_module]
         if qkv:
             work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention), count=graph.count(qkv[0].block)))
-    weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others)
+    convs = graph.convs
+    work.extend(replace(_conv(p, layout, mesh), count=graph.count(p.parameter.block)) for p in convs)
+    weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others if p not in convs)
     work.append(Work("norms and other weights", None, 0.0, float(weights), "other"))
     work.extend(elementwise_work(graph, layout, mesh) if graph.card is not None else ())
     return tuple(work)
@@ -117,9 +136,11 @@ def _elementwise_split(e, like: LinearOp, by_module: dict, graph: Graph, layout:
     """How many ways the features of an elementwise entry's tensors are split on a chip (see `elementwise_work`)."""
     gathered = layout.activation_axes()
     if e.side in ("in", "out"):
-        op = by_module.get(concrete_path(e.linear, like.module))
-        if op is None:
-            return 1
+        module = concrete_path(e.linear, like.module)
+        op = by_module.get(module)
+        if op is None:  # a convolution that is no Linear (SANA's depthwise): its channels split as its weight's
+            conv = next((p for p in graph.convs if p.parameter.module == module), None)
+            return compute_split(conv.spec.entries[0], mesh, gathered) if conv is not None else 1
         return compute_split(op.weight.spec.entries[0 if e.side == "out" else 1], mesh, gathered)
     if e.side == "attention":
         block = like.module.split(".", 2)[:2]
@@ -141,7 +162,7 @@ def _split(axes, mesh: AbstractMesh) -> int:
 
 
 def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
-    out_split, in_split = (compute_split(e, mesh, layout.activation_axes()) for e in op.weight.spec.entries)
+    out_split, in_split = (compute_split(e, mesh, layout.activation_axes()) for e in op.weight.spec.entries[:2])
     out, inp = -(-op.out_features // out_split), -(-op.in_features // in_split)
     tokens = layout.batch * layout.local.of_stream(op.stream)
     gathered = set(op.weight.spec.axes) & set(layout.activation_axes())
@@ -153,7 +174,35 @@ def _linear(op: LinearOp, layout: Layout, mesh: AbstractMesh) -> Work:
                 shape=(tokens, inp, out))
 
 
+def _conv(weight, layout: Layout, mesh: AbstractMesh) -> Work:
+    """A convolution that is not a Linear (SANA's depthwise 3x3) on one chip: its channels split as its weight's
+    output dim (each channel is its own group), at the chip's tokens; it reads its input and writes its output
+    once, and reads its weight shard."""
+    split = compute_split(weight.spec.entries[0], mesh, layout.activation_axes())
+    channels = -(-weight.shape[0] // split)
+    tokens = layout.batch * layout.local.of_stream(weight.parameter.stream)
+    elements = weight.parameter.numel // weight.shape[0] * channels
+    nbytes = weight.bytes_per_device(mesh) + 2 * tokens * channels * layout.itemsize
+    return Work(weight.parameter.module, weight.parameter.block, conv_flops(elements, tokens), float(nbytes), "conv")
+
+
+def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh) -> Work:
+    """SANA's linear attention on one chip (diffusers' SanaLinearAttnProcessor2_0): q, k and v cast to float32,
+    the state ``relu(K)^T [V; 1]`` of its local heads summed over the chip's tokens (a sequence split all-reduces
+    it: meshlab.cost.collectives), then ``relu(Q)`` times it, an output of head_dim + 1 rows per head in float32.
+    Priced at the chip's float32 rate; bytes: k and v read, q read, the output written, in float32."""
+    heads = attention.heads // _head_split(attention, qkv[0], layout, mesh)
+    tokens = sum(layout.local.of_stream(s) for s in attention.streams)
+    d = attention.head_dim
+    nbytes = layout.batch * tokens * heads * (3 * d + d + 1) * 4
+    flops = layout.batch * attention_flops(attention, tokens, tokens, heads)
+    return Work(attention.module, qkv[0].block, flops, float(nbytes), "linear-attention",
+                shape=(layout.batch, heads, tokens, d))
+
+
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
+    if attention.is_linear:
+        return _linear_attention(attention, qkv, layout, mesh)
     heads = attention.heads // _head_split(attention, qkv[0], layout, mesh)
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)

@@ -69,9 +69,9 @@ class LinearOp:
 
 @dataclass(frozen=True)
 class Graph:
-    linears: tuple[LinearOp, ...]
+    linears: tuple[LinearOp, ...]  # Linears, and pointwise convolutions the card traced as Linears
     attentions: tuple[Attention, ...]
-    others: tuple[PlannedParameter, ...]  # parameters that are not Linear weights or biases (norms, ...)
+    others: tuple[PlannedParameter, ...]  # parameters that are not Linear weights or biases (norms, convs, ...)
     hidden_size: int
     #: Blocks identical to a kept block (same parameter names past the index, shapes, specs and streams) are
     #: left out; ``repeats[b]`` says how many blocks kept block ``b`` stands for.
@@ -81,6 +81,14 @@ class Graph:
 
     def count(self, block: int | None) -> int:
         return 1 if block is None else self.repeats.get(block, 1)
+
+    @property
+    def convs(self) -> tuple[PlannedParameter, ...]:
+        """Weights of the convolutions inside blocks that are not Linears (SANA's depthwise 3x3): each output
+        position multiplies the whole kernel, 2 x its elements FLOPs per token of its stream."""
+        return tuple(p for p in self.others if p.parameter.kind == "conv" and p.parameter.rank >= 3
+                     and not p.parameter.is_bias and p.parameter.block is not None
+                     and p.parameter.stream in ("image", "text", "joint"))
 
 
 
@@ -110,17 +118,17 @@ def graph_of(plan: Plan) -> Graph:
     weights: dict[str, PlannedParameter] = {}
     biases: dict[str, PlannedParameter] = {}
     others = []
+    flows = {f.module: f for f in card.dataflow}
+    products = card.linear_modules
     for p in plan.parameters:
         if p.parameter.block is not None and p.parameter.block not in repeats:
             continue
-        kind, rank = p.parameter.kind, p.parameter.rank
-        if kind == "linear" and rank == 2 and not p.parameter.is_bias:
+        if p.parameter.module in products and not p.parameter.is_bias:
             weights[p.parameter.module] = p
-        elif kind == "linear" and p.parameter.is_bias:
+        elif p.parameter.module in products and p.parameter.is_bias:
             biases[p.parameter.module] = p
         else:
             others.append(p)
-    flows = {f.module: f for f in card.dataflow}
     roles = _roles(card.dataflow)
     linears = []
     for module in _forward_order(weights, card):

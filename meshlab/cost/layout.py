@@ -49,6 +49,9 @@ class Layout:
     ring_degree: int = 1  # chips in one ring: the product of the ring axes' sizes
     #: the self and joint attentions whose keys the ring axes split (a cross-attention runs as one kernel)
     ringed: frozenset[str] = frozenset()
+    #: tokens per row of one frame's token grid (the image's width over the VAE's and the patch's scale): what a
+    #: convolution over the grid (SANA's depthwise 3x3) reads of the rows a sequence split puts on other chips
+    row_tokens: int = 0
 
     @property
     def sequence_split(self) -> int:
@@ -71,7 +74,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     calls = 2 if workload.cfg and guidance is None else 1
     local = local_token_counts(tokens, image_split, plan.card,
                                rules_split_text(strategy.activations.rules, sequence_axes))
-    ringed = frozenset(a.module for a in plan.card.attention if ring and not a.keys and any(
+    ringed = frozenset(a.module for a in plan.card.attention if ring and not a.keys and not a.is_linear and any(
         local.of_stream(s) < tokens.of_stream(s) for s in a.key_streams))  # self or joint: a cross-attention is none
     return Layout(
         tokens=tokens,
@@ -95,6 +98,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
         ulysses_degree=math.prod(mesh.size(a) for a in ulysses),
         ring_degree=math.prod(mesh.size(a) for a in ring),
         ringed=ringed,
+        row_tokens=workload.width // (plan.card.architecture.vae_scale_factor * plan.card.architecture.patch_size),
     )
 
 

@@ -132,8 +132,13 @@ def op_seconds(w: Work, hardware: Hardware) -> float:
 def op_compute_seconds(w: Work, hardware: Hardware) -> float:
     """An op's FLOPs at its rate: a Linear at the measured GEMM rate for its shard's shape and an attention at
     its kernel's published rate for its sequence length, where the catalog has them (`Hardware.matmul_rate`,
-    `Hardware.attention_rate`); everything else at the assumed ``compute_efficiency`` of the peak."""
-    return w.flops / (op_rate(w, hardware) or hardware.bf16_flops * hardware.compute_efficiency)
+    `Hardware.attention_rate`); everything else at the assumed ``compute_efficiency`` of the peak: a linear
+    attention (float32, diffusers' SanaLinearAttnProcessor2_0) of the float32 peak where the catalog gives one."""
+    rate = op_rate(w, hardware)
+    if rate is None:
+        fp32 = w.kind == "linear-attention" and hardware.fp32_flops
+        rate = (hardware.fp32_flops if fp32 else hardware.bf16_flops) * hardware.compute_efficiency
+    return w.flops / rate
 
 
 def op_rate(w: Work, hardware: Hardware) -> float | None:

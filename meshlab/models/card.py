@@ -62,6 +62,13 @@ class Parameter:
     def bytes(self) -> int:
         return self.numel * DTYPE_BYTES[self.dtype]
 
+    @property
+    def pointwise(self) -> bool:
+        """A convolution weight of shape [out, in, 1, ..., 1]. Where the card's dataflow also traced its module as
+        a Linear (the importer does so for one group and stride 1: SANA's GLUMBConv), it is one: applied at every
+        position (`meshlab.cost.graph`)."""
+        return self.kind == "conv" and self.rank >= 3 and all(d == 1 for d in self.shape[2:])
+
 
 @dataclass(frozen=True)
 class Attention:
@@ -79,6 +86,14 @@ class Attention:
     #: one Linear makes q, k, v and more (Flux.2's single blocks: ``to_qkv_mlp_proj``, q | k | v | MLP-in along
     #: its output): the width of its q, k and v part; 0 where each of q, k and v has its own Linear
     fused_width: int = 0
+    #: "softmax": scores of every query against every key (``F.scaled_dot_product_attention``); "linear": SANA's
+    #: ReLU linear attention, ``relu(K)^T [V; 1]`` first (a (head_dim + 1) x head_dim state per head, summed over
+    #: the tokens), then that state times ``relu(Q)``, in float32: no scores, linear in the tokens
+    kind: str = "softmax"
+
+    @property
+    def is_linear(self) -> bool:
+        return self.kind == "linear"
 
     @property
     def key_streams(self) -> tuple[str, ...]:
@@ -340,6 +355,16 @@ class ModelCard:
         asks thousands of times)."""
         return frozenset(p.name.split(".", 1)[0] for p in self.parameters if p.block is not None)
 
+    @cached_property
+    def linear_modules(self) -> frozenset[str]:
+        """Module paths of every Linear: each Linear with a 2-D weight, and each pointwise convolution (a weight of
+        shape [out, in, 1, 1]) whose module the dataflow traced as a Linear (SANA's GLUMBConv: one group, stride 1,
+        a Linear applied at every position)."""
+        traced = {f.module for f in self.dataflow}
+        return frozenset(p.module for p in self.parameters if not p.is_bias and (
+            p.kind == "linear" and p.rank == 2
+            or p.pointwise and module_pattern(p.module, self.block_lists) in traced))
+
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
 
@@ -387,7 +412,7 @@ def card_to_json(card: ModelCard) -> dict:
         "attention": [
             {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
              "keys": list(a.keys), "fused_width": a.fused_width,
-             "qkv": list(a.qkv), "out": list(a.out)}
+             "qkv": list(a.qkv), "out": list(a.out), **({"kind": a.kind} if a.kind != "softmax" else {})}
             for a in card.attention
         ],
         "components": [
@@ -454,7 +479,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         parameters=tuple(Parameter(p.name, tuple(p.shape), p.dtype, p.kind, p.stream, p.block)
                          for p in checked.parameters),
         attention=tuple(Attention(a.module, a.heads, a.head_dim, tuple(a.streams), tuple(a.qkv), tuple(a.out),
-                                  tuple(a.keys), a.fused_width) for a in checked.attention),
+                                  tuple(a.keys), a.fused_width, a.kind) for a in checked.attention),
         components=tuple(Component(**{**c.model_dump(), "tile": tuple(c.tile), "tile_stride": tuple(c.tile_stride)})
                          for c in checked.components),
         dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,

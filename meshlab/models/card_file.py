@@ -41,6 +41,7 @@ class AttentionEntry(Closed):
     streams: list[Stream]
     keys: list[Stream] = []
     fused_width: Int = Field(0, ge=0)
+    kind: Literal["softmax", "linear"] = "softmax"
     qkv: list[str]
     out: list[str]
 

@@ -93,6 +93,8 @@ FAMILIES: dict[str, Family] = {
         text_tokens=lambda c: None if c.get("use_rotary_positional_embeddings") else c.get("max_text_seq_length", 226)),
     "LTXVideoTransformer3DModel": Family((("transformer_blocks", "num_layers"),), "tokens", lambda c: c["patch_size"],
                                          "caption_channels", lambda c: c["patch_size_t"], vae_default=(32, 8)),
+    "SanaTransformer2DModel": Family((("transformer_blocks", "num_layers"),), "image", lambda c: c["patch_size"],
+                                     "caption_channels", vae_default=(32, 1)),
 }
 
 

@@ -366,6 +366,59 @@ HUNYUAN_VIDEO = Preset(
     },
 )
 
+#: SANA 1.0, 1600M, 1024 px (Efficient-Large-Model/Sana_1600M_1024px_diffusers). The transformer's config.json is
+#: the published file (its text read from a verbatim mirror, deAPI-ai/sana16b1024, byte for byte the size the
+#: official repository lists at d230cd3; the same as diffusers' scripts/convert_sana_to_diffusers.py makes for
+#: SanaMS_1600M_P1_D20 at 1024 px). Its self-attention is ReLU linear attention, its MLP convolutions (GLUMBConv).
+#: The VAE is DC-AE f32c32 (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers), as the SANA repositories' vae/config.json
+#: carry it; the class's defaults differ (its upsampling and block types), so every key is given. The text encoder
+#: is Gemma-2-2B-IT's decoder (the conversion script saves google/gemma-2-2b-it's ``get_decoder()``, a Gemma2Model);
+#: its config is that model's, the architecture keys only.
+SANA_1600M = Preset(
+    "sana-1600m",
+    "SanaTransformer2DModel",
+    {
+        "attention_bias": False, "attention_head_dim": 32, "caption_channels": 2304, "cross_attention_dim": 2240,
+        "cross_attention_head_dim": 112, "dropout": 0.0, "in_channels": 32, "mlp_ratio": 2.5,
+        "norm_elementwise_affine": False, "norm_eps": 1e-06, "num_attention_heads": 70, "num_cross_attention_heads": 20,
+        "num_layers": 20, "out_channels": 32, "patch_size": 1, "sample_size": 32,
+    },
+    "Efficient-Large-Model/Sana_1600M_1024px_diffusers transformer/config.json",
+    {
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderDC",
+            {
+                "attention_head_dim": 32, "decoder_act_fns": "silu",
+                "decoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+                "decoder_block_types": ["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                "decoder_layers_per_block": [3, 3, 3, 3, 3, 3], "decoder_norm_types": "rms_norm",
+                "decoder_qkv_multiscales": [[], [], [], [5], [5], [5]], "downsample_block_type": "Conv",
+                "encoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+                "encoder_block_types": ["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                "encoder_layers_per_block": [2, 2, 2, 3, 3, 3], "encoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
+                "in_channels": 3, "latent_channels": 32, "scaling_factor": 0.41407,
+                "upsample_block_type": "interpolate",
+            },
+            "Efficient-Large-Model/Sana_1600M_1024px_diffusers vae/config.json "
+            "(mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers)",
+        ),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Gemma2Model",
+            {
+                "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+                "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "hidden_activation": "gelu_pytorch_tanh",
+                "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+                "final_logit_softcapping": 30.0,
+            },
+            "Efficient-Large-Model/Sana_1600M_1024px_diffusers text_encoder/config.json (google/gemma-2-2b-it's "
+            "architecture)",
+        ),
+    },
+)
+
 #: The presets ``python -m meshlab.models.importer.card_import --all`` turns into the shipped cards, by card name.
 PRESETS: dict[str, Preset] = {p.name: p for p in (QWEN_IMAGE, FLUX_DEV, WAN_14B, WAN_1_3B, SD35_LARGE, FLUX2_DEV,
-                                                  WAN_I2V_14B, LTX_VIDEO, COGVIDEOX_5B, HUNYUAN_VIDEO)}
+                                                  WAN_I2V_14B, LTX_VIDEO, COGVIDEOX_5B, HUNYUAN_VIDEO, SANA_1600M)}

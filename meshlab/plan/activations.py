@@ -48,8 +48,9 @@ def rule_spec(rule: ActivationRule) -> PartitionSpec:
 
 
 def linear_streams(card: ModelCard) -> dict[str, str]:
-    """Module path -> stream, for every Linear of the card."""
-    return {p.module: p.stream for p in card.parameters if p.kind == "linear" and p.rank == 2 and not p.is_bias}
+    """Module path -> stream, for every Linear of the card (`ModelCard.linear_modules`)."""
+    linears = card.linear_modules
+    return {p.module: p.stream for p in card.parameters if p.module in linears and not p.is_bias}
 
 
 def card_streams(card: ModelCard) -> tuple[str, ...]:

@@ -256,7 +256,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     local = local_token_counts(tokens, split_image, plan.card, text_split)
     ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
-                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring))
+                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -274,11 +274,13 @@ class _Shape:
     flash: bool
     ring: str = "gather"  # Activations.ring (from sequence_parallel)
     ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
+    itemsize: int = 2  # bytes of one element of the workload's dtype
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
     width = plan.card.architecture.hidden_size
-    weights = {p.parameter.module: p for p in params if p.parameter.kind == "linear" and not p.parameter.is_bias}
+    linears = plan.card.linear_modules
+    weights = {p.parameter.module: p for p in params if p.parameter.module in linears and not p.parameter.is_bias}
     residual = 2 * shape.local.joint * width
     attention_phase, attention_modules = 0, set()
     for attention in attention_by_module.values():
@@ -304,6 +306,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
+    if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
+        fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
+        return qkv * (1 + fp32) + fp32 * queries * heads * (attention.head_dim + 1)
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
     passes = shape.ring in ("gather-passes", "p2p-passes") and shape.ring_degree > 1

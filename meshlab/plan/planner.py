@@ -61,6 +61,13 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
     activations = strategy.activations
     if activations.ring == "gather" or math.prod(mesh.size(a) for a in ring_axes(activations)) == 1:
         return
+    linear = next((a for a in card.attention if a.is_linear), None)
+    if linear is not None:
+        raise PlanError(f"{activations.sequence_parallel}'s ring passes blocks of keys and values between softmax "
+                        f"attention kernels, but {card.name}'s self-attention ({linear.module.split('.')[-1]}) is "
+                        "linear: it sums a (head_dim + 1) x head_dim state over the tokens, which a sequence split "
+                        "all-reduces", "set activations.sequence_parallel: partitioner (the state's all-reduce), or "
+                        "move the ring axes onto the heads (Ulysses)", field=("activations", "sequence_parallel"))
     split = math.prod(mesh.size(a) for a in activations.sequence_axes)
     tokens = token_counts(strategy.workload, card.architecture)
     counts = {"image": tokens.image, **({"text": tokens.text} if joins_text(card) else {})}

@@ -81,7 +81,7 @@ def test_the_tracer_finds_rotary_halves_and_a_norm_across_heads_under_any_names_
     tokens, width = 6, 32
     inputs = {"hidden_states": torch.randn(1, tokens, width), "cos": torch.randn(tokens, width // 2),
               "sin": torch.randn(tokens, width // 2), "mask": torch.ones(1, tokens, 1)}
-    found, _ = trace_dataflow(_Model(width), inputs, {"layers"}, width, lambda shape: "image")
+    found, *_ = trace_dataflow(_Model(width), inputs, {"layers"}, width, lambda shape: "image")
     by_name = {f.module: f for f in found}
     for name, norm in (("wq", "q_ln"), ("wk", "k_ln")):
         assert by_name[f"layers.*.{name}"].rotary == "halves"
@@ -115,8 +115,56 @@ def test_a_cut_of_a_concatenation_reads_only_the_parts_it_falls_within():
     from meshlab.models.importer.dataflow_trace import trace_dataflow
 
     inputs = {"x": torch.randn(1, 3, 8), "y": torch.randn(1, 5, 8)}
-    found, _ = trace_dataflow(_Joined(), inputs, set(), 99, lambda shape: "image")
+    found, *_ = trace_dataflow(_Joined(), inputs, set(), 99, lambda shape: "image")
     reads = {f.module: f.reads for f in found}
     assert reads["first"] == ("linear:a",) and reads["second"] == ("linear:b",)
     assert reads["across"] == reads["whole"] == reads["after"] == ("linear:a", "linear:b")
     assert not any(f.modulates for f in found)  # a concatenation is no modulation
+
+
+class _Linearized(torch.nn.Module):
+    """A linear attention written as matmuls (``relu(K)^T [V; 1]`` first, then the queries, as SANA's processor) and
+    a feed-forward of pointwise and depthwise convolutions over the token grid (SANA's GLUMBConv), under names no
+    diffusers model uses."""
+
+    def __init__(self, width: int = 8, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(width, width) for _ in range(4))
+        self.up = torch.nn.Conv2d(width, 4 * width, 1)
+        self.spatial = torch.nn.Conv2d(4 * width, 4 * width, 3, padding=1, groups=4 * width)
+        self.down = torch.nn.Conv2d(2 * width, width, 1)
+
+    def forward(self, x, grid=(2, 3)):
+        q = torch.relu(self.wq(x)).transpose(1, 2).unflatten(1, (self.heads, -1))
+        k = torch.relu(self.wk(x)).transpose(1, 2).unflatten(1, (self.heads, -1)).transpose(2, 3)
+        v = torch.nn.functional.pad(self.wv(x).transpose(1, 2).unflatten(1, (self.heads, -1)), (0, 0, 0, 1), value=1.0)
+        out = torch.matmul(torch.matmul(v, k), q)
+        x = x + self.wo((out[:, :, :-1] / out[:, :, -1:]).flatten(1, 2).transpose(1, 2))
+        h, gate = self.spatial(self.up(x.unflatten(1, grid).permute(0, 3, 1, 2))).chunk(2, dim=1)
+        return x + self.down(h * torch.nn.functional.silu(gate)).flatten(2).transpose(1, 2)
+
+
+class _LinearModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Linearized()])
+
+    def forward(self, hidden_states, return_dict=False):
+        return (self.layers[0](hidden_states),)
+
+
+def test_a_linear_attention_of_matmuls_and_pointwise_convolutions_are_traced_as_attention_and_linears():
+    """SANA's self-attention calls no F.scaled_dot_product_attention: its matmuls are the kernel, the first of
+    which reads only k and v; its 1x1 convolutions are Linears over the channels, the depthwise 3x3 is neither."""
+    from meshlab.models.importer.dataflow_trace import trace_dataflow
+
+    found, _, kernels = trace_dataflow(_LinearModel(), {"hidden_states": torch.randn(1, 6, 8)}, {"layers"}, 8,
+                                       lambda shape: "image")
+    by_name = {f.module: f for f in found}
+    assert {by_name[f"layers.*.{n}"].attention for n in ("wq", "wk", "wv")} == {"layers.*"}
+    assert by_name["layers.*.wo"].reads == ("attention:layers.*",)
+    assert kernels["layers.*"][0] == frozenset({"layers.*.wk", "layers.*.wv"})  # the state first: no q
+    assert kernels["layers.*"][1] == frozenset({"layers.*.wq"})
+    assert by_name["layers.*.down"].reads == ("linear:layers.*.up",)  # through the depthwise conv and the gate
+    assert "layers.*.spatial" not in by_name

@@ -31,8 +31,8 @@ from typing import Any, Callable, Mapping
 from meshlab.models.families import FAMILIES, Family, Geometry, family
 from meshlab.models.importer.forward_inputs import forward_inputs
 from meshlab.models.card import (
-    BUILTIN_DIR, DTYPE_BYTES, ELEMENTWISE_EXECUTIONS, Architecture, Attention, Component, Elementwise, Flow, Join,
-    ModelCard, Parameter, card_to_json, module_pattern,
+    BUILTIN_DIR, DTYPE_BYTES, ELEMENTWISE_EXECUTIONS, Architecture, Attention, Component, Elementwise, ModelCard,
+    Parameter, card_to_json, module_pattern,
 )
 from meshlab.models.importer.dataflow_trace import trace_dataflow
 from meshlab.models.importer.decode_trace import Decode, trace_decode
@@ -74,7 +74,7 @@ def import_card(
         model = cls.from_config(dict(config))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
-    streams, (dataflow, joins) = _trace(cls, full_config, tracer)
+    streams, (dataflow, joins, kernels) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _measured_component(n, s, dtype, tracer.video) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
@@ -84,7 +84,7 @@ def import_card(
         source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets, dtype),
-        attention=_attention(model, streams, offsets),
+        attention=_attention(model, streams, offsets, kernels),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
@@ -198,9 +198,9 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace(cls: type, config: dict, tracer: Family) -> tuple[dict[str, str], tuple[tuple[Flow, ...], tuple[Join, ...]]]:
-    """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow
-    (meshlab.models.importer.dataflow_trace), from one forward."""
+def _trace(cls: type, config: dict, tracer: Family) -> tuple[dict[str, str], tuple]:
+    """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow,
+    joins and attention kernels written as matmuls (meshlab.models.importer.dataflow_trace), from one forward."""
     import torch
 
     with torch.device("meta"):  # shapes only: the streams and the dataflow need no values
@@ -309,6 +309,8 @@ def _at_dtype(model: Any, dtype: Any) -> Any:
 
 
 def _stream_of(shape: tuple[int, ...], counts: dict[int, str]) -> str:
+    if len(shape) == 4 and shape[2:] == TRACE_GRID and shape[1] not in counts:
+        return "image"  # [batch, channels, height, width] on the token grid: SANA's convolutional MLP
     if len(shape) >= 3:  # [batch, tokens, ...]: diffusers keeps tokens at dim 1; look further only if not
         return next((counts[d] for d in (shape[1], *shape[2:-1]) if d in counts), "none")
     if len(shape) == 2 and shape[0] % TRACE_BATCH == 0 and shape[0] // TRACE_BATCH in counts:
@@ -349,7 +351,11 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dt
     return tuple(out)
 
 
-def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> tuple[Attention, ...]:
+def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
+               kernels: dict[str, tuple[frozenset[str], ...]]) -> tuple[Attention, ...]:
+    """Every attention module: heads, head dim, streams, projections; its kind is "linear" where the traced
+    forward computed it as matmuls of which the first read only its keys and values (SANA's ReLU linear attention:
+    ``K^T V`` first, then the queries), else "softmax"."""
     from torch import nn
 
     modules = dict(model.named_modules())
@@ -370,8 +376,12 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> 
         queries = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_q", "add_q_proj")})
         keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
         cross = keys != queries
+        lists = set(offsets)
+        first = (kernels.get(module_pattern(_locate(path, offsets)[1], lists)) or (None,))[0]
+        reads_first = {n.rsplit(".", 1)[1] for n in first} if first is not None else set()
+        linear = first is not None and bool(reads_first) and reads_first <= {"to_k", "to_v", "add_k_proj", "add_v_proj"}
         found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
-                               keys if cross else ()))
+                               keys if cross else (), kind="linear" if linear else "softmax"))
     return tuple(found)
 
 
@@ -404,12 +414,17 @@ def _architecture(model: Any, config: dict, tracer: Family, streams: dict[str, s
 
 
 def _mlp_ratio(model: Any, streams: dict[str, str], offsets: dict[str, int], hidden: int) -> float:
-    """Widest expansion of a token Linear in the first block: the MLP's up-projection over the hidden width."""
+    """Widest expansion of a token Linear in the first block: the MLP's up-projection over the hidden width (a
+    pointwise convolution counts as the Linear it is: SANA's GLUMBConv)."""
     from torch import nn
 
+    from meshlab.models.importer.dataflow_trace import pointwise_conv
+
     first = next(iter(offsets)) + ".0."
-    ratios = [m.out_features / hidden for path, m in model.named_modules()
-              if path.startswith(first) and isinstance(m, nn.Linear) and m.in_features == hidden
+    ratios = [m.out_features / hidden if isinstance(m, nn.Linear) else m.out_channels / hidden
+              for path, m in model.named_modules()
+              if path.startswith(first) and (isinstance(m, nn.Linear) and m.in_features == hidden
+                                             or pointwise_conv(m) and m.in_channels == hidden)
               and streams.get(path) in ("image", "text", "joint")]
     return max(ratios, default=0.0)
 
@@ -537,8 +552,8 @@ def _text_path_parameters(model) -> int:
 
 def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
     """Pixels per latent pixel along a side, and frames per latent frame past the first, computed as
-    QwenImagePipeline, FluxPipeline, WanPipeline, HunyuanVideoPipeline, CogVideoXPipeline and LTXPipeline do
-    (WanPipeline reads the VAE's ``scale_factor_*``; HunyuanVideoPipeline and LTXPipeline its
+    QwenImagePipeline, FluxPipeline, WanPipeline, HunyuanVideoPipeline, CogVideoXPipeline, LTXPipeline and
+    SanaPipeline do (WanPipeline reads the VAE's ``scale_factor_*``; HunyuanVideoPipeline and LTXPipeline its
     ``*_compression_ratio``, which LTX-Video's VAE works out from its layers when its config leaves them null, see
     `_vae_figures`; CogVideoXPipeline its ``temporal_compression_ratio`` and its blocks)."""
     if config.get("scale_factor_spatial") and config.get("scale_factor_temporal"):
@@ -546,6 +561,8 @@ def _vae_scale_factor(config: Mapping) -> tuple[int, int]:
     if config.get("temporal_compression_ratio"):  # HunyuanVideo's, LTX-Video's and CogVideoX's video VAEs
         spatial = config.get("spatial_compression_ratio") or 2 ** (len(config["block_out_channels"]) - 1)
         return int(spatial), int(config["temporal_compression_ratio"])
+    if "encoder_block_out_channels" in config:  # SANA's DC-AE (SanaPipeline: 2 ** (stages - 1))
+        return 2 ** (len(config["encoder_block_out_channels"]) - 1), 1
     if "temperal_downsample" in config:
         return 2 ** len(config["temperal_downsample"]), 2 ** sum(bool(t) for t in config["temperal_downsample"])
     return 2 ** (len(config["block_out_channels"]) - 1), 1

@@ -51,18 +51,25 @@ from meshlab.models.card import module_pattern as pattern_of
 
 
 def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
-                   stream_of: Callable[[tuple[int, ...]], str]) -> tuple[tuple[Flow, ...], tuple[Join, ...]]:
+                   stream_of: Callable[[tuple[int, ...]], str]
+                   ) -> tuple[tuple[Flow, ...], tuple[Join, ...], dict[str, tuple[frozenset[str], ...]]]:
     """Run ``model(**inputs)`` once under the tracer: every Linear's flow, in the order the forward calls them,
-    and the joins and splits of the token streams outside attention."""
+    the joins and splits of the token streams outside attention, and, for each attention computed as matmuls
+    rather than one ``F.scaled_dot_product_attention``, the q/k/v Linears each of its matmuls reads."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
 
     F = torch.nn.functional
     linear_of = {id(m.weight): pattern_of(p, block_lists) for p, m in model.named_modules()
-                 if isinstance(m, torch.nn.Linear)}
+                 if isinstance(m, torch.nn.Linear) or pointwise_conv(m)}
+    products = {F.linear, F.conv1d, F.conv2d, F.conv3d}  # a pointwise conv is a Linear over its channels
+    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm}
     attention_modules = {p for p, m in model.named_modules() if isinstance(getattr(m, "heads", None), int)}
     stack: list[str] = []
+    #: per attention (pattern) that computes without F.scaled_dot_product_attention: the own q/k/v Linears each of
+    #: its matmuls reads, in order (a linear attention's first reads k and v only)
+    kernels: dict[str, list[frozenset[str]]] = defaultdict(list)
 
     def enter(path: str) -> Callable:
         def hook(module, args) -> None:  # a hook that returns something replaces the inputs or output
@@ -191,7 +198,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
             out = func(*args, **kwargs)
             if args and torch.is_tensor(args[0]) and _in_place(func):
                 args[0].__dict__.pop("_meshlab_parts", None)  # written in place: its parts are no longer known
-            if func is F.linear:
+            if func in products:
                 name = linear_of.get(id(args[1] if len(args) > 1 else kwargs["weight"]))
                 if name is not None:
                     if name not in reads:
@@ -206,6 +213,17 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     feeds[name] = pattern_of(owner, block_lists)
                 tag(out, frozenset({f"attention:{pattern_of(owner, block_lists)}"}))
                 return out
+            if func in matmuls and in_attention():
+                owner = next(p for p in reversed(stack) if p in attention_modules)
+                where = pattern_of(owner, block_lists)
+                everything = frozenset().union(*incoming) if incoming else frozenset()
+                own = {name for name in linears(everything) if name.startswith(where + ".")}
+                if own or f"attention:{where}" in everything:  # a kernel written as matmuls (SANA's linear attention)
+                    kernels[where].append(frozenset(own))
+                    for name in own:
+                        feeds[name] = where
+                    tag(out, frozenset({f"attention:{where}"}))
+                    return out
             if func in norms and torch.is_tensor(args[0]) and args[0].shape[-1] == hidden and not any(
                     p in attention_modules for p in stack):  # a q/k norm across heads (Wan) is attention's own
                 residual.update(linears(incoming[0]))
@@ -255,7 +273,15 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
              residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""))
         for name in order
     )
-    return flows, tuple(joins.values())
+    return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}
+
+
+def pointwise_conv(module: Any) -> bool:
+    """A convolution over a 1 x ... x 1 kernel with stride 1 and one group: a Linear applied at every position."""
+    import torch
+
+    return (isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) and module.groups == 1
+            and all(k == 1 for k in module.kernel_size) and all(s == 1 for s in module.stride))
 
 
 def _in_place(func) -> bool:
