@@ -217,15 +217,19 @@ def norm_statistics(collectives: tuple[Collective, ...]) -> tuple[Collective, ..
 def gathered_once(collectives: tuple[Collective, ...], scanned: bool = False) -> tuple[Collective, ...]:
     """XLA:TPU's collective CSE: the all-gathers of one tensor in one block (an attention's q, k and v projections
     reading one normed stream) become one, shared by every reader, and so not a collective matmul; a block's
-    modulation Linear gathers the conditioning, the same in every block, once for them all (in the first).
+    modulation Linear gathers the conditioning, the same in every block, once for them all (in the first), and so
+    does a Linear whose input is made outside the blocks (the text a cross-attention's k and v read).
     Measured (2d.yaml, `meshlab check --backend tpu`, v6e-8): the partitioner's 6 q/k/v input gathers per block
-    are 2, one per stream, and a middle block gathers no conditioning. Under scan (one loop body for the blocks)
-    the conditioning's gather stays in the body: that it is hoisted out of the loop is not measured."""
+    are 2, one per stream, and a middle block gathers no conditioning; SANA under 2d (sana-2d.yaml, 1024², 2
+    blocks): the text its cross-attention's k and v read is gathered outside the blocks, none in a block. Under scan
+    (one loop body for the blocks) those gathers stay in the body: that they are hoisted out of the loop is not
+    measured."""
     out: list[Collective] = []
     first: dict[tuple, int] = {}
     for c in collectives:
-        if c.kind == "all-gather" and c.role == "modulation" and c.block is not None and not scanned:
-            c = replace(c, count=1, only="first", why=f"{c.why} (the conditioning, gathered once for every block)")
+        if c.kind == "all-gather" and c.role in ("modulation", "invariant") and c.block is not None and not scanned:
+            what = "the conditioning" if c.role == "modulation" else "made outside the blocks"
+            c = replace(c, count=1, only="first", why=f"{c.why} ({what}, gathered once for every block)")
         key = (c.block, c.reads, c.axes, c.bytes, c.per_step)
         if c.kind != "all-gather" or not c.reads or key not in first:
             if c.kind == "all-gather" and c.reads:
@@ -386,9 +390,12 @@ class _Deriver:
         split, at = self.modulation.get((op.block, op.stream), (None, None))
         if at is None and op.block is not None and "layernorm-rows" in self.layout.rewrites:
             # no modulation of its own in the block (Wan's comes from outside): a row-form norm's output keeps
-            # the residual's feature split, and the reading Linear gathers it (measured: Wan under 2d)
+            # the residual's feature split, and the reading Linear gathers it (measured: Wan under 2d); so does a
+            # Linear that reads the residual stream itself (SANA's cross-attention q: measured under 2d)
             flow = self.flows.get(_pattern(op, self.graph))
-            return _State(self.residual.get(op.stream) if flow is not None and flow.sources("norm") else None)
+            residual = flow is not None and (flow.sources("norm") or any(
+                self.flows[s].residual for s in flow.sources("linear") if s in self.flows))
+            return _State(self.residual.get(op.stream) if residual else None)
         return _State(split) if at is not None and (op.block is not None or position > at) else _State()
 
     def linear(self, op: LinearOp, incoming: _State) -> Step:
@@ -414,15 +421,17 @@ class _Deriver:
             yield self.new("all-reduce", incoming.partial, self.tensor_bytes(op.stream, op.in_features, incoming.split),
                            op.block, phase, f"{op.short}: its input is a partial sum")
         if incoming.split and incoming.split != w_in:
-            column = w_in is None and w_out == incoming.split and op.block is not None  # output split like the weight
+            column = (w_in is None and w_out == incoming.split and op.block is not None  # output split like the weight
+                      and op.is_dot)
             yield self.new("all-gather", incoming.split, self.tensor_bytes(op.stream, op.in_features, None), op.block,
                            phase, f"{op.short}: input arrives split on {'+'.join(incoming.split)}, "
                            f"the weight wants it {'split on ' + '+'.join(w_in) if w_in else 'whole'}",
-                           role="modulation" if op.role == "chunks" and op.block is not None else "",
+                           role="modulation" if op.role == "chunks" and op.block is not None else
+                           "invariant" if op.block is not None and self._invariant(op) else "",
                            window="gather" if column else "", dot_flops=self.dot_flops(op) if column else 0.0,
                            reads=f"{op.stream}:{phase}:{op.source}:"
                                  f"{op.module.rsplit('.', 1)[0] if op.role == 'qkv' else ''}")
-        yield from self._fsdp(op.weight, op.block, f"{op.short}.weight", self.dot_flops(op))
+        yield from self._fsdp(op.weight, op.block, f"{op.short}.weight", self.dot_flops(op) if op.is_dot else 0.0)
         return (yield from self._consume(op, _State(w_out, w_in)))
 
     def _concat(self, op: LinearOp, first: _State, w_in: Axes | None, phase: str) -> Step:
@@ -456,13 +465,16 @@ class _Deriver:
             return out  # attention resolves it
         if out.partial:
             # a sum whose output joins a residual split alike is wanted split, not whole (a reduce-scatter)
-            scatter = op.block is not None and op.role != "chunks" and self.residual.get(op.stream) == out.partial
+            scatter = (op.block is not None and op.role != "chunks" and self.residual.get(op.stream) == out.partial
+                       and op.is_dot)
             yield self.new("all-reduce", out.partial, nbytes, op.block, phase,
                            f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
                            role="modulation" if op.role == "chunks" and op.block is not None else "",
                            window="scatter" if scatter else "", dot_flops=self.dot_flops(op) if scatter else 0.0)
         if op.role == "chunks":
             return (yield from self._chunks(op, out.split))
+        if op.role == "hidden" and out.split:
+            yield from self._gated(op, out.split)
         if op.role == "hidden" or not out.split:
             return _State(out.split)
         if op.stream == "conditioning" and op.block is None:
@@ -766,6 +778,28 @@ class _Deriver:
                         yield self.new("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
                                        "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
                                        "other chips than its own split wants")
+
+    def _invariant(self, op: LinearOp) -> bool:
+        """Its input is made outside the blocks and read as it is by every block (Wan's and SANA's text, which
+        their cross-attentions' k and v read): the same tensor in every block."""
+        reads = self._flow(op).reads
+        return bool(reads) and all(".*" not in label for label in reads)
+
+    def _gated(self, op: LinearOp, split: Axes) -> Iterator[Collective]:
+        """A gated unit's first Linear (GLU: FLUX.2's MLP, SANA's GLUMBConv), its output split on features over n
+        chips and cut into g pieces that are multiplied: each chip's contiguous shard lies in one piece, but the
+        product wants every piece split alike, so each piece's share moves to the chip that wants it, one
+        collective-permute per piece of out / (g x n) features (measured: SANA under 2d, model 2: 2 permutes of
+        2800 channels, on XLA's CPU partitioner and XLA:TPU alike)."""
+        pieces, n = self._flow(op).gated, self.size(split)
+        if pieces < 2 or n < 2:
+            return
+        width = -(-op.out_features // (pieces * n))
+        for piece in range(pieces):
+            yield self.new("collective-permute", split, self.tensor_bytes(op.stream, width, None), op.block,
+                           f"{_phase_name(op)}:gate", f"{op.short}'s output, split on {'+'.join(split)}, is cut into "
+                           f"{pieces} pieces that are multiplied: piece {piece + 1}'s share moves to the chips that "
+                           "want it split as the others")
 
     def halos(self, graph: Graph) -> Iterator[Collective]:
         """A convolution over the token grid (SANA's depthwise 3x3, padding keeping every position) reads the

@@ -164,6 +164,9 @@ class Flow:
     #: interleaved halves of each head, Wan's ``out[..., 0::2]``: XLA then moves each half on its own where an
     #: activation rule re-splits them), "" (not rotated)
     rotary: str = ""
+    #: its output is cut along its features into this many pieces, two of which are multiplied (a gated unit, GLU:
+    #: FLUX.2's MLP, SANA's GLUMBConv); 0: not cut so
+    gated: int = 0
 
     def sources(self, kind: str) -> tuple[str, ...]:
         """Producers of one kind (``linear``, ``attention``, ``norm``, ``input``), as patterns."""
@@ -435,7 +438,7 @@ def card_to_json(card: ModelCard) -> dict:
             {"module": f.module, "reads": list(f.reads), "attention": f.attention, "residual": f.residual,
              "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates],
              **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
-             **({"rotary": f.rotary} if f.rotary else {})}
+             **({"rotary": f.rotary} if f.rotary else {}), **({"gated": f.gated} if f.gated else {})}
             for f in card.dataflow
         ],
         "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
@@ -484,7 +487,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
                          for c in checked.components),
         dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,
                             tuple(Modulation(m.norm, m.stream, m.width) for m in f.modulates), f.residual,
-                            QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary)
+                            QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary, f.gated)
                        for f in checked.dataflow),
         joins=tuple(Join(j.module, j.kind, j.width) for j in checked.joins),
         elementwise=tuple(Elementwise(e.blocks, e.stream, e.bytes_per_token, e.side, e.linear, e.execution)

@@ -99,6 +99,7 @@ class FlowEntry(Closed):
     modulates: list[ModulationEntry] = []
     qk_norm: Optional[QkNormEntry] = None
     rotary: Literal["", "whole", "halves"] = ""
+    gated: Int = Field(0, ge=0)
 
 
 class JoinEntry(Closed):

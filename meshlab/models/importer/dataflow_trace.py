@@ -146,6 +146,43 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 joins.setdefault((where, "split"), Join(where, "split", int(out.shape[-1])))
 
     concatenations = {torch.cat, torch.concat, torch.concatenate}
+    cuts = {torch.chunk, torch.Tensor.chunk, torch.split, torch.Tensor.split, torch.tensor_split,
+            torch.Tensor.tensor_split}
+    widths = {pattern_of(p, block_lists): (m.out_features if isinstance(m, torch.nn.Linear) else m.out_channels)
+              for p, m in model.named_modules() if isinstance(m, torch.nn.Linear) or pointwise_conv(m)}
+    gates: dict[str, int] = {}
+
+    def record_pieces(func, args, kwargs, incoming: list[frozenset], out) -> None:
+        """A gated unit (GLU): one Linear's output cut along its features into pieces, two of which are then
+        multiplied. Each piece carries (Linear, index, pieces) on ``_meshlab_piece`` through the ops that read it
+        alone; a product of two pieces of one Linear records it in `gates`."""
+        tensors = [t for t in tree_flatten(args)[0] if torch.is_tensor(t)]
+        if func in cuts and tensors and isinstance(out, (tuple, list)) and len(out) > 1:
+            own = linears(incoming[0]) if incoming else set()
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+            name = next(iter(own)) if len(own) == 1 else None
+            if name is not None and isinstance(dim, int) and tensors[0].shape[dim] == widths.get(name):
+                for index, piece in enumerate(out):
+                    piece._meshlab_piece = (name, index, len(out))
+            return
+        if func is torch.Tensor.__getitem__ and tensors and torch.is_tensor(out) and incoming:
+            own = linears(incoming[0])  # FLUX.2's SwiGLU: x[..., :half] and x[..., half:]
+            name = next(iter(own)) if len(own) == 1 else None
+            entries = args[1] if len(args) > 1 and isinstance(args[1], tuple) else (args[1] if len(args) > 1 else None,)
+            last = entries[-1] if Ellipsis in entries or len(entries) == tensors[0].dim() else None
+            width = widths.get(name)
+            if name is not None and isinstance(last, slice) and tensors[0].shape[-1] == width:
+                start, stop, step = last.indices(width)
+                size = stop - start
+                if step == 1 and 0 < size < width and width % size == 0 and start % size == 0:
+                    out._meshlab_piece = (name, start // size, width // size)
+                return
+        pieces = {getattr(t, "_meshlab_piece", None) for t in tensors} - {None}
+        if func in multiplies and len(pieces) == 2 and len({p[0] for p in pieces}) == 1:
+            name, _, count = next(iter(pieces))
+            gates[name] = count
+        elif len(pieces) == 1 and torch.is_tensor(out):
+            out._meshlab_piece = next(iter(pieces))
 
     def record_parts(args, kwargs, out) -> None:
         """On a concatenation's output: the dim, and each part's [start, stop) along it with its tags."""
@@ -230,6 +267,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 norm = pattern_of(stack[-1] if stack else "norm", block_lists)
                 tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))
                 return out
+            record_pieces(func, args, kwargs, incoming, out)
             if func in concatenations:
                 record_parts(args, kwargs, out)
             else:
@@ -270,7 +308,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     flows = tuple(
         Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
              modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
-             residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""))
+             residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""),
+             gated=gates.get(name, 0))
         for name in order
     )
     return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}
