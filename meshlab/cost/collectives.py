@@ -39,6 +39,13 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
   split token dim: one all-to-all per stream and one for the joint result, for each of q, k and v; k and v of the
   whole joint sequence are all-gathered; cutting the joint output back into streams moves, in one permute per
   stream whose even split does not line up with the joint one, one joint shard in all.
+- A linear attention (SANA's) under a sequence axis gathers no keys: its state, a sum over the tokens, is
+  all-reduced (one float32 (head_dim + 1) x head_dim matrix per head); a convolution over the token grid (SANA's
+  depthwise 3x3) receives the rows beyond its share from each neighbour (two permutes). Neither is held against XLA:
+  its CPU partitioner does not keep SANA's tokens split (known_differences.yaml).
+- A gated unit's first Linear (``Flow.gated``: FLUX.2's SwiGLU, SANA's GLUMBConv) split on its output over n chips:
+  its pieces lie on different chips, and each piece's share moves to the chips that want it, one permute of out /
+  (pieces x n) features per piece (measured: SANA, model 2, on the CPU partitioner and XLA:TPU).
 - A Linear that reads a concatenation of two outputs along features (Flux's single blocks: attention and MLP
   branch into ``proj_out``), each split as its weight's input dim: one all-to-all per part and one for the
   result (the weight wants contiguous blocks of the whole); parts split otherwise are gathered.

@@ -4,9 +4,12 @@ A ``TorchFunctionMode`` tags every tensor the forward makes with the set of prod
 and passes the union of its inputs' tags on through every op, with three boundaries that start a new tag:
 
 - ``F.linear``: the output is tagged by the Linear (found by its weight); what its input was tagged with is
-  what it ``reads``.
+  what it ``reads``. A pointwise convolution (1 x ... x 1 kernel, one group, stride 1: SANA's GLUMBConv) is the
+  Linear over channels it is, and is traced as one; any other convolution passes its input's tags on.
 - attention (``F.scaled_dot_product_attention``): the output is tagged by the attention module it runs in; the
-  Linears in its q/k/v tags feed it.
+  Linears in its q/k/v tags feed it. An attention computed as matmuls instead (SANA's linear attention): each matmul
+  inside an attention module that reads its own q/k/v Linears or its running result is the kernel, and the Linears
+  each reads are returned in order (the first of a linear attention reads only k and v).
 - a norm over the hidden width (``F.layer_norm`` and the like, the LayerNorms of the residual streams): the
   output is tagged by the norm; what reaches its input joins a residual stream.
 
@@ -36,6 +39,10 @@ module names:
 
 Both are recorded only for the Linears of the attention they run in (a norm over the residual stream that an
 attention module happens to run is not a q/k norm of the feed-forward that made its input).
+
+A gated unit (GLU: FLUX.2's SwiGLU, SANA's GLUMBConv): a Linear's output cut along its features (``chunk``,
+``split``, or a slice of the last dim) into pieces, two of which are multiplied, is recorded on that Linear
+(``Flow.gated``, the pieces).
 
 The result is keyed by module pattern: a path with the block index replaced by ``*``
 (``transformer_blocks.*.attn.to_q``), so one traced block stands for every block of its list.
