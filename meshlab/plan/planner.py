@@ -51,18 +51,29 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
 
 
 def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
-    """A ring run by the GPU tools (``activations.sequence_parallel`` diffusers or xdit, over ring axes larger than
-    1) splits the tokens evenly over the sequence axes, or refuses: XLA pads an uneven split, diffusers' sharder
-    asserts an even one (its text too, where the model splits it). The fix names the smaller sequence degrees (ring x
-    Ulysses) that divide the tokens, the nearest height the present degree divides, or the text length."""
-    from meshlab.plan.axes import ring_axes
+    """A sequence split run by the GPU tools (``activations.sequence_parallel`` diffusers or xdit, over sequence axes
+    larger than 1, ring or Ulysses) splits the tokens evenly over the sequence axes, or refuses: XLA pads an uneven
+    split, diffusers' sharder (EquipartitionSharder) asserts an even one (its text too, where the model splits it).
+    The fix names the smaller sequence degrees (ring x Ulysses) that divide the tokens, the nearest height the present
+    degree divides, or the text length. A sequence axis the attention.qkv rule neither keeps on the tokens (a ring)
+    nor moves onto the heads (Ulysses) leaves the kernel whole tokens, which the tools have no form for; a ring over
+    a linear attention (SANA's) has no keys to pass."""
+    from meshlab.plan.axes import ring_axes, ulysses_axes
     from meshlab.plan.tokens import joins_text, token_counts
 
     activations = strategy.activations
-    if activations.ring == "gather" or math.prod(mesh.size(a) for a in ring_axes(activations)) == 1:
+    sequence = [a for a in activations.sequence_axes if mesh.size(a) > 1]
+    if activations.ring == "gather" or not sequence:
         return
+    idle = [a for a in sequence if a not in ring_axes(activations) + ulysses_axes(activations)]
+    if idle:
+        raise PlanError(f"sequence axis {idle[0]!r} splits the tokens between attentions, and the attention.qkv rule "
+                        "neither keeps it on the tokens (a ring) nor moves it onto the heads (Ulysses): "
+                        f"{activations.sequence_parallel} has no such form, and would not run what is priced",
+                        f"put {idle[0]!r} in the qkv rule's tokens or features entry, or set "
+                        "activations.sequence_parallel: partitioner", field=("activations", "rules"))
     linear = next((a for a in card.attention if a.is_linear), None)
-    if linear is not None:
+    if linear is not None and math.prod(mesh.size(a) for a in ring_axes(activations)) > 1:
         raise PlanError(f"{activations.sequence_parallel}'s ring passes blocks of keys and values between softmax "
                         f"attention kernels, but {card.name}'s self-attention ({linear.module.split('.')[-1]}) is "
                         "linear: it sums a (head_dim + 1) x head_dim state over the tokens, which a sequence split "
@@ -88,7 +99,7 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
         [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])
     raise PlanError(
         f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
-        f"them, and {activations.sequence_parallel}'s ring needs an even split", "use " + ", or ".join(fixes),
+        f"them, and {activations.sequence_parallel}'s sequence split needs an even one", "use " + ", or ".join(fixes),
         field=("activations", "sequence"))
 
 

@@ -136,7 +136,7 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     with pytest.raises(MeshlabError) as error:
         load_plan(path)
     text = str(error.value)
-    assert "split 3969 image tokens 4 ways" in text and "xdit's ring needs an even split" in text
+    assert "split 3969 image tokens 4 ways" in text and "xdit's sequence split needs an even one" in text
     assert text.endswith("; use height 1024")
     doc = yaml.safe_load(USP.read_text())
     doc["workload"]["text_tokens"] = 510
@@ -149,7 +149,24 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     ulysses["activations"]["sequence_parallel"] = "xdit"
     ulysses["workload"].update(height=1008, width=1008)
     path.write_text(yaml.safe_dump(ulysses))
-    load_plan(path)  # Ulysses alone: no ring axis, nothing for a ring to split
+    with pytest.raises(MeshlabError, match="split 3969 image tokens 4 ways.*xdit's sequence split needs an even one"):
+        load_plan(path)  # Ulysses alone: the tools shard the sequence evenly too (diffusers' EquipartitionSharder)
+    ulysses["activations"]["sequence_parallel"] = "partitioner"
+    path.write_text(yaml.safe_dump(ulysses))
+    load_plan(path)  # XLA pads it
+
+
+def test_a_sequence_axis_the_tools_cannot_place_is_refused(tmp_path):
+    """USP whose qkv rule names only the Ulysses axis and not the ring's in its tokens: the ring axis splits the
+    tokens between attentions but neither stays on them at the kernel nor moves onto the heads. No GPU tool runs
+    that; priced, it came out faster than the plan they do run."""
+    doc = yaml.safe_load(USP.read_text())
+    doc["activations"]["rules"][1]["spec"] = ["cfg", None, "seq"]
+    path = tmp_path / "idle.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(MeshlabError, match="sequence axis 'ring' splits the tokens between attentions.*put 'ring' in "
+                       "the qkv rule's tokens or features entry"):
+        load_plan(path)
 
 
 def test_sequence_lists_are_checked():

@@ -70,6 +70,14 @@ def test_wan_i2v_flops_count_the_image_context_by_hand():
     assert attention_flops(cross, image, text + reference) == 4.0 * image * (text + reference) * d
 
 
+def test_a_ulysses_split_the_tokens_do_not_divide_is_refused_with_the_degree_that_does():
+    result = runner.invoke(app, ["try", "--model", "cogvideox-5b", "--hardware", "h100:8", "--mesh", "cfg=2,seq=4",
+                                 "--rules", "ulysses"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "split 17550 image tokens and 226 text tokens 4 ways" in result.output
+    assert "a sequence degree (ring x Ulysses) of 2" in result.output
+
+
 def test_wan_i2v_takes_its_512_text_tokens_and_nothing_else(tmp_path):
     from meshlab.models.families import geometry
 
@@ -150,8 +158,10 @@ def test_the_video_vaes_record_how_their_decodes_hold_frames():
 
 @pytest.mark.parametrize("name", NEW)
 def test_try_plans_each_new_model_on_eight_gpus(name):
+    """Ulysses on 8 H100s at each pipeline's default video. CogVideoX-5b's 13 x 30 x 45 = 17,550 tokens split 2 ways
+    evenly, not 4 (the tools shard the sequence evenly): Ulysses 2 beside a data axis of 2 there."""
     cfg = pipeline_defaults(name).cfg
-    mesh = "cfg=2,seq=4" if cfg else "seq=8"
+    mesh = ("cfg=2,data=2,seq=2" if name == "cogvideox-5b" else "cfg=2,seq=4") if cfg else "seq=8"
     result = runner.invoke(app, ["try", "--model", name, "--hardware", "h100:8", "--mesh", mesh, "--rules", "ulysses",
                                  "--json"])
     assert result.exit_code == 0, result.output
