@@ -50,6 +50,22 @@ def ulysses(batch_axis: str | None = None, runtime: str = "partitioner") -> dict
         {"point": "attention.output", "spec": [batch_axis, "seq", None]}]}
 
 
+def ulysses_self(runtime: str) -> dict:
+    """Ulysses over `seq` for self-attention alone (strategies/wan-14b-v6e-8.yaml's rules): a video model's
+    cross-attention keeps its query tokens split and reads every text token (Wan's and HunyuanVideo's USP replace the
+    self-attention only)."""
+    return {"sequence": "seq", "sequence_parallel": runtime, "rules": [
+        {"point": "block.input", "stream": "image", "spec": [None, "seq", None]},
+        {"point": "attention.qkv", "attention": "self", "spec": [None, None, "seq"]},
+        {"point": "attention.output", "attention": "self", "spec": [None, "seq", None]}]}
+
+
+#: FSDP of the blocks over the Ulysses axis (Wan's --dit_fsdp): every >=2-D block weight sharded at rest, gathered
+#: before its block runs; embeddings and the head whole
+FSDP_BLOCKS_OVER_SEQ = [{"match": "blocks.*", "min_rank": 2, "shard": "largest", "axis": "seq"},
+                        {"match": "*", "shard": "replicate"}]
+
+
 def ring(runtime: str) -> dict:
     """A ring over `seq` (no Ulysses rule: the tokens stay split at the kernel), run by `runtime` (xdit, diffusers)."""
     return {"sequence": "seq", "sequence_parallel": runtime}
@@ -105,6 +121,7 @@ class Case:
     elementwise: str = "fused"  # how the source ran the elementwise ops: torch.compile or XLA, or eager PyTorch
     pair: str | None = None  # the same source and setup at another size: read the two together (read_pairs)
     rewrites: tuple = ()
+    vae_decode: str = "full"  # how the source decodes ("tiled": the VAE's tiled decode)
 
 
 CASES = [
@@ -223,6 +240,42 @@ CASES = [
             "width": size},
            activations=ulysses("cfg"), rewrites=("layernorm-rows",), pair="vllm-omni, 4 x A100, 512 and 1536")
       for size, steps, measured in ((512, 20, 2.2087), (1536, 35, 19.6739))],
+    # Wan2.1's own multi-GPU table (README 9737cba, "Computational Efficiency on Different GPUs", an image,
+    # assets/comp_effic.png: "Total time (s) / peak GPU memory (GB)"), run as its README's multi-GPU command:
+    # `torchrun --nproc_per_node=N generate.py ... --dit_fsdp --t5_fsdp --ulysses_size N` (the 14B models; the
+    # 1-GPU rows used --offload_model True and are left out): the DiT sharded over the N GPUs (FSDP) and its
+    # self-attention run as xDiT's USP (Ulysses N, yunchang), T5 sharded too, both CFG branches one after the other,
+    # eager, the decode whole on one rank. The GPU is named "H800/H100" and "A800/A100" (H800 and A800 have slower
+    # NVLink than the H100 and A100 the catalog prices); what "total time" covers (loading?) is not stated
+    *[Case(f"Wan 2.1 {model}, {n} x {gpu}, FSDP + Ulysses-{n}, {steps} steps, 1280x720 x 81 frames, CFG, eager",
+           "Wan-Video/Wan2.1 README (9737cba), Computational Efficiency on Different GPUs (assets/comp_effic.png), "
+           f"{'H800/H100' if gpu == 'H100' else 'A800/A100'} row, {model}, 720P", measured,
+           "total time of one video (what it covers is not stated)", card, gpu.lower().replace("a100", "a100-80gb"),
+           gpus(n), {"seq": n}, FSDP_BLOCKS_OVER_SEQ,
+           {"batch": 1, "steps": steps, "cfg": True, "text_tokens": 512, "height": 720, "width": 1280, "frames": 81},
+           text_encoder="sharded", activations=ulysses_self("xdit"), elementwise="eager",
+           rewrites=("layernorm-rows",))
+      for gpu, model, card, steps, times in (
+          ("H100", "T2V-14B", "wan-2.1-t2v-14b", 50, (945.1, 497.0, 287.9)),
+          ("H100", "I2V-14B", "wan-2.1-i2v-14b", 40, (753.9, 403.9, 238.8)),
+          ("A100", "T2V-14B", "wan-2.1-t2v-14b", 50, (1722.0, 886.1, 469.9)),
+          ("A100", "I2V-14B", "wan-2.1-i2v-14b", 40, (1371.7, 716.1, 389.7)))
+      for n, measured in zip((2, 4, 8), times)],
+    # HunyuanVideo's xDiT table (xdit-project/xDiT docs/performance/hunyuanvideo.md, 172905f, unchanged at 175e0bfe:
+    # "The H100 and H20 performance benchmarks are done with the official HunyuanVideo repository"): 1280x720, 129
+    # frames, 50 steps, Ulysses N, no CFG (embedded guidance, --cfg-scale 1.0), FlashAttention-2 (flash-attn 2.6.3
+    # through xfuser 0.4.0), eager (the repository has no torch.compile), its LLaVA-Llama and CLIP-L encoders on every
+    # GPU, the VAE decode tiled; hyvideo/inference.py times the pipeline call (not the loading). Tencent's README
+    # gives the same row with 934.09 s at 2 GPUs (xDiT's 960x960 figure); xDiT's 925.04 is used. H100 SXM or PCIe is
+    # not stated
+    *[Case(f"HunyuanVideo, {n} x H100, Ulysses-{n}, 50 steps, 1280x720 x 129 frames, eager",
+           "xdit-project/xDiT docs/performance/hunyuanvideo.md (172905f), 1280x720 129 frames 50 steps, Ulysses "
+           "Latency (seconds), H100", measured, "one pipeline call (end to end, official HunyuanVideo code)",
+           "hunyuan-video", "h100", gpus(n, attention_kernel="fa2"), {"seq": n}, REPLICATE,
+           {"batch": 1, "steps": 50, "cfg": False, "text_tokens": 256, "height": 720, "width": 1280, "frames": 129},
+           activations=ulysses(runtime="xdit") if n > 1 else {"batch": None}, elementwise="eager",
+           rewrites=("layernorm-rows",) if n > 1 else (), vae_decode="tiled")
+      for n, measured in ((1, 1904.08), (2, 925.04), (4, 514.08), (8, 337.58))],
     *[Case(f"Flux.1-dev, 1 x A100, 28 steps, 1024x1024, {'torch.compile' if compiled else 'eager'}",
            "chengzeyi/ParaAttention README, Performance, Context Parallelism (without First Block Cache), "
            "A100-SXM4-80GB, FLUX.1-dev", measured, "one pipeline call (end to end: 'the wall time includes the "
@@ -240,7 +293,8 @@ def prediction(case: Case):
     strategy = Strategy.model_validate({
         "name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh, "rules": case.rules,
         "activations": case.activations or {"batch": "data"}, "workload": case.workload,
-        "placement": {"text_encoder": case.text_encoder}, "rewrites": list(case.rewrites),
+        "placement": {"text_encoder": case.text_encoder, "vae_decode": case.vae_decode},
+        "rewrites": list(case.rewrites),
         "compile": {"elementwise": case.elementwise}})
     return predict(make_plan(strategy, card, hardware.chips), strategy, hardware), hardware
 
