@@ -22,8 +22,26 @@ ARGS = ("--backend", "tpu", "--front-end", "torch-xla", "--layers", "3", "--heig
         "--text-tokens", "32", "--json")
 
 
+def text_tokens(path: Path) -> list[str]:
+    """The --text-tokens a strategy's model takes: ARGS's 32, or the count its forward requires (Wan I2V's 512)."""
+    import yaml
+
+    from meshlab.models.card import load_card
+
+    model = (yaml.safe_load(path.read_text()) or {}).get("model", "")
+    try:
+        required = load_card(model, path.parent).architecture.text_tokens
+    except Exception:  # noqa: BLE001 - an unreadable model is the check's to report
+        required = 0
+    return ["--text-tokens", str(required)] if required else []
+
+
 def row(path: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "meshlab", "check", str(path), *ARGS], capture_output=True, text=True,
+    args = list(ARGS)
+    if text_tokens(path):
+        at = args.index("--text-tokens")
+        args[at:at + 2] = text_tokens(path)
+    done = subprocess.run([sys.executable, "-m", "meshlab", "check", str(path), *args], capture_output=True, text=True,
                           cwd=REPO)
     name = str(path.relative_to(REPO))
     if not done.stdout.startswith("{"):

@@ -224,7 +224,8 @@ def predicted_flops(setup: CheckSetup, prediction=None) -> float:
     text and image (Qwen-Image), nothing reads its text stream after the attention, and XLA drops the text
     Linears that would compute it (see meshlab/data/known_differences.yaml: the cost model counts every block alike).
     Convolutions XLA keeps as convolutions (SANA's depthwise 3x3) are left out, as the dots leave them out; its
-    pointwise ones are Linears here and dots there (XLA rewrites a 1x1 convolution as a dot)."""
+    pointwise ones are Linears here and dots in the partitioned program (convolutions through SPMD partitioning, so
+    no collective matmul, then rewritten as dots: SANA's ratio is 1.0)."""
     from meshlab.cost.graph import graph_of
 
     work = (prediction or checked_prediction(setup)).work

@@ -398,7 +398,8 @@ class _Deriver:
         if at is None and op.block is not None and "layernorm-rows" in self.layout.rewrites:
             # no modulation of its own in the block (Wan's comes from outside): a row-form norm's output keeps
             # the residual's feature split, and the reading Linear gathers it (measured: Wan under 2d); so does a
-            # Linear that reads the residual stream itself (SANA's cross-attention q: measured under 2d)
+            # Linear that reads the residual stream itself (SANA's cross-attention q: measured under 2d; read from
+            # its traced producers, so a norm the tracer does not see, as LTX-Video's RMSNorm, looks like none)
             flow = self.flows.get(_pattern(op, self.graph))
             residual = flow is not None and (flow.sources("norm") or any(
                 self.flows[s].residual for s in flow.sources("linear") if s in self.flows))
@@ -788,7 +789,9 @@ class _Deriver:
 
     def _invariant(self, op: LinearOp) -> bool:
         """Its input is made outside the blocks and read as it is by every block (Wan's and SANA's text, which
-        their cross-attentions' k and v read): the same tensor in every block."""
+        their cross-attentions' k and v read): the same tensor in every block. Measured hoisted on XLA:TPU for SANA,
+        Wan and Wan I2V (its image context too) under 2d (benchmarks/tpu_matrix.py); LTX-Video's cross-attention
+        follows the same rule, where its other differences hide whether XLA:TPU does."""
         reads = self._flow(op).reads
         return bool(reads) and all(".*" not in label for label in reads)
 

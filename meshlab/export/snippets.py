@@ -32,7 +32,8 @@ def spec_for(name, shape):
         if shard in ("column", "row"):
             if name.endswith(".bias"):  # a bias follows its weight's output dim
                 return (axis,) if shard == "column" else (None,)
-            return (axis, None) if shard == "column" else (None, axis)
+            kernel = (None,) * (len(shape) - 2)  # a pointwise convolution's [out, in, 1, 1]: its kernel dims whole
+            return (axis, None, *kernel) if shard == "column" else (None, axis, *kernel)
         return tuple(shard)  # an explicit spec, one entry per dim
     return (None,) * len(shape)
 '''

@@ -108,7 +108,7 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int)
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
-    sharded, replicated, padded = _weight_groups(plan)
+    sharded, replicated, padded = _weight_groups(plan, _weights_scale(strategy))
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
     chips = []
     for chip in range(plan.mesh.device_count):
@@ -131,12 +131,20 @@ def scan_stacked_bytes(plan: Plan) -> int:
     return sum(p.bytes_per_device(plan.mesh) for p in plan.parameters if block_position(p.name) is not None)
 
 
-def _weight_groups(plan: Plan) -> tuple[int, int, list[tuple[PlannedParameter, int]]]:
-    """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones."""
+def _weights_scale(strategy: Strategy) -> float:
+    """Bytes a weight is held in between uses over the bytes it is computed in (``workload.weights_dtype``: Wan's
+    official code holds float32 weights and computes in bfloat16, 2.0)."""
+    held = strategy.workload.weights_dtype
+    return DTYPE_BYTES[held] / DTYPE_BYTES[strategy.workload.dtype] if held else 1.0
+
+
+def _weight_groups(plan: Plan, scale: float = 1.0) -> tuple[int, int, list[tuple[PlannedParameter, int]]]:
+    """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones, as held
+    (`scale`: held over computed bytes, see `_weights_scale`)."""
     sharded = replicated = 0
     padded = []
     for p in plan.parameters:
-        allocated = p.bytes_per_device(plan.mesh)
+        allocated = int(p.bytes_per_device(plan.mesh) * scale)
         if p.spec.is_replicated:
             replicated += allocated
         elif any(n % k for n, k in zip(p.shape, p.spec.split_counts(plan.mesh))):
@@ -151,18 +159,19 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
     set, on one chip."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     workload, placement = strategy.workload, strategy.placement
+    vae_itemsize = DTYPE_BYTES[placement.vae_dtype or workload.dtype]
     vae = plan.card.component("vae")
     encoders = plan.card.encoders  # SD3.5 has three text encoders; Wan I2V an image encoder too
     vae_weights = vae_decode = text_bytes = text_encode = 0
     if vae is not None and placement.vae == "device":
-        vae_weights = vae.parameters * itemsize
+        vae_weights = vae.parameters * vae_itemsize
         split = _batch_split(plan, strategy)
         per_chip_batch = -(-workload.batch // split)  # XLA pads an uneven batch
         share = decode_share(vae, placement.vae_decode, workload.height, workload.width,
                              plan.mesh.device_count // split)
         vae_decode = per_chip_batch * vae_decode_bytes(vae.working_bytes_per_pixel, plan.card.architecture,
-                                                       workload.height, workload.width, workload.frames, itemsize,
-                                                       share, frame_growth(vae, plan.card.architecture,
+                                                       workload.height, workload.width, workload.frames,
+                                                       vae_itemsize, share, frame_growth(vae, plan.card.architecture,
                                                                             workload.frames), vae.output_copies)
     chips = plan.mesh.device_count
     text_bytes = sum(encoder_resident(c, placement.text_encoder, chips) for c in encoders) * itemsize

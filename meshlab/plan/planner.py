@@ -57,7 +57,7 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
     The fix names the smaller sequence degrees (ring x Ulysses) that divide the tokens, the nearest height the present
     degree divides, or the text length. A sequence axis the attention.qkv rule neither keeps on the tokens (a ring)
     nor moves onto the heads (Ulysses) leaves the kernel whole tokens, which the tools have no form for; a ring over
-    a linear attention (SANA's) has no keys to pass."""
+    a linear attention (SANA's) has no keys to pass, and diffusers splits no SANA sequence at all."""
     from meshlab.plan.axes import ring_axes, ulysses_axes
     from meshlab.plan.tokens import joins_text, token_counts
 
@@ -73,6 +73,12 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
                         f"put {idle[0]!r} in the qkv rule's tokens or features entry, or set "
                         "activations.sequence_parallel: partitioner", field=("activations", "rules"))
     linear = next((a for a in card.attention if a.is_linear), None)
+    if linear is not None and activations.sequence_parallel == "diffusers":
+        raise PlanError(f"diffusers has no context-parallel plan for {card.class_name} (its _cp_plan is None, diffusers "
+                        f"0.42.1), and its linear attention ({linear.module.split('.')[-1]}) does not go through "
+                        "dispatch_attention_fn, which diffusers' context parallelism hooks",
+                        "set activations.sequence_parallel: partitioner (XLA), or keep the sequence whole",
+                        field=("activations", "sequence_parallel"))
     if linear is not None and math.prod(mesh.size(a) for a in ring_axes(activations)) > 1:
         raise PlanError(f"{activations.sequence_parallel}'s ring passes blocks of keys and values between softmax "
                         f"attention kernels, but {card.name}'s self-attention ({linear.module.split('.')[-1]}) is "

@@ -91,14 +91,18 @@ def _largest(parameter: Parameter, axes: tuple[str, ...]) -> PartitionSpec:
 
 
 def _linear(parameter: Parameter, how: str, axes: tuple[str, ...], index: int) -> PartitionSpec:
-    if parameter.kind != "linear":
+    """A column or row split of a Linear, or of a pointwise convolution's [out, in, 1, 1] weight (the Linear over
+    channels it is: its kernel dims stay whole)."""
+    pointwise = parameter.kind == "conv" and (parameter.is_bias or parameter.pointwise)
+    if parameter.kind != "linear" and not pointwise:
         raise PlanError(
             f"rule {index} shards {parameter.name} as '{how}' but it belongs to a {parameter.kind}, not a Linear",
             "narrow the rule's pattern to Linear weights and biases, or use largest / an explicit spec",
         )
     if parameter.is_bias:  # the bias follows the weight's output dim
         return PartitionSpec.of(axes if how == "column" else None)
-    return PartitionSpec.of(axes, None) if how == "column" else PartitionSpec.of(None, axes)
+    kernel = (None,) * (parameter.rank - 2)
+    return PartitionSpec.of(axes, None, *kernel) if how == "column" else PartitionSpec.of(None, axes, *kernel)
 
 
 def _explicit(parameter: Parameter, entries: list, index: int) -> PartitionSpec:

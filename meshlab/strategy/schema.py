@@ -188,6 +188,11 @@ class Workload(Closed):
     cfg: bool = Field(True, description="classifier-free guidance: the transformer runs twice per step")
     text_tokens: Int = Field(512, ge=1, le=65536, description="text tokens per prompt after padding")
     dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="weights and activations")
+    weights_dtype: Optional[Literal["bfloat16", "float16", "float32"]] = Field(
+        None, description="the dtype the transformer's weights are held in between uses, where it differs from "
+        "dtype (mixed precision: Wan's official code loads float32 weights and computes in bfloat16 under autocast, "
+        "its FSDP keeping the shards in float32 and gathering them in bfloat16); memory only: the time prices the "
+        "weights as they are computed with")
     flash_attention: bool = Field(
         True, description="attention without materialising the scores (TPU flash kernel); false adds them"
     )
@@ -200,6 +205,10 @@ class Placement(Closed):
         "cpu", description="every text encoder: 'cpu': on the host; 'device': replicated in HBM on every chip; "
         "'sharded': split over every chip (FSDP, as Wan's --t5_fsdp), one layer gathered at a time while it encodes")
     vae: Literal["device", "cpu"] = Field("device", description="'device': weights and decode working set in HBM")
+    vae_dtype: Optional[Literal["bfloat16", "float16", "float32"]] = Field(
+        None, description="the VAE's dtype where it differs from workload.dtype (Wan's official code and diffusers' "
+        "Wan examples run the VAE in float32): its weights and decode working set in memory; the decode's time is "
+        "priced at workload.dtype")
     vae_decode: Literal["full", "tiled", "parallel"] = Field(
         "full", description="how the VAE decodes: 'full', the whole image at once (diffusers' default); 'tiled', "
         "diffusers' vae.enable_tiling(): overlapping tiles of the VAE's own size one at a time; 'parallel', the "

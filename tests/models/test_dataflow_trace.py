@@ -168,3 +168,5 @@ def test_a_linear_attention_of_matmuls_and_pointwise_convolutions_are_traced_as_
     assert kernels["layers.*"][1] == frozenset({"layers.*.wq"})
     assert by_name["layers.*.down"].reads == ("linear:layers.*.up",)  # through the depthwise conv and the gate
     assert "layers.*.spatial" not in by_name
+    assert by_name["layers.*.up"].gated == 2  # its output cut in two halves that are multiplied (a GLU)
+    assert by_name["layers.*.wq"].gated == by_name["layers.*.wv"].gated == 0  # v's pad and q's relu: no pieces

@@ -76,6 +76,44 @@ def test_a_block_holds_no_scores_and_grows_linearly_with_the_image():
     assert peaks[2] - peaks[1] == peaks[1] - peaks[0] > 0
 
 
+def test_the_linear_attention_holds_float32_copies_of_q_k_v_and_its_output_and_no_keys_of_other_chips():
+    """attn1 on one chip at 1024 tokens: q, k and v (2240 wide each), their float32 copies (two bf16 elements
+    each), and the float32 output of head_dim + 1 rows per head; no scores, no gathered keys."""
+    from meshlab.plan.memory import _attention_elements, _Shape
+    from meshlab.plan.planner import make_plan
+    from meshlab.plan.tokens import token_counts
+
+    card = load_card("sana-1600m")
+    strategy = sana_strategy({"data": 1}, batch=1, flash_attention=False)
+    plan = make_plan(strategy, card, 1)
+    tokens = token_counts(strategy.workload, card.architecture)
+    weights = {p.parameter.module: p for p in plan.parameters
+               if p.parameter.module in card.linear_modules and not p.parameter.is_bias and p.parameter.block == 0}
+    attn1 = next(a for a in card.attention if a.module == "transformer_blocks.0.attn1")
+    n = 1024
+    got = _attention_elements(attn1, weights, plan, _Shape(tokens, tokens, frozenset(), False, itemsize=2))
+    assert got == 3 * n * WIDTH * (1 + 2) + 2 * n * HEADS * (HEAD_DIM + 1)
+
+
+def test_pairs_split_the_pointwise_convolutions_as_the_linears_they_are():
+    """`--rules pairs` reads column/row from the graph, where SANA's 1x1 convolutions are Linears: conv_inverted
+    column ([out, in, 1, 1] split on out), conv_point row; the kernel dims stay whole."""
+    from meshlab.plan.planner import make_plan
+    from meshlab.search.sweep import pairs_rules
+
+    card = load_card("sana-1600m")
+    base = sana_strategy({"data": 4, "model": 2})
+    rules = [r.model_dump(exclude_none=True) for r in pairs_rules(make_plan(base, card, 8))]
+    pairs = Strategy.model_validate({**base.model_dump(exclude_none=True), "rules": rules})
+    specs = {p.name: p.spec.entries for p in make_plan(pairs, card, 8).parameters}
+    assert specs["transformer_blocks.0.ff.conv_inverted.weight"] == (("model",), None, None, None)
+    assert specs["transformer_blocks.0.ff.conv_inverted.bias"] == (("model",),)
+    assert specs["transformer_blocks.0.ff.conv_point.weight"] == (None, ("model",), None, None)
+    result = runner.invoke(app, ["try", "--model", "sana-1600m", "--hardware", "v6e-8", "--mesh", "data=4,model=2",
+                                 "--rules", "pairs"])
+    assert result.exit_code == 0, result.output
+
+
 def _collectives(strategy: Strategy):
     from meshlab.cost.predict import predict
     from meshlab.core.hardware import load_hardware

@@ -135,3 +135,31 @@ def test_run_and_profile_refuse_what_their_pipelines_do_not_do(write_strategy, t
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and f"{path}:5:" in lines[0], result.stderr
     assert "placement.vae_decode: full" in lines[0] and not (tmp_path / "out.json").exists()
+
+
+def test_weights_held_in_float32_and_a_float32_vae_double_what_they_hold_and_nothing_else():
+    """Wan's official code holds its DiT in float32 between uses (FSDP shards kept at full precision, computed in
+    bfloat16) and runs its VAE in float32: `workload.weights_dtype` doubles the weights per chip, `placement.vae_dtype`
+    the VAE's weights and its decode's working set; activations, the text encoder and the time stay as they were."""
+    import yaml
+
+    from meshlab.core.hardware import load_hardware
+    from meshlab.plan.memory import memory_report
+    from meshlab.plan.planner import make_plan
+    from meshlab.strategy.schema import Strategy
+
+    base = yaml.safe_load(WAN_8_H100.format(placement="{text_encoder: sharded}"))
+    base["rules"] = [{"match": "blocks.*", "min_rank": 2, "shard": "largest", "axis": "seq"},
+                     {"match": "*", "shard": "replicate"}]
+    plain = Strategy.model_validate(base)
+    held = Strategy.model_validate({**base, "workload": {**base["workload"], "weights_dtype": "float32"},
+                                    "placement": {**base["placement"], "vae_dtype": "float32"}})
+    card = load_card("wan-2.1-t2v-14b")
+    a, b = (memory_report(make_plan(s, card, 8), s, 80 * 2**30, 0).most_loaded for s in (plain, held))
+    assert a.weights_sharded > 0 and a.weights_replicated > 0
+    assert (b.weights_sharded, b.weights_replicated) == (2 * a.weights_sharded, 2 * a.weights_replicated)
+    assert (b.vae_weights, b.vae_decode) == (2 * a.vae_weights, 2 * a.vae_decode)
+    assert (b.activations, b.text_encoder) == (a.activations, a.text_encoder)
+    h100 = load_hardware("h100").using(8)
+    assert predict(make_plan(plain, card, 8), plain, h100).step.total == predict(make_plan(held, card, 8), held,
+                                                                                 h100).step.total

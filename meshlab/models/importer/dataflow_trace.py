@@ -168,7 +168,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
             own = linears(incoming[0]) if incoming else set()
             dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
             name = next(iter(own)) if len(own) == 1 else None
-            if name is not None and isinstance(dim, int) and tensors[0].shape[dim] == widths.get(name):
+            equal = len({piece.shape[dim] for piece in out}) == 1  # a GLU's halves (not q | k | v | mlp)
+            if name is not None and isinstance(dim, int) and tensors[0].shape[dim] == widths.get(name) and equal:
                 for index, piece in enumerate(out):
                     piece._meshlab_piece = (name, index, len(out))
             return
@@ -187,8 +188,10 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         pieces = {getattr(t, "_meshlab_piece", None) for t in tensors} - {None}
         if func in multiplies and len(pieces) == 2 and len({p[0] for p in pieces}) == 1:
             name, _, count = next(iter(pieces))
-            gates[name] = count
-        elif len(pieces) == 1 and torch.is_tensor(out):
+            if all(linears(label) == {name} for label in tags(args)):  # the two pieces alone: hidden x act(gate)
+                gates[name] = count
+        elif len(pieces) == 1 and torch.is_tensor(out) and len(tensors) == sum(
+                hasattr(t, "_meshlab_piece") for t in tensors):  # an op of the piece alone (an activation, a cast)
             out._meshlab_piece = next(iter(pieces))
 
     def record_parts(args, kwargs, out) -> None:
