@@ -160,7 +160,7 @@ def sweep(
     if as_json:
         from meshlab.search.documents import SweepDocument
 
-        print_json(sweep_document(result, None, elapsed, default) | {"workload": workload.model_dump(),
+        print_json(sweep_document(result, None, elapsed, default) | {"workload": workload.model_dump(exclude_none=True),
                                                                      "workload_basis": basis}, SweepDocument)
     elif out != "-":
         console().print(f"workload: {basis}")

@@ -212,7 +212,7 @@ def quick_document(card, model: str, hw, mesh: dict[str, int] | None, parts: lis
                 "rules": [{k: v for k, v in r.model_dump(exclude_none=True).items()
                            if not (k == "min_rank" and v == 0)} for r in strategy.rules],
                 "activations": strategy.activations.model_dump(exclude_none=True),
-                "rewrites": list(strategy.rewrites), "workload": strategy.workload.model_dump()}
+                "rewrites": list(strategy.rewrites), "workload": strategy.workload.model_dump(exclude_none=True)}
     document["placement"] = {"text_encoder": "device" if text_encoder == "device" else "cpu"}
     if strategy.compile.elementwise != "fused":
         document["compile"] = strategy.compile.model_dump(exclude={"libtpu_flags"})

@@ -552,7 +552,7 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None, object
     document = {
         "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
         "mesh": dict(s.mesh), **({"dcn": dict(s.dcn)} if s.dcn else {}), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
-        "rewrites": list(s.rewrites), "workload": s.workload.model_dump(), "placement": s.placement.model_dump(),
+        "rewrites": list(s.rewrites), "workload": s.workload.model_dump(exclude_none=True), "placement": s.placement.model_dump(exclude_none=True),
         **({"compile": s.compile.model_dump(exclude={"libtpu_flags"})} if s.compile.elementwise != "fused" else {}),
     }
     header = (

@@ -18,7 +18,7 @@ def try_document(planned: PlannedStrategy) -> dict:
                      "usable_hbm_bytes": planned.hardware.usable_hbm_bytes,
                      "overridden": list(planned.hardware.overridden)},
         "mesh": plan.mesh.as_dict(),
-        "workload": strategy.workload.model_dump(),
+        "workload": strategy.workload.model_dump(exclude_none=True),
         "tokens": {"image": memory.tokens.image, "text": memory.tokens.text,
                    **({"reference": memory.tokens.reference} if memory.tokens.reference else {})},
         "total_params": card.total_params,
