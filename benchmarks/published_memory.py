@@ -61,7 +61,8 @@ class Case:
 #: code holds the DiT in float32 (wan/text2video.py: `WanModel.from_pretrained(checkpoint_dir)`, no torch_dtype; FSDP
 #: MixedPrecision(param_dtype=bfloat16) keeps the shards in float32 and gathers in bfloat16, autocast computes in
 #: bfloat16) and the VAE in float32 (wan/modules/vae.py: `WanVAE(..., dtype=torch.float)`); T5 in bfloat16
-#: (t5_dtype), sharded.
+#: (t5_dtype), sharded. I2V's CLIP image encoder is built whole on every GPU (image2video.py passes it no shard_fn),
+#: but `placement.text_encoder: sharded` places it with the text encoders: 0.6 GB (2 GPUs) to 1.1 GB (8) short.
 WAN = "Wan-Video/Wan2.1 README (9737cba), Computational Efficiency on Different GPUs (assets/comp_effic.png)"
 WAN_ULYSSES = {"sequence": "seq", "sequence_parallel": "xdit", "rules": [
     {"point": "block.input", "stream": "image", "spec": [None, "seq", None]},

@@ -98,8 +98,12 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
     workload = workload_with(planned.strategy.workload, height=options.height, width=options.width,
                              text_tokens=options.text_tokens, batch=images, frames=frames)
     scan = options.scan if options.scan is not None else planned.strategy.compile.scan_blocks
-    strategy = planned.strategy.model_copy(update={  # the memory counts what --scan stacks
-        "workload": workload, "compile": planned.strategy.compile.model_copy(update={"scan_blocks": scan})})
+    # the memory counts what --scan stacks, and the weights and VAE as the checked program holds them (at
+    # workload.dtype: the memory-only weights_dtype and vae_dtype describe a PyTorch script's storage, not it)
+    strategy = planned.strategy.model_copy(update={
+        "workload": workload.model_copy(update={"weights_dtype": None}),
+        "placement": planned.strategy.placement.model_copy(update={"vae_dtype": None}),
+        "compile": planned.strategy.compile.model_copy(update={"scan_blocks": scan})})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware
     memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)

@@ -44,6 +44,9 @@ def cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -
     plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
     if not planned.strategy.compile.libtpu_flags:  # keys made before the field existed stay the same
         plan["compile"] = {k: v for k, v in plan["compile"].items() if k != "libtpu_flags"}
+    # memory-only dtypes: the program is the same (and keys made before they existed stay the same)
+    plan["workload"] = {k: v for k, v in plan["workload"].items() if k != "weights_dtype"}
+    plan["placement"] = {k: v for k, v in plan["placement"].items() if k != "vae_dtype"}
     identity = {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
                 "checkpoint": built, "torch_xla": package_version("torch_xla")}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

@@ -66,7 +66,7 @@ def compile_times_path() -> Path:
 
 
 def compile_key(strategy: Strategy, card: ModelCard, system: str) -> str:
-    workload = strategy.workload.model_dump(exclude={"steps"})
+    workload = strategy.workload.model_dump(exclude={"steps", "weights_dtype"})  # memory-only: not the program
     identity = [card.config_digest, system, list(strategy.mesh.items()), list(strategy.dcn.items()),  # order matters
                 [r.model_dump(mode="json") for r in strategy.rules], strategy.activations.identity(),
                 list(strategy.rewrites), strategy.compile.scan_blocks, list(strategy.compile.libtpu_flags), workload]

@@ -108,7 +108,7 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int)
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
-    sharded, replicated, padded = _weight_groups(plan, _weights_scale(strategy))
+    sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
     chips = []
     for chip in range(plan.mesh.device_count):
@@ -131,7 +131,7 @@ def scan_stacked_bytes(plan: Plan) -> int:
     return sum(p.bytes_per_device(plan.mesh) for p in plan.parameters if block_position(p.name) is not None)
 
 
-def _weights_scale(strategy: Strategy) -> float:
+def weights_scale(strategy: Strategy) -> float:
     """Bytes a weight is held in between uses over the bytes it is computed in (``workload.weights_dtype``: Wan's
     official code holds float32 weights and computes in bfloat16, 2.0)."""
     held = strategy.workload.weights_dtype
@@ -140,7 +140,7 @@ def _weights_scale(strategy: Strategy) -> float:
 
 def _weight_groups(plan: Plan, scale: float = 1.0) -> tuple[int, int, list[tuple[PlannedParameter, int]]]:
     """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones, as held
-    (`scale`: held over computed bytes, see `_weights_scale`)."""
+    (`scale`: held over computed bytes, see `weights_scale`)."""
     sharded = replicated = 0
     padded = []
     for p in plan.parameters:

@@ -105,7 +105,8 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
         [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])
     raise PlanError(
         f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
-        f"them, and {activations.sequence_parallel}'s sequence split needs an even one", "use " + ", or ".join(fixes),
+        f"them, and the sequence split {activations.sequence_parallel} runs needs an even one",
+        "use " + ", or ".join(fixes),
         field=("activations", "sequence"))
 
 

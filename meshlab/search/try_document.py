@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from meshlab.plan.memory import ACTIVATION_METHOD, ChipMemory
+from meshlab.plan.memory import ACTIVATION_METHOD, ChipMemory, weights_scale
 from meshlab.plan.planned import PlannedStrategy
 
 
 def try_document(planned: PlannedStrategy) -> dict:
+    """Parameter, rule and coverage bytes are as held between uses, as the memory table counts them
+    (``workload.weights_dtype``)."""
     plan, strategy, card = planned.plan, planned.strategy, planned.card
     memory = planned.memory
+    held = weights_scale(strategy)
     return {
         "strategy": {"name": strategy.name, "file": str(planned.loaded.path), "description": strategy.description},
         "model": {"name": card.name, "class": card.class_name, "source": card.source.get("diffusers_version")},
@@ -25,7 +28,8 @@ def try_document(planned: PlannedStrategy) -> dict:
         "rules": rule_summaries(planned),
         "parameters": [
             {"name": p.name, "shape": list(p.shape), "spec": p.spec.to_json(),
-             "shard_shape": list(p.shard_shape(plan.mesh)), "bytes_per_device": p.bytes_per_device(plan.mesh),
+             "shard_shape": list(p.shard_shape(plan.mesh)),
+             "bytes_per_device": int(p.bytes_per_device(plan.mesh) * held),
              "rule": p.rule}
             for p in plan.parameters
         ],
@@ -55,6 +59,7 @@ def predicted_summary(planned: PlannedStrategy) -> dict:
 def rule_summaries(planned: PlannedStrategy) -> list[dict]:
     """Per rule: what it matched, the specs it gave, and the bytes per chip of what it covers."""
     plan = planned.plan
+    held = weights_scale(planned.strategy)
     rows = []
     for index, rule in enumerate(planned.strategy.rules):
         matched = [p for p in plan.parameters if p.rule == index]
@@ -63,7 +68,7 @@ def rule_summaries(planned: PlannedStrategy) -> list[dict]:
             "shard": rule.shard if isinstance(rule.shard, str) else "explicit",
             "axis": list(rule.axes), "matched": len(matched),
             "specs": _spec_counts(matched),
-            "bytes_per_device": sum(p.bytes_per_device(plan.mesh) for p in matched),
+            "bytes_per_device": int(sum(p.bytes_per_device(plan.mesh) for p in matched) * held),
         })
     return rows
 
@@ -78,7 +83,8 @@ def coverage(planned: PlannedStrategy) -> dict:
     return {
         "unmatched_rules": [planned.strategy.rules[i].pattern for i in plan.unmatched_rules],
         "unmatched_parameters": len(unmatched),
-        "unmatched_bytes_per_chip": sum(p.bytes_per_device(plan.mesh) for p in unmatched),
+        "unmatched_bytes_per_chip": int(sum(p.bytes_per_device(plan.mesh) for p in unmatched)
+                                        * weights_scale(planned.strategy)),
         "unmatched_examples": [p.name for p in unmatched[:5]],
         "padding_bytes_per_chip": planned.memory.most_loaded.padding,
     }

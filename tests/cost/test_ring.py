@@ -136,7 +136,7 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     with pytest.raises(MeshlabError) as error:
         load_plan(path)
     text = str(error.value)
-    assert "split 3969 image tokens 4 ways" in text and "xdit's sequence split needs an even one" in text
+    assert "split 3969 image tokens 4 ways" in text and "the sequence split xdit runs needs an even one" in text
     assert text.endswith("; use height 1024")
     doc = yaml.safe_load(USP.read_text())
     doc["workload"]["text_tokens"] = 510
@@ -149,7 +149,8 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     ulysses["activations"]["sequence_parallel"] = "xdit"
     ulysses["workload"].update(height=1008, width=1008)
     path.write_text(yaml.safe_dump(ulysses))
-    with pytest.raises(MeshlabError, match="split 3969 image tokens 4 ways.*xdit's sequence split needs an even one"):
+    with pytest.raises(MeshlabError,
+                       match="split 3969 image tokens 4 ways.*the sequence split xdit runs needs an even one"):
         load_plan(path)  # Ulysses alone: the tools shard the sequence evenly too (diffusers' EquipartitionSharder)
     ulysses["activations"]["sequence_parallel"] = "partitioner"
     path.write_text(yaml.safe_dump(ulysses))

@@ -12,6 +12,8 @@ from meshlab.cost.predict import predict
 from meshlab.plan.memory import DecodeShare, decode_share, vae_decode_bytes
 from meshlab.plan.planned import plan_file
 
+from tests.conftest import REPO
+
 runner = CliRunner()
 
 WAN_8_H100 = """\
@@ -163,3 +165,26 @@ def test_weights_held_in_float32_and_a_float32_vae_double_what_they_hold_and_not
     h100 = load_hardware("h100").using(8)
     assert predict(make_plan(plain, card, 8), plain, h100).step.total == predict(make_plan(held, card, 8), held,
                                                                                  h100).step.total
+
+
+def test_a_check_holds_the_weights_as_the_checked_program_does_whatever_a_script_stores(tmp_path):
+    """`check` compiles at workload.dtype: the memory-only weights_dtype and vae_dtype (a PyTorch script's storage)
+    do not reach what it compares with XLA, and do not change the compile-time key."""
+    import yaml
+
+    from meshlab.check.setup import CheckOptions, check_setup
+    from meshlab.plan.compile_times import compile_key
+
+    doc = yaml.safe_load((REPO / "strategies" / "2d.yaml").read_text())
+    plain, stored = tmp_path / "plain.yaml", tmp_path / "stored.yaml"
+    plain.write_text(yaml.safe_dump(doc))
+    doc["workload"]["weights_dtype"] = "float32"
+    doc["placement"]["vae_dtype"] = "float32"
+    stored.write_text(yaml.safe_dump(doc))
+    options = CheckOptions(layers=2, height=256, width=256, text_tokens=32)
+    a, b = check_setup(plain, options), check_setup(stored, options)
+    assert a.memory.most_loaded.weights == b.memory.most_loaded.weights
+    assert a.memory.most_loaded.vae_decode == b.memory.most_loaded.vae_decode
+    assert plan_file(stored).memory.most_loaded.weights == 2 * plan_file(plain).memory.most_loaded.weights
+    assert compile_key(plan_file(plain).strategy, a.card, "v6e-8") == compile_key(plan_file(stored).strategy, b.card,
+                                                                                 "v6e-8")
