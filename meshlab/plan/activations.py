@@ -126,13 +126,17 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
         features = math.prod(mesh.size(a) for a in feature_axes or ())
         if rule.point in ("attention.qkv", "attention.output") and features > 1:
             for attention in card.attention:
+                if rule.attention is not None and (rule.attention == "cross") != bool(attention.keys):
+                    continue  # the rule is for the other kind of attention
                 if attention.heads % features:
                     divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
+                    nearest = min(divisors, key=lambda d: (abs(d - features), -d))
                     raise PlanError(
                         f"activations.rules[{index}] splits {rule.point} features over {features} devices "
                         f"({'+'.join(feature_axes)}), but {attention.module} has {attention.heads} heads, "
                         f"not divisible by {features}",
-                        f"split heads over axes whose sizes multiply to one of {divisors}", field=field + ("spec",))
+                        f"split heads {nearest} ways, the nearest degree that divides {attention.heads} (any of "
+                        f"{divisors})", field=field + ("spec",))
         split = math.prod(mesh.size(a) for a in token_axes or ())
         for stream in (streams if rule.stream is None else (rule.stream,)):
             n = tokens.of_stream(stream)

@@ -134,10 +134,12 @@ def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: Abstrac
             if attention.heads % split:
                 axes = [a for a in weight.spec.entries[0] if a not in gathered]
                 divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
+                nearest = min(divisors, key=lambda d: (abs(d - split), -d))
                 raise PlanError(
                     f"{weight.name} splits its output over {split} devices ({'+'.join(axes)}) "
                     f"but {attention.module} has {attention.heads} heads, not divisible by {split}",
-                    f"shard q/k/v over an axis whose size divides {attention.heads} ({divisors}) or replicate them",
+                    f"shard q/k/v {nearest} ways, the nearest that divides {attention.heads} (any of {divisors}), "
+                    "or replicate them",
                     field=("rules", weight.rule, "axis"),
                 )
 

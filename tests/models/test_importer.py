@@ -173,7 +173,7 @@ def test_unsupported_class_is_an_input_error():
     from meshlab.models.importer.card_import import import_card
 
     with pytest.raises(InputError, match="FluxTransformer2DModel") as raised:
-        import_card("SanaTransformer2DModel", {}, "sana")
+        import_card("PixArtTransformer2DModel", {}, "pixart")
     assert "no row for it" in str(raised.value)
 
 

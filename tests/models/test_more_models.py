@@ -204,7 +204,7 @@ def test_flux2_single_blocks_make_q_k_v_and_the_mlp_input_in_one_linear():
 def test_a_config_of_a_class_without_a_family_row_is_one_line_naming_the_file(tmp_path):
     pytest.importorskip("diffusers")
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"_class_name": "SanaTransformer2DModel", "num_layers": 2}))
+    config.write_text(json.dumps({"_class_name": "PixArtTransformer2DModel", "num_layers": 2}))
     result = runner.invoke(app, ["models", "import", "--config", str(config), "-o", str(tmp_path / "card.json")])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from meshlab.cli.app import app
+from meshlab.core.errors import PlanError
 from meshlab.cost.predict import predict
 from meshlab.plan.activations import activation_points
 from meshlab.plan.planned import plan_file
@@ -106,6 +107,24 @@ def test_heads_that_do_not_divide_are_refused(tmp_path):
     result = runner.invoke(app, ["try", str(path)])
     assert result.exit_code == 2 and "24 heads, not divisible by 16" in result.output, result.output
     assert ":" in result.output.split("error:")[1].split(" ")[1]  # file:line:column
+    assert "split heads 12 ways, the nearest degree that divides 24" in result.output  # 12 is 4 away, 24 is 8
+
+
+def test_a_ulysses_rule_for_self_attention_is_held_to_self_attention_heads_only():
+    """SANA: 70 self-attention heads, 20 cross-attention heads. Ulysses 7 over the self-attention divides its 70; the
+    cross-attention's 20 are not the rule's business (before, every attention was held to it)."""
+    from meshlab.models.card import load_card
+    from meshlab.plan.planner import make_plan
+    from meshlab.strategy.schema import Strategy
+
+    doc = {"name": "s", "model": "sana-1600m", "hardware": "h100", "mesh": {"seq": 7},
+           "activations": {"sequence": "seq", "rules": [
+               {"point": "attention.qkv", "attention": "self", "spec": [None, None, "seq"]}]},
+           "workload": {"height": 7 * 32 * 4, "width": 1024, "text_tokens": 300, "steps": 20}}
+    make_plan(Strategy.model_validate(doc), load_card("sana-1600m"), 7)
+    doc["activations"]["rules"][0]["attention"] = None
+    with pytest.raises(PlanError, match="attn2 has 20 heads, not divisible by 7.*split heads 5 ways"):
+        make_plan(Strategy.model_validate(doc), load_card("sana-1600m"), 7)
 
 
 def test_tokens_that_do_not_divide_warn_with_padding(tmp_path):
