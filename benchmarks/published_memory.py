@@ -7,8 +7,8 @@ chip does not depend on which GPU, only whether it fits) and reports its per-chi
 reserve, which ``torch.cuda.max_memory_allocated`` (what such tables print) does not count. The sources print
 "GB" without saying whether that is 10^9 or 2^30 bytes, so both ratios are given. A check, never a fit.
 
-The FLUX.1-dev cases: diffusers' distributed-inference guide (docs/source/en/training/distributed_inference.md, diffusers
-main of 2026), FLUX.1-dev with the whole pipeline on each of 4 GPUs (``DiffusionPipeline.from_pretrained(...,
+The FLUX.1-dev cases: diffusers' distributed-inference guide (docs/source/en/training/distributed_inference.md,
+diffusers main of 2026), FLUX.1-dev with the whole pipeline on each of 4 GPUs (``DiffusionPipeline.from_pretrained(...,
 torch_dtype=bfloat16).to(device)``, then ``enable_parallelism(ContextParallelConfig(...))`` on the transformer), at
 1024x1024 (the L20 and 4090 tables say so; the H100 table does not, and 1024x1024 is FluxPipeline's default).
 Each table's backends are the four GPUs as one Ulysses group of 4, one ring of 4, or USP 2 x 2 ("unified_balanced").
@@ -68,7 +68,8 @@ WAN_ULYSSES = {"sequence": "seq", "sequence_parallel": "xdit", "rules": [
     {"point": "block.input", "stream": "image", "spec": [None, "seq", None]},
     {"point": "attention.qkv", "attention": "self", "spec": [None, None, "seq"]},
     {"point": "attention.output", "attention": "self", "spec": [None, "seq", None]}]}
-WAN_FSDP = ({"match": "blocks.*", "min_rank": 2, "shard": "largest", "axis": "seq"}, {"match": "*", "shard": "replicate"})
+WAN_FSDP = ({"match": "blocks.*", "min_rank": 2, "shard": "largest", "axis": "seq"},
+            {"match": "*", "shard": "replicate"})
 
 
 CASES = (

@@ -825,7 +825,8 @@ class _Deriver:
             if not reach or self.layout.local.of_stream(conv.parameter.stream) >= self.layout.tokens.of_stream(
                     conv.parameter.stream):
                 continue
-            channels = -(-conv.shape[0] // self.size(_without(conv.spec.entries[0], set(self.layout.activation_axes()))))
+            split = _without(conv.spec.entries[0], set(self.layout.activation_axes()))
+            channels = -(-conv.shape[0] // self.size(split))
             nbytes = self.layout.batch * reach * self.layout.row_tokens * channels * self.layout.itemsize
             name = conv.parameter.module.split(".", 2)[-1]
             for side in ("above", "below"):

@@ -74,9 +74,9 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
                         "activations.sequence_parallel: partitioner", field=("activations", "rules"))
     linear = next((a for a in card.attention if a.is_linear), None)
     if linear is not None and activations.sequence_parallel == "diffusers":
-        raise PlanError(f"diffusers has no context-parallel plan for {card.class_name} (its _cp_plan is None, diffusers "
-                        f"0.42.1), and its linear attention ({linear.module.split('.')[-1]}) does not go through "
-                        "dispatch_attention_fn, which diffusers' context parallelism hooks",
+        raise PlanError(f"diffusers has no context-parallel plan for {card.class_name} (its _cp_plan is None, "
+                        f"diffusers 0.42.1), and its linear attention ({linear.module.split('.')[-1]}) does not go "
+                        "through dispatch_attention_fn, which diffusers' context parallelism hooks",
                         "set activations.sequence_parallel: partitioner (XLA), or keep the sequence whole",
                         field=("activations", "sequence_parallel"))
     if linear is not None and math.prod(mesh.size(a) for a in ring_axes(activations)) > 1:
