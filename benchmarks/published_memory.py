@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import dataclass
 
 from meshlab.models.card import load_card
@@ -96,10 +97,7 @@ CASES = (
 
 
 def predict_case(case: Case) -> dict:
-    chips = 1
-    for n in case.mesh.values():
-        chips *= n
-    hardware = load_hardware(case.hardware).using(chips)
+    hardware = load_hardware(case.hardware).using(math.prod(case.mesh.values()))
     strategy = Strategy.model_validate({
         "name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh,
         "rules": list(case.rules), "activations": case.activations, "workload": case.workload or FLUX_WORKLOAD,

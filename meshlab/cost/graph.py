@@ -130,10 +130,8 @@ def graph_of(plan: Plan) -> Graph:
     for p in plan.parameters:
         if p.parameter.block is not None and p.parameter.block not in repeats:
             continue
-        if p.parameter.module in products and not p.parameter.is_bias:
-            weights[p.parameter.module] = p
-        elif p.parameter.module in products and p.parameter.is_bias:
-            biases[p.parameter.module] = p
+        if p.parameter.module in products:
+            (biases if p.parameter.is_bias else weights)[p.parameter.module] = p
         else:
             others.append(p)
     roles = _roles(card.dataflow)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from meshlab.core.errors import PlanError
 from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
+from meshlab.plan.planner import diffusers_cannot_split
 from meshlab.strategy.schema import Strategy
 
 @dataclass(frozen=True)
@@ -99,12 +100,9 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
         raise PlanError("the plan splits neither the sequence nor the weights, and diffusers' enable_parallelism "
                         "takes only those (context and tensor parallel degrees)", "export --format xdit "
                         "(--use_cfg_parallel, --data_parallel_degree), or split the sequence", field=("mesh",))
-    linear = next((a for a in plan.card.attention if a.is_linear), None)
-    if d.ulysses * d.ring > 1 and linear is not None:
-        raise PlanError(f"{plan.card.class_name} has no context-parallel plan in diffusers (its _cp_plan is None, "
-                        f"diffusers 0.42.1), and its linear attention ({linear.module.split('.')[-1]}, "
-                        "SanaLinearAttnProcessor2_0) does not go through dispatch_attention_fn, which diffusers' "
-                        "context parallelism hooks", "export --format torch-xla, or keep the sequence whole",
+    refusal = diffusers_cannot_split(plan.card)
+    if d.ulysses * d.ring > 1 and refusal:
+        raise PlanError(refusal, "export --format torch-xla, or keep the sequence whole",
                         field=("activations", "sequence"))
     names, shape = [], []
     for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):

@@ -74,11 +74,8 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
                         "activations.sequence_parallel: partitioner", field=("activations", "rules"))
     linear = next((a for a in card.attention if a.is_linear), None)
     if linear is not None and activations.sequence_parallel == "diffusers":
-        raise PlanError(f"diffusers has no context-parallel plan for {card.class_name} (its _cp_plan is None, "
-                        f"diffusers 0.42.1), and its linear attention ({linear.module.split('.')[-1]}) does not go "
-                        "through dispatch_attention_fn, which diffusers' context parallelism hooks",
-                        "set activations.sequence_parallel: partitioner (XLA), or keep the sequence whole",
-                        field=("activations", "sequence_parallel"))
+        raise PlanError(diffusers_cannot_split(card), "set activations.sequence_parallel: partitioner (XLA), or keep "
+                        "the sequence whole", field=("activations", "sequence_parallel"))
     if linear is not None and math.prod(mesh.size(a) for a in ring_axes(activations)) > 1:
         raise PlanError(f"{activations.sequence_parallel}'s ring passes blocks of keys and values between softmax "
                         f"attention kernels, but {card.name}'s self-attention ({linear.module.split('.')[-1]}) is "
@@ -108,6 +105,17 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
         f"them, and the sequence split {activations.sequence_parallel} runs needs an even one",
         "use " + ", or ".join(fixes),
         field=("activations", "sequence"))
+
+
+def diffusers_cannot_split(card: ModelCard) -> str | None:
+    """Why diffusers' context parallelism cannot split this card's sequence (None where it can): a linear attention
+    (SANA's) has no context-parallel plan in diffusers and does not go through the function it hooks."""
+    linear = next((a for a in card.attention if a.is_linear), None)
+    if linear is None:
+        return None
+    return (f"diffusers has no context-parallel plan for {card.class_name} (its _cp_plan is None, diffusers 0.42.1), "
+            f"and its linear attention ({linear.module.split('.')[-1]}, SanaLinearAttnProcessor2_0) does not go "
+            "through dispatch_attention_fn, which diffusers' context parallelism hooks")
 
 
 def _batch_warnings(strategy: Strategy, mesh: AbstractMesh) -> tuple[str, ...]:

@@ -80,11 +80,11 @@ def _spec_counts(params) -> dict[str, int]:
 def coverage(planned: PlannedStrategy) -> dict:
     plan = planned.plan
     unmatched = plan.replicated
+    held = weights_scale(planned.strategy)
     return {
         "unmatched_rules": [planned.strategy.rules[i].pattern for i in plan.unmatched_rules],
         "unmatched_parameters": len(unmatched),
-        "unmatched_bytes_per_chip": int(sum(p.bytes_per_device(plan.mesh) for p in unmatched)
-                                        * weights_scale(planned.strategy)),
+        "unmatched_bytes_per_chip": int(sum(p.bytes_per_device(plan.mesh) for p in unmatched) * held),
         "unmatched_examples": [p.name for p in unmatched[:5]],
         "padding_bytes_per_chip": planned.memory.most_loaded.padding,
     }

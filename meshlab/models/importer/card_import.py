@@ -376,8 +376,7 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
         queries = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_q", "add_q_proj")})
         keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
         cross = keys != queries
-        lists = set(offsets)
-        first = (kernels.get(module_pattern(_locate(path, offsets)[1], lists)) or (None,))[0]
+        first = (kernels.get(module_pattern(_locate(path, offsets)[1], set(offsets))) or (None,))[0]
         reads_first = {n.rsplit(".", 1)[1] for n in first} if first is not None else set()
         linear = first is not None and bool(reads_first) and reads_first <= {"to_k", "to_v", "add_k_proj", "add_v_proj"}
         found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
