@@ -3,8 +3,9 @@
 Plan here (no torch, no jax); compile in meshlab.workers.check_tpu (ahead of time: libtpu's compile-only client
 on this host, no TPU); read the TPU program and hold it to the plan:
 
-- **weights per chip**: XLA:TPU's argument bytes less the inputs and buffers, against the plan's weights (within
-  ``WEIGHTS_TOLERANCE``: the TPU's tiled layouts pad small arrays);
+- **weights per chip**: XLA:TPU's arguments as the program lays them out, less those that are not weights (inputs,
+  tables, scalars: `other_arguments`), against the plan's weight shards in the TPU's tiled layouts
+  (meshlab.core.tpu_tiles), to the byte (``WEIGHTS_TOLERANCE``);
 - **temporaries**: XLA:TPU's temp bytes against meshlab's activation estimate (within ``TEMPS_TOLERANCE``);
 - **collectives of a middle block** (block 0 of each list when more than one is compiled), by kind, counted as
   the TPU program has them after its combining passes, and the bytes each moves: within ``COLLECTIVE_TOLERANCE``
@@ -38,7 +39,8 @@ from meshlab.core.errors import BackendError, InputError
 from meshlab.core.files import dump_folder
 
 FRONT_ENDS = ("auto", "torch-xla", "torchax", "both")
-WEIGHTS_TOLERANCE = 0.01
+WEIGHTS_TOLERANCE = 0.0  # exact: SANA, Wan 2.1, CogVideoX, LTX-Video and Qwen-Image agree to the byte
+HLO_TYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}  # a workload dtype as HLO spells it
 TEMPS_TOLERANCE = 0.25
 
 
@@ -127,9 +129,10 @@ class TpuCheckReport:
 
     @property
     def predicted_argument_weights(self) -> int:
-        """The plan's weights per chip as the program takes them: less the last block's dead text tail, which no
-        op reads (XLA drops those arguments; a run still holds them)."""
-        dead = dead_tail_weight_bytes(self.setup) if not self.setup.scan else 0  # a scanned body takes every block's
+        """The plan's weights per chip as the program takes them, in the TPU's tiled layouts: less the last block's
+        dead text tail, which no op reads (XLA drops those arguments; a run still holds them; a scanned body takes
+        every block's)."""
+        dead = dead_tail_weight_bytes(self.setup, tiles=True) if not self.setup.scan else 0
         return self.setup.memory.most_loaded.weights - dead
 
     def predicted_temporaries(self, front_end: str) -> int:
@@ -353,11 +356,31 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
     schedule = None
     if result.get("schedule_file"):
         schedule = parse_schedule(Path(result["schedule_file"]).read_text())
+    other = result.get("other_argument_bytes") or {}
+    if result.get("hlo_file"):
+        other = other_arguments(hlo.entry_arguments(text), setup)
     return Compiled(result["front_end"], "", result["compile_seconds"], result.get("trace_seconds"),
-                    result.get("memory") or {}, result.get("other_argument_bytes") or {}, result.get("flops"),
+                    result.get("memory") or {}, other, result.get("flops"),
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
                     result.get("required_bytes"), schedule,
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")))
+
+
+def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup) -> dict[str, int]:
+    """Bytes per chip of the program's arguments that are not the plan's weights (the inputs, the RoPE tables a
+    pipeline passes in, buffers, scalars), as the program lays them out: every argument but one per weight shard
+    of its type and shape. Read from the program, not counted from the model: a torch_xla program takes some
+    inputs more than once (CogVideoX's RoPE table, once per use), and a TPU's layouts pad a video latent whose
+    width is under 128 to 128."""
+    weights = Counter((HLO_TYPES[p.parameter.dtype], p.shard_shape(setup.plan.mesh)) for p in setup.plan.parameters)
+    other = 0
+    for argument in arguments:
+        key = (argument.shape.dtype, argument.shape.dims)
+        if weights[key]:
+            weights[key] -= 1
+        else:
+            other += argument.bytes
+    return {"not_weights": other}
 
 
 def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counter]:

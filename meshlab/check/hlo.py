@@ -426,3 +426,57 @@ def total_bytes_used(memory_report: str) -> int | None:
     """The ``Total bytes used`` of a memory-usage report."""
     match = re.search(r"Total bytes used: (\d+)", memory_report)
     return int(match.group(1)) if match else None
+
+
+# --- arguments as laid out -----------------------------------------------------------------------------------
+
+_LAID_OUT = r"(\w+)\[([\d,]*)\]\{([\d,]*)(?::([^}]*))?\}"  # bf16[2240]{0:T(1024)(128)(2,1)}
+_ENTRY_PARAMETER = re.compile(_LAID_OUT + r" parameter\(\d+\)")
+_FIRST_TILE = re.compile(r"T\(([\d,]+)\)")
+
+
+@dataclass(frozen=True)
+class EntryArgument:
+    """One argument of a compiled program's entry computation: its shape and the bytes its layout allocates."""
+
+    shape: ArrayShape
+    bytes: int  # the shape rounded up to its layout's tiles (XLA:TPU's ``T(8,128)``), as the device holds it
+
+
+def entry_arguments(hlo_text: str) -> tuple[EntryArgument, ...]:
+    """The entry computation's arguments as the optimized program lays them out (``bf16[2240]{0:T(1024)...}``):
+    the sizes sum to ``memory_analysis()``'s argument bytes (held on SANA's, Wan 2.1's and CogVideoX's XLA:TPU
+    programs)."""
+    start = hlo_text.find("\nENTRY")
+    if start < 0:
+        return ()
+    body = hlo_text[start:hlo_text.find("\n}", start)]
+    return tuple(_argument(*found) for found in _ENTRY_PARAMETER.findall(body))
+
+
+def laid_out(text: str) -> EntryArgument:
+    """One array as a program writes it with its layout (``bf16[2240,2240]{1,0:T(8,128)(2,1)}``)."""
+    found = re.fullmatch(_LAID_OUT, text.strip())
+    if not found:
+        raise BackendError(f"not an array with a layout: {text[:80]!r}", "pass a shape as HLO writes it")
+    return _argument(*found.groups())
+
+
+def _argument(dtype: str, dims: str, minor_to_major: str, tiles: str | None) -> EntryArgument:
+    if dtype not in ELEMENT_BYTES:
+        raise UnknownElementType(dtype)
+    shape = ArrayShape(dtype, _ints(dims))
+    return EntryArgument(shape, _laid_out_bytes(shape, _ints(minor_to_major), tiles or ""))
+
+
+def _laid_out_bytes(shape: ArrayShape, minor_to_major: tuple[int, ...], tiles: str) -> int:
+    """Bytes of `shape` in a layout: its dims major to minor, the minor ones rounded up to the first tile's (the
+    tiles after it subdivide that tile and add nothing); a scalar is one element of a tile."""
+    dims = [shape.dims[d] for d in reversed(minor_to_major)] if minor_to_major else list(shape.dims)
+    tile = _FIRST_TILE.match(tiles)
+    if tile:
+        sizes = _ints(tile.group(1))
+        dims = [1] * max(0, len(sizes) - len(dims)) + dims
+        lead, minor = dims[:len(dims) - len(sizes)], dims[len(dims) - len(sizes):]
+        dims = lead + [-(-n // t) * t for n, t in zip(minor, sizes)]
+    return math.ceil(math.prod(dims) * ELEMENT_BYTES[shape.dtype])

@@ -106,7 +106,8 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
         "compile": planned.strategy.compile.model_copy(update={"scan_blocks": scan})})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware
-    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
+                           tiles=hardware.tiled_layouts)
     setup = CheckSetup(planned, card, strategy, plan, memory, geo, options)
     if setup.scan:  # refuse here, before a worker starts, what scan cannot run
         from meshlab.parallelisms.scan import homogeneous_specs

@@ -234,14 +234,18 @@ def predicted_flops(setup: CheckSetup, prediction=None) -> float:
     return sum(w.flops * (w.count - (w.name in dead)) for w in work if w.kind != "conv")
 
 
-def dead_tail_weight_bytes(setup: CheckSetup) -> int:
+def dead_tail_weight_bytes(setup: CheckSetup, tiles: bool = False) -> int:
     """Bytes per device of the weights of the last block's dead text tail (see `predicted_flops`): a compiled
-    program takes no argument nothing reads, though a run holds them on the device."""
+    program takes no argument nothing reads, though a run holds them on the device. `tiles`: as a TPU lays them
+    out (meshlab.core.tpu_tiles)."""
+    from meshlab.core.tpu_tiles import tiled_bytes
     from meshlab.cost.graph import graph_of
+    from meshlab.models.card import DTYPE_BYTES
 
+    mesh = setup.plan.mesh
     dead = _dead_text_tail(graph_of(setup.plan))
-    return sum(p.bytes_per_device(setup.plan.mesh) for p in setup.plan.parameters
-               if p.parameter.module in dead)
+    return sum(tiled_bytes(p.shard_shape(mesh), DTYPE_BYTES[p.parameter.dtype]) if tiles else p.bytes_per_device(mesh)
+               for p in setup.plan.parameters if p.parameter.module in dead)
 
 
 def _dead_text_tail(graph) -> set[str]:

@@ -47,7 +47,7 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
             f"{p.step.total * 1e3:.1f}", f"{p.first_call_s:.2f}", f"{p.seconds_per_image:.2f}",
             usd(p.usd_per_image), f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
-            f"{chip.padding / 2**20:.1f}",
+            f"{(chip.padding + chip.tile_padding) / 2**20:.1f}",
         )
     console.print(table)
     firsts = [f"{e.planned.strategy.name} {e.prediction.time_to_first_image:.0f} s"
@@ -528,7 +528,7 @@ def _memory_parts(entries) -> dict[str, list[float]]:
     parts: dict[str, list[float]] = {}
     for e in entries:
         c = e.planned.memory.most_loaded
-        values = {"weights": c.weights_sharded + c.weights_replicated, "padding": c.padding,
+        values = {"weights": c.weights_sharded + c.weights_replicated, "padding": c.padding + c.tile_padding,
                   "activations": c.activation_peak, "VAE + text encoder": c.vae_weights + c.text_encoder,
                   "reserve": c.reserve}
         for k, v in values.items():

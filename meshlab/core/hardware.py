@@ -170,6 +170,11 @@ class Hardware:
         return tuple(kind for kind, given in (("linear", self.matmul_rates is not None),
                                               ("attention", bool(self.attention_kernel))) if given)
 
+    @property
+    def tiled_layouts(self) -> bool:
+        """XLA:TPU lays every array out in tiles that pad it (meshlab.core.tpu_tiles); a GPU allocates the bytes."""
+        return self.kind == "tpu"
+
     def matmul_rate(self, m: int, k: int, n: int) -> float | None:
         """FLOP/s of a ``[m, k] x [k, n]`` GEMM from the measured `matmul_rates`; None where the entry has none
         (compute_efficiency prices it)."""

@@ -14,6 +14,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from meshlab.core.tpu_tiles import tiled_bytes
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
 from meshlab.plan.axes import activation_axes, compute_split, ring_axes
 from meshlab.plan.plan import Plan, PlannedParameter
@@ -38,7 +39,7 @@ class ChipMemory:
     chip: int
     weights_sharded: int  # real bytes of this chip's shards of sharded parameters
     weights_replicated: int  # parameters every chip holds whole
-    padding: int  # bytes XLA pads onto this chip's shards
+    padding: int  # bytes XLA pads onto this chip's shards where a split does not divide a dim
     activations: int  # peak working set while denoising
     vae_weights: int
     vae_decode: int  # VAE decode working set (after denoising)
@@ -47,6 +48,7 @@ class ChipMemory:
     hbm: int  # usable HBM of one chip
     text_encode: int = 0  # the encode phase's working set: a sharded encoder's largest layer, gathered
     scan_stacked: int = 0  # compile.scan_blocks: the block weights stacked for the scan, live while denoising
+    tile_padding: int = 0  # bytes a TPU's tiled layouts add to this chip's weights (meshlab.core.tpu_tiles)
 
     @property
     def denoise(self) -> int:
@@ -61,7 +63,7 @@ class ChipMemory:
 
     @property
     def weights(self) -> int:
-        return self.weights_sharded + self.weights_replicated + self.padding
+        return self.weights_sharded + self.weights_replicated + self.padding + self.tile_padding
 
     @property
     def activation_peak(self) -> int:
@@ -104,11 +106,15 @@ class MemoryReport:
                             self.tokens)
 
 
-def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int) -> MemoryReport:
+def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False
+                  ) -> MemoryReport:
+    """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
+    bytes its tiled layout allocates."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
+    tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
     chips = []
     for chip in range(plan.mesh.device_count):
@@ -116,8 +122,16 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int)
         allocated_padded = sum(allocated for _, allocated in padded)
         chips.append(ChipMemory(chip, sharded + real_padded, replicated, allocated_padded - real_padded,
                                 activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm,
-                                text_encode, stacked))
+                                text_encode, stacked, tile_padding))
     return MemoryReport(tuple(chips), tokens)
+
+
+def weights_tile_padding(plan: Plan, strategy: Strategy) -> int:
+    """Bytes per chip that a TPU's tiled layouts add to the weight shards, held as they are held
+    (``workload.weights_dtype``): every chip's shards have one shape, so every chip gets the same."""
+    itemsize = DTYPE_BYTES[strategy.workload.weights_dtype or strategy.workload.dtype]
+    return sum(tiled_bytes(shape, itemsize) - math.prod(shape) * itemsize
+               for shape in (p.shard_shape(plan.mesh) for p in plan.parameters))
 
 
 def scan_stacked_bytes(plan: Plan) -> int:

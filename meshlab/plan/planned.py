@@ -73,7 +73,8 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
             f"{hardware.name} is a {hardware.kind}"
         raise PlanError(f"placement.vae_decode: parallel splits the decode over the GPUs as xDiT's parallel VAE does, "
                         f"and {where}", "use full or tiled", field=("placement", "vae_decode"))
-    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
+                           tiles=hardware.tiled_layouts)
     if hardware.kind == "tpu":
         from meshlab.plan.compile_times import measured_compile
 
@@ -150,7 +151,8 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     """The same strategy planned at another workload (e.g. the size a run actually used)."""
     strategy = planned.strategy.model_copy(update={"workload": workload_with(planned.strategy.workload, **updates)})
     plan = make_plan(strategy, planned.card, planned.hardware.chips)
-    memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes)
+    memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes,
+                           tiles=planned.hardware.tiled_layouts)
     loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
 
@@ -198,7 +200,7 @@ def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:
     card = truncate_card(planned.card, layers)
     plan = make_plan(planned.strategy, card, planned.hardware.chips)
     memory = memory_report(plan, planned.strategy, planned.hardware.usable_hbm_bytes,
-                           planned.hardware.runtime_reserve_bytes)
+                           planned.hardware.runtime_reserve_bytes, tiles=planned.hardware.tiled_layouts)
     return PlannedStrategy(planned.loaded, card, planned.hardware, plan, memory)
 
 

@@ -163,6 +163,7 @@ def entry_document(entry: Entry) -> dict:
         "peak_bytes_per_chip": chip.total,
         "usable_hbm_bytes": chip.hbm,
         "padding_bytes_per_chip": chip.padding,
+        "tile_padding_bytes_per_chip": chip.tile_padding,
         "fits": entry.fits,
         "why_not_best": entry.why,
         "predicted": prediction_document(entry.prediction),

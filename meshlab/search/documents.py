@@ -67,6 +67,7 @@ class Coverage(Document):
     unmatched_bytes_per_chip: int
     unmatched_examples: list[str]
     padding_bytes_per_chip: int
+    tile_padding_bytes_per_chip: int = Field(0, description="bytes a TPU's tiled layouts add to the weight shards")
 
 
 class ChipBreakdown(Document):
@@ -81,6 +82,7 @@ class ChipBreakdown(Document):
     reserve: int
     scan_stacked_weights: int = Field(description="compile.scan_blocks: the block weights stacked for the scan, "
                                       "live while denoising (0 unrolled)")
+    tile_padding: int = Field(0, description="bytes a TPU's tiled layouts add to the weight shards (0 on a GPU)")
 
 
 class ChipMemoryRow(Document):
@@ -156,6 +158,7 @@ class CompareEntry(Document):
     peak_bytes_per_chip: int
     usable_hbm_bytes: int
     padding_bytes_per_chip: int
+    tile_padding_bytes_per_chip: int = Field(0, description="bytes a TPU's tiled layouts add to the weight shards")
     fits: bool
     why_not_best: str
     predicted: PredictionDocument

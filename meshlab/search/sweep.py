@@ -517,20 +517,22 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
         if shared.plan is None:
             shared.plan = make_plan(strategy, card, hardware.chips)
             shared.memory = memory_report(shared.plan, strategy, hardware.usable_hbm_bytes,
-                                          hardware.runtime_reserve_bytes)
+                                          hardware.runtime_reserve_bytes, tiles=hardware.tiled_layouts)
             shared.work = plan_work(shared.plan, strategy)
         plan = shared.plan
         memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
             tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"vae_decode": "tiled"})})
-            tiled_memory = memory_report(plan, tiled, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+            tiled_memory = memory_report(plan, tiled, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
+                                         tiles=hardware.tiled_layouts)
             if tiled_memory.most_loaded.total < memory.most_loaded.total:
                 strategy, memory = tiled, tiled_memory
         if text_encoder == "auto" and not memory.fits:  # no room beside the plan: the encoder runs on the host
             strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"text_encoder": "cpu"})})
-            memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+            memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
+                                   tiles=hardware.tiled_layouts)
         prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem

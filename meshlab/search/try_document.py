@@ -87,6 +87,7 @@ def coverage(planned: PlannedStrategy) -> dict:
         "unmatched_bytes_per_chip": int(sum(p.bytes_per_device(plan.mesh) for p in unmatched) * held),
         "unmatched_examples": [p.name for p in unmatched[:5]],
         "padding_bytes_per_chip": planned.memory.most_loaded.padding,
+        "tile_padding_bytes_per_chip": planned.memory.most_loaded.tile_padding,
     }
 
 
@@ -103,7 +104,7 @@ def chip_document(chip: ChipMemory) -> dict:
             "weights_sharded": chip.weights_sharded, "weights_replicated": chip.weights_replicated,
             "padding": chip.padding, "activations": chip.activations, "vae_weights": chip.vae_weights,
             "vae_decode": chip.vae_decode, "text_encoder": chip.text_encoder, "text_encode": chip.text_encode,
-            "reserve": chip.reserve, "scan_stacked_weights": chip.scan_stacked,
+            "reserve": chip.reserve, "scan_stacked_weights": chip.scan_stacked, "tile_padding": chip.tile_padding,
         },
         "peak_phase": chip.peak_phase,
     }

@@ -198,7 +198,8 @@ def test_shared_memory_is_each_system_s_own(systems_sweep):
     result, _ = systems_sweep
     for c in result.candidates:
         if c.memory is not None:
-            fresh = memory_report(c.plan, c.strategy, c.hardware.usable_hbm_bytes, c.hardware.runtime_reserve_bytes)
+            fresh = memory_report(c.plan, c.strategy, c.hardware.usable_hbm_bytes, c.hardware.runtime_reserve_bytes,
+                                  tiles=c.hardware.tiled_layouts)
             assert c.memory == fresh, c.strategy.name
 
 
