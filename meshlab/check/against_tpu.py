@@ -6,7 +6,10 @@ on this host, no TPU); read the TPU program and hold it to the plan:
 - **weights per chip**: XLA:TPU's arguments as the program lays them out, less those that are not weights (inputs,
   tables, scalars: `other_arguments`), against the plan's weight shards in the TPU's tiled layouts
   (meshlab.core.tpu_tiles), to the byte (``WEIGHTS_TOLERANCE``);
-- **temporaries**: XLA:TPU's temp bytes against meshlab's activation estimate (within ``TEMPS_TOLERANCE``);
+- **temporaries**: meshlab's activation estimate (the working set live at once) against the most temporary bytes
+  XLA:TPU's program holds live at once, from its buffer assignment and live ranges (within ``TEMPS_TOLERANCE``);
+  its temp buffer, what the fit counts, packs those values at offsets and is larger by the gaps it leaves (2d at
+  full depth: 0.98 GiB live in a 1.21 GiB buffer; pairs: the same 0.98 in 1.55), which meshlab does not model;
 - **collectives of a middle block** (block 0 of each list when more than one is compiled), by kind, counted as
   the TPU program has them after its combining passes, and the bytes each moves: within ``COLLECTIVE_TOLERANCE``
   of meshlab's prediction for the kinds in ``VERDICT_KINDS``;
@@ -61,6 +64,7 @@ class Compiled:
     required_bytes: int | None = None
     schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
     program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
+    temporaries_live_peak: int | None = None  # the most temporary bytes live at once (the rest of "temp" is packing)
 
     @property
     def ok(self) -> bool:
@@ -142,11 +146,7 @@ class TpuCheckReport:
         softmax (flash); under scan, with the block weights stacked for it."""
         from meshlab.plan.memory import memory_report
 
-        flash = front_end != "torch-xla"
-        strategy = self.setup.strategy
-        if strategy.workload.flash_attention != flash:
-            strategy = strategy.model_copy(update={"workload": strategy.workload.model_copy(
-                update={"flash_attention": flash})})
+        strategy = strategy_as_compiled(self.setup.strategy, front_end)
         hw = self.setup.planned.hardware
         return memory_report(self.setup.plan, strategy, hw.usable_hbm_bytes, hw.runtime_reserve_bytes
                              ).most_loaded.denoise
@@ -173,8 +173,10 @@ class TpuCheckReport:
         if abs(c.weights - weights) > WEIGHTS_TOLERANCE * weights:
             found.append(f"weights per chip: predicted {weights}, XLA:TPU {c.weights}")
         temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
-        if abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
-            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {temps}")
+        live = c.temporaries_live_peak or temps
+        if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
+            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} live at once "
+                         f"({temps} in its temp buffer)")
         if not self.attributed:
             measured_count = Counter(x.hlo.kind for x in c.collectives)
             measured_bytes = Counter()
@@ -252,9 +254,26 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
     prediction = checked_prediction(setup)
     primary = next((c for c in compiled if c.ok), None)
+    as_compiled = strategy_as_compiled(setup.strategy, primary.front_end) if primary else setup.strategy
+    if as_compiled is setup.strategy:
+        call = prediction
+    else:
+        from meshlab.cost.predict import predict
+
+        call = predict(setup.plan, as_compiled, setup.planned.hardware)
     return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, prediction, issued=True),
-                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(prediction),
+                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(call),
                           predicted_totals(prediction), keep_compile_time(setup, primary))
+
+
+def strategy_as_compiled(strategy, front_end: str):
+    """The strategy with the attention the front end's program has: torch_xla's stock attention materialises its
+    scores (torch's math attention, in float32; no flash kernel unless a user calls one), torchax's becomes
+    XLA:TPU's online softmax (flash). The strategy itself where it already says so."""
+    flash = front_end != "torch-xla"
+    if strategy.workload.flash_attention == flash:
+        return strategy
+    return strategy.model_copy(update={"workload": strategy.workload.model_copy(update={"flash_attention": flash})})
 
 
 def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
@@ -293,8 +312,9 @@ def predicted_totals(prediction) -> dict:
 
 
 def predicted_call(prediction) -> dict:
-    """meshlab's seconds for one transformer call, term by term, beside XLA:TPU's schedule of the same program:
-    the ops (each the longer of its FLOPs and its HBM bytes) and the collectives by kind (no overlap)."""
+    """meshlab's seconds for one transformer call, term by term, beside XLA:TPU's schedule of the same program
+    (its attention as the front end compiled it): the ops (each the longer of its FLOPs and its HBM bytes) and the
+    collectives by kind (no overlap)."""
     step = prediction.step
     by_kind = Counter()
     for t in step.collectives:
@@ -363,7 +383,8 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
                     result.get("memory") or {}, other, result.get("flops"),
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
                     result.get("required_bytes"), schedule,
-                    program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")))
+                    program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
+                    temporaries_live_peak=result.get("temporaries_live_peak"))
 
 
 def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup) -> dict[str, int]:
@@ -485,7 +506,7 @@ def _memory_document(c: Compiled | None) -> dict | None:
     m = c.memory
     return {"arguments": m["argument"], "outputs": m["output"], "temporaries": m["temp"],
             "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
-            "other_arguments": c.other_arguments}
+            "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak}
 
 
 def _blocks(per_block: dict[str, Counter]) -> dict[str, dict]:

@@ -240,7 +240,9 @@ class TpuMemory(Document):
     generated_code: int
     aliased: int
     total: int | None
-    other_arguments: dict[str, int]
+    other_arguments: dict[str, int] = Field(description="arguments that are not weights (inputs, tables, scalars)")
+    temporaries_live_peak: int | None = Field(
+        None, description="the most temporary bytes live at once; the temp buffer packs them with gaps")
 
 
 class TpuMeshlabMemory(Document):

@@ -298,10 +298,12 @@ def render_tpu_check(report, console) -> None:
         console.print(f"XLA:TPU refused: {c.out_of_memory}")
     else:
         table.add_row("weights (as arguments)", mib(report.predicted_argument_weights), mib(c.weights))
-        table.add_row("denoise working set / temporaries" + (" (attention scores materialised)" if c.front_end ==
-                                                                 "torch-xla" else " (flash attention)"),
-                      mib(report.predicted_temporaries(c.front_end)), mib(c.memory["temp"]))
-        table.add_row("inputs and buffers", "", mib(sum(c.other_arguments.values())))
+        table.add_row("denoise working set / temporaries live at once" + (
+            " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
+            mib(report.predicted_temporaries(c.front_end)),
+            mib(c.temporaries_live_peak) if c.temporaries_live_peak is not None else "?")
+        table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
+        table.add_row("inputs and other arguments", "", mib(sum(c.other_arguments.values())))
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
         table.add_row("total", mib(memory.total), mib(c.total_bytes))
         table.add_row("fits", _yes(report.fits_predicted), _yes(report.fits_xla))

@@ -17,7 +17,8 @@ queries (image tokens split over the sequence axis) against every key.
 
 HBM bytes per call: every weight shard this chip holds is read once (FSDP-gathered weights at their gathered
 size); each Linear reads its input and writes its output; attention reads q, k, v and writes its output, and
-without flash attention also writes and reads the scores and probabilities. Elementwise work (norms,
+without flash attention also writes and reads the scores and probabilities, in float32 (torch's math attention
+upcasts a bf16 one). Elementwise work (norms,
 modulation, RoPE, activations, residual adds, casts) is one row per block list: each gap between matmuls runs as
 one fused pass that reads what it did not make and writes what others read, at the bytes per token the card
 traced from the real forward (``ModelCard.elementwise``, meshlab.models.importer.elementwise_trace), at the tokens this
@@ -208,8 +209,10 @@ def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: 
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)
     width = heads * attention.head_dim
     io = (2 * queries + 2 * keys) * width  # q and output at the local queries, k and v at every key
-    scores = 0 if flash else 4 * heads * queries * keys  # scores and probabilities, written then read
-    nbytes = layout.batch * (io + scores) * layout.itemsize
+    # scores and probabilities, written then read, in float32: torch's math attention (no flash kernel) computes
+    # a bf16 or float16 attention in float32 (meshlab.plan.memory._attention_elements)
+    scores = 0 if flash else 4 * heads * queries * keys * max(4, layout.itemsize)
+    nbytes = layout.batch * (io * layout.itemsize + scores)
     flops = layout.batch * attention_flops(attention, queries, keys, heads)
     return Work(attention.module, qkv[0].block, flops, float(nbytes), "attention",
                 shape=(layout.batch, heads, queries, keys, attention.head_dim))

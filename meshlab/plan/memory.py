@@ -23,7 +23,8 @@ from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_tex
 
 ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
-    "(attention: q/k/v and the attention output, and the scores and probabilities when flash_attention is off) "
+    "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
+    "with float32 copies of q, k and v, as torch's math attention computes them) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -324,7 +325,14 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     """q/k/v at the local tokens, plus k and v of the tokens other chips hold when a sequence axis splits them
     (every query needs every key: the all-gather's output), the output, and scores without flash. A ring that
     passes blocks (p2p-passes) holds its own block and the next one instead of every key; a ring of passes keeps
-    its running output in float32 (two bf16 elements each) beside the pass's."""
+    its running output in float32 (two bf16 elements each) beside the pass's.
+
+    Without flash the attention is torch's math attention (``_scaled_dot_product_attention_math``), which since
+    torch 2.5 computes a bf16 or float16 attention in float32 unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``: q, k and v are copied to float32, and the
+    scores and the probabilities, both held at the softmax, are float32. XLA:TPU's program of 2d.yaml at full depth
+    (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
+    temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     heads = -(-attention.heads // head_split)
@@ -338,5 +346,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     held = 2 * -(-keys // shape.ring_degree) if passes and shape.ring == "p2p-passes" else keys
     gathered_kv = 2 * max(0, held - local_keys) * heads * attention.head_dim
     output = queries * heads * attention.head_dim * (3 if passes else 1)
-    scores = 0 if shape.flash else 2 * heads * queries * keys
-    return qkv + gathered_kv + output + scores
+    if shape.flash:
+        return qkv + gathered_kv + output
+    fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
+    upcast = fp32 * (queries + 2 * held) * heads * attention.head_dim if fp32 > 1 else 0
+    scores = fp32 * 2 * heads * queries * keys
+    return qkv + gathered_kv + output + upcast + scores

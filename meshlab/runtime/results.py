@@ -128,6 +128,8 @@ class FrontEndCompiled(Payload):
     schedule_file: Optional[str]
     out_of_memory: str
     required_bytes: Optional[int]
+    temporaries_live_peak: Optional[int] = Field(
+        None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
 
 
 class TopologyDevice(Payload):

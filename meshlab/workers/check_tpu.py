@@ -89,11 +89,28 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
         schedule = out / f"{front}.schedule.txt"
         schedules[-1].replace(schedule)
     return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
+            "temporaries_live_peak": _temporaries_live_peak(out / "xla-dump", began),
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
             "hlo_file": str(hlo_file) if compiled.hlo else None, "mesh_device_ids": mesh_ids,
             "schedule_file": str(schedule) if schedule else None,
             "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes}
+
+
+def _temporaries_live_peak(dump: Path, began: float) -> int | None:
+    """The most temporary bytes live at once in this compile's program, from XLA's buffer assignment and live
+    ranges (meshlab.check.hlo.temporaries_live_peak): the largest program dumped since `began` is the TPU one."""
+    from meshlab.check import hlo
+
+    suffix = ".after_optimizations-buffer-assignment.txt"
+    written = [p for p in dump.glob(f"*{suffix}") if p.stat().st_mtime >= began - 1]
+    if not written:
+        return None
+    assignment = max(written, key=lambda p: p.stat().st_size)
+    live_range = assignment.with_name(assignment.name.replace(suffix, ".after_optimizations-live-range.txt"))
+    if not live_range.exists():
+        return None
+    return hlo.temporaries_live_peak(assignment.read_text(), live_range.read_text())
 
 
 def _depth(setup: CheckSetup) -> str:

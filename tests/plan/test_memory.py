@@ -50,7 +50,9 @@ def test_scores_count_without_flash_attention():
     s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
     plan = make_plan(s, card, 8)
     with_scores = block_activation_bytes(plan, s, token_counts(s.workload, card.architecture))
-    residual, attention = 2 * 24 * 64, 3 * 24 * 16 + 24 * 16 + 2 * 1 * 24 * 24
+    # torch's math attention in float32 (two bf16 elements each): q, k, v copied, then the scores and probabilities
+    upcast, scores = 2 * (24 + 2 * 24) * 1 * 16, 2 * (2 * 1 * 24 * 24)
+    residual, attention = 2 * 24 * 64, 3 * 24 * 16 + 24 * 16 + upcast + scores
     assert with_scores == (residual + attention) * 2
 
 
