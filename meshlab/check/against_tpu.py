@@ -314,7 +314,7 @@ def predicted_totals(prediction) -> dict:
 def predicted_call(prediction) -> dict:
     """meshlab's seconds for one transformer call, term by term, beside XLA:TPU's schedule of the same program
     (its attention as the front end compiled it): the ops (each the longer of its FLOPs and its HBM bytes) and the
-    collectives by kind (no overlap)."""
+    collectives by kind, exposed (a collective matmul's permutes less what their matmul slices hide)."""
     step = prediction.step
     by_kind = Counter()
     for t in step.collectives:
@@ -322,7 +322,9 @@ def predicted_call(prediction) -> dict:
             by_kind[t.collective.kind] += t.collective.count * t.seconds
     local = step.local / step.calls
     return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
-            "collective_s_by_kind": dict(by_kind), "overlap": "none (collectives add to the ops' time)"}
+            "collective_s_by_kind": dict(by_kind),
+            "overlap": "a collective matmul's permutes show what outlasts their slice of the matmul; the other "
+                       "collectives add to the ops' time"}
 
 
 def refuse_before_compiling(setup: CheckSetup, front_end: str) -> None:

@@ -265,7 +265,8 @@ def render_explain(planned, prediction, console) -> None:
         (f"call x {step.calls} (measured)", _ms(step.local), _measured_how(p.measured)),
         *([_elementwise_row(p)] if p.measured is None else []),
         *_ring_rows(p),
-        ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, no overlap"
+        ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, "
+         + (_hidden(step) or "no overlap")
          + (" (a ring's transfers: what its passes do not hide)" if step.rings else "")
          + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
             else "")),
@@ -522,6 +523,14 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
     write_atomic_bytes(path, buffer.getvalue(), inputs, "--plot")
+
+
+def _hidden(step) -> str:
+    """The collective-matmul permutes' time their matmul slices hide, per step, or "" where none is."""
+    hidden = sum(t.collective.count * t.hidden * (1 if t.collective.per_step else step.calls)
+                 for t in step.collectives)
+    return f"{_ms(hidden)} more of collective matmuls' permutes hidden by their matmul slices; the rest no overlap" \
+        if hidden else ""
 
 
 def _memory_parts(entries) -> dict[str, list[float]]:

@@ -136,6 +136,9 @@ class Collective:
     #: a LayerNorm's gather of a residual split on features: the bytes of its rows' mean and variance, which XLA:TPU
     #: all-reduces instead (`norm_statistics`)
     stats_bytes: int = 0
+    #: a permute of a collective matmul: the FLOPs per chip of the slice of the matmul it runs beside, under which
+    #: its transfer hides (meshlab.cost.timing)
+    beside_flops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -255,8 +258,9 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     when its FLOPs per chip per byte of that collective reach `flop_per_byte` x 2 / n (the hardware's
     collective_matmul_flop_per_byte, measured by benchmarks/collective_matmul_probe.py). The permutes move
     (n - 1) / n of the collective's bytes, as a ring all-gather does, and go both ways round the ring at once (on a
-    ring route they take a ring all-gather's time; what they hide behind the matmul is not priced: overlap stays
-    0). On more than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them
+    ring route they take a ring all-gather's time). Each runs beside one 1/n slice of the matmul (`beside_flops`)
+    and is exposed only where it takes longer (meshlab.cost.timing): XLA:TPU's own schedule of 2d.yaml at full
+    depth leaves 0.1 ms of its 46 permutes a block exposed in a 259 ms forward. On more than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them
     wasted): meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
     the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
@@ -271,7 +275,7 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
             continue
         how = "gathers" if c.window == "gather" else "sums"
         out += [replace(c, kind="collective-permute", bytes=c.bytes // n, operands=1, window="", both_ways=True,
-                        why=f"{c.why}: XLA:TPU {how} it in a collective matmul, shard {step + 1} of {n - 1} passed "
+                        beside_flops=c.dot_flops / n, why=f"{c.why}: XLA:TPU {how} it in a collective matmul, shard {step + 1} of {n - 1} passed "
                             "to a neighbour (both ways round the ring at once) while the matmul runs on the last")
                 for step in range(n - 1)]
     return tuple(out)

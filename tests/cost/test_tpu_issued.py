@@ -123,3 +123,26 @@ def test_sanas_gated_mlp_moves_what_xla_tpu_moves_and_its_all_reduces_agree():
     counts, nbytes = issued_block("tests/cost/data/strategies/sana-2d.yaml", "transformer_blocks.1")
     assert (counts["all-reduce"], nbytes["all-reduce"]) == (5, 287_744)
     assert (counts["collective-permute"], nbytes["collective-permute"]) == (2, 2 * 358_400)
+
+
+def test_a_collective_matmul_s_permute_shows_only_what_outlasts_its_slice_of_the_matmul():
+    """Each of the n - 1 permutes runs beside a 1/n slice of the matmul (XLA's windowed einsum): on 2d's v6e-8 plan
+    the MLP's 6 MiB shards take 71 us on one link, their 19.3 GFLOP slices 26 us at 918 TFLOP/s x 0.8, so 26 us of
+    each hides; a plain gather hides nothing."""
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    planned = plan_file(REPO / "strategies" / "2d.yaml")
+    hw = planned.hardware
+    step = predict(planned.plan, planned.strategy, hw).step
+    windowed = [t for t in step.collectives if t.collective.beside_flops]
+    assert windowed and all(t.collective.kind == "collective-permute" for t in windowed)
+    for t in windowed:
+        slice_s = t.collective.beside_flops / (hw.bf16_flops * hw.compute_efficiency)
+        assert t.hidden == pytest.approx(min(slice_s, t.seconds + t.hidden)) and t.hidden > 0
+    mlp = max(windowed, key=lambda t: t.collective.bytes)
+    assert mlp.collective.bytes == 6 * 2**20 and mlp.collective.beside_flops == 4096 * 3072 * 3072 * 2 / 4
+    assert all(t.hidden == 0 for t in step.collectives if not t.collective.beside_flops)
+    exposed = sum(t.collective.count * t.seconds for t in step.collectives if not t.collective.per_step)
+    assert step.collective == pytest.approx(step.calls * exposed + sum(
+        t.collective.count * t.seconds for t in step.collectives if t.collective.per_step))
