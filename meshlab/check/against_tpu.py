@@ -34,7 +34,7 @@ from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.check.tpu_schedule import Schedule, parse_schedule
 from meshlab.check.verdict import (
     OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, checked_prediction, collectives_of,
-    dead_tail_weight_bytes, per_block_counts, predicted_per_block,
+    dead_tail_parameters, dead_tail_weight_bytes, per_block_counts, predicted_per_block,
 )
 from meshlab.models.card import block_position
 from meshlab.runtime.devices import child_environment
@@ -43,6 +43,8 @@ from meshlab.core.files import dump_folder
 
 FRONT_ENDS = ("auto", "torch-xla", "torchax", "both")
 WEIGHTS_TOLERANCE = 0.0  # exact: SANA, Wan 2.1, CogVideoX, LTX-Video and Qwen-Image agree to the byte
+#: where the program's arguments could not be read back whole, the worker's unpadded count of its inputs stands in
+UNREAD_WEIGHTS_TOLERANCE = 0.01
 HLO_TYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}  # a workload dtype as HLO spells it
 TEMPS_TOLERANCE = 0.25
 
@@ -56,7 +58,7 @@ class Compiled:
     compile_seconds: float | None = None
     trace_seconds: float | None = None
     memory: dict[str, int] = field(default_factory=dict)  # memory_analysis, bytes per chip
-    other_arguments: dict[str, int] = field(default_factory=dict)  # inputs and buffers among the arguments
+    other_arguments: dict[str, int] = field(default_factory=dict)  # the arguments that are not weights, by what
     flops: float | None = None
     bytes_accessed: float | None = None
     collectives: tuple[MeasuredCollective, ...] = ()
@@ -65,6 +67,8 @@ class Compiled:
     schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
     program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
     temporaries_live_peak: int | None = None  # the most temporary bytes live at once (the rest of "temp" is packing)
+    #: planned weight shards no argument of the program matched (None: the arguments were not read back)
+    weights_missing: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -170,13 +174,21 @@ class TpuCheckReport:
             found.append("XLA:TPU's optimized program could not be read back (work it moved to the SparseCore trips "
                          "its proto reader): its collectives are not held")
         weights = self.predicted_argument_weights
-        if abs(c.weights - weights) > WEIGHTS_TOLERANCE * weights:
+        tolerance = WEIGHTS_TOLERANCE if c.weights_missing is not None else UNREAD_WEIGHTS_TOLERANCE
+        if abs(c.weights - weights) > tolerance * weights:
             found.append(f"weights per chip: predicted {weights}, XLA:TPU {c.weights}")
+        dead = len(dead_tail_parameters(self.setup)) if not self.setup.scan else 0
+        if c.weights_missing is not None and c.weights_missing != dead:
+            found.append(f"weights: {c.weights_missing - dead} of the plan's weight shards are not among XLA:TPU's "
+                         "arguments in their planned shape (held in another sharding?)")
         temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
-        live = c.temporaries_live_peak or temps
-        if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
-            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} live at once "
-                         f"({temps} in its temp buffer)")
+        if c.temporaries_live_peak is not None:
+            live = c.temporaries_live_peak
+            if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
+                found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once "
+                             f"({temps} in its temp buffer)")
+        elif abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
+            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU's temp buffer {temps}")
         if not self.attributed:
             measured_count = Counter(x.hlo.kind for x in c.collectives)
             measured_bytes = Counter()
@@ -378,23 +390,28 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
     schedule = None
     if result.get("schedule_file"):
         schedule = parse_schedule(Path(result["schedule_file"]).read_text())
-    other = result.get("other_argument_bytes") or {}
-    if result.get("hlo_file"):
-        other = other_arguments(hlo.entry_arguments(text), setup)
+    # the weights as the program lays them out, where its arguments read back whole (they sum to its argument
+    # bytes); else the inputs and buffers the worker counted from the model, unpadded (held within 1%)
+    other, missing = result.get("other_argument_bytes") or {}, None
+    arguments = hlo.entry_arguments(text) if result.get("hlo_file") else ()
+    memory = result.get("memory") or {}
+    if arguments and sum(a.bytes for a in arguments) == memory.get("argument"):
+        other, missing = other_arguments(arguments, setup)
     return Compiled(result["front_end"], "", result["compile_seconds"], result.get("trace_seconds"),
-                    result.get("memory") or {}, other, result.get("flops"),
+                    memory, other, result.get("flops"),
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
                     result.get("required_bytes"), schedule,
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
-                    temporaries_live_peak=result.get("temporaries_live_peak"))
+                    temporaries_live_peak=result.get("temporaries_live_peak"), weights_missing=missing)
 
 
-def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup) -> dict[str, int]:
+def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup) -> tuple[dict[str, int], int]:
     """Bytes per chip of the program's arguments that are not the plan's weights (the inputs, the RoPE tables a
-    pipeline passes in, buffers, scalars), as the program lays them out: every argument but one per weight shard
-    of its type and shape. Read from the program, not counted from the model: a torch_xla program takes some
-    inputs more than once (CogVideoX's RoPE table, once per use), and a TPU's layouts pad a video latent whose
-    width is under 128 to 128."""
+    pipeline passes in, buffers, scalars), as the program lays them out, and how many of the plan's weight shards
+    no argument matched: every argument but one per weight shard of its type and shape is not a weight. Read from
+    the program, not counted from the model: a torch_xla program takes some inputs more than once (CogVideoX's
+    RoPE table, once per use), and a TPU's layouts pad a video latent whose width is under 128 to 128. A weight
+    held in another shape than planned (another sharding) is a shard no argument matches."""
     weights = Counter((HLO_TYPES[p.parameter.dtype], p.shard_shape(setup.plan.mesh)) for p in setup.plan.parameters)
     other = 0
     for argument in arguments:
@@ -403,7 +420,7 @@ def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup)
             weights[key] -= 1
         else:
             other += argument.bytes
-    return {"not_weights": other}
+    return {"not_weights": other}, sum(weights.values())
 
 
 def predicted_bytes_per_block(setup: CheckSetup, prediction) -> dict[str, Counter]:

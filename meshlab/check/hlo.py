@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from meshlab.core.errors import BackendError
@@ -485,31 +486,48 @@ def _laid_out_bytes(shape: ArrayShape, minor_to_major: tuple[int, ...], tiles: s
 # --- temporaries live at once ----------------------------------------------------------------------------------
 
 _TEMP_ALLOCATION = re.compile(r"^allocation \d+: size \d+, page \d+, preallocated-temp:\n((?: .*\n?)*)", re.M)
-_VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=\d+\)")
+_VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\)")
 _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 
 def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None:
-    """The most bytes of the program's temporaries (its preallocated temp buffer in device memory, color 0) that are
-    live at one point of its instruction sequence, from XLA's buffer assignment (each value's size) and its live
-    ranges (``*-buffer-assignment.txt``, ``*-live-range.txt``). The temp buffer itself, ``memory_analysis()``'s temp
-    bytes, is at least this: XLA packs the values into it at offsets, and packing leaves gaps (XLA:TPU's program of
-    pairs.yaml at full depth: 0.98 GiB live at once in a 1.55 GiB temp buffer). None where either file says nothing
-    of them."""
+    """The most bytes of the program's temporaries (its preallocated temp buffer in device memory, color 0) in use
+    at one point of its instruction sequence, from XLA's buffer assignment (each value's offset and size) and its
+    live ranges (``*-buffer-assignment.txt``, ``*-live-range.txt``): the union of the live values' byte ranges,
+    so values that share bytes (a loop's carried state, an op done in place) count once. The temp buffer itself,
+    ``memory_analysis()``'s temp bytes, is at least this: XLA packs the values into it at offsets, and packing
+    leaves gaps (XLA:TPU's program of pairs.yaml at full depth: 0.98 GiB in use at once in a 1.55 GiB temp
+    buffer). None where either file says nothing of them."""
     ranges_at = live_range.find("BufferLiveRange:")
     if ranges_at < 0:
         return None
     ranges = {name: (int(start), int(end)) for name, start, end in _LIVE_RANGE.findall(live_range[ranges_at:])}
-    events = []
+    starts: dict[int, list[tuple[int, int]]] = {}
+    ends: dict[int, list[tuple[int, int]]] = {}
     for block in _TEMP_ALLOCATION.findall(buffer_assignment):
-        for name, size in _VALUE.findall(block):
+        for name, size, offset in _VALUE.findall(block):
             span = ranges.get(name if "{" in name else name + "{}")
-            if span is not None:
-                events += [(span[0], int(size)), (span[1] + 1, -int(size))]
-    if not events:
+            if span is not None and int(size):
+                piece = (int(offset), int(offset) + int(size))
+                starts.setdefault(span[0], []).append(piece)
+                ends.setdefault(span[1] + 1, []).append(piece)
+    if not starts:
         return None
-    live = peak = 0
-    for _, change in sorted(events):
-        live += change
-        peak = max(peak, live)
+    live: Counter = Counter()
+    peak = 0
+    for time in sorted(starts.keys() | ends.keys()):
+        live.subtract(ends.get(time, ()))
+        live.update(starts.get(time, ()))
+        if time in starts:
+            peak = max(peak, _union_bytes(p for p, n in live.items() if n > 0))
     return peak
+
+
+def _union_bytes(pieces) -> int:
+    """Bytes covered by byte ranges ``[start, stop)`` that may overlap."""
+    covered, reach = 0, -1
+    for start, stop in sorted(pieces):
+        if stop > reach:
+            covered += stop - max(start, reach)
+            reach = stop
+    return covered

@@ -239,13 +239,19 @@ def dead_tail_weight_bytes(setup: CheckSetup, tiles: bool = False) -> int:
     program takes no argument nothing reads, though a run holds them on the device. `tiles`: as a TPU lays them
     out (meshlab.core.tpu_tiles)."""
     from meshlab.core.tpu_tiles import tiled_bytes
-    from meshlab.cost.graph import graph_of
     from meshlab.models.card import DTYPE_BYTES
 
     mesh = setup.plan.mesh
-    dead = _dead_text_tail(graph_of(setup.plan))
     return sum(tiled_bytes(p.shard_shape(mesh), DTYPE_BYTES[p.parameter.dtype]) if tiles else p.bytes_per_device(mesh)
-               for p in setup.plan.parameters if p.parameter.module in dead)
+               for p in dead_tail_parameters(setup))
+
+
+def dead_tail_parameters(setup: CheckSetup) -> list:
+    """The weights of the last block's dead text tail (see `dead_tail_weight_bytes`)."""
+    from meshlab.cost.graph import graph_of
+
+    dead = _dead_text_tail(graph_of(setup.plan))
+    return [p for p in setup.plan.parameters if p.parameter.module in dead]
 
 
 def _dead_text_tail(graph) -> set[str]:

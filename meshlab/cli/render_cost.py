@@ -266,7 +266,8 @@ def render_explain(planned, prediction, console) -> None:
         *([_elementwise_row(p)] if p.measured is None else []),
         *_ring_rows(p),
         ("collectives", _ms(step.collective), f"{_bytes(step.collective_bytes)} per chip, "
-         + (_hidden(step) or "no overlap")
+         + ((_hidden(step) if not (p.measured is not None and p.measured.collectives_included) else "")
+            or "no overlap")
          + (" (a ring's transfers: what its passes do not hide)" if step.rings else "")
          + (" (measured inside the timed call)" if p.measured is not None and p.measured.collectives_included
             else "")),
@@ -478,15 +479,16 @@ def _collective_table(p) -> Table:
     where = f"block {first} (stands for {repeats} identical blocks) and outside the blocks" if first is not None \
         else "none in the blocks" if not p.collectives else "outside the blocks only"
     table = Table(title=f"Collectives of one call: {where} {PREDICTED}", title_justify="left")
-    for c in ("where", "kind", "axes", "route", "bytes", "time", "why"):
-        table.add_column(c, justify="right" if c in ("bytes", "time") else "left")
+    for c in ("where", "kind", "axes", "route", "bytes", "exposed", "why"):
+        table.add_column(c, justify="right" if c in ("bytes", "exposed") else "left")
     for t in p.step.collectives:
         c = t.collective
         if c.block not in (first, None):
             continue
         where = "per step" if c.per_step else ("outside" if c.block is None else f"block {c.block}")
         table.add_row(where, c.kind + (f" x{c.operands}" if c.operands > 1 else ""), "+".join(c.axes),
-                      t.route.shape, _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why)
+                      t.route.shape, _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why + (
+                          f" (and {t.hidden * 1e6:.0f} us hidden by its slice of the matmul)" if t.hidden else ""))
     if not p.collectives:
         table.add_row("-", "none", "", "", "", "", "no weight or activation crosses chips")
     return table
@@ -529,8 +531,8 @@ def _hidden(step) -> str:
     """The collective-matmul permutes' time their matmul slices hide, per step, or "" where none is."""
     hidden = sum(t.collective.count * t.hidden * (1 if t.collective.per_step else step.calls)
                  for t in step.collectives)
-    return f"{_ms(hidden)} more of collective matmuls' permutes hidden by their matmul slices; the rest no overlap" \
-        if hidden else ""
+    return f"exposed: collective matmuls' permutes less the {_ms(hidden)} their matmul slices hide (not counted); " \
+        "the other collectives no overlap" if hidden else ""
 
 
 def _memory_parts(entries) -> dict[str, list[float]]:

@@ -47,8 +47,8 @@ def _coverage_line(info: dict) -> str:
     if info["unmatched_rules"]:
         parts.append(f"rules that matched nothing: {', '.join(info['unmatched_rules'])}")
     parts.append(f"padding: {gib(info['padding_bytes_per_chip'])} per chip")
-    if info.get("tile_padding_bytes_per_chip"):
-        parts.append(f"the TPU's tiled layouts: {gib(info['tile_padding_bytes_per_chip'])} per chip")
+    if info.get("tile_padding_bytes_per_chip", 0) >= 0.005 * 2**30:
+        parts.append(f"TPU tile padding: {gib(info['tile_padding_bytes_per_chip'])} per chip")
     return "Coverage: " + "; ".join(parts)
 
 
@@ -66,7 +66,7 @@ def _memory_table(planned: PlannedStrategy) -> Table:
     rows = [
         ("weights, sharded", chip.weights_sharded), ("weights, replicated", chip.weights_replicated),
         ("weights, padding", chip.padding),
-        *([("weights, TPU tile padding", chip.tile_padding)] if chip.tile_padding else []),
+        *([("weights, TPU tile padding", chip.tile_padding)] if chip.tile_padding >= 0.005 * 2**30 else []),
         ("activations (denoise peak)", chip.activations),
         *([("block weights stacked for the scan (denoise)", chip.scan_stacked)] if chip.scan_stacked else []),
         ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),

@@ -9,10 +9,11 @@ choice, and for a weight it takes the order that pads least (a [3072, 2240] Line
 
 Measured, not taken from a document (no public one states it): XLA:TPU's ahead-of-time compile (libtpu 0.0.52,
 v6e:2x4) of arrays of 1 to 12,288 elements, 1-D to 5-D, bf16 and f32, alone, under a dot, a 1x1 and a depthwise
-convolution (``python benchmarks/tpu_tile_layouts.py``): every argument's size equals this rule. So does every
-argument, inputs included, of XLA:TPU's programs for SANA, Wan 2.1 1.3B, CogVideoX-5b, LTX-Video and SD3.5 under
-2d (two blocks, 256², torch_xla's program: 65 to 83 arguments each), and SANA's weights per chip come to 1.7% more
-than their shards (its 2240-wide Linears). Written by hand: XLA's layout assignment is inside libtpu, with no
+convolution (``python benchmarks/tpu_tile_layouts.py``; tests/core/data/tpu_layouts.jsonl): every argument's size
+equals this rule. So does every argument, inputs included, of XLA:TPU's programs for SANA, Wan 2.1 1.3B,
+CogVideoX-5b, LTX-Video and SD3.5 under 2d (two blocks, 256², torch_xla's program: 65 to 83 arguments each;
+SANA's and CogVideoX's are kept in tests/check/data), and SANA's weights per chip come to 1.7% more than their
+shards (its 2240-wide Linears). Written by hand: XLA's layout assignment is inside libtpu, with no
 Python API that answers for a shape without a compile.
 """
 

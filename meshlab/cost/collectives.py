@@ -260,8 +260,9 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     (n - 1) / n of the collective's bytes, as a ring all-gather does, and go both ways round the ring at once (on a
     ring route they take a ring all-gather's time). Each runs beside one 1/n slice of the matmul (`beside_flops`)
     and is exposed only where it takes longer (meshlab.cost.timing): XLA:TPU's own schedule of 2d.yaml at full
-    depth leaves 0.1 ms of its 46 permutes a block exposed in a 259 ms forward. On more than 4 chips XLA:TPU keeps them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them
-    wasted): meshlab counts the n - 1 that carry data. Measured (2d.yaml at full depth, v6e-8): each
+    depth leaves 0.1 ms of its 46 permutes a block exposed in a 259 ms forward. On more than 4 chips XLA:TPU keeps
+    them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them wasted): meshlab counts the n - 1 that
+    carry data. Measured (2d.yaml at full depth, v6e-8): each
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
     the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
     collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner
@@ -275,7 +276,8 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
             continue
         how = "gathers" if c.window == "gather" else "sums"
         out += [replace(c, kind="collective-permute", bytes=c.bytes // n, operands=1, window="", both_ways=True,
-                        beside_flops=c.dot_flops / n, why=f"{c.why}: XLA:TPU {how} it in a collective matmul, shard {step + 1} of {n - 1} passed "
+                        beside_flops=c.dot_flops / n,
+                        why=f"{c.why}: XLA:TPU {how} it in a collective matmul, shard {step + 1} of {n - 1} passed "
                             "to a neighbour (both ways round the ring at once) while the matmul runs on the last")
                 for step in range(n - 1)]
     return tuple(out)

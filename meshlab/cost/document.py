@@ -162,8 +162,9 @@ class CollectiveDocument(Document):
     per_step: bool
     why: str
     route: str
-    seconds: float
+    seconds: float = Field(description="exposed: what compute does not hide")
     dcn_seconds: float
+    hidden_seconds: float = Field(0.0, description="a collective matmul's permute: what its slice of the matmul hides")
 
 
 class AssumptionDocument(Document):
@@ -282,7 +283,7 @@ def collectives_document(p: Prediction) -> list[dict]:
     return [
         {"kind": c.kind, "axes": list(c.axes), "bytes": c.bytes, "block": c.block, "blocks_like_it": c.count,
          "phase": c.phase, "operands": c.operands, "per_step": c.per_step, "why": c.why,
-         "route": t.route.shape, "seconds": t.seconds, "dcn_seconds": t.dcn_seconds}
+         "route": t.route.shape, "seconds": t.seconds, "dcn_seconds": t.dcn_seconds, "hidden_seconds": t.hidden}
         for t in p.step.collectives
         for c in [t.collective]
     ]

@@ -204,9 +204,9 @@ def test_every_xla_element_type_is_sized_and_an_unknown_one_is_refused():
 
 
 def test_the_temporaries_live_at_once_count_overlapping_values_of_the_device_temp_buffer_only():
-    """XLA's formats: a value's size from the buffer assignment, its live range (inclusive) from the live-range
-    dump, where a value that is not a tuple's element is written ``name{}``; other memory spaces (color N) and
-    allocations that are not the temp buffer are left out."""
+    """XLA's formats: a value's offset and size from the buffer assignment, its live range (inclusive) from the
+    live-range dump, where a value that is not a tuple's element is written ``name{}``; values sharing bytes count
+    once; other memory spaces (color N) and allocations that are not the temp buffer are left out."""
     from meshlab.check.hlo import temporaries_live_peak
 
     assignment = (
@@ -216,11 +216,13 @@ def test_the_temporaries_live_at_once_count_overlapping_values_of_the_device_tem
         " value: <2 scores @0> (size=200,offset=0): f32[50]{0}\n"
         " value: <3 exp{1} @0> (size=100,offset=200): f32[25]{0}\n"
         " value: <4 later @0> (size=150,offset=0): f32[37]{0}\n"
+        " value: <6 in_place @0> (size=200,offset=0): f32[50]{0}\n"
         "allocation 2: size 999, color 1, page 0, preallocated-temp:\n"
         " value: <5 scratch @1> (size=999,offset=0): f32[249]{0}\n")
     live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    param.0{}:0-9\n    scores{}:1-3\n    exp{1}:3-5\n"
-            "    later{}:4-8\n    scratch{}:0-9\n  Live ranges at 3 (peak):\n")
-    assert temporaries_live_peak(assignment, live) == 300  # scores and exp at 3; exp and later at 4-5 is 250
+            "    later{}:4-8\n    scratch{}:0-9\n    in_place{}:2-3\n  Live ranges at 3 (peak):\n")
+    # scores and exp at 3 (in_place shares the scores' bytes: counted once); exp and later at 4-5 is 250
+    assert temporaries_live_peak(assignment, live) == 300
     assert temporaries_live_peak(assignment, "no ranges") is None
 
 

@@ -142,6 +142,10 @@ def test_a_collective_matmul_s_permute_shows_only_what_outlasts_its_slice_of_the
         assert t.hidden == pytest.approx(min(slice_s, t.seconds + t.hidden)) and t.hidden > 0
     mlp = max(windowed, key=lambda t: t.collective.bytes)
     assert mlp.collective.bytes == 6 * 2**20 and mlp.collective.beside_flops == 4096 * 3072 * 3072 * 2 / 4
+    assert mlp.seconds + mlp.hidden == pytest.approx(70.9e-6, abs=0.1e-6)  # 6 MiB over one 90 GB/s link
+    assert mlp.hidden == pytest.approx(26.3e-6, abs=0.1e-6)
+    hidden = sum(t.collective.count * t.hidden for t in windowed) * step.calls
+    assert hidden == pytest.approx(21.3e-3, abs=0.1e-3)  # a step's, as explain says
     assert all(t.hidden == 0 for t in step.collectives if not t.collective.beside_flops)
     exposed = sum(t.collective.count * t.seconds for t in step.collectives if not t.collective.per_step)
     assert step.collective == pytest.approx(step.calls * exposed + sum(
