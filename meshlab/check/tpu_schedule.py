@@ -50,10 +50,21 @@ class Schedule:
 
 
 def parse_schedule(text: str) -> Schedule | None:
-    """The schedule of a ``*.schedule.txt`` dump; None when the text holds none."""
+    """The schedule of a ``*.schedule.txt`` dump; None when the text holds none. libtpu writes the module, then one
+    ``computation_schedules { computation_id ... }`` per scheduled computation (a program with loops has one per
+    loop body, each with its own total): the entry computation's is the program's, and a loop's collectives are
+    inside its ``while`` there (counted as compute). An older layout keeps one schedule inside the module."""
     if "\n  schedule {" not in text:
         return None
     module, schedule = text.split("\n  schedule {", 1)
+    blocks = schedule.split("\ncomputation_schedules {")[1:]
+    if blocks:
+        entry = re.search(r"entry_computation_id: (\d+)", module)
+        ids = [re.match(r"\s*computation_id: (\d+)", b) for b in blocks]
+        chosen = [b for b, i in zip(blocks, ids) if entry and i and i.group(1) == entry.group(1)]
+        if not chosen and len(blocks) > 1:
+            return None
+        schedule = (chosen or blocks)[0]
     rate = re.search(r"cycles_per_microsecond: ([\d.e+-]+)", schedule)
     total = re.search(r"total_cycles: ([\d.e+-]+)", schedule)
     if not rate or not total:

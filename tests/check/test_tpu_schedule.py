@@ -78,3 +78,76 @@ def test_a_text_without_a_schedule_is_none_and_async_dones_count_as_their_kind()
     assert collective_kind("all-gather-done.3", "all-gather-done") == "all-gather"
     assert collective_kind("async-collective-done.2.all-gather", "fusion") == "all-gather"
     assert collective_kind("fusion.7", "fusion") is None
+
+
+LOOPED = """hlo_module {
+  name: "IrToHlo.2"
+  computations {
+    name: "body"
+    instructions {
+      name: "collective-permute-done.1"
+      opcode: "collective-permute-done"
+      id: 21
+    }
+    id: 2
+  }
+  computations {
+    name: "main_spmd"
+    instructions {
+      name: "all-gather.3"
+      opcode: "all-gather"
+      id: 31
+    }
+    instructions {
+      name: "while.4"
+      opcode: "while"
+      id: 32
+    }
+    id: 3
+  }
+  entry_computation_id: 3
+  schedule {
+    sequences {
+      key: 3
+    }
+  }
+}
+computation_schedules {
+  computation_id: 2
+  instructions {
+    id: 21
+    start_timestamp_cycles: 0
+    end_timestamp_cycles: 100
+  }
+  scheduler_statistics {
+    total_cycles: 100
+  }
+  cycles_per_microsecond: 1750
+}
+computation_schedules {
+  computation_id: 3
+  instructions {
+    id: 31
+    start_timestamp_cycles: 0
+    end_timestamp_cycles: 1750
+  }
+  instructions {
+    id: 32
+    start_timestamp_cycles: 1750
+    end_timestamp_cycles: 8750
+  }
+  scheduler_statistics {
+    total_cycles: 8750
+  }
+  cycles_per_microsecond: 1750
+}
+"""
+
+
+def test_a_program_with_loops_is_read_from_its_entry_computation_s_schedule():
+    """libtpu writes one computation_schedules block per scheduled computation (fsdp.yaml's program at full depth:
+    361, one per collective-matmul loop body): the entry's total is the program's (5 us here, not the loop body's
+    0.06 us), and the loop's permutes sit inside its while, counted as compute."""
+    s = parse_schedule(LOOPED)
+    assert abs(s.total_s - 5e-6) < 1e-12 and s.by_kind == {"all-gather": 1e-6}
+    assert abs(s.compute_s - 4e-6) < 1e-12
