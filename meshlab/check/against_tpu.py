@@ -36,6 +36,7 @@ from meshlab.check.verdict import (
     OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, checked_prediction, collectives_of,
     dead_tail_parameters, dead_tail_weight_bytes, per_block_counts, predicted_per_block,
 )
+from meshlab.cost.compiled_call import predicted_call, strategy_as_compiled
 from meshlab.models.card import block_position
 from meshlab.runtime.devices import child_environment
 from meshlab.core.errors import BackendError, InputError
@@ -278,16 +279,6 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
                           predicted_totals(prediction), keep_compile_time(setup, primary))
 
 
-def strategy_as_compiled(strategy, front_end: str):
-    """The strategy with the attention the front end's program has: torch_xla's stock attention materialises its
-    scores (torch's math attention, in float32; no flash kernel unless a user calls one), torchax's becomes
-    XLA:TPU's online softmax (flash). The strategy itself where it already says so."""
-    flash = front_end != "torch-xla"
-    if strategy.workload.flash_attention == flash:
-        return strategy
-    return strategy.model_copy(update={"workload": strategy.workload.model_copy(update={"flash_attention": flash})})
-
-
 def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
     """A whole plan compiled at its own workload is that plan's measured compile (meshlab.plan.compile_times), which
     its time to first image then takes; a cut model, another size or a refused program is not. Returns the file."""
@@ -306,10 +297,13 @@ def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
         libtpu = version("libtpu")
     except PackageNotFoundError:
         libtpu = None
+    schedule = c.schedule.to_json() if c.schedule is not None else None
     measured = MeasuredCompile(seconds=c.compile_seconds, strategy=setup.strategy.name, front_end=c.front_end,
                                system=setup.planned.hardware.name, host=platform.node(), cores=os.cpu_count(),
                                libtpu=libtpu, measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                                   timespec="seconds"))
+                                   timespec="seconds"),
+                               schedule={k: schedule[k] for k in ("total_s", "compute_s", "collective_s")} | {
+                                   "collective_s_by_kind": schedule["collective_s_by_kind"]} if schedule else None)
     return str(record_compile(setup.strategy, setup.planned.card, setup.planned.hardware.name, measured))
 
 
@@ -321,22 +315,6 @@ def predicted_totals(prediction) -> dict:
             count[c.kind] += c.count
             nbytes[c.kind] += c.count * c.bytes
     return {"count": count, "bytes": nbytes}
-
-
-def predicted_call(prediction) -> dict:
-    """meshlab's seconds for one transformer call, term by term, beside XLA:TPU's schedule of the same program
-    (its attention as the front end compiled it): the ops (each the longer of its FLOPs and its HBM bytes) and the
-    collectives by kind, exposed (a collective matmul's permutes less what their matmul slices hide)."""
-    step = prediction.step
-    by_kind = Counter()
-    for t in step.collectives:
-        if not t.collective.per_step:
-            by_kind[t.collective.kind] += t.collective.count * t.seconds
-    local = step.local / step.calls
-    return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
-            "collective_s_by_kind": dict(by_kind),
-            "overlap": "a collective matmul's permutes show what outlasts their slice of the matmul; the other "
-                       "collectives add to the ops' time"}
 
 
 def refuse_before_compiling(setup: CheckSetup, front_end: str) -> None:

@@ -177,14 +177,17 @@ def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_
 
     warn_unmatched_rules(planned, strict=False)
     prediction = predict(planned.plan, planned.strategy, planned.hardware)
+    from meshlab.cost.compiled_call import schedule_beside
+
+    schedule = schedule_beside(planned)
     if as_json:
         from meshlab.cost.document import ExplainDocument, explain_document
 
-        print_json(explain_document(planned, prediction), ExplainDocument)
+        print_json(explain_document(planned, prediction, schedule), ExplainDocument)
     else:
         from meshlab.cli.render_cost import render_explain
 
-        render_explain(planned, prediction, console())
+        render_explain(planned, prediction, console(), schedule)
 
 
 def _system_names(text: str) -> tuple[str, ...]:

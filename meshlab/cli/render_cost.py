@@ -243,7 +243,7 @@ def _first_image_row(p, hw) -> tuple[str, str, str]:
             "(`meshlab hardware --json` has each figure's source)")
 
 
-def render_explain(planned, prediction, console) -> None:
+def render_explain(planned, prediction, console, schedule: dict | None = None) -> None:
     p, step = prediction, prediction.step
     hw = planned.hardware.at_dtype(planned.strategy.workload.dtype)  # what the prediction priced from
     layout = p.layout
@@ -297,6 +297,8 @@ def render_explain(planned, prediction, console) -> None:
             console.print(f"[yellow]warning:[/yellow] {warning}")
     elif p.pricing is not None and (p.pricing.linears_measured or p.pricing.attention_published):
         console.print(_catalog_pricing_line(p.pricing, hw))
+    if schedule:
+        console.print(_xla_schedule_table(schedule))
     console.print(_collective_table(p))
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
@@ -525,6 +527,24 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
     write_atomic_bytes(path, buffer.getvalue(), inputs, "--plot")
+
+
+def _xla_schedule_table(schedule: dict) -> Table:
+    """XLA:TPU's scheduler estimate of one call beside meshlab's prediction of the same program."""
+    attention = "stock attention, scores in float32" if schedule["front_end"] == "torch-xla" else "flash attention"
+    table = Table(title=f"One call as {schedule['front_end']}'s program ({attention}): XLA:TPU's scheduler estimate "
+                        f"(its cost model, not a measurement; kept by `meshlab check --backend tpu` on "
+                        f"{schedule['measured_at'][:10]}) against meshlab's prediction of that program",
+                  title_justify="left")
+    for column in ("", "meshlab (predicted)", "XLA:TPU schedule"):
+        table.add_column(column, justify="left" if not column else "right")
+    ours, theirs = schedule["meshlab"], schedule["xla"]
+    table.add_row("ops (matmuls, attention, elementwise)", _ms(ours["compute_s"]), _ms(theirs["compute_s"]))
+    for kind in sorted(set(ours["collective_s_by_kind"]) | set(theirs["collective_s_by_kind"])):
+        table.add_row(f"{kind}, exposed", _ms(ours["collective_s_by_kind"].get(kind, 0.0)),
+                      _ms(theirs["collective_s_by_kind"].get(kind, 0.0)))
+    table.add_row("one call", _ms(ours["total_s"]), _ms(theirs["total_s"]))
+    return table
 
 
 def _hidden(step) -> str:

@@ -183,12 +183,16 @@ class ExplainDocument(Document):
     predicted: PredictionDocument
     collectives: list[CollectiveDocument]
     assumptions: list[AssumptionDocument]
+    xla_schedule: dict | None = Field(
+        None, description="XLA:TPU's scheduler estimate of one call (its cost model, not a measurement) beside "
+        "meshlab's prediction of the same program, where `meshlab check --backend tpu` kept one for this plan")
 
 
-def explain_document(planned: PlannedStrategy, p: Prediction) -> dict:
-    """The JSON of `meshlab explain --json`."""
+def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | None = None) -> dict:
+    """The JSON of `meshlab explain --json` (`schedule`: meshlab.cost.compiled_call.schedule_beside)."""
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
-            "collectives": collectives_document(p), "assumptions": assumptions_document(planned.hardware)}
+            "collectives": collectives_document(p), "assumptions": assumptions_document(planned.hardware),
+            **({"xla_schedule": schedule} if schedule else {})}
 
 
 def prediction_document(p: Prediction) -> dict:

@@ -43,6 +43,9 @@ class MeasuredCompile(BaseModel):
     cores: int | None
     libtpu: str | None
     measured_at: str  # UTC, ISO 8601
+    #: XLA:TPU's latency-hiding scheduler's estimate of one call of the program (its cost model, not a measurement):
+    #: total_s, compute_s, collective_s, collective_s_by_kind (meshlab.check.tpu_schedule)
+    schedule: dict | None = None
 
     def describe(self) -> str:
         return (f"measured: XLA:TPU ahead of time, {self.front_end}'s program, on {self.host} "

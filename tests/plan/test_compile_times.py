@@ -59,3 +59,34 @@ def test_a_gpu_plan_never_reads_it(times, tmp_path):
     planned = strategy_file(tmp_path, "hardware: v6e-8", "hardware: h100")
     record_compile(planned.strategy, planned.card, "h100", MEASURED)
     assert strategy_file(tmp_path, "hardware: v6e-8", "hardware: h100").hardware.compile_measured is None
+
+
+def test_explain_shows_xla_tpu_s_schedule_kept_with_the_compile_beside_meshlab_s_same_program(times, tmp_path):
+    """A check at full depth keeps XLA:TPU's schedule of one call with the compile (figures of 2d.yaml's torch_xla
+    program, v6e-8); explain then prices that program (its stock attention, scores in float32, not the strategy's
+    flash kernel) and shows both, labelled as the compiler's model."""
+    import os
+    import subprocess
+    import sys
+
+    from meshlab.cost.compiled_call import predicted_call, schedule_beside
+    from meshlab.cost.predict import predict
+
+    planned = strategy_file(tmp_path)
+    assert schedule_beside(planned) is None  # nothing kept yet
+    xla = {"total_s": 0.2591, "compute_s": 0.2454, "collective_s": 0.0137,
+           "collective_s_by_kind": {"all-gather": 0.0136, "all-reduce": 0.0001}}
+    record_compile(planned.strategy, planned.card, "v6e-8", MEASURED.model_copy(update={"schedule": xla}))
+    planned = strategy_file(tmp_path)
+    beside = schedule_beside(planned)
+    assert beside["xla"] == xla and beside["front_end"] == "torch-xla"
+    assert planned.strategy.workload.flash_attention  # the strategy's kernel is flash; the program's is not
+    flash = predicted_call(predict(planned.plan, planned.strategy, planned.hardware))
+    assert beside["meshlab"]["compute_s"] > 2 * flash["compute_s"]  # float32 scores written and read
+    assert beside["meshlab"]["collective_s"] == flash["collective_s"]  # the same collectives
+    done = subprocess.run([sys.executable, "-m", "meshlab", "explain", str(tmp_path / "s.yaml"), "--json"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert json.loads(done.stdout)["xla_schedule"]["meshlab"] == beside["meshlab"]
+    shown = subprocess.run([sys.executable, "-m", "meshlab", "explain", str(tmp_path / "s.yaml")],
+                           capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+    assert "XLA:TPU schedule" in shown.stdout and "259.1 ms" in shown.stdout and "not a measurement" in shown.stdout
