@@ -287,7 +287,7 @@ def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
-    from meshlab.plan.compile_times import MeasuredCompile, record_compile
+    from meshlab.plan.compile_times import KeptSchedule, MeasuredCompile, record_compile
 
     own = setup.planned.strategy.workload.model_dump(exclude={"steps"})
     if (c is None or c.out_of_memory or c.compile_seconds is None or setup.checked_blocks != setup.full_blocks
@@ -297,13 +297,15 @@ def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
         libtpu = version("libtpu")
     except PackageNotFoundError:
         libtpu = None
-    schedule = c.schedule.to_json() if c.schedule is not None else None
+    schedule = None
+    if c.schedule is not None:
+        s = c.schedule
+        schedule = KeptSchedule(total_s=s.total_s, compute_s=s.compute_s, collective_s=s.collective_s,
+                                collective_s_by_kind=dict(s.by_kind))
     measured = MeasuredCompile(seconds=c.compile_seconds, strategy=setup.strategy.name, front_end=c.front_end,
                                system=setup.planned.hardware.name, host=platform.node(), cores=os.cpu_count(),
                                libtpu=libtpu, measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                                   timespec="seconds"),
-                               schedule={k: schedule[k] for k in ("total_s", "compute_s", "collective_s")} | {
-                                   "collective_s_by_kind": schedule["collective_s_by_kind"]} if schedule else None)
+                                   timespec="seconds"), schedule=schedule)
     return str(record_compile(setup.strategy, setup.planned.card, setup.planned.hardware.name, measured))
 
 
@@ -475,7 +477,8 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                                                  "schedules one only for a program with an "
                                                                  "asynchronous collective, and this one has none"
                                                                  if not any(x.hlo.asynchronous for x in c.collectives)
-                                                                 else "XLA:TPU wrote no latency-hiding schedule"),
+                                                                 else "no latency-hiding schedule of the entry "
+                                                                 "computation was found in XLA:TPU's dump"),
         "predicted_call": report.predicted_call,
         "front_ends": [_front_end_document(x, setup) for x in report.compiled],
         "hlo_files": report.hlo_files,

@@ -45,11 +45,14 @@ def schedule_beside(planned) -> dict | None:
     from meshlab.cost.predict import predict
 
     measured = planned.hardware.compile_measured
-    if measured is None or not measured.schedule:
+    if measured is None or measured.schedule is None:
         return None
     as_compiled = strategy_as_compiled(planned.strategy, measured.front_end)
     prediction = predict(planned.plan, as_compiled, planned.hardware)
-    return {"front_end": measured.front_end, "measured_at": measured.measured_at, "xla": dict(measured.schedule),
-            "meshlab": predicted_call(prediction),
+    flash = as_compiled.workload.flash_attention
+    return {"front_end": measured.front_end, "measured_at": measured.measured_at,
+            "attention": "flash" if flash else "stock, float32 scores",
+            "attention_as_priced_above": flash == planned.strategy.workload.flash_attention,
+            "xla": measured.schedule.model_dump(), "meshlab": predicted_call(prediction),
             "what": "XLA:TPU's latency-hiding scheduler's estimate of one call of the compiled program (its cost "
                     "model, not a measurement), beside meshlab's prediction of the same program"}

@@ -30,6 +30,18 @@ from meshlab.strategy.schema import Strategy
 FORMAT = 1
 
 
+class KeptSchedule(BaseModel):
+    """XLA:TPU's latency-hiding scheduler's estimate of one call of the program (its cost model, not a
+    measurement; meshlab.check.tpu_schedule), in seconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    total_s: float
+    compute_s: float
+    collective_s: float
+    collective_s_by_kind: dict[str, float]
+
+
 class MeasuredCompile(BaseModel):
     """One XLA:TPU compile of a whole plan, measured."""
 
@@ -43,9 +55,7 @@ class MeasuredCompile(BaseModel):
     cores: int | None
     libtpu: str | None
     measured_at: str  # UTC, ISO 8601
-    #: XLA:TPU's latency-hiding scheduler's estimate of one call of the program (its cost model, not a measurement):
-    #: total_s, compute_s, collective_s, collective_s_by_kind (meshlab.check.tpu_schedule)
-    schedule: dict | None = None
+    schedule: KeptSchedule | None = None  # left out of the file when there is none (older readers forbid it)
 
     def describe(self) -> str:
         return (f"measured: XLA:TPU ahead of time, {self.front_end}'s program, on {self.host} "
@@ -106,5 +116,5 @@ def record_compile(strategy: Strategy, card: ModelCard, system: str, measured: M
             os.replace(path, path.with_name(path.name + ".unreadable"))
             found = CompileTimesFile()
         entries = {**found.entries, compile_key(strategy, card, system): measured}
-        return write_atomic(path, CompileTimesFile(entries=entries).model_dump_json(indent=1),
+        return write_atomic(path, CompileTimesFile(entries=entries).model_dump_json(indent=1, exclude_none=True),
                             what="the compile times")

@@ -1,4 +1,5 @@
-"""XLA:TPU's latency-hiding schedule, read from the text proto it dumps (the shape of a real v6e dump, cut short)."""
+"""XLA:TPU's latency-hiding schedule, read from the text proto it dumps: libtpu 0.0.52's layout (one block per
+scheduled computation, as a real v6e dump, cut short) and an older one (one schedule inside the module)."""
 
 from meshlab.check.tpu_schedule import collective_kind, parse_schedule
 
@@ -89,6 +90,11 @@ LOOPED = """hlo_module {
       opcode: "collective-permute-done"
       id: 21
     }
+    instructions {
+      name: "fusion.2"
+      opcode: "fusion"
+      id: 22
+    }
     id: 2
   }
   computations {
@@ -102,6 +108,9 @@ LOOPED = """hlo_module {
       name: "while.4"
       opcode: "while"
       id: 32
+      operand_ids: 31
+      called_computation_ids: 2
+      called_computation_ids: 5
     }
     id: 3
   }
@@ -116,7 +125,11 @@ computation_schedules {
   computation_id: 2
   instructions {
     id: 21
-    start_timestamp_cycles: 0
+    end_timestamp_cycles: 50
+  }
+  instructions {
+    id: 22
+    start_timestamp_cycles: 50
     end_timestamp_cycles: 100
   }
   scheduler_statistics {
@@ -128,7 +141,6 @@ computation_schedules {
   computation_id: 3
   instructions {
     id: 31
-    start_timestamp_cycles: 0
     end_timestamp_cycles: 1750
   }
   instructions {
@@ -147,7 +159,13 @@ computation_schedules {
 def test_a_program_with_loops_is_read_from_its_entry_computation_s_schedule():
     """libtpu writes one computation_schedules block per scheduled computation (fsdp.yaml's program at full depth:
     361, one per collective-matmul loop body): the entry's total is the program's (5 us here, not the loop body's
-    0.06 us), and the loop's permutes sit inside its while, counted as compute."""
+    0.06 us); the loop's permutes count as their body's share times its trips (the while's 7000 cycles over the
+    body's 100: 70); an instruction at cycle 0 has no start line (proto3 leaves a zero out)."""
     s = parse_schedule(LOOPED)
-    assert abs(s.total_s - 5e-6) < 1e-12 and s.by_kind == {"all-gather": 1e-6}
-    assert abs(s.compute_s - 4e-6) < 1e-12
+    assert abs(s.total_s - 5e-6) < 1e-12
+    assert s.by_kind == {"all-gather": 1750 / 1750e6, "collective-permute": 70 * 50 / 1750e6}
+    assert abs(s.compute_s - 2e-6) < 1e-12
+
+
+def test_a_dump_whose_entry_schedule_is_missing_is_none():
+    assert parse_schedule(LOOPED.replace("entry_computation_id: 3", "entry_computation_id: 7")) is None

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from meshlab.plan.compile_times import MeasuredCompile, compile_key, measured_compile, record_compile
+from meshlab.plan.compile_times import KeptSchedule, MeasuredCompile, compile_key, measured_compile, record_compile
 from meshlab.plan.planned import plan_file
 
 from tests.conftest import REPO
@@ -76,10 +76,13 @@ def test_explain_shows_xla_tpu_s_schedule_kept_with_the_compile_beside_meshlab_s
     assert schedule_beside(planned) is None  # nothing kept yet
     xla = {"total_s": 0.2591, "compute_s": 0.2454, "collective_s": 0.0137,
            "collective_s_by_kind": {"all-gather": 0.0136, "all-reduce": 0.0001}}
-    record_compile(planned.strategy, planned.card, "v6e-8", MEASURED.model_copy(update={"schedule": xla}))
+    kept = MEASURED.model_copy(update={"schedule": KeptSchedule(**xla)})
+    record_compile(planned.strategy, planned.card, "v6e-8", kept)
+    record_compile(planned.strategy, planned.card, "v6e-16", MEASURED)
+    assert '"schedule": null' not in times.read_text()  # an entry without one writes none: older readers forbid it
     planned = strategy_file(tmp_path)
     beside = schedule_beside(planned)
-    assert beside["xla"] == xla and beside["front_end"] == "torch-xla"
+    assert beside["xla"] == xla and beside["front_end"] == "torch-xla" and not beside["attention_as_priced_above"]
     assert planned.strategy.workload.flash_attention  # the strategy's kernel is flash; the program's is not
     flash = predicted_call(predict(planned.plan, planned.strategy, planned.hardware))
     assert beside["meshlab"]["compute_s"] > 2 * flash["compute_s"]  # float32 scores written and read
