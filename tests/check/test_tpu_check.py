@@ -319,8 +319,13 @@ def test_a_whole_plan_s_compile_is_kept_as_its_time_to_first_image(tmp_path, mon
     code, doc, err = _check(str(strategy))
     assert doc is not None, err
     assert doc["model"]["blocks"] == doc["model"]["full_blocks"] and doc["compile_time_kept"] == str(times)
-    after = json.loads(CliRunner().invoke(app, ["explain", str(strategy), "--json"]).stdout)["predicted"]
+    explained = json.loads(CliRunner().invoke(app, ["explain", str(strategy), "--json"]).stdout)
+    after = explained["predicted"]
     assert after["time_to_first_image"]["compile"] == "measured"
+    # XLA:TPU's schedule of the call, kept with the compile, is in explain beside meshlab's of the same program
+    assert doc["xla_schedule"] is not None and explained["xla_schedule"]["xla"]["total_s"] == pytest.approx(
+        doc["xla_schedule"]["total_s"])
+    assert explained["xla_schedule"]["meshlab"]["total_s"] == pytest.approx(doc["predicted_call"]["total_s"])
     assert after["time_to_first_image"]["compile_s"] == doc["compile_seconds"]
     table = " ".join(CliRunner().invoke(app, ["explain", str(strategy)]).stdout.replace("│", " ").split())
     assert f"compile {doc['compile_seconds']:.0f} s (measured: XLA:TPU ahead of time, torch-xla's program" in table
