@@ -18,8 +18,8 @@ queries (image tokens split over the sequence axis) against every key.
 HBM bytes per call: every weight shard this chip holds is read once (FSDP-gathered weights at their gathered
 size); each Linear reads its input and writes its output; attention reads q, k, v and writes its output, and
 without flash attention also writes and reads the scores and probabilities, in float32 (torch's math attention
-upcasts a bf16 one). Elementwise work (norms,
-modulation, RoPE, activations, residual adds, casts) is one row per block list: each gap between matmuls runs as
+upcasts a bf16 one). Elementwise work (norms, modulation, RoPE, activations, residual adds, casts) is one row per
+block list: each gap between matmuls runs as
 one fused pass that reads what it did not make and writes what others read, at the bytes per token the card
 traced from the real forward (``ModelCard.elementwise``, meshlab.models.importer.elementwise_trace), at the tokens this
 chip holds, each tensor split as the matmul it meets splits its features (a Linear's output or input, attention's
