@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from meshlab.check import hlo
@@ -34,7 +35,7 @@ from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.check.tpu_schedule import Schedule, parse_schedule
 from meshlab.check.verdict import (
     OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, checked_prediction, collectives_of,
-    dead_tail_parameters, dead_tail_weight_bytes, per_block_counts, predicted_per_block,
+    dead_tail_parameters, per_block_counts, predicted_per_block,
 )
 from meshlab.cost.compiled_call import predicted_call, strategy_as_compiled
 from meshlab.models.card import block_position
@@ -141,8 +142,14 @@ class TpuCheckReport:
         """The plan's weights per chip as the program takes them, in the TPU's tiled layouts: less the last block's
         dead text tail, which no op reads (XLA drops those arguments; a run still holds them; a scanned body takes
         every block's)."""
-        dead = dead_tail_weight_bytes(self.setup, tiles=True) if not self.setup.scan else 0
-        return self.setup.memory.most_loaded.weights - dead
+        mesh = self.setup.plan.mesh
+        return self.setup.memory.most_loaded.weights - sum(p.tiled_bytes_per_device(mesh) for p in self.dead_tail)
+
+    @cached_property
+    def dead_tail(self) -> tuple:
+        """The weights of the last block's dead text tail, which the program takes no argument for (none under
+        scan: its body takes every block's); derived from the plan's graph once per report."""
+        return () if self.setup.scan else tuple(dead_tail_parameters(self.setup))
 
     def predicted_temporaries(self, front_end: str) -> int:
         """meshlab's working set of the denoising forward on one chip (not the VAE decode: the program is the
@@ -178,7 +185,7 @@ class TpuCheckReport:
         tolerance = WEIGHTS_TOLERANCE if c.weights_missing is not None else UNREAD_WEIGHTS_TOLERANCE
         if abs(c.weights - weights) > tolerance * weights:
             found.append(f"weights per chip: predicted {weights}, XLA:TPU {c.weights}")
-        dead = len(dead_tail_parameters(self.setup)) if not self.setup.scan else 0
+        dead = len(self.dead_tail)
         if c.weights_missing is not None and c.weights_missing != dead:
             found.append(f"weights: {c.weights_missing - dead} of the plan's weight shards are not among XLA:TPU's "
                          "arguments in their planned shape (held in another sharding?)")

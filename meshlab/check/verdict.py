@@ -238,11 +238,8 @@ def dead_tail_weight_bytes(setup: CheckSetup, tiles: bool = False) -> int:
     """Bytes per device of the weights of the last block's dead text tail (see `predicted_flops`): a compiled
     program takes no argument nothing reads, though a run holds them on the device. `tiles`: as a TPU lays them
     out (meshlab.core.tpu_tiles)."""
-    from meshlab.core.tpu_tiles import tiled_bytes
-    from meshlab.models.card import DTYPE_BYTES
-
     mesh = setup.plan.mesh
-    return sum(tiled_bytes(p.shard_shape(mesh), DTYPE_BYTES[p.parameter.dtype]) if tiles else p.bytes_per_device(mesh)
+    return sum(p.tiled_bytes_per_device(mesh) if tiles else p.bytes_per_device(mesh)
                for p in dead_tail_parameters(setup))
 
 

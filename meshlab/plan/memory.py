@@ -14,7 +14,6 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from meshlab.core.tpu_tiles import tiled_bytes
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
 from meshlab.plan.axes import activation_axes, compute_split, ring_axes
 from meshlab.plan.plan import Plan, PlannedParameter
@@ -131,8 +130,8 @@ def weights_tile_padding(plan: Plan, strategy: Strategy) -> int:
     """Bytes per chip that a TPU's tiled layouts add to the weight shards, held as they are held
     (``workload.weights_dtype``): every chip's shards have one shape, so every chip gets the same."""
     itemsize = DTYPE_BYTES[strategy.workload.weights_dtype or strategy.workload.dtype]
-    return sum(tiled_bytes(shape, itemsize) - math.prod(shape) * itemsize
-               for shape in (p.shard_shape(plan.mesh) for p in plan.parameters))
+    return sum(p.tiled_bytes_per_device(plan.mesh, itemsize) - math.prod(p.shard_shape(plan.mesh)) * itemsize
+               for p in plan.parameters)
 
 
 def scan_stacked_bytes(plan: Plan) -> int:

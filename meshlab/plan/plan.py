@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from meshlab.core.tpu_tiles import tiled_bytes
 from meshlab.models.card import DTYPE_BYTES, ModelCard, Parameter
 from meshlab.core.mesh import AbstractMesh, ravel
 from meshlab.core.spec import PartitionSpec
@@ -32,6 +33,11 @@ class PlannedParameter:
     def bytes_per_device(self, mesh: AbstractMesh) -> int:
         """What XLA allocates on each device: the padded shard."""
         return math.prod(self.shard_shape(mesh)) * DTYPE_BYTES[self.parameter.dtype]
+
+    def tiled_bytes_per_device(self, mesh: AbstractMesh, itemsize: int | None = None) -> int:
+        """What a TPU allocates for the shard: its shape in the tiled layout that pads least
+        (meshlab.core.tpu_tiles), at `itemsize` bytes per element (its dtype's unless given)."""
+        return tiled_bytes(self.shard_shape(mesh), itemsize or DTYPE_BYTES[self.parameter.dtype])
 
     def shard_slices(self, device: int, mesh: AbstractMesh) -> list[tuple[int, int]]:
         """The ``[start, stop)`` per dim of the real data `device` holds (the rest of its shard is padding).
