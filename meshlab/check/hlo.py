@@ -171,7 +171,8 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     Async pairs count once, at -start. XLA:TPU's async collective fusions copy one collective into the
     computations that start and finish it (the same ``channel_id``, under ``AsyncCollectiveStart`` /
     ``AsyncCollectiveDone`` custom calls): it counts once, marked asynchronous. A reduce-scatter XLA:TPU writes
-    as an all-reduce and a slice inside an ``all-reduce-scatter`` fusion counts as the reduce-scatter it is."""
+    as an all-reduce and a slice inside an ``all-reduce-scatter`` fusion counts as the reduce-scatter it is, once
+    per fusion."""
     shapes = definitions(hlo_text)
     computations = _computations(hlo_text)
     asynchronous = {channel for name, lines in computations for channel in _channels(lines)
@@ -189,7 +190,10 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
             operands = tuple(s for o in _operand_names(line[kind.end():]) for s in shapes.get(o, ()))
             result = array_shapes(head) if not kind.group(2) else _start_result(head)
             groups = _groups(line)
-            copy = (channel, kind.group(1), result, groups)  # an async fusion's copies agree on all four
+            # an async fusion's copies agree on all four; each all-reduce-scatter fusion is a collective of its own,
+            # though XLA:TPU may number two alike (sd35-2d.yaml at 128 text tokens: two blocks' MLP sums, channel 1)
+            copy = (channel, kind.group(1), result, groups,
+                    computation if computation.startswith("all-reduce-scatter") else "")
             if channel is not None and copy in seen:
                 continue
             seen.add(copy)

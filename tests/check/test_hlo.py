@@ -178,6 +178,15 @@ def test_reduce_scatter_fusions_mesh_groups_and_permutes_of_a_tpu_program():
     assert all(c.layer == "blk" for c in found)  # the reduce-scatter named by the fusion that calls it
 
 
+def test_two_reduce_scatter_fusions_with_one_channel_id_are_two_collectives():
+    """XLA:TPU numbered both blocks' fused MLP sums channel 1 (sd35-2d.yaml at 128 text tokens): each fusion is its
+    own reduce-scatter, not an async fusion's copy of one."""
+    found = hlo.parse_collectives((DATA / "tpu_sd35_two_reduce_scatter_fusions.txt").read_text())
+    assert [(c.kind, c.layer) for c in found] == [("reduce-scatter", "transformer_blocks.0.ff.net.2"),
+                                                  ("reduce-scatter", "transformer_blocks.1.ff.net.2")]
+    assert {c.bytes_per_device for c in found} == {(256 + 128) * 2432 * 2}  # image and text sums, bf16, whole
+
+
 def test_mesh_replica_groups_with_device_ids():
     line = ("%all-reduce.3 = bf16[1,64]{1,0} all-reduce(%x), channel_id=2, replica_groups=mesh['axis_0'=2,"
             "'axis_1'=4], device_ids=(0,1,2,3,7,6,5,4) {'axis_1'}, use_global_device_ids=true")
