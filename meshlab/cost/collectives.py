@@ -82,6 +82,7 @@ from meshlab.models.card import Flow, module_pattern
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
+from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
 from meshlab.plan.plan import PlannedParameter
 
@@ -129,6 +130,7 @@ class Collective:
     #: residual it joins; "" neither
     window: str = ""
     dot_flops: float = 0.0  # per chip: the FLOPs of the matmul it feeds or drains (window only)
+    rows: int = 0  # window "scatter" only: the summed tensor's rows (batch x tokens) on one chip
     reads: str = ""  # all-gathers of one tensor share this (XLA:TPU gathers it once for all its readers)
     #: a permute of a collective matmul that sends its shards both ways round the ring at once: two take the time of
     #: one where the route is a ring (meshlab.cost.timing)
@@ -266,12 +268,23 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
     the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
     collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner
-    issues it."""
+    issues it.
+
+    A sum wanted split that does not run as a collective matmul is a reduce-scatter on TPU (an all-reduce-scatter
+    fusion), moving the bytes the all-reduce would and half the traffic, where its rows on a chip (batch x tokens)
+    are a multiple of 128: XLA:TPU lays the sum out rows-minor, the split features major. Elsewhere it stays an
+    all-reduce, sliced where it is read. Measured (sd35-2d.yaml, v6e-8, 256², batch 1 a chip; each MLP's second
+    Linear at 4864 FLOP per byte on 2 chips, under 4928): the image stream's 256 rows reduce-scatter; the text
+    stream's all-reduce at 32, 48, 64, 96, 104, 112, 120, 136, 192 and 320 tokens and reduce-scatter at 128 and
+    384, whatever the bytes (320 tokens sum 1.5 MB, more than the image's 1.2 MB)."""
     out: list[Collective] = []
     for c in collectives:
         n = math.prod(mesh[a] for a in c.axes)
         if (not c.window or n < 2 or len(c.axes) != 1 or c.axes[0] in across_slices
                 or c.dot_flops / c.bytes < flop_per_byte * 2 / n):
+            if c.window == "scatter" and c.kind == "all-reduce" and c.rows % LANES == 0:
+                c = replace(c, kind="reduce-scatter", window="", why=f"{c.why}, and wanted split like the residual: "
+                                                                      "XLA:TPU reduce-scatters it")
             out.append(c)
             continue
         how = "gathers" if c.window == "gather" else "sums"
@@ -318,10 +331,14 @@ class _Deriver:
         self.joined_back: set[str] = set()
         self.by_module = {op.module: op for op in graph.linears}
         self.states: dict[str, _State] = {}
-        #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph)
-        self.modulation = {(op.block, op.modulates): (self.chunk_split(op), i)
-                           for i, op in enumerate(graph.linears) if op.role == "chunks"}
         self.flows = {f.module: f for f in graph.card.dataflow} if graph.card is not None else {}
+        #: (block, stream) -> (how its modulation's chunks are split, that Linear's position in the graph), for
+        #: every stream a modulation's norms are read on (`_modulated_streams`)
+        self.modulation = {(op.block, stream): (self.chunk_split(op), i)
+                           for i, op in enumerate(graph.linears) if op.role == "chunks"
+                           for stream in self._modulated_streams(op)}
+        #: (block, stream) -> the LayerNorms its modulations have conditioned so far in the walk (their numbering)
+        self.norms_seen: dict[tuple, int] = defaultdict(int)
         #: kept blocks of each block list, for collectives of a module outside the blocks that act in every block
         self.blocks_of: dict[str, list[int]] = defaultdict(list)
         for op in graph.linears:
@@ -484,7 +501,8 @@ class _Deriver:
             yield self.new("all-reduce", out.partial, nbytes, op.block, phase,
                            f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
                            role="modulation" if op.role == "chunks" and op.block is not None else "",
-                           window="scatter" if scatter else "", dot_flops=self.dot_flops(op) if scatter else 0.0)
+                           window="scatter" if scatter else "", dot_flops=self.dot_flops(op) if scatter else 0.0,
+                           rows=self.tensor_bytes(op.stream, 1, None) // self.layout.itemsize if scatter else 0)
         if op.role == "chunks":
             return (yield from self._chunks(op, out.split))
         if op.role == "hidden" and out.split:
@@ -573,11 +591,31 @@ class _Deriver:
                 for norm in norms:
                     yield from self._norm(stream, op.chunk_width, self.residual.get(stream), block, norm, norm)
             return
-        residual = self.residual.get(stream) if op.block is not None or split else split
-        for norm in range(1, op.layer_norms + 1):
-            # a LayerNorm over the residual: as wide as the pieces that modulate it
-            yield from self._norm(stream, op.chunk_width, residual, op.block, f"norm{norm}" if op.block is not None
-                                  else "norm_out", f"LayerNorm {norm}")
+        first = self.norms_seen[(op.block, stream)]
+        self.norms_seen[(op.block, stream)] += op.layer_norms
+        for norm in range(first + 1, first + op.layer_norms + 1):
+            # a LayerNorm over the residual: as wide as the pieces that modulate it; numbered through the block,
+            # so that two modulation Linears of one stream (CogVideoX's norm1 and norm2) name two norms
+            for read in self._modulated_streams(op, joint=False):
+                residual = self.residual.get(read) if op.block is not None or split else split
+                yield from self._norm(read, op.chunk_width, residual, op.block,
+                                      f"norm{norm}" if op.block is not None else "norm_out", f"LayerNorm {norm}")
+
+    def _modulated_streams(self, op: LinearOp, joint: bool = True) -> list[str]:
+        """The streams a modulation Linear's norms are read on, its own first: CogVideoX normalizes the text and the
+        image stream with one modulated LayerNorm, and the Linears that read both of its outputs (the attention's
+        q, k and v, the MLP) read their concatenation, the joint stream (`joint`: count it too). Measured (cog-2d.yaml
+        on XLA:TPU, v6e-8): both streams' rows are summed in one all-reduce per statistic, and the joint MLP's
+        residual stays split like the gates."""
+        streams = [op.modulates or "image"]
+        flow = self.flows.get(_pattern(op, self.graph))
+        norms = {m.norm for m in flow.modulates} if flow is not None else set()
+        for reader in self.flows.values():
+            read = [s for n, _, s in (label.rpartition("|") for label in reader.sources("norm")) if n in norms]
+            streams += [s for s in read if s not in streams]
+            if joint and {"image", "text"} <= set(read) and "joint" not in streams:
+                streams.append("joint")
+        return streams
 
     def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str
               ) -> Iterator[Collective]:

@@ -73,8 +73,6 @@ DOCUMENTED = {
     ("hunyuan-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
     ("hunyuan-2d", "collective-permute", "single_transformer_blocks"): ((7, 15_360), (8, 12_288)),
     ("cog-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
-    ("cog-2d", "all-gather"): ((7, 4_917_248), (4, 1_968_128)),
-    ("cog-2d", "all-reduce"): ((9, 984_320), (5, 985_088)),
     ("ltx-2d", "all-gather"): ((11, 1_216_512), (7, 811_008)),
     ("ltx-2d", "all-reduce"): ((7, 131_456), (5, 131_584)),
     ("ltx-2d", "all-to-all"): ((12, 61_440), (0, 0)),
