@@ -754,7 +754,9 @@ class _Deriver:
             if norm is None or norm.width != width or not split or attention.heads == 1:
                 continue
             sums = self.layout.batch * self.layout.local.of_stream(op.stream) * 4
-            yield self.new("all-reduce", split, sums, op.block, "attention:qknorm",
+            # XLA:TPU's combiner carries one attention's q and k sums in one op, not two attentions' (measured: Wan
+            # 2.1 under 2d, v6e-8: self-attention's q and k in one all-reduce, cross-attention's in another)
+            yield self.new("all-reduce", split, sums, op.block, f"{attention.module.rsplit('.', 1)[-1]}:qknorm",
                            f"{'.'.join(norm.module.rsplit('.', 2)[-2:])} normalizes across heads split on "
                            f"{'+'.join(split)}: one float32 sum of squares per token")
 
