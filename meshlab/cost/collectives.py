@@ -97,6 +97,9 @@ def known_differences() -> tuple[str, ...]:
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back
 #: (`_sequence`, `_cut_into_streams`, `joins`): the GPU tools join them on the chip (meshlab.cost.ring.tool_issued)
 STREAM_RESPLITS = ("attention:concat", "attention:split", "streams:concat", "streams:split")
+#: the most a sum's rows may gain, padded to 128 lanes, for XLA:TPU to reduce-scatter it (see collective_matmuls;
+#: measured between 5.0%, reduce-scattered, and 5.6%, all-reduced, of the padded rows)
+SCATTER_ROW_PADDING = 0.05
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 Axes = tuple[str, ...]
@@ -130,7 +133,9 @@ class Collective:
     #: residual it joins; "" neither
     window: str = ""
     dot_flops: float = 0.0  # per chip: the FLOPs of the matmul it feeds or drains (window only)
-    rows: int = 0  # window "scatter" only: the summed tensor's rows (batch x tokens) on one chip
+    #: window "scatter" only: the summed tensor's rows (batch x tokens) on one chip, and its features (whole)
+    rows: int = 0
+    features: int = 0
     reads: str = ""  # all-gathers of one tensor share this (XLA:TPU gathers it once for all its readers)
     #: a permute of a collective matmul that sends its shards both ways round the ring at once: two take the time of
     #: one where the route is a ring (meshlab.cost.timing)
@@ -186,6 +191,9 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
       the previous block's last all-reduce: so the first block issues it alone, and the last block's last
       all-reduce carries nothing more.
 
+    Its reduce-scatter combiner merges the reduce-scatters of one block phase alike (flux2-2d.yaml: the image and
+    text MLP sums in one op).
+
     Measured (`meshlab check strategies/pairs.yaml --backend tpu`, v6e-8, torch_xla's program): the partitioner's
     6 all-reduces per block become 2 in a middle block (3 in the first), moving the same bytes. A sequence split a
     GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
@@ -194,6 +202,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     collectives = norm_statistics(gathered_once(collectives, scanned))
     if collective_matmul is not None and mesh:
         collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
+    scatters = combine([c for c in collectives if c.kind == "reduce-scatter"])
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
     for block in dict.fromkeys(c.block for c in reduces if c.block is not None):
         mine = [c for c in reduces if c.block == block and not c.per_step]
@@ -207,7 +216,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
         at = reduces.index(last)
         reduces[at:at + 1] = [merged, replace(last, count=1, only="last")]
         reduces[reduces.index(modulation)] = replace(modulation, count=1, only="first")
-    return tuple(c for c in collectives if c.kind != "all-reduce") + tuple(reduces)
+    return tuple(c for c in collectives if c.kind not in ("all-reduce", "reduce-scatter")) + scatters + tuple(reduces)
 
 
 def norm_statistics(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
@@ -271,18 +280,14 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     issues it.
 
     A sum wanted split that does not run as a collective matmul is a reduce-scatter on TPU (an all-reduce-scatter
-    fusion), moving the bytes the all-reduce would and half the traffic, where its rows on a chip (batch x tokens)
-    are a multiple of 128: XLA:TPU lays the sum out rows-minor, the split features major. Elsewhere it stays an
-    all-reduce, sliced where it is read. Measured (sd35-2d.yaml, v6e-8, 256², batch 1 a chip; each MLP's second
-    Linear at 4864 FLOP per byte on 2 chips, under 4928): the image stream's 256 rows reduce-scatter; the text
-    stream's all-reduce at 32, 48, 64, 96, 104, 112, 120, 136, 192 and 320 tokens and reduce-scatter at 128 and
-    384, whatever the bytes (320 tokens sum 1.5 MB, more than the image's 1.2 MB)."""
+    fusion), moving the bytes the all-reduce would and half the traffic, where XLA:TPU can lay it out so that each
+    chip's share is whole tiles (`_scatters`); elsewhere it stays an all-reduce, sliced where it is read."""
     out: list[Collective] = []
     for c in collectives:
         n = math.prod(mesh[a] for a in c.axes)
         if (not c.window or n < 2 or len(c.axes) != 1 or c.axes[0] in across_slices
                 or c.dot_flops / c.bytes < flop_per_byte * 2 / n):
-            if c.window == "scatter" and c.kind == "all-reduce" and c.rows % LANES == 0:
+            if c.window == "scatter" and c.kind == "all-reduce" and _scatters(c, n):
                 c = replace(c, kind="reduce-scatter", window="", why=f"{c.why}, and wanted split like the residual: "
                                                                       "XLA:TPU reduce-scatters it")
             out.append(c)
@@ -294,6 +299,23 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
                             "to a neighbour (both ways round the ring at once) while the matmul runs on the last")
                 for step in range(n - 1)]
     return tuple(out)
+
+
+def _scatters(c: Collective, n: int) -> bool:
+    """Whether XLA:TPU reduce-scatters a sum wanted split over n chips: where each chip's features are whole
+    128-lane tiles, laid out features-minor; else where its rows on a chip (batch x tokens), padded to a multiple of
+    128 lanes, gain at most 5% (`SCATTER_ROW_PADDING`), laid out rows-minor, the split features major.
+
+    Measured (v6e-8, 256², batch 1 a chip): FLUX.2 under 2d (flux2-2d.yaml, 512 features a chip) reduce-scatters
+    its dual blocks' 32 text rows with the image's and its single blocks' 288 joint rows; SD3.5 under data 4 x
+    model 2 (sd35-2d.yaml, 1216 features a chip, each MLP's second Linear at 4864 FLOP per byte, under 4928)
+    reduce-scatters the image stream's 256 rows and the text stream's at 128, 384, 1000 and 1216 tokens (padding 0
+    to 5.0% of the padded rows), and all-reduces them at 32 to 120, 136, 192, 320, 960, 1204 and 1208 (5.6% and
+    more), whatever the bytes (320 tokens sum 1.5 MB, more than the image's 1.2 MB)."""
+    if c.features % (n * LANES) == 0:
+        return True
+    padding = -c.rows % LANES
+    return padding <= SCATTER_ROW_PADDING * (c.rows + padding)
 
 
 def combine(collectives: list[Collective]) -> tuple[Collective, ...]:
@@ -471,7 +493,7 @@ class _Deriver:
         joined in place (the weight wants contiguous blocks of the whole): XLA moves each part's split onto the
         tokens, concatenates, and moves the result's split back, one all-to-all each (measured: Flux, 2d and pairs).
         Parts split otherwise are gathered."""
-        widths = [self.by_module[m].out_features for m in op.also]
+        widths = [self._branch_width(m, op) for m in op.also]
         parts = [(first, op.in_features - sum(widths), op.source)] + [
             (self.states.get(m, _State()), w, m) for m, w in zip(op.also, widths)]
         if w_in and all(state.split == w_in for state, _, _ in parts):
@@ -489,6 +511,16 @@ class _Deriver:
                                f"{'+'.join(state.split)}; the concatenation needs it whole")
         return _State()
 
+    def _branch_width(self, module: str, reader: LinearOp) -> int:
+        """The features a part of `reader`'s concatenated input brings: a Linear's output, or a fused q/k/v
+        projection's MLP tail, what the reader reads beyond its attention's output (FLUX.2's single blocks: 8192 -
+        16 heads x 128 = 6144; measured on XLA:TPU, flux2-2d.yaml: its all-to-all moves 6144 features a token)."""
+        op = self.by_module[module]
+        if op.role == "qkv":
+            attention = self.attentions[reader.source]
+            return reader.in_features - attention.heads * attention.head_dim
+        return op.out_features
+
     def _consume(self, op: LinearOp, out: _State) -> Step:
         phase = f"{_phase_name(op)}:out"
         nbytes = self.tensor_bytes(op.stream, op.out_features, out.split)
@@ -502,7 +534,8 @@ class _Deriver:
                            f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
                            role="modulation" if op.role == "chunks" and op.block is not None else "",
                            window="scatter" if scatter else "", dot_flops=self.dot_flops(op) if scatter else 0.0,
-                           rows=self.tensor_bytes(op.stream, 1, None) // self.layout.itemsize if scatter else 0)
+                           rows=self.tensor_bytes(op.stream, 1, None) // self.layout.itemsize if scatter else 0,
+                           features=op.out_features if scatter else 0)
         if op.role == "chunks":
             return (yield from self._chunks(op, out.split))
         if op.role == "hidden" and out.split:
@@ -588,8 +621,10 @@ class _Deriver:
         if blocks:  # a modulation outside the blocks conditioning every block's norms (Wan)
             norms = sorted({m.norm.rsplit(".", 1)[-1] for m in self.flows[op.module].modulates if ".*" in m.norm})
             for block in blocks:
-                for norm in norms:
-                    yield from self._norm(stream, op.chunk_width, self.residual.get(stream), block, norm, norm)
+                for rank, norm in enumerate(norms, 1):
+                    # numbered, so that twins in two streams (FLUX.2's norm1 and norm1_context) combine
+                    yield from self._norm(stream, op.chunk_width, self.residual.get(stream), block,
+                                          f"modulated norm {rank}", norm)
             return
         first = self.norms_seen[(op.block, stream)]
         self.norms_seen[(op.block, stream)] += op.layer_norms

@@ -6,7 +6,8 @@ Linear's output, which decides the collectives its sharding implies:
 
 - ``qkv``: feeds attention, which wants every q/k/v split the same way over heads.
 - ``out``: reads an attention's output (its ``source``); its output joins the residual. Flux's single blocks
-  also concatenate an MLP branch into it (a ``hidden`` Linear, kept in ``also``).
+  also concatenate an MLP branch into it (a ``hidden`` Linear, kept in ``also``; FLUX.2's, the fused q/k/v
+  projection's MLP tail: that ``qkv`` Linear is kept in ``also``).
 - ``chunks``: a conditioning Linear (modulation, adaLN) whose output meets the output of LayerNorms of one
   stream (``modulates``) as shift and scale pieces ``chunk_width`` wide: ``norms`` says how many LayerNorms
   (2 in a Qwen-Image or Flux dual block, 1 in a Flux single block and the output norm).
@@ -135,12 +136,13 @@ def graph_of(plan: Plan) -> Graph:
         else:
             others.append(p)
     roles = _roles(card.dataflow)
+    fused = {m for a in card.attention if a.fused_width for m in a.qkv}  # one Linear makes q, k, v and more
     linears = []
     for module in _forward_order(weights, card):
         weight = weights[module]
         flow = flows.get(module_pattern(module, card.block_lists))
         role = roles.get(flow.module, "whole") if flow else "whole"
-        linears.append(_linear_op(module, weight, biases.get(module), role, flow, roles))
+        linears.append(_linear_op(module, weight, biases.get(module), role, flow, roles, fused))
     kept_attention = tuple(a for a in card.attention if a.qkv and a.qkv[0] in weights)
     linears = _with_phases(linears)
     return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats, card.joins,
@@ -188,11 +190,15 @@ def _roles(dataflow: tuple[Flow, ...]) -> dict[str, str]:
 
 
 def _linear_op(module: str, weight: PlannedParameter, bias: PlannedParameter | None, role: str, flow: Flow | None,
-               roles: dict[str, str]) -> LinearOp:
+               roles: dict[str, str], fused: set[str] = frozenset()) -> LinearOp:
     attention = flow.sources("attention") if flow else ()
     hidden = tuple(concrete_path(s, module) for s in (flow.sources("linear") if flow else ()) if roles.get(s) == "hidden")
     source = concrete_path(attention[0], module) if attention else (hidden[0] if hidden else None)
-    also = hidden if attention else hidden[1:]
+    # an out Linear that also reads a fused q/k/v projection (`fused`) reads its MLP branch (FLUX.2's single blocks:
+    # to_qkv_mlp_proj's gated tail, concatenated after the attention's output)
+    branches = tuple(path for path in (concrete_path(s, module) for s in (flow.sources("linear") if flow else ())
+                                       if roles.get(s) == "qkv") if attention and path in fused)
+    also = hidden + branches if attention else hidden[1:]
     modulations = flow.modulates if flow and role == "chunks" else ()
     return LinearOp(module, weight, bias, weight.parameter.stream, weight.parameter.block, role, source,
                     modulates=modulations[0].stream if modulations else None,
