@@ -7,6 +7,11 @@ minutes here (3 blocks of each list, 256x256, 32 text tokens, torch_xla's progra
 Per strategy: "agrees" or the differences `meshlab check --backend tpu` reports for the kinds it holds (count and
 bytes within 10% per kind; temporaries are left out here: see benchmarks/tpu_aot.py). Figures for the note; nothing
 here asserts.
+
+    python benchmarks/tpu_matrix.py --capture tests/cost/data/tpu_block_collectives.json
+
+also keeps XLA:TPU's middle blocks, count and bytes per collective kind, with the command and the libtpu that made
+them: tests/cost/test_tpu_issued.py holds meshlab's prediction to them without compiling.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +42,7 @@ def text_tokens(path: Path) -> list[str]:
     return ["--text-tokens", str(required)] if required else []
 
 
-def row(path: Path) -> str:
+def row(path: Path, captured: dict | None = None) -> str:
     args = list(ARGS)
     if text_tokens(path):
         at = args.index("--text-tokens")
@@ -48,20 +54,32 @@ def row(path: Path) -> str:
         return f"{name}: not compiled: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}"
     doc = json.loads(done.stdout)
     differences = [d for d in doc["differences"] if not d.startswith("temporaries")]
+    if captured is not None:
+        blocks = doc["middle_blocks"]
+        captured[name] = {
+            "command": " ".join(["meshlab", "check", name, *args]), "options": doc["options"],
+            "front_end": doc["front_end"], "libtpu": version("libtpu"),
+            "blocks": {b: {kind: [count, doc["collective_bytes_per_block"][b][kind]]
+                           for kind, count in sorted(doc["collectives_per_block"].get(b, {}).items())}
+                       for b in blocks}}
     return f"{name}: " + ("agrees" if not differences else "; ".join(differences))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--capture", type=Path, help="keep XLA:TPU's middle blocks here (JSON)")
     args = parser.parse_args()
+    captured = {} if args.capture else None
     files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
     lines = []
     for path in files:
-        lines.append(row(path))
+        lines.append(row(path, captured))
         print(lines[-1], flush=True)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
+    if args.capture:
+        args.capture.write_text(json.dumps(captured, indent=1, sort_keys=True) + "\n")
     return 0
 
 

@@ -276,18 +276,23 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
                 "check the plan on the CPU first (`meshlab check` with --backend xla)")
         compiled = tuple(_read(r, setup) for r in results)
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
-    prediction = checked_prediction(setup)
     primary = next((c for c in compiled if c.ok), None)
-    as_compiled = strategy_as_compiled(setup.strategy, primary.front_end) if primary else setup.strategy
-    if as_compiled is setup.strategy:
-        call = prediction
-    else:
-        from meshlab.cost.predict import predict
+    call = compiled_prediction(setup, primary.front_end if primary else None)
+    return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, call, issued=True),
+                          predicted_bytes_per_block(setup, call), kept, predicted_call(call),
+                          predicted_totals(call), keep_compile_time(setup, primary))
 
-        call = predict(setup.plan, as_compiled, setup.planned.hardware)
-    return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, prediction, issued=True),
-                          predicted_bytes_per_block(setup, prediction), kept, predicted_call(call),
-                          predicted_totals(prediction), keep_compile_time(setup, primary))
+
+def compiled_prediction(setup: CheckSetup, front_end: str | None):
+    """meshlab's prediction of the program `front_end` compiled: the strategy with the attention that front end's
+    program has (meshlab.cost.compiled_call), so that its collectives are held as the program has them (torch_xla's
+    math attention gathers the heads of more than one sample a chip: meshlab.plan.axes.heads_gathered)."""
+    as_compiled = strategy_as_compiled(setup.strategy, front_end) if front_end else setup.strategy
+    if as_compiled is setup.strategy:
+        return checked_prediction(setup)
+    from meshlab.cost.predict import predict
+
+    return predict(setup.plan, as_compiled, setup.planned.hardware)
 
 
 def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:

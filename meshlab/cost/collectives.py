@@ -84,6 +84,7 @@ from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
+from meshlab.plan.axes import heads_gathered
 from meshlab.plan.plan import PlannedParameter
 
 @lru_cache(maxsize=1)
@@ -154,9 +155,11 @@ class _State:
     partial: Axes | None = None  # mesh axes over which it is an unreduced partial sum
 
 
-def derive(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Collective, ...]:
-    """Every collective of one transformer call on one chip, combined per block and point."""
-    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout))
+def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool = True
+           ) -> tuple[Collective, ...]:
+    """Every collective of one transformer call on one chip, combined per block and point (`flash_attention`: the
+    attention runs a flash kernel, not torch's math attention)."""
+    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), flash_attention)
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
             *_guidance(graph, layout))
 
@@ -346,8 +349,10 @@ class _Deriver:
     the streams joined outside attention (`joins`). Each step of the walk yields what it issues and returns how its
     output is split; the walk itself keeps only that (`states`) and which norms and joint outputs it has handled."""
 
-    def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, points: dict | None = None):
+    def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, points: dict | None = None,
+                 flash_attention: bool = True):
         self.layout, self.mesh, self.graph = layout, mesh, graph
+        self.flash_attention = flash_attention
         self.points = points or {}
         self.attentions = {a.module: a for a in graph.attentions}
         self.joined_back: set[str] = set()
@@ -762,7 +767,22 @@ class _Deriver:
         yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
             yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
+        elif target and not attention.is_linear and heads_gathered(self.flash_attention, self.layout.batch):
+            yield from self._heads_gathered(attention, qkv[0], target)
         return _State(target)
+
+    def _heads_gathered(self, attention, op: LinearOp, heads: Axes) -> Iterator[Collective]:
+        """torch_xla's math attention with more than one sample a chip runs every head on every chip
+        (meshlab.plan.axes.heads_gathered): q, k and v, each of the joint sequence, are gathered over the axes that
+        split the heads; the output is sliced back to the chip's heads, free."""
+        width = attention.heads * attention.head_dim
+        queries = sum(self.layout.local.of_stream(s) for s in attention.streams)
+        keys = sum(self.layout.local.of_stream(s) for s in attention.key_streams)
+        for name, tokens in (("q", queries), ("k", keys), ("v", keys)):
+            yield self.new("all-gather", heads, self.layout.batch * tokens * width * self.layout.itemsize, op.block,
+                           "attention:heads", f"{attention.module.rsplit('.', 1)[-1]}: torch's math attention folds "
+                           f"{self.layout.batch} samples and the heads into one dim, which XLA cannot keep split on "
+                           f"{'+'.join(heads)}: {name} is gathered and every chip computes every head")
 
     def kernel_axes(self, point) -> tuple[Axes, Axes]:
         """For one attention: the sequence axes that still split the tokens at its kernel (a ring's, whose keys and

@@ -36,7 +36,7 @@ from meshlab.models.truncate import block_lists
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
-from meshlab.plan.axes import compute_split
+from meshlab.plan.axes import compute_split, heads_gathered
 from meshlab.plan.tokens import TokenCounts
 
 
@@ -204,7 +204,8 @@ def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout,
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
     if attention.is_linear:
         return _linear_attention(attention, qkv, layout, mesh)
-    heads = attention.heads // _head_split(attention, qkv[0], layout, mesh)
+    gathered = heads_gathered(flash, layout.batch)  # every head on every chip
+    heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)
     width = heads * attention.head_dim

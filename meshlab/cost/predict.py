@@ -141,7 +141,7 @@ def plan_work(plan: Plan, strategy: Strategy) -> PlanWork:
     graph = graph_of(plan)
     work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
     weights = sum(p.bytes_per_device(plan.mesh) for p in plan.parameters)
-    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh), weights)
+    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh, strategy.workload.flash_attention), weights)
 
 
 def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions(),

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
-from meshlab.plan.axes import activation_axes, compute_split, ring_axes
+from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, ring_axes
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -279,7 +279,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     local = local_token_counts(tokens, split_image, plan.card, text_split)
     ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
-                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize)
+                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize, batch)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -298,6 +298,7 @@ class _Shape:
     ring: str = "gather"  # Activations.ring (from sequence_parallel)
     ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
     itemsize: int = 2  # bytes of one element of the workload's dtype
+    batch: int = 1  # samples on one chip in one call
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -333,7 +334,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
-    head_split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
+    head_split = 1 if heads_gathered(shape.flash, shape.batch) else compute_split(
+        weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
