@@ -624,12 +624,12 @@ class _Deriver:
         stream = op.modulates or "image"
         blocks = self._block_norms(op)
         if blocks:  # a modulation outside the blocks conditioning every block's norms (Wan)
-            norms = sorted({m.norm.rsplit(".", 1)[-1] for m in self.flows[op.module].modulates if ".*" in m.norm})
+            norms = {m.norm.rsplit(".", 1)[-1]: m.rms for m in self.flows[op.module].modulates if ".*" in m.norm}
             for block in blocks:
-                for rank, norm in enumerate(norms, 1):
+                for rank, norm in enumerate(sorted(norms), 1):
                     # numbered, so that twins in two streams (FLUX.2's norm1 and norm1_context) combine
                     yield from self._norm(stream, op.chunk_width, self.residual.get(stream), block,
-                                          f"modulated norm {rank}", norm)
+                                          f"modulated norm {rank}", norm, rms=norms[norm])
             return
         first = self.norms_seen[(op.block, stream)]
         self.norms_seen[(op.block, stream)] += op.layer_norms
@@ -639,7 +639,8 @@ class _Deriver:
             for read in self._modulated_streams(op, joint=False):
                 residual = self.residual.get(read) if op.block is not None or split else split
                 yield from self._norm(read, op.chunk_width, residual, op.block,
-                                      f"norm{norm}" if op.block is not None else "norm_out", f"LayerNorm {norm}")
+                                      f"norm{norm}" if op.block is not None else "norm_out", f"LayerNorm {norm}",
+                                      rms=any(m.rms for m in self._flow(op).modulates))
 
     def _modulated_streams(self, op: LinearOp, joint: bool = True) -> list[str]:
         """The streams a modulation Linear's norms are read on, its own first: CogVideoX normalizes the text and the
@@ -657,11 +658,21 @@ class _Deriver:
                 streams.append("joint")
         return streams
 
-    def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str
+    def _norm(self, stream: str, width: int, residual: Axes | None, block, phase: str, name: str, rms: bool = False
               ) -> Iterator[Collective]:
-        """One LayerNorm of a residual stream in `block`: gathers (or, in row form, row statistics) as above."""
+        """One LayerNorm of a residual stream in `block`: gathers (or, in row form, row statistics) as above. An RMS
+        norm (`rms`: diffusers' RMSNorm, a mean of squares over the last dim, which torch_xla lowers as a reduce, not
+        a batch norm) keeps its rows split whatever the rewrites, and sums one float32 value a row over a residual
+        split on features (measured: LTX-Video under 2d on XLA:TPU, one all-reduce of 1344 rows per norm)."""
         rows = tuple(a for a in self.layout.activation_axes() if self.size((a,)) > 1)
         whole_rows = self.tensor_bytes(stream, width, None) * self.size(rows)
+        if rms:
+            if residual:
+                stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row
+                yield self.new("all-reduce", residual, stats, block, f"{phase}:mean-square",
+                               f"the {stream} stream's {name} (an RMS norm) sums its mean square over features split "
+                               f"on {'+'.join(residual)} (float32, one value per row)")
+            return
         if "layernorm-rows" in self.layout.rewrites:  # a per-row reduction: the rows stay split
             if residual:
                 stats = self.layout.batch * self.layout.local.of_stream(stream) * 4  # a float32 value per row

@@ -135,6 +135,9 @@ class Modulation:
     norm: str  # module pattern of the norm (see ``Flow``)
     stream: str  # the token stream the norm normalizes
     width: int  # features of each piece that meets the norm's output (a chunk of the Linear's output)
+    #: an RMS norm (a mean of squares over the features, diffusers' ``RMSNorm``: LTX-Video's): one statistic a row,
+    #: where a LayerNorm has two (mean and variance)
+    rms: bool = False
 
 
 @dataclass(frozen=True)
@@ -436,7 +439,8 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "dataflow": [
             {"module": f.module, "reads": list(f.reads), "attention": f.attention, "residual": f.residual,
-             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width} for m in f.modulates],
+             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width, **({"rms": True} if m.rms else {})}
+                           for m in f.modulates],
              **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
              **({"rotary": f.rotary} if f.rotary else {}), **({"gated": f.gated} if f.gated else {})}
             for f in card.dataflow
@@ -486,7 +490,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         components=tuple(Component(**{**c.model_dump(), "tile": tuple(c.tile), "tile_stride": tuple(c.tile_stride)})
                          for c in checked.components),
         dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,
-                            tuple(Modulation(m.norm, m.stream, m.width) for m in f.modulates), f.residual,
+                            tuple(Modulation(m.norm, m.stream, m.width, m.rms) for m in f.modulates), f.residual,
                             QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary, f.gated)
                        for f in checked.dataflow),
         joins=tuple(Join(j.module, j.kind, j.width) for j in checked.joins),

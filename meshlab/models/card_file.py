@@ -81,6 +81,7 @@ class ModulationEntry(Closed):
     norm: str
     stream: Stream
     width: Int = Field(ge=0)
+    rms: bool = False
 
 
 class QkNormEntry(Closed):

@@ -71,8 +71,6 @@ DOCUMENTED = {
     ("hunyuan-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
     ("hunyuan-2d", "collective-permute", "single_transformer_blocks"): ((7, 15_360), (8, 12_288)),
     ("cog-2d", "collective-permute"): ((34, 64_512), (36, 55_296)),
-    ("ltx-2d", "all-gather"): ((11, 1_216_512), (7, 811_008)),
-    ("ltx-2d", "all-reduce"): ((7, 131_456), (5, 131_584)),
     ("ltx-2d", "all-to-all"): ((12, 61_440), (0, 0)),
     ("ltx-2d", "collective-permute"): ((9, 22_528), (0, 0)),
     ("sana-2d", "all-gather"): ((9, 788_480), (10, 815_360)),

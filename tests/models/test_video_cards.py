@@ -136,6 +136,12 @@ def test_ltx_video_packs_its_latent_and_cross_attends_to_the_text():
     self_attention, cross = card.attention[0], card.attention[1]
     assert (self_attention.streams, self_attention.keys) == (("image",), ())
     assert (cross.streams, cross.keys) == (("image",), ("text",))
+    # its blocks' RMSNorms (diffusers' RMSNorm, a mean of squares by hand) are traced as norms that the timestep
+    # projection outside the blocks modulates, with the per-block scale_shift_table (as Wan's LayerNorms are)
+    flows = {f.module: f for f in card.dataflow}
+    assert [(m.norm, m.stream, m.width, m.rms) for m in flows["time_embed.linear"].modulates] == [
+        ("transformer_blocks.*.norm1", "image", 2048, True), ("transformer_blocks.*.norm2", "image", 2048, True)]
+    assert flows["transformer_blocks.*.ff.net.0.proj"].sources("norm") == ("transformer_blocks.*.norm2|image",)
 
 
 def test_the_video_vaes_record_how_their_decodes_hold_frames():

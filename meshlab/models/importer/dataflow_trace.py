@@ -11,7 +11,11 @@ and passes the union of its inputs' tags on through every op, with three boundar
   inside an attention module that reads its own q/k/v Linears or its running result is the kernel, and the Linears
   each reads are returned in order (the first of a linear attention reads only k and v).
 - a norm over the hidden width (``F.layer_norm`` and the like, the LayerNorms of the residual streams): the
-  output is tagged by the norm; what reaches its input joins a residual stream.
+  output is tagged by the norm; what reaches its input joins a residual stream. So is a module with no Linear
+  inside, in a block, whose forward takes a mean over the last dim of a hidden-wide tensor and returns one
+  (diffusers' ``RMSNorm``, which computes its mean of squares by hand: LTX-Video's norm1 and norm2), recorded as an
+  RMS norm. One outside the blocks (SANA's caption_norm over the text embedding) is no residual stream's, and stays
+  transparent.
 
 Outside attention, a concatenation of the text and image streams along the token dim into one joint sequence,
 and the slicing of a joint sequence back into the two, are recorded as ``Join`` events of the module they run
@@ -84,7 +88,15 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         return hook
 
     def leave(module, args, output) -> None:
-        stack.pop()
+        path = stack.pop()
+        label = rms_inputs.pop(path, None)
+        norm = pattern_of(path, block_lists)
+        if label is not None and ".*" in norm and torch.is_tensor(output) and output.dim() \
+                and output.shape[-1] == hidden and not in_attention() \
+                and not any(isinstance(m, torch.nn.Linear) for m in module.modules()):
+            residual.update(linears(label))  # an RMS norm of a residual stream (see the module's docstring)
+            rms_norms.add(norm)
+            tag(output, frozenset({f"norm:{norm}|{stream_of(tuple(output.shape))}"}))
 
     for path, module in model.named_modules():
         module.register_forward_pre_hook(enter(path))
@@ -95,6 +107,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     residual: set[str] = set()
     modulations: dict[str, dict[str, Modulation]] = defaultdict(dict)
     norms = {F.layer_norm, F.group_norm, getattr(F, "rms_norm", F.layer_norm)}
+    #: module path -> what reached the last-dim mean it runs over a hidden-wide tensor (an RMS norm's, until it returns)
+    rms_inputs: dict[str, frozenset] = {}
+    rms_norms: set[str] = set()
     joins: dict[tuple[str, str], Join] = {}
     qk_norms: dict[str, QkNorm] = {}
     rotary: dict[str, str] = {}
@@ -277,6 +292,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 norm = pattern_of(stack[-1] if stack else "norm", block_lists)
                 tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))
                 return out
+            if func in means and stack and not in_attention() and torch.is_tensor(args[0]) and args[0].dim() \
+                    and args[0].shape[-1] == hidden and _last_dim(args, kwargs):
+                rms_inputs.setdefault(stack[-1], incoming[0])
             record_pieces(func, args, kwargs, incoming, out)
             if func in concatenations:
                 record_parts(args, kwargs, out)
@@ -307,7 +325,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     for name in linears(label):
                         for norm_label in normed:
                             norm, stream = norm_label[5:].rsplit("|", 1)
-                            modulations[name].setdefault(norm, Modulation(norm, stream, int(t.shape[-1])))
+                            modulations[name].setdefault(norm, Modulation(norm, stream, int(t.shape[-1]),
+                                                                          rms=norm in rms_norms))
 
     for name, value in inputs.items():
         if torch.is_tensor(value):
