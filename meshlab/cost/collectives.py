@@ -70,6 +70,7 @@ passes would.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from collections import defaultdict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
@@ -98,9 +99,9 @@ def known_differences() -> tuple[str, ...]:
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back
 #: (`_sequence`, `_cut_into_streams`, `joins`): the GPU tools join them on the chip (meshlab.cost.ring.tool_issued)
 STREAM_RESPLITS = ("attention:concat", "attention:split", "streams:concat", "streams:split")
-#: the most a sum's rows may gain, padded to 128 lanes, for XLA:TPU to reduce-scatter it (see collective_matmuls;
-#: measured between 5.0%, reduce-scattered, and 5.6%, all-reduced, of the padded rows)
-SCATTER_ROW_PADDING = 0.05
+#: the most a sum's tokens may gain, padded to 128 lanes, as a share of the padded tokens, for XLA:TPU to
+#: reduce-scatter it (see `reduce_scatters`; measured between 5.0%, reduce-scattered, and 5.6%, all-reduced)
+SCATTER_ROW_PADDING = Fraction(1, 20)
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 Axes = tuple[str, ...]
@@ -134,7 +135,7 @@ class Collective:
     #: residual it joins; "" neither
     window: str = ""
     dot_flops: float = 0.0  # per chip: the FLOPs of the matmul it feeds or drains (window only)
-    #: window "scatter" only: the summed tensor's rows (batch x tokens) on one chip, and its features (whole)
+    #: window "scatter" only: the summed tensor's tokens a sample on one chip, and its features (whole)
     rows: int = 0
     features: int = 0
     reads: str = ""  # all-gathers of one tensor share this (XLA:TPU gathers it once for all its readers)
@@ -155,11 +156,13 @@ class _State:
     partial: Axes | None = None  # mesh axes over which it is an unreduced partial sum
 
 
-def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool = True
+def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool = True, xla: bool = False
            ) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point (`flash_attention`: the
-    attention runs a flash kernel, not torch's math attention)."""
-    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), flash_attention)
+    attention runs a flash kernel, not torch's math attention; `xla`: the plan runs as XLA's program, on TPUs)."""
+    sequence_split = any(mesh.size(a) > 1 for a in layout.sequence_axes)
+    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout),
+                       heads_gathered(flash_attention, layout.batch, xla, sequence_split))
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
             *_guidance(graph, layout))
 
@@ -186,7 +189,8 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     collective_matmul_flop_per_byte; `mesh`: axis sizes; `dcn`: the axes that cross slices; `scanned`: block lists
     run through scan). On TPUs, XLA:TPU gathers a tensor once for all its readers and a block's
     conditioning once for all blocks (`gathered_once`), runs matmuls worth it as collective matmuls
-    (`collective_matmuls`), and its all-reduce combiner merges all-reduces with no data dependency between them into
+    (`collective_matmuls`), reduce-scatters a sum wanted split where its shares tile (`reduce_scatters`), and its
+    all-reduce combiner merges all-reduces with no data dependency between them into
     one op moving their bytes together:
 
     - the all-reduces of one block phase (the image and text streams' partial sums of one projection);
@@ -205,6 +209,8 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     collectives = norm_statistics(gathered_once(collectives, scanned))
     if collective_matmul is not None and mesh:
         collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
+    if mesh:
+        collectives = reduce_scatters(collectives, mesh, set(dcn or ()))
     scatters = combine([c for c in collectives if c.kind == "reduce-scatter"])
     reduces = list(combine([c for c in collectives if c.kind == "all-reduce"]))
     for block in dict.fromkeys(c.block for c in reduces if c.block is not None):
@@ -280,19 +286,12 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
     the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
     collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner
-    issues it.
-
-    A sum wanted split that does not run as a collective matmul is a reduce-scatter on TPU (an all-reduce-scatter
-    fusion), moving the bytes the all-reduce would and half the traffic, where XLA:TPU can lay it out so that each
-    chip's share is whole tiles (`_scatters`); elsewhere it stays an all-reduce, sliced where it is read."""
+    issues it."""
     out: list[Collective] = []
     for c in collectives:
         n = math.prod(mesh[a] for a in c.axes)
         if (not c.window or n < 2 or len(c.axes) != 1 or c.axes[0] in across_slices
                 or c.dot_flops / c.bytes < flop_per_byte * 2 / n):
-            if c.window == "scatter" and c.kind == "all-reduce" and _scatters(c, n):
-                c = replace(c, kind="reduce-scatter", window="", why=f"{c.why}, and wanted split like the residual: "
-                                                                      "XLA:TPU reduce-scatters it")
             out.append(c)
             continue
         how = "gathers" if c.window == "gather" else "sums"
@@ -304,21 +303,42 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     return tuple(out)
 
 
+def reduce_scatters(collectives: tuple[Collective, ...], mesh: dict[str, int], across_slices: set[str] = frozenset()
+                    ) -> tuple[Collective, ...]:
+    """A sum wanted split that does not run as a collective matmul (`collective_matmuls`) is a reduce-scatter on TPU
+    (an all-reduce-scatter fusion), moving the bytes the all-reduce would and half the traffic, where XLA:TPU can lay
+    it out so that each chip's share is whole tiles (`_scatters`); elsewhere it stays an all-reduce, sliced where it
+    is read. Measured over one axis inside one slice of v6e only: a sum over several axes, or over an axis that
+    crosses slices, stays an all-reduce; other TPUs are assumed alike (XLA:TPU's pass, their tiles the same)."""
+    out = []
+    for c in collectives:
+        n = math.prod(mesh[a] for a in c.axes)
+        if (c.window == "scatter" and c.kind == "all-reduce" and n > 1 and len(c.axes) == 1
+                and c.axes[0] not in across_slices and _scatters(c, n)):
+            c = replace(c, kind="reduce-scatter", window="",
+                        why=f"{c.why}, and wanted split like the residual: XLA:TPU reduce-scatters it")
+        out.append(c)
+    return tuple(out)
+
+
 def _scatters(c: Collective, n: int) -> bool:
     """Whether XLA:TPU reduce-scatters a sum wanted split over n chips: where each chip's features are whole
-    128-lane tiles, laid out features-minor; else where its rows on a chip (batch x tokens), padded to a multiple of
-    128 lanes, gain at most 5% (`SCATTER_ROW_PADDING`), laid out rows-minor, the split features major.
+    128-lane tiles, laid out features-minor; else where its tokens a sample, padded to a multiple of 128 lanes, gain
+    at most 5% (`SCATTER_ROW_PADDING`), laid out tokens-minor, the split features major (a [batch, tokens, features]
+    sum is laid out tokens-minor, batch-major: measured at one sample a chip only).
 
-    Measured (v6e-8, 256², batch 1 a chip): FLUX.2 under 2d (flux2-2d.yaml, 512 features a chip) reduce-scatters
+    Measured (v6e-8, 256², one sample a chip): FLUX.2 under 2d (flux2-2d.yaml, 512 features a chip) reduce-scatters
     its dual blocks' 32 text rows with the image's and its single blocks' 288 joint rows; SD3.5 under data 4 x
     model 2 (sd35-2d.yaml, 1216 features a chip, each MLP's second Linear at 4864 FLOP per byte, under 4928)
     reduce-scatters the image stream's 256 rows and the text stream's at 128, 384, 1000 and 1216 tokens (padding 0
     to 5.0% of the padded rows), and all-reduces them at 32 to 120, 136, 192, 320, 960, 1204 and 1208 (5.6% and
     more), whatever the bytes (320 tokens sum 1.5 MB, more than the image's 1.2 MB)."""
+    if c.features <= 0 or c.rows <= 0:
+        return False
     if c.features % (n * LANES) == 0:
         return True
     padding = -c.rows % LANES
-    return padding <= SCATTER_ROW_PADDING * (c.rows + padding)
+    return padding * SCATTER_ROW_PADDING.denominator <= SCATTER_ROW_PADDING.numerator * (c.rows + padding)
 
 
 def combine(collectives: list[Collective]) -> tuple[Collective, ...]:
@@ -350,9 +370,9 @@ class _Deriver:
     output is split; the walk itself keeps only that (`states`) and which norms and joint outputs it has handled."""
 
     def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, points: dict | None = None,
-                 flash_attention: bool = True):
+                 heads_gathered: bool = False):
         self.layout, self.mesh, self.graph = layout, mesh, graph
-        self.flash_attention = flash_attention
+        self.heads_gathered = heads_gathered  # meshlab.plan.axes.heads_gathered
         self.points = points or {}
         self.attentions = {a.module: a for a in graph.attentions}
         self.joined_back: set[str] = set()
@@ -498,7 +518,8 @@ class _Deriver:
         joined in place (the weight wants contiguous blocks of the whole): XLA moves each part's split onto the
         tokens, concatenates, and moves the result's split back, one all-to-all each (measured: Flux, 2d and pairs).
         Parts split otherwise are gathered."""
-        widths = [self._branch_width(m, op) for m in op.also]
+        plain = sum(self.by_module[m].out_features for m in op.also if self.by_module[m].role != "qkv")
+        widths = [self._branch_width(m, op, plain) for m in op.also]
         parts = [(first, op.in_features - sum(widths), op.source)] + [
             (self.states.get(m, _State()), w, m) for m, w in zip(op.also, widths)]
         if w_in and all(state.split == w_in for state, _, _ in parts):
@@ -516,14 +537,15 @@ class _Deriver:
                                f"{'+'.join(state.split)}; the concatenation needs it whole")
         return _State()
 
-    def _branch_width(self, module: str, reader: LinearOp) -> int:
+    def _branch_width(self, module: str, reader: LinearOp, plain: int) -> int:
         """The features a part of `reader`'s concatenated input brings: a Linear's output, or a fused q/k/v
-        projection's MLP tail, what the reader reads beyond its attention's output (FLUX.2's single blocks: 8192 -
-        16 heads x 128 = 6144; measured on XLA:TPU, flux2-2d.yaml: its all-to-all moves 6144 features a token)."""
+        projection's MLP tail, what the reader reads beyond its attention's output and its `plain` other parts
+        (FLUX.2's single blocks: 8192 - 16 heads x 128 = 6144; measured on XLA:TPU, flux2-2d.yaml: its all-to-all
+        moves 6144 features a token)."""
         op = self.by_module[module]
         if op.role == "qkv":
             attention = self.attentions[reader.source]
-            return reader.in_features - attention.heads * attention.head_dim
+            return reader.in_features - attention.heads * attention.head_dim - plain
         return op.out_features
 
     def _consume(self, op: LinearOp, out: _State) -> Step:
@@ -539,7 +561,7 @@ class _Deriver:
                            f"{op.short} is split on its input dim: its output is summed over {'+'.join(out.partial)}",
                            role="modulation" if op.role == "chunks" and op.block is not None else "",
                            window="scatter" if scatter else "", dot_flops=self.dot_flops(op) if scatter else 0.0,
-                           rows=self.tensor_bytes(op.stream, 1, None) // self.layout.itemsize if scatter else 0,
+                           rows=self.layout.local.of_stream(op.stream) if scatter else 0,
                            features=op.out_features if scatter else 0)
         if op.role == "chunks":
             return (yield from self._chunks(op, out.split))
@@ -778,7 +800,7 @@ class _Deriver:
         yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
             yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
-        elif target and not attention.is_linear and heads_gathered(self.flash_attention, self.layout.batch):
+        elif target and not attention.is_linear and self.heads_gathered:
             yield from self._heads_gathered(attention, qkv[0], target)
         return _State(target)
 

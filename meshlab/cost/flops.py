@@ -94,14 +94,17 @@ def _sequence(attention: Attention, tokens: TokenCounts) -> tuple[int, int]:
             sum(tokens.of_stream(s) for s in attention.key_streams))
 
 
-def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool) -> tuple[Work, ...]:
-    """The work of one chip in one transformer call, op by op (Linears, attentions, and the rest's weights)."""
+def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bool, xla: bool = False
+              ) -> tuple[Work, ...]:
+    """The work of one chip in one transformer call, op by op (Linears, attentions, and the rest's weights); `xla`:
+    it runs as XLA's program (TPUs: meshlab.plan.axes.heads_gathered)."""
     work = [replace(_linear(op, layout, mesh), count=graph.count(op.block)) for op in graph.linears]
     by_module = {op.module: op for op in graph.linears}
     for attention in graph.attentions:
         qkv = [by_module[m] for m in attention.qkv if m in by_module]
         if qkv:
-            work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention), count=graph.count(qkv[0].block)))
+            work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention, xla),
+                                count=graph.count(qkv[0].block)))
     convs = graph.convs
     work.extend(replace(_conv(p, layout, mesh), count=graph.count(p.parameter.block)) for p in convs)
     weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others if p not in convs)
@@ -158,6 +161,10 @@ def _head_split(attention: Attention, q: LinearOp, layout: Layout, mesh: Abstrac
     return split if attention.heads % split == 0 else 1
 
 
+def _sequence_split(layout: Layout, mesh: AbstractMesh) -> bool:
+    return any(mesh.size(a) > 1 for a in layout.sequence_axes)
+
+
 def _split(axes, mesh: AbstractMesh) -> int:
     return math.prod(mesh.size(a) for a in axes) if axes else 1
 
@@ -201,10 +208,11 @@ def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout,
                 shape=(layout.batch, heads, tokens, d))
 
 
-def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool) -> Work:
+def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool,
+               xla: bool = False) -> Work:
     if attention.is_linear:
         return _linear_attention(attention, qkv, layout, mesh)
-    gathered = heads_gathered(flash, layout.batch)  # every head on every chip
+    gathered = heads_gathered(flash, layout.batch, xla, _sequence_split(layout, mesh))  # every head on every chip
     heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)

@@ -136,19 +136,21 @@ class PlanWork:
     weights_per_chip: int  # the busiest chip's transformer bytes, as allocated
 
 
-def plan_work(plan: Plan, strategy: Strategy) -> PlanWork:
+def plan_work(plan: Plan, strategy: Strategy, xla: bool = False) -> PlanWork:
+    """`xla`: the plan runs as XLA's program (TPU hardware; meshlab.plan.axes.heads_gathered)."""
     layout = layout_of(plan, strategy)
     graph = graph_of(plan)
-    work = chip_work(graph, layout, plan.mesh, strategy.workload.flash_attention)
+    flash = strategy.workload.flash_attention
+    work = chip_work(graph, layout, plan.mesh, flash, xla)
     weights = sum(p.bytes_per_device(plan.mesh) for p in plan.parameters)
-    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh, strategy.workload.flash_attention), weights)
+    return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh, flash, xla), weights)
 
 
 def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions(),
             work: PlanWork | None = None) -> Prediction:
     """The plan's time and cost on `hardware`; `work` is `plan_work(plan, strategy)` when the caller has it."""
     hardware = hardware.at_dtype(strategy.workload.dtype)  # a float32 workload runs at the float32 peak
-    done = work if work is not None else plan_work(plan, strategy)
+    done = work if work is not None else plan_work(plan, strategy, xla=hardware.kind == "tpu")
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
     issued = tool_issued(issued_on(collectives, hardware.kind, hardware.collective_matmul_flop_per_byte,
                                    plan.mesh.as_dict(), strategy.dcn, strategy.compile.scan_blocks),

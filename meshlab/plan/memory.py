@@ -109,9 +109,9 @@ class MemoryReport:
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False
                   ) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
-    bytes its tiled layout allocates."""
+    bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered)."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
-    activations = block_activation_bytes(plan, strategy, tokens)
+    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
@@ -269,8 +269,9 @@ def _batch_split(plan: Plan, strategy: Strategy) -> int:
     return plan.mesh.size(axis) if axis else 1
 
 
-def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) -> int:
-    """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD)."""
+def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, xla: bool = False) -> int:
+    """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD); `xla`: the plan runs as XLA's
+    program (TPUs: meshlab.plan.axes.heads_gathered)."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axes = strategy.activations.sequence_axes
@@ -279,7 +280,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts) 
     local = local_token_counts(tokens, split_image, plan.card, text_split)
     ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
-                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize, batch)
+                   strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
+                   heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1))
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -298,7 +300,7 @@ class _Shape:
     ring: str = "gather"  # Activations.ring (from sequence_parallel)
     ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
     itemsize: int = 2  # bytes of one element of the workload's dtype
-    batch: int = 1  # samples on one chip in one call
+    heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -334,8 +336,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
-    head_split = 1 if heads_gathered(shape.flash, shape.batch) else compute_split(
-        weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
+    gathered = shape.heads_gathered and not attention.is_linear
+    head_split = 1 if gathered else compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh,
+                                                  shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
@@ -352,4 +355,5 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + 2 * held) * heads * attention.head_dim if fp32 > 1 else 0
     scores = fp32 * 2 * heads * queries * keys
-    return qkv + gathered_kv + output + upcast + scores
+    every_head = (queries + 2 * keys) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
+    return qkv + gathered_kv + output + upcast + scores + every_head

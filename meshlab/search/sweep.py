@@ -518,7 +518,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             shared.plan = make_plan(strategy, card, hardware.chips)
             shared.memory = memory_report(shared.plan, strategy, hardware.usable_hbm_bytes,
                                           hardware.runtime_reserve_bytes, tiles=hardware.tiled_layouts)
-            shared.work = plan_work(shared.plan, strategy)
+            shared.work = plan_work(shared.plan, strategy, xla=hardware.kind == "tpu")
         plan = shared.plan
         memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())

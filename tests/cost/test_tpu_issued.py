@@ -13,7 +13,7 @@ from meshlab.check.against_tpu import (
 )
 from meshlab.check.setup import CheckOptions, check_setup
 from meshlab.check.verdict import predicted_per_block
-from meshlab.cost.collectives import Collective, collective_matmuls, gathered_once, issued_on
+from meshlab.cost.collectives import Collective, collective_matmuls, gathered_once, issued_on, reduce_scatters
 
 from tests.conftest import REPO
 
@@ -195,6 +195,7 @@ TPU_DIFFERENCES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[int, in
 def test_a_middle_block_issues_what_xla_tpu_issued(name):
     case = CAPTURED[name]
     assert case["command"].startswith(f"meshlab check {name} --backend tpu --front-end torch-xla --layers 3")
+    assert (case["options"]["layers"], case["options"]["height"], case["options"]["width"]) == (3, 256, 256)
     strategy = name.rsplit("/", 1)[-1].removesuffix(".yaml")
     for block, measured in case["blocks"].items():
         counts, nbytes = issued_block(name, block, case["options"]["text_tokens"])
@@ -207,9 +208,11 @@ def test_a_middle_block_issues_what_xla_tpu_issued(name):
                 assert abs(d - x) <= COLLECTIVE_TOLERANCE * x, f"{block} {kind} {what}: XLA:TPU {x}, meshlab {d}"
 
 
-def test_every_documented_tpu_difference_is_a_captured_case():
-    strategies = {name.rsplit("/", 1)[-1].removesuffix(".yaml") for name in CAPTURED}
-    assert {strategy for strategy, _, _ in TPU_DIFFERENCES} <= strategies
+def test_every_documented_tpu_difference_is_a_captured_block_and_a_held_kind():
+    blocks = {(name.rsplit("/", 1)[-1].removesuffix(".yaml"), block) for name, case in CAPTURED.items()
+              for block in case["blocks"]}
+    assert {(strategy, block) for strategy, block, _ in TPU_DIFFERENCES} <= blocks
+    assert {kind for _, _, kind in TPU_DIFFERENCES} <= set(TPU_VERDICT_KINDS)
 
 
 def scatter(rows: int, features: int) -> Collective:
@@ -227,8 +230,12 @@ def scatter(rows: int, features: int) -> Collective:
 def test_a_sum_wanted_split_reduce_scatters_where_xla_tpu_tiles_its_shares(rows, features, n, kind):
     """A sum no collective matmul takes (here: too few FLOPs) is a reduce-scatter where each chip's share is whole
     tiles (measured points: meshlab.cost.collectives._scatters), else an all-reduce; it moves the same bytes."""
-    (issued,) = collective_matmuls((scatter(rows, features),), 4928.0, {"model": n})
+    (windowed,) = collective_matmuls((scatter(rows, features),), 4928.0, {"model": n})
+    (issued,) = reduce_scatters((windowed,), {"model": n})
     assert issued.kind == kind and issued.bytes == rows * features * 2
+    # over several axes, or an axis that crosses slices, it stays an all-reduce (not measured)
+    (across,) = reduce_scatters((windowed,), {"model": n}, {"model"})
+    assert across.kind == "all-reduce"
 
 
 def test_the_reduce_scatters_of_one_phase_combine_into_one():
@@ -255,6 +262,11 @@ def test_math_attention_with_two_samples_a_chip_gathers_every_head():
     heads = {w.shape[1] for w in stock.work if w.kind == "attention"}, {w.shape[1] for w in flash.work
                                                                           if w.kind == "attention"}
     assert heads == ({24}, {6})  # every head on every chip under the math attention; 24 / model 4 with flash
+    from meshlab.cost.compiled_call import strategy_as_compiled
+    from meshlab.cost.predict import plan_work
+
+    eager = plan_work(setup.plan, strategy_as_compiled(setup.strategy, "torch-xla"))  # not XLA's program: a GPU's
+    assert not [c for c in eager.collectives if c.phase == "attention:heads"]
 
 
 def test_ltx_video_s_rms_norms_sum_one_statistic_a_row():

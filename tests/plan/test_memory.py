@@ -56,17 +56,22 @@ def test_scores_count_without_flash_attention():
     assert with_scores == (residual + attention) * 2
 
 
-def test_math_attention_with_two_samples_a_chip_holds_every_head():
+def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
     """torch_xla's math attention gathers the heads of more than one sample a chip (meshlab.plan.axes.heads_gathered):
-    each sample's attention then holds all 4 heads of 16, not the chip's 1."""
+    on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1; eager DTensor on a
+    GPU keeps the chip's head."""
     card = small_card()
     s = strategy(workload={"batch": 4, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
     plan = make_plan(s, card, 8)
-    got = block_activation_bytes(plan, s, token_counts(s.workload, card.architecture))
-    heads = 4  # every head: 64 features
-    upcast, scores = 2 * (24 + 2 * 24) * heads * 16, 2 * (2 * heads * 24 * 24)
-    residual, attention = 2 * 24 * 64, 3 * 24 * 16 + 24 * heads * 16 + upcast + scores
-    assert got == (residual + attention) * 2 * 2  # 2 samples a chip (batch 4 over data 2), bf16
+    tokens = token_counts(s.workload, card.architecture)
+
+    def expected(heads: int, gathered: int) -> int:
+        upcast, scores = 2 * (24 + 2 * 24) * heads * 16, 2 * (2 * heads * 24 * 24)
+        attention = 3 * 24 * 16 + 24 * heads * 16 + upcast + scores + gathered
+        return (2 * 24 * 64 + attention) * 2 * 2  # 2 samples a chip (batch 4 over data 2), bf16
+
+    assert block_activation_bytes(plan, s, tokens, xla=True) == expected(4, (24 + 2 * 24) * 4 * 16)
+    assert block_activation_bytes(plan, s, tokens) == expected(1, 0)
 
 
 def test_components_and_placement():

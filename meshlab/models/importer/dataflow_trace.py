@@ -290,6 +290,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     p in attention_modules for p in stack):  # a q/k norm across heads (Wan) is attention's own
                 residual.update(linears(incoming[0]))
                 norm = pattern_of(stack[-1] if stack else "norm", block_lists)
+                if func is not F.layer_norm and func is not F.group_norm:  # torch's own F.rms_norm
+                    rms_norms.add(norm)
                 tag(out, frozenset({f"norm:{norm}|{stream_of(tuple(args[0].shape))}"}))
                 return out
             if func in means and stack and not in_attention() and torch.is_tensor(args[0]) and args[0].dim() \
