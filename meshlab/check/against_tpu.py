@@ -246,7 +246,7 @@ def tpu_options(path: str | Path, options: CheckOptions, given: set[str]) -> Che
                    width=options.width if "width" in given else w.width,
                    text_tokens=options.text_tokens if "text_tokens" in given else w.text_tokens,
                    frames=options.frames if "frames" in given else w.frames,
-                   batch=w.batch)
+                   batch=options.batch if "batch" in given else w.batch)
 
 
 def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "auto",

@@ -34,6 +34,9 @@ def check(
                                               "forward (default 32; --backend tpu: the workload's)"),
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="video frames for the check's forward "
                                          "(video models; default: two latent frames, 5 for Wan)"),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="images per call of the check's forward "
+                                        "(default: one sample per chip along the axes that split the batch; "
+                                        "--backend tpu: the workload's)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random weights and inputs"),
     dump_dir: Optional[Path] = typer.Option(None, "--dump-dir", help="keep XLA's dump here (default: a temp folder)"),
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
@@ -53,7 +56,8 @@ def check(
     if backend not in CHECK_BACKENDS:
         raise InputError(f"unknown backend {backend!r}", f"use --backend {' or '.join(CHECK_BACKENDS)}")
     given = {name for name, value in (("layers", layers), ("height", height), ("width", width),
-                                      ("text_tokens", text_tokens), ("frames", frames)) if value is not None}
+                                      ("text_tokens", text_tokens), ("frames", frames), ("batch", batch))
+             if value is not None}
     if front_end != "auto" and backend != "tpu":
         raise InputError(f"--front-end {front_end} chooses what XLA:TPU compiles, and --backend is {backend}",
                          "add --backend tpu, or drop --front-end")
@@ -63,7 +67,7 @@ def check(
 
     options = CheckOptions(layers=given_or(layers, 2), height=given_or(height, 128), width=given_or(width, 128),
                            text_tokens=text_tokens, frames=frames, seed=seed, dump_dir=dump_dir,
-                           scan=scan)
+                           scan=scan, batch=batch)
     if backend == "tpu":
         from meshlab.check.against_tpu import run_tpu_check, tpu_check_document, tpu_options
         from meshlab.cli.render_check import render_tpu_check

@@ -34,9 +34,12 @@ XLA_TPU = {
 }
 
 
-def issued_block(path: str, block: str, text_tokens: int = 32) -> tuple[Counter, Counter]:
-    """meshlab's count and bytes per kind of one block of the program the TPU check compiles (torch_xla's)."""
-    options = tpu_options(REPO / path, CheckOptions(layers=3, height=256, width=256, text_tokens=text_tokens), SMALL)
+def issued_block(path: str, block: str, text_tokens: int = 32, batch: int | None = None) -> tuple[Counter, Counter]:
+    """meshlab's count and bytes per kind of one block of the program the TPU check compiles (torch_xla's), at the
+    workload's batch or `batch` images."""
+    given = SMALL | ({"batch"} if batch is not None else set())
+    options = tpu_options(REPO / path, CheckOptions(layers=3, height=256, width=256, text_tokens=text_tokens,
+                                                    batch=batch), given)
     setup = check_setup(REPO / path, options)
     prediction = compiled_prediction(setup, "torch-xla")
     return predicted_per_block(setup, prediction, issued=True)[block], predicted_bytes_per_block(setup, prediction)[
@@ -198,7 +201,7 @@ def test_a_middle_block_issues_what_xla_tpu_issued(name):
     assert (case["options"]["layers"], case["options"]["height"], case["options"]["width"]) == (3, 256, 256)
     strategy = name.rsplit("/", 1)[-1].removesuffix(".yaml")
     for block, measured in case["blocks"].items():
-        counts, nbytes = issued_block(name, block, case["options"]["text_tokens"])
+        counts, nbytes = issued_block(name, block, case["options"]["text_tokens"], case["options"]["batch"])
         for kind in TPU_VERDICT_KINDS:
             xla, ours = tuple(measured.get(kind, (0, 0))), (counts[kind], nbytes[kind])
             if (strategy, block, kind) in TPU_DIFFERENCES:
@@ -276,3 +279,11 @@ def test_ltx_video_s_rms_norms_sum_one_statistic_a_row():
     assert (counts["all-reduce"], nbytes["all-reduce"]) == (4, 2 * 1344 * 4 + 2 * 1344 * 4 + (1344 + 32) * 4)
     assert (counts["all-gather"], nbytes["all-gather"]) == (6, 5 * 1344 * 2048 * 2 + 6 * 2048 * 2)
     assert (counts["reduce-scatter"], nbytes["reduce-scatter"]) == (1, 1344 * 2048 * 2)
+
+
+def test_the_tpu_check_compiles_the_workload_s_batch_unless_told_another():
+    """`meshlab check --backend tpu --batch 4` compiles 4 images a call (2d-4x2.yaml's workload has 2, which do not
+    split over data 4); without --batch, the workload's."""
+    path = DATA / "2d-4x2.yaml"
+    assert tpu_options(path, CheckOptions(batch=4), {"batch"}).batch == 4
+    assert tpu_options(path, CheckOptions(batch=4), set()).batch == 2
