@@ -2,13 +2,14 @@
 `collective_matmul_flop_per_byte` (v6e).
 
     python benchmarks/collective_matmul_probe.py            # the brackets the catalog figure rests on (about 1 min)
-    python benchmarks/collective_matmul_probe.py ag 4096 3072 12288
+    python benchmarks/collective_matmul_probe.py ag 4096 3072 12288        # over 4 chips
+    python benchmarks/collective_matmul_probe.py ag 4096 3072 49152 2      # over 2 chips (a 4x2 mesh)
 
 Each probe compiles ONE bf16 matmul ahead of time for v6e:2x4 with libtpu's compile-only client (no TPU needed:
 `pip install -e '.[tpu]'`) and counts the collectives of the compiled program:
 
-- ag: x[2, M, K] split on K over `model` (4 chips), w[K, N] split on N, output split on N (a column-parallel Linear
-  whose input arrives split): an all-gather of x, or a collective matmul (permutes);
+- ag: x[2, M, K] split on K over `model` (4 chips, or the count given), w[K, N] split on N, output split on N (a
+  column-parallel Linear whose input arrives split): an all-gather of x, or a collective matmul (permutes);
 - rs: x split on K, w split on K, output split on N (a row-parallel Linear whose sum is wanted split): an all-reduce
   (reduce-scatter), or a collective matmul;
 - fsdp: x[8, M, K] batch over 8 chips, w split 8 ways on N (an FSDP weight): an all-gather of w, or a collective
@@ -18,7 +19,9 @@ The decision is XLA's SPMD partitioner's (GetWindowedEinsumConfiguration, xla/se
 libtpu's own cost model, which is private: these probes measure where it switches. With I = the matmul's FLOPs per
 chip per byte of the collective it would replace (ag: N / 4; rs: K / 4; fsdp: M, the tokens per chip), it switched
 between I = 2432 and 2496 on 4 chips and between 1216 and 1280 on 8, for every M, K and N tried (the helper notes
-of issue 25): a threshold of C x 2 / n with C in (4864, 4992]; the catalog takes 4928.
+of issue 25): a threshold of C x 2 / n with C in (4864, 4992]; the catalog takes 4928. Over 2 chips it never
+switched, up to I = 24576 (5 times the threshold's extrapolation): meshlab runs no collective matmul over fewer
+than 3 chips.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ import re
 import subprocess
 import sys
 
-#: (mode, M, K, N, I, expected): each side of the switch on 4 and on 8 chips
-BRACKETS = (("ag", 4096, 3072, 9728, 2432, "all-gather"), ("ag", 4096, 3072, 9984, 2496, "collective-permute"),
-            ("rs", 4096, 9728, 3072, 2432, "all-reduce"), ("rs", 4096, 9984, 3072, 2496, "collective-permute"),
-            ("fsdp", 1216, 3072, 3072, 1216, "all-gather"), ("fsdp", 1280, 3072, 3072, 1280, "collective-permute"))
+#: (mode, M, K, N, chips, I, expected): each side of the switch on 4 and on 8 chips, and none on 2
+BRACKETS = (("ag", 4096, 3072, 9728, 4, 2432, "all-gather"), ("ag", 4096, 3072, 9984, 4, 2496, "collective-permute"),
+            ("rs", 4096, 9728, 3072, 4, 2432, "all-reduce"), ("rs", 4096, 9984, 3072, 4, 2496, "collective-permute"),
+            ("fsdp", 1216, 3072, 3072, 8, 1216, "all-gather"), ("fsdp", 1280, 3072, 3072, 8, 1280, "collective-permute"),
+            ("ag", 4096, 3072, 49152, 2, 24576, "all-gather"), ("rs", 4096, 49152, 3072, 2, 24576, "all-reduce"))
 
 
-def probe(mode: str, m: int, k: int, n: int) -> dict[str, int]:
+def probe(mode: str, m: int, k: int, n: int, chips: int = 4) -> dict[str, int]:
     os.environ.update(TPU_ACCELERATOR_TYPE="v6e-8", TPU_WORKER_HOSTNAMES="localhost", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
                       TF_CPP_MIN_LOG_LEVEL="3")
     import jax
@@ -45,12 +49,12 @@ def probe(mode: str, m: int, k: int, n: int) -> dict[str, int]:
 
     devices = sorted(topologies.get_topology_desc(platform="tpu", topology_name="v6e:2x4").devices, key=lambda d: d.id)
     fsdp = mode == "fsdp"
-    mesh = Mesh(np.array(devices).reshape((8, 1) if fsdp else (2, 4)), ("data", "model"))
+    mesh = Mesh(np.array(devices).reshape((8, 1) if fsdp else (8 // chips, chips)), ("data", "model"))
 
     def spec(*axes):
         return NamedSharding(mesh, P(*axes))
 
-    x = jax.ShapeDtypeStruct((8 if fsdp else 2, m, k), jnp.bfloat16,
+    x = jax.ShapeDtypeStruct((8 if fsdp else 8 // chips, m, k), jnp.bfloat16,
                              sharding=spec("data", None, None if fsdp else "model"))
     w = jax.ShapeDtypeStruct((k, n), jnp.bfloat16, sharding={"ag": spec(None, "model"), "rs": spec("model", None),
                                                              "fsdp": spec(None, "data")}[mode])
@@ -66,13 +70,14 @@ def probe(mode: str, m: int, k: int, n: int) -> dict[str, int]:
 
 def main(argv: list[str]) -> int:
     if argv:
-        mode, m, k, n = argv[0], *map(int, argv[1:4])
-        print(mode, m, k, n, probe(mode, m, k, n))
+        mode, m, k, n, *chips = argv[0], *map(int, argv[1:5])
+        print(mode, m, k, n, probe(mode, m, k, n, *chips))
         return 0
-    for mode, m, k, n, intensity, expected in BRACKETS:  # one process each: libtpu loads once per process
-        done = subprocess.run([sys.executable, __file__, mode, str(m), str(k), str(n)], capture_output=True, text=True)
+    for mode, m, k, n, chips, intensity, expected in BRACKETS:  # one process each: libtpu loads once per process
+        done = subprocess.run([sys.executable, __file__, mode, str(m), str(k), str(n), str(chips)],
+                              capture_output=True, text=True)
         found = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
-        print(f"{mode} on {8 if mode == 'fsdp' else 4} chips, I = {intensity}: {found} (catalog: {expected})")
+        print(f"{mode} on {chips} chips, I = {intensity}: {found} (catalog: {expected})")
     return 0
 
 

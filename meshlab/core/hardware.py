@@ -113,7 +113,8 @@ class Hardware:
     #: a GPU's torch.compile'd call, `elementwise: fused`, is assumed to hide its launches, unmeasured)
     eager_dispatch_s: float | None = None
     #: XLA:TPU's collective matmul: a matmul fed by an all-gather (or drained by a reduce-scatter) over n chips runs
-    #: as async permutes when its FLOPs per chip per byte of that collective reach this x 2 / n (None: not modelled)
+    #: as async permutes when its FLOPs per chip per byte of that collective reach this x 2 / n, over 3 chips or more
+    #: (None: not modelled)
     collective_matmul_flop_per_byte: float | None = None
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file

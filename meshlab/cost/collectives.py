@@ -284,13 +284,15 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     them in a loop whose text holds 5 permutes per matmul (9 run, 2 of them wasted): meshlab counts the n - 1 that
     carry data. Measured (2d.yaml at full depth, v6e-8): each
     MLP's first Linear (3072 FLOP per byte on 4 chips) and its second's sum become 3 + 3 permutes per stream, where
-    the attention output projection (768) keeps its gather. Measured on one axis inside one slice only: a
+    the attention output projection (768) keeps its gather. Over 2 chips XLA:TPU runs none, even at 5 times the
+    threshold (benchmarks/collective_matmul_probe.py; 2d-4x2.yaml gathers its MLP input at 6144). Measured on one
+    axis inside one slice only: a
     collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner
     issues it."""
     out: list[Collective] = []
     for c in collectives:
         n = math.prod(mesh[a] for a in c.axes)
-        if (not c.window or n < 2 or len(c.axes) != 1 or c.axes[0] in across_slices
+        if (not c.window or n < 3 or len(c.axes) != 1 or c.axes[0] in across_slices
                 or c.dot_flops / c.bytes < flop_per_byte * 2 / n):
             out.append(c)
             continue
