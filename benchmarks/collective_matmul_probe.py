@@ -17,9 +17,9 @@ Each probe compiles ONE bf16 matmul ahead of time for v6e:2x4 with libtpu's comp
 
 The decision is XLA's SPMD partitioner's (GetWindowedEinsumConfiguration, xla/service/spmd/dot_handler.cc) under
 libtpu's own cost model, which is private: these probes measure where it switches. With I = the matmul's FLOPs per
-chip per byte of the collective it would replace (ag: N / 4; rs: K / 4; fsdp: M, the tokens per chip), it switched
-between I = 2432 and 2496 on 4 chips and between 1216 and 1280 on 8, for every M, K and N tried (the helper notes
-of issue 25): a threshold of C x 2 / n with C in (4864, 4992]; the catalog takes 4928. Over 2 chips it never
+chip per byte of the collective it would replace (ag: N / chips; rs: K / chips; fsdp: M, the tokens per chip), it
+switched between I = 2432 and 2496 on 4 chips and between 1216 and 1280 on 8, for every M, K and N tried (the helper
+notes of issue 25): a threshold of C x 2 / n with C in (4864, 4992]; the catalog takes 4928. Over 2 chips it never
 switched, up to I = 24576 (5 times the threshold's extrapolation): meshlab runs no collective matmul over fewer
 than 3 chips.
 """
@@ -34,7 +34,8 @@ import sys
 #: (mode, M, K, N, chips, I, expected): each side of the switch on 4 and on 8 chips, and none on 2
 BRACKETS = (("ag", 4096, 3072, 9728, 4, 2432, "all-gather"), ("ag", 4096, 3072, 9984, 4, 2496, "collective-permute"),
             ("rs", 4096, 9728, 3072, 4, 2432, "all-reduce"), ("rs", 4096, 9984, 3072, 4, 2496, "collective-permute"),
-            ("fsdp", 1216, 3072, 3072, 8, 1216, "all-gather"), ("fsdp", 1280, 3072, 3072, 8, 1280, "collective-permute"),
+            ("fsdp", 1216, 3072, 3072, 8, 1216, "all-gather"),
+            ("fsdp", 1280, 3072, 3072, 8, 1280, "collective-permute"),
             ("ag", 4096, 3072, 49152, 2, 24576, "all-gather"), ("rs", 4096, 49152, 3072, 2, 24576, "all-reduce"))
 
 

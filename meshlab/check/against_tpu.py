@@ -164,8 +164,8 @@ class TpuCheckReport:
 
         strategy = strategy_as_compiled(self.setup.strategy, front_end)
         hw = self.setup.planned.hardware
-        return memory_report(self.setup.plan, strategy, hw.usable_hbm_bytes, hw.runtime_reserve_bytes
-                             ).most_loaded.denoise
+        return memory_report(self.setup.plan, strategy, hw.usable_hbm_bytes, hw.runtime_reserve_bytes,
+                             tiles=hw.tiled_layouts).most_loaded.denoise
 
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU

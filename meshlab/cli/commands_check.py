@@ -34,9 +34,8 @@ def check(
                                               "forward (default 32; --backend tpu: the workload's)"),
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="video frames for the check's forward "
                                          "(video models; default: two latent frames, 5 for Wan)"),
-    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="images per call of the check's forward "
-                                        "(default: one sample per chip along the axes that split the batch; "
-                                        "--backend tpu: the workload's)"),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="with --backend tpu: images per call of the "
+                                        "compiled forward (default: the workload's)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random weights and inputs"),
     dump_dir: Optional[Path] = typer.Option(None, "--dump-dir", help="keep XLA's dump here (default: a temp folder)"),
     scan: Optional[bool] = typer.Option(None, "--scan/--no-scan", help="run block lists through torch_xla's scan "
@@ -58,6 +57,9 @@ def check(
     given = {name for name, value in (("layers", layers), ("height", height), ("width", width),
                                       ("text_tokens", text_tokens), ("frames", frames), ("batch", batch))
              if value is not None}
+    if batch is not None and backend != "tpu":
+        raise InputError(f"--batch {batch} sets the images XLA:TPU compiles, and --backend is {backend}, whose check "
+                         "runs one sample per chip", "add --backend tpu, or drop --batch")
     if front_end != "auto" and backend != "tpu":
         raise InputError(f"--front-end {front_end} chooses what XLA:TPU compiles, and --backend is {backend}",
                          "add --backend tpu, or drop --front-end")

@@ -70,10 +70,10 @@ passes would.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections import defaultdict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 

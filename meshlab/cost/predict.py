@@ -148,7 +148,8 @@ def plan_work(plan: Plan, strategy: Strategy, xla: bool = False) -> PlanWork:
 
 def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Assumptions = Assumptions(),
             work: PlanWork | None = None) -> Prediction:
-    """The plan's time and cost on `hardware`; `work` is `plan_work(plan, strategy)` when the caller has it."""
+    """The plan's time and cost on `hardware`; `work` is `plan_work(plan, strategy, xla=hardware.kind == "tpu")`
+    when the caller has it."""
     hardware = hardware.at_dtype(strategy.workload.dtype)  # a float32 workload runs at the float32 peak
     done = work if work is not None else plan_work(plan, strategy, xla=hardware.kind == "tpu")
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives

@@ -17,6 +17,9 @@ TWO_D = str(next(p for p in STRATEGIES if p.stem == "2d"))
 @pytest.mark.parametrize("args, message", [
     (["check", TWO_D, "--height", "100000"],
      "command line: --height: Input should be less than or equal to 16384; --height is image height in pixels"),
+    (["check", TWO_D, "--batch", "4"],
+     "--batch 4 sets the images XLA:TPU compiles, and --backend is xla, whose check runs one sample per chip; add "
+     "--backend tpu, or drop --batch"),
     (["run", TWO_D, "--steps", "5000", "--checkpoint", "tiny"],
      "command line: --steps: Input should be less than or equal to 1000; --steps is denoising steps"),
     (["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--batch-per-replica", "1024", "--no-progress"],

@@ -5,6 +5,7 @@ them again where the [tpu] extra is installed), and the rule's edges on hand-mad
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -239,9 +240,10 @@ def test_a_sum_wanted_split_reduce_scatters_where_xla_tpu_tiles_its_shares(rows,
     (windowed,) = collective_matmuls((scatter(rows, features),), 4928.0, {"model": n})
     (issued,) = reduce_scatters((windowed,), {"model": n})
     assert issued.kind == kind and issued.bytes == rows * features * 2
-    # over several axes, or an axis that crosses slices, it stays an all-reduce (not measured)
+    # over an axis that crosses slices, or over several axes, it stays an all-reduce (not measured)
     (across,) = reduce_scatters((windowed,), {"model": n}, {"model"})
-    assert across.kind == "all-reduce"
+    (several,) = reduce_scatters((replace(windowed, axes=("data", "model")),), {"data": 2, "model": n})
+    assert across.kind == several.kind == "all-reduce"
 
 
 def test_the_reduce_scatters_of_one_phase_combine_into_one():
