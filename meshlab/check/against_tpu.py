@@ -36,10 +36,10 @@ from meshlab.runtime.requests import TpuCheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.check.tpu_schedule import Schedule, parse_schedule
 from meshlab.check.verdict import (
-    OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, checked_prediction, collectives_of,
+    OUTSIDE, VERDICT_KINDS, COLLECTIVE_TOLERANCE, MeasuredCollective, collectives_of,
     dead_tail_parameters, per_block_counts, predicted_per_block,
 )
-from meshlab.cost.compiled_call import predicted_call, strategy_as_compiled
+from meshlab.cost.compiled_call import predicted_as_compiled, predicted_call, strategy_as_compiled
 from meshlab.models.card import block_position
 from meshlab.runtime.devices import child_environment
 from meshlab.core.errors import BackendError, InputError
@@ -287,12 +287,7 @@ def compiled_prediction(setup: CheckSetup, front_end: str | None):
     """meshlab's prediction of the program `front_end` compiled: the strategy with the attention that front end's
     program has (meshlab.cost.compiled_call), so that its collectives are held as the program has them (torch_xla's
     math attention gathers the heads of more than one sample a chip: meshlab.plan.axes.heads_gathered)."""
-    as_compiled = strategy_as_compiled(setup.strategy, front_end) if front_end else setup.strategy
-    if as_compiled is setup.strategy:
-        return checked_prediction(setup)
-    from meshlab.cost.predict import predict
-
-    return predict(setup.plan, as_compiled, setup.planned.hardware)
+    return predicted_as_compiled(setup.plan, setup.strategy, setup.planned.hardware, front_end)
 
 
 def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:

@@ -160,9 +160,8 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
            ) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point (`flash_attention`: the
     attention runs a flash kernel, not torch's math attention; `xla`: the plan runs as XLA's program, on TPUs)."""
-    sequence_split = any(mesh.size(a) > 1 for a in layout.sequence_axes)
     deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout),
-                       heads_gathered(flash_attention, layout.batch, xla, sequence_split))
+                       heads_gathered(flash_attention, layout.batch, xla, layout.sequence_split > 1))
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
             *_guidance(graph, layout))
 

@@ -23,6 +23,14 @@ def strategy_as_compiled(strategy: Strategy, front_end: str) -> Strategy:
     return strategy.model_copy(update={"workload": strategy.workload.model_copy(update={"flash_attention": flash})})
 
 
+def predicted_as_compiled(plan, strategy: Strategy, hardware, front_end: str | None):
+    """meshlab's prediction of the program `front_end` compiled (the strategy's own where None): the strategy with
+    that front end's attention (`strategy_as_compiled`)."""
+    from meshlab.cost.predict import predict
+
+    return predict(plan, strategy_as_compiled(strategy, front_end) if front_end else strategy, hardware)
+
+
 def predicted_call(prediction) -> dict:
     """meshlab's seconds for one transformer call, term by term: the ops (each the longer of its FLOPs and its HBM
     bytes) and the collectives by kind, exposed (a collective matmul's permutes less what their matmul slices
@@ -42,14 +50,11 @@ def predicted_call(prediction) -> dict:
 def schedule_beside(planned) -> dict | None:
     """XLA:TPU's schedule of this plan's program, kept by its measured compile, beside meshlab's prediction of that
     program (its front end's attention); None where no check kept one."""
-    from meshlab.cost.predict import predict
-
     measured = planned.hardware.compile_measured
     if measured is None or measured.schedule is None:
         return None
-    as_compiled = strategy_as_compiled(planned.strategy, measured.front_end)
-    prediction = predict(planned.plan, as_compiled, planned.hardware)
-    flash = as_compiled.workload.flash_attention
+    prediction = predicted_as_compiled(planned.plan, planned.strategy, planned.hardware, measured.front_end)
+    flash = strategy_as_compiled(planned.strategy, measured.front_end).workload.flash_attention
     return {"front_end": measured.front_end, "measured_at": measured.measured_at,
             "attention": "flash" if flash else "stock, float32 scores",
             "attention_as_priced_above": flash == planned.strategy.workload.flash_attention,

@@ -161,10 +161,6 @@ def _head_split(attention: Attention, q: LinearOp, layout: Layout, mesh: Abstrac
     return split if attention.heads % split == 0 else 1
 
 
-def _sequence_split(layout: Layout, mesh: AbstractMesh) -> bool:
-    return any(mesh.size(a) > 1 for a in layout.sequence_axes)
-
-
 def _split(axes, mesh: AbstractMesh) -> int:
     return math.prod(mesh.size(a) for a in axes) if axes else 1
 
@@ -212,7 +208,7 @@ def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: 
                xla: bool = False) -> Work:
     if attention.is_linear:
         return _linear_attention(attention, qkv, layout, mesh)
-    gathered = heads_gathered(flash, layout.batch, xla, _sequence_split(layout, mesh))  # every head on every chip
+    gathered = heads_gathered(flash, layout.batch, xla, layout.sequence_split > 1)  # every head on every chip
     heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)
