@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from meshlab.cli.output import console, print_json, reports_errors
+from meshlab.cli.output import console, png_path, print_json, reports_errors
 
 JSON_OPTION = typer.Option(False, "--json", help="print one JSON document instead of tables")
 
@@ -29,6 +29,7 @@ def compare(
     """Rank strategies by predicted seconds per image; say why each loser loses. Exit 0; 2 bad input."""
     from meshlab.search.compare import compare as run_compare
 
+    png_path(plot)
     comparison = run_compare(strategies)
     from meshlab.cli.output import warn_unmatched_rules
 
@@ -58,16 +59,17 @@ def sweep(
                                           "(one open line of chips; one system only)"),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds-per-image", help="keep only plans that give one "
                                                 "request its image in at most this many seconds (a latency goal: "
-                                                "the whole pipeline call)"),
+                                                "the whole pipeline call); with --objective throughput, plans whose "
+                                                "seconds per image at throughput are at most this"),
     budget: Optional[float] = typer.Option(None, "--budget-usd-per-image", help="keep only plans at most this many "
                                            "dollars per image at list price"),
     images: Optional[int] = typer.Option(None, "--images", min=1, help="images you plan to make in one session: "
                                          "dollars per image then share the load and compile among them"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG: every fitting plan's latency against "
                                         "dollars per image, one colour per system, the front joined"),
-    text_encoder: str = typer.Option("auto", "--text-encoder", help="where the text encoder runs: device, host, or "
-                                     "auto (the device where the plan still fits with it, as diffusers places it on "
-                                     "a GPU, else the host)"),
+    text_encoder: str = typer.Option("auto", "--text-encoder", help="where the text encoder runs: device, host (cpu, "
+                                     "as a strategy file names it), or auto (the device where the plan still fits "
+                                     "with it, as diffusers places it on a GPU, else the host)"),
     objective: str = typer.Option("latency", "--objective", help="what the best plan minimises: latency (seconds "
                                   "one request waits), throughput (seconds per image with the plan's batch in "
                                   "flight) or cost (dollars per image)"),
@@ -101,13 +103,15 @@ def sweep(
 
         raise InputError(f"--devices {devices} re-sizes one system, and {len(names)} are swept",
                          "give one --hardware with --devices, or name sub-node sizes such as h100:4")
-    limits = Limits(_goal(max_seconds, "--max-seconds-per-image"), _goal(budget, "--budget-usd-per-image"))
+    limits = Limits(_goal(max_seconds, "--max-seconds-per-image"), _goal(budget, "--budget-usd-per-image"),
+                    throughput=objective == "throughput")
     from meshlab.search.sweep import OBJECTIVES
 
     if objective not in OBJECTIVES:
         from meshlab.core.errors import InputError
 
         raise InputError(f"unknown objective {objective!r}", f"use --objective {' or '.join(OBJECTIVES)}")
+    text_encoder = "host" if text_encoder == "cpu" else text_encoder  # a strategy file's name for the host
     if text_encoder not in ("auto", "host", "device"):
         from meshlab.core.errors import InputError
 
@@ -118,6 +122,13 @@ def sweep(
 
     workload, basis = default_workload(card.name, card.architecture.text_tokens, height=height, width=width,
                                        frames=frames, steps=steps, text_tokens=text_tokens, cfg=cfg)
+    from meshlab.core.errors import InputError, Location, MeshlabError
+    from meshlab.models.card import token_frames
+
+    try:  # before the sweep's progress bar: a frame count no candidate can take is one line about the flag
+        token_frames(workload.frames, card.architecture)
+    except MeshlabError as exc:
+        raise InputError(exc.problem, exc.fix, Location("command line: --frames")) from None
     most = Workload.field_metadata("batch")["le"]
     hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
@@ -133,7 +144,7 @@ def sweep(
     if out != "-":
         output_path(out, card_file, "--out")  # before the sweep, not after it
     if plot is not None:
-        output_path(plot, card_file, "--plot")
+        output_path(png_path(plot), card_file, "--plot")
     start = time.perf_counter()
     with progress_bar(enabled=progress and not as_json) as advance:
         result = sweep_systems(card, systems, model, workload, batch_per_replica, progress=advance, limits=limits,
@@ -164,7 +175,7 @@ def sweep(
                                                                      "workload_basis": basis}, SweepDocument)
     elif out != "-":
         console().print(f"workload: {basis}")
-        render_sweep(result, console(), written, elapsed, default)
+        render_sweep(result, console(), written, elapsed, default, unwritten=None if written else out)
 
 
 def explain(strategy: Path = typer.Argument(..., help="strategy YAML file"), as_json: bool = JSON_OPTION) -> None:

@@ -119,6 +119,9 @@ def report(
     from meshlab.experiments.records import read_records
     from meshlab.experiments.measured import ReportDocument, report_document, report_rows
 
+    from meshlab.cli.output import png_path
+
+    png_path(plot)
     rows = report_rows(read_records(files))
     if plot is not None:
         from meshlab.cli.render_run import plot_report

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 import pydantic
@@ -29,6 +30,16 @@ def print_json(document: object, model) -> None:
 def print_schema(schema: dict) -> None:
     """A JSON Schema (the one document with no model of its own: it is a model's)."""
     sys.stdout.write(json.dumps(schema, indent=2) + "\n")
+
+
+def png_path(path: Path | None) -> Path | None:
+    """`--plot`'s file, which must be named .png (the plot is a PNG), or an InputError."""
+    if path is not None and Path(path).suffix.lower() != ".png":
+        from meshlab.core.errors import InputError, Location
+
+        raise InputError(f"{path}: the plot is a PNG image", f"name a .png file, e.g. "
+                         f"{Path(path).with_suffix('.png')}", Location("command line: --plot"))
+    return path
 
 
 def console():

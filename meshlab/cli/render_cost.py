@@ -28,26 +28,40 @@ def usd(amount: float | None) -> str:
     return f"${amount:.2f}" if amount >= 1 else f"${amount:.4f}"
 
 
+def mesh_label(mesh) -> str:
+    """A mesh with its axes named, as the sweep writes it: data2xmodel4."""
+    return "x".join(f"{name}{size}" for name, size in mesh.axes)
+
+
 def render_comparison(comparison, console, plot: Path | None = None) -> None:
-    table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}", title_justify="left")
-    columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "fits", "compute\nms/step", "HBM\nms/step",
-               "coll.\nms/step", "step\nms", "latency\ns", "s/image", "$/image", "MFU", "coll.\nGiB/step",
-               "pad\nMiB")
-    longest = max((len(e.planned.strategy.name) for e in comparison.entries), default=8)
+    entries = comparison.entries
+    models = len({e.planned.card.name for e in entries}) > 1
+    systems = len({e.planned.hardware.name for e in entries}) > 1
+    table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}"
+                        + ("; under each name its model and system" if models or systems else ""),
+                  title_justify="left")
+    columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "usable\nGiB", "fits", "compute\nms/step",
+               "HBM\nms/step", "coll.\nms/step", "step\nms", "latency\ns", "s/image", "$/image", "MFU",
+               "coll.\nGiB/step")
+    longest = max((len(e.planned.strategy.name) + 5 for e in entries), default=8)
+    if models or systems:
+        longest = max([longest] + [len(f"{e.planned.card.name} on {e.planned.hardware.name}") for e in entries])
     for c in columns:
         table.add_column(c, justify="left" if c in ("strategy", "mesh", "fits") else "right",
-                         min_width=min(longest + 5, 30) if c == "strategy" else None)
-    for e in comparison.entries:
+                         min_width=min(longest, 30) if c == "strategy" else None)
+    for e in entries:
         p, chip = e.prediction, e.planned.memory.most_loaded
-        best = comparison.best_per_model.get(e.planned.card.name) is e
-        name = e.planned.strategy.name + (" [bold green]best[/bold green]" if best else "")
+        name = e.planned.strategy.name + (" [bold green]best[/bold green]" if comparison.is_best(e) else "")
+        if models or systems:
+            name += f"\n[dim]{e.planned.card.name} on {e.planned.hardware.name}[/dim]"
         table.add_row(
-            name, "x".join(str(v) for v in e.planned.plan.mesh.shape),
-            f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", "yes" if e.fits else "[red]no[/red]",
+            name, mesh_label(e.planned.plan.mesh).replace("x", " x "),
+            f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", f"{chip.hbm / 2**30:.2f}",
+            "yes" if e.fits else "[red]no[/red]",
             f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
             f"{p.step.total * 1e3:.1f}", f"{p.first_call_s:.2f}", f"{p.seconds_per_image:.2f}",
-            usd(p.usd_per_image), f"{100 * p.mfu:.0f}%", f"{p.step.collective_bytes / 2**30:.2f}",
-            f"{(chip.padding + chip.tile_padding) / 2**20:.1f}",
+            usd(p.usd_per_image) if e.fits else "[red]-[/red]", f"{100 * p.mfu:.0f}%",
+            f"{p.step.collective_bytes / 2**30:.2f}",
         )
     console.print(table)
     firsts = [f"{e.planned.strategy.name} {e.prediction.time_to_first_image:.0f} s"
@@ -67,7 +81,8 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
                   "whole pipeline call, s/image that call's time shared among its images (throughput), end to end (text encode, "
                   "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
                   "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
-                  "collectives + host overhead. `meshlab explain FILE` lists the assumptions.[/dim]")
+                  "collectives + host overhead; a plan that does not fit has no price. `meshlab explain FILE` "
+                  "lists the assumptions.[/dim]")
     if plot is not None:
         console.print(f"plot written to {plot}")
 
@@ -90,7 +105,8 @@ def progress_bar(enabled: bool):
         yield advance
 
 
-def render_sweep(result, console, out: str | None, seconds: float, default_systems: tuple[str, ...] = ()) -> None:
+def render_sweep(result, console, out: str | None, seconds: float, default_systems: tuple[str, ...] = (),
+                 unwritten: str | None = None) -> None:
     systems = [summary.hardware for summary in result.systems]
     if default_systems:
         console.print(f"systems: meshlab's default set ({', '.join(default_systems)}); --hardware A,B,... to choose")
@@ -106,14 +122,18 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
                      else " (`--json` lists why)"))
     limits = result.limits
     if limits.given:
-        goals = [f"an image in at most {limits.max_seconds_per_image:g} s" for _ in [1] if limits.max_seconds_per_image]
+        goals = [(f"at most {limits.max_seconds_per_image:g} s per image at throughput" if limits.throughput else
+                  f"an image in at most {limits.max_seconds_per_image:g} s") for _ in [1]
+                 if limits.max_seconds_per_image]
         goals += [f"at most ${limits.max_usd_per_image:g} an image" for _ in [1] if limits.max_usd_per_image is not None]
         console.print(f"goals: {' and '.join(goals)}")
     if result.best is None:
         c = result.closest
         console.print("[bold red]no plan meets the goals[/bold red]" + (
             f"; the closest is {c.strategy.name} ({limits.problem(c)}), limited by "
-            f"{binding_of(c).describe()}" if c is not None else "; no plan fits any system"))
+            f"{binding_of(c).describe()}" if c is not None else "; no plan fits any system")
+            + (f"; nothing written to {unwritten}" + (" (what it holds is from before)" if Path(unwritten).exists()
+                                                       else "") if unwritten else ""))
     else:
         b = result.best
         console.print(f"best by {result.objective}: [bold]{b.strategy.name}[/bold], {_times(b)} predicted"
@@ -510,7 +530,11 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
     from meshlab.core.files import write_atomic_bytes
 
     entries = comparison.entries
-    names = [e.planned.strategy.name for e in entries]
+    systems = len({e.planned.hardware.name for e in entries}) > 1
+    models = len({e.planned.card.name for e in entries}) > 1
+    names = [e.planned.strategy.name + (f"\n{e.planned.card.name}" if models else "")
+             + (f"\non {e.planned.hardware.name}" if systems else "") + ("" if e.fits else "\n(does not fit)")
+             for e in entries]
     fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     _stack(mem_ax, names, _memory_parts(entries), "GiB per chip (most loaded)")
     for i, e in enumerate(entries):  # each plan's own chip: systems differ in HBM

@@ -29,21 +29,32 @@ class Comparison:
     notes: tuple[str, ...]  # e.g. strategies for different models
 
     @property
-    def best_per_model(self) -> dict[str, Entry]:
-        """Each model's fastest plan that fits (plans for different models do different work: none is best of
-        all)."""
-        found: dict[str, Entry] = {}
+    def best_per_work(self) -> dict[tuple, Entry]:
+        """The fastest plan that fits of each model and workload (`work_of`: plans that do different work have no
+        best of all)."""
+        found: dict[tuple, Entry] = {}
         for e in self.entries:
             if e.fits and e.rank == 1:
-                found.setdefault(e.planned.card.name, e)
+                found.setdefault(work_of(e.planned), e)
         return found
 
     @property
+    def best_per_model(self) -> dict[str, Entry]:
+        """Each model's best plan, where each model's plans share one workload (else that model has none)."""
+        works: dict[str, set] = {}
+        for e in self.entries:
+            works.setdefault(e.planned.card.name, set()).add(work_of(e.planned))
+        return {e.planned.card.name: e for work, e in self.best_per_work.items() if len(works[work[0]]) == 1}
+
+    @property
     def best(self) -> Entry | None:
-        """The fastest plan that fits, where every plan is for one model."""
-        bests = self.best_per_model
-        models = {e.planned.card.name for e in self.entries}
-        return next(iter(bests.values())) if len(models) == 1 and bests else None
+        """The fastest plan that fits, where every plan is for one model and one workload."""
+        bests = self.best_per_work
+        works = {work_of(e.planned) for e in self.entries}
+        return next(iter(bests.values())) if len(works) == 1 and bests else None
+
+    def is_best(self, entry: Entry) -> bool:
+        return self.best_per_work.get(work_of(entry.planned)) is entry
 
 
 def expand(patterns: list[str]) -> list[Path]:
@@ -69,12 +80,24 @@ def compare(patterns: list[str]) -> Comparison:
     return rank([(p, predict(p.plan, p.strategy, p.hardware)) for p in planned])
 
 
+#: the workload fields that set the work one image is: plans that differ in any of them do different work
+WORK_FIELDS = ("height", "width", "frames", "steps", "cfg", "text_tokens")
+
+
+def work_of(planned: PlannedStrategy) -> tuple:
+    """The model and the work one image asks of it: plans ranked together share it."""
+    workload = planned.strategy.workload
+    return (planned.card.name,) + tuple(getattr(workload, f) for f in WORK_FIELDS)
+
+
 def rank(pairs: list[tuple[PlannedStrategy, Prediction]]) -> Comparison:
-    """Each model's plans ranked among themselves (fitting first, then by seconds per image), each loser against
-    its own model's best: plans for different models do different work and are never held to each other."""
-    groups: dict[str, list] = {}
+    """Plans of one model and one workload (`WORK_FIELDS`) ranked among themselves (fitting first, then by seconds
+    per image), each loser against its group's best: plans for different models or workloads do different work and
+    are never held to each other. Plans of one group on different hardware are ranked together (which system makes
+    the image sooner), and a loser's reason names both systems."""
+    groups: dict[tuple, list] = {}
     for pair in pairs:
-        groups.setdefault(pair[0].card.name, []).append(pair)
+        groups.setdefault(work_of(pair[0]), []).append(pair)
     entries = []
     for group in groups.values():
         ordered = sorted(group, key=lambda pp: (not pp[0].memory.fits, pp[1].seconds_per_image, pp[0].strategy.name))
@@ -90,9 +113,19 @@ def _notes(pairs) -> tuple[str, ...]:
     if len(models) > 1:
         notes.append(f"these strategies are for different models ({', '.join(models)}): each is ranked among its "
                      "own model's plans (their times are for different work)")
+    for model in models:
+        mine = [p for p, _ in pairs if p.card.name == model]
+        differing = [f for f in WORK_FIELDS if len({getattr(p.strategy.workload, f) for p in mine}) > 1]
+        if differing:
+            listed = "; ".join(f"{f} " + " vs ".join(str(v) for v in dict.fromkeys(
+                getattr(p.strategy.workload, f) for p in mine)) for f in differing)
+            notes.append(f"the {model} strategies ask for different work ({listed}): each is ranked among those "
+                         "with the same workload, never against the others")
     hardware = sorted({p.hardware.name for p, _ in pairs})
     if len(hardware) > 1:
-        notes.append(f"these strategies run on different hardware ({', '.join(hardware)})")
+        notes.append(f"these strategies run on different hardware ({', '.join(hardware)}): plans "
+                     "of one model and workload are ranked together by seconds per image, whatever their system, "
+                     "so compare $/image too")
     if pairs and not any(p.memory.fits for p, _ in pairs):
         notes.append("no strategy fits: there is no best plan")
     return tuple(notes)
@@ -120,7 +153,10 @@ def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
     }
     worst = max(deltas, key=deltas.get)
     tie = pred.seconds_per_image <= 1.02 * b.seconds_per_image
-    return ("ties with the best within 2%; " if tie else "") + _reason(worst, pred, b, per_image, best_per_image)
+    mine, theirs = planned.hardware.name, best[0].hardware.name
+    systems = f"on {mine} against {best[0].strategy.name} on {theirs}: " if mine != theirs else ""
+    return systems + ("ties with the best within 2%; " if tie else "") + _reason(worst, pred, b, per_image,
+                                                                                  best_per_image)
 
 
 def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_per_image: float) -> str:
@@ -151,7 +187,7 @@ def entry_document(entry: Entry) -> dict:
     chip = planned.memory.most_loaded
     return {
         "rank": entry.rank,
-        "best": entry.rank == 1 and entry.fits,
+        "best": entry.rank == 1 and entry.fits,  # of the plans with its model and workload
         "name": planned.strategy.name,
         "file": str(planned.loaded.path),
         "model": planned.card.name,
@@ -180,6 +216,8 @@ def comparison_document(comparison: Comparison) -> dict:
         "label": "predicted",
         "best": comparison.best.planned.strategy.name if comparison.best else None,
         "best_per_model": {model: e.planned.strategy.name for model, e in comparison.best_per_model.items()},
+        "best_per_workload": [{"model": work[0], **dict(zip(WORK_FIELDS, work[1:])), "best": e.planned.strategy.name}
+                              for work, e in comparison.best_per_work.items()],
         "notes": list(comparison.notes),
         "entries": [entry_document(e) for e in comparison.entries],
         "assumptions": hardware,

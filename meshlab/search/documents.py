@@ -168,8 +168,11 @@ class ComparisonDocument(Document):
     """`meshlab compare --json`: the strategies ranked, each with every predicted term."""
 
     label: Literal["predicted"]
-    best: str | None
-    best_per_model: dict[str, str]
+    best: str | None = Field(description="the best plan, where every plan is for one model and one workload")
+    best_per_model: dict[str, str] = Field(description="model -> its best plan, for each model whose plans share one "
+                                           "workload")
+    best_per_workload: list[dict] = Field(description="each model and workload (height, width, frames, steps, cfg, "
+                                          "text_tokens) with its best plan: plans are ranked within these groups")
     notes: list[str]
     entries: list[CompareEntry]
     assumptions: dict[str, list[AssumptionDocument]] = Field(description="hardware -> the figures its times rest on")
@@ -178,6 +181,9 @@ class ComparisonDocument(Document):
 class Goals(Document):
     max_seconds_per_image: float | None
     max_usd_per_image: float | None
+    seconds: Literal["latency", "throughput"] = Field(
+        "latency", description="what max_seconds_per_image holds: one request's wait (latency), or each image's "
+        "share of a call (the throughput objective)")
 
 
 class Binding(Document):

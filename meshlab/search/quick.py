@@ -112,6 +112,7 @@ def plan_quick(model: str | None, hardware: str | None, mesh: str | None, rules:
     if model is None or hardware is None:
         raise InputError("a strategy file, or --model and --hardware, is needed",
                          "e.g. meshlab try strategies/2d.yaml, or meshlab try --model qwen-image --hardware h200:1")
+    text_encoder = "host" if text_encoder == "cpu" else text_encoder  # a strategy file's name for the host
     if text_encoder not in (None, "auto", "host", "device"):
         raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
                          "give --text-encoder auto, host or device", Location("command line: --text-encoder"))

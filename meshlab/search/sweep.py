@@ -114,16 +114,23 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Limits:
-    """Goals a plan must meet to be chosen: seconds one request waits (latency) and dollars per image, at most
-    (None: no goal)."""
+    """Goals a plan must meet to be chosen: seconds per image and dollars per image, at most (None: no goal). The
+    seconds are one request's wait for its image (latency), or with `throughput` (the throughput objective) each
+    image's share of a call (seconds per image with the plan's batch in flight)."""
 
     max_seconds_per_image: float | None = None
     max_usd_per_image: float | None = None
+    throughput: bool = False
+
+    def seconds(self, c: Candidate) -> float:
+        """The candidate's seconds the goal holds: its latency, or its seconds per image at throughput."""
+        return c.seconds if self.throughput else c.latency
 
     def problem(self, c: Candidate) -> str:
         """Why a fitting candidate misses the goals ("" when it meets them)."""
-        if self.max_seconds_per_image is not None and c.latency > self.max_seconds_per_image:
-            return f"{c.latency:.2f} s for an image (latency), over the {self.max_seconds_per_image:g} s goal"
+        if self.max_seconds_per_image is not None and self.seconds(c) > self.max_seconds_per_image:
+            what = "s per image at throughput" if self.throughput else "s for an image (latency)"
+            return f"{self.seconds(c):.2f} {what}, over the {self.max_seconds_per_image:g} s goal"
         if self.max_usd_per_image is not None and (c.usd is None or c.usd > self.max_usd_per_image):
             cost = "no price" if c.usd is None else f"${c.usd:.4f} per image"
             return f"{cost}, over the ${self.max_usd_per_image:g} budget"
@@ -131,7 +138,7 @@ class Limits:
 
     def shortfall(self, c: Candidate) -> float:
         """How far a candidate is from the goals, as the largest ratio to a goal (<= 1: meets them)."""
-        ratios = [c.latency / self.max_seconds_per_image] if self.max_seconds_per_image else []
+        ratios = [self.seconds(c) / self.max_seconds_per_image] if self.max_seconds_per_image else []
         if self.max_usd_per_image is not None:
             ratios.append(math.inf if c.usd is None else c.usd / max(self.max_usd_per_image, 1e-12))
         return max(ratios, default=0.0)
@@ -614,7 +621,8 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
         "devices": systems[0].chips if len(systems) == 1 else {hw.name: hw.chips for hw in systems},
         "default_systems": list(default_systems),
         "goals": {"max_seconds_per_image": result.limits.max_seconds_per_image,
-                  "max_usd_per_image": result.limits.max_usd_per_image},
+                  "max_usd_per_image": result.limits.max_usd_per_image,
+                  "seconds": "throughput" if result.limits.throughput else "latency"},
         "usd_per_image_over": result.images,
         "candidates": [row(c) for c in result.candidates],
         "pareto_front": [c.strategy.name for c in result.front],

@@ -123,3 +123,27 @@ def test_plot_draws_latency_against_dollars(tmp_path):
     done = sweep("--hardware", "v6e-8,h100:1", "--plot", str(tmp_path / "front.png"), "--out", str(tmp_path / "b.yaml"))
     assert done.exit_code == 0, done.output
     assert (tmp_path / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_under_the_throughput_objective_the_seconds_goal_holds_seconds_per_image(tmp_path):
+    """--max-seconds-per-image holds a request's wait (latency), and under --objective throughput the seconds per
+    image at throughput: a goal between v6e-8's best throughput and its best latency is met by the first only.
+    When no plan meets it, the table says nothing was written, and that an older file is left as it was."""
+    base = json.loads(sweep("--hardware", "v6e-8", "--json", "--out", str(tmp_path / "b.yaml")).output)
+    fitting = [c for c in base["candidates"] if c["fits"]]
+    fastest_image = min(c["predicted"]["seconds_per_image"] for c in fitting)
+    fastest_call = min(c["latency_s"] for c in fitting)
+    assert fastest_image < fastest_call
+    goal = f"{(fastest_image + fastest_call) / 2:.3f}"
+    met = json.loads(sweep("--hardware", "v6e-8", "--objective", "throughput", "--max-seconds-per-image", goal,
+                           "--json", "--out", str(tmp_path / "t.yaml")).output)
+    assert met["best"] is not None and met["goals"]["seconds"] == "throughput"
+    assert all(c["predicted"]["seconds_per_image"] <= float(goal) for c in met["candidates"] if c.get("meets_goals"))
+    missed = json.loads(sweep("--hardware", "v6e-8", "--max-seconds-per-image", goal, "--json", "--out",
+                              str(tmp_path / "l.yaml")).output)
+    assert missed["best"] is None and missed["goals"]["seconds"] == "latency"
+    (tmp_path / "old.yaml").write_text("kept\n")
+    table = sweep("--hardware", "v6e-8", "--max-seconds-per-image", goal, "--out", str(tmp_path / "old.yaml"))
+    assert table.exit_code == 0 and (tmp_path / "old.yaml").read_text() == "kept\n"
+    assert f"nothing written to {tmp_path / 'old.yaml'} (what it holds is from before)" in " ".join(
+        table.output.split())

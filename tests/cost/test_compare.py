@@ -48,7 +48,11 @@ def test_ranks_fitting_plans_first_and_says_why_losers_lose():
     assert result.notes == (  # wan-14b-v6e-8.yaml: a video model; flux-usp-h100.yaml: Flux; ulysses.yaml: 8 GPUs
         "these strategies are for different models (flux-dev, qwen-image, wan-2.1-t2v-14b): each is ranked among its own "
         "model's plans (their times are for different work)", "these strategies run on different hardware (h100, "
-        "v6e-8)")
+        "v6e-8): plans of one model and workload are ranked together by seconds per image, whatever their system, "
+        "so compare $/image too")
+    assert qwen[0].planned.strategy.name == "ulysses"  # 8 H100s, its text encoder on them
+    two_d = next(e for e in qwen if e.planned.strategy.name == "2d")  # on v6e-8, against the h100 best
+    assert two_d.why.startswith("on v6e-8 against ulysses on h100: ")
 
 
 def test_different_models_are_allowed_but_noted(write_strategy):
@@ -152,3 +156,37 @@ def test_a_plan_that_waits_on_eager_launches_says_so(tmp_path):
     assert best.planned.strategy.name == "data"
     assert loser.prediction.step.launch_wait > loser.prediction.step.local
     assert loser.why.startswith("waits on eager PyTorch's launches")
+
+
+def test_plans_that_ask_for_different_work_are_ranked_apart(tmp_path):
+    """hybrid.yaml at 32 text tokens against hybrid.yaml and 2d.yaml at 512: the 32-token plan is the best of its
+    own workload, never the yardstick of the 512-token ones (a loser's reason would blame collectives for the
+    shorter prompt), and a note names the field that differs."""
+    short = tmp_path / "short.yaml"
+    short.write_text((REPO / "strategies" / "hybrid.yaml").read_text().replace("text_tokens: 512", "text_tokens: 32")
+                     .replace("name: hybrid", "name: short"))
+    result = compare([str(short), str(REPO / "strategies" / "hybrid.yaml"), str(REPO / "strategies" / "2d.yaml")])
+    by_name = {e.planned.strategy.name: e for e in result.entries}
+    assert by_name["short"].rank == 1 and by_name["short"].why == "" and result.is_best(by_name["short"])
+    assert by_name["short"].prediction.seconds_per_image < by_name["2d"].prediction.seconds_per_image
+    assert by_name["2d"].rank == 1 and result.is_best(by_name["2d"])  # the best of the 512-token plans
+    assert by_name["hybrid"].rank == 2 and by_name["hybrid"].why
+    assert result.best is None and result.best_per_model == {}  # qwen-image's plans do not share one workload
+    assert "the qwen-image strategies ask for different work (text_tokens 32 vs 512)" in " ".join(result.notes)
+    document = CliRunner().invoke(cli(), ["compare", str(short), str(REPO / "strategies" / "2d.yaml"), "--json"])
+    groups = json.loads(document.stdout)["best_per_workload"]
+    assert sorted((g["text_tokens"], g["best"]) for g in groups) == [(32, "short"), (512, "2d")]
+
+
+def test_the_table_names_each_plan_s_system_and_prices_no_plan_that_does_not_fit():
+    """Mixed systems: each row names its model and system under the strategy, the mesh names its axes, the usable
+    HBM is shown beside the peak, and data.yaml (does not fit) has no price."""
+    result = CliRunner().invoke(cli(), ["compare", str(REPO / "strategies" / "data.yaml"),
+                                        str(REPO / "strategies" / "ulysses.yaml")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.startswith("│")}
+    assert "qwen-image on h100" in rows and "qwen-image on v6e-8" in rows
+    data = [c.strip() for c in rows["data"].split("│")]
+    assert data[2] == "data8" and data[5:7] == ["31.25", "no"] and data[13] == "-"  # usable, fits, $/image
+    ulysses = [c.strip() for c in rows["ulysses best"].split("│")]
+    assert ulysses[2] == "cfg2 x seq4" and ulysses[5] == "79.15" and ulysses[13].startswith("$")
