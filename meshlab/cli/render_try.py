@@ -101,11 +101,36 @@ def predicted_line(planned: PlannedStrategy) -> str:
     hw = planned.hardware
     what = "video" if planned.strategy.workload.frames > 1 else "image"
     per_call = p.layout.images
-    line = (f"Predicted (not measured): one {what} in {p.first_call_s:.2f} s (one call of {per_call} {what}"
-            f"{'s' * (per_call > 1)}, {p.layout.steps} steps of {p.step.total * 1e3:.0f} ms, end to end)"
-            + (f", {p.seconds_per_image:.2f} s per {what} at throughput" if per_call > 1 else ""))
+    steps = f"{p.layout.steps} steps of {p.step.total * 1e3:.0f} ms, end to end"
+    fits = planned.memory.fits
+    head = "Predicted (not measured)" if fits else "Predicted were it to fit (not measured; it cannot run as planned)"
+    if per_call > 1:
+        line = (f"{head}: a call of {per_call} {what}s in {p.first_call_s:.2f} s ({steps}), a request's wait; "
+                f"{p.seconds_per_image:.2f} s per {what} at throughput")
+    else:
+        line = f"{head}: one {what} in {p.first_call_s:.2f} s ({steps})"
+    line += _assumed_host_share(planned, p)
+    if not fits:
+        return line + "; no price: it does not fit"
     if p.usd_per_image is None:
         return line + f"; no price for {hw.name} in the catalog (give hardware.usd_per_chip_hour)"
     return (line + f"; ${p.usd_per_image:.4f} per {what} at ${hw.usd_per_chip_hour:.2f} per chip-hour x "
             f"{hw.chips} chip(s) ({'your override' if 'usd_per_chip_hour' in hw.overridden else 'list price'}); "
             "`meshlab explain` shows how")
+
+
+#: the share of a call's time an assumed (unmeasured) host rate may price before the headline says so
+ASSUMED_SHARE_SHOWN = 0.25
+
+
+def _assumed_host_share(planned: PlannedStrategy, p) -> str:
+    """", X s of it is the text encoder on the host at an assumed rate" where that term is a large share of the
+    call and the host's rate is the catalog's assumption, not a measurement ("" otherwise)."""
+    hw, terms = planned.hardware, p.terms
+    if terms is None or planned.strategy.placement.text_encoder != "cpu" or not p.first_call_s:
+        return ""
+    encode = terms.text_encode_s * p.layout.images
+    if hw.sources.get("host_flops", "").startswith("measured") or encode < ASSUMED_SHARE_SHOWN * p.first_call_s:
+        return ""
+    return (f"; {encode:.2f} s of the call is the text encoder on the host at an assumed "
+            f"{hw.host_flops / 1e12:g} TFLOP/s (not measured; `placement.text_encoder: device` puts it on the chips)")

@@ -45,3 +45,22 @@ def test_explain_prices_a_float32_workload_at_the_float32_peak(tmp_path):
                     "shard: replicate}]\nworkload: {dtype: float32, batch: 8}\n")
     text = runner.invoke(app, ["explain", str(path)], terminal_width=200).output
     assert "at 67 TFLOP/s x 0.7" in text and "989 TFLOP/s" not in text and "measured GEMM rate" not in text
+
+
+def test_try_says_how_much_of_the_call_an_assumed_host_rate_prices_and_prices_no_plan_that_does_not_fit():
+    """2d.yaml's text encoder runs on the host at the catalog's assumed rate, and is most of a call: the headline
+    says so and how to move it; data.yaml does not fit: its time is what it would take, and it has no price."""
+    doc = json.loads(runner.invoke(app, ["try", str(STRATEGY), "--json"]).output)["predicted"]
+    line = " ".join(runner.invoke(app, ["try", str(STRATEGY)], terminal_width=400).output.split())
+    terms = json.loads(runner.invoke(app, ["explain", str(STRATEGY), "--json"]).output)["predicted"]["terms"]
+    encode = terms["text_encode_s"] * doc["images_per_call"]
+    assert encode > 0.5 * doc["latency_s"]  # most of the call
+    assert f"a call of 2 images in {doc['latency_s']:.2f} s" in line
+    assert (f"{encode:.2f} s of the call is the text encoder on the host at an assumed 1 TFLOP/s (not measured; "
+            "`placement.text_encoder: device` puts it on the chips)") in line
+    on_chips = runner.invoke(app, ["try", str(REPO / "strategies" / "ulysses.yaml")], terminal_width=400).output
+    assert "Predicted (not measured): one image in" in on_chips and "text encoder on the host" not in on_chips
+    unfit = " ".join(runner.invoke(app, ["try", str(REPO / "strategies" / "data.yaml")], terminal_width=400
+                                   ).output.split())
+    assert "Predicted were it to fit (not measured; it cannot run as planned)" in unfit
+    assert unfit.endswith("no price: it does not fit") and "per chip-hour" not in unfit
