@@ -127,7 +127,8 @@ def export(
         from meshlab.export.gpu import diffusers_snippet, xdit_flags
 
         try:
-            text = (diffusers_snippet if fmt == "diffusers" else xdit_flags)(planned.plan, planned.strategy)
+            text = (diffusers_snippet if fmt == "diffusers" else xdit_flags)(planned.plan, planned.strategy,
+                                                                             planned.hardware)
         except MeshlabError as exc:
             raise planned.loaded.place(exc) from None
         typer.echo(text, nl=False)
@@ -138,5 +139,14 @@ def export(
             raise planned.loaded.place(exc) from None
         typer.echo(text, nl=False)
     else:
-        typer.echo(torch_xla_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations,
-                                      planned.strategy.dcn, tuple(planned.strategy.compile.libtpu_flags)), nl=False)
+        from meshlab.export.snippets import left_out_of_snippet
+
+        s = planned.strategy
+        left_out = left_out_of_snippet(s.activations, s.rewrites, s.compile.scan_blocks)
+        typer.echo(torch_xla_snippet(planned.plan, s.rules, s.activations, s.dcn, tuple(s.compile.libtpu_flags),
+                                     left_out, str(strategy)), nl=False)
+        if left_out:
+            import sys
+
+            sys.stderr.write(f"meshlab: note: the snippet applies the parameters' specs only, not {'; '.join(left_out)}"
+                             " (its header says how to apply the whole plan)\n")

@@ -83,9 +83,29 @@ def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     return Degrees(cfg, data, size(ulysses), size(ring), size(weights), activations.sequence_parallel)
 
 
-def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
+def priced_elsewhere(plan: Plan, strategy: Strategy, hardware=None) -> list[str]:
+    """Comment lines for where what a GPU tool runs from these degrees differs from what meshlab priced: a plan
+    priced on a TPU, and weights split otherwise than the tools' tensor parallelism splits them (each Linear by
+    column, then by row, as Megatron does)."""
+    notes = []
+    if hardware is not None and hardware.kind != "gpu":
+        notes.append(f"# the plan was priced on {hardware.name} ({hardware.kind}); on GPUs its time is not that "
+                     "prediction: name a GPU system as its hardware (h100, h200, ...) to price what these degrees run")
+    kinds = {strategy.rules[p.rule].shard for p in plan.parameters
+             if p.rule is not None and p.spec.axes and isinstance(strategy.rules[p.rule].shard, str)}
+    explicit = any(p.rule is not None and p.spec.axes and not isinstance(strategy.rules[p.rule].shard, str)
+                   for p in plan.parameters)
+    if "largest" in kinds or explicit:
+        how = "on their largest dim" if "largest" in kinds else "by explicit specs"
+        notes.append(f"# the tools' tensor parallel degree splits each Linear by column, then by row; this plan's "
+                     f"rules split weights {how}, so the collectives run differ from those priced (price column/row "
+                     "rules, e.g. --rules pairs, for what the tools run)")
+    return notes
+
+
+def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
     """The ``enable_parallelism`` call for a plan diffusers can express, as Python to paste into a script run with
-    torchrun (one process per GPU)."""
+    torchrun (one process per GPU). `hardware` (the strategy's system): a plan priced off GPUs says so."""
     d = degrees(plan, strategy)
     if d.tensor > 1 and d.ulysses * d.ring > 1:
         raise PlanError("the plan splits weights (tensor parallel) and the sequence (context parallel), and "
@@ -111,8 +131,8 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
             shape.append(n)
     lines = [f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
              "--format diffusers", "# run under torchrun (one process per GPU), after the pipeline is built and "
-             "moved to the rank's GPU: `transformer` is pipe.transformer", "from torch.distributed.device_mesh import "
-             "init_device_mesh"]
+             "moved to the rank's GPU: `transformer` is pipe.transformer", *priced_elsewhere(plan, strategy, hardware),
+             "from torch.distributed.device_mesh import init_device_mesh"]
     if d.tensor > 1:
         lines += ["from diffusers import TensorParallelConfig", "",
                   f"mesh = init_device_mesh('cuda', {tuple(shape)!r}, mesh_dim_names={tuple(names)!r})",
@@ -147,8 +167,9 @@ def diffusers_snippet(plan: Plan, strategy: Strategy) -> str:
     return "\n".join(lines) + "\n"
 
 
-def xdit_flags(plan: Plan, strategy: Strategy) -> str:
-    """The xfuser command line's parallel flags (their product is the GPU count)."""
+def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
+    """The xfuser command line's parallel flags (their product is the GPU count). `hardware` (the strategy's
+    system): a plan priced off GPUs says so."""
     d = degrees(plan, strategy)
     flags = [f"--data_parallel_degree {d.data}", f"--ulysses_degree {d.ulysses}", f"--ring_degree {d.ring}",
              "--pipefusion_parallel_degree 1", f"--tensor_parallel_degree {d.tensor}"]
@@ -158,7 +179,7 @@ def xdit_flags(plan: Plan, strategy: Strategy) -> str:
         flags.append("--use_parallel_vae")
     if strategy.placement.vae_decode == "tiled":
         flags.append("--enable_tiling")
-    note = ""
+    note = "".join(f"{line}\n" for line in priced_elsewhere(plan, strategy, hardware))
     if strategy.placement.text_encoder == "sharded":
         flags.append("--shard_t5_encoder")
         note += "# --shard_t5_encoder shards a T5 text encoder; xDiT keeps others whole on every GPU\n"

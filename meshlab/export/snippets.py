@@ -57,12 +57,37 @@ def shard_module(module, mesh):
 '''
 
 
+def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | list[str] = (),
+                        scan: bool = False) -> list[str]:
+    """What a strategy asks beyond its parameters' specs that a torch-xla snippet does not write as code, one phrase
+    each: activation rules (hooks inside the blocks), rewrites (module changes) and scanned blocks."""
+    left = []
+    if activations.rules:
+        points = ", ".join(dict.fromkeys(r.point for r in activations.rules))
+        left.append(f"{len(activations.rules)} activation rule{'s' * (len(activations.rules) > 1)} ({points})")
+    if rewrites:
+        left.append(f"the rewrite{'s' * (len(rewrites) > 1)} {', '.join(rewrites)}")
+    if scan:
+        left.append("compile.scan_blocks")
+    return left
+
+
 def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations,
-                      dcn: dict[str, int] | None = None, libtpu_flags: tuple[str, ...] = ()) -> str:
+                      dcn: dict[str, int] | None = None, libtpu_flags: tuple[str, ...] = (),
+                      left_out: list[str] | tuple[str, ...] = (), source: str = "S.yaml") -> str:
     """A Python snippet a user pastes into a script: the mesh, the rules, and the mark_sharding calls. With `dcn`
     (axis -> slices it spans) the TPU mesh is a ``HybridMesh`` whose DCN shape puts those axes across slices; with
-    `libtpu_flags` (the strategy's compile.libtpu_flags) the snippet sets LIBTPU_INIT_ARGS before torch_xla loads."""
+    `libtpu_flags` (the strategy's compile.libtpu_flags) the snippet sets LIBTPU_INIT_ARGS before torch_xla loads.
+    `left_out` (`left_out_of_snippet`) names what the plan has that the snippet does not apply: its header says so,
+    and how to apply the whole plan from `source`."""
     mesh, dcn = plan.mesh, dcn or {}
+    import textwrap
+
+    warning = [] if not left_out else [
+        *textwrap.wrap(f"NOT APPLIED BY THIS SNIPPET, yet part of the plan meshlab priced: {'; '.join(left_out)}. "
+                       "Without them XLA's sharding propagation chooses other collectives than the predicted ones. "
+                       "To apply the whole plan:", 114, initial_indent="# ", subsequent_indent="# "),
+        f"#     applied = meshlab.apply(pipe.transformer, meshlab.load_plan({source!r}))"]
     flags = [] if not libtpu_flags else [
         "import os",
         "",
@@ -77,6 +102,7 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
         f"{mesh.describe()} mesh, exported by meshlab.",
         "# Usage: xr.use_spmd() before any tensor is on the XLA device; move the transformer to the device;",
         "# then mesh = make_mesh(); shard_module(pipe.transformer, mesh).",
+        *warning,
         *flags,
         "import fnmatch",
         "import re",
@@ -90,10 +116,11 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
             f"DCN_MESH_SHAPE = {dcn_shape!r}  # across slices" + (
                 f": {', '.join(f'{a} spans {k}' for a, k in dcn.items())}" if dcn else ": one slice")]),
     ]
-    hidden = f"({activations.batch!r}, {_entry(activations.sequence)!r}, None)"
+    batch = _batch_entry(activations, mesh)
+    hidden = f"({batch!r}, {_entry(activations.sequence)!r}, None)"
     return "\n".join(lines) + _SPEC_FOR + _TORCH_XLA + _inputs_comment(activations, [
         f"# xs.mark_sharding(hidden_states, mesh, {hidden})",
-        f"# xs.mark_sharding(encoder_hidden_states, mesh, ({activations.batch!r}, None, None))"])
+        f"# xs.mark_sharding(encoder_hidden_states, mesh, ({batch!r}, None, None))"], mesh)
 
 
 _DTENSOR = '''
@@ -163,9 +190,10 @@ def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activation
         "",
         *_constants(plan, rules),
     ]
-    hidden = f"({activations.batch!r}, {_entry(activations.sequence)!r}, None)"
+    hidden = f"({_batch_entry(activations, mesh)!r}, {_entry(activations.sequence)!r}, None)"
     return "\n".join(lines) + _SPEC_FOR + _DTENSOR + _inputs_comment(activations, [
-        f"# hidden_states = distribute_tensor(hidden_states, mesh, placements_for({hidden}), src_data_rank=None)"])
+        f"# hidden_states = distribute_tensor(hidden_states, mesh, placements_for({hidden}), src_data_rank=None)"],
+        mesh)
 
 
 def _constants(plan: Plan, rules, mesh_extra: list[str] | tuple = ()) -> list[str]:
@@ -203,11 +231,20 @@ def _entry(entry):
     return tuple(entry) if isinstance(entry, list) else entry
 
 
-def _inputs_comment(activations: Activations, examples: list[str]) -> str:
+def _batch_entry(activations: Activations, mesh):
+    """The axes dim 0 of a batched input splits over (meshlab.plan.inputs.batch_axes: the guidance axis, then the
+    batch axis), as a spec entry: None, one axis, or a tuple of them."""
+    from meshlab.plan.inputs import batch_axes
+
+    axes = batch_axes(activations, mesh)
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+def _inputs_comment(activations: Activations, examples: list[str], mesh) -> str:
     """How to split the inputs as ``activations`` says, with the backend's `examples` (comment lines)."""
-    if not activations.batch and not activations.sequence:
+    batch, sequence = _batch_entry(activations, mesh), activations.sequence
+    if not batch and not sequence:
         return ""
-    batch, sequence = activations.batch, activations.sequence
     parts = ([f"the batch dim (dim 0) of every batched input over {batch!r}"] if batch else []) + (
         [f"hidden_states' token dim over {_entry(sequence)!r}"] if sequence else [])
     return "\n\n# Inputs: split " + ", and ".join(parts) + ", e.g.\n" + "".join(f"{line}\n" for line in examples)

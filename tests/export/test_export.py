@@ -295,3 +295,32 @@ def test_a_strategy_s_libtpu_flags_are_set_before_torch_xla_loads(fake_torch_xla
     assert os.environ["LIBTPU_INIT_ARGS"] == f"--xla_enable_async_all_gather=true {flags}"
     plain = plan_file(REPO / "strategies" / "2d.yaml")
     assert "LIBTPU_INIT_ARGS" not in torch_xla_snippet(plain.plan, plain.strategy.rules, plain.strategy.activations)
+
+
+def test_the_torch_xla_snippet_says_what_of_the_plan_it_does_not_apply(fake_torch_xla):
+    """hybrid.yaml: three activation rules and layernorm-rows are priced but are not mark_sharding calls on
+    parameters; the snippet's header says so and how to apply the whole plan (the CLI says it on stderr too), and
+    its input hint splits dim 0 over the guidance axis. pairs.yaml and rules alone: no such header."""
+    from meshlab.export.snippets import left_out_of_snippet
+
+    planned = plan_file(REPO / "strategies" / "hybrid.yaml")
+    strategy = planned.strategy
+    left_out = left_out_of_snippet(strategy.activations, strategy.rewrites, strategy.compile.scan_blocks)
+    assert left_out == ["3 activation rules (block.input, attention.qkv, attention.output)",
+                        "the rewrite layernorm-rows"]
+    snippet = torch_xla_snippet(planned.plan, strategy.rules, strategy.activations, left_out=left_out,
+                                source="strategies/hybrid.yaml")
+    header = " ".join(line.lstrip("# ") for line in snippet.splitlines()[:8])
+    assert ("NOT APPLIED BY THIS SNIPPET, yet part of the plan meshlab priced: 3 activation rules (block.input, "
+            "attention.qkv, attention.output); the rewrite layernorm-rows.") in header
+    assert "meshlab.apply(pipe.transformer, meshlab.load_plan('strategies/hybrid.yaml'))" in snippet
+    assert "xs.mark_sharding(hidden_states, mesh, ('cfg', 'seq', None))" in snippet  # the guidance axis, then seq
+    run_snippet(snippet)
+    done = CliRunner().invoke(__import__("meshlab.cli.app", fromlist=["app"]).app,
+                              ["export", str(REPO / "strategies" / "hybrid.yaml")])
+    assert done.exit_code == 0 and "NOT APPLIED BY THIS SNIPPET" in done.stdout
+    assert done.stderr == ("meshlab: note: the snippet applies the parameters' specs only, not 3 activation rules "
+                           "(block.input, attention.qkv, attention.output); the rewrite layernorm-rows (its header "
+                           "says how to apply the whole plan)\n")
+    pairs = plan_file(REPO / "strategies" / "pairs.yaml")
+    assert left_out_of_snippet(pairs.strategy.activations) == []

@@ -35,6 +35,15 @@ def test_weight_splits_export_as_tensor_parallel_where_the_tools_take_them():
     planned = load_plan(REPO / "strategies" / "2d.yaml")
     flags = xdit_flags(planned.plan, planned.strategy)
     assert "--data_parallel_degree 2" in flags and "--tensor_parallel_degree 4" in flags
+    # 2d.yaml splits each weight on its largest dim, on v6e-8: the flags say neither is what xDiT's run was priced as
+    noted = xdit_flags(planned.plan, planned.strategy, planned.hardware)
+    assert "# the plan was priced on v6e-8 (tpu); on GPUs its time is not that prediction" in noted
+    assert "this plan's rules split weights on their largest dim, so the collectives run differ" in noted
+    pairs = load_plan(REPO / "strategies" / "pairs.yaml")  # column/row, as the tools split: only the system noted
+    assert "largest" not in xdit_flags(pairs.plan, pairs.strategy, pairs.hardware)
+    assert "priced on v6e-8" in xdit_flags(pairs.plan, pairs.strategy, pairs.hardware)
+    usp = load_plan(USP)
+    assert xdit_flags(usp.plan, usp.strategy, usp.hardware) == xdit_flags(usp.plan, usp.strategy)  # h100: none
     with pytest.raises(PlanError, match="no data parallel degree"):
         diffusers_snippet(planned.plan, planned.strategy)
 
