@@ -300,7 +300,16 @@ def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hard
     base, _, part = name.partition(":")  # "h100:1": one GPU of an h100 node (what `Hardware.using` names)
     if base not in table or (part and not (part.isdigit() and table[base].kind == "gpu"
                                            and 1 <= int(part) <= table[base].chips)):
-        raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)}")
+        if base in table and table[base].kind == "gpu":
+            asks = f"asks for {part} GPUs" if part.isdigit() else "names no GPU count after ':'"
+            raise InputError(f"{name!r} {asks} of a {table[base].chips}-GPU {base} node",
+                             f"name 1 to {table[base].chips} of them ({base}:1 ... {base}:{table[base].chips}), "
+                             f"or {base} for the whole node")
+        if base in table:
+            raise InputError(f"{name!r}: a TPU system is named whole (its size is in its name)",
+                             f"use one of: {', '.join(n for n, h in table.items() if h.kind == 'tpu')}")
+        raise InputError(f"unknown hardware {name!r}", f"use one of: {', '.join(table)} (a GPU node's name takes "
+                         ":N for N of its GPUs, e.g. h100:4; a TPU system's name takes xK for K slices)")
     hardware = table[base].using(int(part)) if part else table[base]
     return with_overrides(hardware, overrides) if overrides else hardware
 

@@ -528,6 +528,10 @@ def load_card(name_or_path: str, relative_to: Path | None = None) -> ModelCard:
         path = Path(name_or_path)
         if relative_to is not None and not path.is_absolute():
             path = relative_to / path
+        if path.suffix == ".json" and not path.is_file():
+            raise InputError(f"no such model card file {str(path)!r}",
+                             "check the path (a strategy file's is relative to that file), or use a built-in card "
+                             f"({', '.join(builtin_cards())})")
         if not path.suffix == ".json" or not path.is_file():
             raise InputError(
                 f"unknown model {name_or_path!r}",

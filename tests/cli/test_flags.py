@@ -1,5 +1,7 @@
 """Command-line values out of a workload field's bounds: one line naming the flag, exit 2, before any work starts."""
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -25,6 +27,19 @@ TWO_D = str(next(p for p in STRATEGIES if p.stem == "2d"))
     (["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--batch-per-replica", "1024", "--no-progress"],
      "--batch-per-replica 1024 on 8 devices makes batches of up to 8192 images, over the workload's 4096; ask for "
      "at most 512 images per replica"),
+    # a frame count no candidate can take: the flag named, before the sweep's progress bar (no blank line)
+    (["sweep", "--model", "wan-2.1-t2v-14b", "--hardware", "v6e-8", "--frames", "80"],
+     "command line: --frames: workload.frames 80 is not 1 + a multiple of 4 (the VAE compresses 4 frames to one "
+     "after the first); use 77 or 81"),
+    (["try", "--model", "qwen-image", "--hardware", "h100:9"],
+     "command line: --hardware: 'h100:9' asks for 9 GPUs of a 8-GPU h100 node; name 1 to 8 of them (h100:1 ... "
+     "h100:8), or h100 for the whole node"),
+    (["try", "--model", "qwen-image", "--hardware", "v6e-8:2"],
+     "command line: --hardware: 'v6e-8:2': a TPU system is named whole (its size is in its name); use one of: "
+     "v6e-1, v6e-4, v6e-8, v6e-16, v6e-32, v6e-64, v6e-128, v6e-256, v5e-8, v5p-8, v4-8, v6e-8x2, v6e-8x4, "
+     "v6e-64x2, v6e-256x2, v6e-256x4, v5e-8x2, v5p-8x2"),
+    (["compare", TWO_D, "--plot", "plot.txt"],
+     "command line: --plot: plot.txt: the plot is a PNG image; name a .png file, e.g. plot.png"),
 ])
 def test_a_flag_out_of_bounds_is_one_line_and_exit_2(args, message):
     result = CliRunner().invoke(app, args)
@@ -65,3 +80,21 @@ def test_meshlab_alone_still_prints_its_help():
     commands = set(re.findall(r"^│ ([a-z]+) ", shown, flags=re.M))
     assert {"try", "compare", "sweep", "explain", "export", "check", "run", "report", "calibrate", "profile",
             "schema", "hardware", "models"} == commands
+
+
+def test_a_card_file_that_is_not_there_is_named_as_missing(tmp_path):
+    (tmp_path / "s.yaml").write_text("name: s\nmodel: cards/nocard.json\nhardware: v6e-8\nmesh: {data: 8}\n")
+    result = CliRunner().invoke(app, ["try", str(tmp_path / "s.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"meshlab: error: {tmp_path / 's.yaml'}:2:1: no such model card file "
+                                    f"'{tmp_path / 'cards' / 'nocard.json'}'; check the path")
+
+
+def test_the_text_encoder_flag_takes_the_strategy_file_s_name_for_the_host():
+    """`--text-encoder cpu` is `host`, as `placement.text_encoder: cpu` names it in a strategy file."""
+    host = CliRunner().invoke(app, ["try", "--model", "qwen-image", "--hardware", "h100", "--text-encoder", "host",
+                                    "--json"])
+    cpu = CliRunner().invoke(app, ["try", "--model", "qwen-image", "--hardware", "h100", "--text-encoder", "cpu",
+                                   "--json"])
+    assert host.exit_code == cpu.exit_code == 0, cpu.output
+    assert host.stdout == cpu.stdout and json.loads(cpu.stdout)["text_encoder"] == "on the host (--text-encoder)"
