@@ -59,7 +59,8 @@ class MeasuredCompile(BaseModel):
 
     def describe(self) -> str:
         return (f"measured: XLA:TPU ahead of time, {self.front_end}'s program, on {self.host} "
-                f"({self.cores} cores, libtpu {self.libtpu}, {self.measured_at[:10]})")
+                f"({self.cores} cores, libtpu {self.libtpu}, {self.measured_at[:10]}), kept in {compile_times_path()} "
+                "by `meshlab check --backend tpu`")
 
 
 class CompileTimesFile(BaseModel):
