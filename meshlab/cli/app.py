@@ -82,6 +82,10 @@ def try_(
         render_try(planned, console())
         if placement:
             console().print(f"[dim]text encoder: {placement}[/dim]")
+        if strategy is None and not planned.memory.fits:
+            console().print("[yellow]hint:[/yellow] this plan does not fit; "
+                            f"`meshlab sweep --model {model} --hardware {hardware}` finds the best that does, or "
+                            "name one with --rules (2d, pairs, fsdp, ulysses+pairs, ...) and --mesh")
 
 
 @app.command("schema")

@@ -98,3 +98,15 @@ def test_the_text_encoder_flag_takes_the_strategy_file_s_name_for_the_host():
                                    "--json"])
     assert host.exit_code == cpu.exit_code == 0, cpu.output
     assert host.stdout == cpu.stdout and json.loads(cpu.stdout)["text_encoder"] == "on the host (--text-encoder)"
+
+
+def test_a_quick_question_whose_plan_does_not_fit_points_to_the_sweep():
+    """`try --model qwen-image --hardware v6e-8` plans every weight whole (38 GiB a chip, over v6e's 31.25): the
+    answer ends with where to find a plan that fits; a quick plan that fits has no such hint."""
+    unfit = " ".join(CliRunner().invoke(app, ["try", "--model", "qwen-image", "--hardware", "v6e-8"]).stdout.split())
+    assert "DOES NOT FIT" in unfit and unfit.endswith(
+        "hint: this plan does not fit; `meshlab sweep --model qwen-image --hardware v6e-8` finds the best that does, "
+        "or name one with --rules (2d, pairs, fsdp, ulysses+pairs, ...) and --mesh")
+    fits = CliRunner().invoke(app, ["try", "--model", "qwen-image", "--hardware", "v6e-8", "--rules", "2d",
+                                    "--mesh", "data=2,model=4"]).stdout
+    assert "FITS" in fits and "hint:" not in fits
