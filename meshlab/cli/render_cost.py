@@ -28,34 +28,52 @@ def usd(amount: float | None) -> str:
     return f"${amount:.2f}" if amount >= 1 else f"${amount:.4f}"
 
 
-def mesh_label(mesh) -> str:
+def mesh_label(mesh, between: str = "x") -> str:
     """A mesh with its axes named, as the sweep writes it: data2xmodel4."""
-    return "x".join(f"{name}{size}" for name, size in mesh.axes)
+    return between.join(f"{name}{size}" for name, size in mesh.axes)
+
+
+def _what_and_where(entries) -> dict:
+    """Each entry's model, system and (where its model's plans ask for different work) workload, for a line under
+    its name; {} when every entry shares all three."""
+    from meshlab.search.compare import WORK_FIELDS, work_of
+
+    models = {e.planned.card.name for e in entries}
+    systems = {e.planned.hardware.name for e in entries}
+    works = {work_of(e.planned) for e in entries}
+    if len(models) == 1 and len(systems) == 1 and len(works) == 1:
+        return {}
+    lines = {}
+    for e in entries:
+        workload, model = e.planned.strategy.workload, e.planned.card.name
+        mine = {w for w in works if w[0] == model}  # what differs among this model's plans
+        work = ", ".join(f"{f.replace('_', ' ')} {getattr(workload, f)}" for i, f in enumerate(WORK_FIELDS)
+                         if len({w[i + 1] for w in mine}) > 1)
+        lines[id(e)] = f"{e.planned.card.name} on {e.planned.hardware.name}" + (f"; {work}" if work else "")
+    return lines
 
 
 def render_comparison(comparison, console, plot: Path | None = None) -> None:
     entries = comparison.entries
-    models = len({e.planned.card.name for e in entries}) > 1
-    systems = len({e.planned.hardware.name for e in entries}) > 1
-    table = Table(title=f"Strategies ranked by seconds per image {PREDICTED}"
-                        + ("; under each name its model and system" if models or systems else ""),
+    under = _what_and_where(entries)
+    table = Table(title=f"Strategies ranked by seconds per image {PREDICTED} within each model and workload"
+                        + ("; under each name: its model, system, and workload where it differs" if under else ""),
                   title_justify="left")
     columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "usable\nGiB", "fits", "compute\nms/step",
                "HBM\nms/step", "coll.\nms/step", "step\nms", "latency\ns", "s/image", "$/image", "MFU",
                "coll.\nGiB/step")
-    longest = max((len(e.planned.strategy.name) + 5 for e in entries), default=8)
-    if models or systems:
-        longest = max([longest] + [len(f"{e.planned.card.name} on {e.planned.hardware.name}") for e in entries])
+    longest = max([len(e.planned.strategy.name) + 5 for e in entries] + [len(line) for line in under.values()],
+                  default=8)
     for c in columns:
         table.add_column(c, justify="left" if c in ("strategy", "mesh", "fits") else "right",
-                         min_width=min(longest, 30) if c == "strategy" else None)
+                         min_width=min(longest, 40) if c == "strategy" else None)
     for e in entries:
         p, chip = e.prediction, e.planned.memory.most_loaded
         name = e.planned.strategy.name + (" [bold green]best[/bold green]" if comparison.is_best(e) else "")
-        if models or systems:
-            name += f"\n[dim]{e.planned.card.name} on {e.planned.hardware.name}[/dim]"
+        if under:
+            name += f"\n[dim]{under[id(e)]}[/dim]"
         table.add_row(
-            name, mesh_label(e.planned.plan.mesh).replace("x", " x "),
+            name, mesh_label(e.planned.plan.mesh, " x "),
             f"{chip.weights / 2**30:.2f}", f"{chip.total / 2**30:.2f}", f"{chip.hbm / 2**30:.2f}",
             "yes" if e.fits else "[red]no[/red]",
             f"{p.step.compute * 1e3:.1f}", f"{p.step.hbm * 1e3:.1f}", f"{p.step.collective * 1e3:.1f}",
@@ -81,8 +99,9 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
                   "whole pipeline call, s/image that call's time shared among its images (throughput), end to end (text encode, "
                   "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
                   "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
-                  "collectives + host overhead; a plan that does not fit has no price. `meshlab explain FILE` "
-                  "lists the assumptions.[/dim]")
+                  "collectives + host overhead; a plan that does not fit has no price (its JSON keeps the figure, "
+                  "beside fits: false); padding per chip: `meshlab try FILE` or --json. `meshlab explain FILE` lists "
+                  "the assumptions.[/dim]")
     if plot is not None:
         console.print(f"plot written to {plot}")
 
@@ -530,10 +549,9 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
     from meshlab.core.files import write_atomic_bytes
 
     entries = comparison.entries
-    systems = len({e.planned.hardware.name for e in entries}) > 1
-    models = len({e.planned.card.name for e in entries}) > 1
-    names = [e.planned.strategy.name + (f"\n{e.planned.card.name}" if models else "")
-             + (f"\non {e.planned.hardware.name}" if systems else "") + ("" if e.fits else "\n(does not fit)")
+    under = _what_and_where(entries)
+    names = [e.planned.strategy.name + (f"\n{under[id(e)]}".replace(" on ", "\non ").replace("; ", "\n")
+                                        if under else "") + ("" if e.fits else "\n(does not fit)")
              for e in entries]
     fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     _stack(mem_ax, names, _memory_parts(entries), "GiB per chip (most loaded)")

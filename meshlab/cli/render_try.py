@@ -101,7 +101,7 @@ def predicted_line(planned: PlannedStrategy) -> str:
     hw = planned.hardware
     what = "video" if planned.strategy.workload.frames > 1 else "image"
     per_call = p.layout.images
-    steps = f"{p.layout.steps} steps of {p.step.total * 1e3:.0f} ms, end to end"
+    steps = f"{p.layout.steps} step{'s' * (p.layout.steps > 1)} of {p.step.total * 1e3:.0f} ms, end to end"
     fits = planned.memory.fits
     head = "Predicted (not measured)" if fits else "Predicted were it to fit (not measured; it cannot run as planned)"
     if per_call > 1:
@@ -124,13 +124,31 @@ ASSUMED_SHARE_SHOWN = 0.25
 
 
 def _assumed_host_share(planned: PlannedStrategy, p) -> str:
-    """", X s of it is the text encoder on the host at an assumed rate" where that term is a large share of the
-    call and the host's rate is the catalog's assumption, not a measurement ("" otherwise)."""
+    """"; X s of the call is the text encoder on the host at an assumed rate" where that term is a large share of
+    the call and the host's rate is the catalog's assumption (not a measurement, not the strategy's own figure), with
+    where else it fits beside the plan, if anywhere ("" otherwise)."""
+    from meshlab.plan.planned import with_placement
+    from meshlab.search.quick import CommandLineDocument
+
     hw, terms = planned.hardware, p.terms
     if terms is None or planned.strategy.placement.text_encoder != "cpu" or not p.first_call_s:
         return ""
     encode = terms.text_encode_s * p.layout.images
-    if hw.sources.get("host_flops", "").startswith("measured") or encode < ASSUMED_SHARE_SHOWN * p.first_call_s:
+    if (hw.sources.get("host_flops", "").startswith("measured") or "host_flops" in hw.overridden
+            or encode < ASSUMED_SHARE_SHOWN * p.first_call_s):
         return ""
+    quick = isinstance(planned.loaded.document, CommandLineDocument)
+    moves = [where for where in ("device", "sharded") if (where == "device" or hw.chips > 1)
+             and (not planned.memory.fits or with_placement(planned, text_encoder=where).memory.fits)]
+    if not planned.memory.fits:
+        move = ""  # the plan itself does not fit: no room to speak of
+    elif not moves:
+        move = "no room for it on the chips beside the plan"
+    elif quick:
+        move = ("--text-encoder device puts it on the chips" if moves[0] == "device"
+                else "it does not fit on each chip beside the plan")
+    else:
+        move = (f"`placement.text_encoder: {moves[0]}` puts it on the chips"
+                + (" (split over them: it does not fit whole beside the plan)" if moves[0] == "sharded" else ""))
     return (f"; {encode:.2f} s of the call is the text encoder on the host at an assumed "
-            f"{hw.host_flops / 1e12:g} TFLOP/s (not measured; `placement.text_encoder: device` puts it on the chips)")
+            f"{hw.host_flops / 1e12:g} TFLOP/s (not measured" + (f"; {move})" if move else ")"))

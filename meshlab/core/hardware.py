@@ -301,8 +301,9 @@ def load_hardware(name: str, overrides: dict[str, object] | None = None) -> Hard
     if base not in table or (part and not (part.isdigit() and table[base].kind == "gpu"
                                            and 1 <= int(part) <= table[base].chips)):
         if base in table and table[base].kind == "gpu":
-            asks = f"asks for {part} GPUs" if part.isdigit() else "names no GPU count after ':'"
-            raise InputError(f"{name!r} {asks} of a {table[base].chips}-GPU {base} node",
+            asks = f"asks for {part} of the {base} node's" if part.isdigit() else \
+                f"names no count after ':' of the {base} node's"
+            raise InputError(f"{name!r} {asks} {table[base].chips} GPUs",
                              f"name 1 to {table[base].chips} of them ({base}:1 ... {base}:{table[base].chips}), "
                              f"or {base} for the whole node")
         if base in table:

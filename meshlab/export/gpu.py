@@ -85,21 +85,17 @@ def degrees(plan: Plan, strategy: Strategy) -> Degrees:
 
 def priced_elsewhere(plan: Plan, strategy: Strategy, hardware=None) -> list[str]:
     """Comment lines for where what a GPU tool runs from these degrees differs from what meshlab priced: a plan
-    priced on a TPU, and weights split otherwise than the tools' tensor parallelism splits them (each Linear by
-    column, then by row, as Megatron does)."""
+    priced on a TPU, and weights split on their largest dim, which is not how the tools' tensor parallelism splits
+    them (each Linear by column, then by row, as Megatron does). An explicit spec may be either, and is not noted."""
     notes = []
     if hardware is not None and hardware.kind != "gpu":
         notes.append(f"# the plan was priced on {hardware.name} ({hardware.kind}); on GPUs its time is not that "
                      "prediction: name a GPU system as its hardware (h100, h200, ...) to price what these degrees run")
-    kinds = {strategy.rules[p.rule].shard for p in plan.parameters
-             if p.rule is not None and p.spec.axes and isinstance(strategy.rules[p.rule].shard, str)}
-    explicit = any(p.rule is not None and p.spec.axes and not isinstance(strategy.rules[p.rule].shard, str)
-                   for p in plan.parameters)
-    if "largest" in kinds or explicit:
-        how = "on their largest dim" if "largest" in kinds else "by explicit specs"
-        notes.append(f"# the tools' tensor parallel degree splits each Linear by column, then by row; this plan's "
-                     f"rules split weights {how}, so the collectives run differ from those priced (price column/row "
-                     "rules, e.g. --rules pairs, for what the tools run)")
+    if any(p.rule is not None and p.spec.axes and strategy.rules[p.rule].shard == "largest"
+           for p in plan.parameters):
+        notes.append("# the tools' tensor parallel degree splits each Linear by column, then by row; this plan's "
+                     "rules split weights on their largest dim, so the collectives run differ from those priced "
+                     "(price column/row rules, e.g. --rules pairs, for what the tools run)")
     return notes
 
 

@@ -85,7 +85,7 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
 
     warning = [] if not left_out else [
         *textwrap.wrap(f"NOT APPLIED BY THIS SNIPPET, yet part of the plan meshlab priced: {'; '.join(left_out)}. "
-                       "Without them XLA's sharding propagation chooses other collectives than the predicted ones. "
+                       "Without these, XLA's sharding propagation chooses other collectives than the predicted ones. "
                        "To apply the whole plan:", 114, initial_indent="# ", subsequent_indent="# "),
         f"#     applied = meshlab.apply(pipe.transformer, meshlab.load_plan({source!r}))"]
     flags = [] if not libtpu_flags else [

@@ -157,6 +157,16 @@ def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
 
 
+def with_placement(planned: PlannedStrategy, **updates) -> PlannedStrategy:
+    """The same plan with its pipeline's components placed otherwise (e.g. text_encoder="device"): memory changes,
+    the plan does not."""
+    strategy = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(update=updates)})
+    memory = memory_report(planned.plan, strategy, planned.hardware.usable_hbm_bytes,
+                           planned.hardware.runtime_reserve_bytes, tiles=planned.hardware.tiled_layouts)
+    loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
+    return PlannedStrategy(loaded, planned.card, planned.hardware, planned.plan, memory)
+
+
 def refuse_placement(planned: PlannedStrategy, what: str) -> None:
     """meshlab's pipelines decode the whole image and keep a text encoder whole (on the host or the device): a
     tiled or parallel decode, or a sharded encoder, is priced as the GPU tools run it, not run here, so a run of it

@@ -25,7 +25,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class Comparison:
-    entries: tuple[Entry, ...]  # ranked within each model, the models in the order given
+    entries: tuple[Entry, ...]  # ranked within each model and workload (`work_of`), the groups in the order given
     notes: tuple[str, ...]  # e.g. strategies for different models
 
     @property
@@ -112,7 +112,7 @@ def _notes(pairs) -> tuple[str, ...]:
     models = sorted({p.card.name for p, _ in pairs})
     if len(models) > 1:
         notes.append(f"these strategies are for different models ({', '.join(models)}): each is ranked among its "
-                     "own model's plans (their times are for different work)")
+                     "own model's plans of the same workload (their times are for different work)")
     for model in models:
         mine = [p for p, _ in pairs if p.card.name == model]
         differing = [f for f in WORK_FIELDS if len({getattr(p.strategy.workload, f) for p in mine}) > 1]
@@ -151,15 +151,30 @@ def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
         "overhead": pred.step.overhead * per_image - b.step.overhead * best_per_image,
         "launches": pred.step.launch_wait * per_image - b.step.launch_wait * best_per_image,
     }
+    if pred.terms is not None and b.terms is not None:  # the pipeline around the denoising loop
+        deltas["encode"] = pred.terms.text_encode_s - b.terms.text_encode_s
+        deltas["decode"] = (pred.terms.vae_decode_s + pred.terms.transfer_s) - (b.terms.vae_decode_s
+                                                                                + b.terms.transfer_s)
     worst = max(deltas, key=deltas.get)
     tie = pred.seconds_per_image <= 1.02 * b.seconds_per_image
     mine, theirs = planned.hardware.name, best[0].hardware.name
     systems = f"on {mine} against {best[0].strategy.name} on {theirs}: " if mine != theirs else ""
     return systems + ("ties with the best within 2%; " if tie else "") + _reason(worst, pred, b, per_image,
-                                                                                  best_per_image)
+                                                                                  best_per_image, planned, best[0])
 
 
-def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_per_image: float) -> str:
+def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_per_image: float,
+            planned: PlannedStrategy, best: PlannedStrategy) -> str:
+    if worst == "encode":
+        def where(p: PlannedStrategy) -> str:
+            return {"cpu": "on the host", "device": "on each chip", "sharded": "split over the chips"}[
+                p.strategy.placement.text_encoder]
+
+        return (f"its text encoder {where(planned)}: {pred.terms.text_encode_s:.2f} s/image vs "
+                f"{b.terms.text_encode_s:.2f} {where(best)} (`meshlab explain` shows the encode term)")
+    if worst == "decode":
+        return (f"VAE decode and host transfers: {pred.terms.vae_decode_s + pred.terms.transfer_s:.2f} s/image vs "
+                f"{b.terms.vae_decode_s + b.terms.transfer_s:.2f}")
     if worst == "collective":
         counts = pred.block_collectives(issued=True)  # as the hardware issues them: what the time is priced from
         listed = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
@@ -193,8 +208,8 @@ def entry_document(entry: Entry) -> dict:
         "model": planned.card.name,
         "hardware": planned.hardware.name,
         "mesh": planned.plan.mesh.as_dict(),
-        "workload": {"batch": planned.strategy.workload.batch, "steps": planned.strategy.workload.steps,
-                     "cfg": planned.strategy.workload.cfg},
+        "workload": {"batch": planned.strategy.workload.batch,
+                     **{f: getattr(planned.strategy.workload, f) for f in WORK_FIELDS}},
         "weights_bytes_per_chip": chip.weights,
         "peak_bytes_per_chip": chip.total,
         "usable_hbm_bytes": chip.hbm,

@@ -138,16 +138,37 @@ class TryDocument(Document):
 
 
 class EntryWorkload(Document):
+    """What one call asks of the model: the batch, and the fields that set the work of an image (plans are ranked
+    among those that share these and the model)."""
+
     batch: int
+    height: int
+    width: int
+    frames: int
     steps: int
     cfg: bool
+    text_tokens: int
+
+
+class BestOfWorkload(Document):
+    """One model and workload, and its best plan (the fastest that fits)."""
+
+    model: str
+    height: int
+    width: int
+    frames: int
+    steps: int
+    cfg: bool
+    text_tokens: int
+    best: str
 
 
 class CompareEntry(Document):
-    """One strategy, ranked."""
+    """One strategy, ranked among the plans of its model and workload."""
 
-    rank: int
-    best: bool
+    rank: int = Field(description="1-based, among the plans of the same model and workload: fitting plans first, "
+                      "each group by predicted seconds per image")
+    best: bool = Field(description="the best of the plans of its model and workload")
     name: str
     file: str
     model: str
@@ -171,8 +192,9 @@ class ComparisonDocument(Document):
     best: str | None = Field(description="the best plan, where every plan is for one model and one workload")
     best_per_model: dict[str, str] = Field(description="model -> its best plan, for each model whose plans share one "
                                            "workload")
-    best_per_workload: list[dict] = Field(description="each model and workload (height, width, frames, steps, cfg, "
-                                          "text_tokens) with its best plan: plans are ranked within these groups")
+    best_per_workload: list[BestOfWorkload] = Field(description="each model and workload (height, width, frames, "
+                                                    "steps, cfg, text_tokens) with its best plan: plans are ranked "
+                                                    "within these groups")
     notes: list[str]
     entries: list[CompareEntry]
     assumptions: dict[str, list[AssumptionDocument]] = Field(description="hardware -> the figures its times rest on")

@@ -32,7 +32,7 @@ TWO_D = str(next(p for p in STRATEGIES if p.stem == "2d"))
      "command line: --frames: workload.frames 80 is not 1 + a multiple of 4 (the VAE compresses 4 frames to one "
      "after the first); use 77 or 81"),
     (["try", "--model", "qwen-image", "--hardware", "h100:9"],
-     "command line: --hardware: 'h100:9' asks for 9 GPUs of a 8-GPU h100 node; name 1 to 8 of them (h100:1 ... "
+     "command line: --hardware: 'h100:9' asks for 9 of the h100 node's 8 GPUs; name 1 to 8 of them (h100:1 ... "
      "h100:8), or h100 for the whole node"),
     (["try", "--model", "qwen-image", "--hardware", "v6e-8:2"],
      "command line: --hardware: 'v6e-8:2': a TPU system is named whole (its size is in its name); use one of: "

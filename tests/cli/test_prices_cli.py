@@ -64,3 +64,19 @@ def test_try_says_how_much_of_the_call_an_assumed_host_rate_prices_and_prices_no
                                    ).output.split())
     assert "Predicted were it to fit (not measured; it cannot run as planned)" in unfit
     assert unfit.endswith("no price: it does not fit") and "per chip-hour" not in unfit
+
+
+def test_the_host_share_names_only_a_placement_that_still_fits(tmp_path):
+    """hybrid.yaml holds 19 GiB of weights a chip: the 16.6 GB encoder does not fit whole beside them, split over
+    the chips it does; the quick form names the flag; a host rate the strategy gives is not called assumed."""
+    def line(*args):
+        return " ".join(runner.invoke(app, ["try", *args], terminal_width=400).output.split())
+
+    assert ("(not measured; `placement.text_encoder: sharded` puts it on the chips (split over them: it does not fit "
+            "whole beside the plan))") in line(str(REPO / "strategies" / "hybrid.yaml"))
+    assert "(not measured; --text-encoder device puts it on the chips)" in line(
+        "--model", "qwen-image", "--hardware", "v6e-8", "--rules", "2d", "--mesh", "data=2,model=4",
+        "--text-encoder", "host", "--text-tokens", "512")
+    own = tmp_path / "own.yaml"
+    own.write_text(STRATEGY.read_text().replace("hardware: v6e-8", "hardware: {name: v6e-8, host_flops: 2.0e+12}"))
+    assert "text encoder on the host" not in line(str(own)) and "FITS" in line(str(own))

@@ -300,7 +300,7 @@ def test_a_strategy_s_libtpu_flags_are_set_before_torch_xla_loads(fake_torch_xla
 def test_the_torch_xla_snippet_says_what_of_the_plan_it_does_not_apply(fake_torch_xla):
     """hybrid.yaml: three activation rules and layernorm-rows are priced but are not mark_sharding calls on
     parameters; the snippet's header says so and how to apply the whole plan (the CLI says it on stderr too), and
-    its input hint splits dim 0 over the guidance axis. pairs.yaml and rules alone: no such header."""
+    its input hint splits dim 0 over the guidance axis. A strategy of parameter rules alone: no such header."""
     from meshlab.export.snippets import left_out_of_snippet
 
     planned = plan_file(REPO / "strategies" / "hybrid.yaml")
@@ -322,5 +322,6 @@ def test_the_torch_xla_snippet_says_what_of_the_plan_it_does_not_apply(fake_torc
     assert done.stderr == ("meshlab: note: the snippet applies the parameters' specs only, not 3 activation rules "
                            "(block.input, attention.qkv, attention.output); the rewrite layernorm-rows (its header "
                            "says how to apply the whole plan)\n")
-    pairs = plan_file(REPO / "strategies" / "pairs.yaml")
-    assert left_out_of_snippet(pairs.strategy.activations) == []
+    assert left_out_of_snippet(Activations(batch="data"), (), False) == []
+    bare = torch_xla_snippet(planned.plan, strategy.rules, Activations(batch="data"))
+    assert "NOT APPLIED" not in bare and "meshlab.apply" not in bare
