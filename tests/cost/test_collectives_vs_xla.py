@@ -239,6 +239,28 @@ def test_each_known_difference_names_measurements_that_are_checked_in():
         assert any(f"xla_collectives_{strategy}.json" in e["measured"] for e in citing), (strategy, kind)
 
 
+def test_each_known_difference_names_the_models_it_was_measured_on():
+    """An entry's `models` are the models of the strategies its captures checked (a card file counts as the built-in
+    card of its class), or `all` for what holds whatever the model; explain lists a plan's model's entries only."""
+    import json
+
+    import yaml
+
+    from meshlab.models.card import builtin_cards, load_card
+
+    by_class = {load_card(name).class_name: name for name in builtin_cards()}
+    for entry in yaml.safe_load((REPO / "meshlab" / "data" / "known_differences.yaml").read_text()):
+        models = set()
+        for name in entry["measured"]:
+            path = REPO / json.loads((DATA / name).read_text())["command"].split()[2]
+            model = yaml.safe_load(path.read_text())["model"]
+            models.add(by_class[load_card(model, path.parent).class_name] if model.endswith(".json") else model)
+        assert entry["models"] == "all" or set(entry["models"]) == models, entry["difference"][:60]
+    wan = " ".join(known_differences("wan-2.1-t2v-14b"))
+    assert "Wan's modulation" in wan and "SANA" not in wan and "on CPU, XLA's collectives carry f32" in wan
+    assert set(known_differences("wan-2.1-t2v-14b")) < set(known_differences())
+
+
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch_xla", "diffusers")),
