@@ -12,7 +12,17 @@ key length, the merges, and the launches. This times, on one GPU, what one rank 
 - ``ring_s``: the n passes and n - 1 merges back to back, as a rank runs them;
 - ``ulysses_s``: one flash attention, N queries x N keys, h/n heads.
 
-Each figure is the median of CUDA-event timings after warm-up. JSON on stdout.
+Each figure is the median of CUDA-event timings after warm-up, with events around one call: a short call's figure
+then also holds the host's dispatch of that call while the GPU waits for it. To tell the GPU's own cost per call
+(what a compiled ring, whose host runs ahead, pays) from that dispatch (which meshlab prices apart, as eager PyTorch's
+launches), each figure is also timed two more ways:
+
+- ``*_queued_s``: ``QUEUED`` calls issued back to back between one pair of events, per call: once the host runs
+  ahead of the GPU, the GPU's time per call, its kernels' own start and tail included;
+- ``*_graph_s``: the same captured once in a CUDA graph and replayed: no host work at all (None, with the error in
+  ``graph_error``, where capture fails).
+
+JSON on stdout.
 
     python3 benchmarks/gpu_ring_attention.py > ring.json
 """
@@ -26,6 +36,11 @@ import statistics
 #: 2.1 14B at 1280x720 x 81 frames (21 latent frames x 45 x 80 patches = 75,600 tokens, 40 heads).
 CASES = (("qwen-image/flux 1024x1024", 1, 24, 4608, 128), ("wan-2.1-14b 720p x 81", 1, 40, 75600, 128))
 DEGREES = (2, 4, 8)
+#: calls issued back to back between one pair of events (``*_queued_s``)
+QUEUED = 20
+#: the queued and graph timings are taken for sequences this short (Flux's, Qwen-Image's): Wan's passes run for
+#: milliseconds, far past any dispatch
+SHORT = 8192
 
 
 def timed(fn, reps: int = 10, warm: int = 3) -> float:
@@ -43,6 +58,60 @@ def timed(fn, reps: int = 10, warm: int = 3) -> float:
         torch.cuda.synchronize()
         seconds.append(start.elapsed_time(end) / 1e3)
     return statistics.median(seconds)
+
+
+def timed_queued(fn, calls: int = QUEUED, reps: int = 5, warm: int = 3) -> float:
+    """Seconds per call with `calls` calls queued between one pair of events (the median of `reps`)."""
+    import torch
+
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    seconds = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        seconds.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(seconds)
+
+
+def timed_graph(fn, calls: int = QUEUED, reps: int = 5) -> tuple[float | None, str | None]:
+    """Seconds per call of `fn` captured `calls` times in one CUDA graph and replayed (no host work between the
+    kernels), or (None, the error) where capture fails."""
+    import torch
+
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up on a side stream, as torch.cuda.graphs asks before capture
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as exc:  # a kernel that cannot be captured: say which, keep the other figures
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+    seconds = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        seconds.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(seconds), None
 
 
 def flash(q, k, v):
@@ -97,6 +166,14 @@ def main() -> None:
                     "kv_block_bytes": 2 * b * h * local * d * 2}
             case["pass_tflops"] = case["pass_flops"] / case["pass_s"] / 1e12
             case["ulysses_tflops"] = case["ulysses_flops"] / case["ulysses_s"] / 1e12
+            if n_tokens <= SHORT:  # short passes: where the host's dispatch can show in a one-call timing
+                case["pass_queued_s"] = timed_queued(lambda: flash(q, k, v))
+                case["merge_queued_s"] = timed_queued(lambda: merge(o0.float(), l0, o0, l0))
+                case["ring_queued_s"] = timed_queued(ring, calls=4)
+                case["ulysses_queued_s"] = timed_queued(lambda: flash(uq, uk, uv), calls=4)
+                case["pass_graph_s"], pass_error = timed_graph(lambda: flash(q, k, v))
+                case["ring_graph_s"], ring_error = timed_graph(ring, calls=2)
+                case["graph_error"] = pass_error or ring_error
             results["cases"].append(case)
             del q, k, v, blocks, uq, uk, uv
             torch.cuda.empty_cache()

@@ -2,6 +2,7 @@
 
     python benchmarks/tpu_aot.py                                   # 2d, pairs, fsdp, hybrid on v6e-8
     python benchmarks/tpu_aot.py --strategies data --front-end both --out benchmarks/results/tpu_aot.json
+    python benchmarks/tpu_aot.py --strategies 2d --scan                   # every block list as one scanned loop
 
 Each strategy is one `meshlab check S.yaml --backend tpu --json` (its own worker process: the whole model at the
 workload's size, compiled ahead of time for the strategy's TPU topology on this host). Printed per strategy: the
@@ -24,17 +25,18 @@ REPO = Path(__file__).resolve().parents[1]
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-def check(strategy: str, front_end: str) -> dict:
+def check(strategy: str, front_end: str, scan: bool = False) -> dict:
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "meshlab", "check", str(REPO / "strategies" / f"{strategy}.yaml"),
-                           "--backend", "tpu", "--front-end", front_end, "--json"], capture_output=True, text=True,
-                          cwd=REPO)
+                           "--backend", "tpu", "--front-end", front_end, *(["--scan"] if scan else []), "--json"],
+                          capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - start
+    name = strategy + (" (scanned)" if scan else "")
     if not done.stdout.startswith("{"):
-        return {"strategy": strategy, "error": done.stderr.strip().splitlines()[-1:], "wall_s": wall}
+        return {"strategy": name, "error": done.stderr.strip().splitlines()[-1:], "wall_s": wall}
     doc = json.loads(done.stdout)
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return {"strategy": strategy, "wall_s": wall, "host_peak_rss_bytes_so_far": rss, "document": doc}
+    return {"strategy": name, "wall_s": wall, "host_peak_rss_bytes_so_far": rss, "document": doc}
 
 
 def summary(result: dict) -> str:
@@ -77,10 +79,11 @@ def main() -> None:
     parser.add_argument("--strategies", default="2d,pairs,fsdp,hybrid")
     parser.add_argument("--front-end", default="auto")
     parser.add_argument("--out", type=Path, help="also write every document as JSON here")
+    parser.add_argument("--scan", action="store_true", help="compile each block list as one scanned loop (--scan)")
     args = parser.parse_args()
     results = []
     for name in args.strategies.split(","):
-        results.append(check(name.strip(), args.front_end))
+        results.append(check(name.strip(), args.front_end, args.scan))
         print(summary(results[-1]), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1) + "\n")
