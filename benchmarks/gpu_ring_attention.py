@@ -43,25 +43,9 @@ QUEUED = 20
 SHORT = 8192
 
 
-def timed(fn, reps: int = 10, warm: int = 3) -> float:
-    import torch
-
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    seconds = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        seconds.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(seconds)
-
-
-def timed_queued(fn, calls: int = QUEUED, reps: int = 5, warm: int = 3) -> float:
-    """Seconds per call with `calls` calls queued between one pair of events (the median of `reps`)."""
+def timed(fn, reps: int = 10, warm: int = 3, calls: int = 1) -> float:
+    """Seconds per call, the median of `reps` timings of `calls` calls issued back to back between one pair of
+    events (one call: the host's dispatch of it shows where the GPU waits for it)."""
     import torch
 
     for _ in range(warm):
@@ -77,6 +61,11 @@ def timed_queued(fn, calls: int = QUEUED, reps: int = 5, warm: int = 3) -> float
         torch.cuda.synchronize()
         seconds.append(start.elapsed_time(end) / 1e3 / calls)
     return statistics.median(seconds)
+
+
+def timed_queued(fn, calls: int = QUEUED, reps: int = 5) -> float:
+    """Seconds per call with `calls` calls queued between one pair of events (the median of `reps`)."""
+    return timed(fn, reps=reps, calls=calls)
 
 
 def timed_graph(fn, calls: int = QUEUED, reps: int = 5) -> tuple[float | None, str | None]:

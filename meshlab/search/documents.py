@@ -137,11 +137,10 @@ class TryDocument(Document):
     text_encoder: str | None = Field(None, description="try --model ...: where the text encoder went, and why")
 
 
-class EntryWorkload(Document):
-    """What one call asks of the model: the batch, and the fields that set the work of an image (plans are ranked
-    among those that share these and the model)."""
+class WorkFields(Document):
+    """The workload fields that set the work of an image (meshlab.search.compare.WORK_FIELDS): plans are ranked
+    among those that share these and the model."""
 
-    batch: int
     height: int
     width: int
     frames: int
@@ -150,16 +149,16 @@ class EntryWorkload(Document):
     text_tokens: int
 
 
-class BestOfWorkload(Document):
+class EntryWorkload(WorkFields):
+    """What one call asks of the model: the batch, and the work of each image."""
+
+    batch: int
+
+
+class BestOfWorkload(WorkFields):
     """One model and workload, and its best plan (the fastest that fits)."""
 
     model: str
-    height: int
-    width: int
-    frames: int
-    steps: int
-    cfg: bool
-    text_tokens: int
     best: str
 
 
