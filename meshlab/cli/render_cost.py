@@ -519,19 +519,24 @@ def _collective_table(p) -> Table:
     repeats = next((c.count for c in p.collectives if c.block == first), 1)
     where = f"block {first} (stands for {repeats} identical blocks) and outside the blocks" if first is not None \
         else "none in the blocks" if not p.collectives else "outside the blocks only"
-    table = Table(title=f"Collectives of one call: {where} {PREDICTED}", title_justify="left")
-    for c in ("where", "kind", "axes", "route", "bytes", "exposed", "why"):
-        table.add_column(c, justify="right" if c in ("bytes", "exposed") else "left")
+    table = Table(title=f"Collectives of one call: {where} {PREDICTED}; alike ones on one row (ops: how many, "
+                        "bytes and exposed: each)", title_justify="left")
+    for c in ("where", "ops", "kind", "axes", "route", "bytes", "exposed", "why"):
+        table.add_column(c, justify="right" if c in ("ops", "bytes", "exposed") else "left")
+    rows: dict[tuple, int] = {}
     for t in p.step.collectives:
         c = t.collective
         if c.block not in (first, None):
             continue
         where = "per step" if c.per_step else ("outside" if c.block is None else f"block {c.block}")
-        table.add_row(where, c.kind + (f" x{c.operands}" if c.operands > 1 else ""), "+".join(c.axes),
-                      t.route.shape, _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why + (
-                          f" (and {t.hidden * 1e6:.0f} us hidden by its slice of the matmul)" if t.hidden else ""))
+        row = (where, c.kind + (f" x{c.operands}" if c.operands > 1 else ""), "+".join(c.axes), t.route.shape,
+               _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why + (
+                   f" (and {t.hidden * 1e6:.0f} us hidden by its slice of the matmul)" if t.hidden else ""))
+        rows[row] = rows.get(row, 0) + 1
+    for row, ops in rows.items():
+        table.add_row(row[0], str(ops), *row[1:])
     if not p.collectives:
-        table.add_row("-", "none", "", "", "", "", "no weight or activation crosses chips")
+        table.add_row("-", "", "none", "", "", "", "", "no weight or activation crosses chips")
     return table
 
 

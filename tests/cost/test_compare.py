@@ -194,3 +194,13 @@ def test_the_table_names_each_plan_s_system_and_prices_no_plan_that_does_not_fit
     assert data[2] == "data8" and data[5:7] == ["31.25", "no"] and data[13] == "-"  # usable, fits, $/image
     ulysses = [c.strip() for c in rows["ulysses best"].split("│")]
     assert ulysses[2] == "cfg2 x seq4" and ulysses[5] == "79.15" and ulysses[13].startswith("$")
+
+
+def test_explain_puts_alike_collectives_on_one_row():
+    """2d.yaml's img_mod.1 realigns its chunks in 18 alike permutes: one row with 18 ops, not 18 rows."""
+    text = CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "240"}).stdout
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│ block 0")]
+    modulation = [r for r in rows if r[2] == "collective-permute" and r[7].startswith("img_mod.1:")]
+    assert len(modulation) == 1 and modulation[0][1] == "18"
+    matmul = [r for r in rows if r[7].startswith("img_mlp.net.0.proj:")]
+    assert [r[1] for r in matmul] == ["1"] * len(matmul) and len(matmul) == 3  # shards 1, 2, 3 of 3 differ
