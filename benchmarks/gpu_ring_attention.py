@@ -15,12 +15,14 @@ key length, the merges, and the launches. This times, on one GPU, what one rank 
 Each figure is the median of CUDA-event timings after warm-up, with events around one call: a short call's figure
 then also holds the host's dispatch of that call while the GPU waits for it. To tell the GPU's own cost per call
 (what a compiled ring, whose host runs ahead, pays) from that dispatch (which meshlab prices apart, as eager PyTorch's
-launches), each figure is also timed two more ways:
+launches), the short sequences' figures (at most ``SHORT`` tokens: Flux's and Qwen-Image's; Wan's passes run for
+milliseconds) are also timed two more ways:
 
-- ``*_queued_s``: ``QUEUED`` calls issued back to back between one pair of events, per call: once the host runs
-  ahead of the GPU, the GPU's time per call, its kernels' own start and tail included;
-- ``*_graph_s``: the same captured once in a CUDA graph and replayed: no host work at all (None, with the error in
-  ``graph_error``, where capture fails).
+- ``pass_queued_s``, ``merge_queued_s``, ``ring_queued_s``, ``ulysses_queued_s``: several calls issued back to back
+  between one pair of events, per call: once the host runs ahead of the GPU, the GPU's time per call, its kernels'
+  own start and tail included;
+- ``pass_graph_s``, ``ring_graph_s``: the pass and the whole ring captured in a CUDA graph and replayed: no host work
+  at all (None where capture fails, the errors in ``graph_error``).
 
 JSON on stdout.
 
@@ -162,7 +164,7 @@ def main() -> None:
                 case["ulysses_queued_s"] = timed_queued(lambda: flash(uq, uk, uv), calls=4)
                 case["pass_graph_s"], pass_error = timed_graph(lambda: flash(q, k, v))
                 case["ring_graph_s"], ring_error = timed_graph(ring, calls=2)
-                case["graph_error"] = pass_error or ring_error
+                case["graph_error"] = "; ".join(e for e in (pass_error, ring_error) if e) or None
             results["cases"].append(case)
             del q, k, v, blocks, uq, uk, uv
             torch.cuda.empty_cache()

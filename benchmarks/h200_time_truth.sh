@@ -31,8 +31,8 @@ print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'sdp 
   | tee "$OUT/sdpa.txt" || true
 # eager PyTorch's host cost per kernel launch (issue 26, part 3)
 python3 benchmarks/cuda_launch_cost.py | tee "$OUT/launch-cost.json" || true
-# a ring's short passes (issue 26): each pass, merge and whole ring per call, one at a time, queued and in a CUDA
-# graph, to tell the GPU's own cost per call from the host's dispatch of it (under a minute)
+# a ring's short passes (issue 26): Flux's passes, merges and whole rings timed one call at a time, queued, and (the
+# pass and the ring) replayed from a CUDA graph, to tell the GPU's own cost per call from the host's dispatch of it
 timeout 120 python3 benchmarks/gpu_ring_attention.py > "$OUT/ring-attention.json" || true
 for size in 1024 512; do
   strategy=experiments/strategies/qwen-image-one-h200-profiled-$size.yaml

@@ -342,7 +342,7 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
 
-    for a in assumptions_document(hw, model=planned.card.name):
+    for a in assumptions_document(hw, model_class=planned.card.class_name):
         value = "" if a["value"] is None else f" = {a['value']}"
         console.print(f"  {a['name']}{value}: [dim]{a['source']}[/dim]")
 

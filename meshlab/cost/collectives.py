@@ -89,13 +89,19 @@ from meshlab.plan.axes import heads_gathered
 from meshlab.plan.plan import PlannedParameter
 
 @lru_cache(maxsize=1)
-def known_differences(model: str | None = None) -> tuple[str, ...]:
+def _known_difference_entries() -> tuple[dict, ...]:
+    text = (resources.files("meshlab") / "data" / "known_differences.yaml").read_text(encoding="utf-8")
+    return tuple(yaml.safe_load(text))
+
+
+def known_differences(class_name: str | None = None, general: bool = True) -> tuple[str, ...]:
     """Where this derivation and XLA's partitioned HLO still differ, each with its measured figures
     (meshlab/data/known_differences.yaml, beside the names of the XLA captures it was read from): every entry, or
-    with `model` (a card's name) those measured on that model and those that hold for every model."""
-    text = (resources.files("meshlab") / "data" / "known_differences.yaml").read_text(encoding="utf-8")
-    return tuple(entry["difference"] for entry in yaml.safe_load(text)
-                 if model is None or entry["models"] == "all" or model in entry["models"])
+    with `class_name` (a card's diffusers class) those measured on that class and, with `general`, those that hold
+    for every class."""
+    return tuple(entry["difference"] for entry in _known_difference_entries()
+                 if class_name is None or (entry["classes"] == "all" and general)
+                 or (entry["classes"] != "all" and class_name in entry["classes"]))
 
 
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back

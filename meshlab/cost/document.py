@@ -191,7 +191,8 @@ class ExplainDocument(Document):
 def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | None = None) -> dict:
     """The JSON of `meshlab explain --json` (`schedule`: meshlab.cost.compiled_call.schedule_beside)."""
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
-            "collectives": collectives_document(p), "assumptions": assumptions_document(planned.hardware, model=planned.card.name),
+            "collectives": collectives_document(p), "assumptions": assumptions_document(
+                planned.hardware, model_class=planned.card.class_name),
             **({"xla_schedule": schedule} if schedule else {})}
 
 
@@ -294,5 +295,5 @@ def collectives_document(p: Prediction) -> list[dict]:
 
 
 def assumptions_document(hardware: Hardware, assumptions: Assumptions = Assumptions(),
-                         model: str | None = None) -> list[dict]:
-    return assumptions.describe(hardware, model)
+                         model_class: str | None = None) -> list[dict]:
+    return assumptions.describe(hardware, model_class)

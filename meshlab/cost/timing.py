@@ -36,12 +36,19 @@ class Assumptions:
 
     overlap: float = 0.0  # fraction of collective time hidden under compute
 
-    def describe(self, hardware: Hardware, model: str | None = None) -> list[dict]:
-        """Each assumption with its source; with `model` (a card's name), the known differences from XLA that
-        concern that model only (meshlab.cost.collectives.known_differences)."""
+    def describe(self, hardware: Hardware, model_class: str | None = None) -> list[dict]:
+        """Each assumption with its source; with `model_class` (a card's diffusers class), the known differences
+        from XLA measured on that class and those that hold for every class (meshlab.cost.collectives
+        .known_differences), with a count of the rest."""
         hw = hardware
-        differences = known_differences(model)
-        others = len(known_differences()) - len(differences)
+        if model_class is None:
+            differences = "; ".join(known_differences())
+        else:
+            own, general = known_differences(model_class, general=False), known_differences("", general=True)
+            others = len(known_differences()) - len(own) - len(general)
+            differences = "; ".join((own or (f"none measured on {model_class}",)) + general) + (
+                f" ({others} more, measured on other model classes: meshlab/data/known_differences.yaml)"
+                if others else "")
         return [
             {"name": "compute_efficiency", "value": hw.compute_efficiency,
              "source": hw.sources["compute_efficiency"] + _compute_efficiency_scope(hw)},
@@ -78,10 +85,7 @@ class Assumptions:
             {"name": "scope", "value": None,
              "source": "end to end: text encoding, denoising, VAE decode, host transfers and per-step overhead "
                        "(meshlab.cost.pipeline_time); the scheduler's elementwise step is not counted"},
-            {"name": "collectives vs XLA", "value": None,
-             "source": "; ".join(differences or ("none measured for this model",)) + (
-                 f" ({others} more, measured on other models: meshlab/data/known_differences.yaml)"
-                 if model is not None and others else "")},
+            {"name": "collectives vs XLA", "value": None, "source": differences},
             {"name": "guidance", "value": None,
              "source": "with CFG and no 'cfg' mesh axis the transformer runs twice per step; a 'cfg' axis of size 2 "
                        "runs both branches as one call split over it (prompts padded to one length)"},

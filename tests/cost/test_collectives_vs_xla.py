@@ -239,26 +239,36 @@ def test_each_known_difference_names_measurements_that_are_checked_in():
         assert any(f"xla_collectives_{strategy}.json" in e["measured"] for e in citing), (strategy, kind)
 
 
-def test_each_known_difference_names_the_models_it_was_measured_on():
-    """An entry's `models` are the models of the strategies its captures checked (a card file counts as the built-in
-    card of its class), or `all` for what holds whatever the model; explain lists a plan's model's entries only."""
+def test_each_known_difference_names_the_model_classes_it_was_measured_on():
+    """An entry's `classes` are the diffusers classes of the cards its captures checked, or `all` for what holds
+    whatever the model; explain lists a plan's class's entries and the general ones, so a Wan 2.1 1.3B plan gets
+    the 14B's entry (one class) and a FLUX.2 plan the entry read from its narrow card."""
     import json
 
     import yaml
 
-    from meshlab.models.card import builtin_cards, load_card
+    from meshlab.core.hardware import load_hardware
+    from meshlab.cost.timing import Assumptions
+    from meshlab.models.card import load_card
 
-    by_class = {load_card(name).class_name: name for name in builtin_cards()}
     for entry in yaml.safe_load((REPO / "meshlab" / "data" / "known_differences.yaml").read_text()):
-        models = set()
+        classes = set()
         for name in entry["measured"]:
             path = REPO / json.loads((DATA / name).read_text())["command"].split()[2]
-            model = yaml.safe_load(path.read_text())["model"]
-            models.add(by_class[load_card(model, path.parent).class_name] if model.endswith(".json") else model)
-        assert entry["models"] == "all" or set(entry["models"]) == models, entry["difference"][:60]
-    wan = " ".join(known_differences("wan-2.1-t2v-14b"))
-    assert "Wan's modulation" in wan and "SANA" not in wan and "on CPU, XLA's collectives carry f32" in wan
-    assert set(known_differences("wan-2.1-t2v-14b")) < set(known_differences())
+            classes.add(load_card(yaml.safe_load(path.read_text())["model"], path.parent).class_name)
+        assert entry["classes"] == "all" or set(entry["classes"]) == classes, entry["difference"][:60]
+    wan = known_differences("WanTransformer3DModel")
+    assert any("Wan's modulation" in d for d in wan) and not any("SANA" in d for d in wan)
+    assert any("on CPU, XLA's collectives carry f32" in d for d in wan) and set(wan) < set(known_differences())
+    assert not any("on CPU" in d for d in known_differences("WanTransformer3DModel", general=False))
+
+    def listed(model_class):
+        return next(a["source"] for a in Assumptions().describe(load_hardware("v6e-8"), model_class)
+                    if a["name"] == "collectives vs XLA")
+
+    assert "FLUX.2's packed Linears" in listed("Flux2Transformer2DModel")
+    assert listed("NoSuchTransformer").startswith("none measured on NoSuchTransformer; on CPU, XLA's collectives")
+    assert "more, measured on other model classes" in listed("WanTransformer3DModel")
 
 
 @pytest.mark.xla

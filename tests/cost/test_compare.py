@@ -199,7 +199,8 @@ def test_the_table_names_each_plan_s_system_and_prices_no_plan_that_does_not_fit
 def test_explain_puts_alike_collectives_on_one_row():
     """2d.yaml's img_mod.1 realigns its chunks in 18 alike permutes: one row with 18 ops, not 18 rows."""
     text = CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "240"}).stdout
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│ block 0")]
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines()
+            if line.startswith("│ block 0")]
     modulation = [r for r in rows if r[2] == "collective-permute" and r[7].startswith("img_mod.1:")]
     assert len(modulation) == 1 and modulation[0][1] == "18"
     matmul = [r for r in rows if r[7].startswith("img_mlp.net.0.proj:")]
