@@ -137,16 +137,16 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
     if (hw.sources.get("host_flops", "").startswith("measured") or "host_flops" in hw.overridden
             or encode < ASSUMED_SHARE_SHOWN * p.first_call_s):
         return ""
-    quick = isinstance(planned.loaded.document, CommandLineDocument)
-    moves = [where for where in ("device", "sharded") if (where == "device" or hw.chips > 1)
-             and (not planned.memory.fits or with_placement(planned, text_encoder=where).memory.fits)]
+    quick = isinstance(planned.loaded.document, CommandLineDocument)  # no sharded encoder there: host or device
+    moves = [] if not planned.memory.fits else [  # where it fits beside the plan, the whole encoder on each chip first
+        where for where in (("device",) if quick or hw.chips == 1 else ("device", "sharded"))
+        if with_placement(planned, text_encoder=where).memory.fits]
     if not planned.memory.fits:
         move = ""  # the plan itself does not fit: no room to speak of
     elif not moves:
         move = "no room for it on the chips beside the plan"
     elif quick:
-        move = ("--text-encoder device puts it on the chips" if moves[0] == "device"
-                else "it does not fit on each chip beside the plan")
+        move = "--text-encoder device puts it on the chips"
     else:
         move = (f"`placement.text_encoder: {moves[0]}` puts it on the chips"
                 + (" (split over them: it does not fit whole beside the plan)" if moves[0] == "sharded" else ""))
