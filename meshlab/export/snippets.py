@@ -7,6 +7,7 @@ parameter the spec meshlab's planner gave it (tests hold the two to exact agreem
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 
 from pydantic import Field
@@ -81,8 +82,6 @@ def torch_xla_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activati
     `left_out` (`left_out_of_snippet`) names what the plan has that the snippet does not apply: its header says so,
     and how to apply the whole plan from `source`."""
     mesh, dcn = plan.mesh, dcn or {}
-    import textwrap
-
     warning = [] if not left_out else [
         *textwrap.wrap(f"NOT APPLIED BY THIS SNIPPET, yet part of the plan meshlab priced: {'; '.join(left_out)}. "
                        "Without these, XLA's sharding propagation chooses other collectives than the predicted ones. "
