@@ -78,8 +78,14 @@ def test_report_refuses_to_plot_over_its_records(tmp_path):
     before = records.read_bytes()
     done = subprocess.run([sys.executable, "-m", "meshlab", "report", str(records), "--plot", str(records)],
                           capture_output=True, text=True)
-    assert done.returncode == 2 and "--plot" in done.stderr and "one of this command's inputs" in done.stderr
+    assert done.returncode == 2 and "--plot" in done.stderr and "the plot is a PNG image" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and records.read_bytes() == before
+    named_png = tmp_path / "runs.png"  # records under a PNG's name: refused as an input, not by the name
+    shutil.copy(records, named_png)
+    done = subprocess.run([sys.executable, "-m", "meshlab", "report", str(named_png), "--plot", str(named_png)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--plot" in done.stderr and "one of this command's inputs" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and named_png.read_bytes() == before
     done = subprocess.run([sys.executable, "-m", "meshlab", "report", str(records), "--plot", str(tmp_path / "p.png")],
                           capture_output=True, text=True)
     assert done.returncode == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

@@ -236,7 +236,7 @@ def test_a_gpu_node_can_be_used_in_part(tmp_path):
     path.write_text("name: t\nmodel: qwen-image\nhardware: v6e-8\nmesh: {model: 4}\n")
     with pytest.raises(Exception, match="has 4 devices but the hardware has 8"):
         plan_file(path)
-    with pytest.raises(Exception, match="unknown hardware 'v6e-8:4'"):
+    with pytest.raises(Exception, match="'v6e-8:4': a TPU system is named whole"):
         load_hardware("v6e-8:4")
 
 
