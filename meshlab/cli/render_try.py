@@ -138,9 +138,10 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
             or encode < ASSUMED_SHARE_SHOWN * p.first_call_s):
         return ""
     quick = isinstance(planned.loaded.document, CommandLineDocument)  # no sharded encoder there: host or device
-    moves = [] if not planned.memory.fits else [  # where it fits beside the plan, the whole encoder on each chip first
-        where for where in (("device",) if quick or hw.chips == 1 else ("device", "sharded"))
-        if with_placement(planned, text_encoder=where).memory.fits]
+    # where it fits beside the plan: the whole encoder on each chip, else split over them (one memory report each)
+    moves = [] if not planned.memory.fits else next(
+        ([where] for where in (("device",) if quick or hw.chips == 1 else ("device", "sharded"))
+         if with_placement(planned, text_encoder=where).memory.fits), [])
     if not planned.memory.fits:
         move = ""  # the plan itself does not fit: no room to speak of
     elif not moves:
