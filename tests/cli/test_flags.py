@@ -27,7 +27,7 @@ TWO_D = str(next(p for p in STRATEGIES if p.stem == "2d"))
     (["sweep", "--model", "qwen-image", "--hardware", "v6e-8", "--batch-per-replica", "1024", "--no-progress"],
      "--batch-per-replica 1024 on 8 devices makes batches of up to 8192 images, over the workload's 4096; ask for "
      "at most 512 images per replica"),
-    # a frame count no candidate can take: the flag named, before the sweep's progress bar (no blank line)
+    # a frame count no candidate can take: the flag named (checked before the sweep's progress bar starts)
     (["sweep", "--model", "wan-2.1-t2v-14b", "--hardware", "v6e-8", "--frames", "80"],
      "command line: --frames: workload.frames 80 is not 1 + a multiple of 4 (the VAE compresses 4 frames to one "
      "after the first); use 77 or 81"),

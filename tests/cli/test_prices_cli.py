@@ -64,6 +64,8 @@ def test_try_says_how_much_of_the_call_an_assumed_host_rate_prices_and_prices_no
                                    ).output.split())
     assert "Predicted were it to fit (not measured; it cannot run as planned)" in unfit
     assert unfit.endswith("no price: it does not fit") and "per chip-hour" not in unfit
+    # the plan itself does not fit: the host-share clause names no other placement
+    assert "text encoder on the host at an assumed 1 TFLOP/s (not measured); no price" in unfit
 
 
 def test_the_host_share_names_only_a_placement_that_still_fits(tmp_path):

@@ -48,8 +48,8 @@ def test_ranks_fitting_plans_first_and_says_why_losers_lose():
     assert result.notes == (  # wan-14b-v6e-8.yaml: a video model; flux-usp-h100.yaml: Flux; ulysses.yaml: 8 GPUs
         "these strategies are for different models (flux-dev, qwen-image, wan-2.1-t2v-14b): each is ranked among its "
         "own model's plans of the same workload (their times are for different work)", "these strategies run on "
-        "different hardware (h100, v6e-8): plans of one model and workload are ranked together by seconds per image, whatever their system, "
-        "so compare $/image too")
+        "different hardware (h100, v6e-8): plans of one model and workload are ranked together by seconds per "
+        "image, whatever their system, so compare $/image too")
     assert qwen[0].planned.strategy.name == "ulysses"  # 8 H100s, its text encoder on them
     two_d = next(e for e in qwen if e.planned.strategy.name == "2d")  # on v6e-8, against the h100 best
     # most of the gap is 2d's text encoder on the host (ulysses holds its own on each GPU)
@@ -205,3 +205,19 @@ def test_explain_puts_alike_collectives_on_one_row():
     assert len(modulation) == 1 and modulation[0][1] == "18"
     matmul = [r for r in rows if r[7].startswith("img_mlp.net.0.proj:")]
     assert [r[1] for r in matmul] == ["1"] * len(matmul) and len(matmul) == 3  # shards 1, 2, 3 of 3 differ
+
+
+def test_explain_lists_the_known_differences_of_its_plan_s_model_class():
+    """explain (table and JSON) lists the differences from XLA measured on Qwen-Image's class and those for every
+    class, and counts the rest (SANA's, Wan's, ...); compare's document, over several models, keeps every one."""
+    from meshlab.cost.collectives import known_differences
+
+    document = json.loads(CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / "2d.yaml"), "--json"]).stdout)
+    listed = next(a["source"] for a in document["assumptions"] if a["name"] == "collectives vs XLA")
+    assert "collective-permutes of split modulation chunks" in listed and "SANA" not in listed
+    others = len(known_differences()) - len(known_differences("QwenImageTransformer2DModel"))
+    assert listed.endswith(f"({others} more, measured on other model classes: meshlab/data/known_differences.yaml)")
+    text = " ".join(CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / "2d.yaml")]).stdout.split())
+    assert "SANA" not in text and f"({others} more, measured on other model classes" in text
+    compared = json.loads(CliRunner().invoke(cli(), ["compare", GLOB, "--json"]).stdout)["assumptions"]["v6e-8"]
+    assert "SANA" in next(a["source"] for a in compared if a["name"] == "collectives vs XLA")
