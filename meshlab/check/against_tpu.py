@@ -160,12 +160,10 @@ class TpuCheckReport:
         transformer alone), with the attention the front end's program has: torch_xla's stock attention
         materialises its scores (no flash kernel unless a user calls one), torchax's becomes XLA:TPU's online
         softmax (flash); under scan, with the block weights stacked for it."""
-        from meshlab.plan.memory import memory_report
+        from meshlab.plan.memory import memory_on
 
         strategy = strategy_as_compiled(self.setup.strategy, front_end)
-        hw = self.setup.planned.hardware
-        return memory_report(self.setup.plan, strategy, hw.usable_hbm_bytes, hw.runtime_reserve_bytes,
-                             tiles=hw.tiled_layouts).most_loaded.denoise
+        return memory_on(self.setup.plan, strategy, self.setup.planned.hardware).most_loaded.denoise
 
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU

@@ -17,7 +17,7 @@ from meshlab.models.card import ModelCard
 from meshlab.models.truncate import truncate_card
 from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.core.errors import InputError, Location, MeshlabError
-from meshlab.plan.memory import MemoryReport, memory_report
+from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
 from meshlab.plan.planned import PlannedStrategy, plan_file, workload_with
@@ -106,8 +106,7 @@ def _setup(planned: PlannedStrategy, options: CheckOptions) -> CheckSetup:
         "compile": planned.strategy.compile.model_copy(update={"scan_blocks": scan})})
     plan = make_plan(strategy, card, planned.plan.mesh.device_count)
     hardware = planned.hardware
-    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
-                           tiles=hardware.tiled_layouts)
+    memory = memory_on(plan, strategy, hardware)
     setup = CheckSetup(planned, card, strategy, plan, memory, geo, options)
     if setup.scan:  # refuse here, before a worker starts, what scan cannot run
         from meshlab.parallelisms.scan import homogeneous_specs

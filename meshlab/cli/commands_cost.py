@@ -111,7 +111,9 @@ def sweep(
         from meshlab.core.errors import InputError
 
         raise InputError(f"unknown objective {objective!r}", f"use --objective {' or '.join(OBJECTIVES)}")
-    text_encoder = "host" if text_encoder == "cpu" else text_encoder  # a strategy file's name for the host
+    from meshlab.search.quick import text_encoder_flag
+
+    text_encoder = text_encoder_flag(text_encoder)
     if text_encoder not in ("auto", "host", "device"):
         from meshlab.core.errors import InputError
 

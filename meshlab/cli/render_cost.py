@@ -34,28 +34,27 @@ def mesh_label(mesh, between: str = "x") -> str:
 
 
 def _what_and_where(entries) -> dict:
-    """Each entry's model, system and (where its model's plans ask for different work) workload, for a line under
-    its name; {} when every entry shares all three."""
+    """Each entry's (model, "on" its system, what of its workload differs from its model's other plans, or ""), to
+    show under its name; {} when every entry shares one model, workload and system."""
     from meshlab.search.compare import WORK_FIELDS, work_of
 
-    models = {e.planned.card.name for e in entries}
-    systems = {e.planned.hardware.name for e in entries}
-    works = {work_of(e.planned) for e in entries}
-    if len(models) == 1 and len(systems) == 1 and len(works) == 1:
+    works = {work_of(e.planned) for e in entries}  # the model is part of the work
+    if len(works) == 1 and len({e.planned.hardware.name for e in entries}) == 1:
         return {}
-    lines = {}
+    parts = {}
     for e in entries:
         workload, model = e.planned.strategy.workload, e.planned.card.name
         mine = {w for w in works if w[0] == model}  # what differs among this model's plans
         work = ", ".join(f"{f.replace('_', ' ')} {getattr(workload, f)}" for i, f in enumerate(WORK_FIELDS)
                          if len({w[i + 1] for w in mine}) > 1)
-        lines[id(e)] = f"{e.planned.card.name} on {e.planned.hardware.name}" + (f"; {work}" if work else "")
-    return lines
+        parts[id(e)] = (model, f"on {e.planned.hardware.name}", work)
+    return parts
 
 
 def render_comparison(comparison, console, plot: Path | None = None) -> None:
     entries = comparison.entries
-    under = _what_and_where(entries)
+    under = {key: f"{model} {system}" + (f"; {work}" if work else "")
+             for key, (model, system, work) in _what_and_where(entries).items()}
     table = Table(title=f"Strategies ranked by seconds per image {PREDICTED} within each model and workload"
                         + ("; under each name: its model, system, and workload where it differs" if under else ""),
                   title_justify="left")
@@ -555,9 +554,8 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
 
     entries = comparison.entries
     under = _what_and_where(entries)
-    names = [e.planned.strategy.name + (f"\n{under[id(e)]}".replace(" on ", "\non ").replace("; ", "\n")
-                                        if under else "") + ("" if e.fits else "\n(does not fit)")
-             for e in entries]
+    names = ["\n".join([e.planned.strategy.name, *(p for p in under.get(id(e), ()) if p)]
+                       + ([] if e.fits else ["(does not fit)"])) for e in entries]
     fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     _stack(mem_ax, names, _memory_parts(entries), "GiB per chip (most loaded)")
     for i, e in enumerate(entries):  # each plan's own chip: systems differ in HBM

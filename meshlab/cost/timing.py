@@ -44,7 +44,8 @@ class Assumptions:
         if model_class is None:
             differences = "; ".join(known_differences())
         else:
-            own, general = known_differences(model_class, general=False), known_differences("", general=True)
+            own = known_differences(model_class, general=False)
+            general = tuple(d for d in known_differences(model_class) if d not in own)
             others = len(known_differences()) - len(own) - len(general)
             differences = "; ".join((own or (f"none measured on {model_class}",)) + general) + (
                 f" ({others} more, measured on other model classes: meshlab/data/known_differences.yaml)"

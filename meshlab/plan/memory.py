@@ -106,6 +106,13 @@ class MemoryReport:
                             self.tokens)
 
 
+def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
+    """`memory_report` on `hardware` (a meshlab.core.hardware.Hardware): its usable HBM, its runtime reserve, and
+    its tiled layouts where it has them (TPUs)."""
+    return memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
+                         tiles=hardware.tiled_layouts)
+
+
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False
                   ) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from meshlab.models.card import ModelCard, load_card
 from meshlab.core.errors import InputError, Location, MeshlabError, PlanError
 from meshlab.core.hardware import Hardware, load_hardware
-from meshlab.plan.memory import MemoryReport, memory_report
+from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
@@ -73,8 +73,7 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
             f"{hardware.name} is a {hardware.kind}"
         raise PlanError(f"placement.vae_decode: parallel splits the decode over the GPUs as xDiT's parallel VAE does, "
                         f"and {where}", "use full or tiled", field=("placement", "vae_decode"))
-    memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
-                           tiles=hardware.tiled_layouts)
+    memory = memory_on(plan, strategy, hardware)
     if hardware.kind == "tpu":
         from meshlab.plan.compile_times import measured_compile
 
@@ -150,21 +149,20 @@ def default_workload(model: str, required_text: int = 0, **given) -> tuple:
 def with_workload(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     """The same strategy planned at another workload (e.g. the size a run actually used)."""
     strategy = planned.strategy.model_copy(update={"workload": workload_with(planned.strategy.workload, **updates)})
-    plan = make_plan(strategy, planned.card, planned.hardware.chips)
-    memory = memory_report(plan, strategy, planned.hardware.usable_hbm_bytes, planned.hardware.runtime_reserve_bytes,
-                           tiles=planned.hardware.tiled_layouts)
-    loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
-    return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory)
+    return _replanned(planned, strategy, make_plan(strategy, planned.card, planned.hardware.chips))
 
 
 def with_placement(planned: PlannedStrategy, **updates) -> PlannedStrategy:
     """The same plan with its pipeline's components placed otherwise (e.g. text_encoder="device"): memory changes,
     the plan does not."""
     strategy = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(update=updates)})
-    memory = memory_report(planned.plan, strategy, planned.hardware.usable_hbm_bytes,
-                           planned.hardware.runtime_reserve_bytes, tiles=planned.hardware.tiled_layouts)
+    return _replanned(planned, strategy, planned.plan)
+
+
+def _replanned(planned: PlannedStrategy, strategy, plan) -> PlannedStrategy:
+    """`planned` with another strategy and its plan, and their memory on the same hardware."""
     loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
-    return PlannedStrategy(loaded, planned.card, planned.hardware, planned.plan, memory)
+    return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory_on(plan, strategy, planned.hardware))
 
 
 def refuse_placement(planned: PlannedStrategy, what: str) -> None:
@@ -209,9 +207,8 @@ def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:
 
     card = truncate_card(planned.card, layers)
     plan = make_plan(planned.strategy, card, planned.hardware.chips)
-    memory = memory_report(plan, planned.strategy, planned.hardware.usable_hbm_bytes,
-                           planned.hardware.runtime_reserve_bytes, tiles=planned.hardware.tiled_layouts)
-    return PlannedStrategy(planned.loaded, card, planned.hardware, plan, memory)
+    return PlannedStrategy(planned.loaded, card, planned.hardware, plan, memory_on(plan, planned.strategy,
+                                                                                   planned.hardware))
 
 
 def _with_field(load, field: tuple):

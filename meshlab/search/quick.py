@@ -98,6 +98,11 @@ class QuickAnswer:
     placement: str  # where the text encoder went, and why
 
 
+def text_encoder_flag(value: str | None) -> str | None:
+    """--text-encoder as given, with `cpu` (a strategy file's name for the host) read as `host`."""
+    return "host" if value == "cpu" else value
+
+
 def plan_quick(model: str | None, hardware: str | None, mesh: str | None, rules: str | None, given: dict,
                text_encoder: str | None) -> QuickAnswer:
     """The quick question planned: the model's pipeline defaults with what `given` overrides; the text encoder on
@@ -112,7 +117,7 @@ def plan_quick(model: str | None, hardware: str | None, mesh: str | None, rules:
     if model is None or hardware is None:
         raise InputError("a strategy file, or --model and --hardware, is needed",
                          "e.g. meshlab try strategies/2d.yaml, or meshlab try --model qwen-image --hardware h200:1")
-    text_encoder = "host" if text_encoder == "cpu" else text_encoder  # a strategy file's name for the host
+    text_encoder = text_encoder_flag(text_encoder)
     if text_encoder not in (None, "auto", "host", "device"):
         raise InputError(f"--text-encoder {text_encoder!r} is not auto, host or device",
                          "give --text-encoder auto, host or device", Location("command line: --text-encoder"))

@@ -31,7 +31,7 @@ from meshlab.cost.layout import GUIDANCE_AXIS
 from meshlab.cost.predict import Prediction, plan_work, predict
 from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
-from meshlab.plan.memory import MemoryReport, memory_report
+from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import ActivationRule, Activations, Compile, Rule, Strategy, Workload
@@ -523,23 +523,20 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             raise InputError(shared.problem, "")
         if shared.plan is None:
             shared.plan = make_plan(strategy, card, hardware.chips)
-            shared.memory = memory_report(shared.plan, strategy, hardware.usable_hbm_bytes,
-                                          hardware.runtime_reserve_bytes, tiles=hardware.tiled_layouts)
+            shared.memory = memory_on(shared.plan, strategy, hardware)
             shared.work = plan_work(shared.plan, strategy, xla=hardware.kind == "tpu")
         plan = shared.plan
         memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
             tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"vae_decode": "tiled"})})
-            tiled_memory = memory_report(plan, tiled, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
-                                         tiles=hardware.tiled_layouts)
+            tiled_memory = memory_on(plan, tiled, hardware)
             if tiled_memory.most_loaded.total < memory.most_loaded.total:
                 strategy, memory = tiled, tiled_memory
         if text_encoder == "auto" and not memory.fits:  # no room beside the plan: the encoder runs on the host
             strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"text_encoder": "cpu"})})
-            memory = memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
-                                   tiles=hardware.tiled_layouts)
+            memory = memory_on(plan, strategy, hardware)
         prediction = predict(plan, strategy, hardware, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem
