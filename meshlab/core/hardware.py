@@ -51,9 +51,18 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
-                    "eager_dispatch_s", "collective_matmul_flop_per_byte")
+                    "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
+#: queries per tile of the flash kernels at head dim 128: FlashAttention-2's forward, which torch's flash backend
+#: vendors (csrc/flash_attn/src/flash_fwd_launch_template.h, run_mha_fwd_hdim128: Flash_fwd_kernel_traits<128, 128,
+#: 64, 4> off sm86/sm89, a grid of ceil(queries / kBlockM) x batch x heads), and FlashAttention-3's (hopper/
+#: flash_fwd_launch_template.h, run_mha_fwd_hdim128: kBlockM 128); cuDNN's tile is not published and taken alike
+ATTENTION_TILE_QUERIES = 128
+#: the published rates' own setup (FlashAttention-3 paper v1, batch x sequence = 16k tokens, 16 heads, at every
+#: length): 16384 / 128 x 16 = 2048 tiles on an H100 SXM5's 132 SMs, 16 waves, the last one 68 tiles short
+ATTENTION_RATES_TILES = 2048
+ATTENTION_RATES_SMS = 132
 
 @dataclass(frozen=True)
 class Hardware:
@@ -112,6 +121,9 @@ class Hardware:
     #: the longer of its dispatches and its kernels (None: not priced, as on a TPU, where XLA runs the call whole;
     #: a GPU's torch.compile'd call, `elementwise: fused`, is assumed to hide its launches, unmeasured)
     eager_dispatch_s: float | None = None
+    #: a GPU's streaming multiprocessors: the tiles of an attention kernel that run at once
+    #: (`attention_occupancy`; None: attention at its published rate whatever its size)
+    sm_count: float | None = None
     #: XLA:TPU's collective matmul: a matmul fed by an all-gather (or drained by a reduce-scatter) over n chips runs
     #: as async permutes when its FLOPs per chip per byte of that collective reach this x 2 / n, over 3 chips or more
     #: (None: not modelled)
@@ -148,6 +160,18 @@ class Hardware:
     def kernel_rates(self) -> tuple[tuple[int, float], ...]:
         """The published (sequence length, FLOP/s) points of `attention_kernel`; () when there is no kernel."""
         return dict(self.attention_rates).get(self.attention_kernel, ())
+
+    def attention_occupancy(self, batch: int, heads: int, queries: int) -> float:
+        """How full this GPU's SMs run an attention of `batch` x `heads` x `queries` against how full they ran in
+        the published rates' setup (1.0 without `sm_count`). The kernel cuts the queries into tiles of
+        `ATTENTION_TILE_QUERIES` per sample and head; each SM runs its tiles one after another, so the kernel lasts
+        as many tile-times as the busiest SM holds (`ceil(tiles / sm_count)`), and a partial last tile costs a whole
+        one. The published rates filled 16 such waves but for 68 tiles (0.97 full); a ring's pass or a Ulysses
+        shard of one 1024x1024 image has 108 to 216 tiles: one or two waves on 132 SMs, about 0.82 full."""
+        if self.sm_count is None:
+            return 1.0
+        return sm_fill(batch * heads, queries, int(self.sm_count)) / sm_fill(
+            ATTENTION_RATES_TILES, ATTENTION_TILE_QUERIES, ATTENTION_RATES_SMS)
 
     def attention_rate(self, keys: int, head_dim: int) -> float | None:
         """FLOP/s of one attention of `keys` keys per query on this chip's `attention_kernel`, interpolated
@@ -226,10 +250,13 @@ def _problems(hw: Hardware) -> list[str]:
             bound = "in (0, 1]" if name in FRACTION_FIELDS else (">= 0" if name in TIME_FIELDS else "> 0")
             problems.append(f"{name} ({value!r}) must be a number {bound}")
     for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
-                            ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9)):
+                            ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9),
+                            ("sm_count", 1.0, 1e5)):
         value = getattr(hw, name)
         if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
             problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")
+    if hw.sm_count is not None and hw.sm_count != int(hw.sm_count):
+        problems.append(f"sm_count ({hw.sm_count!r}) must be a whole number of SMs")
     missing = [name for name in FIGURES if not hw.sources.get(name)]
     missing += [name for name in OPTIONAL_FIGURES if _given(hw, name) and not hw.sources.get(name)]
     if missing:
@@ -246,6 +273,13 @@ def _problems(hw: Hardware) -> list[str]:
     if hw.matmul_rates is not None:
         problems += hw.matmul_rates.problems()
     return problems
+
+
+def sm_fill(rows: int, queries: int, sms: int) -> float:
+    """The fraction of `sms` SMs' tile-times an attention kernel of `rows` (batch x heads) rows of `queries`
+    queries each fills with useful queries (`Hardware.attention_occupancy`)."""
+    tiles = rows * -(-queries // ATTENTION_TILE_QUERIES)
+    return rows * queries / ATTENTION_TILE_QUERIES / (sms * -(-tiles // sms))
 
 
 def _byte_problems(hw: Hardware) -> list[str]:

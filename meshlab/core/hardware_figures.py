@@ -156,7 +156,8 @@ def _no_null_defaults(schema: dict) -> None:
 
 
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
-OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte")
+OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte",
+                    "sm_count")
 #: the figures that take none (null): no GEMM rates, and the optional numbers
 OPTIONAL = ("matmul_rates", *OPTIONAL_NUMBERS)
 
@@ -202,6 +203,8 @@ class HardwareFigures(Closed):
     collective_matmul_flop_per_byte: OptionalNumber = Field(
         None, description="XLA:TPU runs a matmul fed or drained by a collective over n chips as a collective matmul "
         "(async permutes) when its FLOPs per chip per byte of that collective reach this x 2 / n; or none")
+    sm_count: OptionalNumber = Field(None, description="a GPU's streaming multiprocessors: how many tiles of an "
+                                                       "attention kernel run at once, or none")
 
 
 class SourcedFigure(Closed):

@@ -27,7 +27,7 @@ from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
-from meshlab.core.hardware import Hardware
+from meshlab.core.hardware import ATTENTION_TILE_QUERIES, Hardware
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,13 @@ class Assumptions:
                {"name": "attention_rates", "value": None,
                 "source": f"attention on {hw.attention_kernel} at its published forward rate for the sequence length "
                           f"(head dim 128; other head dims at compute_efficiency): "
-                          f"{hw.sources.get('attention_rates', '')}"}] if hw.attention_kernel else []),
+                          f"{hw.sources.get('attention_rates', '')}"},
+               *([{"name": "sm_count", "value": int(hw.sm_count),
+                   "source": f"{hw.sources.get('sm_count', '')}; an attention's tiles of {ATTENTION_TILE_QUERIES} "
+                             "queries per sample and head fill the SMs in waves: its rate is the published one times "
+                             "how full its waves run over how full the published setup's did (2048 tiles on 132 "
+                             "SMs); one 1024x1024 image's attention split 4 or 8 ways runs about 0.84 as fast"}]
+                 if hw.sm_count is not None else [])] if hw.attention_kernel else []),
             *([{"name": "matmul_rates", "value": None,
                 "source": "each Linear at the measured rate of a GEMM of its shard's shape (interpolated in log m, "
                           "n, k; below the grid its trend continues, above it the edge's rate holds): "
@@ -147,7 +153,8 @@ def op_seconds(w: Work, hardware: Hardware) -> float:
 
 def op_compute_seconds(w: Work, hardware: Hardware) -> float:
     """An op's FLOPs at its rate: a Linear at the measured GEMM rate for its shard's shape and an attention at
-    its kernel's published rate for its sequence length, where the catalog has them (`Hardware.matmul_rate`,
+    its kernel's published rate for its sequence length, scaled by how full its tiles keep the GPU's SMs
+    (`Hardware.attention_occupancy`), where the catalog has them (`Hardware.matmul_rate`,
     `Hardware.attention_rate`); everything else at the assumed ``compute_efficiency`` of the peak: a linear
     attention (float32, diffusers' SanaLinearAttnProcessor2_0) of the float32 peak where the catalog gives one."""
     rate = op_rate(w, hardware)
@@ -160,7 +167,8 @@ def op_compute_seconds(w: Work, hardware: Hardware) -> float:
 def op_rate(w: Work, hardware: Hardware) -> float | None:
     """The published or measured FLOP/s the catalog gives this op, None where compute_efficiency prices it."""
     if w.kind == "attention" and len(w.shape) == 5:
-        return hardware.attention_rate(w.shape[3], w.shape[4])
+        rate = hardware.attention_rate(w.shape[3], w.shape[4])
+        return None if rate is None else rate * hardware.attention_occupancy(*w.shape[:3])
     if w.kind == "linear" and len(w.shape) == 3:
         return hardware.matmul_rate(*w.shape)
     return None

@@ -268,6 +268,23 @@ def test_attention_without_published_rates_falls_back_to_compute_efficiency():
     assert load_hardware("h100", {"attention_kernel": "none"}).attention_rate(4096, 128) is None
 
 
+def test_an_attention_that_fills_few_waves_of_sms_runs_below_its_published_rate():
+    """Tiles of 128 queries per sample and head, one at a time per SM: the kernel lasts as many tile-times as its
+    busiest SM holds. The published rates' own setup (2048 tiles on 132 SMs: 16 waves, 0.9697 full) is the
+    yardstick. Worked by hand: Flux's 4,608 tokens split 4 ways over 24 heads is 9 x 24 = 216 tiles, 2 waves of 132,
+    216 / 264 full; split 8 ways, 576 queries are 4.5 tiles a head, 5 with the partial one, 120 tiles in 1 wave."""
+    hw = load_hardware("h100")
+    published = 2048 / (132 * 16)
+    assert hw.sm_count == 132 and hw.sources["sm_count"]
+    assert hw.attention_occupancy(1, 24, 1152) == pytest.approx(216 / 264 / published)
+    assert hw.attention_occupancy(1, 24, 576) == pytest.approx(24 * 4.5 / 132 / published)
+    assert hw.attention_occupancy(16, 16, 1024) == pytest.approx(1.0)  # the published setup itself
+    assert hw.attention_occupancy(1, 40, 37800) > 1  # a long video sequence fills its waves better than it did
+    assert load_hardware("v6e-8").attention_occupancy(1, 24, 576) == 1.0  # no SMs catalogued: no scaling
+    with pytest.raises(InputError, match="sm_count"):
+        load_hardware("h100", {"sm_count": 131.5})
+
+
 def test_an_unknown_attention_kernel_is_a_one_line_error():
     with pytest.raises(InputError, match="attention_kernel .fa9.*fa2"):
         load_hardware("h100", {"attention_kernel": "fa9"})
