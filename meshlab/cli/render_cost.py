@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from meshlab.cli.output import gib
+from meshlab.cost.ring import MERGE_HBM_FRACTION
 
 PREDICTED = "[dim](predicted)[/dim]"
 
@@ -371,8 +372,9 @@ def _ring_rows(p) -> list[tuple[str, str, str]]:
         where = " + ".join(dict.fromkeys(f"{x.module.split('.', 1)[0]} {x.module.rsplit('.', 1)[-1]}" for x in group))
         rows.append((f"    {where} x {sum(x.count for x in group)}", f"{r.seconds * 1e6:.0f} us",
                      f"{n} passes of {r.pass_seconds * 1e6:.0f} us (its queries against 1/{n} of the keys, at the "
-                     f"kernel's rate there) + {n - 1} merge{'s' if n > 2 else ''} of {r.merge_seconds * 1e6:.0f} us "
-                     f"+ {n + 1} float32 casts of {r.cast_seconds * 1e6:.0f} us (at HBM bandwidth); {moved}; one "
+                     f"kernel's rate there, as full as its tiles keep the SMs) + {n - 1} merge{'s' if n > 2 else ''} "
+                     f"of {r.merge_seconds * 1e6:.0f} us + {n + 1} float32 casts of {r.cast_seconds * 1e6:.0f} us "
+                     f"(at {MERGE_HBM_FRACTION:.3g} of HBM bandwidth, as eager merges ran on an H200); {moved}; one "
                      f"kernel over every key: {r.whole_seconds * 1e6:.0f} us"))
     return rows
 

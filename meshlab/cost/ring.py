@@ -6,16 +6,18 @@ every key but:
 
 - **n passes**: its local queries against one block of N / n keys each, a flash attention that also returns the
   log-sum-exp. A pass does 1 / n of the FLOPs at the kernel's rate for a key length of N / n, which the catalog
-  gives (`Hardware.attention_rate`): shorter keys run slower, so a ring's passes cost more than one attention over
-  the whole sequence (measured on one H200, `experiments/profiles/h200-ring-attention.json`: 267, 219 and 113
-  TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 283 for Ulysses' one kernel over every
-  key on half the heads);
+  gives (`Hardware.attention_rate`), times how full its few tiles keep the SMs (`Hardware.attention_occupancy`):
+  shorter keys run slower, so a ring's passes cost more than one attention over the whole sequence (measured on one
+  H200 with no host work, replayed from a CUDA graph, `experiments/profiles/h200-2026-12-05/ring-attention.json`:
+  291, 278 and 196 TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 293 for Ulysses' one
+  kernel over every key on half the heads; `python benchmarks/ring_kernels.py` holds each against its prediction);
 - **n - 1 merges** of a pass's output into the running one (diffusers' ``TemplatedRingAttention`` and
   ring-flash-attention's ``_update_out_and_lse``): ``out = prev - sigmoid(lse - prev_lse) * (prev - out)`` in
   float32, and the log-sum-exp alike; each pass's output is cast to float32 first (``convert_to_fp32``) and the
   result cast back once. Priced as the HBM bytes its eager kernels move (`MERGE_BYTES_PER_ELEMENT`,
-  `CAST_BYTES_PER_ELEMENT`) at the chip's effective bandwidth, and as `MERGE_OPS` more kernels per merge (one more
-  per cast) the host dispatches where the call runs eager. The same H200 file is its check: not a fit;
+  `CAST_BYTES_PER_ELEMENT`) at the fraction of the chip's bandwidth such kernels were measured to reach on an H200
+  (`MERGE_HBM_FRACTION`), and as `MERGE_OPS` more kernels per merge (one more per cast) the host dispatches where
+  the call runs eager;
 - **the keys and values of the other chips**, by the implementation:
 
   - ``gather-passes`` (``sequence_parallel: diffusers``, ``ContextParallelConfig(ring_degree=n)``): one
@@ -64,6 +66,16 @@ MERGE_BYTES_PER_ELEMENT = 32
 #: one cast between bf16 and float32 per element (2 read, 4 written, or back): each pass's output to float32, and
 #: the merged output back once
 CAST_BYTES_PER_ELEMENT = 6
+#: the fraction of the spec HBM bandwidth a merge's and a cast's eager kernels reach, measured on one H200
+#: (benchmarks/gpu_ring_attention.py, experiments/profiles/h200-2026-12-05/ring-attention.json, Flux's 4,608 tokens
+#: and 24 heads): a ring replayed from a CUDA graph less its passes replayed alike leaves the first cast and the
+#: merges: 115.2 us for 311 MB at 2 ranks and 160.5 us for 425 MB at 4 (`CAST_BYTES_PER_ELEMENT` and
+#: `MERGE_BYTES_PER_ELEMENT` over the outputs), 2.70 and 2.65 TB/s, 0.557 of the H200's 4.8 TB/s as their mean;
+#: ring-2's merge queued 20 times (host ahead of the GPU) gives 2.49. The float32 broadcast of the sigmoid over
+#: head_dim and the tensors' size (7 to 28 MB, beside a 50 MB L2) are what differ from a long streaming copy
+#: (`hbm_efficiency`'s assumed 0.85). At 8 ranks (1.8 M elements a merge) the same reading gives 2.11 TB/s: there
+#: the kernels' own start and tail show, left out here
+MERGE_HBM_FRACTION = 0.557
 #: kernels a p2p pass adds: the batched send/recv of k and v, and the wait
 P2P_OPS = 2
 #: kernels diffusers' gather adds: the cat of k and v into one buffer, and the all-gather
@@ -141,7 +153,7 @@ def ring_attentions(work: tuple[Work, ...], layout: Layout, route: Route | None,
     n = layout.ring_degree
     if layout.ring not in RINGS or n < 2:
         return ()
-    bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
+    bandwidth = hardware.hbm_bandwidth * MERGE_HBM_FRACTION
     found = []
     for w in work:
         if w.kind != "attention" or len(w.shape) != 5 or w.name not in layout.ringed:
