@@ -21,8 +21,10 @@ milliseconds) are also timed two more ways:
 - ``pass_queued_s``, ``merge_queued_s``, ``ring_queued_s``, ``ulysses_queued_s``: several calls issued back to back
   between one pair of events, per call: once the host runs ahead of the GPU, the GPU's time per call, its kernels'
   own start and tail included;
-- ``pass_graph_s``, ``ring_graph_s``: the pass and the whole ring captured in a CUDA graph and replayed: no host work
-  at all (None where capture fails, the errors in ``graph_error``).
+- ``pass_graph_s``, ``ring_graph_s``, ``merge_graph_s``: the pass, the whole ring and one merge (as ``merge_s``)
+  captured in a CUDA graph and replayed: no host work at all (None where capture fails, the errors in
+  ``graph_error``); ``add_graph_s``: a float32 add of a merge's elements alike (``add_bytes`` read and written), the
+  bandwidth a plain streaming kernel of that size reaches.
 
 JSON on stdout.
 
@@ -164,7 +166,14 @@ def main() -> None:
                 case["ulysses_queued_s"] = timed_queued(lambda: flash(uq, uk, uv), calls=4)
                 case["pass_graph_s"], pass_error = timed_graph(lambda: flash(q, k, v))
                 case["ring_graph_s"], ring_error = timed_graph(ring, calls=2)
-                case["graph_error"] = "; ".join(e for e in (pass_error, ring_error) if e) or None
+                # the merge alone, and a plain float32 add of the same elements (12 bytes each), from a graph:
+                # what the merge's kernels reach of the HBM against a streaming kernel of the same size
+                case["merge_graph_s"], merge_error = timed_graph(lambda: merge(o0.float(), l0, o0, l0))
+                of32 = o0.float()
+                case["add_graph_s"], add_error = timed_graph(lambda: of32 + of32)
+                case["add_bytes"] = 3 * of32.numel() * 4
+                case["graph_error"] = "; ".join(e for e in (pass_error, ring_error, merge_error, add_error)
+                                                if e) or None
             results["cases"].append(case)
             del q, k, v, blocks, uq, uk, uv
             torch.cuda.empty_cache()
