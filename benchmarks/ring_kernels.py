@@ -19,8 +19,8 @@ and 8) this prices, as meshlab.cost.ring does on the catalog's h200:
 meshlab prices the host's dispatch of each kernel apart (eager_dispatch_s), so each term is held against the GPU's
 own time where the file has it: the pass and the ring replayed from a CUDA graph, Ulysses queued (calls issued back
 to back, the host ahead of the GPU); a case without them (Wan's, whose kernels run for milliseconds) against one
-call between two events. `MERGE_HBM_FRACTION` was read from the 2026-12-05 rings at 2 and 4 ranks, so those two
-ring rows check the rest of the model around it, not the fraction; every other figure is the catalog's as it is.
+call between two events. `MERGE_HBM_FRACTION` was read from this file's rings at 2 and 4 ranks and Wan's merges, so
+the ring rows check the rest of the model around it, not the fraction; every other figure is the catalog's as it is.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from meshlab.core.hardware import load_hardware
 REPO = Path(__file__).resolve().parents[1]
 MEASURED = REPO / "experiments" / "profiles" / "h200-2026-12-05" / "ring-attention.json"
 #: per term, the measured fields in the order they are preferred: the GPU's own time first
-MEASURED_FIELDS = {"pass": ("pass_graph_s", "pass_s"), "ring": ("ring_graph_s", "ring_s"),
+MEASURED_FIELDS = {"pass": ("pass_graph_s", "pass_queued_s", "pass_s"),
+                   "ring": ("ring_graph_s", "ring_queued_s", "ring_s"),
                    "ulysses": ("ulysses_queued_s", "ulysses_s")}
 
 

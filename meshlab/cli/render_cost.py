@@ -256,7 +256,9 @@ def _basis(p) -> str:
 def _compute_how(hw) -> str:
     rest = f"at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}"
     rated = [{"linear": "Linears at the measured GEMM rate for their shape",
-              "attention": f"attention at {hw.attention_kernel}'s published rate"}[kind] for kind in hw.rated_ops]
+              "attention": f"attention at {hw.attention_kernel}'s published rate"
+                           + (" as full as its tiles keep the SMs" if hw.sm_count else "")}[kind]
+             for kind in hw.rated_ops]
     return f"{'; '.join(rated)}; the rest {rest}" if rated else rest
 
 
@@ -390,7 +392,8 @@ def _catalog_pricing_line(c, hw) -> str:
         where = f", the farthest {' and '.join(outside)}" if outside else ", all within them"
         parts.append(f"{c.linears_measured} Linears at measured GEMM rates ({span}){where}")
     if c.attention_published:
-        parts.append(f"{c.attention_published} attentions at {hw.attention_kernel}'s published rates")
+        parts.append(f"{c.attention_published} attentions at {hw.attention_kernel}'s published rates"
+                     + (" as full as their tiles keep the SMs" if hw.sm_count else ""))
     return f"Priced from the catalog: {'; '.join(parts)}; {c.assumed} other ops at the assumed efficiencies"
 
 

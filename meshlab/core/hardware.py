@@ -60,7 +60,8 @@ ATTENTION_RATES_HEAD_DIM = 128
 #: flash_fwd_launch_template.h, run_mha_fwd_hdim128: kBlockM 128); cuDNN's tile is not published and taken alike
 ATTENTION_TILE_QUERIES = 128
 #: the published rates' own setup (FlashAttention-3 paper v1, batch x sequence = 16k tokens, 16 heads, at every
-#: length): 16384 / 128 x 16 = 2048 tiles on an H100 SXM5's 132 SMs, 16 waves, the last one 68 tiles short
+#: length): 16384 / 128 x 16 = 2048 tiles on an H100 SXM5's 132 SMs (the rates' own chip, whatever chip borrows
+#: them), 16 waves, the last one 64 tiles short
 ATTENTION_RATES_TILES = 2048
 ATTENTION_RATES_SMS = 132
 
@@ -123,7 +124,7 @@ class Hardware:
     eager_dispatch_s: float | None = None
     #: a GPU's streaming multiprocessors: the tiles of an attention kernel that run at once
     #: (`attention_occupancy`; None: attention at its published rate whatever its size)
-    sm_count: float | None = None
+    sm_count: int | float | None = None
     #: XLA:TPU's collective matmul: a matmul fed by an all-gather (or drained by a reduce-scatter) over n chips runs
     #: as async permutes when its FLOPs per chip per byte of that collective reach this x 2 / n, over 3 chips or more
     #: (None: not modelled)
@@ -142,6 +143,8 @@ class Hardware:
         for name in RATE_FIELDS + TIME_FIELDS + FRACTION_FIELDS + OPTIONAL_NUMBERS:
             if _is_int(getattr(self, name)):
                 object.__setattr__(self, name, float(getattr(self, name)))
+        if self.sm_count is not None and float(self.sm_count).is_integer():  # a count: whole, shown as one
+            object.__setattr__(self, "sm_count", int(self.sm_count))
         problems = _problems(self)
         if problems:  # the first broken invariant; fixing it reveals the next
             raise ValueError(f"hardware {self.name!r}: {problems[0]}")
@@ -165,9 +168,11 @@ class Hardware:
         """How full this GPU's SMs run an attention of `batch` x `heads` x `queries` against how full they ran in
         the published rates' setup (1.0 without `sm_count`). The kernel cuts the queries into tiles of
         `ATTENTION_TILE_QUERIES` per sample and head; each SM runs its tiles one after another, so the kernel lasts
-        as many tile-times as the busiest SM holds (`ceil(tiles / sm_count)`), and a partial last tile costs a whole
-        one. The published rates filled 16 such waves but for 68 tiles (0.97 full); a ring's pass or a Ulysses
-        shard of one 1024x1024 image has 108 to 216 tiles: one or two waves on 132 SMs, about 0.82 full."""
+        as many tile-times as the busiest SM holds (`ceil(tiles / sm_count)`: an SM's throughput is shared by the
+        tiles it holds at once), and a partial last tile costs a whole one. The published rates filled 16 such waves
+        but for 64 tiles (0.97 full); a ring's pass or a Ulysses shard of one 1024x1024 image has 120 to 432 tiles:
+        one to four waves on 132 SMs, about 0.82 full. The tiles are counted as the kernel runs them, after any
+        Ulysses all-to-all (meshlab.cost.flops.Work.kernel_rows)."""
         if self.sm_count is None:
             return 1.0
         return sm_fill(batch * heads, queries, int(self.sm_count)) / sm_fill(
@@ -253,7 +258,8 @@ def _problems(hw: Hardware) -> list[str]:
                             ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9),
                             ("sm_count", 1.0, 1e5)):
         value = getattr(hw, name)
-        if value is not None and (not isinstance(value, float) or not math.isfinite(value) or not low <= value <= high):
+        number = isinstance(value, (float, int)) and not isinstance(value, bool)
+        if value is not None and (not number or not math.isfinite(value) or not low <= value <= high):
             problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")
     if hw.sm_count is not None and hw.sm_count != int(hw.sm_count):
         problems.append(f"sm_count ({hw.sm_count!r}) must be a whole number of SMs")

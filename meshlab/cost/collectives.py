@@ -85,7 +85,7 @@ from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
-from meshlab.plan.axes import heads_gathered
+from meshlab.plan.axes import entry_axes, heads_gathered
 from meshlab.plan.plan import PlannedParameter
 
 @lru_cache(maxsize=1)
@@ -835,7 +835,7 @@ class _Deriver:
         sequence = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
         if point is None:
             return sequence, ()
-        tokens, features = (_entry_axes(e) for e in point.spec.entries[1:])
+        tokens, features = (entry_axes(e) for e in point.spec.entries[1:])
         return (tuple(a for a in sequence if a in tokens),
                 tuple(a for a in sequence if a in features and a not in tokens))
 
@@ -1043,10 +1043,6 @@ def _in_halves(moved: list[Collective]) -> Iterator[Collective]:
             yield from (half, half)
         else:
             yield c
-
-
-def _entry_axes(entry) -> Axes:
-    return (entry,) if isinstance(entry, str) else tuple(entry or ())
 
 
 def _onto_tokens(state: _State, point) -> Axes:

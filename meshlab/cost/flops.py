@@ -36,7 +36,8 @@ from meshlab.models.truncate import block_lists
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
-from meshlab.plan.axes import compute_split, heads_gathered
+from meshlab.plan.activations import activation_points
+from meshlab.plan.axes import compute_split, entry_axes, heads_gathered
 from meshlab.plan.tokens import TokenCounts
 
 
@@ -53,6 +54,16 @@ class Work:
     #: linear: (tokens, in, out) of the local shard GEMM; attention: (batch, heads, queries, keys, head_dim);
     #: linear-attention: (batch, heads, tokens, head_dim)
     shape: tuple[int, ...] = ()
+    #: attention: into how many pieces a Ulysses all-to-all splits the heads at the kernel, gathering the queries as
+    #: many times (the kernel runs heads / this x queries x this; `kernel_rows`); 1 where no rule moves the tokens
+    ulysses: int = 1
+
+    @property
+    def kernel_rows(self) -> tuple[int, int, int]:
+        """An attention's (batch, heads, queries) as its kernel runs them, after the Ulysses all-to-all: what decides
+        how many tiles it has (meshlab.core.hardware.Hardware.attention_occupancy)."""
+        batch, heads, queries = self.shape[:3]
+        return batch, max(1, heads // self.ulysses), queries * self.ulysses
 
 
 def linear_flops(in_features: int, out_features: int, tokens: int) -> float:
@@ -100,17 +111,36 @@ def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention:
     it runs as XLA's program (TPUs: meshlab.plan.axes.heads_gathered)."""
     work = [replace(_linear(op, layout, mesh), count=graph.count(op.block)) for op in graph.linears]
     by_module = {op.module: op for op in graph.linears}
+    moved = _ulysses_at_kernels(graph, layout, mesh)
     for attention in graph.attentions:
         qkv = [by_module[m] for m in attention.qkv if m in by_module]
         if qkv:
             work.append(replace(_attention(attention, qkv, layout, mesh, flash_attention, xla),
-                                count=graph.count(qkv[0].block)))
+                                count=graph.count(qkv[0].block), ulysses=moved.get(attention.module, 1)))
     convs = graph.convs
     work.extend(replace(_conv(p, layout, mesh), count=graph.count(p.parameter.block)) for p in convs)
     weights = sum(p.bytes_per_device(mesh) * graph.count(p.parameter.block) for p in graph.others if p not in convs)
     work.append(Work("norms and other weights", None, 0.0, float(weights), "other"))
     work.extend(elementwise_work(graph, layout, mesh) if graph.card is not None else ())
     return tuple(work)
+
+
+def _ulysses_at_kernels(graph: Graph, layout: Layout, mesh: AbstractMesh) -> dict[str, int]:
+    """Per attention whose kernel an ``attention.qkv`` rule marks: the size of the sequence axes the rule moves from
+    its tokens onto its heads (Ulysses', as meshlab.cost.collectives reads the same rule), where they divide its
+    heads."""
+    if not layout.activation_rules or graph.card is None or not layout.sequence_axes:
+        return {}
+    heads = {a.module: a.heads for a in graph.attentions}
+    found = {}
+    for point in activation_points(graph.card, layout.activation_rules):
+        if point.where != "kernel" or point.module not in heads:
+            continue
+        tokens, features = (entry_axes(e) for e in point.spec.entries[1:3])
+        split = _split(tuple(a for a in layout.sequence_axes if a in features and a not in tokens), mesh)
+        if split > 1 and heads[point.module] % split == 0:
+            found[point.module] = split
+    return found
 
 
 def elementwise_work(graph: Graph, layout: Layout, mesh: AbstractMesh) -> tuple[Work, ...]:

@@ -8,9 +8,10 @@ every key but:
   log-sum-exp. A pass does 1 / n of the FLOPs at the kernel's rate for a key length of N / n, which the catalog
   gives (`Hardware.attention_rate`), times how full its few tiles keep the SMs (`Hardware.attention_occupancy`):
   shorter keys run slower, so a ring's passes cost more than one attention over the whole sequence (measured on one
-  H200 with no host work, replayed from a CUDA graph, `experiments/profiles/h200-2026-12-05/ring-attention.json`:
-  291, 278 and 196 TFLOP/s per pass at 2, 4 and 8 ranks of a 4,608-token sequence, against 293 for Ulysses' one
-  kernel over every key on half the heads; `python benchmarks/ring_kernels.py` holds each against its prediction);
+  H200 with no host work, `experiments/profiles/h200-2026-12-05/ring-attention.json`: 291, 278 and 196 TFLOP/s per
+  pass replayed from a CUDA graph at 2, 4 and 8 ranks of a 4,608-token sequence, against 293 for Ulysses' one kernel
+  over every key on half the heads, queued back to back; `python benchmarks/ring_kernels.py` holds each against its
+  prediction);
 - **n - 1 merges** of a pass's output into the running one (diffusers' ``TemplatedRingAttention`` and
   ring-flash-attention's ``_update_out_and_lse``): ``out = prev - sigmoid(lse - prev_lse) * (prev - out)`` in
   float32, and the log-sum-exp alike; each pass's output is cast to float32 first (``convert_to_fp32``) and the
@@ -67,15 +68,16 @@ MERGE_BYTES_PER_ELEMENT = 32
 #: the merged output back once
 CAST_BYTES_PER_ELEMENT = 6
 #: the fraction of the spec HBM bandwidth a merge's and a cast's eager kernels reach, measured on one H200
-#: (benchmarks/gpu_ring_attention.py, experiments/profiles/h200-2026-12-05/ring-attention.json, Flux's 4,608 tokens
-#: and 24 heads): a ring replayed from a CUDA graph less its passes replayed alike leaves the first cast and the
-#: merges: 115.2 us for 311 MB at 2 ranks and 160.5 us for 425 MB at 4 (`CAST_BYTES_PER_ELEMENT` and
-#: `MERGE_BYTES_PER_ELEMENT` over the outputs), 2.70 and 2.65 TB/s, 0.557 of the H200's 4.8 TB/s as their mean;
-#: ring-2's merge queued 20 times (host ahead of the GPU) gives 2.49. The float32 broadcast of the sigmoid over
-#: head_dim and the tensors' size (7 to 28 MB, beside a 50 MB L2) are what differ from a long streaming copy
-#: (`hbm_efficiency`'s assumed 0.85). At 8 ranks (1.8 M elements a merge) the same reading gives 2.11 TB/s: there
-#: the kernels' own start and tail show, left out here
-MERGE_HBM_FRACTION = 0.557
+#: (benchmarks/gpu_ring_attention.py, experiments/profiles/h200-2026-12-05/ring-attention.json): the mean of the five
+#: readings in which the host's dispatch does not show. Flux's 4,608 tokens and 24 heads: a ring replayed from a CUDA
+#: graph less its passes replayed alike leaves the first cast and the merges, 115.2 us for 311 MB at 2 ranks and
+#: 160.5 us for 425 MB at 4 (`CAST_BYTES_PER_ELEMENT` and `MERGE_BYTES_PER_ELEMENT` over the outputs): 0.563 and
+#: 0.551 of the H200's 4.8 TB/s. Wan 2.1's 75,600 tokens and 40 heads: one merge with both casts (44 bytes an
+#: element, 8.5, 4.3 and 2.1 GB at 2, 4 and 8 ranks) timed alone, milliseconds each: 0.630, 0.618 and 0.589. Mean
+#: 0.590. Why below a long streaming copy (`hbm_efficiency`'s assumed 0.85) is not measured yet: the next run's
+#: merge_graph_s and add_graph_s time the merge and a plain add of the same size. Flux at 8 ranks (1.8 M elements a
+#: merge) reads 0.440 the same way: there the kernels' own start and tail show, left out here
+MERGE_HBM_FRACTION = 0.590
 #: kernels a p2p pass adds: the batched send/recv of k and v, and the wait
 P2P_OPS = 2
 #: kernels diffusers' gather adds: the cat of k and v into one buffer, and the all-gather
@@ -162,12 +164,12 @@ def ring_attentions(work: tuple[Work, ...], layout: Layout, route: Route | None,
         width = heads * head_dim
         scores = w.hbm_bytes - batch * (2 * queries + 2 * keys) * width * layout.itemsize  # without flash
         # the chip's heads and queries at the kernel: a Ulysses split moved from the tokens onto the heads
-        heads, queries = max(1, heads // layout.ulysses_degree), queries * layout.ulysses_degree
+        batch, heads, queries = w.kernel_rows
         block = -(-keys // n)
         width = heads * head_dim
         one_pass = replace(w, flops=w.flops / n, hbm_bytes=float(batch * (2 * queries + 2 * block) * width
                                                                  * layout.itemsize + scores / n),
-                           shape=(batch, heads, queries, block, head_dim))
+                           shape=(batch, heads, queries, block, head_dim), ulysses=1)
         block_bytes = 2 * batch * block * width * layout.itemsize
         elements = batch * queries * width
         if route is None:

@@ -63,7 +63,7 @@ class Assumptions:
                 "source": f"attention on {hw.attention_kernel} at its published forward rate for the sequence length "
                           f"(head dim 128; other head dims at compute_efficiency): "
                           f"{hw.sources.get('attention_rates', '')}"},
-               *([{"name": "sm_count", "value": int(hw.sm_count),
+               *([{"name": "sm_count", "value": hw.sm_count,
                    "source": f"{hw.sources.get('sm_count', '')}; an attention's tiles of {ATTENTION_TILE_QUERIES} "
                              "queries per sample and head fill the SMs in waves: its rate is the published one times "
                              "how full its waves run over how full the published setup's did (2048 tiles on 132 "
@@ -168,7 +168,7 @@ def op_rate(w: Work, hardware: Hardware) -> float | None:
     """The published or measured FLOP/s the catalog gives this op, None where compute_efficiency prices it."""
     if w.kind == "attention" and len(w.shape) == 5:
         rate = hardware.attention_rate(w.shape[3], w.shape[4])
-        return None if rate is None else rate * hardware.attention_occupancy(*w.shape[:3])
+        return None if rate is None else rate * hardware.attention_occupancy(*w.kernel_rows)
     if w.kind == "linear" and len(w.shape) == 3:
         return hardware.matmul_rate(*w.shape)
     return None

@@ -45,7 +45,7 @@ def ulysses_axes(activations: Activations) -> tuple[str, ...]:
     tokens: Ulysses'."""
     for rule in activations.rules:
         if rule.point == "attention.qkv" and rule.attention != "cross":
-            tokens, features = (_axes(e) for e in rule.spec[1:])
+            tokens, features = (entry_axes(e) for e in rule.spec[1:])
             return tuple(a for a in activations.sequence_axes if a in features and a not in tokens)
     return ()
 
@@ -56,12 +56,13 @@ def ring_axes(activations: Activations) -> tuple[str, ...]:
     sequence axis the rule neither keeps on the tokens nor moves onto the heads leaves the kernel whole tokens."""
     for rule in activations.rules:
         if rule.point == "attention.qkv" and rule.attention != "cross":
-            tokens = _axes(rule.spec[1])
+            tokens = entry_axes(rule.spec[1])
             return tuple(a for a in activations.sequence_axes if a in tokens)
     return activations.sequence_axes
 
 
-def _axes(entry) -> tuple[str, ...]:
+def entry_axes(entry) -> tuple[str, ...]:
+    """The mesh axes one entry of a partition spec names (None, an axis, or several)."""
     return (entry,) if isinstance(entry, str) else tuple(entry or ())
 
 
