@@ -170,7 +170,7 @@ class Hardware:
         `ATTENTION_TILE_QUERIES` per sample and head; each SM runs its tiles one after another, so the kernel lasts
         as many tile-times as the busiest SM holds (`ceil(tiles / sm_count)`: an SM's throughput is shared by the
         tiles it holds at once), and a partial last tile costs a whole one. The published rates filled 16 such waves
-        but for 64 tiles (0.97 full); a ring's pass or a Ulysses shard of one 1024x1024 image has 120 to 432 tiles:
+        but for 64 tiles (0.97 full); a ring's pass or a Ulysses shard of one 1024x1024 image has 108 to 432 tiles:
         one to four waves on 132 SMs, about 0.82 full. The tiles are counted as the kernel runs them, after any
         Ulysses all-to-all (meshlab.cost.flops.Work.kernel_rows)."""
         if self.sm_count is None:

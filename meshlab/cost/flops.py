@@ -63,7 +63,7 @@ class Work:
         """An attention's (batch, heads, queries) as its kernel runs them, after the Ulysses all-to-all: what decides
         how many tiles it has (meshlab.core.hardware.Hardware.attention_occupancy)."""
         batch, heads, queries = self.shape[:3]
-        return batch, max(1, heads // self.ulysses), queries * self.ulysses
+        return batch, -(-heads // self.ulysses), queries * self.ulysses
 
 
 def linear_flops(in_features: int, out_features: int, tokens: int) -> float:
@@ -127,18 +127,18 @@ def chip_work(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention:
 
 def _ulysses_at_kernels(graph: Graph, layout: Layout, mesh: AbstractMesh) -> dict[str, int]:
     """Per attention whose kernel an ``attention.qkv`` rule marks: the size of the sequence axes the rule moves from
-    its tokens onto its heads (Ulysses', as meshlab.cost.collectives reads the same rule), where they divide its
-    heads."""
+    its tokens onto its heads (Ulysses', as meshlab.cost.collectives reads the same rule; the planner has checked
+    that they divide the heads)."""
     if not layout.activation_rules or graph.card is None or not layout.sequence_axes:
         return {}
-    heads = {a.module: a.heads for a in graph.attentions}
+    attentions = {a.module for a in graph.attentions}
     found = {}
     for point in activation_points(graph.card, layout.activation_rules):
-        if point.where != "kernel" or point.module not in heads:
+        if point.where != "kernel" or point.module not in attentions:
             continue
         tokens, features = (entry_axes(e) for e in point.spec.entries[1:3])
         split = _split(tuple(a for a in layout.sequence_axes if a in features and a not in tokens), mesh)
-        if split > 1 and heads[point.module] % split == 0:
+        if split > 1:
             found[point.module] = split
     return found
 

@@ -73,7 +73,7 @@ CAST_BYTES_PER_ELEMENT = 6
 #: graph less its passes replayed alike leaves the first cast and the merges, 115.2 us for 311 MB at 2 ranks and
 #: 160.5 us for 425 MB at 4 (`CAST_BYTES_PER_ELEMENT` and `MERGE_BYTES_PER_ELEMENT` over the outputs): 0.563 and
 #: 0.551 of the H200's 4.8 TB/s. Wan 2.1's 75,600 tokens and 40 heads: one merge with both casts (44 bytes an
-#: element, 8.5, 4.3 and 2.1 GB at 2, 4 and 8 ranks) timed alone, milliseconds each: 0.630, 0.618 and 0.589. Mean
+#: element, 8.5, 4.3 and 2.1 GB at 2, 4 and 8 ranks) timed alone, 2.8 to 0.75 ms each: 0.630, 0.618 and 0.589. Mean
 #: 0.590. Why below a long streaming copy (`hbm_efficiency`'s assumed 0.85) is not measured yet: the next run's
 #: merge_graph_s and add_graph_s time the merge and a plain add of the same size. Flux at 8 ranks (1.8 M elements a
 #: merge) reads 0.440 the same way: there the kernels' own start and tail show, left out here

@@ -167,6 +167,17 @@ def test_a_ulysses_attention_fills_the_sms_as_its_kernel_runs_after_the_all_to_a
     assert op_rate(w, hw) == pytest.approx(hw.attention_rate(keys, head_dim) * at_kernel)
 
 
+def test_only_the_attentions_a_ulysses_rule_marks_run_their_heads_split():
+    """Wan 2.1 under cfg 2 x Ulysses 4 with its Ulysses rules for self-attention only: the self-attention's kernel
+    runs a quarter of the heads over every token; the cross-attention keeps its heads and its tokens split (it
+    gathers the text instead), as the collectives read the same rules."""
+    _planned, p = _predicted(REPO / "strategies" / "wan-14b-v6e-8.yaml")
+    by_name = {w.name.rsplit(".", 1)[-1]: w for w in p.work if w.kind == "attention"}
+    assert by_name["attn1"].ulysses == 4 and by_name["attn2"].ulysses == 1
+    batch, heads, queries = by_name["attn2"].shape[:3]
+    assert by_name["attn2"].kernel_rows == (batch, heads, queries)
+
+
 def test_a_profile_timed_attention_is_not_repriced_as_a_ring():
     profiled = REPO / "experiments" / "strategies" / "qwen-image-one-h200-profiled-512.yaml"
     planned, p = _predicted(profiled)
