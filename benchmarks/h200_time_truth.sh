@@ -32,7 +32,8 @@ print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'sdp 
 # eager PyTorch's host cost per kernel launch (issue 26, part 3)
 python3 benchmarks/cuda_launch_cost.py | tee "$OUT/launch-cost.json" || true
 # a ring's short passes (issue 26): Flux's passes, merges and whole rings timed one call at a time, queued, and (the
-# pass and the ring) replayed from a CUDA graph, to tell the GPU's own cost per call from the host's dispatch of it
+# pass, the ring, one merge and a plain add of its size) replayed from a CUDA graph, to tell the GPU's own cost per
+# call from the host's dispatch of it; read back here with `python benchmarks/ring_kernels.py --measured FILE`
 timeout 120 python3 benchmarks/gpu_ring_attention.py > "$OUT/ring-attention.json" || true
 for size in 1024 512; do
   strategy=experiments/strategies/qwen-image-one-h200-profiled-$size.yaml
