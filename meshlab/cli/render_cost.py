@@ -37,17 +37,15 @@ def mesh_label(mesh, between: str = "x") -> str:
 def _what_and_where(entries) -> dict:
     """Each entry's (model, "on" its system, what of its workload differs from its model's other plans, or ""), to
     show under its name; {} when every entry shares one model, workload and system."""
-    from meshlab.search.compare import WORK_FIELDS, work_of
+    from meshlab.search.compare import differing_work, work_of
 
-    works = {work_of(e.planned) for e in entries}  # the model is part of the work
-    if len(works) == 1 and len({e.planned.hardware.name for e in entries}) == 1:
-        return {}
+    if len({work_of(e.planned) for e in entries}) == 1 and len({e.planned.hardware.name for e in entries}) == 1:
+        return {}  # the model is part of the work
     parts = {}
     for e in entries:
         workload, model = e.planned.strategy.workload, e.planned.card.name
-        mine = {w for w in works if w[0] == model}  # what differs among this model's plans
-        work = ", ".join(f"{f.replace('_', ' ')} {getattr(workload, f)}" for i, f in enumerate(WORK_FIELDS)
-                         if len({w[i + 1] for w in mine}) > 1)
+        differing = differing_work([x.planned for x in entries if x.planned.card.name == model])
+        work = ", ".join(f"{f.replace('_', ' ')} {getattr(workload, f)}" for f in differing)
         parts[id(e)] = (model, f"on {e.planned.hardware.name}", work)
     return parts
 

@@ -138,18 +138,17 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
             or encode < ASSUMED_SHARE_SHOWN * p.first_call_s):
         return ""
     quick = isinstance(planned.loaded.document, CommandLineDocument)  # no sharded encoder there: host or device
-    # where it fits beside the plan: the whole encoder on each chip, else split over them (one memory report each)
-    moves = [] if not planned.memory.fits else next(
-        ([where] for where in (("device",) if quick or hw.chips == 1 else ("device", "sharded"))
-         if with_placement(planned, text_encoder=where).memory.fits), [])
-    if not planned.memory.fits:
-        move = ""  # the plan itself does not fit: no room to speak of
-    elif not moves:
-        move = "no room for it on the chips beside the plan"
-    elif quick:
-        move = "--text-encoder device puts it on the chips"
-    else:
-        move = (f"`placement.text_encoder: {moves[0]}` puts it on the chips"
-                + (" (split over them: it does not fit whole beside the plan)" if moves[0] == "sharded" else ""))
+    move = ""  # where the plan itself does not fit: no room to speak of
+    if planned.memory.fits:
+        # where it fits beside the plan: the whole encoder on each chip, else split over them (one memory report each)
+        where = next((w for w in (("device",) if quick or hw.chips == 1 else ("device", "sharded"))
+                      if with_placement(planned, text_encoder=w).memory.fits), None)
+        if where is None:
+            move = "no room for it on the chips beside the plan"
+        elif quick:
+            move = "--text-encoder device puts it on the chips"
+        else:
+            move = (f"`placement.text_encoder: {where}` puts it on the chips"
+                    + (" (split over them: it does not fit whole beside the plan)" if where == "sharded" else ""))
     return (f"; {encode:.2f} s of the call is the text encoder on the host at an assumed "
             f"{hw.host_flops / 1e12:g} TFLOP/s (not measured" + (f"; {move})" if move else ")"))

@@ -85,7 +85,7 @@ from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
-from meshlab.plan.axes import entry_axes, heads_gathered
+from meshlab.plan.axes import heads_gathered, kernel_split
 from meshlab.plan.plan import PlannedParameter
 
 @lru_cache(maxsize=1)
@@ -835,9 +835,7 @@ class _Deriver:
         sequence = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
         if point is None:
             return sequence, ()
-        tokens, features = (entry_axes(e) for e in point.spec.entries[1:])
-        return (tuple(a for a in sequence if a in tokens),
-                tuple(a for a in sequence if a in features and a not in tokens))
+        return kernel_split(point.spec.entries, sequence)
 
     def _norms_across_heads(self, attention, qkv: list[LinearOp]) -> Iterator[Collective]:
         """A q or k norm over all heads at once (Wan's ``rms_norm_across_heads``) reads the projection's output

@@ -37,7 +37,7 @@ from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.activations import activation_points
-from meshlab.plan.axes import compute_split, entry_axes, heads_gathered
+from meshlab.plan.axes import compute_split, heads_gathered, kernel_split
 from meshlab.plan.tokens import TokenCounts
 
 
@@ -136,8 +136,7 @@ def _ulysses_at_kernels(graph: Graph, layout: Layout, mesh: AbstractMesh) -> dic
     for point in activation_points(graph.card, layout.activation_rules):
         if point.where != "kernel" or point.module not in attentions:
             continue
-        tokens, features = (entry_axes(e) for e in point.spec.entries[1:3])
-        split = _split(tuple(a for a in layout.sequence_axes if a in features and a not in tokens), mesh)
+        split = _split(kernel_split(point.spec.entries, layout.sequence_axes)[1], mesh)
         if split > 1:
             found[point.module] = split
     return found

@@ -27,7 +27,7 @@ from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
-from meshlab.core.hardware import ATTENTION_TILE_QUERIES, Hardware
+from meshlab.core.hardware import ATTENTION_RATES_SMS, ATTENTION_RATES_TILES, ATTENTION_TILE_QUERIES, Hardware
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,9 @@ class Assumptions:
                *([{"name": "sm_count", "value": hw.sm_count,
                    "source": f"{hw.sources.get('sm_count', '')}; an attention's tiles of {ATTENTION_TILE_QUERIES} "
                              "queries per sample and head fill the SMs in waves: its rate is the published one times "
-                             "how full its waves run over how full the published setup's did (2048 tiles on 132 "
-                             "SMs); one 1024x1024 image's attention split 4 or 8 ways runs about 0.84 as fast"}]
+                             "how full its waves run over how full the published setup's did "
+                             f"({ATTENTION_RATES_TILES} tiles on {ATTENTION_RATES_SMS} SMs); one 1024x1024 image's "
+                             "attention split 4 or 8 ways runs about 0.84 as fast"}]
                  if hw.sm_count is not None else [])] if hw.attention_kernel else []),
             *([{"name": "matmul_rates", "value": None,
                 "source": "each Linear at the measured rate of a GEMM of its shard's shape (interpolated in log m, "

@@ -532,7 +532,7 @@ def load_card(name_or_path: str, relative_to: Path | None = None) -> ModelCard:
             raise InputError(f"no such model card file {str(path)!r}",
                              "check the path (a strategy file's is relative to that file), or use a built-in card "
                              f"({', '.join(builtin_cards())})")
-        if not path.suffix == ".json" or not path.is_file():
+        if path.suffix != ".json":
             raise InputError(
                 f"unknown model {name_or_path!r}",
                 f"use a built-in card ({', '.join(builtin_cards())}) or a path to a card .json file",

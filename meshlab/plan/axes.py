@@ -45,8 +45,7 @@ def ulysses_axes(activations: Activations) -> tuple[str, ...]:
     tokens: Ulysses'."""
     for rule in activations.rules:
         if rule.point == "attention.qkv" and rule.attention != "cross":
-            tokens, features = (entry_axes(e) for e in rule.spec[1:])
-            return tuple(a for a in activations.sequence_axes if a in features and a not in tokens)
+            return kernel_split(rule.spec, activations.sequence_axes)[1]
     return ()
 
 
@@ -56,9 +55,16 @@ def ring_axes(activations: Activations) -> tuple[str, ...]:
     sequence axis the rule neither keeps on the tokens nor moves onto the heads leaves the kernel whole tokens."""
     for rule in activations.rules:
         if rule.point == "attention.qkv" and rule.attention != "cross":
-            tokens = entry_axes(rule.spec[1])
-            return tuple(a for a in activations.sequence_axes if a in tokens)
+            return kernel_split(rule.spec, activations.sequence_axes)[0]
     return activations.sequence_axes
+
+
+def kernel_split(spec, sequence_axes: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of `sequence_axes`, those an ``attention.qkv`` spec ([batch, tokens, features] entries) keeps on the tokens
+    at the kernel (a ring's) and those it moves onto the heads (Ulysses')."""
+    tokens, features = (entry_axes(e) for e in spec[1:3])
+    return (tuple(a for a in sequence_axes if a in tokens),
+            tuple(a for a in sequence_axes if a in features and a not in tokens))
 
 
 def entry_axes(entry) -> tuple[str, ...]:

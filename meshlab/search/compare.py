@@ -90,6 +90,11 @@ def work_of(planned: PlannedStrategy) -> tuple:
     return (planned.card.name,) + tuple(getattr(workload, f) for f in WORK_FIELDS)
 
 
+def differing_work(planned: list[PlannedStrategy] | tuple[PlannedStrategy, ...]) -> list[str]:
+    """The `WORK_FIELDS` in which these plans' workloads differ."""
+    return [f for f in WORK_FIELDS if len({getattr(p.strategy.workload, f) for p in planned}) > 1]
+
+
 def rank(pairs: list[tuple[PlannedStrategy, Prediction]]) -> Comparison:
     """Plans of one model and one workload (`WORK_FIELDS`) ranked among themselves (fitting first, then by seconds
     per image), each loser against its group's best: plans for different models or workloads do different work and
@@ -115,7 +120,7 @@ def _notes(pairs) -> tuple[str, ...]:
                      "own model's plans of the same workload (their times are for different work)")
     for model in models:
         mine = [p for p, _ in pairs if p.card.name == model]
-        differing = [f for f in WORK_FIELDS if len({getattr(p.strategy.workload, f) for p in mine}) > 1]
+        differing = differing_work(mine)
         if differing:
             listed = "; ".join(f"{f} " + " vs ".join(str(v) for v in dict.fromkeys(
                 getattr(p.strategy.workload, f) for p in mine)) for f in differing)
