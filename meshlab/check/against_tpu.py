@@ -277,7 +277,7 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
     primary = next((c for c in compiled if c.ok), None)
     call = compiled_prediction(setup, primary.front_end if primary else None)
     return TpuCheckReport(setup, topology.to_json(), compiled, predicted_per_block(setup, call, issued=True),
-                          predicted_bytes_per_block(setup, call), kept, predicted_call(call),
+                          predicted_bytes_per_block(setup, call), kept, predicted_call(call, setup.planned.hardware),
                           predicted_totals(call), keep_compile_time(setup, primary))
 
 
@@ -310,7 +310,7 @@ def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
     if c.schedule is not None:
         s = c.schedule
         schedule = KeptSchedule(total_s=s.total_s, compute_s=s.compute_s, collective_s=s.collective_s,
-                                collective_s_by_kind=dict(s.by_kind))
+                                collective_s_by_kind=dict(s.by_kind), compute_s_by_op=dict(s.by_op))
     measured = MeasuredCompile(seconds=c.compile_seconds, strategy=setup.strategy.name, front_end=c.front_end,
                                system=setup.planned.hardware.name, host=platform.node(), cores=os.cpu_count(),
                                libtpu=libtpu, measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(

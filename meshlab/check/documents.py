@@ -276,6 +276,9 @@ class XlaSchedule(Document):
     collective_s_by_kind: dict[str, float]
     wasted_s: dict[str, float]
     cycles_per_microsecond: float
+    compute_s_by_op: dict[str, float] = Field(
+        description="compute_s by what its ops are: matmuls (Linears), attention, elementwise and reductions, "
+                    "copies, other ops, idle (meshlab.check.tpu_schedule.OP_CLASSES)")
     what: str
 
 
@@ -286,6 +289,12 @@ class PredictedCall(Document):
     compute_s: float
     collective_s: float
     collective_s_by_kind: dict[str, float]
+    compute_s_by_op: dict[str, float] = Field(
+        description="compute_s by the class of XLA:TPU's ops that runs each op (meshlab.cost.compiled_call.OP_TERMS)")
+    flops_by_op: dict[str, float]
+    hbm_bytes_by_op: dict[str, float]
+    bound_by_op: dict[str, Literal["FLOPs", "HBM"]] = Field(
+        description="which of its FLOPs and HBM bytes sets more of the class's predicted time")
     overlap: str
 
 

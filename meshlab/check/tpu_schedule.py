@@ -8,8 +8,10 @@ cycles_per_microsecond }`` per scheduled computation: the entry, and each loop b
 program at full depth has 361). An older layout keeps one ``schedule { ... }`` inside the module. It is the cost
 model XLA:TPU schedules by, not a measurement: `Schedule` reads the entry computation's total, the time each
 collective kind holds its timeline (a loop's collectives: its body's, times the loop's trips, the while's span over
-its body's total), and the cycles the scheduler says collectives leave exposed. No library reads this file (the
-proto's Python class is not in jaxlib's public API), so it is read here with a few patterns over its text.
+its body's total), the cycles the scheduler says collectives leave exposed, and what the rest of the timeline
+holds, op by op (meshlab.cost.compiled_call.OP_CLASSES, told apart by each op's own instructions and metadata:
+`op_class`). No library reads this file (the proto's Python class is not in jaxlib's public API), so it is read
+here with a few patterns over its text.
 """
 
 from __future__ import annotations
@@ -19,12 +21,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from meshlab.check.hlo import COLLECTIVE_KINDS
+from meshlab.cost.compiled_call import ATTENTION, COPIES, ELEMENTWISE, IDLE, MATMULS, OP_CLASSES, OTHER
 
 _OP_FIELDS = re.compile(r'^\s+name: "([^"]+)"\n\s+opcode: "([^"]+)"')
+_COMPUTATION_ID = re.compile(r"^    id: (\d+)$", re.M)
+_MARKS = re.compile(r'^\s+(?:op_name|source_file): "([^"]*)"', re.M)
 _OP_ID = re.compile(r"^      id: (\d+)$", re.M)
 _CALLED = re.compile(r"^      called_computation_ids: (\d+)$", re.M)
 #: proto3 leaves a zero out: an instruction starting at cycle 0 has no start line
 _SLOT = re.compile(r"id: (\d+)\n(?:\s+start_timestamp_cycles: ([\d.e+-]+)\n)?\s+end_timestamp_cycles: ([\d.e+-]+)")
+
+#: an op is the attention's where its metadata names the call: torchax's op names carry the torch function
+#: (scaled_dot_product_attention), torch_xla's the Python file that called it (diffusers' attention dispatcher, or an
+#: attention processor that does its own math); a Linear's calls come from torch's linear.py instead
+ATTENTION_MARKS = ("scaled_dot_product_attention", "attention_dispatch.py", "attention_processor.py")
+_MATMUL_OPCODES = frozenset({"convolution", "dot"})
+_COPY_OPCODES = frozenset({"copy", "copy-start", "copy-done", "transpose"})
+_NOT_OPS = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast"})  # hold no time of their own
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,8 @@ class Schedule:
     #                                                          the -done / async-collective-done waits of async ones)
     wasted_s: dict[str, float] = field(default_factory=dict)  # scheduler_statistics' *_wasted_cycles, by name
     cycles_per_microsecond: float = 0.0
+    #: the rest of the timeline by what its ops are (OP_CLASSES): sums to `compute_s`
+    by_op: dict[str, float] = field(default_factory=dict)
 
     @property
     def collective_s(self) -> float:
@@ -49,7 +64,7 @@ class Schedule:
     def to_json(self) -> dict:
         return {"total_s": self.total_s, "compute_s": self.compute_s, "collective_s": self.collective_s,
                 "collective_s_by_kind": dict(self.by_kind), "wasted_s": dict(self.wasted_s),
-                "cycles_per_microsecond": self.cycles_per_microsecond,
+                "cycles_per_microsecond": self.cycles_per_microsecond, "compute_s_by_op": dict(self.by_op),
                 "what": "XLA:TPU's latency-hiding scheduler's estimate for the compiled program (its cost model, "
                         "not a measurement)"}
 
@@ -73,10 +88,12 @@ def parse_schedule(text: str) -> Schedule | None:
     if not rate or total is None:
         return None
     per_second = float(rate.group(1)) * 1e6
-    ops = _instructions(module)
-    held = {kind: cycles / per_second for kind, cycles in _held(entry, blocks, ops, set()).items()}
+    program = _Program.read(module)
+    held = _held(entry, blocks, program, set())
+    by_kind = {k: cycles / per_second for k, cycles in held.items() if k not in OP_CLASSES}
+    by_op = {k: held[k] / per_second for k in OP_CLASSES if held.get(k)}
     wasted = {name: float(v) / per_second for name, v in re.findall(r"(\w+)_wasted_cycles: ([\d.e+-]+)", entry)}
-    return Schedule(total / per_second, held, wasted, float(rate.group(1)))
+    return Schedule(total / per_second, by_kind, wasted, float(rate.group(1)), by_op)
 
 
 def _id(pattern: str, text: str) -> int:
@@ -90,33 +107,91 @@ def _total(block: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def _instructions(module: str) -> dict[int, tuple[str, str, tuple[int, ...]]]:
-    """id -> (name, opcode, the computations it calls), for every instruction of the module."""
-    found = {}
-    for chunk in module.split("instructions {\n")[1:]:
-        fields, op_id = _OP_FIELDS.match(chunk), _OP_ID.search(chunk)
-        if fields and op_id:
-            found[int(op_id.group(1))] = (fields.group(1), fields.group(2),
-                                          tuple(int(c) for c in _CALLED.findall(chunk)))
-    return found
+@dataclass(frozen=True)
+class _Op:
+    name: str
+    opcode: str
+    called: tuple[int, ...]  # the computations it calls (a fusion's fused computation, a loop's body)
+    marks: str  # its metadata's op_name and source_file
 
 
-def _held(block: str, blocks: dict[int, str], ops: dict, seen: set[int]) -> Counter:
-    """Cycles each collective kind holds of a computation's timeline: its own, and a loop's body's times its trips
-    (the while's span over the body's total)."""
+@dataclass(frozen=True)
+class _Program:
+    """The scheduled module's instructions by id, and each computation's instruction ids."""
+
+    ops: dict[int, _Op]
+    computations: dict[int, tuple[int, ...]]
+
+    @staticmethod
+    def read(module: str) -> "_Program":
+        ops, computations = {}, {}
+        for computation in module.split("\n  computations {\n")[1:]:
+            chunks = computation.split("instructions {\n")
+            ids = []
+            for chunk in chunks[1:]:
+                fields, op_id = _OP_FIELDS.match(chunk), _OP_ID.search(chunk)
+                if fields and op_id:
+                    ids.append(int(op_id.group(1)))
+                    ops[ids[-1]] = _Op(fields.group(1), fields.group(2), tuple(int(c) for c in _CALLED.findall(chunk)),
+                                       " ".join(_MARKS.findall(chunk)))
+            # the computation's own fields follow its last instruction (proto3 leaves an id of 0 out)
+            own = _COMPUTATION_ID.search(chunks[-1].rsplit("\n    }\n", 1)[-1]) if len(chunks) > 1 else None
+            computations[int(own.group(1)) if own else 0] = tuple(ids)
+        return _Program(ops, computations)
+
+    def inside(self, op: _Op, seen: frozenset = frozenset()) -> list[_Op]:
+        """`op` and every instruction of the computations it calls, however deep."""
+        found = [op]
+        for c in op.called:
+            if c not in seen:
+                for i in self.computations.get(c, ()):
+                    found += self.inside(self.ops[i], seen | {c})
+        return found
+
+
+def op_class(program: _Program, op: _Op) -> str | None:
+    """Which of OP_CLASSES an op of the timeline is (None: a collective's, or one that holds no time): an op that
+    holds a matmul is the attention's where that matmul is, else a Linear's; any other op is the attention's where
+    one of its instructions is, else a copy's or a fusion's of elementwise work."""
+    if collective_kind(op.name, op.opcode) or op.opcode in _NOT_OPS:
+        return None
+    if op.opcode in _COPY_OPCODES:
+        return COPIES
+    held = program.inside(op)
+    attention = lambda o: any(mark in o.marks for mark in ATTENTION_MARKS)
+    matmuls = [o for o in held if o.opcode in _MATMUL_OPCODES]
+    if matmuls:
+        return ATTENTION if any(attention(o) for o in matmuls) else MATMULS
+    if any(attention(o) for o in held):
+        return ATTENTION
+    if op.opcode == "fusion" or any(o.opcode == "reduce" for o in held):
+        return ELEMENTWISE
+    return OTHER
+
+
+def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int]) -> Counter:
+    """Cycles each collective kind and each of OP_CLASSES holds of a computation's timeline: its own, and a loop's
+    body's times its trips (the while's span over the body's total); the cycles no op holds are IDLE."""
     held: Counter = Counter()
     for i, start, end in _SLOT.findall(block):
-        name, opcode, called = ops.get(int(i), ("", "", ()))
+        op = program.ops.get(int(i), _Op("", "", (), ""))
         span = float(end) - float(start or 0)
-        kind = collective_kind(name, opcode)
+        kind = collective_kind(op.name, op.opcode)
         if kind:
             held[kind] += span
-        elif opcode == "while":
-            body = next((c for c in called if c in blocks and c not in seen), None)
+        elif op.opcode == "while":
+            body = next((c for c in op.called if c in blocks and c not in seen), None)
             body_total = _total(blocks[body]) if body is not None else None
             if body_total:
-                for k, cycles in _held(blocks[body], blocks, ops, seen | {body}).items():
+                for k, cycles in _held(blocks[body], blocks, program, seen | {body}).items():
                     held[k] += span / body_total * cycles
+            else:
+                held[OTHER] += span
+        elif span:
+            held[op_class(program, op) or OTHER] += span
+    idle = (_total(block) or 0.0) - sum(held.values())
+    if idle > 0:
+        held[IDLE] += idle
     return held
 
 

@@ -8,11 +8,13 @@ from collections import Counter, defaultdict
 from rich.table import Table
 
 from meshlab.check.verdict import OUTSIDE, CheckReport, check_document, is_last_block
+from meshlab.cli.render_cost import schedule_table
+from meshlab.cost.compiled_call import COLLECTIVE_ORDER
 from meshlab.plan.axes import ring_axes
 
 __all__ = ["Progress", "check_document", "render_check", "render_dtensor_check"]
 
-KIND_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+KIND_ORDER = COLLECTIVE_ORDER
 
 
 class Progress:
@@ -352,13 +354,4 @@ def _yes(value) -> str:
 def _schedule_table(schedule, predicted: dict) -> Table:
     table = Table(title="One call of the compiled program: XLA:TPU's scheduler estimate (its cost model, not a "
                         "measurement) against meshlab's prediction", title_justify="left")
-    for column in ("", "meshlab (predicted)", "XLA:TPU schedule"):
-        table.add_column(column, justify="left" if not column else "right")
-    ms = lambda s: f"{s * 1e3:.2f} ms"
-    table.add_row("ops (matmuls, attention, elementwise)", ms(predicted["compute_s"]), ms(schedule.compute_s))
-    for kind in KIND_ORDER:
-        p, x = predicted["collective_s_by_kind"].get(kind, 0.0), schedule.by_kind.get(kind, 0.0)
-        if p or x:
-            table.add_row(f"{kind} on the timeline", ms(p), ms(x))
-    table.add_row("total", ms(predicted["total_s"]), ms(schedule.total_s))
-    return table
+    return schedule_table(table, predicted, schedule.to_json(), lambda s: f"{s * 1e3:.2f} ms")

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from meshlab.cli.output import gib
+from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
 
 PREDICTED = "[dim](predicted)[/dim]"
@@ -585,15 +586,18 @@ def _xla_schedule_table(schedule: dict) -> Table:
                         f"(its cost model, not a measurement; kept by `meshlab check --backend tpu` on "
                         f"{schedule['measured_at'][:10]}) against meshlab's prediction of that program",
                   title_justify="left")
-    for column in ("", "meshlab (predicted)", "XLA:TPU schedule"):
-        table.add_column(column, justify="left" if not column else "right")
-    ours, theirs = schedule["meshlab"], schedule["xla"]
-    table.add_row("the rest: ops (XLA:TPU's: all but the collectives)", _ms(ours["compute_s"]),
-                  _ms(theirs["compute_s"]))
-    for kind in sorted(set(ours["collective_s_by_kind"]) | set(theirs["collective_s_by_kind"])):
-        table.add_row(f"{kind}, exposed", _ms(ours["collective_s_by_kind"].get(kind, 0.0)),
-                      _ms(theirs["collective_s_by_kind"].get(kind, 0.0)))
-    table.add_row("one call", _ms(ours["total_s"]), _ms(theirs["total_s"]))
+    return schedule_table(table, schedule["meshlab"], schedule["xla"], _ms)
+
+
+def schedule_table(table: Table, ours: dict, theirs: dict, ms) -> Table:
+    """`table` with meshlab's call beside XLA:TPU's schedule of it, term by term (meshlab.cost.compiled_call.
+    schedule_rows), and XLA:TPU's over meshlab's for each."""
+    for column in ("", "meshlab (predicted)", "XLA:TPU schedule", "XLA:TPU / meshlab",
+                   "meshlab's work: the rate meshlab's time vs XLA:TPU's implies"):
+        table.add_column(column, justify="left" if not column or column.startswith("meshlab's") else "right")
+    for term, mine, xla, implied in schedule_rows(ours, theirs):
+        ratio = f"{xla / mine:.2f}" if mine and xla else ""
+        table.add_row(term, "not priced" if mine is None else ms(mine), ms(xla), ratio, implied)
     return table
 
 

@@ -15,6 +15,21 @@ from collections import Counter
 from meshlab.strategy.schema import Strategy
 
 
+#: What the ops of a compiled program's timeline are, in the terms meshlab prices them (XLA:TPU's schedule's ops are
+#: told apart by meshlab.check.tpu_schedule.op_class)
+MATMULS = "matmuls"  # an op that holds a convolution or dot outside the attention: the Linears (and convolutions)
+ATTENTION = "attention"  # an op of the attention call: its products, softmax, mask (SDPA, as the front end lowers it)
+ELEMENTWISE = "elementwise and reductions"  # the other fusions: norms, modulation, activations, residual adds
+COPIES = "copies"  # a layout change or a copy between memories
+OTHER = "other ops"
+IDLE = "idle"  # the timeline's cycles no op holds: waiting on an async collective's data
+UNPRICED_OPS = (COPIES, OTHER, IDLE)  # no op of meshlab's is one of these
+OP_CLASSES = (MATMULS, ATTENTION, ELEMENTWISE, *UNPRICED_OPS)
+#: meshlab's ops by the class that runs them; an attention (softmax or linear) is ATTENTION
+OP_TERMS = {"linear": MATMULS, "conv": MATMULS, "elementwise": ELEMENTWISE, "other": ELEMENTWISE}
+COLLECTIVE_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
 def strategy_as_compiled(strategy: Strategy, front_end: str) -> Strategy:
     """The strategy with the attention the front end's program has (see the module); itself where it says so."""
     flash = front_end != "torch-xla"
@@ -31,20 +46,66 @@ def predicted_as_compiled(plan, strategy: Strategy, hardware, front_end: str | N
     return predict(plan, strategy_as_compiled(strategy, front_end) if front_end else strategy, hardware)
 
 
-def predicted_call(prediction) -> dict:
+def predicted_call(prediction, hardware) -> dict:
     """meshlab's seconds for one transformer call, term by term: the ops (each the longer of its FLOPs and its HBM
-    bytes) and the collectives by kind, exposed (a collective matmul's permutes less what their matmul slices
-    hide)."""
+    bytes), also by the class of XLA:TPU's ops that runs them (`OP_TERMS`), and the collectives by kind, exposed (a
+    collective matmul's permutes less what their matmul slices hide)."""
+    from meshlab.cost.timing import op_compute_seconds, op_seconds
+
     step = prediction.step
     by_kind = Counter()
     for t in step.collectives:
         if not t.collective.per_step:
             by_kind[t.collective.kind] += t.collective.count * t.seconds
     local = step.local / step.calls
+    by_op, flops, nbytes, flop_s = Counter(), Counter(), Counter(), Counter()
+    if prediction.measured is None:  # a profile times a call whole, not op by op
+        for w in prediction.work:
+            term = OP_TERMS.get(w.kind, ATTENTION)
+            if w.kind in OP_TERMS:
+                by_op[term] += w.count * op_seconds(w, hardware)
+            flops[term] += w.count * w.flops
+            nbytes[term] += w.count * w.hbm_bytes
+            flop_s[term] += w.count * op_compute_seconds(w, hardware)
+        by_op[ATTENTION] = local - sum(by_op.values())  # a ring's passes and merges included (meshlab.cost.ring)
+    bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
-            "collective_s_by_kind": dict(by_kind),
+            "collective_s_by_kind": dict(by_kind), "compute_s_by_op": dict(by_op), "flops_by_op": dict(flops),
+            "hbm_bytes_by_op": dict(nbytes),
+            "bound_by_op": {t: "FLOPs" if flop_s[t] >= nbytes[t] / bandwidth else "HBM" for t in by_op},
             "overlap": "a collective matmul's permutes show what outlasts their slice of the matmul; the other "
                        "collectives add to the ops' time"}
+
+
+def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, float, str]]:
+    """One call term by term, meshlab's seconds (None: a term it does not price) beside XLA:TPU's schedule's, and
+    for a class of ops the rate each implies for meshlab's count of its work: the ops, then each class of them where
+    XLA:TPU's schedule split them (a schedule kept before it did has only the whole; a term under a microsecond in
+    both is left out), the collectives by kind (`ours`: `predicted_call`; `theirs`: a schedule's JSON)."""
+    rows: list[tuple[str, float | None, float, str]] = [("ops", ours["compute_s"], theirs["compute_s"], "")]
+    split, mine = theirs.get("compute_s_by_op") or {}, ours.get("compute_s_by_op") or {}
+    if split and mine:
+        rows += [(f"  {term}", None if term in UNPRICED_OPS else mine.get(term, 0.0), split.get(term, 0.0),
+                  _implied(ours, term, mine.get(term, 0.0), split.get(term, 0.0)))
+                 for term in OP_CLASSES if max(split.get(term, 0.0), mine.get(term, 0.0)) >= 1e-6]
+    both = set(ours["collective_s_by_kind"]) | set(theirs["collective_s_by_kind"])
+    order = lambda k: COLLECTIVE_ORDER.index(k) if k in COLLECTIVE_ORDER else len(COLLECTIVE_ORDER)
+    rows += [(f"{kind}, exposed", ours["collective_s_by_kind"].get(kind, 0.0),
+              theirs["collective_s_by_kind"].get(kind, 0.0), "") for kind in sorted(both, key=order)]
+    return rows + [("one call", ours["total_s"], theirs["total_s"], "")]
+
+
+def _implied(ours: dict, term: str, mine: float, xla: float) -> str:
+    """The rate meshlab's time for a class of ops and XLA:TPU's each imply for meshlab's count of its work: FLOP/s
+    where its FLOPs set more of meshlab's time, else HBM bandwidth."""
+    bound = (ours.get("bound_by_op") or {}).get(term)
+    if not bound or not mine or not xla:
+        return ""
+    if bound == "FLOPs":
+        work = ours["flops_by_op"][term]
+        return f"{work / 1e12:.2f} TFLOP at {work / mine / 1e12:.0f} vs {work / xla / 1e12:.0f} TFLOP/s"
+    work = ours["hbm_bytes_by_op"][term]
+    return f"{work / 1e9:.2f} GB at {work / mine / 1e12:.2f} vs {work / xla / 1e12:.2f} TB/s"
 
 
 def schedule_beside(planned) -> dict | None:
@@ -58,6 +119,7 @@ def schedule_beside(planned) -> dict | None:
     return {"front_end": measured.front_end, "measured_at": measured.measured_at,
             "attention": "flash" if flash else "stock, float32 scores",
             "attention_as_priced_above": flash == planned.strategy.workload.flash_attention,
-            "xla": measured.schedule.model_dump(), "meshlab": predicted_call(prediction),
+            "xla": measured.schedule.model_dump(exclude_none=True),
+            "meshlab": predicted_call(prediction, planned.hardware),
             "what": "XLA:TPU's latency-hiding scheduler's estimate of one call of the compiled program (its cost "
                     "model, not a measurement), beside meshlab's prediction of the same program"}

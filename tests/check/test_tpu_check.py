@@ -212,6 +212,12 @@ def test_xla_tpu_s_schedule_is_read_beside_the_prediction(pairs_both):
     assert abs(schedule["compute_s"] + schedule["collective_s"] - schedule["total_s"]) < 1e-12
     assert sum(doc["async_collectives_per_block"]["transformer_blocks.1"].values()) > 0
     assert predicted["total_s"] > predicted["compute_s"] > 0
+    # the ops by class in both: torch_xla's stock attention's scores are told apart from the Linears' matmuls
+    split = schedule["compute_s_by_op"]
+    assert sum(split.values()) == pytest.approx(schedule["compute_s"], rel=1e-9)
+    assert split["matmuls"] > 0 and split["attention"] > 0 and split["elementwise and reductions"] > 0
+    assert sum(predicted["compute_s_by_op"].values()) == pytest.approx(predicted["compute_s"], rel=1e-9)
+    assert predicted["bound_by_op"]["attention"] == "HBM"  # float32 scores written and read
 
 
 @tpu

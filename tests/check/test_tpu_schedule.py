@@ -169,3 +169,58 @@ def test_a_program_with_loops_is_read_from_its_entry_computation_s_schedule():
 
 def test_a_dump_whose_entry_schedule_is_missing_is_none():
     assert parse_schedule(LOOPED.replace("entry_computation_id: 3", "entry_computation_id: 7")) is None
+
+
+def _op(name: str, opcode: str, i: int, marks: str = "", called: int | None = None) -> str:
+    meta = f'      metadata {{\n        op_name: "{marks}"\n        source_file: "{marks}"\n      }}\n' if marks else ""
+    calls = f"      called_computation_ids: {called}\n" if called is not None else ""
+    return f'    instructions {{\n      name: "{name}"\n      opcode: "{opcode}"\n{meta}      id: {i}\n{calls}    }}\n'
+
+
+def _computation(name: str, cid: int, *ops: str) -> str:
+    return f'  computations {{\n    name: "{name}"\n{"".join(ops)}    id: {cid}\n  }}\n'
+
+
+def _slots(*spans: tuple[int, int, int]) -> str:
+    return "".join(f"  instructions {{\n    id: {i}\n    start_timestamp_cycles: {s}\n    end_timestamp_cycles: {e}\n"
+                   f"  }}\n" for i, s, e in spans)
+
+
+#: one program with an op of each class: a Linear's matmul (torch_xla: called from torch's linear.py), the
+#: attention's scores (called from diffusers' attention dispatcher), its softmax (no matmul; torchax names the torch
+#: function), a norm's reduction, a copy, an all-gather, and 100 cycles no op holds
+CLASSED = ("hlo_module {\n  name: \"m\"\n"
+           + _computation("fused_linear", 1, _op("convolution.1", "convolution", 101, "torch/nn/modules/linear.py"))
+           + _computation("fused_scores", 2, _op("convolution.2", "convolution", 201,
+                                                 "diffusers/models/attention_dispatch.py"))
+           + _computation("fused_softmax", 4, _op("reduce.4", "reduce", 401,
+                                                  "jit(run)/attn#/scaled_dot_product_attention/reduce_max"))
+           + _computation("fused_norm", 5, _op("reduce.5", "reduce", 501, "diffusers/models/normalization.py"),
+                          _op("exponential.5", "exponential", 502))
+           + _computation("main_spmd", 3, _op("fusion.a", "fusion", 31, "linear.py", called=1),
+                          _op("fusion.b", "fusion", 32, called=2), _op("fusion.c", "fusion", 33, called=4),
+                          _op("fusion.d", "fusion", 34, called=5), _op("copy.e", "copy", 35),
+                          _op("all-gather.f", "all-gather", 36), _op("get-tuple-element.g", "get-tuple-element", 37))
+           + "  entry_computation_id: 3\n}\ncomputation_schedules {\n  computation_id: 3\n"
+           + _slots((31, 0, 1000), (32, 1000, 1500), (33, 1500, 1800), (34, 1800, 2000), (35, 2000, 2050),
+                    (36, 2050, 2250), (37, 2350, 2350))
+           + "  scheduler_statistics {\n    total_cycles: 2350\n  }\n  cycles_per_microsecond: 1000\n}\n")
+
+
+def test_the_timeline_s_ops_are_told_apart_by_what_they_hold_and_where_they_come_from():
+    """A fusion holding a matmul is a Linear's unless that matmul is the attention's; one holding none is the
+    attention's where any instruction in it is, else elementwise; the idle cycles are their own class; the classes
+    sum to the timeline less its collectives."""
+    s = parse_schedule(CLASSED)
+    cycles = {k: round(v * 1e9) for k, v in s.by_op.items()}  # 1000 cycles a microsecond: 1 cycle a nanosecond
+    assert cycles == {"matmuls": 1000, "attention": 800, "elementwise and reductions": 200, "copies": 50,
+                      "idle": 100}
+    assert s.by_kind == {"all-gather": 200e-9}
+    assert abs(sum(s.by_op.values()) - s.compute_s) < 1e-15
+    assert s.to_json()["compute_s_by_op"] == s.by_op
+
+
+def test_a_loop_s_ops_count_by_their_body_s_share_of_its_span():
+    """LOOPED's body: a permute's 50 cycles and an unmarked fusion's 50, run for the while's 7000 cycles: 70 trips."""
+    s = parse_schedule(LOOPED)
+    assert {k: round(v * 1750e6) for k, v in s.by_op.items()} == {"elementwise and reductions": 3500}

@@ -1,0 +1,49 @@
+"""meshlab's call, term by term, in the classes of XLA:TPU's schedule (meshlab.cost.compiled_call)."""
+
+import pytest
+
+from meshlab.cost.compiled_call import predicted_as_compiled, predicted_call, schedule_rows
+from meshlab.cost.timing import op_seconds
+from meshlab.plan.planned import plan_file
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return plan_file(REPO / "strategies" / "2d.yaml")
+
+
+@pytest.mark.parametrize("front_end, attention_bound", [("torch-xla", "HBM"), ("torchax", "FLOPs")])
+def test_the_call_s_ops_split_into_matmuls_attention_and_elementwise(planned, front_end, attention_bound):
+    """The classes sum to the call's ops; the matmuls are the Linears' seconds; torch_xla's math attention is its
+    float32 scores' bytes, torchax's online softmax its FLOPs."""
+    prediction = predicted_as_compiled(planned.plan, planned.strategy, planned.hardware, front_end)
+    call = predicted_call(prediction, planned.hardware)
+    by_op = call["compute_s_by_op"]
+    assert set(by_op) == {"matmuls", "attention", "elementwise and reductions"}
+    assert sum(by_op.values()) == pytest.approx(call["compute_s"], rel=1e-12)
+    linears = [w for w in prediction.work if w.kind == "linear"]
+    assert by_op["matmuls"] == pytest.approx(sum(w.count * op_seconds(w, planned.hardware) for w in linears))
+    assert call["flops_by_op"]["matmuls"] == pytest.approx(sum(w.count * w.flops for w in linears))
+    assert call["bound_by_op"]["attention"] == attention_bound and call["bound_by_op"]["matmuls"] == "FLOPs"
+
+
+def test_rows_hold_each_class_beside_xla_tpu_s_with_the_rates_each_implies(planned):
+    call = predicted_call(predicted_as_compiled(planned.plan, planned.strategy, planned.hardware, "torch-xla"),
+                          planned.hardware)
+    mine = call["compute_s_by_op"]
+    xla = {"total_s": 1.0, "compute_s": 0.9, "collective_s": 0.1, "collective_s_by_kind": {"all-gather": 0.1},
+           "compute_s_by_op": {"matmuls": 2 * mine["matmuls"], "attention": 0.3, "idle": 0.01,
+                               "elementwise and reductions": 0.2, "copies": 1e-9}}
+    rows = {term.strip(): (ours, theirs, implied) for term, ours, theirs, implied in schedule_rows(call, xla)}
+    assert list(rows)[:5] == ["ops", "matmuls", "attention", "elementwise and reductions", "idle"]  # copies: < 1 us
+    assert rows["idle"][0] is None  # meshlab prices no idle time
+    tflop = call["flops_by_op"]["matmuls"] / 1e12
+    assert rows["matmuls"][2] == (f"{tflop:.2f} TFLOP at {tflop / mine['matmuls']:.0f} vs "
+                                  f"{tflop / (2 * mine['matmuls']):.0f} TFLOP/s")
+    assert rows["attention"][2].endswith("TB/s")  # float32 scores: bytes
+    assert rows["one call"][:2] == (call["total_s"], 1.0) and rows["all-gather, exposed"][1] == 0.1
+    # a schedule kept before XLA:TPU's ops were split has only their whole
+    whole = {k: v for k, v in xla.items() if k != "compute_s_by_op"}
+    terms = [term for term, *_ in schedule_rows(call, whole)]
+    assert terms[0] == "ops" and terms[-1] == "one call" and not [t for t in terms if t.startswith(" ")]
