@@ -286,16 +286,19 @@ CASES = [
 ]
 
 
+def strategy_document(case: Case) -> dict:
+    """The case as a strategy file's document (without the hardware overrides the catalog entry takes)."""
+    return {"name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh, "rules": case.rules,
+            "activations": case.activations or {"batch": "data"}, "workload": case.workload,
+            "placement": {"text_encoder": case.text_encoder, "vae_decode": case.vae_decode},
+            "rewrites": list(case.rewrites), "compile": {"elementwise": case.elementwise}}
+
+
 def prediction(case: Case):
     """meshlab's prediction for the case, and the hardware entry it priced on."""
     card = load_card(case.model)
     hardware = load_hardware(case.hardware, case.overrides)
-    strategy = Strategy.model_validate({
-        "name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh, "rules": case.rules,
-        "activations": case.activations or {"batch": "data"}, "workload": case.workload,
-        "placement": {"text_encoder": case.text_encoder, "vae_decode": case.vae_decode},
-        "rewrites": list(case.rewrites),
-        "compile": {"elementwise": case.elementwise}})
+    strategy = Strategy.model_validate(strategy_document(case))
     return predict(make_plan(strategy, card, hardware.chips), strategy, hardware), hardware
 
 

@@ -278,7 +278,7 @@ class XlaSchedule(Document):
     cycles_per_microsecond: float
     compute_s_by_op: dict[str, float] = Field(
         description="compute_s by what its ops are: matmuls (Linears), attention, elementwise and reductions, "
-                    "copies, other ops, idle (meshlab.check.tpu_schedule.OP_CLASSES)")
+                    "copies, other ops, idle (meshlab.cost.compiled_call.OP_CLASSES)")
     what: str
 
 

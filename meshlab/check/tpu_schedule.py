@@ -31,13 +31,24 @@ _CALLED = re.compile(r"^      called_computation_ids: (\d+)$", re.M)
 #: proto3 leaves a zero out: an instruction starting at cycle 0 has no start line
 _SLOT = re.compile(r"id: (\d+)\n(?:\s+start_timestamp_cycles: ([\d.e+-]+)\n)?\s+end_timestamp_cycles: ([\d.e+-]+)")
 
-#: an op is the attention's where its metadata names the call: torchax's op names carry the torch function
-#: (scaled_dot_product_attention), torch_xla's the Python file that called it (diffusers' attention dispatcher, or an
-#: attention processor that does its own math); a Linear's calls come from torch's linear.py instead
-ATTENTION_MARKS = ("scaled_dot_product_attention", "attention_dispatch.py", "attention_processor.py")
+#: What an instruction's metadata (its op_name and source_file) says it came from. torch_xla names the aten op and
+#: the Python file that called it, torchax the torch function and the op (``.../linear/...``):
+#: a Linear's or a convolution's (torch's linear.py and conv.py; XLA may lower a small one to a multiply and a reduce)
+LINEAR_MARKS = ("linear.py", "conv.py", "aten__mm", "aten__addmm", "aten__convolution", "/linear/", "aten::mm",
+                "aten::addmm", "aten::linear", "aten::convolution", "/conv")
+#: the attention's: its batched products (scores and output; also a linear attention's), its softmax, torch's SDPA
+#: and a kernel standing for it (torchax's online-softmax custom call)
+ATTENTION_MARKS = ("scaled_dot_product_attention", "aten__matmul", "aten__bmm", "aten__softmax", "aten::matmul",
+                   "aten::bmm", "aten::softmax", "softmax", "attention_dispatch.py")
+#: the file of an attention processor that does its own math: its products are the attention's (its Linears come
+#: from linear.py, its reshapes and adds are elementwise)
+ATTENTION_PRODUCT_MARKS = ("attention_processor.py",)
 _MATMUL_OPCODES = frozenset({"convolution", "dot"})
 _COPY_OPCODES = frozenset({"copy", "copy-start", "copy-done", "transpose"})
 _NOT_OPS = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast"})  # hold no time of their own
+#: neither elementwise work nor a layout change: kernels and calls XLA:TPU sees into no further, host traffic
+_OTHER_OPCODES = frozenset({"custom-call", "call", "conditional", "while", "send", "send-done", "recv", "recv-done",
+                            "infeed", "outfeed", "async-start", "async-update", "async-done"})
 
 
 @dataclass(frozen=True)
@@ -134,8 +145,8 @@ class _Program:
                     ids.append(int(op_id.group(1)))
                     ops[ids[-1]] = _Op(fields.group(1), fields.group(2), tuple(int(c) for c in _CALLED.findall(chunk)),
                                        " ".join(_MARKS.findall(chunk)))
-            # the computation's own fields follow its last instruction (proto3 leaves an id of 0 out)
-            own = _COMPUTATION_ID.search(chunks[-1].rsplit("\n    }\n", 1)[-1]) if len(chunks) > 1 else None
+            # the computation's id is its only line at this depth (an instruction's is deeper; proto3 leaves 0 out)
+            own = _COMPUTATION_ID.search(computation.split("\n  }\n", 1)[0])
             computations[int(own.group(1)) if own else 0] = tuple(ids)
         return _Program(ops, computations)
 
@@ -150,23 +161,29 @@ class _Program:
 
 
 def op_class(program: _Program, op: _Op) -> str | None:
-    """Which of OP_CLASSES an op of the timeline is (None: a collective's, or one that holds no time): an op that
-    holds a matmul is the attention's where that matmul is, else a Linear's; any other op is the attention's where
-    one of its instructions is, else a copy's or a fusion's of elementwise work."""
+    """Which of OP_CLASSES an op of the timeline is (None: a collective's, or one that holds no time), by what it
+    holds and where its instructions came from (`LINEAR_MARKS`, `ATTENTION_MARKS`): an op holding a matmul is a
+    Linear's where one of its matmuls names a Linear, the attention's where one names the attention (or an attention
+    processor's file), else a Linear's; an op holding none is the attention's where an instruction names it, a
+    Linear's where one names a Linear (a small one XLA lowers to a multiply and a reduce), a copy, another kind of
+    op (`_OTHER_OPCODES`), or elementwise work."""
     if collective_kind(op.name, op.opcode) or op.opcode in _NOT_OPS:
         return None
     if op.opcode in _COPY_OPCODES:
         return COPIES
     held = program.inside(op)
-    attention = lambda o: any(mark in o.marks for mark in ATTENTION_MARKS)
+    names = lambda o, marks: any(mark in o.marks for mark in marks)
     matmuls = [o for o in held if o.opcode in _MATMUL_OPCODES]
     if matmuls:
-        return ATTENTION if any(attention(o) for o in matmuls) else MATMULS
-    if any(attention(o) for o in held):
+        if any(names(o, LINEAR_MARKS) for o in matmuls):
+            return MATMULS
+        attention = ATTENTION_MARKS + ATTENTION_PRODUCT_MARKS
+        return ATTENTION if any(names(o, attention) for o in matmuls) else MATMULS
+    if any(names(o, ATTENTION_MARKS) for o in held):
         return ATTENTION
-    if op.opcode == "fusion" or any(o.opcode == "reduce" for o in held):
-        return ELEMENTWISE
-    return OTHER
+    if any(names(o, LINEAR_MARKS) for o in held if o.opcode == "reduce"):
+        return MATMULS
+    return OTHER if op.opcode in _OTHER_OPCODES else ELEMENTWISE
 
 
 def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int]) -> Counter:
@@ -176,7 +193,7 @@ def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int])
     for i, start, end in _SLOT.findall(block):
         op = program.ops.get(int(i), _Op("", "", (), ""))
         span = float(end) - float(start or 0)
-        kind = collective_kind(op.name, op.opcode)
+        kind = collective_kind(op.name, op.opcode) or _started(op)
         if kind:
             held[kind] += span
         elif op.opcode == "while":
@@ -193,6 +210,11 @@ def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int])
     if idle > 0:
         held[IDLE] += idle
     return held
+
+
+def _started(op: _Op) -> str | None:
+    """The collective kind whose async pair an instruction starts (its issue holds the timeline briefly)."""
+    return op.opcode[:-6] if op.opcode.endswith("-start") and op.opcode[:-6] in COLLECTIVE_KINDS else None
 
 
 def collective_kind(name: str, opcode: str) -> str | None:

@@ -25,8 +25,9 @@ OTHER = "other ops"
 IDLE = "idle"  # the timeline's cycles no op holds: waiting on an async collective's data
 UNPRICED_OPS = (COPIES, OTHER, IDLE)  # no op of meshlab's is one of these
 OP_CLASSES = (MATMULS, ATTENTION, ELEMENTWISE, *UNPRICED_OPS)
-#: meshlab's ops by the class that runs them; an attention (softmax or linear) is ATTENTION
-OP_TERMS = {"linear": MATMULS, "conv": MATMULS, "elementwise": ELEMENTWISE, "other": ELEMENTWISE}
+#: meshlab's ops (meshlab.cost.flops.Work.kind) by the class that runs them
+OP_TERMS = {"linear": MATMULS, "conv": MATMULS, "attention": ATTENTION, "linear-attention": ATTENTION,
+            "elementwise": ELEMENTWISE, "other": ELEMENTWISE}
 COLLECTIVE_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
@@ -60,14 +61,13 @@ def predicted_call(prediction, hardware) -> dict:
     local = step.local / step.calls
     by_op, flops, nbytes, flop_s = Counter(), Counter(), Counter(), Counter()
     if prediction.measured is None:  # a profile times a call whole, not op by op
+        ringed = {r.module: r for r in step.rings}  # an attention run as a ring: its passes and merges
         for w in prediction.work:
-            term = OP_TERMS.get(w.kind, ATTENTION)
-            if w.kind in OP_TERMS:
-                by_op[term] += w.count * op_seconds(w, hardware)
+            term = OP_TERMS[w.kind]
+            by_op[term] += w.count * (ringed[w.name].compute_seconds if w.name in ringed else op_seconds(w, hardware))
             flops[term] += w.count * w.flops
             nbytes[term] += w.count * w.hbm_bytes
             flop_s[term] += w.count * op_compute_seconds(w, hardware)
-        by_op[ATTENTION] = local - sum(by_op.values())  # a ring's passes and merges included (meshlab.cost.ring)
     bandwidth = hardware.hbm_bandwidth * hardware.hbm_efficiency
     return {"total_s": local + sum(by_kind.values()), "compute_s": local, "collective_s": sum(by_kind.values()),
             "collective_s_by_kind": dict(by_kind), "compute_s_by_op": dict(by_op), "flops_by_op": dict(flops),
@@ -99,12 +99,11 @@ def _implied(ours: dict, term: str, mine: float, xla: float) -> str:
     """The rate meshlab's time for a class of ops and XLA:TPU's each imply for meshlab's count of its work: FLOP/s
     where its FLOPs set more of meshlab's time, else HBM bandwidth."""
     bound = (ours.get("bound_by_op") or {}).get(term)
-    if not bound or not mine or not xla:
+    work = (ours.get("flops_by_op" if bound == "FLOPs" else "hbm_bytes_by_op") or {}).get(term, 0.0)
+    if not bound or not work or not mine or not xla:
         return ""
     if bound == "FLOPs":
-        work = ours["flops_by_op"][term]
         return f"{work / 1e12:.2f} TFLOP at {work / mine / 1e12:.0f} vs {work / xla / 1e12:.0f} TFLOP/s"
-    work = ours["hbm_bytes_by_op"][term]
     return f"{work / 1e9:.2f} GB at {work / mine / 1e12:.2f} vs {work / xla / 1e12:.2f} TB/s"
 
 

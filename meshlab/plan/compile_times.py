@@ -40,7 +40,7 @@ class KeptSchedule(BaseModel):
     compute_s: float
     collective_s: float
     collective_s_by_kind: dict[str, float]
-    compute_s_by_op: dict[str, float] | None = None  # by what the ops are (meshlab.check.tpu_schedule.OP_CLASSES)
+    compute_s_by_op: dict[str, float] | None = None  # by what the ops are (meshlab.cost.compiled_call.OP_CLASSES)
 
 
 class MeasuredCompile(BaseModel):

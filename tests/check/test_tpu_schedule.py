@@ -177,8 +177,13 @@ def _op(name: str, opcode: str, i: int, marks: str = "", called: int | None = No
     return f'    instructions {{\n      name: "{name}"\n      opcode: "{opcode}"\n{meta}      id: {i}\n{calls}    }}\n'
 
 
+#: a computation's fields after its instructions, as libtpu writes them: nested messages, then its id (none for 0)
+_SHAPE = "    program_shape {\n      parameters {\n        element_type: F32\n      }\n    }\n"
+
+
 def _computation(name: str, cid: int, *ops: str) -> str:
-    return f'  computations {{\n    name: "{name}"\n{"".join(ops)}    id: {cid}\n  }}\n'
+    own = f"    id: {cid}\n" if cid else ""  # proto3 leaves an id of 0 out
+    return f'  computations {{\n    name: "{name}"\n{"".join(ops)}{_SHAPE}{own}    root_id: 1\n  }}\n'
 
 
 def _slots(*spans: tuple[int, int, int]) -> str:
@@ -186,36 +191,55 @@ def _slots(*spans: tuple[int, int, int]) -> str:
                    f"  }}\n" for i, s, e in spans)
 
 
-#: one program with an op of each class: a Linear's matmul (torch_xla: called from torch's linear.py), the
-#: attention's scores (called from diffusers' attention dispatcher), its softmax (no matmul; torchax names the torch
-#: function), a norm's reduction, a copy, an all-gather, and 100 cycles no op holds
+#: one program with an op of each class (1000 cycles a microsecond): a Linear's matmul (torch_xla: called from
+#: torch's linear.py) nested in a fusion inside a fusion, the attention's scores (from diffusers' attention
+#: dispatcher) and its softmax (no matmul; torchax names the torch function), a small Linear XLA lowered to a
+#: multiply and a reduce, an attention processor's own product and its residual add, a norm's reduction (in the
+#: computation of id 0, which proto3 writes with no id), a copy, an all-gather and an async permute's start and
+#: done, and 100 cycles no op holds; the entry comes last, followed by the module's own fields, as in libtpu's dumps
 CLASSED = ("hlo_module {\n  name: \"m\"\n"
+           + _computation("fused_norm", 0, _op("reduce.5", "reduce", 501, "diffusers/models/normalization.py"),
+                          _op("exponential.5", "exponential", 502))
            + _computation("fused_linear", 1, _op("convolution.1", "convolution", 101, "torch/nn/modules/linear.py"))
+           + _computation("outer_linear", 6, _op("fusion.6", "fusion", 601, called=1))
            + _computation("fused_scores", 2, _op("convolution.2", "convolution", 201,
                                                  "diffusers/models/attention_dispatch.py"))
            + _computation("fused_softmax", 4, _op("reduce.4", "reduce", 401,
                                                   "jit(run)/attn#/scaled_dot_product_attention/reduce_max"))
-           + _computation("fused_norm", 5, _op("reduce.5", "reduce", 501, "diffusers/models/normalization.py"),
-                          _op("exponential.5", "exponential", 502))
-           + _computation("main_spmd", 3, _op("fusion.a", "fusion", 31, "linear.py", called=1),
+           + _computation("small_linear", 7, _op("multiply.7", "multiply", 701),
+                          _op("reduce.7", "reduce", 702, "norm1.linear#/linear/...a,ba->...b/dot_general"))
+           + _computation("processor_product", 8, _op("convolution.8", "convolution", 801,
+                                                      "diffusers/models/attention_processor.py"))
+           + _computation("processor_add", 9, _op("add.9", "add", 901, "diffusers/models/attention_processor.py"))
+           + _computation("main_spmd", 3, _op("fusion.a", "fusion", 31, "linear.py", called=6),
                           _op("fusion.b", "fusion", 32, called=2), _op("fusion.c", "fusion", 33, called=4),
-                          _op("fusion.d", "fusion", 34, called=5), _op("copy.e", "copy", 35),
-                          _op("all-gather.f", "all-gather", 36), _op("get-tuple-element.g", "get-tuple-element", 37))
+                          _op("fusion.d", "fusion", 34, called=0), _op("copy.e", "copy", 35),
+                          _op("all-gather.f", "all-gather", 36), _op("get-tuple-element.g", "get-tuple-element", 37),
+                          _op("fusion.h", "fusion", 38, called=7), _op("fusion.i", "fusion", 39, called=8),
+                          _op("fusion.j", "fusion", 40, called=9),
+                          _op("collective-permute-start.k", "collective-permute-start", 41),
+                          _op("collective-permute-done.k", "collective-permute-done", 42))
+           + "  host_program_shape {\n    parameters {\n      element_type: F32\n    }\n    result {\n"
+           + "      element_type: F32\n    }\n  }\n"
            + "  entry_computation_id: 3\n}\ncomputation_schedules {\n  computation_id: 3\n"
            + _slots((31, 0, 1000), (32, 1000, 1500), (33, 1500, 1800), (34, 1800, 2000), (35, 2000, 2050),
-                    (36, 2050, 2250), (37, 2350, 2350))
-           + "  scheduler_statistics {\n    total_cycles: 2350\n  }\n  cycles_per_microsecond: 1000\n}\n")
+                    (36, 2050, 2250), (37, 2350, 2350), (38, 2350, 2400), (39, 2400, 2430), (40, 2430, 2450),
+                    (41, 2450, 2451), (42, 2451, 2460))
+           + "  scheduler_statistics {\n    total_cycles: 2460\n  }\n  cycles_per_microsecond: 1000\n}\n")
 
 
 def test_the_timeline_s_ops_are_told_apart_by_what_they_hold_and_where_they_come_from():
-    """A fusion holding a matmul is a Linear's unless that matmul is the attention's; one holding none is the
-    attention's where any instruction in it is, else elementwise; the idle cycles are their own class; the classes
-    sum to the timeline less its collectives."""
+    """A fusion holding a matmul, however deep, is a Linear's where the matmul names a Linear and the attention's
+    where it names the attention's call or an attention processor's file; one holding none is the attention's where
+    an instruction names its softmax or SDPA, a Linear's where its reduce names a Linear, else elementwise (an
+    attention processor's add too); the id-0 computation a fusion calls is its own, not the entry's; an async pair's
+    start and done are its collective's; the idle cycles are their own class; the classes sum to the timeline less
+    its collectives."""
     s = parse_schedule(CLASSED)
     cycles = {k: round(v * 1e9) for k, v in s.by_op.items()}  # 1000 cycles a microsecond: 1 cycle a nanosecond
-    assert cycles == {"matmuls": 1000, "attention": 800, "elementwise and reductions": 200, "copies": 50,
+    assert cycles == {"matmuls": 1050, "attention": 830, "elementwise and reductions": 220, "copies": 50,
                       "idle": 100}
-    assert s.by_kind == {"all-gather": 200e-9}
+    assert {k: round(v * 1e9) for k, v in s.by_kind.items()} == {"all-gather": 200, "collective-permute": 10}
     assert abs(sum(s.by_op.values()) - s.compute_s) < 1e-15
     assert s.to_json()["compute_s_by_op"] == s.by_op
 

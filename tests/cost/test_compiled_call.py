@@ -26,6 +26,26 @@ def test_the_call_s_ops_split_into_matmuls_attention_and_elementwise(planned, fr
     assert by_op["matmuls"] == pytest.approx(sum(w.count * op_seconds(w, planned.hardware) for w in linears))
     assert call["flops_by_op"]["matmuls"] == pytest.approx(sum(w.count * w.flops for w in linears))
     assert call["bound_by_op"]["attention"] == attention_bound and call["bound_by_op"]["matmuls"] == "FLOPs"
+    attentions = [w for w in prediction.work if w.kind == "attention"]
+    assert by_op["attention"] == pytest.approx(sum(w.count * op_seconds(w, planned.hardware) for w in attentions))
+
+
+def test_a_ring_s_passes_and_merges_are_its_attention_s_seconds():
+    """flux-usp-h100.yaml runs its attention as a ring (meshlab.cost.ring): the attention class holds the ring's
+    passes and merges, not the one attention it stands for, and the classes still sum to the call's ops."""
+    usp = plan_file(REPO / "strategies" / "flux-usp-h100.yaml")
+    prediction = predicted_as_compiled(usp.plan, usp.strategy, usp.hardware, None)
+    call = predicted_call(prediction, usp.hardware)
+    rings = prediction.step.rings
+    assert rings and sum(call["compute_s_by_op"].values()) == pytest.approx(call["compute_s"], rel=1e-12)
+    ringed = {r.module for r in rings}
+    one_pass = sum(w.count * op_seconds(w, usp.hardware) for w in prediction.work if w.name in ringed)
+    assert call["compute_s_by_op"]["attention"] == pytest.approx(sum(r.count * r.compute_seconds for r in rings)
+                                                                 + sum(w.count * op_seconds(w, usp.hardware)
+                                                                       for w in prediction.work
+                                                                       if w.kind == "attention"
+                                                                       and w.name not in ringed))
+    assert call["compute_s_by_op"]["attention"] != pytest.approx(one_pass)
 
 
 def test_rows_hold_each_class_beside_xla_tpu_s_with_the_rates_each_implies(planned):
