@@ -207,7 +207,7 @@ def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int])
         elif span:
             held[op_class(program, op) or OTHER] += span
     idle = (_total(block) or 0.0) - sum(held.values())
-    if idle > 0:
+    if idle >= 0.5:  # cycles; below, the float sum's rounding
         held[IDLE] += idle
     return held
 
