@@ -9,9 +9,10 @@ benchmarks/published_latencies.py (maxdiffusion's Flux benchmarks: JAX, so compi
 depth and the case's own size, ahead of time for the case's TPU system). Per case it prints one call:
 - measured: the source's seconds over its transformer calls, an upper bound on one call (the figure also covers the
   text encode and the VAE decode);
-- meshlab: its prediction of the compiled program (ops and exposed collectives; torchax's attention is an online
-  softmax, as maxdiffusion's flash kernel is), and of a call as the case ran it (the same and the step's host
-  overhead: 1 ms on these TPUs);
+- meshlab: its prediction of the compiled program (ops and exposed collectives; its attention priced as a flash
+  kernel, as maxdiffusion's splash kernel is, where torchax's program writes bf16 scores before libtpu's
+  online-softmax kernel: meshlab.cost.compiled_call), and of a call as the case ran it (the same and the step's
+  host overhead: 1 ms on these TPUs);
 - XLA:TPU's schedule: the latency-hiding scheduler's total for the program, and its ops by class;
 - XLA:TPU's per-op estimates: the entry computation's ``estimated_cycles`` summed over its instructions (the
   backend's cost model for each fusion's tiling, in the dump after codegen), a second figure from the same compiler.
@@ -35,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published_latencies import CASES, Case, prediction, strategy_document  # noqa: E402
 
+from meshlab.check.tpu_schedule import parse_schedule  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 #: the default: one case whose transformer program stands for the table's Flux.1-dev row on the newest TPU
 DEFAULT = "Flux.1-dev, v6e-4, data parallel, batch 4, 28 steps, 1024x1024"
@@ -44,14 +47,14 @@ def entry_estimated_s(dump: Path) -> float | None:
     """The entry computation's instructions' ``estimated_cycles`` summed, in seconds (None where the dump has none)."""
     found = sorted(dump.glob("xla-dump/*jit_run*after_codegen.txt"))
     schedule = sorted(dump.glob("*.schedule.txt"))
-    if not found or not schedule:
+    parsed = parse_schedule(schedule[0].read_text()) if schedule else None
+    if not found or parsed is None:
         return None
     text = found[0].read_text()
     entry = text[text.index("\nENTRY"):]
     entry = entry[:entry.index("\n}\n")]
-    rate = re.search(r"cycles_per_microsecond: ([\d.]+)", schedule[0].read_text())
     cycles = sum(int(c) for c in re.findall(r'"estimated_cycles":"(\d+)"', entry))
-    return cycles / (float(rate.group(1)) * 1e6) if rate else None
+    return cycles / (parsed.cycles_per_microsecond * 1e6)
 
 
 def run(case: Case) -> dict:

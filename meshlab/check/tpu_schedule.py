@@ -35,17 +35,20 @@ _SLOT = re.compile(r"id: (\d+)\n(?:\s+start_timestamp_cycles: ([\d.e+-]+)\n)?\s+
 #: the Python file that called it, torchax the torch function and the op (``.../linear/...``):
 #: a Linear's or a convolution's (torch's linear.py and conv.py; XLA may lower a small one to a multiply and a reduce)
 LINEAR_MARKS = ("linear.py", "conv.py", "aten__mm", "aten__addmm", "aten__convolution", "/linear/", "aten::mm",
-                "aten::addmm", "aten::linear", "aten::convolution", "/conv")
-#: the attention's: its batched products (scores and output; also a linear attention's), its softmax, torch's SDPA
-#: and a kernel standing for it (torchax's online-softmax custom call)
-ATTENTION_MARKS = ("scaled_dot_product_attention", "aten__matmul", "aten__bmm", "aten__softmax", "aten::matmul",
-                   "aten::bmm", "aten::softmax", "softmax", "attention_dispatch.py")
+                "aten::addmm", "aten::linear", "aten::convolution", "conv_general_dilated")
+#: the attention's: its batched products (scores and output; also a linear attention's), its softmax (and the kernel
+#: libtpu rewrites a softmax and its product into, named "online-softmax"), torch's SDPA, diffusers' dispatcher
+ATTENTION_MARKS = ("scaled_dot_product_attention", "aten__matmul", "aten__bmm", "aten::matmul", "aten::bmm",
+                   "softmax", "attention_dispatch.py")
 #: the file of an attention processor that does its own math: its products are the attention's (its Linears come
 #: from linear.py, its reshapes and adds are elementwise)
 ATTENTION_PRODUCT_MARKS = ("attention_processor.py",)
 _MATMUL_OPCODES = frozenset({"convolution", "dot"})
 _COPY_OPCODES = frozenset({"copy", "copy-start", "copy-done", "transpose"})
 _NOT_OPS = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast"})  # hold no time of their own
+#: instructions that compute nothing of their own: their names say where a view or a wrapper came from, not the work
+#: (torchax names a norm-and-RoPE fusion's reshapes after the SDPA call that reads them)
+_NO_WORK = _NOT_OPS | {"fusion", "copy", "reshape", "transpose", "broadcast"}
 #: neither elementwise work nor a layout change: kernels and calls XLA:TPU sees into no further, host traffic
 _OTHER_OPCODES = frozenset({"custom-call", "call", "conditional", "while", "send", "send-done", "recv", "recv-done",
                             "infeed", "outfeed", "async-start", "async-update", "async-done"})
@@ -179,7 +182,7 @@ def op_class(program: _Program, op: _Op) -> str | None:
             return MATMULS
         attention = ATTENTION_MARKS + ATTENTION_PRODUCT_MARKS
         return ATTENTION if any(names(o, attention) for o in matmuls) else MATMULS
-    if any(names(o, ATTENTION_MARKS) for o in held):
+    if any(names(o, ATTENTION_MARKS) for o in held if o.opcode not in _NO_WORK):
         return ATTENTION
     if any(names(o, LINEAR_MARKS) for o in held if o.opcode == "reduce"):
         return MATMULS
@@ -191,7 +194,7 @@ def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int])
     body's times its trips (the while's span over the body's total); the cycles no op holds are IDLE."""
     held: Counter = Counter()
     for i, start, end in _SLOT.findall(block):
-        op = program.ops.get(int(i), _Op("", "", (), ""))
+        op = program.ops.get(int(i), _Op("", "custom-call", (), ""))  # not in the module: an op of its own kind
         span = float(end) - float(start or 0)
         kind = collective_kind(op.name, op.opcode) or _started(op)
         if kind:

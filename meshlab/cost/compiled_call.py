@@ -4,8 +4,10 @@ XLA:TPU's latency-hiding scheduler estimates the program it compiled (meshlab.ch
 not a measurement. `meshlab check --backend tpu` shows it beside meshlab's prediction of the same program, and at
 full depth and the strategy's own size keeps it with the plan's measured compile (meshlab.plan.compile_times), so
 that `meshlab explain` shows it too. The same program means the attention the front end compiled: torch_xla's
-stock attention materialises its scores (torch's math attention, in float32), torchax's is XLA:TPU's online
-softmax (flash), whatever the strategy's ``flash_attention`` says.
+stock attention materialises its scores (torch's math attention, in float32), whatever the strategy's
+``flash_attention`` says; torchax's is priced as a flash kernel, which it is only in part (torch's reference math:
+XLA:TPU writes the scores in bf16, and libtpu rewrites the softmax and the second product into one online-softmax
+kernel that reads them back; not modelled).
 """
 
 from __future__ import annotations

@@ -171,8 +171,11 @@ def test_a_dump_whose_entry_schedule_is_missing_is_none():
     assert parse_schedule(LOOPED.replace("entry_computation_id: 3", "entry_computation_id: 7")) is None
 
 
-def _op(name: str, opcode: str, i: int, marks: str = "", called: int | None = None) -> str:
-    meta = f'      metadata {{\n        op_name: "{marks}"\n        source_file: "{marks}"\n      }}\n' if marks else ""
+def _op(name: str, opcode: str, i: int, op_name: str = "", source: str = "", called: int | None = None) -> str:
+    """One instruction as libtpu writes it; its metadata as torch_xla's (an aten op name, the calling Python file)
+    or torchax's (a torch function path in the op name, no file)."""
+    meta = "".join(f'        {k}: "{v}"\n' for k, v in (("op_name", op_name), ("source_file", source)) if v)
+    meta = f"      metadata {{\n{meta}      }}\n" if meta else ""
     calls = f"      called_computation_ids: {called}\n" if called is not None else ""
     return f'    instructions {{\n      name: "{name}"\n      opcode: "{opcode}"\n{meta}      id: {i}\n{calls}    }}\n'
 
@@ -191,54 +194,74 @@ def _slots(*spans: tuple[int, int, int]) -> str:
                    f"  }}\n" for i, s, e in spans)
 
 
-#: one program with an op of each class (1000 cycles a microsecond): a Linear's matmul (torch_xla: called from
-#: torch's linear.py) nested in a fusion inside a fusion, the attention's scores (from diffusers' attention
-#: dispatcher) and its softmax (no matmul; torchax names the torch function), a small Linear XLA lowered to a
-#: multiply and a reduce, an attention processor's own product and its residual add, a norm's reduction (in the
-#: computation of id 0, which proto3 writes with no id), a copy, an all-gather and an async permute's start and
-#: done, and 100 cycles no op holds; the entry comes last, followed by the module's own fields, as in libtpu's dumps
+LINEAR_PY, DISPATCH = "torch/nn/modules/linear.py", "diffusers/models/attention_dispatch.py"
+SDPA = "jit(run)/attn#/scaled_dot_product_attention"
+#: the entry's ops (1000 cycles a microsecond), each a fusion of a computation below or an op of its own: name,
+#: opcode, id, the computation it calls, its span in cycles, the class it is
+ENTRY = [
+    ("fusion.a", "fusion", 31, 6, 1000, "matmuls"),  # a Linear's matmul (linear.py) in a fusion inside a fusion
+    ("fusion.b", "fusion", 32, 2, 500, "attention"),  # the scores: only the calling file names the attention
+    ("fusion.c", "fusion", 33, 4, 300, "attention"),  # the softmax: only torchax's op name names it
+    ("fusion.d", "fusion", 34, 0, 200, "elementwise and reductions"),  # a norm, in the computation of id 0
+    ("copy.e", "copy", 35, None, 50, "copies"),
+    ("all-gather.f", "all-gather", 36, None, 200, None),
+    ("get-tuple-element.g", "get-tuple-element", 37, None, 0, None),
+    ("fusion.h", "fusion", 38, 7, 50, "matmuls"),  # a small Linear lowered to a multiply and a reduce
+    ("fusion.i", "fusion", 39, 8, 30, "attention"),  # an attention processor's own product
+    ("fusion.j", "fusion", 40, 9, 20, "elementwise and reductions"),  # ... and its residual add
+    ("collective-permute-start.k", "collective-permute-start", 41, None, 1, None),
+    ("collective-permute-done.k", "collective-permute-done", 42, None, 9, None),
+    ("fusion.l", "fusion", 43, 10, 40, "matmuls"),  # a Linear's matmul and an attention's in one fusion
+    ("fusion.m", "fusion", 44, 11, 25, "elementwise and reductions"),  # an add named after a Linear's aten op
+    ("fusion.n", "fusion", 45, 12, 15, "elementwise and reductions"),  # a norm's multiply in SDPA-named reshapes
+    ("fusion.o", "fusion", 46, 13, 5, "matmuls"),  # a matmul nothing names
+]
 CLASSED = ("hlo_module {\n  name: \"m\"\n"
-           + _computation("fused_norm", 0, _op("reduce.5", "reduce", 501, "diffusers/models/normalization.py"),
+           + _computation("fused_norm", 0, _op("reduce.5", "reduce", 501, "norm#/aten__mean",
+                                               "diffusers/models/normalization.py"),
                           _op("exponential.5", "exponential", 502))
-           + _computation("fused_linear", 1, _op("convolution.1", "convolution", 101, "torch/nn/modules/linear.py"))
+           + _computation("fused_linear", 1, _op("convolution.1", "convolution", 101, "to_q#/aten__mm", LINEAR_PY))
            + _computation("outer_linear", 6, _op("fusion.6", "fusion", 601, called=1))
-           + _computation("fused_scores", 2, _op("convolution.2", "convolution", 201,
-                                                 "diffusers/models/attention_dispatch.py"))
-           + _computation("fused_softmax", 4, _op("reduce.4", "reduce", 401,
-                                                  "jit(run)/attn#/scaled_dot_product_attention/reduce_max"))
+           + _computation("fused_scores", 2, _op("convolution.2", "convolution", 201, "attn#", DISPATCH))
+           + _computation("fused_softmax", 4, _op("reduce.4", "reduce", 401, SDPA + "/aten::softmax/reduce_max"))
            + _computation("small_linear", 7, _op("multiply.7", "multiply", 701),
                           _op("reduce.7", "reduce", 702, "norm1.linear#/linear/...a,ba->...b/dot_general"))
-           + _computation("processor_product", 8, _op("convolution.8", "convolution", 801,
+           + _computation("processor_product", 8, _op("convolution.8", "convolution", 801, "attn#",
                                                       "diffusers/models/attention_processor.py"))
-           + _computation("processor_add", 9, _op("add.9", "add", 901, "diffusers/models/attention_processor.py"))
-           + _computation("main_spmd", 3, _op("fusion.a", "fusion", 31, "linear.py", called=6),
-                          _op("fusion.b", "fusion", 32, called=2), _op("fusion.c", "fusion", 33, called=4),
-                          _op("fusion.d", "fusion", 34, called=0), _op("copy.e", "copy", 35),
-                          _op("all-gather.f", "all-gather", 36), _op("get-tuple-element.g", "get-tuple-element", 37),
-                          _op("fusion.h", "fusion", 38, called=7), _op("fusion.i", "fusion", 39, called=8),
-                          _op("fusion.j", "fusion", 40, called=9),
-                          _op("collective-permute-start.k", "collective-permute-start", 41),
-                          _op("collective-permute-done.k", "collective-permute-done", 42))
+           + _computation("processor_add", 9, _op("add.9", "add", 901, "attn#/aten__add",
+                                                  "diffusers/models/attention_processor.py"))
+           + _computation("mixed", 10, _op("convolution.10", "convolution", 1001, "attn#/aten__matmul", DISPATCH),
+                          _op("convolution.11", "convolution", 1002, "to_out#/aten__mm", LINEAR_PY))
+           + _computation("add_after_mm", 11, _op("add.12", "add", 1101, "to_out#/aten__addmm", "model.py"))
+           + _computation("norm_in_views", 12, _op("bitcast.13", "bitcast", 1201, SDPA + "/aten::view/reshape"),
+                          _op("multiply.13", "multiply", 1202, "attn#/norm_q#/aten::mul.Tensor/mul"),
+                          _op("reshape.13", "reshape", 1203, SDPA + "/aten::view/reshape"))
+           + _computation("bare_matmul", 13, _op("dot.14", "dot", 1301))
+           + _computation("main_spmd", 3, *(_op(n, code, i, called=c) for n, code, i, c, _, _ in ENTRY))
            + "  host_program_shape {\n    parameters {\n      element_type: F32\n    }\n    result {\n"
            + "      element_type: F32\n    }\n  }\n"
            + "  entry_computation_id: 3\n}\ncomputation_schedules {\n  computation_id: 3\n"
-           + _slots((31, 0, 1000), (32, 1000, 1500), (33, 1500, 1800), (34, 1800, 2000), (35, 2000, 2050),
-                    (36, 2050, 2250), (37, 2350, 2350), (38, 2350, 2400), (39, 2400, 2430), (40, 2430, 2450),
-                    (41, 2450, 2451), (42, 2451, 2460))
-           + "  scheduler_statistics {\n    total_cycles: 2460\n  }\n  cycles_per_microsecond: 1000\n}\n")
+           + _slots(*((i, start, start + span) for (_, _, i, _, span, _), start in zip(
+               ENTRY, [sum(row[4] for row in ENTRY[:k]) + (100 if k > 6 else 0) for k in range(len(ENTRY))])))
+           + f"  scheduler_statistics {{\n    total_cycles: {sum(row[4] for row in ENTRY) + 100}\n  }}\n"
+           + "  cycles_per_microsecond: 1000\n}\n")
 
 
 def test_the_timeline_s_ops_are_told_apart_by_what_they_hold_and_where_they_come_from():
-    """A fusion holding a matmul, however deep, is a Linear's where the matmul names a Linear and the attention's
-    where it names the attention's call or an attention processor's file; one holding none is the attention's where
-    an instruction names its softmax or SDPA, a Linear's where its reduce names a Linear, else elementwise (an
-    attention processor's add too); the id-0 computation a fusion calls is its own, not the entry's; an async pair's
-    start and done are its collective's; the idle cycles are their own class; the classes sum to the timeline less
-    its collectives."""
+    """A fusion holding a matmul, however deep, is a Linear's where a matmul names a Linear (even beside the
+    attention's), the attention's where one names the attention's call or an attention processor's file, else a
+    Linear's; one holding none is the attention's where an instruction that computes names its softmax or SDPA
+    (not a reshape named after the SDPA that reads it), a Linear's where its reduce names a Linear (an add named
+    so is not), else elementwise (an attention processor's add too); either metadata field names; the id-0
+    computation a fusion calls is its own, not the entry's; an async pair's start and done are its collective's;
+    100 cycles no op holds are idle; the classes sum to the timeline less its collectives."""
     s = parse_schedule(CLASSED)
     cycles = {k: round(v * 1e9) for k, v in s.by_op.items()}  # 1000 cycles a microsecond: 1 cycle a nanosecond
-    assert cycles == {"matmuls": 1050, "attention": 830, "elementwise and reductions": 220, "copies": 50,
-                      "idle": 100}
+    expected = {"idle": 100}
+    for _, _, _, _, span, what in ENTRY:
+        if what:
+            expected[what] = expected.get(what, 0) + span
+    assert cycles == expected
     assert {k: round(v * 1e9) for k, v in s.by_kind.items()} == {"all-gather": 200, "collective-permute": 10}
     assert abs(sum(s.by_op.values()) - s.compute_s) < 1e-15
     assert s.to_json()["compute_s_by_op"] == s.by_op
