@@ -83,13 +83,15 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
     """One call term by term, meshlab's seconds (None: a term it does not price) beside XLA:TPU's schedule's, and
     for a class of ops the rate each implies for meshlab's count of its work: the ops, then each class of them where
     XLA:TPU's schedule split them (a schedule kept before it did has only the whole; a term under a microsecond in
-    both is left out), the collectives by kind (`ours`: `predicted_call`; `theirs`: a schedule's JSON)."""
+    both is left out, and one meshlab does not price under 0.05% of XLA:TPU's ops), the collectives by kind
+    (`ours`: `predicted_call`; `theirs`: a schedule's JSON)."""
     rows: list[tuple[str, float | None, float, str]] = [("ops", ours["compute_s"], theirs["compute_s"], "")]
     split, mine = theirs.get("compute_s_by_op") or {}, ours.get("compute_s_by_op") or {}
     if split and mine:
         rows += [(f"  {term}", None if term in UNPRICED_OPS else mine.get(term, 0.0), split.get(term, 0.0),
                   _implied(ours, term, mine.get(term, 0.0), split.get(term, 0.0)))
-                 for term in OP_CLASSES if max(split.get(term, 0.0), mine.get(term, 0.0)) >= 1e-6]
+                 for term in OP_CLASSES if max(split.get(term, 0.0), mine.get(term, 0.0)) >= 1e-6
+                 and (term not in UNPRICED_OPS or split.get(term, 0.0) >= 5e-4 * theirs["compute_s"])]
     both = set(ours["collective_s_by_kind"]) | set(theirs["collective_s_by_kind"])
     order = lambda k: COLLECTIVE_ORDER.index(k) if k in COLLECTIVE_ORDER else len(COLLECTIVE_ORDER)
     rows += [(f"{kind}, exposed", ours["collective_s_by_kind"].get(kind, 0.0),
