@@ -36,25 +36,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published_latencies import CASES, Case, prediction, strategy_document  # noqa: E402
 
-from meshlab.check.tpu_schedule import parse_schedule  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 #: the default: one case whose transformer program stands for the table's Flux.1-dev row on the newest TPU
 DEFAULT = "Flux.1-dev, v6e-4, data parallel, batch 4, 28 steps, 1024x1024"
 
 
-def entry_estimated_s(dump: Path) -> float | None:
-    """The entry computation's instructions' ``estimated_cycles`` summed, in seconds (None where the dump has none)."""
+def entry_estimated_s(dump: Path, cycles_per_microsecond: float | None) -> float | None:
+    """The entry computation's instructions' ``estimated_cycles`` summed, in seconds, at the schedule's clock (None
+    where the dump or the schedule has none)."""
     found = sorted(dump.glob("xla-dump/*jit_run*after_codegen.txt"))
-    schedule = sorted(dump.glob("*.schedule.txt"))
-    parsed = parse_schedule(schedule[0].read_text()) if schedule else None
-    if not found or parsed is None:
+    if not found or not cycles_per_microsecond:
         return None
     text = found[0].read_text()
     entry = text[text.index("\nENTRY"):]
     entry = entry[:entry.index("\n}\n")]
     cycles = sum(int(c) for c in re.findall(r'"estimated_cycles":"(\d+)"', entry))
-    return cycles / (parsed.cycles_per_microsecond * 1e6)
+    return cycles / (cycles_per_microsecond * 1e6)
 
 
 def run(case: Case) -> dict:
@@ -67,7 +64,8 @@ def run(case: Case) -> dict:
         if not done.stdout.startswith("{"):
             return {"case": case.name, "error": done.stderr.strip().splitlines()[-1:]}
         doc = json.loads(done.stdout)
-        per_op = entry_estimated_s(Path(folder) / "dump")
+        rate = (doc.get("xla_schedule") or {}).get("cycles_per_microsecond")
+        per_op = entry_estimated_s(Path(folder) / "dump", rate)
     p, _ = prediction(case)
     calls = p.layout.steps * p.layout.calls
     schedule, ours = doc.get("xla_schedule") or {}, doc["predicted_call"]

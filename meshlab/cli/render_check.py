@@ -7,14 +7,14 @@ from collections import Counter, defaultdict
 
 from rich.table import Table
 
+from meshlab.check.hlo import COLLECTIVE_KINDS
 from meshlab.check.verdict import OUTSIDE, CheckReport, check_document, is_last_block
 from meshlab.cli.render_cost import schedule_table
-from meshlab.cost.compiled_call import COLLECTIVE_ORDER
 from meshlab.plan.axes import ring_axes
 
 __all__ = ["Progress", "check_document", "render_check", "render_dtensor_check"]
 
-KIND_ORDER = COLLECTIVE_ORDER
+KIND_ORDER = COLLECTIVE_KINDS
 
 
 class Progress:

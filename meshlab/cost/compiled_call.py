@@ -30,7 +30,6 @@ OP_CLASSES = (MATMULS, ATTENTION, ELEMENTWISE, *UNPRICED_OPS)
 #: meshlab's ops (meshlab.cost.flops.Work.kind) by the class that runs them
 OP_TERMS = {"linear": MATMULS, "conv": MATMULS, "attention": ATTENTION, "linear-attention": ATTENTION,
             "elementwise": ELEMENTWISE, "other": ELEMENTWISE}
-COLLECTIVE_ORDER = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
 def strategy_as_compiled(strategy: Strategy, front_end: str) -> Strategy:
@@ -85,6 +84,8 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
     XLA:TPU's schedule split them (a schedule kept before it did has only the whole; a term under a microsecond in
     both is left out, and one meshlab does not price under 0.05% of XLA:TPU's ops), the collectives by kind
     (`ours`: `predicted_call`; `theirs`: a schedule's JSON)."""
+    from meshlab.check.hlo import COLLECTIVE_KINDS  # the order the check lists them in
+
     rows: list[tuple[str, float | None, float, str]] = [("ops", ours["compute_s"], theirs["compute_s"], "")]
     split, mine = theirs.get("compute_s_by_op") or {}, ours.get("compute_s_by_op") or {}
     if split and mine:
@@ -93,7 +94,7 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
                  for term in OP_CLASSES if max(split.get(term, 0.0), mine.get(term, 0.0)) >= 1e-6
                  and (term not in UNPRICED_OPS or split.get(term, 0.0) >= 5e-4 * theirs["compute_s"])]
     both = set(ours["collective_s_by_kind"]) | set(theirs["collective_s_by_kind"])
-    order = lambda k: COLLECTIVE_ORDER.index(k) if k in COLLECTIVE_ORDER else len(COLLECTIVE_ORDER)
+    order = lambda k: COLLECTIVE_KINDS.index(k) if k in COLLECTIVE_KINDS else len(COLLECTIVE_KINDS)
     rows += [(f"{kind}, exposed", ours["collective_s_by_kind"].get(kind, 0.0),
               theirs["collective_s_by_kind"].get(kind, 0.0), "") for kind in sorted(both, key=order)]
     return rows + [("one call", ours["total_s"], theirs["total_s"], "")]
