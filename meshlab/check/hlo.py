@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from meshlab.core.errors import BackendError
 from meshlab.core.mesh import unravel
+from meshlab.cost.collectives import COLLECTIVE_KINDS
 
 #: Bytes per element of every XLA primitive type (xla/xla_data.proto's PrimitiveType, as HLO text spells them);
 #: sub-byte types are packed (s4: two to a byte), so their arrays take a fraction of a byte per element.
@@ -28,7 +29,6 @@ ELEMENT_BYTES = {
     "f4e2m1fn": 0.5, "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2": 1,
     "f8e5m2fnuz": 1, "f8e8m0fnu": 1, "c64": 8, "c128": 16, "token": 0, "opaque": 0,
 }
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
 # --- shardings -----------------------------------------------------------------------------------------------

@@ -110,7 +110,8 @@ STREAM_RESPLITS = ("attention:concat", "attention:split", "streams:concat", "str
 #: the most a sum's tokens may gain, padded to 128 lanes, as a share of the padded tokens, for XLA:TPU to
 #: reduce-scatter it (see `reduce_scatters`; measured between 5.0%, reduce-scattered, and 5.6%, all-reduced)
 SCATTER_ROW_PADDING = Fraction(1, 20)
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+#: the collectives by kind, in the order the check and its tables list them (meshlab.check.hlo reads HLO by them)
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 Axes = tuple[str, ...]
 _CONDITIONING = "<conditioning>"  # the state of the conditioning vector every modulation Linear reads

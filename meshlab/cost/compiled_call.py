@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from meshlab.cost.collectives import COLLECTIVE_KINDS
 from meshlab.strategy.schema import Strategy
 
 
@@ -84,8 +85,6 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
     XLA:TPU's schedule split them (a schedule kept before it did has only the whole; a term under a microsecond in
     both is left out, and one meshlab does not price under 0.05% of XLA:TPU's ops), the collectives by kind
     (`ours`: `predicted_call`; `theirs`: a schedule's JSON)."""
-    from meshlab.check.hlo import COLLECTIVE_KINDS  # the order the check lists them in
-
     rows: list[tuple[str, float | None, float, str]] = [("ops", ours["compute_s"], theirs["compute_s"], "")]
     split, mine = theirs.get("compute_s_by_op") or {}, ours.get("compute_s_by_op") or {}
     if split and mine:
