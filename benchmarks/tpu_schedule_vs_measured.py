@@ -10,10 +10,10 @@ depth and the case's own size, ahead of time for the case's TPU system). Per cas
 - measured: the source's seconds over its transformer calls, an upper bound on one call (the figure also covers the
   text encode and the VAE decode);
 - meshlab: its prediction of the compiled program (ops and exposed collectives; its attention priced as a flash
-  kernel, as maxdiffusion's splash kernel is, where torchax's program writes bf16 scores before libtpu's
-  online-softmax kernel: meshlab.cost.compiled_call), and of a call as the case ran it (the same and the step's
-  host overhead: 1 ms on these TPUs);
-- XLA:TPU's schedule: the latency-hiding scheduler's total for the program, and its ops by class;
+  kernel, which torchax's program runs: jax's Pallas TPU flash attention, as maxdiffusion runs its splash kernel),
+  and of a call as the case ran it (the same and the step's host overhead: 1 ms on these TPUs);
+- XLA:TPU's schedule: the latency-hiding scheduler's total for the program, and its ops by class (its attention is
+  the Pallas kernel's own cost estimate, its FLOPs at the MXU's peak, and the ops around it);
 - XLA:TPU's per-op estimates: the entry computation's ``estimated_cycles`` summed over its instructions (the
   backend's cost model for each fusion's tiling, in the dump after codegen), a second figure from the same compiler.
 Each over the measured bound. A figure above 1 is slower than the run was, whatever the encode and decode took.

@@ -75,6 +75,9 @@ class Compiled:
     temporaries_live_peak: int | None = None  # the most temporary bytes live at once (the rest of "temp" is packing)
     #: planned weight shards no argument of the program matched (None: the arguments were not read back)
     weights_missing: int | None = None
+    #: the Pallas kernels the program calls (a flash attention's, torchax's with the strategy's flash kernel: one
+    #: per attention call); None where the program was not read
+    kernels: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -310,7 +313,8 @@ def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
     if c.schedule is not None:
         s = c.schedule
         schedule = KeptSchedule(total_s=s.total_s, compute_s=s.compute_s, collective_s=s.collective_s,
-                                collective_s_by_kind=dict(s.by_kind), compute_s_by_op=dict(s.by_op))
+                                collective_s_by_kind=dict(s.by_kind), compute_s_by_op=dict(s.by_op),
+                                kernel_s_by_op=dict(s.kernel_by_op) or None)
     measured = MeasuredCompile(seconds=c.compile_seconds, strategy=setup.strategy.name, front_end=c.front_end,
                                system=setup.planned.hardware.name, host=platform.node(), cores=os.cpu_count(),
                                libtpu=libtpu, measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -391,7 +395,8 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
                     result.get("required_bytes"), schedule,
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
-                    temporaries_live_peak=result.get("temporaries_live_peak"), weights_missing=missing)
+                    temporaries_live_peak=result.get("temporaries_live_peak"), weights_missing=missing,
+                    kernels=hlo.pallas_kernels(text) if result.get("hlo_file") else None)
 
 
 def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup) -> tuple[dict[str, int], int]:
@@ -504,7 +509,7 @@ def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
                 "weights": c.weights, "flops": c.flops, "program_read": False}
     counts = c.per_block(setup)
     return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
-            "weights": c.weights, "flops": c.flops, "program_read": True,
+            "weights": c.weights, "flops": c.flops, "program_read": True, "attention_kernels": c.kernels,
             "block_collectives": {b: dict(counts.get(b, Counter())) for b in middle},
             "outside_blocks": dict(counts.get(OUTSIDE, Counter()))}
 

@@ -279,6 +279,10 @@ class XlaSchedule(Document):
     compute_s_by_op: dict[str, float] = Field(
         description="compute_s by what its ops are: matmuls (Linears), attention, elementwise and reductions, "
                     "copies, other ops, idle (meshlab.cost.compiled_call.OP_CLASSES)")
+    kernel_s_by_op: dict[str, float] = Field(
+        {}, description="of compute_s_by_op, what Pallas kernels hold (a flash attention's custom call): XLA:TPU "
+                        "times each by the cost estimate the kernel declares (its FLOPs at the MXU's peak), not by "
+                        "a model of its own")
     what: str
 
 
@@ -310,6 +314,9 @@ class FrontEndCompiled(Document):
     weights: int | None
     flops: float | None
     program_read: bool
+    attention_kernels: int | None = Field(
+        None, description="Pallas kernels the program calls: a flash attention kernel's calls (torchax's, where the "
+                          "strategy says flash_attention; torch_xla's stock attention has none)")
     block_collectives: ByBlock | None = None
     outside_blocks: ByKind | None = None
 

@@ -259,6 +259,11 @@ _DOT = re.compile(r"\sdot\(")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
 
 
+def pallas_kernels(hlo_text: str) -> int:
+    """How many Pallas kernels a TPU program calls (custom calls to ``tpu_custom_call``: a flash attention's)."""
+    return hlo_text.count('custom_call_target="tpu_custom_call"')
+
+
 def dot_flops(hlo_text: str) -> float:
     """FLOPs of every dot in an HLO module's text, as XLA's HloCostAnalysis counts a dot: 2 x the result's
     elements x the contracted elements (fused computations included; each is called once in a module without

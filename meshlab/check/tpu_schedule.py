@@ -29,6 +29,8 @@ _MARKS = re.compile(r'^\s+(?:op_name|source_file): "([^"]*)"', re.M)
 _OP_ID = re.compile(r"^      id: (\d+)$", re.M)
 _CALLED = re.compile(r"^      called_computation_ids: (\d+)$", re.M)
 #: proto3 leaves a zero out: an instruction starting at cycle 0 has no start line
+_PALLAS = 'custom_call_target: "tpu_custom_call"'  # a Pallas kernel's call (jax.experimental.pallas on a TPU)
+_KERNEL = "kernel"
 _SLOT = re.compile(r"id: (\d+)\n(?:\s+start_timestamp_cycles: ([\d.e+-]+)\n)?\s+end_timestamp_cycles: ([\d.e+-]+)")
 
 #: What an instruction's metadata (its op_name and source_file) says it came from. torch_xla names the aten op and
@@ -65,6 +67,9 @@ class Schedule:
     cycles_per_microsecond: float = 0.0
     #: the rest of the timeline by what its ops are (OP_CLASSES): sums to `compute_s`
     by_op: dict[str, float] = field(default_factory=dict)
+    #: of `by_op`, what Pallas kernels hold (custom calls to ``tpu_custom_call``: a flash attention's), which XLA:TPU
+    #: times by the cost estimate each kernel declares (its FLOPs at the MXU's peak), not by a model of its own
+    kernel_by_op: dict[str, float] = field(default_factory=dict)
 
     @property
     def collective_s(self) -> float:
@@ -79,6 +84,7 @@ class Schedule:
         return {"total_s": self.total_s, "compute_s": self.compute_s, "collective_s": self.collective_s,
                 "collective_s_by_kind": dict(self.by_kind), "wasted_s": dict(self.wasted_s),
                 "cycles_per_microsecond": self.cycles_per_microsecond, "compute_s_by_op": dict(self.by_op),
+                "kernel_s_by_op": dict(self.kernel_by_op),
                 "what": "XLA:TPU's latency-hiding scheduler's estimate for the compiled program (its cost model, "
                         "not a measurement)"}
 
@@ -104,10 +110,11 @@ def parse_schedule(text: str) -> Schedule | None:
     per_second = float(rate.group(1)) * 1e6
     program = _Program.read(module)
     held = _held(entry, blocks, program, set())
-    by_kind = {k: cycles / per_second for k, cycles in held.items() if k not in OP_CLASSES}
+    by_kind = {k: cycles / per_second for k, cycles in held.items() if k not in OP_CLASSES and isinstance(k, str)}
     by_op = {k: held[k] / per_second for k in OP_CLASSES if held.get(k)}
+    kernels = {k: held[_KERNEL, k] / per_second for k in OP_CLASSES if held.get((_KERNEL, k))}
     wasted = {name: float(v) / per_second for name, v in re.findall(r"(\w+)_wasted_cycles: ([\d.e+-]+)", entry)}
-    return Schedule(total / per_second, by_kind, wasted, float(rate.group(1)), by_op)
+    return Schedule(total / per_second, by_kind, wasted, float(rate.group(1)), by_op, kernels)
 
 
 def _id(pattern: str, text: str) -> int:
@@ -127,6 +134,7 @@ class _Op:
     opcode: str
     called: tuple[int, ...]  # the computations it calls (a fusion's fused computation, a loop's body)
     marks: str  # its metadata's op_name and source_file
+    kernel: bool = False  # a Pallas kernel (a custom call to tpu_custom_call)
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,7 @@ class _Program:
                 if fields and op_id:
                     ids.append(int(op_id.group(1)))
                     ops[ids[-1]] = _Op(fields.group(1), fields.group(2), tuple(int(c) for c in _CALLED.findall(chunk)),
-                                       " ".join(_MARKS.findall(chunk)))
+                                       " ".join(_MARKS.findall(chunk)), _PALLAS in chunk)
             # the computation's id is its only line at this depth (an instruction's is deeper; proto3 leaves 0 out)
             own = _COMPUTATION_ID.search(computation.split("\n  }\n", 1)[0])
             computations[int(own.group(1)) if own else 0] = tuple(ids)
@@ -191,7 +199,8 @@ def op_class(program: _Program, op: _Op) -> str | None:
 
 def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int]) -> Counter:
     """Cycles each collective kind and each of OP_CLASSES holds of a computation's timeline: its own, and a loop's
-    body's times its trips (the while's span over the body's total); the cycles no op holds are IDLE."""
+    body's times its trips (the while's span over the body's total); the cycles no op holds are IDLE. A Pallas
+    kernel's cycles also count under ``(_KERNEL, its class)``."""
     held: Counter = Counter()
     for i, start, end in _SLOT.findall(block):
         op = program.ops.get(int(i), _Op("", "custom-call", (), ""))  # not in the module: an op of its own kind
@@ -209,7 +218,9 @@ def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int])
                 held[OTHER] += span
         elif span:
             held[op_class(program, op) or OTHER] += span
-    idle = (_total(block) or 0.0) - sum(held.values())
+            if op.kernel:
+                held[_KERNEL, op_class(program, op) or OTHER] += span
+    idle = (_total(block) or 0.0) - sum(v for k, v in held.items() if isinstance(k, str))
     if idle >= 0.5:  # cycles; below, the float sum's rounding
         held[IDLE] += idle
     return held

@@ -287,8 +287,9 @@ def render_tpu_check(report, console) -> None:
     for other in report.compiled:
         if not other.ok:
             console.print(f"[yellow]{other.front_end}:[/yellow] {other.error}")
+    kernels = f"; its attention a flash kernel ({c.kernels} Pallas calls)" if c.kernels else ""
     console.print(f"front end: {c.front_end}; XLA:TPU compiled it in {c.compile_seconds:.1f} s "
-                  f"(traced in {c.trace_seconds:.1f} s)")
+                  f"(traced in {c.trace_seconds:.1f} s){kernels}")
     memory = setup.memory.most_loaded
     table = Table(title="Per chip: meshlab's plan against XLA:TPU's compile", title_justify="left")
     for column in ("", "meshlab (predicted)", "XLA:TPU"):

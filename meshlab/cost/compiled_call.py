@@ -5,9 +5,11 @@ not a measurement. `meshlab check --backend tpu` shows it beside meshlab's predi
 full depth and the strategy's own size keeps it with the plan's measured compile (meshlab.plan.compile_times), so
 that `meshlab explain` shows it too. The same program means the attention the front end compiled: torch_xla's
 stock attention materialises its scores (torch's math attention, in float32), whatever the strategy's
-``flash_attention`` says; torchax's is priced as a flash kernel, which it is only in part (torch's reference math:
-XLA:TPU writes the scores in bf16, and libtpu rewrites the softmax and the second product into one online-softmax
-kernel that reads them back; not modelled).
+``flash_attention`` says; torchax's is what the strategy says: a flash kernel (jax's Pallas TPU flash attention, as a
+TPU user runs one: meshlab.workers.check_tpu.flash_sdpa), or without one torch's reference math, priced as torch's
+math attention (XLA:TPU writes its scores in bf16, not float32, and libtpu rewrites the softmax and the second
+product into one online-softmax kernel that reads them back; not modelled). XLA:TPU's schedule times a Pallas kernel
+by the cost estimate the kernel declares (its FLOPs at the MXU's peak): no model of its rate (`_kernels`).
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ OP_TERMS = {"linear": MATMULS, "conv": MATMULS, "attention": ATTENTION, "linear-
 
 
 def strategy_as_compiled(strategy: Strategy, front_end: str) -> Strategy:
-    """The strategy with the attention the front end's program has (see the module); itself where it says so."""
-    flash = front_end != "torch-xla"
-    if strategy.workload.flash_attention == flash:
+    """The strategy with the attention the front end's program has (see the module): torch_xla's stock attention,
+    never a flash kernel; torchax's, the strategy's own."""
+    if front_end != "torch-xla" or not strategy.workload.flash_attention:
         return strategy
-    return strategy.model_copy(update={"workload": strategy.workload.model_copy(update={"flash_attention": flash})})
+    return strategy.model_copy(update={"workload": strategy.workload.model_copy(update={"flash_attention": False})})
 
 
 def predicted_as_compiled(plan, strategy: Strategy, hardware, front_end: str | None):
@@ -89,7 +91,7 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
     split, mine = theirs.get("compute_s_by_op") or {}, ours.get("compute_s_by_op") or {}
     if split and mine:
         rows += [(f"  {term}", None if term in UNPRICED_OPS else mine.get(term, 0.0), split.get(term, 0.0),
-                  _implied(ours, term, mine.get(term, 0.0), split.get(term, 0.0)))
+                  _implied(ours, term, mine.get(term, 0.0), split.get(term, 0.0)) + _kernels(theirs, term))
                  for term in OP_CLASSES if max(split.get(term, 0.0), mine.get(term, 0.0)) >= 1e-6
                  and (term not in UNPRICED_OPS or split.get(term, 0.0) >= 5e-4 * theirs["compute_s"])]
     both = set(ours["collective_s_by_kind"]) | set(theirs["collective_s_by_kind"])
@@ -97,6 +99,14 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
     rows += [(f"{kind}, exposed", ours["collective_s_by_kind"].get(kind, 0.0),
               theirs["collective_s_by_kind"].get(kind, 0.0), "") for kind in sorted(both, key=order)]
     return rows + [("one call", ours["total_s"], theirs["total_s"], "")]
+
+
+def _kernels(theirs: dict, term: str) -> str:
+    """A note where Pallas kernels hold most of a class's time in XLA:TPU's schedule: it times them by the cost
+    estimate each declares (a flash attention's FLOPs at the MXU's peak), so there it is no model of their rate."""
+    held = (theirs.get("kernel_s_by_op") or {}).get(term, 0.0)
+    whole = (theirs.get("compute_s_by_op") or {}).get(term, 0.0)
+    return " (XLA:TPU's: Pallas kernels' own estimates)" if whole and held >= 0.5 * whole else ""
 
 
 def _implied(ours: dict, term: str, mine: float, xla: float) -> str:
@@ -120,7 +130,7 @@ def schedule_beside(planned) -> dict | None:
     prediction = predicted_as_compiled(planned.plan, planned.strategy, planned.hardware, measured.front_end)
     flash = strategy_as_compiled(planned.strategy, measured.front_end).workload.flash_attention
     return {"front_end": measured.front_end, "measured_at": measured.measured_at,
-            "attention": "flash" if flash else "stock, float32 scores",
+            "attention": "flash" if flash else "stock, scores written",
             "attention_as_priced_above": flash == planned.strategy.workload.flash_attention,
             "xla": measured.schedule.model_dump(exclude_none=True),
             "meshlab": predicted_call(prediction, planned.hardware),

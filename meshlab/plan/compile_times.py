@@ -41,6 +41,7 @@ class KeptSchedule(BaseModel):
     collective_s: float
     collective_s_by_kind: dict[str, float]
     compute_s_by_op: dict[str, float] | None = None  # by what the ops are (meshlab.cost.compiled_call.OP_CLASSES)
+    kernel_s_by_op: dict[str, float] | None = None  # of those, what Pallas kernels hold (their own cost estimates)
 
 
 class MeasuredCompile(BaseModel):

@@ -12,7 +12,8 @@ front ends, and returns what XLA:TPU made of each. No weight is allocated:
   pre-partitioning HLO is compiled for the TPU. Nothing is compiled for the CPU.
 - ``torchax``: the same module run as a jax function by torchax on a mesh jax lays out
   (``create_device_mesh`` / ``create_hybrid_device_mesh``), every parameter an abstract ``jax.ShapeDtypeStruct``
-  with its ``NamedSharding``, activation rules as ``with_sharding_constraint``, each module under a named scope.
+  with its ``NamedSharding``, activation rules as ``with_sharding_constraint``, each module under a named scope,
+  and, where the strategy says ``flash_attention``, each attention as jax's Pallas TPU flash kernel (`flash_sdpa`).
 
 The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topology": Topology}``. Each result:
 ``{"front_end", "compile_seconds", "memory", "flops", "bytes_accessed", "hlo_file", "mesh_device_ids",
@@ -21,6 +22,7 @@ The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topol
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -80,8 +82,9 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
         progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
         compiled = libtpu.compile_lowered(lowered)
     hlo_file = out / f"{front}.tpu.hlo.txt"
-    if compiled.hlo:
-        hlo_file.write_text(compiled.hlo)
+    program = compiled.hlo or _dumped(out / "xla-dump", began, ".after_optimizations.txt")
+    if program:
+        hlo_file.write_text(program)
     schedules = sorted((p for p in (out / "xla-dump").glob("*.schedule.txt") if p.stat().st_mtime >= began - 1),
                        key=lambda p: p.stat().st_mtime)
     schedule = None
@@ -92,9 +95,17 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
             "temporaries_live_peak": _temporaries_live_peak(out / "xla-dump", began),
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
-            "hlo_file": str(hlo_file) if compiled.hlo else None, "mesh_device_ids": mesh_ids,
+            "hlo_file": str(hlo_file) if program else None, "mesh_device_ids": mesh_ids,
             "schedule_file": str(schedule) if schedule else None,
             "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes}
+
+
+def _dumped(dump: Path, began: float, suffix: str) -> str:
+    """The text of the largest file named ``*<suffix>`` XLA dumped since `began` (the TPU program's; "" if none):
+    XLA:TPU writes its optimized program there itself, where reading the executable back fails
+    (meshlab.workers.libtpu._program_text)."""
+    written = [p for p in dump.glob(f"*{suffix}") if p.stat().st_mtime >= began - 1] if dump.is_dir() else []
+    return max(written, key=lambda p: p.stat().st_size).read_text() if written else ""
 
 
 def _temporaries_live_peak(dump: Path, began: float) -> int | None:
@@ -333,28 +344,100 @@ def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
 
         activation_hooks.install(model, activation_points(plan.card, strategy.activations.rules), mark)
 
+    scopes = jax_scopes(model)
+    if strategy.workload.flash_attention:  # the attention as a TPU user's flash kernel runs it (`flash_sdpa`)
+        from meshlab.plan.attention_kernel import kernel_layouts
+
+        layouts = kernel_layouts(plan, strategy.activations)
+
     def run(params, inputs):
-        with env, jax_scopes(model):
+        with env, scopes:
             state = {**interop.torch_view(params), **{k: env.to_xla(v) for k, v in buffers.items()}}
             kwargs = {**interop.torch_view(inputs), **rest, "return_dict": False}
             out = torch.func.functional_call(model, state, args=(), kwargs=kwargs)[0]
             return interop.jax_view(out)
 
     try:
-        with warnings.catch_warnings():  # int64 inputs become int32 without jax's x64 mode, as a TPU run has them
-            warnings.simplefilter("ignore", UserWarning)
+        with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+            warnings.simplefilter("ignore", UserWarning)  # int64 inputs become int32 without jax's x64 mode,
+            # as a TPU run has them
+            if strategy.workload.flash_attention:
+                stack.enter_context(libtpu.sdpa_replaced(env, lambda reference: flash_sdpa(
+                    mesh, layouts, scopes.current, interop, reference)))
             return jax.jit(run).lower(params, abstract)
     except Exception as exc:  # torchax raises plain errors naming the aten op it has no lowering for
         raise BackendError(f"torchax could not lower {setup.card.class_name}: {str(exc).splitlines()[0][:300]}",
                            "compile the torch-xla front end (--front-end torch-xla)") from None
 
 
+def flash_sdpa(mesh, layouts: dict, module, interop, reference):
+    """torch's ``scaled_dot_product_attention`` as jax's Pallas TPU flash attention kernel under ``shard_map``, laid
+    out for the attention module that calls it (`module()`, its path) as the plan runs it (`layouts`:
+    meshlab.plan.attention_kernel): what a torchax or JAX user runs on a TPU in place of torch's reference math
+    (torchax's own lowering, which writes the scores), as maxdiffusion runs its Flux and Wan attention. A key-padding
+    mask (Qwen-Image's text mask: boolean or 0/1, one row of keys per sample) becomes the kernel's segment ids, as
+    does the padding of tokens no block divides. A call the kernel does not take (any other mask, dropout, causal,
+    grouped heads, or outside a planned attention) stays the reference math (`reference`)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes, SegmentIds, flash_attention
+    from jax.sharding import PartitionSpec
+
+    from meshlab.plan.attention_kernel import fitted, kernel_block
+
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+
+    def kernel(scale, q, k, v, keep=None):
+        """One chip's attention; `keep`: 1 for each key a query may attend, 0 for a masked one (None: every key)."""
+        (q_block, q_padded), (k_block, k_padded) = kernel_block(q.shape[2]), kernel_block(k.shape[2])
+        queries, keys, segments = q.shape[2], k.shape[2], None
+        if keep is not None or (q_padded, k_padded) != (queries, keys):  # a query sees the keys of its segment
+            def ids(tokens: int, padded: int):
+                return jnp.broadcast_to((jnp.arange(padded) < tokens).astype(jnp.int32), (q.shape[0], padded))
+
+            kv = ids(keys, k_padded) if keep is None else jnp.pad(keep, ((0, 0), (0, k_padded - keys)))
+            segments = SegmentIds(q=ids(queries, q_padded), kv=kv)
+            pad = lambda t, n: jnp.pad(t, ((0, 0), (0, 0), (0, n - t.shape[2]), (0, 0)))
+            q, k, v = pad(q, q_padded), pad(k, k_padded), pad(v, k_padded)
+        blocks = BlockSizes(block_q=q_block, block_k_major=k_block, block_k=k_block, block_b=1)
+        return flash_attention(q, k, v, segment_ids=segments, sm_scale=scale, block_sizes=blocks)[:, :, :queries]
+
+    def key_padding(mask, batch: int, keys: int) -> bool:
+        return (mask.ndim == 4 and mask.shape[1] == mask.shape[2] == 1 and mask.shape[3] == keys
+                and mask.shape[0] in (1, batch) and not mask.dtype.is_floating_point)
+
+    def make(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        layout = layouts.get(module())
+        if (layout is None or dropout_p or is_causal or query.ndim != 4 or key.shape[1] != query.shape[1]
+                or key.shape[3] != query.shape[3] or value.shape != key.shape
+                or (attn_mask is not None and not key_padding(attn_mask, query.shape[0], key.shape[2]))):
+            return reference(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        q, k, v = (interop.jax_view(t) for t in (query, key, value))
+        q_entries = fitted(layout.q_entries(), q.shape, sizes)
+        kv_entries = fitted((*q_entries[:2], None, None), k.shape, sizes)
+        specs = [PartitionSpec(*q_entries), PartitionSpec(*kv_entries), PartitionSpec(*kv_entries)]
+        operands = [q, k, v]
+        if attn_mask is not None:
+            keep = (interop.jax_view(attn_mask) != 0).astype(jnp.int32).reshape(attn_mask.shape[0], k.shape[2])
+            operands.append(jnp.broadcast_to(keep, (q.shape[0], k.shape[2])))
+            specs.append(PartitionSpec(q_entries[0], None))
+        run = jax.shard_map(lambda *t: kernel(scale or q.shape[3] ** -0.5, *t), mesh=mesh, in_specs=tuple(specs),
+                            out_specs=specs[0], check_vma=False)
+        return interop.torch_view(run(*operands))
+
+    return make
+
+
 class jax_scopes:
     """Every submodule's forward under ``jax.named_scope("<path>#")``: the op names XLA:TPU keeps on the
-    collectives then say which module caused each, as meshlab.parallelisms.xla.tag_layers makes torch_xla's do."""
+    collectives then say which module caused each, as meshlab.parallelisms.xla.tag_layers makes torch_xla's do.
+    `current` names the innermost module running."""
 
     def __init__(self, model):
-        self.model, self.handles, self.open = model, [], []
+        self.model, self.handles, self.open, self.names = model, [], [], []
+
+    def current(self) -> str | None:
+        return self.names[-1] if self.names else None
 
     def __enter__(self):
         import jax
@@ -365,9 +448,11 @@ class jax_scopes:
             scope = jax.named_scope(name + SCOPE_MARK)
             scope.__enter__()
             self.open.append(scope)
+            self.names.append(name)
 
         def leave(_module, _args, _output):
             self.open.pop().__exit__(None, None, None)
+            self.names.pop()
 
         for name, sub in self.model.named_modules():
             if name:
@@ -378,6 +463,7 @@ class jax_scopes:
     def __exit__(self, *exc):
         while self.open:
             self.open.pop().__exit__(None, None, None)
+        self.names.clear()
         for handle in self.handles:
             handle.remove()
 

@@ -8,7 +8,8 @@ compiled executable reports its per-chip memory (``memory_analysis``), its cost 
 Two programs reach it (meshlab.workers.check_tpu): torch_xla's pre-partitioning HLO, whose GSPMD shardings
 name logical devices 0..n-1 (torch_xla's global ordinals: the devices sorted by id), and a jax function traced by
 torchax over the topology's devices. The HLO route needs jaxlib's HLO-to-StableHLO converter and the client's
-``compile``, both private (jax 0.10.2): they are wrapped here, in one place, and nowhere else. Written by hand
+``compile``, both private (jax 0.10.2), and the torchax route replaces torch's attention in torchax's op table
+(`sdpa_replaced`, private to put its own back): they are wrapped here, in one place, and nowhere else. Written by hand
 because no library compiles another framework's HLO for a TPU topology; MaxText's ``train_compile.py`` does the
 jax half only.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from meshlab.core.errors import BackendError, InputError
@@ -38,6 +40,30 @@ def import_torchax():
                            "older copy it carries", f"reinstall it: pip install --force-reinstall --no-deps "
                            f"torchax=={_version('torchax')}") from None
     return torchax, interop
+
+
+@contextmanager
+def sdpa_replaced(env, make):
+    """torch's ``scaled_dot_product_attention`` in torchax's `env` replaced, inside the block, by ``make(reference)``,
+    where ``reference(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)`` is torchax's own
+    lowering of it (torch's reference math). ``env.override_op_definition`` is torchax's documented hook; calling
+    the lowering it replaces and putting that back are not public (its op table): wrapped here, in one place."""
+    import torch
+
+    op = torch.nn.functional.scaled_dot_product_attention
+    own = env._ops.get(op)
+
+    def reference(*args):
+        return own.func(*args, env=env) if own.needs_env else own.func(*args)
+
+    env.override_op_definition(op, make(reference))
+    try:
+        yield
+    finally:
+        if own is None:
+            env._ops.pop(op, None)
+        else:
+            env._ops[op] = own
 
 
 def _version(package: str) -> str:
@@ -155,7 +181,7 @@ def _timed_compile(compile_fn) -> Compiled:
 def _program_text(executable) -> str:
     """The optimized TPU program. Reading it back can fail where XLA:TPU moved work to the SparseCore (an
     ``async-update`` with several operands trips a check in XLA's proto reader: seen with Flux through torchax);
-    then the program is not read and the caller says so."""
+    then this is "", and the caller reads the program XLA:TPU dumped (meshlab.workers.check_tpu._dumped)."""
     for read in (lambda: executable.as_text(), lambda: executable.hlo_modules()[0].to_string()):
         try:
             return read()

@@ -126,6 +126,9 @@ def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both)
         assert front["weights"] == weights["predicted_as_arguments"]
     assert doc["fits"] == {**doc["fits"], "predicted": True, "xla": True}
     assert doc["compile_seconds"] > 0 and doc["model"]["blocks"] == {"transformer_blocks": 3}
+    # torchax runs the strategy's flash attention as a Pallas kernel, one call per block (Qwen-Image's text mask
+    # as its segment ids); torch_xla's stock attention has none
+    assert {f["front_end"]: f["attention_kernels"] for f in doc["front_ends"]} == {"torch-xla": 0, "torchax": 3}
 
 
 @tpu
@@ -218,6 +221,26 @@ def test_xla_tpu_s_schedule_is_read_beside_the_prediction(pairs_both):
     assert split["matmuls"] > 0 and split["attention"] > 0 and split["elementwise and reductions"] > 0
     assert sum(predicted["compute_s_by_op"].values()) == pytest.approx(predicted["compute_s"], rel=1e-9)
     assert predicted["bound_by_op"]["attention"] == "HBM"  # float32 scores written and read
+
+
+@tpu
+@pytest.mark.tpu
+def test_torchax_s_flux_program_is_read_from_xla_tpu_s_dump_and_runs_a_flash_kernel():
+    """Flux through torchax: XLA:TPU moves work to the SparseCore and its executable's program cannot be read back,
+    so the check reads the program XLA:TPU dumped; it calls the flash kernel once per attention (3 double and 3
+    single blocks), and its schedule holds what that kernel takes (by the kernel's own estimate) apart."""
+    code, doc, err = _check("tests/cost/data/strategies/flux-2d.yaml", "--layers", "3", "--height", "256",
+                            "--width", "256", "--text-tokens", "32", "--front-end", "torchax")
+    assert doc is not None, err
+    (front,) = doc["front_ends"]
+    assert front["program_read"] and front["attention_kernels"] == 6
+    assert not [d for d in doc["differences"] if "read back" in d]
+    block = "single_transformer_blocks.1"
+    for kind in ("all-gather", "all-to-all"):  # held to the prediction now that the program is read
+        assert doc["collectives_per_block"][block][kind] == doc["predicted_collectives_per_block"][block][kind]
+    schedule = doc["xla_schedule"]
+    kernel, attention = schedule["kernel_s_by_op"]["attention"], schedule["compute_s_by_op"]["attention"]
+    assert 0 < kernel < attention  # at 256² the padding and the segment ids around it hold the rest
 
 
 @tpu

@@ -171,11 +171,13 @@ def test_a_dump_whose_entry_schedule_is_missing_is_none():
     assert parse_schedule(LOOPED.replace("entry_computation_id: 3", "entry_computation_id: 7")) is None
 
 
-def _op(name: str, opcode: str, i: int, op_name: str = "", source: str = "", called: int | None = None) -> str:
+def _op(name: str, opcode: str, i: int, op_name: str = "", source: str = "", called: int | None = None,
+        target: str = "") -> str:
     """One instruction as libtpu writes it; its metadata as torch_xla's (an aten op name, the calling Python file)
-    or torchax's (a torch function path in the op name, no file)."""
+    or torchax's (a torch function path in the op name, no file); a custom call's target after it."""
     meta = "".join(f'        {k}: "{v}"\n' for k, v in (("op_name", op_name), ("source_file", source)) if v)
     meta = f"      metadata {{\n{meta}      }}\n" if meta else ""
+    meta += f'      custom_call_target: "{target}"\n' if target else ""
     calls = f"      called_computation_ids: {called}\n" if called is not None else ""
     return f'    instructions {{\n      name: "{name}"\n      opcode: "{opcode}"\n{meta}      id: {i}\n{calls}    }}\n'
 
@@ -215,7 +217,12 @@ ENTRY = [
     ("fusion.m", "fusion", 44, 11, 25, "elementwise and reductions"),  # an add named after a Linear's aten op
     ("fusion.n", "fusion", 45, 12, 15, "elementwise and reductions"),  # a norm's multiply in SDPA-named reshapes
     ("fusion.o", "fusion", 46, 13, 5, "matmuls"),  # a matmul nothing names
+    ("pallas_call.p", "custom-call", 47, None, 60, "attention"),  # a flash attention's Pallas kernel (torchax's)
+    ("custom-call.q", "custom-call", 48, None, 7, "other ops"),  # a custom call that is not a Pallas kernel
 ]
+#: the metadata of the entry's own ops, by id
+ENTRY_META = {47: {"op_name": SDPA + "/shard_map/jit(flash_attention)/pallas_call", "target": "tpu_custom_call"},
+              48: {"target": "ConcatBitcast"}}
 CLASSED = ("hlo_module {\n  name: \"m\"\n"
            + _computation("fused_norm", 0, _op("reduce.5", "reduce", 501, "norm#/aten__mean",
                                                "diffusers/models/normalization.py"),
@@ -237,7 +244,8 @@ CLASSED = ("hlo_module {\n  name: \"m\"\n"
                           _op("multiply.13", "multiply", 1202, "attn#/norm_q#/aten::mul.Tensor/mul"),
                           _op("reshape.13", "reshape", 1203, SDPA + "/aten::view/reshape"))
            + _computation("bare_matmul", 13, _op("dot.14", "dot", 1301))
-           + _computation("main_spmd", 3, *(_op(n, code, i, called=c) for n, code, i, c, _, _ in ENTRY))
+           + _computation("main_spmd", 3, *(_op(n, code, i, called=c, **ENTRY_META.get(i, {}))
+                                            for n, code, i, c, _, _ in ENTRY))
            + "  host_program_shape {\n    parameters {\n      element_type: F32\n    }\n    result {\n"
            + "      element_type: F32\n    }\n  }\n"
            + "  entry_computation_id: 3\n}\ncomputation_schedules {\n  computation_id: 3\n"
@@ -265,6 +273,9 @@ def test_the_timeline_s_ops_are_told_apart_by_what_they_hold_and_where_they_come
     assert {k: round(v * 1e9) for k, v in s.by_kind.items()} == {"all-gather": 200, "collective-permute": 10}
     assert abs(sum(s.by_op.values()) - s.compute_s) < 1e-15
     assert s.to_json()["compute_s_by_op"] == s.by_op
+    # of them, what a Pallas kernel holds (XLA:TPU times it by the kernel's own cost estimate): not another custom call
+    assert {k: round(v * 1e9) for k, v in s.kernel_by_op.items()} == {"attention": 60}
+    assert s.to_json()["kernel_s_by_op"] == s.kernel_by_op
 
 
 def test_a_loop_s_ops_count_by_their_body_s_share_of_its_span():

@@ -16,7 +16,7 @@ def planned():
 @pytest.mark.parametrize("front_end, attention_bound", [("torch-xla", "HBM"), ("torchax", "FLOPs")])
 def test_the_call_s_ops_split_into_matmuls_attention_and_elementwise(planned, front_end, attention_bound):
     """The classes sum to the call's ops; the matmuls are the Linears' seconds; torch_xla's math attention is its
-    float32 scores' bytes, torchax's online softmax its FLOPs."""
+    float32 scores' bytes, torchax's flash kernel its FLOPs (the strategy's own attention)."""
     prediction = predicted_as_compiled(planned.plan, planned.strategy, planned.hardware, front_end)
     call = predicted_call(prediction, planned.hardware)
     by_op = call["compute_s_by_op"]
@@ -67,3 +67,9 @@ def test_rows_hold_each_class_beside_xla_tpu_s_with_the_rates_each_implies(plann
     whole = {k: v for k, v in xla.items() if k != "compute_s_by_op"}
     terms = [term for term, *_ in schedule_rows(call, whole)]
     assert terms[0] == "ops" and terms[-1] == "one call" and not [t for t in terms if t.startswith(" ")]
+    # where Pallas kernels hold most of a class, XLA:TPU's time for it is their own estimate, and the row says so
+    for held, noted in ((0.2, True), (0.1, False)):
+        rows = {term.strip(): implied for term, _, _, implied in schedule_rows(call, {**xla, "kernel_s_by_op": {
+            "attention": held}})}
+        assert rows["attention"].endswith("(XLA:TPU's: Pallas kernels' own estimates)") == noted
+        assert not rows["matmuls"].endswith("estimates)")
