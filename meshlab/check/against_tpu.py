@@ -78,6 +78,8 @@ class Compiled:
     #: the Pallas kernels the program calls (a flash attention's, torchax's with the strategy's flash kernel: one
     #: per attention call); None where the program was not read
     kernels: int | None = None
+    #: torchax's attention calls by how they ran: "kernel" (the flash kernel) or "reference" (torch's reference math)
+    attention_calls: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -161,8 +163,8 @@ class TpuCheckReport:
     def predicted_temporaries(self, front_end: str) -> int:
         """meshlab's working set of the denoising forward on one chip (not the VAE decode: the program is the
         transformer alone), with the attention the front end's program has: torch_xla's stock attention
-        materialises its scores (no flash kernel unless a user calls one), torchax's becomes XLA:TPU's online
-        softmax (flash); under scan, with the block weights stacked for it."""
+        materialises its scores (no flash kernel unless a user calls one), torchax's is the strategy's own (its flash
+        kernel where it says flash_attention); under scan, with the block weights stacked for it."""
         from meshlab.plan.memory import memory_on
 
         strategy = strategy_as_compiled(self.setup.strategy, front_end)
@@ -183,6 +185,10 @@ class TpuCheckReport:
             found.append(f"fits: meshlab says {self.fits_predicted}, XLA:TPU {self.fits_xla}")
         if c.out_of_memory:
             return tuple(found)
+        kept = c.attention_calls.get("reference", 0)
+        if kept and strategy_as_compiled(self.setup.strategy, c.front_end).workload.flash_attention:
+            found.append(f"{kept} of {sum(c.attention_calls.values())} attention calls kept torch's reference math "
+                         "(a mask or shape the flash kernel does not take), which meshlab prices as the flash kernel")
         if not c.program_read:
             found.append("XLA:TPU's optimized program could not be read back (work it moved to the SparseCore trips "
                          "its proto reader): its collectives are not held")
@@ -396,7 +402,8 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
                     result.get("required_bytes"), schedule,
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
                     temporaries_live_peak=result.get("temporaries_live_peak"), weights_missing=missing,
-                    kernels=hlo.pallas_kernels(text) if result.get("hlo_file") else None)
+                    kernels=hlo.pallas_kernels(text) if result.get("hlo_file") else None,
+                    attention_calls=result.get("attention_calls") or {})
 
 
 def other_arguments(arguments: tuple[hlo.EntryArgument, ...], setup: CheckSetup) -> tuple[dict[str, int], int]:
@@ -510,6 +517,7 @@ def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
     counts = c.per_block(setup)
     return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
             "weights": c.weights, "flops": c.flops, "program_read": True, "attention_kernels": c.kernels,
+            "attention_calls": dict(c.attention_calls),
             "block_collectives": {b: dict(counts.get(b, Counter())) for b in middle},
             "outside_blocks": dict(counts.get(OUTSIDE, Counter()))}
 

@@ -317,6 +317,9 @@ class FrontEndCompiled(Document):
     attention_kernels: int | None = Field(
         None, description="Pallas kernels the program calls: a flash attention kernel's calls (torchax's, where the "
                           "strategy says flash_attention; torch_xla's stock attention has none)")
+    attention_calls: dict[str, int] = Field(
+        {}, description="torchax's attention calls by how they ran: kernel (the strategy's flash kernel) or reference "
+                        "(torch's reference math: a mask or shape the kernel does not take)")
     block_collectives: ByBlock | None = None
     outside_blocks: ByKind | None = None
 

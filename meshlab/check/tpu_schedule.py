@@ -217,9 +217,10 @@ def _held(block: str, blocks: dict[int, str], program: _Program, seen: set[int])
             else:
                 held[OTHER] += span
         elif span:
-            held[op_class(program, op) or OTHER] += span
-            if op.kernel:
-                held[_KERNEL, op_class(program, op) or OTHER] += span
+            what = op_class(program, op) or OTHER
+            held[what] += span
+            if any(o.kernel for o in program.inside(op)):  # a Pallas kernel's call, or a fusion or wrapper holding one
+                held[_KERNEL, what] += span
     idle = (_total(block) or 0.0) - sum(v for k, v in held.items() if isinstance(k, str))
     if idle >= 0.5:  # cycles; below, the float sum's rounding
         held[IDLE] += idle

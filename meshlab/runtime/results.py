@@ -130,6 +130,9 @@ class FrontEndCompiled(Payload):
     required_bytes: Optional[int]
     temporaries_live_peak: Optional[int] = Field(
         None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
+    attention_calls: dict[str, int] = Field(
+        {}, description="torchax's attention calls by how they ran: 'kernel' (the strategy's flash kernel) or "
+                        "'reference' (torch's reference math: a mask or shape the kernel does not take)")
 
 
 class TopologyDevice(Payload):

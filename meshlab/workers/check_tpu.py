@@ -26,6 +26,7 @@ import contextlib
 import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from meshlab.runtime.protocol import report_progress as progress
@@ -70,54 +71,58 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
     else:  # mesh positions name devices by id (the compile maps them)
         mesh_ids = libtpu.jax_device_grid(devices, mesh.shape, mesh.names, dcn)
     progress(f"{front}: tracing {setup.card.class_name} ({_depth(setup)}) with no weights")
-    start, began = time.perf_counter(), time.time()
+    dump = out / "xla-dump"
+    before = set(dump.iterdir()) if dump.is_dir() else set()  # another front end's dumps stay beside this one's
+    start, attention = time.perf_counter(), Counter()
     if front == "torch-xla":
         hlo_text = torch_xla_program(setup, mesh_ids)
         traced = time.perf_counter() - start
         progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
         compiled = libtpu.compile_hlo(hlo_text, devices)
     else:
-        lowered = torchax_program(setup, devices, mesh_ids)
+        lowered = torchax_program(setup, devices, mesh_ids, attention)
         traced = time.perf_counter() - start
         progress(f"{front}: XLA:TPU compiling for {len(devices)} chips")
         compiled = libtpu.compile_lowered(lowered)
     hlo_file = out / f"{front}.tpu.hlo.txt"
-    program = compiled.hlo or _dumped(out / "xla-dump", began, ".after_optimizations.txt")
+    program = compiled.hlo
+    if not program and not compiled.out_of_memory:
+        dumped = _largest(dump, before, ".after_optimizations.txt")
+        program = dumped.read_text() if dumped else ""
     if program:
         hlo_file.write_text(program)
-    schedules = sorted((p for p in (out / "xla-dump").glob("*.schedule.txt") if p.stat().st_mtime >= began - 1),
-                       key=lambda p: p.stat().st_mtime)
+    schedules = sorted((p for p in dump.glob("*.schedule.txt") if p not in before), key=lambda p: p.stat().st_mtime)
     schedule = None
     if schedules:  # XLA:TPU's latency-hiding schedule of this compile (the parent asked for it in XLA_FLAGS)
         schedule = out / f"{front}.schedule.txt"
         schedules[-1].replace(schedule)
     return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
-            "temporaries_live_peak": _temporaries_live_peak(out / "xla-dump", began),
+            "temporaries_live_peak": _temporaries_live_peak(dump, before),
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
             "hlo_file": str(hlo_file) if program else None, "mesh_device_ids": mesh_ids,
             "schedule_file": str(schedule) if schedule else None,
-            "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes}
+            "out_of_memory": compiled.out_of_memory, "required_bytes": compiled.required_bytes,
+            "attention_calls": dict(attention)}
 
 
-def _dumped(dump: Path, began: float, suffix: str) -> str:
-    """The text of the largest file named ``*<suffix>`` XLA dumped since `began` (the TPU program's; "" if none):
-    XLA:TPU writes its optimized program there itself, where reading the executable back fails
-    (meshlab.workers.libtpu._program_text)."""
-    written = [p for p in dump.glob(f"*{suffix}") if p.stat().st_mtime >= began - 1] if dump.is_dir() else []
-    return max(written, key=lambda p: p.stat().st_size).read_text() if written else ""
+def _largest(dump: Path, before: set[Path], suffix: str) -> Path | None:
+    """The largest file named ``*<suffix>`` XLA dumped that was not there `before` this compile (the TPU program's;
+    the host's small helper programs are dumped beside it). XLA:TPU writes its optimized program there itself,
+    which the check reads where reading the executable back fails (meshlab.workers.libtpu._program_text)."""
+    written = [p for p in dump.glob(f"*{suffix}") if p not in before] if dump.is_dir() else []
+    return max(written, key=lambda p: p.stat().st_size) if written else None
 
 
-def _temporaries_live_peak(dump: Path, began: float) -> int | None:
+def _temporaries_live_peak(dump: Path, before: set[Path]) -> int | None:
     """The most temporary bytes live at once in this compile's program, from XLA's buffer assignment and live
-    ranges (meshlab.check.hlo.temporaries_live_peak): the largest program dumped since `began` is the TPU one."""
+    ranges (meshlab.check.hlo.temporaries_live_peak) in the files this compile dumped (`_largest`)."""
     from meshlab.check import hlo
 
     suffix = ".after_optimizations-buffer-assignment.txt"
-    written = [p for p in dump.glob(f"*{suffix}") if p.stat().st_mtime >= began - 1]
-    if not written:
+    assignment = _largest(dump, before, suffix)
+    if assignment is None:
         return None
-    assignment = max(written, key=lambda p: p.stat().st_size)
     live_range = assignment.with_name(assignment.name.replace(suffix, ".after_optimizations-live-range.txt"))
     if not live_range.exists():
         return None
@@ -293,9 +298,10 @@ def shard_parameters(hlo_text: str) -> str:
 # --- torchax -------------------------------------------------------------------------------------------------
 
 
-def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
+def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int], tally: Counter | None = None):
     """The forward as a jax function (torchax), lowered over abstract sharded parameters and inputs; each module's
-    ops under a named scope of its path (as torch_xla's are under meshlab.parallelisms.xla.tag_layers)."""
+    ops under a named scope of its path (as torch_xla's are under meshlab.parallelisms.xla.tag_layers); `tally`
+    counts its attention calls by how they ran (`flash_sdpa`)."""
     import warnings
 
     import jax
@@ -363,23 +369,26 @@ def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int]):
             # as a TPU run has them
             if strategy.workload.flash_attention:
                 stack.enter_context(libtpu.sdpa_replaced(env, lambda reference: flash_sdpa(
-                    mesh, layouts, scopes.current, interop, reference)))
+                    mesh, layouts, scopes.current, interop, reference, Counter() if tally is None else tally)))
             return jax.jit(run).lower(params, abstract)
     except Exception as exc:  # torchax raises plain errors naming the aten op it has no lowering for
         raise BackendError(f"torchax could not lower {setup.card.class_name}: {str(exc).splitlines()[0][:300]}",
                            "compile the torch-xla front end (--front-end torch-xla)") from None
 
 
-def flash_sdpa(mesh, layouts: dict, module, interop, reference):
+def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
     """torch's ``scaled_dot_product_attention`` as jax's Pallas TPU flash attention kernel under ``shard_map``, laid
     out for the attention module that calls it (`module()`, its path) as the plan runs it (`layouts`:
     meshlab.plan.attention_kernel): what a torchax or JAX user runs on a TPU in place of torch's reference math
     (torchax's own lowering, which writes the scores), as maxdiffusion runs its Flux and Wan attention. A key-padding
-    mask (Qwen-Image's text mask: boolean or 0/1, one row of keys per sample) becomes the kernel's segment ids, as
-    does the padding of tokens no block divides. A call the kernel does not take (any other mask, dropout, causal,
-    grouped heads, or outside a planned attention) stays the reference math (`reference`)."""
+    mask becomes the kernel's segment ids, as does the padding of tokens no block divides: a boolean one of one row of
+    keys per sample (Qwen-Image's text mask), or an additive one (LTX-Video's and SANA's, 0 where a key is kept,
+    repeated over the heads: the first head's row is read). A call the kernel does not take (any other mask, dropout,
+    causal, grouped heads, a batch of keys unlike the queries', or outside a planned attention) stays the reference
+    math (`reference`). `tally` counts the calls: "kernel" and "reference"."""
     import jax
     import jax.numpy as jnp
+    import torch
     from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes, SegmentIds, flash_attention
     from jax.sharding import PartitionSpec
 
@@ -402,23 +411,28 @@ def flash_sdpa(mesh, layouts: dict, module, interop, reference):
         blocks = BlockSizes(block_q=q_block, block_k_major=k_block, block_k=k_block, block_b=1)
         return flash_attention(q, k, v, segment_ids=segments, sm_scale=scale, block_sizes=blocks)[:, :, :queries]
 
-    def key_padding(mask, batch: int, keys: int) -> bool:
-        return (mask.ndim == 4 and mask.shape[1] == mask.shape[2] == 1 and mask.shape[3] == keys
-                and mask.shape[0] in (1, batch) and not mask.dtype.is_floating_point)
+    def key_padding(mask, batch: int, heads: int, keys: int) -> bool:
+        boolean, additive = mask.dtype == torch.bool, mask.dtype.is_floating_point
+        return (mask.ndim == 4 and mask.shape[2] == 1 and mask.shape[3] == keys and mask.shape[0] in (1, batch)
+                and (boolean and mask.shape[1] == 1 or additive and mask.shape[1] in (1, heads)))
 
     def make(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         layout = layouts.get(module())
-        if (layout is None or dropout_p or is_causal or query.ndim != 4 or key.shape[1] != query.shape[1]
-                or key.shape[3] != query.shape[3] or value.shape != key.shape
-                or (attn_mask is not None and not key_padding(attn_mask, query.shape[0], key.shape[2]))):
+        if (layout is None or dropout_p or is_causal or query.ndim != 4 or key.ndim != 4
+                or key.shape[:2] != query.shape[:2] or key.shape[3] != query.shape[3] or value.shape != key.shape
+                or (attn_mask is not None
+                    and not key_padding(attn_mask, query.shape[0], query.shape[1], key.shape[2]))):
+            tally["reference"] += 1
             return reference(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        tally["kernel"] += 1
         q, k, v = (interop.jax_view(t) for t in (query, key, value))
         q_entries = fitted(layout.q_entries(), q.shape, sizes)
         kv_entries = fitted((*q_entries[:2], None, None), k.shape, sizes)
         specs = [PartitionSpec(*q_entries), PartitionSpec(*kv_entries), PartitionSpec(*kv_entries)]
         operands = [q, k, v]
         if attn_mask is not None:
-            keep = (interop.jax_view(attn_mask) != 0).astype(jnp.int32).reshape(attn_mask.shape[0], k.shape[2])
+            mask = interop.jax_view(attn_mask)[:, 0, 0, :]
+            keep = (mask if attn_mask.dtype == torch.bool else mask == 0).astype(jnp.int32)
             operands.append(jnp.broadcast_to(keep, (q.shape[0], k.shape[2])))
             specs.append(PartitionSpec(q_entries[0], None))
         run = jax.shard_map(lambda *t: kernel(scale or q.shape[3] ** -0.5, *t), mesh=mesh, in_specs=tuple(specs),
@@ -457,7 +471,7 @@ class jax_scopes:
         for name, sub in self.model.named_modules():
             if name:
                 self.handles.append(sub.register_forward_pre_hook(lambda m, a, name=name: enter(m, a, name)))
-                self.handles.append(sub.register_forward_hook(leave))
+                self.handles.append(sub.register_forward_hook(leave, always_call=True))
         return self
 
     def __exit__(self, *exc):

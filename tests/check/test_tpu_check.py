@@ -85,6 +85,13 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     assert any(d.startswith("temporaries per chip") for d in differences)
     assert "transformer_blocks.1: all-reduce count predicted 3, XLA:TPU 2" in differences
     assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
+    # torchax's attention calls that kept the reference math, which meshlab prices as the flash kernel, are named;
+    # torch_xla's stock attention is priced as what it is
+    kept = replace(program, front_end="torchax", attention_calls={"kernel": 2, "reference": 1})
+    assert ("1 of 3 attention calls kept torch's reference math (a mask or shape the flash kernel does not take), "
+            "which meshlab prices as the flash kernel") in replace(report, compiled=(kept,)).differences()
+    assert not [d for d in replace(report, compiled=(replace(kept, front_end="torch-xla"),)).differences()
+                if "reference math" in d]
     refused = Compiled("torch-xla", out_of_memory="Ran out of memory in memory space hbm", required_bytes=40 * 2**30)
     verdict = replace(report, compiled=(refused,))
     assert verdict.fits_xla is False and verdict.differences() == ("fits: meshlab says True, XLA:TPU False",)
@@ -129,6 +136,7 @@ def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both)
     # torchax runs the strategy's flash attention as a Pallas kernel, one call per block (Qwen-Image's text mask
     # as its segment ids); torch_xla's stock attention has none
     assert {f["front_end"]: f["attention_kernels"] for f in doc["front_ends"]} == {"torch-xla": 0, "torchax": 3}
+    assert doc["front_ends"][1]["attention_calls"] == {"kernel": 3}
 
 
 @tpu
@@ -233,7 +241,7 @@ def test_torchax_s_flux_program_is_read_from_xla_tpu_s_dump_and_runs_a_flash_ker
                             "--width", "256", "--text-tokens", "32", "--front-end", "torchax")
     assert doc is not None, err
     (front,) = doc["front_ends"]
-    assert front["program_read"] and front["attention_kernels"] == 6
+    assert front["program_read"] and front["attention_kernels"] == 6 and front["attention_calls"] == {"kernel": 6}
     assert not [d for d in doc["differences"] if "read back" in d]
     block = "single_transformer_blocks.1"
     for kind in ("all-gather", "all-to-all"):  # held to the prediction now that the program is read

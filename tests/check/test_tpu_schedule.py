@@ -219,6 +219,7 @@ ENTRY = [
     ("fusion.o", "fusion", 46, 13, 5, "matmuls"),  # a matmul nothing names
     ("pallas_call.p", "custom-call", 47, None, 60, "attention"),  # a flash attention's Pallas kernel (torchax's)
     ("custom-call.q", "custom-call", 48, None, 7, "other ops"),  # a custom call that is not a Pallas kernel
+    ("fusion.r", "fusion", 49, 14, 11, "attention"),  # a fusion around a Pallas kernel
 ]
 #: the metadata of the entry's own ops, by id
 ENTRY_META = {47: {"op_name": SDPA + "/shard_map/jit(flash_attention)/pallas_call", "target": "tpu_custom_call"},
@@ -244,6 +245,8 @@ CLASSED = ("hlo_module {\n  name: \"m\"\n"
                           _op("multiply.13", "multiply", 1202, "attn#/norm_q#/aten::mul.Tensor/mul"),
                           _op("reshape.13", "reshape", 1203, SDPA + "/aten::view/reshape"))
            + _computation("bare_matmul", 13, _op("dot.14", "dot", 1301))
+           + _computation("wrapped_kernel", 14, _op("pallas_call.15", "custom-call", 1401, SDPA + "/pallas_call",
+                                                   target="tpu_custom_call"))
            + _computation("main_spmd", 3, *(_op(n, code, i, called=c, **ENTRY_META.get(i, {}))
                                             for n, code, i, c, _, _ in ENTRY))
            + "  host_program_shape {\n    parameters {\n      element_type: F32\n    }\n    result {\n"
@@ -274,7 +277,7 @@ def test_the_timeline_s_ops_are_told_apart_by_what_they_hold_and_where_they_come
     assert abs(sum(s.by_op.values()) - s.compute_s) < 1e-15
     assert s.to_json()["compute_s_by_op"] == s.by_op
     # of them, what a Pallas kernel holds (XLA:TPU times it by the kernel's own cost estimate): not another custom call
-    assert {k: round(v * 1e9) for k, v in s.kernel_by_op.items()} == {"attention": 60}
+    assert {k: round(v * 1e9) for k, v in s.kernel_by_op.items()} == {"attention": 60 + 11}
     assert s.to_json()["kernel_s_by_op"] == s.kernel_by_op
 
 
