@@ -15,7 +15,9 @@ depth and the case's own size, ahead of time for the case's TPU system). Per cas
 - XLA:TPU's schedule: the latency-hiding scheduler's total for the program, and its ops by class (its attention is
   the Pallas kernel's own cost estimate, its FLOPs at the MXU's peak, and the ops around it);
 - XLA:TPU's per-op estimates: the entry computation's ``estimated_cycles`` summed over its instructions (the
-  backend's cost model for each fusion's tiling, in the dump after codegen), a second figure from the same compiler.
+  backend's cost model for each fusion's tiling, in the dump after codegen), a second figure from the same compiler;
+- the temporaries per chip: meshlab's activations against XLA:TPU's values live at once and its temp buffer, and
+  the attention calls by how they ran (the flash kernel, or torch's reference math).
 Each over the measured bound. A figure above 1 is slower than the run was, whatever the encode and decode took.
 Nothing here asserts a time; the figures are for the issue note.
 """
@@ -69,13 +71,18 @@ def run(case: Case) -> dict:
     p, _ = prediction(case)
     calls = p.layout.steps * p.layout.calls
     schedule, ours = doc.get("xla_schedule") or {}, doc["predicted_call"]
+    ours_memory, xla_memory = doc["meshlab_memory_per_device"], doc.get("xla_memory_per_device") or {}
     return {"case": case.name, "source": case.source, "measured_s": case.measured_s, "transformer_calls": calls,
             "measured_call_bound_s": case.measured_s / calls,
             "meshlab_compiled_call_s": ours["total_s"], "meshlab_compiled_call_by_op_s": ours["compute_s_by_op"],
             "meshlab_as_run_call_s": p.step.total / p.layout.calls,
             "xla_schedule_call_s": schedule.get("total_s"), "xla_schedule_by_op_s": schedule.get("compute_s_by_op"),
             "xla_per_op_estimates_s": per_op, "compile_seconds": doc.get("compile_seconds"),
-            "flops_per_device": doc.get("flops_per_device")}
+            "flops_per_device": doc.get("flops_per_device"),
+            "attention_calls": (doc.get("front_ends") or [{}])[0].get("attention_calls"),
+            "temporaries": {"meshlab_activations_as_compiled": ours_memory["activations_as_compiled"],
+                            "xla_live_peak": xla_memory.get("temporaries_live_peak"),
+                            "xla_temp_buffer": xla_memory.get("temporaries")}}
 
 
 def main() -> None:
@@ -100,6 +107,10 @@ def main() -> None:
         print(line("meshlab, a call as the case ran it (and its step's host overhead)", row["meshlab_as_run_call_s"]))
         print(line("XLA:TPU's schedule", row["xla_schedule_call_s"]))
         print(line("XLA:TPU's per-op estimates, summed", row["xla_per_op_estimates_s"]))
+        temps, mib = row["temporaries"], lambda b: f"{b / 2**20:.0f} MiB" if b else "none"
+        print(f"  temporaries per chip: meshlab {mib(temps['meshlab_activations_as_compiled'])}, XLA:TPU "
+              f"{mib(temps['xla_live_peak'])} live at once ({mib(temps['xla_temp_buffer'])} in its temp buffer); "
+              f"attention calls {row['attention_calls']}")
         for term, xla in (row["xla_schedule_by_op_s"] or {}).items():
             if xla < 5e-5:
                 continue

@@ -188,7 +188,7 @@ class TpuCheckReport:
         kept = c.attention_calls.get("reference", 0)
         if kept and strategy_as_compiled(self.setup.strategy, c.front_end).workload.flash_attention:
             found.append(f"{kept} of {sum(c.attention_calls.values())} attention calls kept torch's reference math "
-                         "(a mask or shape the flash kernel does not take), which meshlab prices as the flash kernel")
+                         "(a call the flash kernel does not take), which meshlab prices as the flash kernel")
         if not c.program_read:
             found.append("XLA:TPU's optimized program could not be read back (work it moved to the SparseCore trips "
                          "its proto reader): its collectives are not held")
@@ -513,7 +513,8 @@ def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
     middle = [f"{name}.{n // 2}" for name, n in setup.checked_blocks.items()]
     if not c.program_read:
         return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
-                "weights": c.weights, "flops": c.flops, "program_read": False}
+                "weights": c.weights, "flops": c.flops, "program_read": False,
+                "attention_calls": dict(c.attention_calls)}
     counts = c.per_block(setup)
     return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
             "weights": c.weights, "flops": c.flops, "program_read": True, "attention_kernels": c.kernels,

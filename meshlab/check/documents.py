@@ -319,7 +319,7 @@ class FrontEndCompiled(Document):
                           "strategy says flash_attention; torch_xla's stock attention has none)")
     attention_calls: dict[str, int] = Field(
         {}, description="torchax's attention calls by how they ran: kernel (the strategy's flash kernel) or reference "
-                        "(torch's reference math: a mask or shape the kernel does not take)")
+                        "(torch's reference math: a call the kernel does not take)")
     block_collectives: ByBlock | None = None
     outside_blocks: ByKind | None = None
 

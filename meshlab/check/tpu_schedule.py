@@ -28,9 +28,9 @@ _COMPUTATION_ID = re.compile(r"^    id: (\d+)$", re.M)
 _MARKS = re.compile(r'^\s+(?:op_name|source_file): "([^"]*)"', re.M)
 _OP_ID = re.compile(r"^      id: (\d+)$", re.M)
 _CALLED = re.compile(r"^      called_computation_ids: (\d+)$", re.M)
-#: proto3 leaves a zero out: an instruction starting at cycle 0 has no start line
 _PALLAS = 'custom_call_target: "tpu_custom_call"'  # a Pallas kernel's call (jax.experimental.pallas on a TPU)
 _KERNEL = "kernel"
+#: proto3 leaves a zero out: an instruction starting at cycle 0 has no start line
 _SLOT = re.compile(r"id: (\d+)\n(?:\s+start_timestamp_cycles: ([\d.e+-]+)\n)?\s+end_timestamp_cycles: ([\d.e+-]+)")
 
 #: What an instruction's metadata (its op_name and source_file) says it came from. torch_xla names the aten op and

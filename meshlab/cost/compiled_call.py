@@ -8,8 +8,10 @@ stock attention materialises its scores (torch's math attention, in float32), wh
 ``flash_attention`` says; torchax's is what the strategy says: a flash kernel (jax's Pallas TPU flash attention, as a
 TPU user runs one: meshlab.workers.check_tpu.flash_sdpa), or without one torch's reference math, priced as torch's
 math attention (XLA:TPU writes its scores in bf16, not float32, and libtpu rewrites the softmax and the second
-product into one online-softmax kernel that reads them back; not modelled). XLA:TPU's schedule times a Pallas kernel
-by the cost estimate the kernel declares (its FLOPs at the MXU's peak): no model of its rate (`_kernels`).
+product into one online-softmax kernel that reads them back; torch_xla's head gathers at two samples a chip,
+meshlab.plan.axes.heads_gathered, may not happen in torchax's 4-D products; not modelled or measured). XLA:TPU's
+schedule times a Pallas kernel by the cost estimate the kernel declares (its FLOPs at the MXU's peak): no model of
+its rate (`_kernels`).
 """
 
 from __future__ import annotations

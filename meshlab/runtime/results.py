@@ -132,7 +132,7 @@ class FrontEndCompiled(Payload):
         None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
     attention_calls: dict[str, int] = Field(
         {}, description="torchax's attention calls by how they ran: 'kernel' (the strategy's flash kernel) or "
-                        "'reference' (torch's reference math: a mask or shape the kernel does not take)")
+                        "'reference' (torch's reference math: a call the kernel does not take)")
 
 
 class TopologyDevice(Payload):

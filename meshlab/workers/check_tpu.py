@@ -15,9 +15,9 @@ front ends, and returns what XLA:TPU made of each. No weight is allocated:
   with its ``NamedSharding``, activation rules as ``with_sharding_constraint``, each module under a named scope,
   and, where the strategy says ``flash_attention``, each attention as jax's Pallas TPU flash kernel (`flash_sdpa`).
 
-The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topology": Topology}``. Each result:
-``{"front_end", "compile_seconds", "memory", "flops", "bytes_accessed", "hlo_file", "mesh_device_ids",
-"trace_seconds", "out_of_memory", "required_bytes"}`` or ``{"front_end", "error"}``.
+The request: ``{"strategy", "options": CheckOptions, "front_ends": [...], "topology": Topology}``. Each result is
+meshlab.runtime.results.FrontEndCompiled (its memory, FLOPs, program and schedule files, the temporaries live at
+once, the attention calls by how they ran, XLA:TPU's refusal) or ``{"front_end", "error"}``.
 """
 
 from __future__ import annotations
@@ -385,7 +385,8 @@ def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
     keys per sample (Qwen-Image's text mask), or an additive one (LTX-Video's and SANA's, 0 where a key is kept,
     repeated over the heads: the first head's row is read). A call the kernel does not take (any other mask, dropout,
     causal, grouped heads, a batch of keys unlike the queries', or outside a planned attention) stays the reference
-    math (`reference`). `tally` counts the calls: "kernel" and "reference"."""
+    math (`reference`), as does a head dim over 128 that is no multiple of it, which the kernel does not take.
+    `tally` counts the calls: "kernel" and "reference"."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -420,6 +421,7 @@ def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
         layout = layouts.get(module())
         if (layout is None or dropout_p or is_causal or query.ndim != 4 or key.ndim != 4
                 or key.shape[:2] != query.shape[:2] or key.shape[3] != query.shape[3] or value.shape != key.shape
+                or query.shape[3] > 128 and query.shape[3] % 128  # the kernel's head dims: to 128, or whole 128s
                 or (attn_mask is not None
                     and not key_padding(attn_mask, query.shape[0], query.shape[1], key.shape[2]))):
             tally["reference"] += 1

@@ -181,7 +181,7 @@ def _timed_compile(compile_fn) -> Compiled:
 def _program_text(executable) -> str:
     """The optimized TPU program. Reading it back can fail where XLA:TPU moved work to the SparseCore (an
     ``async-update`` with several operands trips a check in XLA's proto reader: seen with Flux through torchax);
-    then this is "", and the caller reads the program XLA:TPU dumped (meshlab.workers.check_tpu._dumped)."""
+    then this is "", and the caller reads the program XLA:TPU dumped (meshlab.workers.check_tpu._largest)."""
     for read in (lambda: executable.as_text(), lambda: executable.hlo_modules()[0].to_string()):
         try:
             return read()

@@ -91,6 +91,7 @@ cases = {
     "integer mask": case(RING, (2, 2, 256, 16), 256, keep((2, 1, 1, 256)).astype(np.int64)),
     "a mask per query": case(RING, (2, 2, 256, 16), 256, keep((2, 1, 256, 256))),
     "keys of another batch": case(RING, (2, 2, 256, 16), 256, key_batch=1),
+    "a head dim of 192": case(RING, (2, 2, 256, 192), 256),
 }
 
 
