@@ -120,6 +120,17 @@ def pairs_both():
     return code, doc
 
 
+TWO_D = ("--layers", "3", "--height", "256", "--width", "256", "--text-tokens", "32", "--front-end", "torch-xla")
+
+
+@pytest.fixture(scope="module")
+def two_d():
+    """2d.yaml's torch_xla program at 3 blocks and 256², compiled once for the tests that read it."""
+    code, doc, err = _check("strategies/2d.yaml", *TWO_D)
+    assert doc is not None, err
+    return doc
+
+
 @tpu
 @pytest.mark.tpu
 def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both):
@@ -210,14 +221,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 @tpu
 @pytest.mark.tpu
-def test_xla_tpu_s_schedule_is_read_beside_the_prediction(pairs_both):
+def test_xla_tpu_s_schedule_is_read_beside_the_prediction(pairs_both, two_d):
     """XLA:TPU's scheduler writes a schedule for a program with asynchronous collectives (2d's permutes): its
     estimate is read beside meshlab's call, term by term. pairs' program has none to schedule, and says so."""
     _code, doc = pairs_both
     assert doc["xla_schedule"] is None and "with an asynchronous collective" in doc["xla_schedule_note"]
-    code, doc, err = _check("strategies/2d.yaml", "--layers", "3", "--height", "256", "--width", "256",
-                            "--text-tokens", "32")
-    assert doc is not None, err
+    doc = two_d
     schedule, predicted = doc["xla_schedule"], doc["predicted_call"]
     assert schedule["cycles_per_microsecond"] == 1750 and schedule["total_s"] > 0
     assert abs(schedule["compute_s"] + schedule["collective_s"] - schedule["total_s"]) < 1e-12
@@ -308,19 +317,17 @@ def test_a_scanned_plan_holds_its_stacked_block_weights_as_temporaries(strategy)
 
 @tpu
 @pytest.mark.tpu
-def test_a_strategy_s_libtpu_flags_reach_the_compile(tmp_path):
+def test_a_strategy_s_libtpu_flags_reach_the_compile(tmp_path, two_d):
     """compile.libtpu_flags go to XLA:TPU as LIBTPU_INIT_ARGS: with windowed einsum off, 2d's middle block keeps
     plain all-gathers instead of collective matmuls (measured at 256²: 6 all-gathers and 34 permutes moving 63 KiB,
     against 4 and 46 moving 2.6 MiB with XLA:TPU's defaults)."""
-    args = ("--layers", "3", "--height", "256", "--width", "256", "--text-tokens", "32", "--front-end", "torch-xla")
     flags = ["--xla_tpu_enable_windowed_einsum_for_all_gather=false",
              "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false"]
     strategy = tmp_path / "2d-flags.yaml"
     strategy.write_text((REPO / "strategies" / "2d.yaml").read_text()
                         + f"compile:\n  libtpu_flags: [{', '.join(flags)}]\n")
-    _, plain, err = _check("strategies/2d.yaml", *args)
-    _, flagged, err2 = _check(str(strategy), *args)
-    assert plain is not None and flagged is not None, (err, err2)
+    plain, (_, flagged, err) = two_d, _check(str(strategy), *TWO_D)
+    assert flagged is not None, err
     assert plain["libtpu_flags"] == [] and flagged["libtpu_flags"] == flags
     block = "transformer_blocks.1"
     default, off = plain["collectives_per_block"][block], flagged["collectives_per_block"][block]
@@ -375,15 +382,13 @@ def test_a_whole_plan_s_compile_is_kept_as_its_time_to_first_image(tmp_path, mon
 
 @tpu
 @pytest.mark.tpu
-def test_2d_s_collective_matmuls_and_shared_gathers_are_predicted():
+def test_2d_s_collective_matmuls_and_shared_gathers_are_predicted(two_d):
     """XLA:TPU's program for 2d.yaml (measured at full depth too, for the note): q/k/v read one gather per stream;
     each MLP's first Linear (3072 FLOP per byte of its input gather, on 4 chips) and its second's sum run as
     collective matmuls, 3 + 3 async permutes per stream each; the attention output projection (768) keeps its
     gather; the conditioning is gathered once, in the first block. A middle block agrees by kind in count and bytes
     (all-gathers and all-reduces exactly; the permutes within 10%)."""
-    code, doc, err = _check("strategies/2d.yaml", "--layers", "3", "--height", "256", "--width", "256",
-                            "--text-tokens", "32", "--front-end", "torch-xla")
-    assert doc is not None, err
+    doc = two_d
     block = "transformer_blocks.1"
     xla, predicted = doc["collectives_per_block"][block], doc["predicted_collectives_per_block"][block]
     xla_bytes, predicted_bytes = doc["collective_bytes_per_block"][block], doc["predicted_collective_bytes_per_block"][
