@@ -52,8 +52,8 @@ def kernel_layouts(plan, activations) -> dict[str, KernelLayout]:
         if attention.is_linear:
             continue
         kind = "cross" if attention.keys else "self"
-        rule = next((r for r in activations.rules if r.point == "attention.qkv" and r.attention in (None, kind)
-                     and r.stream is None), None)
+        rule = next((r for r in activations.rules if r.point == "attention.qkv" and r.attention in (None, kind)),
+                    None)
         if rule is not None:
             layout = KernelLayout(entry_axes(rule.spec[0]), entry_axes(rule.spec[2]), entry_axes(rule.spec[1]))
         else:

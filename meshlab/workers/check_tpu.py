@@ -429,7 +429,7 @@ def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
         tally["kernel"] += 1
         q, k, v = (interop.jax_view(t) for t in (query, key, value))
         q_entries = fitted(layout.q_entries(), q.shape, sizes)
-        kv_entries = fitted((*q_entries[:2], None, None), k.shape, sizes)
+        kv_entries = fitted(layout.kv_entries(), k.shape, sizes)  # q's batch and heads: the shapes agree there
         specs = [PartitionSpec(*q_entries), PartitionSpec(*kv_entries), PartitionSpec(*kv_entries)]
         operands = [q, k, v]
         if attn_mask is not None:
