@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from meshlab.models.card import DTYPE_BYTES, ModelCard
 from meshlab.models.truncate import block_lists
-from meshlab.core.errors import PlanError
-from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
+from meshlab.plan.axes import guidance_axis, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.strategy.schema import Strategy
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -66,7 +65,7 @@ def layout_of(plan: Plan, strategy: Strategy) -> Layout:
     workload, mesh = strategy.workload, plan.mesh
     tokens = token_counts(workload, plan.card.architecture)
     batch_axis, sequence_axes = strategy.activations.batch, strategy.activations.sequence_axes
-    guidance = _guidance_axis(plan, strategy)
+    guidance = guidance_axis(mesh)  # make_plan checked it against workload.cfg and the activations
     batch_split = mesh.size(batch_axis) if batch_axis else 1
     image_split = math.prod(mesh.size(a) for a in sequence_axes)
     ulysses = tuple(a for a in ulysses_axes(strategy.activations) if mesh.size(a) > 1)
@@ -112,23 +111,3 @@ def eager_dispatches(card: ModelCard) -> int:
                                                    for name, count in block_lists(card).items())
 
 
-def _guidance_axis(plan: Plan, strategy: Strategy) -> str | None:
-    if GUIDANCE_AXIS not in plan.mesh.names:
-        return None
-    size = plan.mesh.size(GUIDANCE_AXIS)
-    if size == 1:
-        return None
-    if size != 2 or not strategy.workload.cfg:
-        raise PlanError(
-            f"mesh axis {GUIDANCE_AXIS!r} has size {size} with workload.cfg {strategy.workload.cfg}; the "
-            f"{GUIDANCE_AXIS!r} axis carries the two guidance branches",
-            f"give {GUIDANCE_AXIS!r} size 2 with workload.cfg: true, or rename the axis",
-            field=("mesh", GUIDANCE_AXIS),
-        )
-    if GUIDANCE_AXIS in (strategy.activations.batch, *strategy.activations.sequence_axes):
-        raise PlanError(
-            f"mesh axis {GUIDANCE_AXIS!r} splits the guidance branches; it cannot also split the batch or sequence",
-            "give activations.batch / activations.sequence another axis",
-            field=("activations",),
-        )
-    return GUIDANCE_AXIS

@@ -9,7 +9,7 @@ from meshlab.models.card import ModelCard
 from meshlab.core.errors import PlanError
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.activations import check_activation_rules
-from meshlab.plan.axes import activation_axes, compute_split
+from meshlab.plan.axes import GUIDANCE_AXIS, activation_axes, compute_split
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.plan.rules import check_rule_axes, compile_rules, resolve
 from meshlab.strategy.schema import Strategy
@@ -21,6 +21,8 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
     except PlanError as exc:
         raise PlanError(exc.problem, exc.fix, field=("mesh",)) from None
     _check_activation_axes(strategy, mesh)
+    _check_guidance_axis(strategy, mesh)
+    activation_warnings = check_activation_rules(strategy, card, mesh)  # before the ring: a typo'd axis says so
     _check_ring_split(strategy, card, mesh)
     rules = compile_rules(strategy.rules)
     check_rule_axes(rules, mesh)
@@ -34,8 +36,7 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
     _check_heads(card, planned, mesh, activation_axes(strategy.activations, mesh))
     used = {p.rule for p in planned}
     unmatched = tuple(i for i in range(len(rules)) if i not in used)
-    warnings = (_batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh)
-                + check_activation_rules(strategy, card, mesh))
+    warnings = _batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh) + activation_warnings
     return Plan(strategy.name, card, mesh, tuple(planned), unmatched, warnings)
 
 
@@ -48,6 +49,26 @@ def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:
                     f"use one of {list(mesh.names)} or null",
                     field=("activations", key),
                 )
+
+
+def _check_guidance_axis(strategy: Strategy, mesh: AbstractMesh) -> None:
+    """A ``cfg`` axis larger than 1 carries the two guidance branches: size 2, with workload.cfg, and no other split."""
+    if GUIDANCE_AXIS not in mesh.names or mesh.size(GUIDANCE_AXIS) == 1:
+        return
+    size = mesh.size(GUIDANCE_AXIS)
+    if size != 2 or not strategy.workload.cfg:
+        raise PlanError(
+            f"mesh axis {GUIDANCE_AXIS!r} has size {size} with workload.cfg {strategy.workload.cfg}; the "
+            f"{GUIDANCE_AXIS!r} axis carries the two guidance branches",
+            f"give {GUIDANCE_AXIS!r} size 2 with workload.cfg: true, or rename the axis",
+            field=("mesh", GUIDANCE_AXIS),
+        )
+    if GUIDANCE_AXIS in (strategy.activations.batch, *strategy.activations.sequence_axes):
+        raise PlanError(
+            f"mesh axis {GUIDANCE_AXIS!r} splits the guidance branches; it cannot also split the batch or sequence",
+            "give activations.batch / activations.sequence another axis",
+            field=("activations",),
+        )
 
 
 def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -> None:
@@ -97,13 +118,18 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
     heights = sorted((h for h in range(step, 4 * w.height + step, step) if per_row * (h // step) % split == 0),
                      key=lambda h: (abs(h - w.height), h))[:1]
     what = " and ".join(f"{n} {stream} tokens" for stream, n in uneven.items())
+    sizes = ([f"height {heights[0]}"] if "image" in uneven and heights else []) + (
+        [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])  # both, where both are uneven
     fixes = ([f"a sequence degree (ring x Ulysses) of {' or '.join(map(str, degrees))}"] if degrees else []) + (
-        [f"height {heights[0]}"] if "image" in uneven and heights else []) + (
-        [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])
+        [" and ".join(sizes)] if sizes else [])
+    ulysses = math.prod(mesh.size(a) for a in ulysses_axes(activations))
+    heads = card.architecture.num_attention_heads
+    also = (f" (the Ulysses degree {ulysses} must also divide the {heads} heads)"
+            if heads and ulysses > 1 and heads % ulysses else "")
     raise PlanError(
         f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
         f"them, and the sequence split {activations.sequence_parallel} runs needs an even one",
-        "use " + ", or ".join(fixes),
+        "use " + ", or ".join(fixes) + also,
         field=("activations", "sequence"))
 
 

@@ -80,6 +80,10 @@ def compare(patterns: list[str]) -> Comparison:
     return rank([(p, predict(p.plan, p.strategy, p.hardware)) for p in planned])
 
 
+#: predicted times closer than this ratio are a tie: compare says so of a loser, and sweep gives a tie to the cheaper
+#: plan
+TIE_RATIO = 1.02
+
 #: the workload fields that set the work one image is: plans that differ in any of them do different work
 WORK_FIELDS = ("height", "width", "frames", "steps", "cfg", "text_tokens")
 
@@ -161,7 +165,7 @@ def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
         deltas["decode"] = (pred.terms.vae_decode_s + pred.terms.transfer_s) - (b.terms.vae_decode_s
                                                                                 + b.terms.transfer_s)
     worst = max(deltas, key=deltas.get)
-    tie = pred.seconds_per_image <= 1.02 * b.seconds_per_image
+    tie = pred.seconds_per_image <= TIE_RATIO * b.seconds_per_image
     mine, theirs = planned.hardware.name, best[0].hardware.name
     systems = f"on {mine} against {best[0].strategy.name} on {theirs}: " if mine != theirs else ""
     return systems + ("ties with the best within 2%; " if tie else "") + _reason(worst, pred, b, per_image,

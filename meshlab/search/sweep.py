@@ -27,8 +27,9 @@ from dataclasses import dataclass, field, replace
 
 from meshlab.models.card import ModelCard
 from meshlab.cost.graph import graph_of
-from meshlab.cost.layout import GUIDANCE_AXIS
+from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.cost.predict import Prediction, plan_work, predict
+from meshlab.search.compare import TIE_RATIO
 from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
 from meshlab.plan.memory import MemoryReport, memory_on
@@ -307,14 +308,25 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
         )
     eligible = [c for c in fitting if not limits.problem(c)]
     priced = [c for c in eligible if c.usd is not None]
-    fastest = min(eligible, key=lambda c: (c.latency, c.seconds, -c.headroom), default=None)
-    busiest = min(eligible, key=lambda c: (c.seconds, c.latency, -c.headroom), default=None)
+    fastest = _best_of(eligible, "latency")
+    busiest = _best_of(eligible, "throughput")
     cheapest = min(priced, key=lambda c: (c.usd, c.latency), default=None)
     best = {"latency": fastest, "throughput": busiest, "cost": cheapest}[objective]
     closest = min(fitting, key=lambda c: (limits.shortfall(c), c.latency), default=None) if not eligible else None
     summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits, objective) for hw in systems)
     return SweepResult(tuple(candidates), pareto(eligible, objective), best, cheapest, cost_pareto(priced), summaries,
                        limits, closest, images, objective, fastest, busiest)
+
+
+def _best_of(candidates: list[Candidate], objective: str) -> Candidate | None:
+    """The first by `objective`; among plans within TIE_RATIO of its time (a tie, as compare calls it), the cheapest
+    per image."""
+    first = min(candidates, key=ranking_key(objective), default=None)
+    if first is None or objective == "cost":
+        return first
+    time = (lambda c: c.seconds) if objective == "throughput" else (lambda c: c.latency)  # noqa: E731
+    tied = [c for c in candidates if time(c) <= TIE_RATIO * time(first)]
+    return min(tied, key=lambda c: (c.usd if c.usd is not None else float("inf"), *ranking_key(objective)(c)))
 
 
 def ranking_key(objective: str):
@@ -336,7 +348,7 @@ class _Shared:
 def _summary(hw: Hardware, candidates: list[Candidate], limits: Limits, objective: str = "latency") -> SystemSummary:
     fitting = [c for c in candidates if c.fits]
     eligible = [c for c in fitting if not limits.problem(c)]
-    best = min(eligible, key=ranking_key(objective), default=None)
+    best = _best_of(eligible, objective)
     shown = best or min(fitting, key=lambda c: (limits.shortfall(c), c.latency), default=None)
     return SystemSummary(hw, best, len(fitting), len(candidates) - len(fitting), binding(shown, candidates, hw))
 
@@ -361,7 +373,8 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
         ("compute" if compute_bound else "HBM bandwidth", p.step.local * steps_per_image,
          "more chips splitting the work, or a faster chip" if compute_bound else
          "more images per call (the weights are read once per call), or chips with faster HBM"),
-        ("host launches", p.step.launch_wait * steps_per_image,
+        # where the host's dispatches outlast the chip's work they set the whole step, not only the wait beyond it
+        ("host launches", (p.step.launch_floor if p.step.launch_wait else 0.0) * steps_per_image,
          "torch.compile (fewer, fused kernels) or CUDA graphs, or more work per call (larger images, fewer chips)"),
         ("collectives", p.step.collective * steps_per_image,
          "replicate the weights where they fit (FSDP gathers them every call), or a faster interconnect"

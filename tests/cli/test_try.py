@@ -42,7 +42,14 @@ def test_json_is_complete_and_byte_identical():
      ("name: t\nmodel: nope\nhardware: v6e-8\nmesh: {model: 8}\n", ":2:1: unknown model 'nope'"),
      ("name: t\nmodel: qwen-image\nhardware: v9-8\nmesh: {model: 8}\n", ":3:1: unknown hardware"),
      ("name: t\nmodel: qwen-image\nhardware: v6e-8\nmesh: {model: 8}\nrules:\n  - {match: '*', shard: largest, axis: tp}\n",
-      ":6:34: rule 0 (*) names unknown mesh axis 'tp'")],
+      ":6:34: rule 0 (*) names unknown mesh axis 'tp'"),
+     # checked while planning, before anything is printed (it was found while pricing, after the tables)
+     ("name: t\nmodel: flux-dev\nhardware: h100\nmesh: {cfg: 2, seq: 4}\nactivations: {sequence: seq}\n"
+      "workload: {cfg: false}\n", ":4:8: mesh axis 'cfg' has size 2 with workload.cfg False"),
+     # a typo'd axis in the qkv rule is named as such, not as a sequence axis the rule leaves idle
+     ("name: t\nmodel: flux-dev\nhardware: h100\nmesh: {seq: 8}\nactivations:\n  sequence: seq\n"
+      "  sequence_parallel: xdit\n  rules:\n    - {point: attention.qkv, spec: [null, null, sqe]}\n",
+      "activations.rules[0].spec names unknown mesh axis 'sqe'")],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -51,7 +58,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, text, message):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"meshlab: error: {path}") and message in lines[0], lines
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output and result.stdout == ""
 
 
 def test_hardware_lists_catalog_with_sources():

@@ -203,6 +203,11 @@ def test_a_ring_that_does_not_divide_the_tokens_names_what_would(tmp_path):
     with pytest.raises(MeshlabError, match=r"split 510 text tokens 4 ways.*use a sequence degree \(ring x Ulysses\) "
                        r"of 2, or text_tokens 512"):
         load_plan(path)
+    doc["workload"].update(height=1008, width=1008)  # both uneven: the fix needs both sizes, not either
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(MeshlabError) as error:
+        load_plan(path)
+    assert str(error.value).endswith("; use height 1024 and text_tokens 512")
     load_plan(_variant(tmp_path, path, "gathered.yaml", sequence_parallel="partitioner"))  # XLA pads an uneven split: planned
     ulysses = yaml.safe_load((REPO / "strategies" / "ulysses.yaml").read_text())
     ulysses["activations"]["sequence_parallel"] = "xdit"

@@ -159,7 +159,8 @@ def test_best_by_latency_throughput_and_dollars(systems_sweep):
 
 
 def test_each_system_says_what_limits_it(systems_sweep):
-    """The binding term is the largest of a plan's terms per image: its ops (compute- or HBM-bound), its
+    """The binding term is the largest of a plan's terms per image: its ops (compute- or HBM-bound), the host's
+    launches where they outlast the chip's work (then they set the whole step: more chips would not help), its
     collectives, the host's part, the text encode on the device and the VAE decode."""
     result, _ = systems_sweep
     by = {s.hardware.name: s for s in result.systems}
@@ -170,12 +171,16 @@ def test_each_system_says_what_limits_it(systems_sweep):
         per_image = p.layout.steps / p.layout.images
         on_host = c.strategy.placement.text_encoder != "device"
         terms = {("compute" if p.step.compute >= p.step.hbm else "HBM bandwidth"): p.step.local * per_image,
-                 "host launches": p.step.launch_wait * per_image, "collectives": p.step.collective * per_image,
+                 "host launches": (p.step.launch_floor if p.step.launch_wait else 0) * per_image,
+                 "collectives": p.step.collective * per_image,
                  "host": t.overhead_s + t.transfer_s + (t.text_encode_s if on_host else 0.0),
                  "text encode": 0.0 if on_host else t.text_encode_s, "VAE decode": t.vae_decode_s}
         term = max(terms, key=terms.get)
         assert (s.binding.term, s.binding.seconds) == (term, terms[term])
         assert abs(s.binding.share - terms[term] / p.seconds_per_image) < 1e-12 and s.binding.move
+        if p.step.launch_wait:  # launch-bound: the launches, not the compute they hide
+            assert s.binding.term == "host launches"
+    assert any(s.best.prediction.step.launch_wait for s in result.systems)  # the case above is exercised
 
 
 def test_a_small_image_on_eight_gpus_is_bound_by_eager_launches():
