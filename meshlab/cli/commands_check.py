@@ -124,11 +124,10 @@ def export(
     if fmt == "json":
         print_json(spec_map_document(planned.plan), SpecMapDocument)
     elif fmt in ("diffusers", "xdit"):
-        from meshlab.export.gpu import diffusers_snippet, xdit_flags
+        from meshlab.export.gpu import gpu_form
 
         try:
-            text = (diffusers_snippet if fmt == "diffusers" else xdit_flags)(planned.plan, planned.strategy,
-                                                                             planned.hardware)
+            text = gpu_form(fmt, planned.plan, planned.strategy, planned.hardware)
         except MeshlabError as exc:
             raise planned.loaded.place(exc) from None
         typer.echo(text, nl=False)

@@ -17,8 +17,12 @@ for some models only, which its runner checks); a text encoder sharded over the 
 ``--shard_t5_encoder`` (a T5 encoder only; diffusers has none; Wan's own generate.py has ``--t5_fsdp``).
 
 Anything else (FSDP, a weight split over the batch axis; other axes; several slices) has no form in them, and is
-refused with the reason. Written by hand: neither tool reads a sharding plan, and these are their documented
-arguments (diffusers 0.42 ``ContextParallelConfig`` / ``TensorParallelConfig``; xDiT's ``xfuser`` CLI).
+refused with the reason. So is what a tool refuses for the model: diffusers' ``enable_parallelism`` needs the
+class's ``_cp_plan`` (context parallel) or ``_tp_plan`` (tensor parallel), which only some classes define
+(`DIFFUSERS_PLANS`); xDiT runs each model through its unified runner (``xdit --model NAME``), which refuses a flag
+the model's capabilities do not allow, CFG parallelism for Flux and Qwen-Image among them, and tensor parallelism
+for every model (`XDIT_MODELS`). Written by hand: neither tool reads a sharding plan, and these are their
+documented arguments (diffusers 0.42 ``ContextParallelConfig`` / ``TensorParallelConfig``; xDiT's ``xdit`` runner).
 """
 
 from __future__ import annotations
@@ -31,6 +35,54 @@ from meshlab.plan.axes import GUIDANCE_AXIS, ring_axes, ulysses_axes
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import diffusers_cannot_split
 from meshlab.strategy.schema import Strategy
+
+#: Which plans diffusers' ``enable_parallelism`` takes for each class: (context parallel, tensor parallel), i.e.
+#: whether the class defines ``_cp_plan`` and ``_tp_plan`` (diffusers 0.42.1, ``ModelMixin.enable_parallelism``
+#: raises "`cp_plan` must be provided..." without the first, ``_check_tp_supported`` without the second; the
+#: tests hold this table to the installed classes).
+DIFFUSERS_PLANS: dict[str, tuple[bool, bool]] = {
+    "QwenImageTransformer2DModel": (True, True),
+    "FluxTransformer2DModel": (True, True),
+    "Flux2Transformer2DModel": (True, True),
+    "WanTransformer3DModel": (True, False),
+    "LTXVideoTransformer3DModel": (True, False),
+    "SD3Transformer2DModel": (False, False),
+    "HunyuanVideoTransformer3DModel": (False, False),
+    "CogVideoXTransformer3DModel": (False, False),
+    "SanaTransformer2DModel": (False, False),
+}
+
+
+@dataclass(frozen=True)
+class XditModel:
+    """How xDiT runs a model: the unified runner's name for it (``xdit --model NAME``), or the example script that
+    runs it, and which of the plan's flags it allows."""
+
+    name: str
+    cfg: bool  # --use_cfg_parallel
+    parallel_vae: bool  # --use_parallel_vae
+    tiling: bool  # --enable_tiling
+    runner: bool = True  # False: an example script (xFuserArgs.add_cli_args' flags, --shard_t5_encoder among them)
+
+
+#: xdit-project/xDiT at 175e0bf (2026-07-14): the runner's registered models and their ``ModelCapabilities``
+#: (xfuser/model_executor/models/runner_models/*.py; ``xFuserModel._validate_config`` raises "Model ... does not
+#: support {key}" for a flag the model does not allow, and no model allows ``tensor_parallel_degree``). SANA and
+#: CogVideoX are not registered; their example scripts run them (the SANA one tiles its decode itself). The runner
+#: has no Wan 2.1 T2V 1.3B (only the 14B) and runs LTX-2, not LTX-Video: those cards have no xDiT form.
+XDIT_MODELS: dict[str, XditModel] = {
+    "qwen-image": XditModel("Qwen-Image", cfg=False, parallel_vae=False, tiling=False),
+    "flux-dev": XditModel("FLUX.1-dev", cfg=False, parallel_vae=True, tiling=True),
+    "flux2-dev": XditModel("FLUX.2-dev", cfg=False, parallel_vae=True, tiling=True),
+    "sd3.5-large": XditModel("SD3.5", cfg=True, parallel_vae=False, tiling=True),
+    "hunyuan-video": XditModel("HunyuanVideo", cfg=False, parallel_vae=False, tiling=True),
+    "wan-2.1-t2v-14b": XditModel("Wan2.1-T2V", cfg=False, parallel_vae=True, tiling=True),
+    "wan-2.1-i2v-14b": XditModel("Wan2.1-I2V", cfg=True, parallel_vae=True, tiling=True),
+    "cogvideox-5b": XditModel("examples/cogvideox_usp_example.py", cfg=True, parallel_vae=False, tiling=True,
+                              runner=False),
+    "sana-1600m": XditModel("examples/sana_example.py", cfg=True, parallel_vae=False, tiling=True, runner=False),
+}
+
 
 @dataclass(frozen=True)
 class Degrees:
@@ -66,9 +118,9 @@ def degrees(plan: Plan, strategy: Strategy) -> Degrees:
     fsdp = weights & ({activations.batch} | sequence | {GUIDANCE_AXIS})
     if fsdp:
         raise PlanError(f"weights split over {'+'.join(sorted(fsdp))}, which also splits activations (FSDP): diffusers' "
-                        "enable_parallelism and xDiT's flags have no such form",
-                        "export --format torch-xla or dtensor, or keep the weights whole on that axis",
-                        field=("rules",))
+                        "enable_parallelism has no such form, and meshlab does not map a plan onto xDiT's "
+                        "--fully_shard_degree", "export --format torch-xla or dtensor, or keep the weights whole "
+                        "on that axis", field=("rules",))
     known = sequence | {activations.batch, GUIDANCE_AXIS} | weights
     other = [a for a in mesh.names if a not in known and mesh.size(a) > 1]
     if other:
@@ -106,20 +158,29 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
     if d.tensor > 1 and d.ulysses * d.ring > 1:
         raise PlanError("the plan splits weights (tensor parallel) and the sequence (context parallel), and "
                         "diffusers' ParallelConfig refuses the two together",
-                        "export --format xdit, or keep one of the two", field=("rules",))
+                        "keep one of the two", field=("rules",))
     if d.data > 1:
         raise PlanError(f"the batch is split over {strategy.activations.batch} ({d.data}), and diffusers' "
                         "enable_parallelism has no data parallel degree", "run one process group per replica "
-                        "(a plan with data 1), or export --format xdit (--data_parallel_degree)",
+                        "(a plan with data 1)",
                         field=("activations", "batch"))
     if d.ulysses * d.ring == 1 and d.tensor == 1:
         raise PlanError("the plan splits neither the sequence nor the weights, and diffusers' enable_parallelism "
-                        "takes only those (context and tensor parallel degrees)", "export --format xdit "
-                        "(--use_cfg_parallel, --data_parallel_degree), or split the sequence", field=("mesh",))
+                        "takes only those (context and tensor parallel degrees)", "split the sequence",
+                        field=("mesh",))
     refusal = diffusers_cannot_split(plan.card)
     if d.ulysses * d.ring > 1 and refusal:
         raise PlanError(refusal, "export --format torch-xla, or keep the sequence whole",
                         field=("activations", "sequence"))
+    class_name = plan.card.class_name
+    context, tensor = DIFFUSERS_PLANS.get(class_name, (True, True))
+    for wanted, has, what, config, field in ((d.ulysses * d.ring > 1, context, "_cp_plan", "ContextParallelConfig",
+                                              ("activations", "sequence")),
+                                             (d.tensor > 1, tensor, "_tp_plan", "TensorParallelConfig", ("rules",))):
+        if wanted and not has:
+            raise PlanError(f"diffusers' {class_name} defines no {what}, so enable_parallelism refuses a "
+                            f"{config} for it (diffusers 0.42)", f"pass your own {what.strip('_')} to "
+                            "enable_parallelism", field=field)
     names, shape = [], []
     for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):
         if n > 1 or name in ("ring", "ulysses") and d.tensor == 1:
@@ -128,6 +189,8 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
     lines = [f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
              "--format diffusers", "# run under torchrun (one process per GPU), after the pipeline is built and "
              "moved to the rank's GPU: `transformer` is pipe.transformer", *priced_elsewhere(plan, strategy, hardware),
+             *([f"# meshlab has not checked whether diffusers' {class_name} defines the _cp_plan / _tp_plan "
+                "enable_parallelism needs"] if class_name not in DIFFUSERS_PLANS else []),
              "from torch.distributed.device_mesh import init_device_mesh"]
     if d.tensor > 1:
         lines += ["from diffusers import TensorParallelConfig", "",
@@ -148,14 +211,17 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
                          f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
     if strategy.placement.text_encoder == "sharded":
         raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs (FSDP), which diffusers' "
-                        "enable_parallelism does not do", "use device (replicated) or cpu, or export --format xdit "
-                        "(--shard_t5_encoder)", field=("placement", "text_encoder"))
+                        "enable_parallelism does not do", "use device (replicated) or cpu",
+                        field=("placement", "text_encoder"))
     if strategy.placement.vae_decode == "parallel":
         raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
-                        "VAE", "use full or tiled, or export --format xdit (--use_parallel_vae)",
+                        "VAE", "use full or tiled",
                         field=("placement", "vae_decode"))
     if strategy.placement.vae_decode == "tiled":
         lines.append("pipe.vae.enable_tiling()  # placement.vae_decode: tiled")
+    if strategy.compile.elementwise == "fused":
+        lines.append("transformer.compile()  # priced compiled (compile.elementwise: fused); for an eager run, set "
+                     "compile: {elementwise: eager} to price it")
     if d.cfg > 1:
         lines += ["# guidance: diffusers runs both branches on every rank; split them over mesh['cfg'] in the script "
                   "(rank group mesh['cfg'].get_local_rank() runs one branch; all-gather the two noise predictions "
@@ -164,25 +230,68 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
 
 
 def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
-    """The xfuser command line's parallel flags (their product is the GPU count). `hardware` (the strategy's
-    system): a plan priced off GPUs says so."""
+    """xDiT's launch line with the plan's flags (their product is the GPU count): its unified runner's
+    ``xdit --model NAME``, or the example script that runs the model. `hardware` (the strategy's system): a plan priced
+    off GPUs says so."""
     d = degrees(plan, strategy)
-    flags = [f"--data_parallel_degree {d.data}", f"--ulysses_degree {d.ulysses}", f"--ring_degree {d.ring}",
-             "--pipefusion_parallel_degree 1", f"--tensor_parallel_degree {d.tensor}"]
+    model = XDIT_MODELS.get(plan.card.name)
+    if model is None:
+        raise PlanError(f"xDiT runs no {plan.card.name} ({plan.card.class_name}): its runner registers none and no "
+                        "example script runs it (xDiT 175e0bf)", "export --format torch-xla",
+                        field=("model",))
+    if d.tensor > 1:
+        raise PlanError(f"the plan splits weights over {d.tensor} GPUs (tensor parallel), and xDiT's runner refuses "
+                        "--tensor_parallel_degree for every model it runs", "keep the weights whole (replicate) and "
+                        "split the sequence", field=("rules",))
+    if d.cfg > 1 and not model.cfg:
+        raise PlanError(f"xDiT runs {model.name} without CFG parallelism (--use_cfg_parallel: its runner refuses it "
+                        "for this model)", f"put the cfg axis's {d.cfg} ways on the sequence or the batch",
+                        field=("mesh", GUIDANCE_AXIS))
+    decode = strategy.placement.vae_decode
+    if decode == "parallel" and not model.parallel_vae or decode == "tiled" and not model.tiling:
+        flag = "--use_parallel_vae" if decode == "parallel" else "--enable_tiling"
+        raise PlanError(f"placement.vae_decode: {decode} is xDiT's {flag}, which it does not take for {model.name}",
+                        "use full", field=("placement", "vae_decode"))
+    flags = [f"--data_parallel_degree {d.data}", f"--ulysses_degree {d.ulysses}", f"--ring_degree {d.ring}"]
     if d.cfg > 1:
         flags.append("--use_cfg_parallel")
-    if strategy.placement.vae_decode == "parallel":
+    if decode == "parallel":
         flags.append("--use_parallel_vae")
-    if strategy.placement.vae_decode == "tiled":
+    if decode == "tiled":
         flags.append("--enable_tiling")
+    if strategy.compile.elementwise == "fused":
+        flags.append("--use_torch_compile")  # what compile.elementwise: fused prices on a GPU
     note = "".join(f"{line}\n" for line in priced_elsewhere(plan, strategy, hardware))
     if strategy.placement.text_encoder == "sharded":
+        if model.runner:
+            raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs, and xDiT's runner "
+                            "has no such flag (--shard_t5_encoder is its example scripts')", "use device or cpu",
+                            field=("placement", "text_encoder"))
         flags.append("--shard_t5_encoder")
         note += "# --shard_t5_encoder shards a T5 text encoder; xDiT keeps others whole on every GPU\n"
     if d.ulysses * d.ring > 1 and d.priced_as != "xdit":
         ring = ", and sends each ring block to the next rank during a pass" if d.ring > 1 else ""
         note += (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "
                 f"activations.sequence_parallel: xdit to price what xDiT runs\n")
-    return (f"# {plan.strategy_name}: {plan.card.class_name} on {plan.mesh.device_count} GPUs, from meshlab export "
-            f"--format xdit\n{note}torchrun --nproc_per_node {plan.mesh.device_count} <xfuser example script> "
-            + " ".join(flags) + "\n")
+    gpus = plan.mesh.device_count
+    launch = (f"xdit --nproc_per_node {gpus} --model {model.name}" if model.runner else
+              f"torchrun --nproc_per_node {gpus} {model.name} --model <checkpoint>")
+    return (f"# {plan.strategy_name}: {plan.card.class_name} on {gpus} GPUs, from meshlab export --format xdit\n"
+            f"{note}{launch} " + " ".join(flags) + "\n")
+
+
+FORMS = {"diffusers": diffusers_snippet, "xdit": xdit_flags}
+
+
+def gpu_form(fmt: str, plan: Plan, strategy: Strategy, hardware=None) -> str:
+    """The plan in `fmt` ("diffusers" or "xdit"); where that refuses it and the other tool takes it, the refusal's
+    fix says so."""
+    try:
+        return FORMS[fmt](plan, strategy, hardware)
+    except PlanError as exc:
+        other = next(name for name in FORMS if name != fmt)
+        try:
+            FORMS[other](plan, strategy, hardware)
+        except PlanError:
+            raise exc from None
+        raise PlanError(exc.problem, f"{exc.fix}, or export --format {other}", field=exc.field) from None
