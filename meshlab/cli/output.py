@@ -43,13 +43,29 @@ def png_path(path: Path | None) -> Path | None:
 
 
 def console():
-    """A rich console; when stdout is not a terminal, wide enough that tables do not wrap."""
+    """A rich console; when stdout is not a terminal, wide enough that tables do not wrap, and a table whose words
+    do not fit even so is printed at its own width rather than cropped (rich cuts a cell's text, or whole columns,
+    without a mark)."""
     import os
 
     from rich.console import Console
+    from rich.table import Table
+
+    class Unclipped(Console):
+        def print(self, *objects, **kwargs):
+            unbounded = self.options.update_width(10_000)  # a measure is clamped to the width it is given
+            sizes = [self.measure(o, options=unbounded) for o in objects if isinstance(o, Table)]
+            if all(size.minimum <= self.width for size in sizes):
+                return super().print(*objects, **kwargs)
+            # rich's collapse to a table's minimum still crops its last column: give it its whole width
+            page, self.width = self.width, max(size.maximum for size in sizes)  # print's width= cannot exceed this
+            try:
+                super().print(*objects, **kwargs)
+            finally:
+                self.width = page
 
     width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140
-    return Console(highlight=False, width=width)
+    return Unclipped(highlight=False, width=width)
 
 
 def fail(error: MeshlabError) -> NoReturn:
