@@ -2,6 +2,10 @@
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import typer
@@ -194,6 +198,19 @@ def test_the_table_names_each_plan_s_system_and_prices_no_plan_that_does_not_fit
     assert data[2] == "data8" and data[5:7] == ["31.25", "no"] and data[13] == "-"  # usable, fits, $/image
     ulysses = [c.strip() for c in rows["ulysses best"].split("│")]
     assert ulysses[2] == "cfg2 x seq4" and ulysses[5] == "79.15" and ulysses[13].startswith("$")
+
+
+def test_piped_the_table_keeps_every_column_whole():
+    """Not a terminal and no COLUMNS: rich cut the columns that did not fit 140 characters (MFU, collective GiB)
+    and cropped $/image to two decimals without a mark; the table is printed at its own width instead."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    done = subprocess.run([sys.executable, "-m", "meshlab", "compare", *map(str, STRATEGIES)], capture_output=True,
+                          text=True, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if line.startswith("┃ strategy"))
+    assert header.rstrip().endswith("┃ MFU ┃ GiB/step ┃")
+    row = next(line for line in done.stdout.splitlines() if line.startswith("│ flux-usp"))
+    assert re.search(r"│ \$0\.\d{4} │", row), row
 
 
 def test_explain_puts_alike_collectives_on_one_row():
