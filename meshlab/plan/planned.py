@@ -60,7 +60,10 @@ def plan_file(path: str | Path) -> PlannedStrategy:
 
 
 def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> PlannedStrategy:
-    """`hardware`: plan on it instead of what the strategy names (`meshlab profile`, before the profile exists)."""
+    """`hardware`: plan on it instead of what the strategy names (`meshlab profile`, before the profile exists).
+    Workload fields the file leaves out are the model's pipeline's defaults, as `try --model` and `sweep` take them
+    (`with_pipeline_workload`)."""
+    loaded = with_pipeline_workload(loaded)
     strategy = loaded.strategy
     card = _with_field(lambda: load_card(strategy.model, loaded.path.parent), ("model",))
     hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
@@ -127,6 +130,27 @@ def workload_with(workload: Workload, **updates) -> Workload:
         what = Workload.field_description(str(problem["loc"][0])) if problem["loc"] else ""
         raise InputError(f"{flag}: {problem['msg']}", f"{flag} is {what}" if what else "see `meshlab schema`",
                          Location("command line")) from None  # placed, so no strategy line claims it
+
+
+def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
+    """`loaded` with the workload fields its file leaves out (steps, cfg, text tokens, size, frames) taken from its
+    model's pipeline defaults, where the model has them, and a line saying so: without it a Flux.1-dev file with
+    no workload was priced at 50 steps with CFG, and a Wan one as a single 1024x1024 frame. Pure."""
+    from meshlab.models.defaults import FIELDS, pipeline_defaults
+
+    strategy = loaded.strategy
+    defaults = pipeline_defaults(strategy.model)
+    if defaults is None or loaded.workload_basis:
+        return loaded
+    given = strategy.workload.model_fields_set if "workload" in strategy.model_fields_set else set()
+    missing = {f: getattr(defaults, f) for f in FIELDS  # where the pipeline's differs from the generic default
+               if f not in given and getattr(defaults, f) != getattr(strategy.workload, f)}
+    if not missing:
+        return loaded
+    workload = strategy.workload.model_copy(update=missing)
+    basis = (f"{defaults.pipeline}'s defaults for what the file leaves out: "
+             + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in missing.items()))
+    return replace(loaded, strategy=strategy.model_copy(update={"workload": workload}), workload_basis=basis)
 
 
 def default_workload(model: str, required_text: int = 0, **given) -> tuple:

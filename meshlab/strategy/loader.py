@@ -20,6 +20,9 @@ class LoadedStrategy:
     strategy: Strategy
     document: YamlDocument
     path: Path
+    #: what the workload rests on where the file leaves fields out and the model's pipeline gives them
+    #: (meshlab.plan.planned fills them); "" where the file gives them all or the model has no pipeline defaults
+    workload_basis: str = ""
 
     def place(self, error: MeshlabError) -> MeshlabError:
         """Give an error raised while planning the file, naming a field, its line in the file."""

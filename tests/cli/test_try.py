@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from meshlab.cli.app import app
 from meshlab.core.hardware import FIGURES
 
-from tests.conftest import STRATEGIES
+from tests.conftest import REPO, STRATEGIES
 
 runner = CliRunner()
 REQUIRED = {"strategy", "model", "hardware", "mesh", "total_params", "parameters", "per_chip", "fits"}
@@ -67,3 +67,21 @@ def test_hardware_lists_catalog_with_sources():
     assert result.exit_code == 0 and "v6e-8" in rows
     assert set(FIGURES) <= set(rows["v6e-8"]["sources"]) and all(rows["v6e-8"]["sources"][f] for f in FIGURES)
     assert rows["v6e-8"]["figures"]["chips"] == 8
+
+
+def test_a_workload_the_file_leaves_out_is_the_model_s_pipeline_s(tmp_path):
+    """Flux.1-dev without a workload runs as FluxPipeline does (28 steps, no CFG), a Wan file that gives only its
+    steps makes WanPipeline's 81 frames at 480x832 (it was one 1024x1024 frame), and try says where they came from."""
+    from meshlab.plan.planned import plan_file
+
+    head = "name: t\nhardware: h100\nmesh: {data: 1}\nrules: [{match: '*', shard: replicate}]\n"
+    (tmp_path / "flux.yaml").write_text(head + "model: flux-dev\n")
+    (tmp_path / "wan.yaml").write_text(head + "model: wan-2.1-t2v-1.3b\nworkload: {steps: 10}\n")
+    flux, wan = plan_file(tmp_path / "flux.yaml").strategy.workload, plan_file(tmp_path / "wan.yaml").strategy.workload
+    assert (flux.steps, flux.cfg, flux.text_tokens) == (28, False, 512)
+    assert (wan.steps, wan.frames, wan.height, wan.width, wan.cfg) == (10, 81, 480, 832, True)
+    result = runner.invoke(app, ["try", str(tmp_path / "flux.yaml")], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "workload: FluxPipeline's defaults for what the file leaves out: steps 28, cfg False" in result.stdout
+    full = runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "160"})
+    assert "workload:" not in full.stdout  # a file that gives its whole workload takes nothing
