@@ -15,8 +15,8 @@ def render_try(planned: PlannedStrategy, console) -> None:
                   f"on {hardware.name}, mesh {plan.mesh.describe()}")
     if strategy.description:
         console.print(f"[dim]{strategy.description.strip()}[/dim]")
-    if planned.loaded.workload_basis:
-        console.print(f"workload: {planned.loaded.workload_basis}")
+    for line in planned.loaded.taken:
+        console.print(line)
     info = coverage(planned)
     console.print(_plan_table(planned, info))
     console.print(_coverage_line(info))

@@ -62,11 +62,12 @@ def plan_file(path: str | Path) -> PlannedStrategy:
 def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> PlannedStrategy:
     """`hardware`: plan on it instead of what the strategy names (`meshlab profile`, before the profile exists).
     Workload fields the file leaves out are the model's pipeline's defaults, as `try --model` and `sweep` take them
-    (`with_pipeline_workload`)."""
+    (`with_pipeline_workload`), and a compile mode it leaves out is the system's (`with_system_compile`)."""
     loaded = with_pipeline_workload(loaded)
-    strategy = loaded.strategy
-    card = _with_field(lambda: load_card(strategy.model, loaded.path.parent), ("model",))
+    card = _with_field(lambda: load_card(loaded.strategy.model, loaded.path.parent), ("model",))
     hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
+    loaded = with_system_compile(loaded, hardware)
+    strategy = loaded.strategy
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
     plan = make_plan(strategy, card, hardware.chips)
@@ -140,7 +141,7 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
 
     strategy = loaded.strategy
     defaults = pipeline_defaults(strategy.model)
-    if defaults is None or loaded.workload_basis:
+    if defaults is None:
         return loaded
     given = strategy.workload.model_fields_set if "workload" in strategy.model_fields_set else set()
     missing = {f: getattr(defaults, f) for f in FIELDS  # where the pipeline's differs from the generic default
@@ -148,9 +149,24 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
     if not missing:
         return loaded
     workload = strategy.workload.model_copy(update=missing)
-    basis = (f"{defaults.pipeline}'s defaults for what the file leaves out: "
+    basis = (f"workload: {defaults.pipeline}'s defaults for what the file leaves out: "
              + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in missing.items()))
-    return replace(loaded, strategy=strategy.model_copy(update={"workload": workload}), workload_basis=basis)
+    return replace(loaded, strategy=strategy.model_copy(update={"workload": workload}),
+                   taken=(*loaded.taken, basis))
+
+
+def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStrategy:
+    """On a GPU, a file that does not say how its elementwise ops run is priced eager, as PyTorch, diffusers and
+    xDiT run without torch.compile (the schema's default, fused, is what XLA does on a TPU): the same layout was
+    priced twice as fast from a file as from `try --model`, which prices GPUs eager. Pure."""
+    strategy = loaded.strategy
+    given = strategy.compile.model_fields_set if "compile" in strategy.model_fields_set else set()
+    if hardware.kind != "gpu" or "elementwise" in given:
+        return loaded
+    compiled = strategy.compile.model_copy(update={"elementwise": "eager"})
+    line = ("compile: eager, as PyTorch runs on a GPU unless told otherwise (the file leaves compile.elementwise "
+            "out; fused prices torch.compile)")
+    return replace(loaded, strategy=strategy.model_copy(update={"compile": compiled}), taken=(*loaded.taken, line))
 
 
 def default_workload(model: str, required_text: int = 0, **given) -> tuple:

@@ -20,9 +20,9 @@ class LoadedStrategy:
     strategy: Strategy
     document: YamlDocument
     path: Path
-    #: what the workload rests on where the file leaves fields out and the model's pipeline gives them
-    #: (meshlab.plan.planned fills them); "" where the file gives them all or the model has no pipeline defaults
-    workload_basis: str = ""
+    #: lines saying what planning took where the file is silent (meshlab.plan.planned fills the fields): the
+    #: workload from the model's pipeline, the compile mode from the system
+    taken: tuple[str, ...] = ()
 
     def place(self, error: MeshlabError) -> MeshlabError:
         """Give an error raised while planning the file, naming a field, its line in the file."""

@@ -83,5 +83,21 @@ def test_a_workload_the_file_leaves_out_is_the_model_s_pipeline_s(tmp_path):
     result = runner.invoke(app, ["try", str(tmp_path / "flux.yaml")], env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
     assert "workload: FluxPipeline's defaults for what the file leaves out: steps 28, cfg False" in result.stdout
+    assert "compile: eager, as PyTorch runs on a GPU unless told otherwise" in result.stdout
     full = runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "160"})
-    assert "workload:" not in full.stdout  # a file that gives its whole workload takes nothing
+    assert "workload:" not in full.stdout and "compile:" not in full.stdout  # it gives both (a TPU: fused)
+
+
+def test_a_gpu_file_that_does_not_say_how_it_compiles_is_priced_eager(tmp_path):
+    """ulysses.yaml says fused (torch.compile); without that line the same layout is priced as PyTorch runs it on a
+    GPU, eager, as `try --model` prices it: slower, and its export asks for no --use_torch_compile."""
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    text = (REPO / "strategies" / "ulysses.yaml").read_text()
+    assert "  elementwise: fused" in text
+    (tmp_path / "u.yaml").write_text(text.replace("  elementwise: fused", "  libtpu_flags: []"))
+    fused, plain = plan_file(REPO / "strategies" / "ulysses.yaml"), plan_file(tmp_path / "u.yaml")
+    assert (fused.strategy.compile.elementwise, plain.strategy.compile.elementwise) == ("fused", "eager")
+    assert predict(plain.plan, plain.strategy, plain.hardware).seconds_per_image > \
+        1.5 * predict(fused.plan, fused.strategy, fused.hardware).seconds_per_image
