@@ -127,9 +127,17 @@ def test_no_rank_is_left_running_when_the_worker_dies():
         if "starting 8 gloo processes" in line:
             break
     worker = next(pid for pid in _descendants(check.pid) if "meshlab.workers.check_dtensor" in _cmdline(pid))
-    deadline = time.time() + 300  # the ranks import torch, arm their death signal, then join the gloo group
-    while not ((started := _ranks(worker)) and len(started) == 8 and all(map(_joined, started))):
-        assert time.time() < deadline, "the ranks did not start"
+    # The ranks import torch, arm their death signal, then join the gloo group. Each is stopped (SIGSTOP) once it
+    # has joined, so none can finish the check and exit before all eight are seen; SIGKILL still ends a stopped one.
+    started: set[int] = set()
+    deadline = time.time() + 300
+    while len(started) < 8:
+        assert check.poll() is None, f"the check ended before its ranks were seen: {check.stderr.read()}"
+        assert time.time() < deadline, f"the ranks did not start ({len(started)} of 8 joined)"
+        for pid in _ranks(worker) - started:
+            if _joined(pid):
+                os.kill(pid, signal.SIGSTOP)
+                started.add(pid)
         time.sleep(0.2)
     os.kill(worker, signal.SIGKILL)
     rest = check.stderr.read()
