@@ -66,7 +66,7 @@ def test_random_needs_a_qwen_image_card(tmp_path):
                     reason="needs torch, diffusers and transformers")
 def test_a_random_full_width_block_runs_with_plain_pytorch_and_is_recorded(tmp_path):
     strategy = tmp_path / "one.yaml"
-    strategy.write_text(ONE_DEVICE)
+    strategy.write_text(ONE_DEVICE + "compile: {elementwise: fused}\n")  # said: a GPU file is otherwise eager
     result, out, results = invoke([str(strategy), "--checkpoint", "random", "--layers", "1", "--backend", "torch"],
                                   tmp_path)
     assert result.exit_code == 0, result.output
