@@ -575,13 +575,13 @@ def _vae_figures(vae: Any) -> dict:
 
 
 def _traced_decode(spec: ComponentSpec, cls: type, video: bool) -> Decode:
-    """The decode's figures (meshlab.models.importer.decode_trace), from the VAE with random weights on the CPU; a video
-    model's VAE decodes frames after the first."""
+    """The decode's figures (meshlab.models.importer.decode_trace), from the VAE and its latents on ``meta`` (the
+    figures are the ops' and shapes', not the values'); a video model's VAE decodes frames after the first."""
     import torch
 
-    torch.manual_seed(TRACE_SEED)
-    vae = cls.from_config(spec.config).eval()
-    return trace_decode(vae, lambda side, frames: _latent_shape(vae.config, side, frames), video)
+    with torch.device("meta"):
+        vae = cls.from_config(spec.config).eval()
+        return trace_decode(vae, lambda side, frames: _latent_shape(vae.config, side, frames), video)
 
 
 def _latent_shape(config: Mapping, side: int, frames: int = 1) -> tuple[int, ...]:

@@ -1,7 +1,12 @@
-"""What a VAE decode costs, from the real decoder run on the CPU (needs torch): the card's decode figures.
+"""What a VAE decode costs, from the real decoder's ops (needs torch): the card's decode figures.
 
-Real decodes of the VAE (random weights, float32, one sample; for a video VAE, decodes of 2 and 3 latent frames
-whose difference is one latent frame in the steady state, see `trace_decode`):
+Decodes of the VAE (float32, one sample; for a video VAE, decodes of 2 and 3 latent frames whose difference is one
+latent frame in the steady state, see `trace_decode`), run on ``meta`` by the importer: every figure below follows
+from the ops and their shapes, not their values, so the decoder's real module runs without computing anything
+(HunyuanVideo's decodes took 70 s of convolutions on two CPU cores, 1 s on ``meta``). Each attention runs as one
+fused op (`fused_attention`: torch's memory-efficient kernel's, as a GPU runs it), whose FLOPs torch counts; on the
+CPU torch's fused kernel has no FLOP formula and went uncounted (4,267 FLOPs per pixel of HunyuanVideo's 24.8
+million), and on ``meta`` torch's own choice is its math path (scores, softmax and copies a GPU does not run).
 
 - **FLOPs**: torch's ``FlopCounterMode`` (convolutions, matmuls, attention) over a decode from an 8x8 latent
   (for a video VAE, see `trace_decode`).
@@ -73,6 +78,11 @@ def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
     whole-video decoder's dispatches are one decode's. A video VAE's working set also records its growth per latent
     frame past the measured decode, and the decoded video's copies it holds at once.
     """
+    with fused_attention():
+        return _trace_decode(vae, latent_shape, video)
+
+
+def _trace_decode(vae: Any, latent_shape: Any, video: bool) -> Decode:
     import torch
 
     small, large = DECODE_LATENTS
@@ -149,12 +159,41 @@ def live_peak(vae: Any, latent: Any) -> tuple[int, int]:
     return held + live.peak - image.numel() * image.element_size(), image.shape[-1] * image.shape[-2]
 
 
+def fused_attention() -> Any:
+    """A ``TorchFunctionMode`` that runs ``F.scaled_dot_product_attention`` as torch's memory-efficient attention op
+    (``aten._scaled_dot_product_efficient_attention``): one fused op, without the scores, that torch's FLOP counter
+    counts, whatever the device would choose (the math path on ``meta``, an uncounted kernel on the CPU). A mask
+    becomes the additive bias the op takes, broadcast to [batch, heads, queries, keys]."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class FusedAttention(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func is not sdpa:
+                return func(*args, **kwargs)
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            call = {**dict(zip(names, args)), **kwargs}
+            q, k, v, mask = call["query"], call["key"], call["value"], call.get("attn_mask")
+            if mask is not None:
+                if mask.dtype == torch.bool:
+                    mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+                mask = mask.expand(*q.shape[:-2], q.shape[-2], k.shape[-2])
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                q, k, v, mask, False, call.get("dropout_p", 0.0), call.get("is_causal", False),
+                scale=call.get("scale"))[0]
+
+    return FusedAttention()
+
+
 def live_tensors(exclude=()) -> Any:
     """A ``TorchDispatchMode`` (torch's documented hook on every op; built on use, so importing this module needs no
     torch) whose ``peak`` is the most bytes the storages ops returned held at once while it was entered: each storage
     counts once, from the op that returns it until it is freed (a finalizer on the storage's Python object, which
-    torch keeps for the storage's life); views and in-place results add nothing, and `exclude`'s storages never
-    count."""
+    torch keeps for the storage's life, and whose identity keys it: a ``meta`` storage has no address); views and
+    in-place results add nothing, and `exclude`'s storages never count."""
     import weakref
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -169,7 +208,7 @@ def live_tensors(exclude=()) -> Any:
     class LiveTensors(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.excluded = {t.untyped_storage().data_ptr() for t in exclude}
+            self.excluded = {id(t.untyped_storage()) for t in exclude}
             self.live: dict[int, int] = {}
             self.current = self.peak = 0
 
@@ -181,10 +220,8 @@ def live_tensors(exclude=()) -> Any:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for tensor in tensors(out):
-                if tensor.device.type == "meta":
-                    continue
                 storage = tensor.untyped_storage()
-                key, nbytes = storage.data_ptr(), storage.nbytes()
+                key, nbytes = id(storage), storage.nbytes()
                 if nbytes == 0 or key in self.excluded or key in self.live:
                     continue
                 self.live[key] = nbytes
