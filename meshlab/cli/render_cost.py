@@ -91,6 +91,8 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
             console.print(f"  [bold]{e.planned.strategy.name}[/bold] loses: {e.why}")
     for note in comparison.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+    if len({e.planned.hardware.name for e in entries}) > 1:  # plans on other systems rest on other figures
+        _print_bases(console, [(e.planned.hardware.name, e.prediction) for e in entries])
     for e in comparison.entries:
         if (warning := extrapolation_warning(e.prediction)) is not None:
             console.print(f"[yellow]warning:[/yellow] {e.planned.strategy.name}: {warning}")
@@ -234,12 +236,21 @@ def _render_systems(result, console) -> None:
                       f"{b.prediction.time_to_first_image:.0f} s" if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
                       s.binding.describe())
     console.print(table)
+    _print_bases(console, [(s.hardware.name, s.best.prediction) for s in result.systems if s.best is not None])
+
+
+def _print_bases(console, priced: list) -> None:
+    """What each system's times rest on (measured, published, assumed), for (system, prediction) pairs; nothing
+    when there are none."""
     bases = {}
-    for s in result.systems:
-        if s.best is not None:
-            bases.setdefault(_basis(s.best.prediction), []).append(s.hardware.name)
-    console.print("[dim]times priced from: " + "; ".join(f"{', '.join(names)}: {basis}" for basis, names in bases.items())
-                  + " (systems priced from assumed efficiencies compare less surely)[/dim]")
+    for name, prediction in priced:
+        names = bases.setdefault(_basis(prediction), [])
+        if name not in names:
+            names.append(name)
+    if bases:
+        console.print("[dim]times priced from: " + "; ".join(f"{', '.join(names)}: {basis}" for basis, names in
+                                                            bases.items())
+                      + " (systems priced from assumed efficiencies compare less surely)[/dim]")
 
 
 def _basis(p) -> str:

@@ -196,8 +196,10 @@ def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_
             return f"one device does all the work: {mine:.0f} TFLOP per image vs {theirs:.0f} per chip"
         if mine > 1.05 * theirs:
             return f"repeats work across chips: {mine:.0f} TFLOP per chip per image vs {theirs:.0f}"
+        # only where it holds: the reason's prefix already names two systems
+        why = " (fewer images per call to share weight reads)" if pred.layout.images < b.layout.images else ""
         return (f"slower compute/HBM per image: {pred.step.local * per_image:.2f} s vs "
-                f"{b.step.local * best_per_image:.2f} (fewer images per call to share weight reads)")
+                f"{b.step.local * best_per_image:.2f}{why}")
     if worst == "launches":
         return (f"waits on eager PyTorch's launches: {pred.step.launch_wait * per_image:.2f} s/image beyond its own "
                 f"work vs {b.step.launch_wait * best_per_image:.2f} (each chip's share too small to hide the host)")

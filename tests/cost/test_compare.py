@@ -238,3 +238,18 @@ def test_explain_lists_the_known_differences_of_its_plan_s_model_class():
     assert "SANA" not in text and f"({others} more, measured on other model classes" in text
     compared = json.loads(CliRunner().invoke(cli(), ["compare", GLOB, "--json"]).stdout)["assumptions"]["v6e-8"]
     assert "SANA" in next(a["source"] for a in compared if a["name"] == "collectives vs XLA")
+
+
+def test_a_loser_on_another_system_is_not_blamed_on_images_per_call(tmp_path):
+    """Wan at 720p, Ulysses on 8 H100s against wan-14b-v6e-8.yaml: both make one video a call, so 'fewer images per
+    call' cannot be why it is slower; and the two systems' times rest on different figures, which compare says."""
+    path = tmp_path / "wan.yaml"
+    done = subprocess.run([sys.executable, "-m", "meshlab", "try", "--model", "wan-2.1-t2v-14b", "--hardware", "h100",
+                           "--mesh", "seq=8", "--rules", "ulysses", "--height", "720", "--width", "1280", "--save",
+                           str(path)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    result = CliRunner().invoke(cli(), ["compare", str(path), str(REPO / "strategies" / "wan-14b-v6e-8.yaml")],
+                                env={"COLUMNS": "250"})
+    loses = next(line for line in result.stdout.splitlines() if " loses: " in line)
+    assert "slower compute/HBM per image" in loses and "images per call" not in loses
+    assert "times priced from: " in result.stdout and "h100: GEMMs measured" in result.stdout
