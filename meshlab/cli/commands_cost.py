@@ -232,8 +232,14 @@ def _card_and_systems(model: str, names: tuple[str, ...], devices: int | None):
     systems = {}
     for name in names:
         try:
+            node = load_hardware(name) if devices else None
             hw = load_hardware(name, overrides)
         except InputError as exc:
             raise InputError(f"--hardware: {exc.problem}", exc.fix) from None
+        if node is not None and node.kind == "gpu" and devices > node.chips:
+            # more GPUs than a node holds would be priced as one switch of them all: nodes' network is not modelled
+            raise InputError(f"--devices {devices}: {node.name} is a node of {node.chips} GPUs behind one NVLink "
+                             "switch, and meshlab does not price several nodes (their network between them)",
+                             f"use --devices {node.chips} or fewer")
         systems.setdefault(hw.name, hw)  # h100 and h100:8 are one system
     return card, tuple(systems.values())

@@ -58,6 +58,7 @@ def test_a_goal_no_plan_meets_is_an_empty_front_not_an_error(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["--hardware", "v6e-8,nosuch"], "--hardware: unknown hardware 'nosuch'; use one of: v6e-1"),
     (["--hardware", "v6e-8,h100", "--devices", "4"], "--devices 4 re-sizes one system, and 2 are swept"),
+    (["--hardware", "h100", "--devices", "16"], "h100 is a node of 8 GPUs behind one NVLink switch"),
     (["--hardware", "v6e-8", "--budget-usd-per-image", "-1"], "--budget-usd-per-image -1.0 is not a goal"),
     (["--hardware", "v6e-8", "--max-seconds-per-image", "nan"], "--max-seconds-per-image nan is not a goal"),
     (["--hardware", " , "], "names no system"),
