@@ -168,8 +168,10 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
                   > c.prediction.session_seconds(result.images) - c.prediction.startup.total]
         for c in [c for i, c in enumerate(costly) if all(c is not o for o in costly[:i])]:
             making = c.prediction.session_seconds(result.images) - c.prediction.startup.total
-            console.print(f"[yellow]note:[/yellow] {c.strategy.name}: loading and compiling "
-                          f"({c.prediction.startup.total:.0f} s) take longer than making the {result.images} images "
+            what = "loading and compiling" if c.prediction.startup.compile_s else "loading"  # eager: no compile
+            console.print(f"[yellow]note:[/yellow] {c.strategy.name}: {what} "
+                          f"({c.prediction.startup.total:.0f} s) take{'s' if what == 'loading' else ''} longer than "
+                          f"making the {result.images} image{'s' if result.images > 1 else ''} "
                           f"({making:.0f} s)")
     basis = (f"over {result.images} images with the load and compile before them" if result.images is not None
              else "at throughput")

@@ -87,7 +87,9 @@ def test_images_share_the_startup_and_say_when_it_outweighs_them(tmp_path):
             assert abs(first[c["name"]]["usd_per_image_over_images"] - p["time_to_first_image"]["usd"]) < 1e-12
             assert abs(c["usd_per_image_over_images"] / p["usd_per_image"] - 1) < 0.01
     shown = sweep("--hardware", "v6e-8", "--images", "1", "--out", str(tmp_path / "b.yaml"))
-    assert "take longer than making the 1 images" in shown.output
+    assert "loading and compiling" in shown.output and "take longer than making the 1 image (" in shown.output
+    eager = sweep("--hardware", "h100", "--images", "1", "--out", str(tmp_path / "b.yaml"))  # a GPU: no compile
+    assert "loading (" in eager.output and "takes longer than making the 1 image (" in eager.output
 
 
 def test_the_objective_picks_best_and_the_latency_goal_is_a_whole_call(tmp_path):
