@@ -111,7 +111,7 @@ def export(
     strategy: Path = typer.Argument(..., help="strategy YAML file"),
     fmt: str = typer.Option("torch-xla", "--format", help="torch-xla: a PyTorch/XLA snippet; dtensor: a "
                             "torch.distributed DeviceMesh/DTensor snippet; json: the spec map; diffusers: the "
-                            "enable_parallelism call; xdit: xfuser's parallel flags"),
+                            "enable_parallelism call; xdit: xDiT's runner command line"),
 ) -> None:
     """Print a plan as a standalone PyTorch/XLA or DTensor snippet, the parameter-to-spec map in JSON, or the
     GPU tools' form of it (diffusers' enable_parallelism, xDiT's flags); a plan with no such form is refused."""

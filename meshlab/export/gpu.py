@@ -9,20 +9,21 @@ parallelisms:
 - the sequence axes: Ulysses' (the ``attention.qkv`` rule puts them on the heads) and the ring's, the degrees of
   ``ContextParallelConfig(ulysses_degree, ring_degree)`` and ``--ulysses_degree`` / ``--ring_degree``;
 - a ``model`` axis that splits weights: ``TensorParallelConfig(tp_degree)`` (diffusers refuses it beside context
-  parallelism) and ``--tensor_parallel_degree``.
+  parallelism; xDiT's runner refuses ``--tensor_parallel_degree`` for every model).
 
 The rest of the pipeline (``placement``): a tiled VAE decode is diffusers' ``pipe.vae.enable_tiling()`` and
-xDiT's ``--enable_tiling``; a parallel one is xDiT's ``--use_parallel_vae`` (diffusers has none; xDiT offers it
-for some models only, which its runner checks); a text encoder sharded over the GPUs (FSDP) is xDiT's
-``--shard_t5_encoder`` (a T5 encoder only; diffusers has none; Wan's own generate.py has ``--t5_fsdp``).
+xDiT's ``--enable_tiling``; a parallel one is xDiT's ``--use_parallel_vae`` (diffusers has none; xDiT lists it for
+some models only); a text encoder sharded over the GPUs (FSDP) is ``--shard_t5_encoder`` of xDiT's example scripts
+(a T5 encoder only; its runner and diffusers have none; Wan's own generate.py has ``--t5_fsdp``). A plan priced
+compiled on a GPU (``compile.elementwise: fused``) asks for torch.compile.
 
 Anything else (FSDP, a weight split over the batch axis; other axes; several slices) has no form in them, and is
-refused with the reason. So is what a tool refuses for the model: diffusers' ``enable_parallelism`` needs the
+refused with the reason. So is what a tool does not run for the model: diffusers' ``enable_parallelism`` needs the
 class's ``_cp_plan`` (context parallel) or ``_tp_plan`` (tensor parallel), which only some classes define
-(`DIFFUSERS_PLANS`); xDiT runs each model through its unified runner (``xdit --model NAME``), which refuses a flag
-the model's capabilities do not allow, CFG parallelism for Flux and Qwen-Image among them, and tensor parallelism
-for every model (`XDIT_MODELS`). Written by hand: neither tool reads a sharding plan, and these are their
-documented arguments (diffusers 0.42 ``ContextParallelConfig`` / ``TensorParallelConfig``; xDiT's ``xdit`` runner).
+(`DIFFUSERS_PLANS`); xDiT runs each model through its unified runner (``xdit --model NAME``), whose capabilities per
+model leave out CFG parallelism for Flux and Qwen-Image among others, and tensor parallelism for every model
+(`XDIT_MODELS`). Written by hand: neither tool reads a sharding plan, and these are their documented arguments
+(diffusers 0.42 ``ContextParallelConfig`` / ``TensorParallelConfig``; xDiT's ``xdit`` runner).
 """
 
 from __future__ import annotations
@@ -61,26 +62,29 @@ class XditModel:
     name: str
     cfg: bool  # --use_cfg_parallel
     parallel_vae: bool  # --use_parallel_vae
-    tiling: bool  # --enable_tiling
     runner: bool = True  # False: an example script (xFuserArgs.add_cli_args' flags, --shard_t5_encoder among them)
 
 
 #: xdit-project/xDiT at 175e0bf (2026-07-14): the runner's registered models and their ``ModelCapabilities``
-#: (xfuser/model_executor/models/runner_models/*.py; ``xFuserModel._validate_config`` raises "Model ... does not
-#: support {key}" for a flag the model does not allow, and no model allows ``tensor_parallel_degree``). SANA and
-#: CogVideoX are not registered; their example scripts run them (the SANA one tiles its decode itself). The runner
-#: has no Wan 2.1 T2V 1.3B (only the 14B) and runs LTX-2, not LTX-Video: those cards have no xDiT form.
+#: (xfuser/model_executor/models/runner_models/*.py). ``xFuserModel._validate_config`` raises "Model ... does not
+#: support {key}" for a degree above 1 the model does not list, ``tensor_parallel_degree`` for every model; a boolean
+#: flag it does not list slips through that check (``True > 1`` is false) and runs unsupported: Flux.1's pipeline
+#: (xFuserFluxPipeline, ``check_model_parallel_state(cfg_parallel_available=False)``) then raises on
+#: ``--use_cfg_parallel``, the others run a CFG split or parallel VAE their code does not make. ``--enable_tiling``
+#: tiles any model's decode (``_enable_options``). SANA and CogVideoX are not registered; their example scripts run
+#: them. The runner has no Wan 2.1 T2V 1.3B (only the 14B) and runs LTX-2, not LTX-Video: those cards have no
+#: xDiT form.
 XDIT_MODELS: dict[str, XditModel] = {
-    "qwen-image": XditModel("Qwen-Image", cfg=False, parallel_vae=False, tiling=False),
-    "flux-dev": XditModel("FLUX.1-dev", cfg=False, parallel_vae=True, tiling=True),
-    "flux2-dev": XditModel("FLUX.2-dev", cfg=False, parallel_vae=True, tiling=True),
-    "sd3.5-large": XditModel("SD3.5", cfg=True, parallel_vae=False, tiling=True),
-    "hunyuan-video": XditModel("HunyuanVideo", cfg=False, parallel_vae=False, tiling=True),
-    "wan-2.1-t2v-14b": XditModel("Wan2.1-T2V", cfg=False, parallel_vae=True, tiling=True),
-    "wan-2.1-i2v-14b": XditModel("Wan2.1-I2V", cfg=True, parallel_vae=True, tiling=True),
-    "cogvideox-5b": XditModel("examples/cogvideox_usp_example.py", cfg=True, parallel_vae=False, tiling=True,
-                              runner=False),
-    "sana-1600m": XditModel("examples/sana_example.py", cfg=True, parallel_vae=False, tiling=True, runner=False),
+    "qwen-image": XditModel("Qwen-Image", cfg=False, parallel_vae=False),
+    "flux-dev": XditModel("FLUX.1-dev", cfg=False, parallel_vae=True),
+    "flux2-dev": XditModel("FLUX.2-dev", cfg=False, parallel_vae=True),
+    "sd3.5-large": XditModel("SD3.5", cfg=True, parallel_vae=False),
+    "hunyuan-video": XditModel("HunyuanVideo", cfg=False, parallel_vae=False),
+    "wan-2.1-t2v-14b": XditModel("Wan2.1-T2V", cfg=False, parallel_vae=True),
+    "wan-2.1-i2v-14b": XditModel("Wan2.1-I2V", cfg=True, parallel_vae=True),
+    # CogVideoX's example asserts no parallel VAE; SANA's pipeline raises NotImplementedError on one
+    "cogvideox-5b": XditModel("examples/cogvideox_usp_example.py", cfg=True, parallel_vae=False, runner=False),
+    "sana-1600m": XditModel("examples/sana_example.py", cfg=True, parallel_vae=False, runner=False),
 }
 
 
@@ -177,10 +181,11 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
     for wanted, has, what, config, field in ((d.ulysses * d.ring > 1, context, "_cp_plan", "ContextParallelConfig",
                                               ("activations", "sequence")),
                                              (d.tensor > 1, tensor, "_tp_plan", "TensorParallelConfig", ("rules",))):
-        if wanted and not has:
+        if wanted and not has:  # enable_parallelism takes a cp_plan of the caller's; a _tp_plan only the class's
             raise PlanError(f"diffusers' {class_name} defines no {what}, so enable_parallelism refuses a "
-                            f"{config} for it (diffusers 0.42)", f"pass your own {what.strip('_')} to "
-                            "enable_parallelism", field=field)
+                            f"{config} for it (diffusers 0.42)", "pass your own cp_plan to enable_parallelism"
+                            if what == "_cp_plan" else "define _tp_plan on the class, or split the sequence instead",
+                            field=field)
     names, shape = [], []
     for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):
         if n > 1 or name in ("ring", "ulysses") and d.tensor == 1:
@@ -219,7 +224,7 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
                         field=("placement", "vae_decode"))
     if strategy.placement.vae_decode == "tiled":
         lines.append("pipe.vae.enable_tiling()  # placement.vae_decode: tiled")
-    if strategy.compile.elementwise == "fused":
+    if strategy.compile.elementwise == "fused" and (hardware is None or hardware.kind == "gpu"):
         lines.append("transformer.compile()  # priced compiled (compile.elementwise: fused); for an eager run, set "
                      "compile: {elementwise: eager} to price it")
     if d.cfg > 1:
@@ -244,14 +249,13 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
                         "--tensor_parallel_degree for every model it runs", "keep the weights whole (replicate) and "
                         "split the sequence", field=("rules",))
     if d.cfg > 1 and not model.cfg:
-        raise PlanError(f"xDiT runs {model.name} without CFG parallelism (--use_cfg_parallel: its runner refuses it "
-                        "for this model)", f"put the cfg axis's {d.cfg} ways on the sequence or the batch",
+        raise PlanError(f"xDiT runs {model.name} without CFG parallelism (--use_cfg_parallel is not among its "
+                        "capabilities for this model)", f"put the cfg axis's {d.cfg} ways on the sequence or the batch",
                         field=("mesh", GUIDANCE_AXIS))
     decode = strategy.placement.vae_decode
-    if decode == "parallel" and not model.parallel_vae or decode == "tiled" and not model.tiling:
-        flag = "--use_parallel_vae" if decode == "parallel" else "--enable_tiling"
-        raise PlanError(f"placement.vae_decode: {decode} is xDiT's {flag}, which it does not take for {model.name}",
-                        "use full", field=("placement", "vae_decode"))
+    if decode == "parallel" and not model.parallel_vae:
+        raise PlanError(f"placement.vae_decode: parallel is xDiT's --use_parallel_vae, which is not among its "
+                        f"capabilities for {model.name}", "use full or tiled", field=("placement", "vae_decode"))
     flags = [f"--data_parallel_degree {d.data}", f"--ulysses_degree {d.ulysses}", f"--ring_degree {d.ring}"]
     if d.cfg > 1:
         flags.append("--use_cfg_parallel")
@@ -259,8 +263,8 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
         flags.append("--use_parallel_vae")
     if decode == "tiled":
         flags.append("--enable_tiling")
-    if strategy.compile.elementwise == "fused":
-        flags.append("--use_torch_compile")  # what compile.elementwise: fused prices on a GPU
+    if strategy.compile.elementwise == "fused" and (hardware is None or hardware.kind == "gpu"):
+        flags.append("--use_torch_compile")  # what compile.elementwise: fused prices on a GPU (a TPU's is XLA's)
     note = "".join(f"{line}\n" for line in priced_elsewhere(plan, strategy, hardware))
     if strategy.placement.text_encoder == "sharded":
         if model.runner:

@@ -153,15 +153,34 @@ def test_the_rest_of_the_pipeline_exports_where_the_tools_have_it_and_is_refused
     assert xdit in form(xdit_flags, planned, strategy) and diffusers in form(diffusers_snippet, planned, strategy)
 
 
-def test_a_decode_xdit_does_not_take_for_the_model_is_refused(tmp_path):
-    """Qwen-Image's runner allows neither --enable_tiling nor --use_parallel_vae; SD3.5's no parallel VAE."""
-    for model, decode in (("qwen-image", "tiled"), ("sd3.5-large", "parallel")):  # 38 heads: Ulysses 2
-        path = tmp_path / f"{model}.yaml"
-        done = subprocess.run([sys.executable, "-m", "meshlab", "try", "--model", model, "--hardware", "h100",
-                               "--mesh", "seq=2", "--rules", "ulysses", "--text-tokens", "334", "--save", str(path)],
-                              capture_output=True, text=True, cwd=REPO)
-        assert done.returncode == 0, done.stderr
-        planned = load_plan(path)
+def test_a_parallel_decode_xdit_does_not_list_for_the_model_is_refused(tmp_path):
+    """SD3.5's runner capabilities leave out --use_parallel_vae; --enable_tiling tiles any model's decode."""
+    path = tmp_path / "sd.yaml"
+    done = subprocess.run([sys.executable, "-m", "meshlab", "try", "--model", "sd3.5-large", "--hardware", "h100",
+                           "--mesh", "seq=2", "--rules", "ulysses", "--text-tokens", "334", "--save", str(path)],
+                          capture_output=True, text=True, cwd=REPO)  # 38 heads: Ulysses 2
+    assert done.returncode == 0, done.stderr
+    planned = load_plan(path)
+    for decode, says in (("parallel", "not among its capabilities for SD3.5"), ("tiled", "--enable_tiling")):
         strategy = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(
             update={"vae_decode": decode})})
-        assert "which it does not take for" in form(xdit_flags, planned, strategy), model
+        assert says in form(xdit_flags, planned, strategy), decode
+
+
+def test_a_tpu_plan_exported_for_the_gpu_tools_asks_for_no_torch_compile():
+    """model.yaml is fused because a TPU runs XLA: that is no torch.compile the GPU tools should be told to run."""
+    planned = load_plan(REPO / "strategies" / "model.yaml")
+    assert planned.strategy.compile.elementwise == "fused"
+    assert "compile()" not in diffusers_snippet(planned.plan, planned.strategy, planned.hardware)
+
+
+def test_a_missing_tp_plan_is_not_fixed_by_an_argument_diffusers_does_not_take(tmp_path):
+    """enable_parallelism takes a caller's cp_plan but no tp_plan: Wan's missing _tp_plan is the class's to define."""
+    path = tmp_path / "wan.yaml"
+    done = subprocess.run([sys.executable, "-m", "meshlab", "try", "--model", "wan-2.1-t2v-14b", "--hardware", "h100",
+                           "--mesh", "model=8", "--rules", "pairs", "--save", str(path)], capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    planned = load_plan(path)
+    refusal = form(diffusers_snippet, planned)
+    assert "WanTransformer3DModel defines no _tp_plan" in refusal and "define _tp_plan on the class" in refusal
