@@ -14,6 +14,7 @@ from meshlab.core.hardware import Hardware, load_hardware
 from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
+from meshlab.plan.axes import GUIDANCE_AXIS
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
 from meshlab.strategy.schema import Strategy, Workload
@@ -67,6 +68,16 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
     card = _with_field(lambda: load_card(loaded.strategy.model, loaded.path.parent), ("model",))
     hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
     loaded = with_system_compile(loaded, hardware)
+    try:
+        return _planned(loaded, card, hardware)
+    except MeshlabError as exc:  # a workload planning took, not the file, may be what fails: say where it came from
+        taken = [line for line in loaded.taken if line.startswith("workload:")]
+        if not taken:
+            raise
+        raise type(exc)(f"{exc.problem} ({'; '.join(taken)})", exc.fix, exc.location, exc.field) from None
+
+
+def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> PlannedStrategy:
     strategy = loaded.strategy
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
@@ -144,6 +155,8 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
     if defaults is None:
         return loaded
     given = strategy.workload.model_fields_set if "workload" in strategy.model_fields_set else set()
+    if strategy.mesh.get(GUIDANCE_AXIS, 1) != 1:  # a cfg axis carries two guidance branches: the file wants CFG
+        given = given | {"cfg"}
     missing = {f: getattr(defaults, f) for f in FIELDS  # where the pipeline's differs from the generic default
                if f not in given and getattr(defaults, f) != getattr(strategy.workload, f)}
     if not missing:
@@ -201,7 +214,7 @@ def with_placement(planned: PlannedStrategy, **updates) -> PlannedStrategy:
 
 def _replanned(planned: PlannedStrategy, strategy, plan) -> PlannedStrategy:
     """`planned` with another strategy and its plan, and their memory on the same hardware."""
-    loaded = LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path)
+    loaded = replace(planned.loaded, strategy=strategy)
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory_on(plan, strategy, planned.hardware))
 
 
@@ -237,7 +250,7 @@ def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrateg
     runs (meshlab.experiments.run); planning and memory do not depend on it."""
     strategy = planned.strategy.model_copy(
         update={"compile": planned.strategy.compile.model_copy(update={"elementwise": execution})})
-    return replace(planned, loaded=LoadedStrategy(strategy, planned.loaded.document, planned.loaded.path))
+    return replace(planned, loaded=replace(planned.loaded, strategy=strategy))
 
 
 def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:

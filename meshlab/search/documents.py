@@ -244,7 +244,7 @@ class Candidate(Document):
 
 
 class SystemBest(Document):
-    """One system's fastest plan and what binds it."""
+    """One system's best plan by the objective (within 2% of the first: the cheaper) and what binds it."""
 
     hardware: str
     chips: int

@@ -167,7 +167,7 @@ class Binding:
 @dataclass(frozen=True)
 class SystemSummary:
     hardware: Hardware
-    best: Candidate | None  # the fastest plan that fits and meets the goals on this system
+    best: Candidate | None  # the best plan by the objective that fits and meets the goals (a tie: the cheaper)
     fitting: int
     dropped: int
     binding: Binding
@@ -308,10 +308,10 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
         )
     eligible = [c for c in fitting if not limits.problem(c)]
     priced = [c for c in eligible if c.usd is not None]
-    fastest = _best_of(eligible, "latency")
-    busiest = _best_of(eligible, "throughput")
+    fastest = min(eligible, key=ranking_key("latency"), default=None)
+    busiest = min(eligible, key=ranking_key("throughput"), default=None)
     cheapest = min(priced, key=lambda c: (c.usd, c.latency), default=None)
-    best = {"latency": fastest, "throughput": busiest, "cost": cheapest}[objective]
+    best = _best_of(eligible, objective)  # a tie with the fastest goes to the cheaper plan
     closest = min(fitting, key=lambda c: (limits.shortfall(c), c.latency), default=None) if not eligible else None
     summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits, objective) for hw in systems)
     return SweepResult(tuple(candidates), pareto(eligible, objective), best, cheapest, cost_pareto(priced), summaries,

@@ -101,3 +101,22 @@ def test_a_gpu_file_that_does_not_say_how_it_compiles_is_priced_eager(tmp_path):
     assert (fused.strategy.compile.elementwise, plain.strategy.compile.elementwise) == ("fused", "eager")
     assert predict(plain.plan, plain.strategy, plain.hardware).seconds_per_image > \
         1.5 * predict(fused.plan, fused.strategy, fused.hardware).seconds_per_image
+
+
+def test_a_cfg_axis_keeps_cfg_and_a_taken_value_that_fails_says_where_it_came_from(tmp_path):
+    """Flux.1-dev's pipeline runs without CFG, but a file whose mesh has a cfg axis asks for the two branches: it
+    keeps workload.cfg (it planned before pipeline defaults filled files). SD3.5's pipeline prompt is 333 tokens,
+    which Ulysses 2 under diffusers cannot split: the error says the 333 came from the pipeline, not the file."""
+    from meshlab.plan.planned import plan_file
+
+    head = "hardware: h100\nrules: [{match: '*', shard: replicate}]\n"
+    (tmp_path / "flux.yaml").write_text(head + "name: f\nmodel: flux-dev\nmesh: {cfg: 2, data: 4}\n"
+                                        "activations: {batch: data}\nworkload: {batch: 4}\n")
+    assert plan_file(tmp_path / "flux.yaml").strategy.workload.cfg is True
+    (tmp_path / "sd.yaml").write_text(head + "name: s\nmodel: sd3.5-large\nmesh: {seq: 2}\nactivations:\n"
+                                      "  sequence: seq\n  sequence_parallel: diffusers\n  rules:\n"
+                                      "    - {point: attention.qkv, spec: [null, null, seq]}\n")
+    result = runner.invoke(app, ["try", str(tmp_path / "sd.yaml")])
+    assert result.exit_code == 2 and "split 333 text tokens 2 ways" in result.stderr
+    assert "(workload: StableDiffusion3Pipeline's defaults for what the file leaves out: steps 28, text tokens 333)" \
+        in result.stderr
