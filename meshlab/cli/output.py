@@ -64,8 +64,9 @@ def console():
             finally:
                 self.width = page
 
-    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140
-    return Unclipped(highlight=False, width=width)
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:  # a terminal's width, or the one asked for, is kept
+        return Console(highlight=False)
+    return Unclipped(highlight=False, width=140)
 
 
 def fail(error: MeshlabError) -> NoReturn:

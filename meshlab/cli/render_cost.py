@@ -101,8 +101,8 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
                   "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
                   "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
                   "collectives + any wait on eager launches + host overhead; a plan that does not fit has no price "
-                  "(its JSON keeps the figure, beside fits: false); padding per chip: `meshlab try FILE` or --json. `meshlab explain FILE` lists "
-                  "the assumptions.[/dim]")
+                  "(its JSON keeps the figure, beside fits: false); padding per chip: `meshlab try FILE` or --json. "
+                  "`meshlab explain FILE` lists the assumptions.[/dim]")
     if plot is not None:
         console.print(f"plot written to {plot}")
 

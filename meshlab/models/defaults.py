@@ -1,8 +1,9 @@
 """How each built-in model is run by default: its diffusers pipeline's own ``__call__`` defaults, with sources.
 
 Read from ``meshlab/data/pipelines.yaml`` once; pure (yaml only). `meshlab sweep` and `meshlab try --model` take
-a model's steps, guidance, text length and output size from here unless the command line gives them, so that
-Flux.1-dev is priced guidance-distilled at 28 steps, not with CFG at 50.
+a model's steps, guidance, text length and output size from here unless the command line gives them, and a strategy
+file takes those it leaves out (meshlab.plan.planned.with_pipeline_workload), so that Flux.1-dev is priced
+guidance-distilled at 28 steps, not with CFG at 50.
 """
 
 from __future__ import annotations

@@ -177,7 +177,10 @@ class Activations(Closed):
 
 
 class Workload(Closed):
-    """What one generation asks of the model."""
+    """What one generation asks of the model.
+
+    In a strategy file, height, width, frames, steps, cfg and text_tokens left out are the model's pipeline's defaults
+    (meshlab/data/pipelines.yaml; the defaults below are for a model without them)."""
 
     height: Int = Field(1024, ge=16, le=16384, description="image height in pixels")
     width: Int = Field(1024, ge=16, le=16384, description="image width in pixels")
@@ -219,9 +222,10 @@ class Compile(Closed):
     """How the plan is compiled."""
 
     elementwise: Literal["fused", "eager"] = Field(
-        "fused", description="how the elementwise ops between matmuls (norms, modulation, RoPE, activations, residual "
-        "adds) run, for the time: 'fused', one pass per gap between matmuls (XLA, torch.compile); 'eager', every op "
-        "its own kernel reading and writing its tensors (plain PyTorch, as `meshlab run --backend torch` runs)")
+        "fused", description="how the elementwise ops between matmuls (norms, modulation, RoPE, activations, "
+        "residual adds) run, for the time: 'fused', one pass per gap between matmuls (XLA, torch.compile); 'eager', "
+        "every op its own kernel reading and writing its tensors (plain PyTorch, as `meshlab run --backend torch` "
+        "runs); left out of a file: fused on a TPU, eager on a GPU")
     scan_blocks: bool = Field(
         False, description="run every block list through torch_xla's scan: one compiled loop body instead of one "
         "copy per block (compile time stops growing with depth; every block of a list must share its specs)")

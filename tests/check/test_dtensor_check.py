@@ -6,6 +6,7 @@ The small Qwen-Image of test_apply_check under the built-in strategies DTensor c
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -131,14 +132,21 @@ def test_no_rank_is_left_running_when_the_worker_dies():
     # has joined, so none can finish the check and exit before all eight are seen; SIGKILL still ends a stopped one.
     started: set[int] = set()
     deadline = time.time() + 300
-    while len(started) < 8:
-        assert check.poll() is None, f"the check ended before its ranks were seen: {check.stderr.read()}"
-        assert time.time() < deadline, f"the ranks did not start ({len(started)} of 8 joined)"
-        for pid in _ranks(worker) - started:
-            if _joined(pid):
-                os.kill(pid, signal.SIGSTOP)
-                started.add(pid)
-        time.sleep(0.2)
+    try:
+        while len(started) < 8:
+            assert check.poll() is None, f"the check ended before its ranks were seen: {check.stderr.read()}"
+            assert time.time() < deadline, f"the ranks did not start ({len(started)} of 8 joined)"
+            for pid in _ranks(worker) - started:
+                if _joined(pid):
+                    with contextlib.suppress(ProcessLookupError):  # gone already: the check's end says why
+                        os.kill(pid, signal.SIGSTOP)
+                        started.add(pid)
+            time.sleep(0.2)
+    except BaseException:  # leave nothing stopped behind: the ranks die with the worker
+        for pid in (worker, check.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
     os.kill(worker, signal.SIGKILL)
     rest = check.stderr.read()
     assert check.wait(timeout=120) == 3, rest

@@ -15,10 +15,10 @@ million), and on ``meta`` torch's own choice is its math path (scores, softmax a
   upsampling) moves its tensors: eager (as diffusers runs a VAE on a GPU: each op reads and writes its own) and
   fused (as XLA compiles it: each gap between heavy ops moves what crosses its edges once); views and weights
   move nothing. Also the ops the host dispatches, eager's floor.
-- **Working set, measured**: the peak of the tensors the decode allocates, over two real decodes (8x8 and 16x16
-  latents), tracked op by op (`live_tensors`: every storage an op returns counts from its creation until it is
-  freed). Parameters and buffers are left out, and so is memory an op allocates and frees inside itself (the CPU
-  convolutions' own scratch, which a GPU's kernels replace with their workspaces), and so is the decoded output,
+- **Working set**: the peak of the tensors the decode allocates, over two decodes (8x8 and 16x16 latents), tracked
+  op by op (`live_tensors`: every storage an op returns counts from its creation until it is freed). Parameters and
+  buffers are left out, and so is memory an op allocates and frees inside itself (a kernel's own scratch or
+  workspace), and so is the decoded output,
   which the memory model adds at the pipeline's size. The bytes per output pixel are the slope between the two
   sizes, so what does not grow with the image (constants) is not multiplied by it.
 - **A VAE that decodes in temporal tiles** (HunyuanVideo's: ``use_framewise_decoding``, tiles of
@@ -27,9 +27,9 @@ million), and on ``meta`` torch's own choice is its math path (scores, softmax a
   decode of one whole tile.
 
 Every per-pixel figure is at 2 bytes an element (bfloat16): the pipeline decodes in the transformer's dtype.
-The mid-block's attention grows with the square of the latent pixels; at 16x16 it is small (and on the CPU
-torch's attention does not hold its scores, as XLA's may), and ``tests/cost/test_pipeline_time.py`` holds the
-working set against decodes of other sizes measured by torch.profiler's memory timeline.
+The mid-block's attention grows with the square of the latent pixels; at 16x16 it is small (and the fused
+attention holds no scores, as XLA's may), and ``tests/cost/test_pipeline_time.py`` holds the working set against
+real decodes of other sizes on the CPU, measured by torch.profiler's memory timeline.
 
 Why the tracker is written here: torch.profiler's memory timeline, which an earlier version read, has no public API
 for its peak, and it leaves tensors uncategorised downstream of a tensor it cannot place (HunyuanVideo's VAE builds
@@ -66,8 +66,9 @@ class Decode:
 
 
 def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
-    """The figures of `vae` (an eval-mode diffusers VAE on the CPU); `latent_shape(side, frames)` is the shape of
-    one sample's latent with `side` x `side` latent pixels and `frames` latent frames.
+    """The figures of `vae` (an eval-mode diffusers VAE, on ``meta`` as the importer builds it, or on the CPU);
+    `latent_shape(side, frames)` is the shape of one sample's latent with `side` x `side` latent pixels and `frames`
+    latent frames.
 
     An image model's VAE decodes one latent frame. A video VAE decodes the first latent frame alone and each
     later one into ``temporal_scale_factor`` frames, carrying causal caches: its FLOPs, bytes and ops are those
@@ -160,10 +161,11 @@ def live_peak(vae: Any, latent: Any) -> tuple[int, int]:
 
 
 def fused_attention() -> Any:
-    """A ``TorchFunctionMode`` that runs ``F.scaled_dot_product_attention`` as torch's memory-efficient attention op
-    (``aten._scaled_dot_product_efficient_attention``): one fused op, without the scores, that torch's FLOP counter
-    counts, whatever the device would choose (the math path on ``meta``, an uncounted kernel on the CPU). A mask
-    becomes the additive bias the op takes, broadcast to [batch, heads, queries, keys]."""
+    """A ``TorchFunctionMode`` that runs ``F.scaled_dot_product_attention`` on ``meta`` as torch's memory-efficient
+    attention op (``aten._scaled_dot_product_efficient_attention``): one fused op, without the scores, that torch's
+    FLOP counter counts, where ``meta`` would take the math path. A mask becomes the additive bias the op takes,
+    broadcast to [batch, heads, queries, keys]. Off ``meta`` (the op has no CPU kernel), on 3-D inputs and on
+    grouped heads (``enable_gqa``) the call runs as made."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -174,9 +176,11 @@ def fused_attention() -> Any:
             kwargs = dict(kwargs or {})
             if func is not sdpa:
                 return func(*args, **kwargs)
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
             call = {**dict(zip(names, args)), **kwargs}
             q, k, v, mask = call["query"], call["key"], call["value"], call.get("attn_mask")
+            if q.device.type != "meta" or q.dim() != 4 or call.get("enable_gqa"):  # the op's own limits: as called
+                return func(*args, **kwargs)
             if mask is not None:
                 if mask.dtype == torch.bool:
                     mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
