@@ -89,7 +89,7 @@ def sweep(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar on stderr"),
 ) -> None:
     """Try every factorization of each system's devices over each family's mesh axes; rank by seconds and dollars
-    per image; write the fastest plan that meets the goals."""
+    per image; write the best plan by the objective that meets the goals (a tie within 2%: the cheaper)."""
     import time
 
     from meshlab.cli.render_cost import progress_bar, render_sweep
@@ -232,7 +232,7 @@ def _card_and_systems(model: str, names: tuple[str, ...], devices: int | None):
     systems = {}
     for name in names:
         try:
-            node = load_hardware(name) if devices else None
+            node = load_hardware(name.partition(":")[0]) if devices else None  # h100:4's node is h100's
             hw = load_hardware(name, overrides)
         except InputError as exc:
             raise InputError(f"--hardware: {exc.problem}", exc.fix) from None

@@ -43,9 +43,9 @@ def png_path(path: Path | None) -> Path | None:
 
 
 def console():
-    """A rich console; when stdout is not a terminal, wide enough that tables do not wrap, and a table whose words
-    do not fit even so is printed at its own width rather than cropped (rich cuts a cell's text, or whole columns,
-    without a mark)."""
+    """A rich console: a terminal's width, or COLUMNS where it is set; otherwise (stdout is not a terminal) a page of
+    140 columns, wide enough that tables do not wrap, where a table whose words do not fit even so is printed at
+    its own width rather than cropped (rich cuts a cell's text, or whole columns, without a mark)."""
     import os
 
     from rich.console import Console

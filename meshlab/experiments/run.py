@@ -47,9 +47,9 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     ran, said = RUNS_ELEMENTWISE.get(options.backend), planned.strategy.compile.elementwise  # unknown: refused below
     if ran is not None and said != ran:  # price what runs, as the text length below
         planned = with_elementwise(planned, ran)
-        filled = any(line.startswith("compile:") for line in planned.loaded.taken)
+        filled = "elementwise" not in ((planned.loaded.document.data or {}).get("compile") or {})
         notes.append(f"priced with compile: {{elementwise: {ran}}}, as --backend {options.backend} runs it (the "
-                     + (f"strategy leaves it out: {said} on its GPUs)" if filled else f"strategy says {said})"))
+                     + (f"strategy leaves it out: {said} on its system)" if filled else f"strategy says {said})"))
     if options.checkpoint == "random":
         from meshlab.models.truncate import block_lists
         from meshlab.models.truncate import card_as_built

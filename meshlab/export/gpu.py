@@ -182,10 +182,10 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
                                               ("activations", "sequence")),
                                              (d.tensor > 1, tensor, "_tp_plan", "TensorParallelConfig", ("rules",))):
         if wanted and not has:  # enable_parallelism takes a cp_plan of the caller's; a _tp_plan only the class's
+            fix = ("pass your own cp_plan to enable_parallelism" if what == "_cp_plan" else
+                   "define _tp_plan on the class" + (", or split the sequence instead" if context else ""))
             raise PlanError(f"diffusers' {class_name} defines no {what}, so enable_parallelism refuses a "
-                            f"{config} for it (diffusers 0.42)", "pass your own cp_plan to enable_parallelism"
-                            if what == "_cp_plan" else "define _tp_plan on the class, or split the sequence instead",
-                            field=field)
+                            f"{config} for it (diffusers 0.42)", fix, field=field)
     names, shape = [], []
     for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):
         if n > 1 or name in ("ring", "ulysses") and d.tensor == 1:

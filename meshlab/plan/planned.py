@@ -64,19 +64,23 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
     """`hardware`: plan on it instead of what the strategy names (`meshlab profile`, before the profile exists).
     Workload fields the file leaves out are the model's pipeline's defaults, as `try --model` and `sweep` take them
     (`with_pipeline_workload`), and a compile mode it leaves out is the system's (`with_system_compile`)."""
-    given = loaded.strategy.workload
+    as_written = loaded
     loaded = with_pipeline_workload(loaded)
-    taken = [str(value) for name, value in loaded.strategy.workload if value != getattr(given, name)]
     card = _with_field(lambda: load_card(loaded.strategy.model, loaded.path.parent), ("model",))
     hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
     loaded = with_system_compile(loaded, hardware)
     try:
         return _planned(loaded, card, hardware)
-    except MeshlabError as exc:  # an error that names a value planning took, not the file: say where it came from
-        if not any(value in exc.problem for value in taken):
+    except MeshlabError as exc:
+        said = "; ".join(line for line in loaded.taken if line.startswith("workload:"))
+        if not said:
             raise
-        lines = "; ".join(line for line in loaded.taken if line.startswith("workload:"))
-        raise type(exc)(f"{exc.problem} ({lines})", exc.fix, exc.location, exc.field) from None
+        try:  # the file's own workload: does it fail alike? Then the values taken are not why
+            _planned(with_system_compile(as_written, hardware), card, hardware)
+        except MeshlabError as own:
+            if own.problem == exc.problem:
+                raise exc from None
+        raise type(exc)(f"{exc.problem} ({said})", exc.fix, exc.location, exc.field) from None
 
 
 def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> PlannedStrategy:

@@ -180,7 +180,8 @@ class Workload(Closed):
     """What one generation asks of the model.
 
     In a strategy file, height, width, frames, steps, cfg and text_tokens left out are the model's pipeline's defaults
-    (meshlab/data/pipelines.yaml; the defaults below are for a model without them)."""
+    (meshlab/data/pipelines.yaml; the defaults below are for a model without them), but a mesh with a cfg axis keeps
+    cfg: true."""
 
     height: Int = Field(1024, ge=16, le=16384, description="image height in pixels")
     width: Int = Field(1024, ge=16, le=16384, description="image width in pixels")

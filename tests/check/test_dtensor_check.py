@@ -142,19 +142,18 @@ def test_no_rank_is_left_running_when_the_worker_dies():
                         os.kill(pid, signal.SIGSTOP)
                         started.add(pid)
             time.sleep(0.2)
-    except BaseException:  # leave nothing stopped behind: the ranks die with the worker
-        for pid in (worker, check.pid):
+        os.kill(worker, signal.SIGKILL)
+        rest = check.stderr.read()
+        assert check.wait(timeout=120) == 3, rest
+        assert "Traceback" not in rest
+        deadline = time.time() + 30
+        while _alive(started) and time.time() < deadline:
+            time.sleep(0.5)
+        assert not _alive(started)
+    finally:  # nothing stopped or started is left behind, whatever failed (the ranks first: the worker may be gone)
+        for pid in (*started, *_ranks(worker), worker, check.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        raise
-    os.kill(worker, signal.SIGKILL)
-    rest = check.stderr.read()
-    assert check.wait(timeout=120) == 3, rest
-    assert "Traceback" not in rest
-    deadline = time.time() + 30
-    while _alive(started) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not _alive(started)
 
 
 def _ranks(worker: int) -> set[int]:

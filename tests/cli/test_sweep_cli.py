@@ -59,6 +59,7 @@ def test_a_goal_no_plan_meets_is_an_empty_front_not_an_error(tmp_path):
     (["--hardware", "v6e-8,nosuch"], "--hardware: unknown hardware 'nosuch'; use one of: v6e-1"),
     (["--hardware", "v6e-8,h100", "--devices", "4"], "--devices 4 re-sizes one system, and 2 are swept"),
     (["--hardware", "h100", "--devices", "16"], "h100 is a node of 8 GPUs behind one NVLink switch"),
+    (["--hardware", "h100:4", "--devices", "16"], "h100 is a node of 8 GPUs behind one NVLink switch"),
     (["--hardware", "v6e-8", "--budget-usd-per-image", "-1"], "--budget-usd-per-image -1.0 is not a goal"),
     (["--hardware", "v6e-8", "--max-seconds-per-image", "nan"], "--max-seconds-per-image nan is not a goal"),
     (["--hardware", " , "], "names no system"),
@@ -162,3 +163,13 @@ def test_a_tie_within_two_percent_goes_to_the_cheaper_plan(tmp_path):
     assert fastest["name"] != best["name"] and best["name"].endswith("-on-h100")
     assert fastest["latency_s"] < best["latency_s"] <= 1.02 * fastest["latency_s"]
     assert best["predicted"]["usd_per_image"] < fastest["predicted"]["usd_per_image"]
+    fitting = [c for c in doc["candidates"] if c["fits"]]
+    assert fastest["latency_s"] == min(c["latency_s"] for c in fitting)  # the true minima, whatever best is
+    assert by[doc["highest_throughput"]]["predicted"]["seconds_per_image"] == min(
+        c["predicted"]["seconds_per_image"] for c in fitting)
+
+
+def test_a_node_s_own_size_is_not_refused_under_a_sub_node_name(tmp_path):
+    done = sweep("--model", "flux-dev", "--hardware", "h100:4", "--devices", "8", "--json", "--out",
+                 str(tmp_path / "b.yaml"))
+    assert done.exit_code == 0, done.output

@@ -120,3 +120,10 @@ def test_a_cfg_axis_keeps_cfg_and_a_taken_value_that_fails_says_where_it_came_fr
     assert result.exit_code == 2 and "split 333 text tokens 2 ways" in result.stderr
     assert "(workload: StableDiffusion3Pipeline's defaults for what the file leaves out: steps 28, text tokens 333)" \
         in result.stderr
+    # an error the file's own workload meets alike names no taken value, though its numbers may look like one
+    (tmp_path / "d.yaml").write_text(head + "name: d\nmodel: flux-dev\nmesh: {data: 28}\n")
+    other = runner.invoke(app, ["try", str(tmp_path / "d.yaml")])
+    assert other.exit_code == 2 and "28" in other.stderr and "defaults for what the file leaves out" not in other.stderr
+    explained = runner.invoke(app, ["explain", str(tmp_path / "flux.yaml")], env={"COLUMNS": "160"})
+    assert "\nworkload: FluxPipeline's defaults for what the file leaves out: steps 28\n" in explained.stdout
+    assert "\ncompile: eager, as PyTorch runs on a GPU" in explained.stdout

@@ -161,10 +161,19 @@ def test_a_parallel_decode_xdit_does_not_list_for_the_model_is_refused(tmp_path)
                           capture_output=True, text=True, cwd=REPO)  # 38 heads: Ulysses 2
     assert done.returncode == 0, done.stderr
     planned = load_plan(path)
-    for decode, says in (("parallel", "not among its capabilities for SD3.5"), ("tiled", "--enable_tiling")):
-        strategy = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(
-            update={"vae_decode": decode})})
-        assert says in form(xdit_flags, planned, strategy), decode
+    strategy = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(
+        update={"vae_decode": "parallel"})})
+    assert "not among its capabilities for SD3.5" in form(xdit_flags, planned, strategy)
+    qwen = tmp_path / "qwen.yaml"  # its runner lists no tiling, and --enable_tiling tiles it all the same
+    done = subprocess.run([sys.executable, "-m", "meshlab", "try", "--model", "qwen-image", "--hardware", "h100",
+                           "--mesh", "seq=4", "--rules", "ulysses", "--save", str(qwen)], capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    planned = load_plan(qwen)
+    tiled = planned.strategy.model_copy(update={"placement": planned.strategy.placement.model_copy(
+        update={"vae_decode": "tiled"})})
+    launch = xdit_flags(planned.plan, tiled).splitlines()[-1]
+    assert launch.startswith("xdit --nproc_per_node 4 --model Qwen-Image") and launch.endswith("--enable_tiling")
 
 
 def test_a_tpu_plan_exported_for_the_gpu_tools_asks_for_no_torch_compile():
@@ -183,4 +192,11 @@ def test_a_missing_tp_plan_is_not_fixed_by_an_argument_diffusers_does_not_take(t
     assert done.returncode == 0, done.stderr
     planned = load_plan(path)
     refusal = form(diffusers_snippet, planned)
-    assert "WanTransformer3DModel defines no _tp_plan" in refusal and "define _tp_plan on the class" in refusal
+    assert "WanTransformer3DModel defines no _tp_plan" in refusal
+    assert refusal.endswith("define _tp_plan on the class, or split the sequence instead")  # Wan has a _cp_plan
+    sd = tmp_path / "sd.yaml"
+    done = subprocess.run([sys.executable, "-m", "meshlab", "try", "--model", "sd3.5-large", "--hardware", "h100",
+                           "--mesh", "model=2", "--rules", "pairs", "--save", str(sd)], capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert form(diffusers_snippet, load_plan(sd)).endswith("define _tp_plan on the class")  # and no _cp_plan either

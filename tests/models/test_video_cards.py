@@ -272,3 +272,30 @@ def test_a_first_last_frame_wan_config_traces_two_images_as_one_reference_sequen
     assert card.architecture.reference_tokens == 514
     params = {p.name: p for p in card.parameters}
     assert params["blocks.0.attn2.add_k_proj.weight"].stream == "reference"
+
+
+def test_the_decode_trace_runs_an_attention_as_one_counted_op_on_meta_and_others_as_called():
+    """meshlab.models.importer.decode_trace.fused_attention: on meta, F.scaled_dot_product_attention (a boolean
+    mask and a 3-D mask included) is one memory-efficient attention op whose FLOPs torch counts; 3-D inputs, grouped
+    heads and the CPU run as called."""
+    torch = pytest.importorskip("torch")
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from meshlab.models.importer.decode_trace import fused_attention
+
+    def run(device, *shape, **kwargs):
+        q = torch.randn(*shape, device=device)
+        with fused_attention(), FlopCounterMode(display=False) as counter:
+            out = sdpa(q, q, q, **kwargs)
+        return out.shape, {str(op) for op in counter.get_flop_counts().get("Global", {})}, counter.get_total_flops()
+
+    full = 4 * 1 * 2 * 64 * 64 * 16  # q k^T and the weighted sum: 2 x 2 x batch x heads x L x S x d
+    shape, ops, flops = run("meta", 1, 2, 64, 16)
+    assert shape == (1, 2, 64, 16) and ops == {"aten._scaled_dot_product_efficient_attention"} and flops == full
+    for mask in (torch.ones(64, 64, dtype=torch.bool, device="meta"), torch.zeros(1, 64, 64, device="meta")):
+        assert run("meta", 1, 2, 64, 16, attn_mask=mask)[1:] == ({"aten._scaled_dot_product_efficient_attention"},
+                                                                 full)
+    assert "aten._scaled_dot_product_efficient_attention" not in run("meta", 2, 64, 16)[1]  # 3-D: as called
+    assert "aten._scaled_dot_product_efficient_attention" not in run("meta", 1, 2, 64, 16, enable_gqa=True)[1]
+    assert run("cpu", 1, 2, 64, 16)[0] == (1, 2, 64, 16)  # the CPU: torch's own kernel (no efficient op there)

@@ -66,9 +66,9 @@ class Decode:
 
 
 def trace_decode(vae: Any, latent_shape: Any, video: bool = False) -> Decode:
-    """The figures of `vae` (an eval-mode diffusers VAE, on ``meta`` as the importer builds it, or on the CPU);
-    `latent_shape(side, frames)` is the shape of one sample's latent with `side` x `side` latent pixels and `frames`
-    latent frames.
+    """The figures of `vae` (an eval-mode diffusers VAE, on ``meta`` as the importer builds it: on the CPU torch's
+    attention kernel is not counted); `latent_shape(side, frames)` is the shape of one sample's latent with `side` x
+    `side` latent pixels and `frames` latent frames.
 
     An image model's VAE decodes one latent frame. A video VAE decodes the first latent frame alone and each
     later one into ``temporal_scale_factor`` frames, carrying causal caches: its FLOPs, bytes and ops are those
