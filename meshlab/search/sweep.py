@@ -311,7 +311,7 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
     fastest = min(eligible, key=ranking_key("latency"), default=None)
     busiest = min(eligible, key=ranking_key("throughput"), default=None)
     cheapest = min(priced, key=lambda c: (c.usd, c.latency), default=None)
-    best = _best_of(eligible, objective)  # a tie with the fastest goes to the cheaper plan
+    best = cheapest if objective == "cost" else _best_of(eligible, objective)  # a tie goes to the cheaper plan
     closest = min(fitting, key=lambda c: (limits.shortfall(c), c.latency), default=None) if not eligible else None
     summaries = tuple(_summary(hw, [c for c in candidates if c.hardware is hw], limits, objective) for hw in systems)
     return SweepResult(tuple(candidates), pareto(eligible, objective), best, cheapest, cost_pareto(priced), summaries,
