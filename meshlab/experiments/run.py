@@ -28,8 +28,8 @@ from meshlab.experiments.compile_cache import cache_for
 from meshlab.experiments.definition import given
 from meshlab.experiments.options import RUN_BACKENDS, RunOptions
 from meshlab.experiments.recording import base_record, failure, prediction, success
-from meshlab.plan.planned import (PlannedStrategy, at_depth, plan_file, refuse_placement, refuse_ring, with_elementwise,
-                              with_workload)
+from meshlab.plan.planned import (PlannedStrategy, at_depth, gives_elementwise, plan_file, refuse_placement,
+                              refuse_ring, with_elementwise, with_workload)
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -47,9 +47,9 @@ def run_strategy(path: Path, options: RunOptions) -> RunOutcome:
     ran, said = RUNS_ELEMENTWISE.get(options.backend), planned.strategy.compile.elementwise  # unknown: refused below
     if ran is not None and said != ran:  # price what runs, as the text length below
         planned = with_elementwise(planned, ran)
-        filled = "elementwise" not in ((planned.loaded.document.data or {}).get("compile") or {})
         notes.append(f"priced with compile: {{elementwise: {ran}}}, as --backend {options.backend} runs it (the "
-                     + (f"strategy leaves it out: {said} on its system)" if filled else f"strategy says {said})"))
+                     + (f"strategy says {said})" if gives_elementwise(planned.loaded) else
+                        f"strategy leaves it out: {said} on its system)"))
     if options.checkpoint == "random":
         from meshlab.models.truncate import block_lists
         from meshlab.models.truncate import card_as_built

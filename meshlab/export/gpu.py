@@ -155,6 +155,11 @@ def priced_elsewhere(plan: Plan, strategy: Strategy, hardware=None) -> list[str]
     return notes
 
 
+def _priced_compiled(strategy: Strategy, hardware=None) -> bool:
+    """Priced under torch.compile: fused elementwise work on a GPU (on a TPU, fused is XLA's own, no torch.compile)."""
+    return strategy.compile.elementwise == "fused" and (hardware is None or hardware.kind == "gpu")
+
+
 def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
     """The ``enable_parallelism`` call for a plan diffusers can express, as Python to paste into a script run with
     torchrun (one process per GPU). `hardware` (the strategy's system): a plan priced off GPUs says so."""
@@ -178,14 +183,14 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
                         field=("activations", "sequence"))
     class_name = plan.card.class_name
     context, tensor = DIFFUSERS_PLANS.get(class_name, (True, True))
-    for wanted, has, what, config, field in ((d.ulysses * d.ring > 1, context, "_cp_plan", "ContextParallelConfig",
-                                              ("activations", "sequence")),
-                                             (d.tensor > 1, tensor, "_tp_plan", "TensorParallelConfig", ("rules",))):
-        if wanted and not has:  # enable_parallelism takes a cp_plan of the caller's; a _tp_plan only the class's
-            fix = ("pass your own cp_plan to enable_parallelism" if what == "_cp_plan" else
-                   "define _tp_plan on the class" + (", or split the sequence instead" if context else ""))
-            raise PlanError(f"diffusers' {class_name} defines no {what}, so enable_parallelism refuses a "
-                            f"{config} for it (diffusers 0.42)", fix, field=field)
+    refused = "so enable_parallelism refuses a {} for it (diffusers 0.42)"
+    if d.ulysses * d.ring > 1 and not context:  # enable_parallelism takes a cp_plan of the caller's
+        raise PlanError(f"diffusers' {class_name} defines no _cp_plan, " + refused.format("ContextParallelConfig"),
+                        "pass your own cp_plan to enable_parallelism", field=("activations", "sequence"))
+    if d.tensor > 1 and not tensor:  # but no tp_plan: only the class's
+        raise PlanError(f"diffusers' {class_name} defines no _tp_plan, " + refused.format("TensorParallelConfig"),
+                        "define _tp_plan on the class" + (", or split the sequence instead" if context else ""),
+                        field=("rules",))
     names, shape = [], []
     for name, n in (("cfg", d.cfg), ("ring", d.ring), ("ulysses", d.ulysses), ("tp", d.tensor)):
         if n > 1 or name in ("ring", "ulysses") and d.tensor == 1:
@@ -224,7 +229,7 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
                         field=("placement", "vae_decode"))
     if strategy.placement.vae_decode == "tiled":
         lines.append("pipe.vae.enable_tiling()  # placement.vae_decode: tiled")
-    if strategy.compile.elementwise == "fused" and (hardware is None or hardware.kind == "gpu"):
+    if _priced_compiled(strategy, hardware):
         lines.append("transformer.compile()  # priced compiled (compile.elementwise: fused); for an eager run, set "
                      "compile: {elementwise: eager} to price it")
     if d.cfg > 1:
@@ -263,8 +268,8 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
         flags.append("--use_parallel_vae")
     if decode == "tiled":
         flags.append("--enable_tiling")
-    if strategy.compile.elementwise == "fused" and (hardware is None or hardware.kind == "gpu"):
-        flags.append("--use_torch_compile")  # what compile.elementwise: fused prices on a GPU (a TPU's is XLA's)
+    if _priced_compiled(strategy, hardware):
+        flags.append("--use_torch_compile")
     note = "".join(f"{line}\n" for line in priced_elsewhere(plan, strategy, hardware))
     if strategy.placement.text_encoder == "sharded":
         if model.runner:

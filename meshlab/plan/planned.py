@@ -178,14 +178,20 @@ def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStr
     """On a GPU, a file that does not say how its elementwise ops run is priced eager, as PyTorch, diffusers and
     xDiT run without torch.compile (the schema's default, fused, is what XLA does on a TPU): the same layout was
     priced twice as fast from a file as from `try --model`, which prices GPUs eager. Pure."""
-    strategy = loaded.strategy
-    given = strategy.compile.model_fields_set if "compile" in strategy.model_fields_set else set()
-    if hardware.kind != "gpu" or "elementwise" in given:
+    if hardware.kind != "gpu" or gives_elementwise(loaded):
         return loaded
-    compiled = strategy.compile.model_copy(update={"elementwise": "eager"})
     line = ("compile: eager, as PyTorch runs on a GPU unless told otherwise (the file leaves compile.elementwise "
             "out; fused prices torch.compile)")
-    return replace(loaded, strategy=strategy.model_copy(update={"compile": compiled}), taken=(*loaded.taken, line))
+    return replace(loaded, strategy=_elementwise(loaded.strategy, "eager"), taken=(*loaded.taken, line))
+
+
+def gives_elementwise(loaded: LoadedStrategy) -> bool:
+    """Does the file itself say how its elementwise ops run (``compile.elementwise``)?"""
+    return "elementwise" in ((loaded.document.data or {}).get("compile") or {})
+
+
+def _elementwise(strategy: Strategy, execution: str) -> Strategy:
+    return strategy.model_copy(update={"compile": strategy.compile.model_copy(update={"elementwise": execution})})
 
 
 def default_workload(model: str, required_text: int = 0, **given) -> tuple:
@@ -254,9 +260,7 @@ def refuse_ring(planned: PlannedStrategy, what: str) -> None:
 def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrategy:
     """The same plan priced with its elementwise work run as `execution` ("fused" or "eager"): what a backend
     runs (meshlab.experiments.run); planning and memory do not depend on it."""
-    strategy = planned.strategy.model_copy(
-        update={"compile": planned.strategy.compile.model_copy(update={"elementwise": execution})})
-    return replace(planned, loaded=replace(planned.loaded, strategy=strategy))
+    return replace(planned, loaded=replace(planned.loaded, strategy=_elementwise(planned.strategy, execution)))
 
 
 def at_depth(planned: PlannedStrategy, layers: int) -> PlannedStrategy:

@@ -122,14 +122,10 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
         [f"text_tokens {-(-tokens.text // split) * split}"] if "text" in uneven else [])  # both, where both are uneven
     fixes = ([f"a sequence degree (ring x Ulysses) of {' or '.join(map(str, degrees))}"] if degrees else []) + (
         [" and ".join(sizes)] if sizes else [])
-    ulysses = math.prod(mesh.size(a) for a in ulysses_axes(activations))
-    heads = card.architecture.num_attention_heads
-    also = (f" (the Ulysses degree {ulysses} must also divide the {heads} heads)"
-            if heads and ulysses > 1 and heads % ulysses else "")
     raise PlanError(
         f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
         f"them, and the sequence split {activations.sequence_parallel} runs needs an even one",
-        "use " + ", or ".join(fixes) + also,
+        "use " + ", or ".join(fixes),
         field=("activations", "sequence"))
 
 
