@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from meshlab.cli.output import gib
+from meshlab.cli.output import gib, output_noun
 from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
 
@@ -55,11 +55,12 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
     entries = comparison.entries
     under = {key: f"{model} {system}" + (f"; {work}" if work else "")
              for key, (model, system, work) in _what_and_where(entries).items()}
-    table = Table(title=f"Strategies ranked by seconds per image {PREDICTED} within each model and workload"
+    what = output_noun([e.planned.strategy.workload for e in entries])
+    table = Table(title=f"Strategies ranked by seconds per {what} {PREDICTED} within each model and workload"
                         + ("; under each name: its model, system, and workload where it differs" if under else ""),
                   title_justify="left")
     columns = ("strategy", "mesh", "weights\nGiB", "peak\nGiB", "usable\nGiB", "fits", "compute\nms/step",
-               "HBM\nms/step", "coll.\nms/step", "step\nms", "latency\ns", "s/image", "$/image", "MFU",
+               "HBM\nms/step", "coll.\nms/step", "step\nms", "latency\ns", f"s/{what}", f"$/{what}", "MFU",
                "coll.\nGiB/step")
     longest = max([len(e.planned.strategy.name) + 5 for e in entries] + [len(line) for line in under.values()],
                   default=8)
@@ -84,7 +85,7 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
     firsts = [f"{e.planned.strategy.name} {e.prediction.time_to_first_image:.0f} s"
               + (" (compile measured)" if e.prediction.startup and e.prediction.startup.compile_measured else "")
               for e in comparison.entries]
-    console.print("Time to first image (load, compile, first call; a compile is modelled unless `meshlab check "
+    console.print(f"Time to first {what} (load, compile, first call; a compile is modelled unless `meshlab check "
                   "--backend tpu` measured this plan's): " + ", ".join(firsts))
     for e in comparison.entries:
         if e.why:
@@ -97,7 +98,8 @@ def render_comparison(comparison, console, plot: Path | None = None) -> None:
         if (warning := extrapolation_warning(e.prediction)) is not None:
             console.print(f"[yellow]warning:[/yellow] {e.planned.strategy.name}: {warning}")
     console.print("[dim]Every time above is predicted by meshlab's cost model; latency is one request's wait for a "
-                  "whole pipeline call, s/image that call's time shared among its images (throughput), end to end (text encode, "
+                  f"whole pipeline call, s/{what} that call's time shared among its {what}s (throughput), end to end "
+                  "(text encode, "
                   "denoise, VAE decode, host transfers, overhead; `meshlab explain FILE` shows each term); compute/step "
                   "is FLOPs at the efficiency-scaled peak, HBM/step bytes at the scaled bandwidth, step = per-op max + "
                   "collectives + any wait on eager launches + host overhead; a plan that does not fit has no price "
@@ -128,6 +130,7 @@ def progress_bar(enabled: bool):
 def render_sweep(result, console, out: str | None, seconds: float, default_systems: tuple[str, ...] = (),
                  unwritten: str | None = None) -> None:
     systems = [summary.hardware for summary in result.systems]
+    what = _noun(result)
     if default_systems:
         console.print(f"systems: meshlab's default set ({', '.join(default_systems)}); --hardware A,B,... to choose")
     if len(systems) == 1:
@@ -142,10 +145,11 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
                      else " (`--json` lists why)"))
     limits = result.limits
     if limits.given:
-        goals = [(f"at most {limits.max_seconds_per_image:g} s per image at throughput" if limits.throughput else
-                  f"an image in at most {limits.max_seconds_per_image:g} s") for _ in [1]
+        goals = [(f"at most {limits.max_seconds_per_image:g} s per {what} at throughput" if limits.throughput else
+                  f"{_a(what)} in at most {limits.max_seconds_per_image:g} s") for _ in [1]
                  if limits.max_seconds_per_image]
-        goals += [f"at most ${limits.max_usd_per_image:g} an image" for _ in [1] if limits.max_usd_per_image is not None]
+        goals += [f"at most ${limits.max_usd_per_image:g} {_a(what)}" for _ in [1]
+                  if limits.max_usd_per_image is not None]
         console.print(f"goals: {' and '.join(goals)}")
     if result.best is None:
         c = result.closest
@@ -168,25 +172,36 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
                   > c.prediction.session_seconds(result.images) - c.prediction.startup.total]
         for c in [c for i, c in enumerate(costly) if all(c is not o for o in costly[:i])]:
             making = c.prediction.session_seconds(result.images) - c.prediction.startup.total
-            what = "loading and compiling" if c.prediction.startup.compile_s else "loading"  # eager: no compile
-            console.print(f"[yellow]note:[/yellow] {c.strategy.name}: {what} "
-                          f"({c.prediction.startup.total:.0f} s) take{'s' if what == 'loading' else ''} longer than "
-                          f"making the {result.images} image{'s' if result.images > 1 else ''} "
+            doing = "loading and compiling" if c.prediction.startup.compile_s else "loading"  # eager: no compile
+            console.print(f"[yellow]note:[/yellow] {c.strategy.name}: {doing} "
+                          f"({c.prediction.startup.total:.0f} s) take{'s' if doing == 'loading' else ''} longer than "
+                          f"making the {result.images} {what}{'s' if result.images > 1 else ''} "
                           f"({making:.0f} s)")
-    basis = (f"over {result.images} images with the load and compile before them" if result.images is not None
+    basis = (f"over {result.images} {what}s with the load and compile before them" if result.images is not None
              else "at throughput")
-    console.print(f"[dim]sweep took {seconds:.2f} s. latency: one request's wait, a whole pipeline call; s/image: "
-                  f"the call's time shared among its images (throughput); $/image: the chips' list price, {basis}; "
-                  "first image: load, compile and the first call (`meshlab explain` shows each)[/dim]")
+    console.print(f"[dim]sweep took {seconds:.2f} s. latency: one request's wait, a whole pipeline call; s/{what}: "
+                  f"the call's time shared among its {what}s (throughput); $/{what}: the chips' list price, {basis}; "
+                  f"first {what}: load, compile and the first call (`meshlab explain` shows each)[/dim]")
 
 
 def _times(c) -> str:
-    return (f"{c.latency:.2f} s latency, {c.seconds:.2f} s/image at throughput ({c.prediction.layout.images} per "
-            f"call), {usd(c.usd)}/image")
+    what = output_noun([c.strategy.workload])
+    return (f"{c.latency:.2f} s latency, {c.seconds:.2f} s/{what} at throughput ({c.prediction.layout.images} per "
+            f"call), {usd(c.usd)}/{what}")
+
+
+def _noun(result) -> str:
+    """What the sweep's plans make: its one model's images or videos."""
+    return output_noun([c.strategy.workload for c in result.candidates])
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
 def _usd_column(result) -> str:
-    return "$/image" if result.images is None else f"$/image\nover {result.images}"
+    what = _noun(result)
+    return f"$/{what}" if result.images is None else f"$/{what}\nover {result.images}"
 
 
 def binding_of(candidate):
@@ -198,7 +213,8 @@ def binding_of(candidate):
 def _render_front(result, hardware, console) -> None:
     table = Table(title=f"Pareto front on {hardware.name} ({hardware.chips} devices): {result.objective} against "
                         f"headroom {PREDICTED}", title_justify="left")
-    for c in ("candidate", "family", "mesh", "batch", "latency\ns", "s/image", _usd_column(result), "step", "MFU",
+    for c in ("candidate", "family", "mesh", "batch", "latency\ns", f"s/{_noun(result)}", _usd_column(result), "step",
+              "MFU",
               "peak/chip", "headroom"):
         table.add_column(c, justify="left" if c in ("candidate", "family", "mesh") else "right")
     for c in result.front:
@@ -211,9 +227,10 @@ def _render_front(result, hardware, console) -> None:
 
 
 def _render_cost_front(result, console) -> None:
-    table = Table(title=f"Latency against dollars per image: the plans no other beats on both {PREDICTED}",
+    what = _noun(result)
+    table = Table(title=f"Latency against dollars per {what}: the plans no other beats on both {PREDICTED}",
                   title_justify="left")
-    for c in ("candidate", "system", "mesh", "batch", "latency\ns", "s/image", _usd_column(result), "peak/chip"):
+    for c in ("candidate", "system", "mesh", "batch", "latency\ns", f"s/{what}", _usd_column(result), "peak/chip"):
         table.add_column(c, justify="left" if c in ("candidate", "system", "mesh") else "right")
     for c in result.cost_front:
         tags = [t for t, who in (("best", result.best), ("cheapest", result.cheapest)) if c is who]
@@ -227,8 +244,9 @@ def _render_cost_front(result, console) -> None:
 def _render_systems(result, console) -> None:
     table = Table(title=f"Each system's best plan by {result.objective}, and what limits it {PREDICTED}",
                   title_justify="left")
-    numbers = ("chips", "$/chip-h", "latency\ns", "s/image", _usd_column(result), "first\nimage", "fit")
-    for c in ("system", "chips", "$/chip-h", "plan", "latency\ns", "s/image", _usd_column(result), "first\nimage",
+    what = _noun(result)
+    numbers = ("chips", "$/chip-h", "latency\ns", f"s/{what}", _usd_column(result), f"first\n{what}", "fit")
+    for c in ("system", "chips", "$/chip-h", "plan", "latency\ns", f"s/{what}", _usd_column(result), f"first\n{what}",
               "fit", "limited by"):
         table.add_column(c, justify="right" if c in numbers else "left")
     for s in result.systems:
@@ -274,23 +292,24 @@ def _compute_how(hw) -> str:
     return f"{'; '.join(rated)}; the rest {rest}" if rated else rest
 
 
-def _cost_row(p, hw) -> tuple[str, str, str]:
+def _cost_row(p, hw, what: str) -> tuple[str, str, str]:
     if p.usd_per_image is None:
-        return ("cost per image", "-", f"no price for {hw.name} (give hardware: {{name: ..., usd_per_chip_hour: ...}})")
+        return (f"cost per {what}", "-",
+                f"no price for {hw.name} (give hardware: {{name: ..., usd_per_chip_hour: ...}})")
     whose = "your override" if "usd_per_chip_hour" in hw.overridden else hw.sources["usd_per_chip_hour"].split(":")[0]
-    return ("cost per image", usd(p.usd_per_image),
+    return (f"cost per {what}", usd(p.usd_per_image),
             f"${hw.usd_per_chip_hour:.2f} per chip-hour ({whose}) x {p.chips} chip(s) x {p.seconds_per_image:.2f} s "
-            "per image / 3600; `meshlab hardware --json` has the price's source")
+            f"per {what} / 3600; `meshlab hardware --json` has the price's source")
 
 
-def _first_image_row(p, hw) -> tuple[str, str, str]:
+def _first_image_row(p, hw, what: str) -> tuple[str, str, str]:
     s = p.startup
     compiled = (f"compile {s.compile_s:.0f} s ({hw.compile_measured.describe()})" if s.compile_measured else
                 f"compile {s.compile_s:.0f} s (modelled: {hw.compile_seconds_base:g} s + "
                 f"{hw.compile_seconds_per_block:g} s x {s.compiled_blocks} blocks)" if s.compile_s else
                 "no compile (eager)")
     price = f"; {usd(p.usd_to_first_image)} for the wait" if p.usd_to_first_image is not None else ""
-    return ("time to first image", f"{p.time_to_first_image:.0f} s",
+    return (f"time to first {what}", f"{p.time_to_first_image:.0f} s",
             f"read {s.checkpoint_bytes / 1e9:.1f} GB at {hw.checkpoint_read_bandwidth / 1e9:g} GB/s {s.read_s:.0f} s + "
             f"to the chips {s.transfer_s:.1f} s + {compiled} + first call {p.first_call_s:.1f} s{price} "
             "(`meshlab hardware --json` has each figure's source)")
@@ -299,7 +318,7 @@ def _first_image_row(p, hw) -> tuple[str, str, str]:
 def render_explain(planned, prediction, console, schedule: dict | None = None) -> None:
     p, step = prediction, prediction.step
     hw = planned.hardware.at_dtype(planned.strategy.workload.dtype)  # what the prediction priced from
-    layout = p.layout
+    layout, what = p.layout, output_noun([planned.strategy.workload])
     console.print(f"[bold]{planned.strategy.name}[/bold] on {hw.name}, mesh {planned.plan.mesh.describe()}: "
                   f"{layout.batch} sample(s) per chip per call, {layout.calls} call(s) per step, "
                   f"{layout.local.describe()} per sample per chip")
@@ -336,11 +355,11 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
                                                             if hw.profile is not None else "")),
         ("[bold]step[/bold]", f"[bold]{_ms(step.total)}[/bold]", ""),
         ("roofline", _ms(step.roofline), "100% of peak FLOPs or HBM bandwidth, no collectives"),
-        ("denoise per image", f"{p.denoise_seconds_per_image:.2f} s",
-         f"{layout.steps} steps / {layout.images} image(s) per call; roofline {p.roofline_seconds_per_image:.2f}"),
+        (f"denoise per {what}", f"{p.denoise_seconds_per_image:.2f} s",
+         f"{layout.steps} steps / {layout.images} {what}(s) per call; roofline {p.roofline_seconds_per_image:.2f}"),
         ("MFU", f"{100 * p.mfu:.1f}%", f"useful FLOPs over all chips' peak; roofline MFU {100 * p.roofline_mfu:.1f}%"),
-        _cost_row(p, hw),
-        _first_image_row(p, hw),
+        _cost_row(p, hw, what),
+        _first_image_row(p, hw, what),
     ]
     for row in rows:
         table.add_row(*row)
@@ -465,7 +484,7 @@ def _terms_table(planned, p) -> Table:
     """Seconds per image end to end, term by term (meshlab.cost.pipeline_time)."""
     workload, card = planned.strategy.workload, planned.card
     hw = planned.hardware.at_dtype(workload.dtype)
-    what = "video" if planned.strategy.workload.frames > 1 else "image"
+    what = output_noun([planned.strategy.workload])
     table = Table(title=f"One {what}'s share of a pipeline call, end to end ({p.layout.images} {what}(s) per call) "
                         f"{PREDICTED}", title_justify="left")
     for column, justify in (("term", "left"), ("seconds", "right"), ("how", "left")):
@@ -559,7 +578,8 @@ def _collective_table(p) -> Table:
 
 
 def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
-    """Two panels: per-chip memory stacked by component against the usable HBM line; time per image stacked."""
+    """Two panels: per-chip memory stacked by component against the usable HBM line; time per image (or video)
+    stacked."""
     try:
         import matplotlib
 
@@ -581,7 +601,8 @@ def plot_comparison(comparison, path: Path, inputs: tuple | list = ()) -> None:
         mem_ax.hlines(e.planned.memory.most_loaded.hbm / 2**30, i - 0.4, i + 0.4, color="red", linestyle="--",
                       label="usable HBM (its chip)" if i == 0 else None)
     mem_ax.legend(fontsize=7)
-    _stack(time_ax, names, _time_parts(entries), "seconds per image (predicted)")
+    what = output_noun([e.planned.strategy.workload for e in entries])
+    _stack(time_ax, names, _time_parts(entries), f"seconds per {what} (predicted)")
     time_ax.legend(fontsize=7)
     fig.suptitle("meshlab compare: predicted, not measured")
     fig.tight_layout()
@@ -691,7 +712,8 @@ def plot_sweep(result, path: Path, inputs: tuple | list = ()) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("seconds one request waits (a whole pipeline call)")
-    ax.set_ylabel("dollars per image (list price)" + (f", over {result.images} images" if result.images else ""))
+    what = _noun(result)
+    ax.set_ylabel(f"dollars per {what} (list price)" + (f", over {result.images} {what}s" if result.images else ""))
     ax.legend(fontsize=6)
     fig.suptitle("meshlab sweep: predicted, not measured")
     fig.tight_layout()

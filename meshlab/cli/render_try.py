@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from meshlab.cli.output import gib
+from meshlab.cli.output import gib, output_noun
 from meshlab.plan.planned import PlannedStrategy
 from meshlab.search.try_document import coverage, rule_summaries
 
@@ -101,7 +101,7 @@ def predicted_line(planned: PlannedStrategy) -> str:
 
     p = predict(planned.plan, planned.strategy, planned.hardware)
     hw = planned.hardware
-    what = "video" if planned.strategy.workload.frames > 1 else "image"
+    what = output_noun([planned.strategy.workload])
     per_call = p.layout.images
     steps = f"{p.layout.steps} step{'s' * (p.layout.steps > 1)} of {p.step.total * 1e3:.0f} ms, end to end"
     fits = planned.memory.fits

@@ -93,6 +93,15 @@ def test_images_share_the_startup_and_say_when_it_outweighs_them(tmp_path):
     assert "loading (" in eager.output and "takes longer than making the 1 image (" in eager.output
 
 
+def test_a_video_model_s_plans_are_priced_per_video(tmp_path):
+    """Wan makes videos: the tables, goals and notes say video (they said image)."""
+    done = runner.invoke(app, ["sweep", "--model", "wan-2.1-t2v-14b", "--hardware", "v6e-8", "--no-progress",
+                               "--images", "1", "--budget-usd-per-image", "100", "--out", str(tmp_path / "b.yaml")])
+    assert done.exit_code == 0, done.output
+    assert "s/video" in done.output and "$/video" in done.output and "at most $100 a video" in done.output
+    assert "making the 1 video (" in done.output and "/image" not in done.output
+
+
 def test_the_objective_picks_best_and_the_latency_goal_is_a_whole_call(tmp_path):
     """A latency goal counts the whole call one request waits for, not the call shared among its images."""
     doc = json.loads(sweep("--hardware", "h100", "--json", "--out", str(tmp_path / "b.yaml")).output)

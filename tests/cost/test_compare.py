@@ -210,7 +210,7 @@ def test_piped_the_table_keeps_every_column_whole():
     header = next(line for line in done.stdout.splitlines() if line.startswith("┃ strategy"))
     assert header.rstrip().endswith("┃ MFU ┃ GiB/step ┃")
     row = next(line for line in done.stdout.splitlines() if line.startswith("│ flux-usp"))
-    assert re.search(r"│ \$0\.\d{4} │", row), row
+    assert re.search(r"│ +\$0\.\d{4} │", row), row
 
 
 def test_explain_puts_alike_collectives_on_one_row():
@@ -253,3 +253,19 @@ def test_a_loser_on_another_system_is_not_blamed_on_images_per_call(tmp_path):
     loses = next(line for line in result.stdout.splitlines() if " loses: " in line)
     assert "slower compute/HBM per image" in loses and "images per call" not in loses
     assert "times priced from: " in result.stdout and "h100: GEMMs measured" in result.stdout
+
+
+@pytest.mark.parametrize("files, noun", [(["wan-14b-v6e-8.yaml"], "video"), (["2d.yaml"], "image"),
+                                         (["wan-14b-v6e-8.yaml", "2d.yaml"], "output")])
+def test_the_tables_name_what_the_plans_make(files, noun):
+    """Wan's plans make videos: compare and explain price them per video, a table that mixes videos and images
+    per output (it read "s/image" and "$/image" for a video)."""
+    done = CliRunner().invoke(cli(), ["compare", *(str(REPO / "strategies" / f) for f in files)])
+    assert done.exit_code == 0, done.output
+    header = next(line for line in done.output.splitlines() if line.startswith("┃ strat"))
+    assert f"s/{noun}" in header and f"$/{noun}" in header and f"Time to first {noun} " in done.output
+    assert not {"image", "video", "output"} - {noun} & set(re.findall(r"s/(\w+)", header))
+    explained = CliRunner().invoke(cli(), ["explain", str(REPO / "strategies" / files[0])])
+    made = "video" if files[0].startswith("wan") else "image"
+    assert explained.exit_code == 0 and f"cost per {made}" in explained.output
+    assert f"time to first {made}" in explained.output and f"denoise per {made}" in explained.output
