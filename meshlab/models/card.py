@@ -138,6 +138,8 @@ class Modulation:
     #: an RMS norm (a mean of squares over the features, diffusers' ``RMSNorm``: LTX-Video's): one statistic a row,
     #: where a LayerNorm has two (mean and variance)
     rms: bool = False
+    #: the pieces' dtype where it is not the weights' ("float32": Wan adds its table to ``temb.float()``); "": theirs
+    dtype: str = ""
 
 
 @dataclass(frozen=True)
@@ -439,8 +441,8 @@ def card_to_json(card: ModelCard) -> dict:
         ],
         "dataflow": [
             {"module": f.module, "reads": list(f.reads), "attention": f.attention, "residual": f.residual,
-             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width, **({"rms": True} if m.rms else {})}
-                           for m in f.modulates],
+             "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width, **({"rms": True} if m.rms else {}),
+                            **({"dtype": m.dtype} if m.dtype else {})} for m in f.modulates],
              **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
              **({"rotary": f.rotary} if f.rotary else {}), **({"gated": f.gated} if f.gated else {})}
             for f in card.dataflow
@@ -490,7 +492,8 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         components=tuple(Component(**{**c.model_dump(), "tile": tuple(c.tile), "tile_stride": tuple(c.tile_stride)})
                          for c in checked.components),
         dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,
-                            tuple(Modulation(m.norm, m.stream, m.width, m.rms) for m in f.modulates), f.residual,
+                            tuple(Modulation(m.norm, m.stream, m.width, m.rms, m.dtype) for m in f.modulates),
+                            f.residual,
                             QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary, f.gated)
                        for f in checked.dataflow),
         joins=tuple(Join(j.module, j.kind, j.width) for j in checked.joins),

@@ -82,6 +82,7 @@ class ModulationEntry(Closed):
     stream: Stream
     width: Int = Field(ge=0)
     rms: bool = False
+    dtype: Literal[""] | Dtype = ""  # the pieces' dtype where it is not the weights'
 
 
 class QkNormEntry(Closed):

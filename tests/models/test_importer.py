@@ -124,6 +124,23 @@ SMALL_VAE = {"library": "diffusers", "class": "AutoencoderKL",
 
 
 @pytest.mark.xla
+def test_wan_s_cards_hold_the_dtypes_from_pretrained_loads():
+    """WanTransformer3DModel keeps its time embedder, norm2 and every scale_shift_table in float32
+    (`_keep_in_fp32_modules`, matched on a parameter name's parts as diffusers loads them; the tables were recorded
+    in bfloat16), and its blocks add the table to the conditioning in float32; Flux keeps nothing."""
+    wan = load_card("wan-2.1-t2v-14b")
+    kept = {p.name for p in wan.parameters if p.dtype == "float32"}
+    assert {"blocks.0.scale_shift_table", "scale_shift_table", "blocks.0.norm2.weight",
+            "condition_embedder.time_embedder.linear_1.weight"} <= kept
+    assert all(p.dtype == "bfloat16" for p in wan.parameters if p.name not in kept)
+    assert not {"blocks.0.attn1.to_q.weight", "condition_embedder.time_proj.weight"} & kept
+    flow = {f.module: f for f in wan.dataflow}["condition_embedder.time_proj"]
+    assert [m.dtype for m in flow.modulates] == ["float32", "float32"]
+    flux = load_card("flux-dev")
+    assert {p.dtype for p in flux.parameters} == {"bfloat16"}
+    assert all(not m.dtype for f in flux.dataflow for m in f.modulates)
+
+
 def test_import_from_a_local_config_file(tmp_path):
     pytest.importorskip("diffusers")
     from meshlab.models.importer.card_import import import_from_config_file, write_card

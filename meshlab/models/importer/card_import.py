@@ -70,18 +70,18 @@ def import_card(
         raise InputError(f"unknown dtype {dtype!r}", f"use one of {', '.join(DTYPE_BYTES)}")
     tracer = family(class_name)
     cls = _resolve("diffusers", class_name)
-    with torch.device("meta"):
-        model = cls.from_config(dict(config))
+    with torch.device("meta"):  # at the card's dtype as from_pretrained loads it: _keep_in_fp32_modules stay float32
+        model = _at_dtype(cls.from_config(dict(config)), getattr(torch, dtype))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
-    streams, (dataflow, joins, kernels) = _trace(cls, full_config, tracer)
+    streams, (dataflow, joins, kernels) = _trace(cls, full_config, tracer, dtype)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _measured_component(n, s, dtype, tracer.video) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
     return ModelCard(
         name=name,
         class_name=class_name,
-        source=_source(diffusers.__version__, class_name, full_config, preset, specs),
+        source=_source(diffusers.__version__, class_name, full_config, preset, specs, dtype),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets, dtype),
         attention=_attention(model, streams, offsets, kernels),
@@ -92,14 +92,15 @@ def import_card(
     )
 
 
-def _source(version: str, class_name: str, config: dict, preset: str | None, specs: dict[str, ComponentSpec]) -> dict:
+def _source(version: str, class_name: str, config: dict, preset: str | None, specs: dict[str, ComponentSpec],
+            dtype: str) -> dict:
     """How the card was made: library versions, the full config, the preset, component inputs, the trace."""
     source = {"diffusers_version": version, "class": class_name, "config": config, "preset": preset}
     if any(s.library == "transformers" for s in specs.values()):
         source["transformers_version"] = _require("transformers").__version__
     source["components"] = {n: s.to_json() for n, s in specs.items()}
     source["trace"] = {"batch": TRACE_BATCH, "image_tokens": TRACE_GRID[0] * TRACE_GRID[1], "text_tokens": TRACE_TEXT,
-                       "dtype": "float32", "device": "meta"}
+                       "dtype": dtype, "device": "meta"}
     tracer = FAMILIES[class_name]
     if tracer.text_tokens(config):
         source["trace"]["text_tokens"] = tracer.text_tokens(config)
@@ -198,25 +199,26 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace(cls: type, config: dict, tracer: Family) -> tuple[dict[str, str], tuple]:
+def _trace(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[dict[str, str], tuple]:
     """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow,
-    joins and attention kernels written as matmuls (meshlab.models.importer.dataflow_trace), from one forward."""
+    joins and attention kernels written as matmuls (meshlab.models.importer.dataflow_trace), from one forward at the
+    card's `dtype` (a modulation the class computes in float32 whatever its weights, as Wan's, says so)."""
     import torch
 
     with torch.device("meta"):  # shapes only: the streams and the dataflow need no values
-        return _trace_on_this_device(cls, config, tracer)
+        return _trace_on_this_device(cls, config, tracer, getattr(torch, dtype))
 
 
-def _trace_on_this_device(cls: type, config: dict, tracer: Family):
+def _trace_on_this_device(cls: type, config: dict, tracer: Family, torch_dtype):
     import torch
 
     torch.manual_seed(TRACE_SEED)
     # two blocks of each kind: the first is a middle block (the last one's text stream feeds nothing)
-    model = cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval()
+    model = _at_dtype(cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval(), torch_dtype)
     geometry = _trace_geometry(tracer, config)
     counts = {n: s for s, n in _trace_tokens(geometry).items()}
     seen: dict[str, set[str]] = {}
-    inputs = forward_inputs(cls, config, geometry, torch.float32, torch.Generator().manual_seed(TRACE_SEED))
+    inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
     latent = tuple(inputs["hidden_states"].shape)  # an unpacked latent (SD3, Wan) is the image stream too,
     latents = {latent, (latent[0] * latent[1], *latent[2:])} if tracer.latent == "frames" else {latent}  # CogVideoX
     # patchifies its [batch, frames, ...] latent with the frames folded into the batch
@@ -236,7 +238,7 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family):
     hidden = config["num_attention_heads"] * config["attention_head_dim"]
     # one forward: the stream hooks above record while the dataflow tracer runs it
     flows = trace_dataflow(model, inputs, {attr for attr, _ in tracer.blocks}, hidden,
-                           lambda shape: _stream_of(shape, counts))
+                           lambda shape: _stream_of(shape, counts), torch_dtype)
     return {path: _merge(streams) for path, streams in seen.items()}, flows
 
 
@@ -295,16 +297,18 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[t
 
 
 def _at_dtype(model: Any, dtype: Any) -> Any:
-    """`model` cast to `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: the class's
-    ``_keep_in_fp32_modules`` (Wan's norms and modulation table) stay float32. ``nn.Module.to``, not diffusers'
-    override, which warns on every such cast."""
+    """`model` cast to `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: a parameter or buffer whose name has
+    a part among the class's ``_keep_in_fp32_modules`` stays float32 (Wan's time embedder, norm2 and every block's
+    ``scale_shift_table``; diffusers' ``load_model_dict_into_meta`` matches on the name's parts, so a parameter named
+    in the list counts, not only a module). ``nn.Module.to``, not diffusers' override, which warns on every such
+    cast."""
     import torch
 
     torch.nn.Module.to(model, dtype)
     keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
-    for name, module in model.named_modules():
-        if keep & set(name.split(".")):
-            torch.nn.Module.to(module, torch.float32)
+    for name, tensor in (*model.named_parameters(), *model.named_buffers()):
+        if keep & set(name.split(".")) and tensor.is_floating_point():
+            tensor.data = tensor.data.to(torch.float32)
     return model
 
 
@@ -347,7 +351,9 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dt
         module_path = name.rpartition(".")[0]
         block, traced = _locate(module_path, offsets)
         kind = _kind(modules[module_path])
-        out.append(Parameter(name, tuple(p.shape), dtype, kind, streams.get(traced, "none"), block))
+        # the card's dtype, or float32 where the class keeps it (the planner prices weights at the workload's)
+        out.append(Parameter(name, tuple(p.shape), str(p.dtype).removeprefix("torch."), kind,
+                             streams.get(traced, "none"), block))
     return tuple(out)
 
 

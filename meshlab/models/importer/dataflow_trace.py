@@ -23,11 +23,12 @@ in (Flux's single blocks do both; the q/k/v concatenations inside attention are 
 
 An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a modulation:
 those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last dim (a concatenation
-is no such op). A plain slice of a concatenation's output that falls within some of its parts carries only those
-parts' tags (Wan I2V joins the image context and the text along the tokens, and its cross-attention cuts them apart
-again); ``split``, ``chunk`` and ``narrow``, or a slice after an in-place write, carry the union, as any other op.
-Model inputs are tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head q/k
-norms (over the head dim), and Wan's q/k norms across all heads (over the hidden width).
+is no such op), and in that tensor's dtype where it is not the forward's `dtype` (Wan's float32 pieces). A plain
+slice of a concatenation's output that falls within some of its parts carries only those parts' tags (Wan I2V joins
+the image context and the text along the tokens, and its cross-attention cuts them apart again); ``split``,
+``chunk`` and ``narrow``, or a slice after an in-place write, carry the union, as any other op. Model inputs are
+tagged ``input:<name>``. Norms run inside an attention module are not boundaries: per-head q/k norms (over the head
+dim), and Wan's q/k norms across all heads (over the hidden width).
 
 Inside an attention, two more edges of each q/k/v Linear are recorded, from what the ops do rather than from
 module names:
@@ -62,7 +63,7 @@ from meshlab.models.card import module_pattern as pattern_of
 
 
 def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
-                   stream_of: Callable[[tuple[int, ...]], str]
+                   stream_of: Callable[[tuple[int, ...]], str], dtype: Any = None
                    ) -> tuple[tuple[Flow, ...], tuple[Join, ...], dict[str, tuple[frozenset[str], ...]]]:
     """Run ``model(**inputs)`` once under the tracer: every Linear's flow, in the order the forward calls them,
     the joins and splits of the token streams outside attention, and, for each attention computed as matmuls
@@ -327,8 +328,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     for name in linears(label):
                         for norm_label in normed:
                             norm, stream = norm_label[5:].rsplit("|", 1)
-                            modulations[name].setdefault(norm, Modulation(norm, stream, int(t.shape[-1]),
-                                                                          rms=norm in rms_norms))
+                            modulations[name].setdefault(norm, Modulation(
+                                norm, stream, int(t.shape[-1]), rms=norm in rms_norms,
+                                dtype=str(t.dtype).removeprefix("torch.") if dtype and t.dtype != dtype else ""))
 
     for name, value in inputs.items():
         if torch.is_tensor(value):
