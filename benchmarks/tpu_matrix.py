@@ -67,9 +67,9 @@ def row(path: Path, captured: dict | None = None) -> str:
         at = args.index("--text-tokens")
         args[at:at + 2] = text_tokens(path)
     args += batch(path)
-    done = subprocess.run([sys.executable, "-m", "meshlab", "check", str(path), *args], capture_output=True, text=True,
-                          cwd=REPO)
     name = str(path.relative_to(REPO))
+    done = subprocess.run([sys.executable, "-m", "meshlab", "check", name, *args], capture_output=True, text=True,
+                          cwd=REPO)
     if not done.stdout.startswith("{"):
         return f"{name}: not compiled: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}"
     doc = json.loads(done.stdout)

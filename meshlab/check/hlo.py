@@ -147,13 +147,15 @@ _PARAMETER = re.compile(r"params\[\\?'([^'\\]+)\\?'\]")  # the HLO text escapes 
 
 
 def layer_of(op_name: str | None) -> str | None:
-    """The innermost meshlab scope of an op name: ``a#.3/a.b#.5/aten__mm`` -> ``a.b``; None without one. A jax
-    program names an op on a weight argument (an FSDP gather) after the argument, ``params['a.b.weight']``: its
-    module ``a.b``."""
-    for segment in reversed((op_name or "").split("/")[:-1]):
-        match = _SCOPE.match(segment)
-        if match:
-            return match.group(1)
+    """The innermost meshlab scope of an op name: ``a#.3/a.b#.5/aten__mm`` -> ``a.b``; None without one. An op XLA
+    made of several names them all, joined by ``;`` (``b#.9/aten__add;b#.9/aten__view``): the first that has a scope
+    (LTX-Video's modulation all-to-alls under 2d were read as outside the blocks). A jax program names an op on a
+    weight argument (an FSDP gather) after the argument, ``params['a.b.weight']``: its module ``a.b``."""
+    for name in (op_name or "").split(";"):
+        for segment in reversed(name.split("/")[:-1]):
+            match = _SCOPE.match(segment)
+            if match:
+                return match.group(1)
     weight = _PARAMETER.search(op_name or "")
     if weight:
         return weight.group(1).rpartition(".")[0] or None

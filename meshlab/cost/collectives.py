@@ -79,7 +79,7 @@ from importlib import resources
 
 import yaml
 
-from meshlab.models.card import Flow, module_pattern
+from meshlab.models.card import DTYPE_BYTES, Flow, module_pattern
 from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
@@ -157,6 +157,10 @@ class Collective:
     #: a permute of a collective matmul: the FLOPs per chip of the slice of the matmul it runs beside, under which
     #: its transfer hides (meshlab.cost.timing)
     beside_flops: float = 0.0
+    #: the gather of a block's modulation table whose conditioning comes split from outside the blocks: (its
+    #: chunks, bytes per chip of one chunk's realignment, bytes per chip of the table's own all-to-all in place of
+    #: the gather or 0) (`realigned_chunks`)
+    realigned: tuple[int, int, int] = ()
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
-    collectives = norm_statistics(gathered_once(collectives, scanned))
+    collectives = realigned_chunks(norm_statistics(gathered_once(collectives, scanned)))
     if collective_matmul is not None and mesh:
         collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
     if mesh:
@@ -234,6 +238,34 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
         reduces[at:at + 1] = [merged, replace(last, count=1, only="last")]
         reduces[reduces.index(modulation)] = replace(modulation, count=1, only="first")
     return tuple(c for c in collectives if c.kind not in ("all-reduce", "reduce-scatter")) + scatters + tuple(reduces)
+
+
+def realigned_chunks(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """XLA:TPU realigns a block's modulation chunk by chunk where the block adds a split table (Wan's, LTX-Video's
+    and SANA's ``scale_shift_table``, [chunks, width] split on width) to a conditioning vector a Linear outside the
+    blocks made with its chunks x width rows split over the same n chips: the conditioning lies split g = gcd(chunks,
+    n) ways on its chunks and n / g ways on width, and each chunk takes one all-to-all to lie split n ways on width,
+    moving a sample's g / n of a chunk per chip, in the dtype the block adds it in (Wan: float32). Where n divides
+    the chunks (g = n), the table itself takes one all-to-all of its share where the CPU partitioner gathers it whole.
+
+    Measured (`meshlab check S --backend tpu --front-end torch-xla --layers 3 --height 256 --width 256 --text-tokens
+    32`, v6e, libtpu 0.0.52), per block: wan-2d.yaml (model 4) six all-to-alls of 10,240 B; ltx-2d.yaml (model 4)
+    six of 2,048 B; sana-2d.yaml (model 2) six of 4,480 B and the table's of 13,440 B in place of its gather; and
+    outside the matrix, LTX-Video under data 1 x model 8, six of 2,048 B (two samples a chip). The CPU partitioner
+    issues none of them."""
+    issued: list[Collective] = []
+    for c in collectives:
+        if not c.realigned:
+            issued.append(c)
+            continue
+        chunks, nbytes, table = c.realigned
+        issued.append(replace(c, kind="all-to-all", bytes=table, realigned=(),
+                              why=f"{c.why}: XLA:TPU moves each chip's share to lie as the conditioning's chunks lie "
+                                  "instead") if table else replace(c, realigned=()))
+        issued += [replace(c, kind="all-to-all", bytes=nbytes, phase="modulation:chunks", realigned=(),
+                           why=f"the conditioning's chunk {i + 1} of {chunks} realigned to split on width (XLA:TPU)")
+                   for i in range(chunks)]
+    return tuple(issued)
 
 
 def norm_statistics(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
@@ -810,20 +842,28 @@ class _Deriver:
         yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
             yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
-        elif target and not attention.is_linear and self.heads_gathered:
+        elif target and self.heads_gathered:
             yield from self._heads_gathered(attention, qkv[0], target)
+            return _State()  # every chip holds every head's output
         return _State(target)
 
     def _heads_gathered(self, attention, op: LinearOp, heads: Axes) -> Iterator[Collective]:
         """torch_xla's math attention with more than one sample a chip runs every head on every chip
         (meshlab.plan.axes.heads_gathered): q, k and v, each of the joint sequence, are gathered over the axes that
-        split the heads; the output is sliced back to the chip's heads, free."""
+        split the heads. The output is whole on every chip: an output projection that wants it split on the heads
+        slices it, free, and one that wants it whole gathers nothing (measured, XLA:TPU: Wan 2.1 14B under 2d's
+        rules over model 8, two samples a chip, no gather before either attention's to_out, where one sample a chip
+        under model 4 gathers both). A linear attention's matmuls do the same, its values one row a head wider
+        (diffusers' SanaLinearAttnProcessor2_0 pads them with ones for the normalizer; measured: SANA under
+        sana-data2-model2.yaml, q, k and the padded v gathered, 573,440, 573,440 and 591,360 B a block)."""
         width = attention.heads * attention.head_dim
+        values = attention.heads * (attention.head_dim + 1) if attention.is_linear else width
         queries = sum(self.layout.local.of_stream(s) for s in attention.streams)
         keys = sum(self.layout.local.of_stream(s) for s in attention.key_streams)
-        for name, tokens in (("q", queries), ("k", keys), ("v", keys)):
-            yield self.new("all-gather", heads, self.layout.batch * tokens * width * self.layout.itemsize, op.block,
-                           "attention:heads", f"{attention.module.rsplit('.', 1)[-1]}: torch's math attention folds "
+        for name, tokens, features in (("q", queries, width), ("k", keys, width), ("v", keys, values)):
+            yield self.new("all-gather", heads, self.layout.batch * tokens * features * self.layout.itemsize,
+                           op.block, "attention:heads", f"{attention.module.rsplit('.', 1)[-1]}: torch's "
+                           f"{'matmuls fold' if attention.is_linear else 'math attention folds'} "
                            f"{self.layout.batch} samples and the heads into one dim, which XLA cannot keep split on "
                            f"{'+'.join(heads)}: {name} is gathered and every chip computes every head")
 
@@ -1017,10 +1057,30 @@ class _Deriver:
                 # Wan under 2d, one [6, 5120] gather; under cfg x Ulysses with FSDP over seq, six [1, 1536] gathers)
                 fsdp = set(p.spec.axes) <= set(self.layout.activation_axes()) and p.parameter.rank == 3
                 pieces = p.shape[1] if fsdp else 1
+                realigned = () if fsdp else self._realigned(p, graph)
                 for _ in range(pieces):
                     yield self.new("all-gather", p.spec.axes, p.parameter.bytes // pieces, p.parameter.block,
                                    "parameters", f"{p.name} (a table added to the modulation) is split, but every "
-                                   "chip adds it whole" + (", one chunk at a time" if fsdp else ""))
+                                   "chip adds it whole" + (", one chunk at a time" if fsdp else ""),
+                                   realigned=realigned)
+
+    def _realigned(self, table: PlannedParameter, graph: Graph) -> tuple[int, int, int]:
+        """How XLA:TPU realigns the conditioning a block adds `table` to, where it comes from a modulation Linear
+        outside the blocks whose rows split over the table's axes (`realigned_chunks`): (chunks, bytes per chip of
+        one chunk's all-to-all, bytes per chip of the table's all-to-all or 0); () where it does not."""
+        block = table.parameter.block
+        source = next((op for op in graph.linears if op.role == "chunks" and block in self._block_norms(op)), None)
+        split = self.chunk_split(source) if source is not None else None
+        if not split or set(split) != set(table.spec.axes):
+            return ()
+        chunks, n = source.out_features // source.chunk_width, self.size(split)
+        group = math.gcd(chunks, n)
+        if group == 1:
+            return ()
+        dtypes = {m.dtype for m in self.flows[source.module].modulates if ".*" in m.norm and m.dtype}
+        itemsize = DTYPE_BYTES[dtypes.pop()] if len(dtypes) == 1 else self.layout.itemsize
+        return (chunks, self.layout.batch * source.chunk_width * group // n * itemsize,
+                table.parameter.bytes // n if group == n else 0)
 
 
 def _collected(step: Step) -> tuple[list[Collective], _State]:

@@ -219,12 +219,14 @@ def _conv(weight, layout: Layout, mesh: AbstractMesh) -> Work:
     return Work(weight.parameter.module, weight.parameter.block, conv_flops(elements, tokens), float(nbytes), "conv")
 
 
-def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh) -> Work:
+def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh,
+                      gathered: bool = False) -> Work:
     """SANA's linear attention on one chip (diffusers' SanaLinearAttnProcessor2_0): q, k and v cast to float32,
     the state ``relu(K)^T [V; 1]`` of its local heads summed over the chip's tokens (a sequence split all-reduces
     it: meshlab.cost.collectives), then ``relu(Q)`` times it, an output of head_dim + 1 rows per head in float32.
-    Priced at the chip's float32 rate; bytes: k and v read, q read, the output written, in float32."""
-    heads = attention.heads // _head_split(attention, qkv[0], layout, mesh)
+    Priced at the chip's float32 rate; bytes: k and v read, q read, the output written, in float32. `gathered`:
+    every head on every chip (XLA's matmuls with more than one sample a chip, as the math attention's)."""
+    heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))
     tokens = sum(layout.local.of_stream(s) for s in attention.streams)
     d = attention.head_dim
     nbytes = layout.batch * tokens * heads * (3 * d + d + 1) * 4
@@ -235,9 +237,9 @@ def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout,
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool,
                xla: bool = False) -> Work:
-    if attention.is_linear:
-        return _linear_attention(attention, qkv, layout, mesh)
     gathered = heads_gathered(flash, layout.batch, xla, layout.sequence_split > 1)  # every head on every chip
+    if attention.is_linear:
+        return _linear_attention(attention, qkv, layout, mesh, gathered)
     heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)

@@ -343,14 +343,17 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
-    gathered = shape.heads_gathered and not attention.is_linear
+    gathered = shape.heads_gathered
     head_split = 1 if gathered else compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh,
                                                   shape.gathered)
     heads = -(-attention.heads // head_split)
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
         fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
-        return qkv * (1 + fp32) + fp32 * queries * heads * (attention.head_dim + 1)
+        # every head on every chip: q, k and the padded v gathered, and the float32 copies are of those
+        every_head = queries * heads * (3 * attention.head_dim + 1) if gathered else 0
+        upcast = fp32 * (queries * heads * 3 * attention.head_dim if gathered else qkv)
+        return qkv + upcast + fp32 * queries * heads * (attention.head_dim + 1) + every_head
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
     passes = shape.ring in ("gather-passes", "p2p-passes") and shape.ring_degree > 1

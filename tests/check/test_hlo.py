@@ -53,6 +53,9 @@ def test_attributes_collectives_to_the_layer_meshlab_scoped(collectives):
     ("single_transformer_blocks.3#/aten__mm", "single_transformer_blocks.3"),
     ("aten__add.1/aten__add", None),  # XLA's own scope, not meshlab's
     (None, None),
+    # an op XLA made of two (LTX-Video's modulation all-to-alls under 2d, XLA:TPU): the first name's scope
+    ("transformer_blocks.1#.97/aten__add.5/aten__add;transformer_blocks.1#.97/aten__view", "transformer_blocks.1"),
+    ("aten__add.1/aten__add;blocks.2#.4/aten__view", "blocks.2"),
 ])
 def test_layer_of(op_name, layer):
     assert hlo.layer_of(op_name) == layer
