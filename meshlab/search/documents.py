@@ -132,6 +132,8 @@ class TryDocument(Document):
     chips_identical: bool
     fits: bool
     warnings: list[str]
+    taken: list[str] = Field([], description="what planning took where the file left it out: its pipeline's "
+                             "workload defaults, its system's compile mode (try prints these lines too)")
     activation_method: str
     predicted: PredictedSummary
     text_encoder: str | None = Field(None, description="try --model ...: where the text encoder went, and why")

@@ -39,6 +39,7 @@ def try_document(planned: PlannedStrategy) -> dict:
         "chips_identical": memory.uniform,
         "fits": memory.fits,
         "warnings": list(plan.warnings),
+        "taken": list(planned.loaded.taken),
         "activation_method": ACTIVATION_METHOD,
         "predicted": predicted_summary(planned),
     }

@@ -86,6 +86,10 @@ def test_a_workload_the_file_leaves_out_is_the_model_s_pipeline_s(tmp_path):
     assert "compile: eager, as PyTorch runs on a GPU unless told otherwise" in result.stdout
     full = runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "160"})
     assert "workload:" not in full.stdout and "compile:" not in full.stdout  # it gives both (a TPU: fused)
+    # --json carries the same lines (it carried none)
+    taken = json.loads(runner.invoke(app, ["try", str(tmp_path / "flux.yaml"), "--json"]).stdout)["taken"]
+    assert [line.split(":")[0] for line in taken] == ["workload", "compile"] and "steps 28, cfg False" in taken[0]
+    assert json.loads(runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml"), "--json"]).stdout)["taken"] == []
 
 
 def test_a_gpu_file_that_does_not_say_how_it_compiles_is_priced_eager(tmp_path):
