@@ -135,13 +135,15 @@ def sweep(
     hw = max(systems, key=lambda h: h.chips)
     if batch_per_replica * hw.chips > most:  # a data axis over every device would carry more than a batch can
         from meshlab.core.errors import InputError
+        from meshlab.strategy.schema import output_noun
 
+        what = output_noun([workload])
         if hw.chips > most:
-            raise InputError(f"{hw.chips} devices are more than a workload's batch of at most {most} images can "
+            raise InputError(f"{hw.chips} devices are more than a workload's batch of at most {most} {what}s can "
                              f"spread over", f"use --devices {most} or fewer")
         raise InputError(f"--batch-per-replica {batch_per_replica} on {hw.chips} devices makes batches of up to "
-                         f"{batch_per_replica * hw.chips} images, over the workload's {most}",
-                         f"ask for at most {most // hw.chips} images per replica")
+                         f"{batch_per_replica * hw.chips} {what}s, over the workload's {most}",
+                         f"ask for at most {most // hw.chips} {what}s per replica")
     card_file = [model] if model.endswith(".json") else []
     if out != "-":
         output_path(out, card_file, "--out")  # before the sweep, not after it

@@ -151,12 +151,6 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def output_noun(workloads) -> str:
-    """What the plans of `workloads` make, for the tables' words: "video" where every one makes several frames,
-    "image" where none does, "output" where they mix (the JSON keeps its `_per_image` keys)."""
-    kinds = {"video" if w.frames > 1 else "image" for w in workloads}
-    return kinds.pop() if len(kinds) == 1 else "output"
-
 
 def warn_unmatched_rules(planned, strict: bool) -> None:
     """Each rule of `planned` that matches nothing: a warning on stderr, or with `strict` the first one an error."""

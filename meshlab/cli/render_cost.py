@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from meshlab.cli.output import gib, output_noun
+from meshlab.cli.output import gib
+from meshlab.strategy.schema import output_noun
 from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
 

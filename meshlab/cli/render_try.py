@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from meshlab.cli.output import gib, output_noun
+from meshlab.cli.output import gib
+from meshlab.strategy.schema import output_noun
 from meshlab.plan.planned import PlannedStrategy
 from meshlab.search.try_document import coverage, rule_summaries
 

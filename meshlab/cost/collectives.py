@@ -173,8 +173,9 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
            ) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point (`flash_attention`: the
     attention runs a flash kernel, not torch's math attention; `xla`: the plan runs as XLA's program, on TPUs)."""
-    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout),
-                       heads_gathered(flash_attention, layout.batch, xla, layout.sequence_split > 1))
+    split = layout.sequence_split > 1
+    gathered = [heads_gathered(flash, layout.batch, xla, split) for flash in (flash_attention, False)]  # then linear
+    deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), *gathered)
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
             *_guidance(graph, layout))
 
@@ -412,9 +413,10 @@ class _Deriver:
     output is split; the walk itself keeps only that (`states`) and which norms and joint outputs it has handled."""
 
     def __init__(self, layout: Layout, mesh: AbstractMesh, graph: Graph, points: dict | None = None,
-                 heads_gathered: bool = False):
+                 heads_gathered: bool = False, linear_heads_gathered: bool = False):
         self.layout, self.mesh, self.graph = layout, mesh, graph
         self.heads_gathered = heads_gathered  # meshlab.plan.axes.heads_gathered
+        self.linear_heads_gathered = linear_heads_gathered  # a linear attention's: no flash kernel runs it
         self.points = points or {}
         self.attentions = {a.module: a for a in graph.attentions}
         self.joined_back: set[str] = set()
@@ -842,7 +844,7 @@ class _Deriver:
         yield from self._norms_across_heads(attention, qkv)
         if at_kernel:
             yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
-        elif target and self.heads_gathered:
+        elif target and (self.linear_heads_gathered if attention.is_linear else self.heads_gathered):
             yield from self._heads_gathered(attention, qkv[0], target)
             return _State()  # every chip holds every head's output
         return _State(target)
@@ -1065,20 +1067,23 @@ class _Deriver:
                                    realigned=realigned)
 
     def _realigned(self, table: PlannedParameter, graph: Graph) -> tuple[int, int, int]:
-        """How XLA:TPU realigns the conditioning a block adds `table` to, where it comes from a modulation Linear
-        outside the blocks whose rows split over the table's axes (`realigned_chunks`): (chunks, bytes per chip of
-        one chunk's all-to-all, bytes per chip of the table's all-to-all or 0); () where it does not."""
+        """How XLA:TPU realigns the conditioning a block adds `table` ([.., chunks, width], split on width) to, where
+        it comes from a modulation Linear outside the blocks whose rows split over the same axes
+        (`realigned_chunks`): (chunks, bytes per chip of one chunk's all-to-all, bytes per chip of the table's
+        all-to-all or 0); () otherwise. Not measured, so not priced: a table split otherwise, or left whole beside
+        a split conditioning."""
         block = table.parameter.block
         source = next((op for op in graph.linears if op.role == "chunks" and block in self._block_norms(op)), None)
         split = self.chunk_split(source) if source is not None else None
-        if not split or set(split) != set(table.spec.axes):
+        if not split or table.spec.entries[-1] is None or set(table.spec.entries[-1]) != set(split) \
+                or any(table.spec.entries[:-1]):  # measured only for a table split on its width, as the rows
             return ()
         chunks, n = source.out_features // source.chunk_width, self.size(split)
         group = math.gcd(chunks, n)
-        if group == 1:
+        if group == 1 or table.shape[-2:] != (chunks, source.chunk_width):
             return ()
-        dtypes = {m.dtype for m in self.flows[source.module].modulates if ".*" in m.norm and m.dtype}
-        itemsize = DTYPE_BYTES[dtypes.pop()] if len(dtypes) == 1 else self.layout.itemsize
+        dtypes = {m.dtype for m in self.flows[source.module].modulates if ".*" in m.norm}
+        itemsize = DTYPE_BYTES[next(iter(dtypes))] if len(dtypes) == 1 and "" not in dtypes else self.layout.itemsize
         return (chunks, self.layout.batch * source.chunk_width * group // n * itemsize,
                 table.parameter.bytes // n if group == n else 0)
 

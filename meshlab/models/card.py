@@ -138,7 +138,8 @@ class Modulation:
     #: an RMS norm (a mean of squares over the features, diffusers' ``RMSNorm``: LTX-Video's): one statistic a row,
     #: where a LayerNorm has two (mean and variance)
     rms: bool = False
-    #: the pieces' dtype where it is not the weights' ("float32": Wan adds its table to ``temb.float()``); "": theirs
+    #: "float32" where the class computes the pieces in float32 whatever its weights' dtype (Wan adds its table to
+    #: ``temb.float()``; read from a bfloat16 trace); "": in the weights' dtype
     dtype: str = ""
 
 

@@ -28,6 +28,7 @@ class PipelineDefaults:
     width: int
     frames: int
     source: str
+    vae_dtype: str | None = None  # the VAE's dtype where its documented use loads it otherwise (Wan: float32)
 
     def workload_fields(self) -> dict:
         return {name: getattr(self, name) for name in FIELDS}

@@ -288,7 +288,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
     ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
-                   heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1))
+                   heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1),
+                   heads_gathered(False, batch, xla, split_image > 1))
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -308,6 +309,7 @@ class _Shape:
     ring_degree: int = 1  # chips in one ring (the sequence axes that are not Ulysses')
     itemsize: int = 2  # bytes of one element of the workload's dtype
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
+    linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -343,7 +345,7 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
-    gathered = shape.heads_gathered
+    gathered = shape.linear_heads_gathered if attention.is_linear else shape.heads_gathered
     head_split = 1 if gathered else compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh,
                                                   shape.gathered)
     heads = -(-attention.heads // head_split)
@@ -352,7 +354,7 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
         # every head on every chip: q, k and the padded v gathered, and the float32 copies are of those
         every_head = queries * heads * (3 * attention.head_dim + 1) if gathered else 0
-        upcast = fp32 * (queries * heads * 3 * attention.head_dim if gathered else qkv)
+        upcast = fp32 * (queries * heads * (3 * attention.head_dim + 1) if gathered else qkv)
         return qkv + upcast + fp32 * queries * heads * (attention.head_dim + 1) + every_head
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)

@@ -153,7 +153,8 @@ def workload_with(workload: Workload, **updates) -> Workload:
 def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
     """`loaded` with the workload fields its file leaves out (steps, cfg, text tokens, size, frames) taken from its
     model's pipeline defaults, where the model has them, and a line saying so: without it a Flux.1-dev file with
-    no workload was priced at 50 steps with CFG, and a Wan one as a single 1024x1024 frame. Pure."""
+    no workload was priced at 50 steps with CFG, and a Wan one as a single 1024x1024 frame; likewise the VAE's
+    dtype (`_with_pipeline_vae`). Pure."""
     from meshlab.models.defaults import FIELDS, pipeline_defaults
 
     strategy = loaded.strategy
@@ -165,13 +166,27 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
         given = given | {"cfg"}
     missing = {f: getattr(defaults, f) for f in FIELDS  # where the pipeline's differs from the generic default
                if f not in given and getattr(defaults, f) != getattr(strategy.workload, f)}
-    if not missing:
+    if missing:
+        workload = strategy.workload.model_copy(update=missing)
+        basis = (f"workload: {defaults.pipeline}'s defaults for what the file leaves out: "
+                 + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in missing.items()))
+        loaded = replace(loaded, strategy=strategy.model_copy(update={"workload": workload}),
+                         taken=(*loaded.taken, basis))
+    return _with_pipeline_vae(loaded, defaults)
+
+
+def _with_pipeline_vae(loaded: LoadedStrategy, defaults) -> LoadedStrategy:
+    """The VAE in the dtype its pipeline's documented use loads it in (Wan's: float32), where the file's placement
+    leaves ``vae_dtype`` out: a Wan decode priced in the transformer's bfloat16 held half the bytes the examples
+    hold. Pure."""
+    strategy = loaded.strategy
+    given = strategy.placement.model_fields_set if "placement" in strategy.model_fields_set else set()
+    if not defaults.vae_dtype or "vae_dtype" in given or defaults.vae_dtype == strategy.workload.dtype:
         return loaded
-    workload = strategy.workload.model_copy(update=missing)
-    basis = (f"workload: {defaults.pipeline}'s defaults for what the file leaves out: "
-             + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in missing.items()))
-    return replace(loaded, strategy=strategy.model_copy(update={"workload": workload}),
-                   taken=(*loaded.taken, basis))
+    placement = strategy.placement.model_copy(update={"vae_dtype": defaults.vae_dtype})
+    line = (f"placement: the VAE in {defaults.vae_dtype}, as {defaults.pipeline}'s documented example loads it (the "
+            f"file leaves placement.vae_dtype out; {strategy.workload.dtype} prices a decode in the model's dtype)")
+    return replace(loaded, strategy=strategy.model_copy(update={"placement": placement}), taken=(*loaded.taken, line))
 
 
 def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStrategy:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshlab.cost.predict import Prediction, predict
+from meshlab.strategy.schema import output_noun
 from meshlab.core.errors import InputError
 from meshlab.plan.planned import PlannedStrategy, plan_file
 
@@ -132,9 +133,10 @@ def _notes(pairs) -> tuple[str, ...]:
                          "with the same workload, never against the others")
     hardware = sorted({p.hardware.name for p, _ in pairs})
     if len(hardware) > 1:
+        what = output_noun([p.strategy.workload for p, _ in pairs])
         notes.append(f"these strategies run on different hardware ({', '.join(hardware)}): plans "
-                     "of one model and workload are ranked together by seconds per image, whatever their system, "
-                     "so compare $/image too")
+                     f"of one model and workload are ranked together by seconds per {what}, whatever their system, "
+                     f"so compare $/{what} too")
     if pairs and not any(p.memory.fits for p, _ in pairs):
         notes.append("no strategy fits: there is no best plan")
     return tuple(notes)
@@ -174,36 +176,37 @@ def why_loses(planned: PlannedStrategy, pred: Prediction, best) -> str:
 
 def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_per_image: float,
             planned: PlannedStrategy, best: PlannedStrategy) -> str:
+    what = output_noun([planned.strategy.workload])  # a video model's plans make videos
     if worst == "encode":
         def where(p: PlannedStrategy) -> str:
             return {"cpu": "on the host", "device": "on each chip", "sharded": "split over the chips"}[
                 p.strategy.placement.text_encoder]
 
-        return (f"its text encoder {where(planned)}: {pred.terms.text_encode_s:.2f} s/image vs "
+        return (f"its text encoder {where(planned)}: {pred.terms.text_encode_s:.2f} s/{what} vs "
                 f"{b.terms.text_encode_s:.2f} {where(best)} (`meshlab explain` shows the encode term)")
     if worst == "decode":
-        return (f"VAE decode and host transfers: {pred.terms.vae_decode_s + pred.terms.transfer_s:.2f} s/image vs "
-                f"{b.terms.vae_decode_s + b.terms.transfer_s:.2f}")
+        return (f"VAE decode and host transfers: {pred.terms.vae_decode_s + pred.terms.transfer_s:.2f} s/{what} "
+                f"vs {b.terms.vae_decode_s + b.terms.transfer_s:.2f}")
     if worst == "collective":
         counts = pred.block_collectives(issued=True)  # as the hardware issues them: what the time is priced from
         listed = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-        return (f"{listed or 'collectives'} per block: {pred.step.collective * per_image:.2f} s/image in collectives "
-                f"vs {b.step.collective * best_per_image:.2f}")
+        return (f"{listed or 'collectives'} per block: {pred.step.collective * per_image:.2f} s/{what} in "
+                f"collectives vs {b.step.collective * best_per_image:.2f}")
     if worst == "local":
         mine = pred.step.flops * per_image / 1e12
         theirs = b.step.flops * best_per_image / 1e12
         if mine > 1.05 * theirs and pred.chips == 1:
-            return f"one device does all the work: {mine:.0f} TFLOP per image vs {theirs:.0f} per chip"
+            return f"one device does all the work: {mine:.0f} TFLOP per {what} vs {theirs:.0f} per chip"
         if mine > 1.05 * theirs:
-            return f"repeats work across chips: {mine:.0f} TFLOP per chip per image vs {theirs:.0f}"
+            return f"repeats work across chips: {mine:.0f} TFLOP per chip per {what} vs {theirs:.0f}"
         # only where it holds: the reason's prefix already names two systems
-        why = " (fewer images per call to share weight reads)" if pred.layout.images < b.layout.images else ""
-        return (f"slower compute/HBM per image: {pred.step.local * per_image:.2f} s vs "
+        why = f" (fewer {what}s per call to share weight reads)" if pred.layout.images < b.layout.images else ""
+        return (f"slower compute/HBM per {what}: {pred.step.local * per_image:.2f} s vs "
                 f"{b.step.local * best_per_image:.2f}{why}")
     if worst == "launches":
-        return (f"waits on eager PyTorch's launches: {pred.step.launch_wait * per_image:.2f} s/image beyond its own "
-                f"work vs {b.step.launch_wait * best_per_image:.2f} (each chip's share too small to hide the host)")
-    return f"host overhead: {pred.step.overhead * per_image:.2f} s/image vs {b.step.overhead * best_per_image:.2f}"
+        return (f"waits on eager PyTorch's launches: {pred.step.launch_wait * per_image:.2f} s/{what} beyond its "
+                f"own work vs {b.step.launch_wait * best_per_image:.2f} (each chip's share too small to hide the host)")
+    return f"host overhead: {pred.step.overhead * per_image:.2f} s/{what} vs {b.step.overhead * best_per_image:.2f}"
 
 
 def entry_document(entry: Entry) -> dict:

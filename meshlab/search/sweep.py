@@ -35,7 +35,8 @@ from meshlab.core.hardware import Hardware
 from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
 from meshlab.plan.planner import make_plan
-from meshlab.strategy.schema import ActivationRule, Activations, Compile, Rule, Strategy, Workload
+from meshlab.strategy.schema import (ActivationRule, Activations, Compile, Placement, Rule, Strategy, Workload,
+                                     output_noun)
 
 FAMILIES = ("data", "model", "2d", "pairs", "fsdp", "ulysses", "ring")
 #: What `best` minimises: "latency" (seconds one request waits), "throughput" (seconds per image with the plan's
@@ -129,11 +130,13 @@ class Limits:
 
     def problem(self, c: Candidate) -> str:
         """Why a fitting candidate misses the goals ("" when it meets them)."""
+        made = output_noun([c.strategy.workload])
         if self.max_seconds_per_image is not None and self.seconds(c) > self.max_seconds_per_image:
-            what = "s per image at throughput" if self.throughput else "s for an image (latency)"
+            what = f"s per {made} at throughput" if self.throughput else f"s for {'an' if made == 'image' else 'a'} " \
+                f"{made} (latency)"
             return f"{self.seconds(c):.2f} {what}, over the {self.max_seconds_per_image:g} s goal"
         if self.max_usd_per_image is not None and (c.usd is None or c.usd > self.max_usd_per_image):
-            cost = "no price" if c.usd is None else f"${c.usd:.4f} per image"
+            cost = "no price" if c.usd is None else f"${c.usd:.4f} per {made}"
             return f"{cost}, over the ${self.max_usd_per_image:g} budget"
         return ""
 
@@ -364,6 +367,7 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
         return Binding("HBM capacity", None, None, f"no plan fits: the leanest needs {chip.total / 2**30:.1f} GiB "
                        f"of {chip.hbm / 2**30:.2f} GiB per chip; more chips, or chips with more HBM")
     p = best.prediction
+    what = output_noun([best.strategy.workload])
     steps_per_image = p.layout.steps / p.layout.images
     compute_bound = p.step.compute >= p.step.hbm
     terms = p.terms
@@ -372,10 +376,11 @@ def binding(best: Candidate | None, candidates: list[Candidate], hw: Hardware) -
     rows = [
         ("compute" if compute_bound else "HBM bandwidth", p.step.local * steps_per_image,
          "more chips splitting the work, or a faster chip" if compute_bound else
-         "more images per call (the weights are read once per call), or chips with faster HBM"),
+         f"more {what}s per call (the weights are read once per call), or chips with faster HBM"),
         # where the host's dispatches outlast the chip's work they set the whole step, not only the wait beyond it
         ("host launches", (p.step.launch_floor if p.step.launch_wait else 0.0) * steps_per_image,
-         "torch.compile (fewer, fused kernels) or CUDA graphs, or more work per call (larger images, fewer chips)"),
+         f"torch.compile (fewer, fused kernels) or CUDA graphs, or more work per call (larger {what}s, fewer "
+         "chips)"),
         ("collectives", p.step.collective * steps_per_image,
          "replicate the weights where they fit (FSDP gathers them every call), or a faster interconnect"
          if best.family.split("+")[-1] == "fsdp" else
@@ -501,7 +506,11 @@ def _name(family: str, mesh: dict[str, int], dcn: dict[str, int] | None = None) 
 
 def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations=None,
               rewrites=(), dcn=None) -> Strategy:
+    from meshlab.models.defaults import pipeline_defaults
+
     data = mesh.get("data", 1)
+    defaults = pipeline_defaults(model)
+    vae_dtype = defaults.vae_dtype if defaults and defaults.vae_dtype != workload.dtype else None
     across = "".join(f", {axis} across {k} slices" for axis, k in (dcn or {}).items())
     return Strategy(
         name=name,
@@ -513,6 +522,8 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
         rewrites=list(rewrites),
         # a GPU runs as diffusers runs it, eager (torch.compile's fusion would need a compile the startup prices)
         compile=Compile(elementwise="eager" if hardware.kind == "gpu" else "fused"),
+        # the VAE as its pipeline's documented use loads it (Wan: float32)
+        placement=Placement(**({"vae_dtype": vae_dtype} if vae_dtype else {})),
     )
 
 
@@ -574,14 +585,15 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None, object
         "rewrites": list(s.rewrites), "workload": s.workload.model_dump(exclude_none=True), "placement": s.placement.model_dump(exclude_none=True),
         **({"compile": s.compile.model_dump(exclude={"libtpu_flags"})} if s.compile.elementwise != "fused" else {}),
     }
+    what = output_noun([s.workload])
     header = (
         f"# Written by `meshlab sweep`: the best plan by {objective} that fits, of {candidate.family} family.\n"
         f"# Predicted (not measured) on {hardware.name}: {p.first_call_s:.2f} s for a call of {p.layout.images} "
-        f"image(s), {p.seconds_per_image:.2f} s per image at throughput, "
+        f"{what}(s), {p.seconds_per_image:.2f} s per {what} at throughput, "
         f"{p.step.total * 1e3:.0f} ms per step, MFU {100 * p.mfu:.0f}%, "
         f"{candidate.headroom / 2**30:.2f} GiB headroom per chip"
-        + (f", ${p.usd_per_image:.4f} per image at list price in the steady state"
-           + (f" (${candidate.usd:.4f} over {candidate.images} images with the startup)" if candidate.images else "")
+        + (f", ${p.usd_per_image:.4f} per {what} at list price in the steady state"
+           + (f" (${candidate.usd:.4f} over {candidate.images} {what}s with the startup)" if candidate.images else "")
            + ".\n" if p.usd_per_image is not None else ".\n")
     )
     if GUIDANCE_AXIS in s.mesh:

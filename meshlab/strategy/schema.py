@@ -202,6 +202,13 @@ class Workload(Closed):
     )
 
 
+def output_noun(workloads) -> str:
+    """What the plans of `workloads` make, for the words of tables and reasons: "video" where every one makes
+    several frames, "image" where none does, "output" where they mix (the JSON keeps its `_per_image` keys)."""
+    kinds = {"video" if w.frames > 1 else "image" for w in workloads}
+    return kinds.pop() if len(kinds) == 1 else "output"
+
+
 class Placement(Closed):
     """Where the pipeline's other components live."""
 
@@ -211,8 +218,8 @@ class Placement(Closed):
     vae: Literal["device", "cpu"] = Field("device", description="'device': weights and decode working set in HBM")
     vae_dtype: Optional[Literal["bfloat16", "float16", "float32"]] = Field(
         None, description="the VAE's dtype where it differs from workload.dtype (Wan's official code and diffusers' "
-        "Wan examples run the VAE in float32): its weights and decode working set in memory; the decode's time is "
-        "priced at workload.dtype")
+        "Wan examples run the VAE in float32, and a Wan file that leaves this out takes float32): its weights and "
+        "decode working set in memory; the decode's time is priced at workload.dtype")
     vae_decode: Literal["full", "tiled", "parallel"] = Field(
         "full", description="how the VAE decodes: 'full', the whole image at once (diffusers' default); 'tiled', "
         "diffusers' vae.enable_tiling(): overlapping tiles of the VAE's own size one at a time; 'parallel', the "

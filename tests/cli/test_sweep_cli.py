@@ -100,6 +100,11 @@ def test_a_video_model_s_plans_are_priced_per_video(tmp_path):
     assert done.exit_code == 0, done.output
     assert "s/video" in done.output and "$/video" in done.output and "at most $100 a video" in done.output
     assert "making the 1 video (" in done.output and "/image" not in done.output
+    missed = runner.invoke(app, ["sweep", "--model", "wan-2.1-t2v-14b", "--hardware", "v6e-8", "--no-progress",
+                                 "--max-seconds-per-image", "1", "--out", str(tmp_path / "c.yaml")])
+    assert "s for a video (latency), over the 1 s goal" in missed.output and "image" not in missed.output
+    header = (tmp_path / "b.yaml").read_text().splitlines()[1]
+    assert "1 video(s)" in header and "per video at throughput" in header and "image" not in header
 
 
 def test_the_objective_picks_best_and_the_latency_goal_is_a_whole_call(tmp_path):

@@ -92,6 +92,31 @@ def test_a_workload_the_file_leaves_out_is_the_model_s_pipeline_s(tmp_path):
     assert json.loads(runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml"), "--json"]).stdout)["taken"] == []
 
 
+def test_a_wan_file_decodes_in_float32_as_the_pipeline_s_example_loads_its_vae(tmp_path):
+    """WanPipeline's documented example loads AutoencoderKLWan in float32: a Wan file that leaves
+    placement.vae_dtype out is priced so (its decode was priced in bfloat16, half the bytes), and says so; a file that
+    names a dtype keeps it, and sweep's Wan plans decode in float32 too."""
+    from meshlab.plan.planned import plan_file
+    from meshlab.search.sweep import _strategy
+    from meshlab.core.hardware import load_hardware
+    from meshlab.strategy.schema import Workload
+
+    head = "name: t\nhardware: h100\nmesh: {data: 1}\nrules: [{match: '*', shard: replicate}]\nmodel: wan-2.1-t2v-1.3b\n"
+    (tmp_path / "wan.yaml").write_text(head)
+    (tmp_path / "bf16.yaml").write_text(head + "placement: {vae_dtype: bfloat16}\n")
+    (tmp_path / "flux.yaml").write_text(head.replace("wan-2.1-t2v-1.3b", "flux-dev"))
+    wan, bf16, flux = (plan_file(tmp_path / f) for f in ("wan.yaml", "bf16.yaml", "flux.yaml"))
+    assert (wan.strategy.placement.vae_dtype, bf16.strategy.placement.vae_dtype) == ("float32", "bfloat16")
+    assert flux.strategy.placement.vae_dtype is None
+    assert wan.memory.most_loaded.vae_decode == 2 * bf16.memory.most_loaded.vae_decode
+    assert any(line.startswith("placement: the VAE in float32") for line in wan.loaded.taken)
+    assert not any(line.startswith("placement:") for line in bf16.loaded.taken)
+    swept = _strategy("s", "data", {"data": 1}, [], "wan-2.1-t2v-1.3b", load_hardware("h100"), Workload(), 1)
+    assert swept.placement.vae_dtype == "float32"
+    assert _strategy("s", "data", {"data": 1}, [], "flux-dev", load_hardware("h100"), Workload(), 1
+                     ).placement.vae_dtype is None
+
+
 def test_a_gpu_file_that_does_not_say_how_it_compiles_is_priced_eager(tmp_path):
     """ulysses.yaml says fused (torch.compile); without that line the same layout is priced as PyTorch runs it on a
     GPU, eager, as `try --model` prices it: slower, and its export asks for no --use_torch_compile."""

@@ -123,7 +123,6 @@ SMALL_VAE = {"library": "diffusers", "class": "AutoencoderKL",
                         "down_block_types": ["DownEncoderBlock2D"] * 2, "up_block_types": ["UpDecoderBlock2D"] * 2}}
 
 
-@pytest.mark.xla
 def test_wan_s_cards_hold_the_dtypes_from_pretrained_loads():
     """WanTransformer3DModel keeps its time embedder, norm2 and every scale_shift_table in float32
     (`_keep_in_fp32_modules`, matched on a parameter name's parts as diffusers loads them; the tables were recorded
@@ -141,6 +140,7 @@ def test_wan_s_cards_hold_the_dtypes_from_pretrained_loads():
     assert all(not m.dtype for f in flux.dataflow for m in f.modulates)
 
 
+@pytest.mark.xla
 def test_import_from_a_local_config_file(tmp_path):
     pytest.importorskip("diffusers")
     from meshlab.models.importer.card_import import import_from_config_file, write_card

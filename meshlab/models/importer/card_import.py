@@ -74,14 +74,14 @@ def import_card(
         model = _at_dtype(cls.from_config(dict(config)), getattr(torch, dtype))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
-    streams, (dataflow, joins, kernels) = _trace(cls, full_config, tracer, dtype)
+    streams, (dataflow, joins, kernels) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _measured_component(n, s, dtype, tracer.video) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
     return ModelCard(
         name=name,
         class_name=class_name,
-        source=_source(diffusers.__version__, class_name, full_config, preset, specs, dtype),
+        source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets, dtype),
         attention=_attention(model, streams, offsets, kernels),
@@ -92,15 +92,15 @@ def import_card(
     )
 
 
-def _source(version: str, class_name: str, config: dict, preset: str | None, specs: dict[str, ComponentSpec],
-            dtype: str) -> dict:
+def _source(version: str, class_name: str, config: dict, preset: str | None, specs: dict[str, ComponentSpec]
+            ) -> dict:
     """How the card was made: library versions, the full config, the preset, component inputs, the trace."""
     source = {"diffusers_version": version, "class": class_name, "config": config, "preset": preset}
     if any(s.library == "transformers" for s in specs.values()):
         source["transformers_version"] = _require("transformers").__version__
     source["components"] = {n: s.to_json() for n, s in specs.items()}
     source["trace"] = {"batch": TRACE_BATCH, "image_tokens": TRACE_GRID[0] * TRACE_GRID[1], "text_tokens": TRACE_TEXT,
-                       "dtype": dtype, "device": "meta"}
+                       "dtype": TRACE_DTYPE, "device": "meta"}
     tracer = FAMILIES[class_name]
     if tracer.text_tokens(config):
         source["trace"]["text_tokens"] = tracer.text_tokens(config)
@@ -199,14 +199,19 @@ def _locate(module_path: str, offsets: dict[str, int]) -> tuple[int | None, str]
     return None, module_path
 
 
-def _trace(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[dict[str, str], tuple]:
+#: the dataflow trace's dtype, whatever the card's: a piece the class computes in float32 (Wan's modulation) shows
+TRACE_DTYPE = "bfloat16"
+
+
+def _trace(cls: type, config: dict, tracer: Family) -> tuple[dict[str, str], tuple]:
     """Stream of each parameter-owning module of a two-blocks-per-kind copy, by module path, and its dataflow,
-    joins and attention kernels written as matmuls (meshlab.models.importer.dataflow_trace), from one forward at the
-    card's `dtype` (a modulation the class computes in float32 whatever its weights, as Wan's, says so)."""
+    joins and attention kernels written as matmuls (meshlab.models.importer.dataflow_trace), from one forward in
+    `TRACE_DTYPE` (so that a modulation the class computes in float32 whatever its weights' dtype, as Wan's, says
+    so, whatever the card's dtype)."""
     import torch
 
     with torch.device("meta"):  # shapes only: the streams and the dataflow need no values
-        return _trace_on_this_device(cls, config, tracer, getattr(torch, dtype))
+        return _trace_on_this_device(cls, config, tracer, getattr(torch, TRACE_DTYPE))
 
 
 def _trace_on_this_device(cls: type, config: dict, tracer: Family, torch_dtype):
@@ -297,18 +302,18 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[t
 
 
 def _at_dtype(model: Any, dtype: Any) -> Any:
-    """`model` cast to `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: a parameter or buffer whose name has
-    a part among the class's ``_keep_in_fp32_modules`` stays float32 (Wan's time embedder, norm2 and every block's
-    ``scale_shift_table``; diffusers' ``load_model_dict_into_meta`` matches on the name's parts, so a parameter named
-    in the list counts, not only a module). ``nn.Module.to``, not diffusers' override, which warns on every such
-    cast."""
+    """`model` in `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: diffusers converts what the checkpoint
+    holds (its parameters and persistent buffers) as it loads each into the model (``load_model_dict_into_meta``),
+    those whose name has a part among the class's ``_keep_in_fp32_modules`` to float32 (Wan's time embedder, norm2
+    and every block's ``scale_shift_table``: the list names parameters as well as modules), and casts no other
+    tensor, so a non-persistent buffer (Wan's rotary tables) keeps the dtype the class made it in."""
     import torch
 
-    torch.nn.Module.to(model, dtype)
     keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    loaded = set(model.state_dict())
     for name, tensor in (*model.named_parameters(), *model.named_buffers()):
-        if keep & set(name.split(".")) and tensor.is_floating_point():
-            tensor.data = tensor.data.to(torch.float32)
+        if name in loaded and tensor.is_floating_point():
+            tensor.data = tensor.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
     return model
 
 
