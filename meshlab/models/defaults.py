@@ -36,7 +36,9 @@ class PipelineDefaults:
     def describe(self) -> str:
         size = f"{self.width}x{self.height}" + (f" x {self.frames} frames" if self.frames > 1 else "")
         guidance = "true CFG (two calls a step)" if self.cfg else "no CFG (guidance-distilled: one call a step)"
-        return f"{self.pipeline}'s defaults: {self.steps} steps, {guidance}, {self.text_tokens} text tokens, {size}"
+        vae = f", the VAE held in {self.vae_dtype} (its documented example)" if self.vae_dtype else ""
+        return (f"{self.pipeline}'s defaults: {self.steps} steps, {guidance}, {self.text_tokens} text tokens, "
+                f"{size}{vae}")
 
 
 @lru_cache(maxsize=1)

@@ -354,7 +354,7 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
         # every head on every chip: q, k and the padded v gathered, and the float32 copies are of those
         every_head = queries * heads * (3 * attention.head_dim + 1) if gathered else 0
-        upcast = fp32 * (queries * heads * (3 * attention.head_dim + 1) if gathered else qkv)
+        upcast = fp32 * (queries * heads * (3 * attention.head_dim + 1) if gathered else qkv + queries * heads)
         return qkv + upcast + fp32 * queries * heads * (attention.head_dim + 1) + every_head
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)

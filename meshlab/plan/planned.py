@@ -67,6 +67,7 @@ def plan_strategy(loaded: LoadedStrategy, hardware: Hardware | None = None) -> P
     as_written = loaded
     loaded = with_pipeline_workload(loaded)
     card = _with_field(lambda: load_card(loaded.strategy.model, loaded.path.parent), ("model",))
+    loaded = with_pipeline_vae(loaded, card.name)
     hardware = hardware or _with_field(lambda: _hardware(loaded), ("hardware",))
     loaded = with_system_compile(loaded, hardware)
     try:
@@ -153,8 +154,8 @@ def workload_with(workload: Workload, **updates) -> Workload:
 def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
     """`loaded` with the workload fields its file leaves out (steps, cfg, text tokens, size, frames) taken from its
     model's pipeline defaults, where the model has them, and a line saying so: without it a Flux.1-dev file with
-    no workload was priced at 50 steps with CFG, and a Wan one as a single 1024x1024 frame; likewise the VAE's
-    dtype (`_with_pipeline_vae`). Pure."""
+    no workload was priced at 50 steps with CFG, and a Wan one as a single 1024x1024 frame (the VAE's dtype:
+    `with_pipeline_vae`, once the card is known). Pure."""
     from meshlab.models.defaults import FIELDS, pipeline_defaults
 
     strategy = loaded.strategy
@@ -166,26 +167,42 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
         given = given | {"cfg"}
     missing = {f: getattr(defaults, f) for f in FIELDS  # where the pipeline's differs from the generic default
                if f not in given and getattr(defaults, f) != getattr(strategy.workload, f)}
-    if missing:
-        workload = strategy.workload.model_copy(update=missing)
-        basis = (f"workload: {defaults.pipeline}'s defaults for what the file leaves out: "
-                 + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in missing.items()))
-        loaded = replace(loaded, strategy=strategy.model_copy(update={"workload": workload}),
-                         taken=(*loaded.taken, basis))
-    return _with_pipeline_vae(loaded, defaults)
-
-
-def _with_pipeline_vae(loaded: LoadedStrategy, defaults) -> LoadedStrategy:
-    """The VAE in the dtype its pipeline's documented use loads it in (Wan's: float32), where the file's placement
-    leaves ``vae_dtype`` out: a Wan decode priced in the transformer's bfloat16 held half the bytes the examples
-    hold. Pure."""
-    strategy = loaded.strategy
-    given = strategy.placement.model_fields_set if "placement" in strategy.model_fields_set else set()
-    if not defaults.vae_dtype or "vae_dtype" in given or defaults.vae_dtype == strategy.workload.dtype:
+    if not missing:
         return loaded
-    placement = strategy.placement.model_copy(update={"vae_dtype": defaults.vae_dtype})
-    line = (f"placement: the VAE in {defaults.vae_dtype}, as {defaults.pipeline}'s documented example loads it (the "
-            f"file leaves placement.vae_dtype out; {strategy.workload.dtype} prices a decode in the model's dtype)")
+    workload = strategy.workload.model_copy(update=missing)
+    basis = (f"workload: {defaults.pipeline}'s defaults for what the file leaves out: "
+             + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in missing.items()))
+    return replace(loaded, strategy=strategy.model_copy(update={"workload": workload}), taken=(*loaded.taken, basis))
+
+
+def pipeline_vae_dtype(card_name: str, strategy: Strategy) -> str | None:
+    """The dtype the VAE of `card_name`'s pipeline is loaded in by its documented use (Wan's: float32), where
+    `strategy` gives no ``placement.vae_dtype``, holds its VAE on the device and computes in another dtype; None
+    otherwise. Pure."""
+    from meshlab.models.defaults import pipeline_defaults
+
+    defaults = pipeline_defaults(card_name)
+    given = strategy.placement.model_fields_set if "placement" in strategy.model_fields_set else set()
+    if defaults is None or not defaults.vae_dtype or "vae_dtype" in given or strategy.placement.vae != "device" \
+            or defaults.vae_dtype == strategy.workload.dtype:
+        return None
+    return defaults.vae_dtype
+
+
+def with_pipeline_vae(loaded: LoadedStrategy, card_name: str) -> LoadedStrategy:
+    """`loaded` with its VAE held in the dtype its pipeline's documented use loads it in (`pipeline_vae_dtype`),
+    and a line saying so: a Wan decode priced in the transformer's bfloat16 held half the bytes WanPipeline's
+    example holds. Memory only: the decode's time stays priced at the workload's dtype. Pure."""
+    from meshlab.models.defaults import pipeline_defaults
+
+    dtype = pipeline_vae_dtype(card_name, loaded.strategy)
+    if dtype is None:
+        return loaded
+    strategy = loaded.strategy
+    placement = strategy.placement.model_copy(update={"vae_dtype": dtype})
+    line = (f"placement: the VAE held in {dtype}, as {pipeline_defaults(card_name).pipeline}'s documented example "
+            f"loads it (placement.vae_dtype not given; memory only: its decode's time stays priced at "
+            f"{strategy.workload.dtype})")
     return replace(loaded, strategy=strategy.model_copy(update={"placement": placement}), taken=(*loaded.taken, line))
 
 

@@ -34,9 +34,9 @@ from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
 from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
+from meshlab.plan.planned import pipeline_vae_dtype
 from meshlab.plan.planner import make_plan
-from meshlab.strategy.schema import (ActivationRule, Activations, Compile, Placement, Rule, Strategy, Workload,
-                                     output_noun)
+from meshlab.strategy.schema import ActivationRule, Activations, Compile, Rule, Strategy, Workload, output_noun
 
 FAMILIES = ("data", "model", "2d", "pairs", "fsdp", "ulysses", "ring")
 #: What `best` minimises: "latency" (seconds one request waits), "throughput" (seconds per image with the plan's
@@ -506,11 +506,7 @@ def _name(family: str, mesh: dict[str, int], dcn: dict[str, int] | None = None) 
 
 def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations=None,
               rewrites=(), dcn=None) -> Strategy:
-    from meshlab.models.defaults import pipeline_defaults
-
     data = mesh.get("data", 1)
-    defaults = pipeline_defaults(model)
-    vae_dtype = defaults.vae_dtype if defaults and defaults.vae_dtype != workload.dtype else None
     across = "".join(f", {axis} across {k} slices" for axis, k in (dcn or {}).items())
     return Strategy(
         name=name,
@@ -522,8 +518,6 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
         rewrites=list(rewrites),
         # a GPU runs as diffusers runs it, eager (torch.compile's fusion would need a compile the startup prices)
         compile=Compile(elementwise="eager" if hardware.kind == "gpu" else "fused"),
-        # the VAE as its pipeline's documented use loads it (Wan: float32)
-        placement=Placement(**({"vae_dtype": vae_dtype} if vae_dtype else {})),
     )
 
 
@@ -539,6 +533,10 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
                          rewrites, dcn)
+    vae_dtype = pipeline_vae_dtype(card.name, strategy)  # the VAE as its pipeline's documented use loads it
+    if vae_dtype:
+        strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
+            update={"vae_dtype": vae_dtype})})
     if text_encoder == "device" or (text_encoder == "auto" and hardware.kind == "gpu"):
         strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
             update={"text_encoder": "device"})})

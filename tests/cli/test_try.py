@@ -96,7 +96,7 @@ def test_a_wan_file_decodes_in_float32_as_the_pipeline_s_example_loads_its_vae(t
     """WanPipeline's documented example loads AutoencoderKLWan in float32: a Wan file that leaves
     placement.vae_dtype out is priced so (its decode was priced in bfloat16, half the bytes), and says so; a file that
     names a dtype keeps it, and sweep's Wan plans decode in float32 too."""
-    from meshlab.plan.planned import plan_file
+    from meshlab.plan.planned import pipeline_vae_dtype, plan_file
     from meshlab.search.sweep import _strategy
     from meshlab.core.hardware import load_hardware
     from meshlab.strategy.schema import Workload
@@ -109,12 +109,17 @@ def test_a_wan_file_decodes_in_float32_as_the_pipeline_s_example_loads_its_vae(t
     assert (wan.strategy.placement.vae_dtype, bf16.strategy.placement.vae_dtype) == ("float32", "bfloat16")
     assert flux.strategy.placement.vae_dtype is None
     assert wan.memory.most_loaded.vae_decode == 2 * bf16.memory.most_loaded.vae_decode
-    assert any(line.startswith("placement: the VAE in float32") for line in wan.loaded.taken)
+    assert any(line.startswith("placement: the VAE held in float32") for line in wan.loaded.taken)
     assert not any(line.startswith("placement:") for line in bf16.loaded.taken)
+    (tmp_path / "cpu.yaml").write_text(head + "placement: {vae: cpu}\n")  # no VAE on the chips: nothing to say
+    assert not any(line.startswith("placement:") for line in plan_file(tmp_path / "cpu.yaml").loaded.taken)
     swept = _strategy("s", "data", {"data": 1}, [], "wan-2.1-t2v-1.3b", load_hardware("h100"), Workload(), 1)
-    assert swept.placement.vae_dtype == "float32"
-    assert _strategy("s", "data", {"data": 1}, [], "flux-dev", load_hardware("h100"), Workload(), 1
-                     ).placement.vae_dtype is None
+    assert pipeline_vae_dtype("wan-2.1-t2v-1.3b", swept) == "float32"  # what the sweep's _evaluate applies
+    assert pipeline_vae_dtype("flux-dev", swept) is None
+    done = runner.invoke(app, ["sweep", "--model", "wan-2.1-t2v-1.3b", "--hardware", "h100:1", "--no-progress",
+                               "--out", str(tmp_path / "best.yaml")])
+    assert done.exit_code == 0, done.output
+    assert "the VAE held in float32" in done.output and "vae_dtype: float32" in (tmp_path / "best.yaml").read_text()
 
 
 def test_a_gpu_file_that_does_not_say_how_it_compiles_is_priced_eager(tmp_path):

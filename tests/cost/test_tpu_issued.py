@@ -293,6 +293,42 @@ def test_a_modulation_from_outside_the_blocks_is_realigned_chunk_by_chunk():
     assert on_cpu and all(c.kind == "all-gather" and c.realigned for c in on_cpu)
 
 
+def test_sana_s_linear_attention_gathers_its_heads_whatever_the_flash_setting(tmp_path):
+    """No flash kernel runs a linear attention: with two samples a chip its matmuls gather q, k and the padded v over
+    the heads' axis as XLA:TPU's program did (sana-data2-model2.yaml), in the plan try prices (flash on) too, with
+    its FLOPs for every head; the softmax cross-attention's flash kernel gathers nothing."""
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    planned = plan_file(DATA / "sana-data2-model2.yaml")
+    assert planned.strategy.workload.flash_attention
+    p = predict(planned.plan, planned.strategy, planned.hardware)
+    gathered = [c for c in p.collectives if c.phase == "attention:heads" and c.block == 0]
+    assert {c.why.split(":")[0] for c in gathered} == {"attn1"} and len(gathered) == 3
+    assert sorted(c.bytes for c in gathered)[-1] > sorted(c.bytes for c in gathered)[0]  # v: a row a head wider
+    linear = [w for w in p.work if w.kind == "linear-attention" and w.block == 0]
+    assert linear and all(w.shape[1] == 70 for w in linear)  # every head on every chip
+    one = plan_file(DATA / "sana-2d.yaml")  # one sample a chip: none
+    assert not [c for c in predict(one.plan, one.strategy, one.hardware).collectives if c.phase == "attention:heads"]
+
+
+def test_a_table_split_on_its_chunks_is_not_realigned(tmp_path):
+    """The realignment was read for a table split on its width; a table split on its chunks (sana-2d's rules plus
+    one that splits scale_shift_table's rows) prices its gather and no all-to-all (not measured)."""
+    text = (DATA / "sana-2d.yaml").read_text()
+    assert "rules:\n" in text
+    path = tmp_path / "sana-rows.yaml"
+    path.write_text(text.replace("rules:\n", "rules:\n  - match: 'transformer_blocks.*.scale_shift_table'\n"
+                                             "    shard: [model, null]\n", 1))
+    from meshlab.plan.planned import plan_file
+
+    table = next(p for p in plan_file(path).plan.parameters if p.name == "transformer_blocks.0.scale_shift_table")
+    assert table.spec.entries == (("model",), None)
+    counts, nbytes = issued_block(str(path), "transformer_blocks.1")
+    assert counts["all-to-all"] == 0
+    assert issued_block("tests/cost/data/strategies/sana-2d.yaml", "transformer_blocks.1")[0]["all-to-all"] == 7
+
+
 def test_ltx_video_s_rms_norms_sum_one_statistic_a_row():
     """ltx-2d.yaml on XLA:TPU (v6e-8, 256², 1344 rows): each RMSNorm all-reduces one float32 a row (5,376 B), the
     q and k norms of each attention share one op; 6 all-gathers (5 inputs, the table) and the MLP's reduce-scatter."""

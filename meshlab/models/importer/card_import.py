@@ -306,7 +306,8 @@ def _at_dtype(model: Any, dtype: Any) -> Any:
     holds (its parameters and persistent buffers) as it loads each into the model (``load_model_dict_into_meta``),
     those whose name has a part among the class's ``_keep_in_fp32_modules`` to float32 (Wan's time embedder, norm2
     and every block's ``scale_shift_table``: the list names parameters as well as modules), and casts no other
-    tensor, so a non-persistent buffer (Wan's rotary tables) keeps the dtype the class made it in."""
+    tensor, so a non-persistent buffer (Wan's rotary tables) keeps the dtype the class made it in (here float32, the
+    default; from_pretrained builds under torch_dtype as the default, which no shipped class's buffers follow)."""
     import torch
 
     keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
