@@ -101,7 +101,8 @@ def test_a_wan_file_decodes_in_float32_as_the_pipeline_s_example_loads_its_vae(t
     from meshlab.core.hardware import load_hardware
     from meshlab.strategy.schema import Workload
 
-    head = "name: t\nhardware: h100\nmesh: {data: 1}\nrules: [{match: '*', shard: replicate}]\nmodel: wan-2.1-t2v-1.3b\n"
+    head = ("name: t\nhardware: h100\nmesh: {data: 1}\nrules: [{match: '*', shard: replicate}]\n"
+            "model: wan-2.1-t2v-1.3b\n")
     (tmp_path / "wan.yaml").write_text(head)
     (tmp_path / "bf16.yaml").write_text(head + "placement: {vae_dtype: bfloat16}\n")
     (tmp_path / "flux.yaml").write_text(head.replace("wan-2.1-t2v-1.3b", "flux-dev"))
