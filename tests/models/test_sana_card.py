@@ -78,7 +78,8 @@ def test_a_block_holds_no_scores_and_grows_linearly_with_the_image():
 
 def test_the_linear_attention_holds_float32_copies_of_q_k_v_and_its_output_and_no_keys_of_other_chips():
     """attn1 on one chip at 1024 tokens: q, k and v (2240 wide each), their float32 copies (two bf16 elements
-    each), and the float32 output of head_dim + 1 rows per head; no scores, no gathered keys."""
+    each; v's padded with a row of ones a head, as diffusers pads it after the cast), and the float32 output of
+    head_dim + 1 rows per head; no scores, no gathered keys."""
     from meshlab.plan.memory import _attention_elements, _Shape
     from meshlab.plan.planner import make_plan
     from meshlab.plan.tokens import token_counts
@@ -92,7 +93,7 @@ def test_the_linear_attention_holds_float32_copies_of_q_k_v_and_its_output_and_n
     attn1 = next(a for a in card.attention if a.module == "transformer_blocks.0.attn1")
     n = 1024
     got = _attention_elements(attn1, weights, plan, _Shape(tokens, tokens, frozenset(), False, itemsize=2))
-    assert got == 3 * n * WIDTH * (1 + 2) + 2 * n * HEADS * (HEAD_DIM + 1)
+    assert got == 3 * n * WIDTH * (1 + 2) + 2 * n * HEADS + 2 * n * HEADS * (HEAD_DIM + 1)
 
 
 def test_pairs_split_the_pointwise_convolutions_as_the_linears_they_are():
