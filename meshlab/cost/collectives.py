@@ -251,9 +251,10 @@ def realigned_chunks(collectives: tuple[Collective, ...]) -> tuple[Collective, .
 
     Measured (`meshlab check S --backend tpu --front-end torch-xla --layers 3 --height 256 --width 256 --text-tokens
     32`, v6e, libtpu 0.0.52), per block: wan-2d.yaml (model 4) six all-to-alls of 10,240 B; ltx-2d.yaml (model 4)
-    six of 2,048 B; sana-2d.yaml (model 2) six of 4,480 B and the table's of 13,440 B in place of its gather; and
-    outside the matrix, LTX-Video under data 1 x model 8, six of 2,048 B (two samples a chip). The CPU partitioner
-    issues none of them."""
+    six of 2,048 B; sana-2d.yaml (model 2) six of 4,480 B and the table's of 13,440 B in place of its gather; and on
+    plans it was not read from, as predicted: ltx-model8.yaml (two samples a chip) six of 2,048 B, wan-model8.yaml
+    six of 10,240 B, sana-data2-model2.yaml 67,200 B in seven. The CPU partitioner issues none of them. Each is priced
+    over the conditioning's axes, though it runs over g of their chips (a few microseconds either way)."""
     issued: list[Collective] = []
     for c in collectives:
         if not c.realigned:
