@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from meshlab.cli.output import gib
-from meshlab.strategy.schema import output_noun
+from meshlab.strategy.schema import output_noun, with_article
 from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
 
@@ -147,9 +147,9 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
     limits = result.limits
     if limits.given:
         goals = [(f"at most {limits.max_seconds_per_image:g} s per {what} at throughput" if limits.throughput else
-                  f"{_a(what)} in at most {limits.max_seconds_per_image:g} s") for _ in [1]
+                  f"{with_article(what)} in at most {limits.max_seconds_per_image:g} s") for _ in [1]
                  if limits.max_seconds_per_image]
-        goals += [f"at most ${limits.max_usd_per_image:g} {_a(what)}" for _ in [1]
+        goals += [f"at most ${limits.max_usd_per_image:g} {with_article(what)}" for _ in [1]
                   if limits.max_usd_per_image is not None]
         console.print(f"goals: {' and '.join(goals)}")
     if result.best is None:
@@ -194,10 +194,6 @@ def _times(c) -> str:
 def _noun(result) -> str:
     """What the sweep's plans make: its one model's images or videos."""
     return output_noun([c.strategy.workload for c in result.candidates])
-
-
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
 def _usd_column(result) -> str:

@@ -173,8 +173,8 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
            ) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point (`flash_attention`: the
     attention runs a flash kernel, not torch's math attention; `xla`: the plan runs as XLA's program, on TPUs)."""
-    split = layout.sequence_split > 1
-    gathered = [heads_gathered(flash, layout.batch, xla, split) for flash in (flash_attention, False)]  # then linear
+    gathered = [heads_gathered(flash_attention, layout.batch, xla, layout.sequence_split > 1, linear)
+                for linear in (False, True)]
     deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), *gathered)
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
             *_guidance(graph, layout))
@@ -1086,7 +1086,7 @@ class _Deriver:
         dtypes = {m.dtype for m in self.flows[source.module].modulates if ".*" in m.norm}
         itemsize = DTYPE_BYTES[next(iter(dtypes))] if len(dtypes) == 1 and "" not in dtypes else self.layout.itemsize
         return (chunks, self.layout.batch * source.chunk_width * group // n * itemsize,
-                table.parameter.bytes // n if group == n else 0)
+                table.bytes_per_device(self.mesh) if group == n else 0)
 
 
 def _collected(step: Step) -> tuple[list[Collective], _State]:

@@ -237,8 +237,7 @@ def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout,
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool,
                xla: bool = False) -> Work:
-    # every head on every chip (a linear attention's matmuls whatever the flash setting: no flash kernel runs them)
-    gathered = heads_gathered(flash and not attention.is_linear, layout.batch, xla, layout.sequence_split > 1)
+    gathered = heads_gathered(flash, layout.batch, xla, layout.sequence_split > 1, attention.is_linear)  # every head
     if attention.is_linear:
         return _linear_attention(attention, qkv, layout, mesh, gathered)
     heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))

@@ -21,7 +21,7 @@ def guidance_axis(mesh: AbstractMesh) -> str | None:
     return GUIDANCE_AXIS if GUIDANCE_AXIS in mesh.names and mesh.size(GUIDANCE_AXIS) == 2 else None
 
 
-def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: bool) -> bool:
+def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: bool, linear: bool = False) -> bool:
     """Whether torch_xla's math attention (no flash kernel) runs every head on every chip (`xla`: the plan runs as
     XLA's program, on TPUs; `sequence_split`: a sequence axis splits the tokens). torch's matmul folds a
     4-D [batch, heads, tokens, head_dim] product into 3-D by merging batch and heads; where a chip holds more than one
@@ -30,11 +30,11 @@ def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: 
     Measured (`meshlab check --backend tpu`, v6e-8, 256², torch_xla's program): pairs.yaml at 2 samples a chip
     (tests/cost/data/strategies/cfg2-model4.yaml, and pairs.yaml with workload batch 4) gathers q, k and v heads,
     3.5 MB each, over model; at 1 sample a chip (pairs.yaml as shipped) it gathers none. A flash kernel takes the
-    4-D tensors as they are; a linear attention's matmuls (SANA's) have no flash kernel and gather alike whatever
-    the flash setting (callers pass flash false for them). Not applied where a sequence axis splits the tokens
+    4-D tensors as they are; a `linear` attention's matmuls (SANA's) have no flash kernel and gather alike whatever
+    the flash setting. Not applied where a sequence axis splits the tokens
     (XLA:TPU then gathers the heads and re-splits the attention in ways not modelled: tests/cost/test_tpu_issued.py)
     nor to eager GPU runs (DTensor)."""
-    return xla and not flash and batch_per_chip > 1 and not sequence_split
+    return xla and (linear or not flash) and batch_per_chip > 1 and not sequence_split
 
 
 def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[str]:

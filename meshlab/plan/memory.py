@@ -288,8 +288,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
     ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
-                   heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1),
-                   heads_gathered(False, batch, xla, split_image > 1))
+                   *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear)
+                     for linear in (False, True)))
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -352,10 +352,10 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
         fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
-        # every head on every chip: q, k and the padded v gathered, and the float32 copies are of those
-        every_head = queries * heads * (3 * attention.head_dim + 1) if gathered else 0
-        upcast = fp32 * (queries * heads * (3 * attention.head_dim + 1) if gathered else qkv + queries * heads)
-        return qkv + upcast + fp32 * queries * heads * (attention.head_dim + 1) + every_head
+        output = fp32 * queries * heads * (attention.head_dim + 1)
+        if gathered:  # every head on every chip: q, k and the padded v gathered, and float32 copies of those
+            return qkv + (1 + fp32) * queries * heads * (3 * attention.head_dim + 1) + output
+        return qkv + fp32 * (qkv + queries * heads) + output  # float32 copies, v's padded with a row a head
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
     passes = shape.ring in ("gather-passes", "p2p-passes") and shape.ring_degree > 1

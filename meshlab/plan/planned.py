@@ -162,7 +162,7 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
     defaults = pipeline_defaults(strategy.model)
     if defaults is None:
         return loaded
-    given = strategy.workload.model_fields_set if "workload" in strategy.model_fields_set else set()
+    given = _given(strategy, "workload")
     if strategy.mesh.get(GUIDANCE_AXIS, 1) != 1:  # a cfg axis carries two guidance branches: the file wants CFG
         given = given | {"cfg"}
     missing = {f: getattr(defaults, f) for f in FIELDS  # where the pipeline's differs from the generic default
@@ -175,6 +175,11 @@ def with_pipeline_workload(loaded: LoadedStrategy) -> LoadedStrategy:
     return replace(loaded, strategy=strategy.model_copy(update={"workload": workload}), taken=(*loaded.taken, basis))
 
 
+def _given(strategy: Strategy, section: str) -> set[str]:
+    """The fields of `section` (workload, placement) the strategy itself set, not its defaults."""
+    return getattr(strategy, section).model_fields_set if section in strategy.model_fields_set else set()
+
+
 def pipeline_vae_dtype(card_name: str, strategy: Strategy) -> str | None:
     """The dtype the VAE of `card_name`'s pipeline is loaded in by its documented use (Wan's: float32), where
     `strategy` gives no ``placement.vae_dtype``, holds its VAE on the device and computes in another dtype; None
@@ -182,9 +187,8 @@ def pipeline_vae_dtype(card_name: str, strategy: Strategy) -> str | None:
     from meshlab.models.defaults import pipeline_defaults
 
     defaults = pipeline_defaults(card_name)
-    given = strategy.placement.model_fields_set if "placement" in strategy.model_fields_set else set()
-    if defaults is None or not defaults.vae_dtype or "vae_dtype" in given or strategy.placement.vae != "device" \
-            or defaults.vae_dtype == strategy.workload.dtype:
+    if defaults is None or not defaults.vae_dtype or "vae_dtype" in _given(strategy, "placement") \
+            or strategy.placement.vae != "device" or defaults.vae_dtype == strategy.workload.dtype:
         return None
     return defaults.vae_dtype
 

@@ -133,7 +133,8 @@ class TryDocument(Document):
     fits: bool
     warnings: list[str]
     taken: list[str] = Field([], description="what planning took where the file left it out: its pipeline's "
-                             "workload defaults, its system's compile mode (try prints these lines too)")
+                             "workload defaults and VAE dtype, its system's compile mode (try prints these lines "
+                             "too)")
     activation_method: str
     predicted: PredictedSummary
     text_encoder: str | None = Field(None, description="try --model ...: where the text encoder went, and why")

@@ -36,7 +36,8 @@ from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
 from meshlab.plan.planned import pipeline_vae_dtype
 from meshlab.plan.planner import make_plan
-from meshlab.strategy.schema import ActivationRule, Activations, Compile, Rule, Strategy, Workload, output_noun
+from meshlab.strategy.schema import (ActivationRule, Activations, Compile, Rule, Strategy, Workload, output_noun,
+                                     with_article)
 
 FAMILIES = ("data", "model", "2d", "pairs", "fsdp", "ulysses", "ring")
 #: What `best` minimises: "latency" (seconds one request waits), "throughput" (seconds per image with the plan's
@@ -132,8 +133,7 @@ class Limits:
         """Why a fitting candidate misses the goals ("" when it meets them)."""
         made = output_noun([c.strategy.workload])
         if self.max_seconds_per_image is not None and self.seconds(c) > self.max_seconds_per_image:
-            what = f"s per {made} at throughput" if self.throughput else f"s for {'an' if made == 'image' else 'a'} " \
-                f"{made} (latency)"
+            what = f"s per {made} at throughput" if self.throughput else f"s for {with_article(made)} (latency)"
             return f"{self.seconds(c):.2f} {what}, over the {self.max_seconds_per_image:g} s goal"
         if self.max_usd_per_image is not None and (c.usd is None or c.usd > self.max_usd_per_image):
             cost = "no price" if c.usd is None else f"${c.usd:.4f} per {made}"

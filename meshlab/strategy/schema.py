@@ -209,6 +209,11 @@ def output_noun(workloads) -> str:
     return kinds.pop() if len(kinds) == 1 else "output"
 
 
+def with_article(noun: str) -> str:
+    """"an image", "a video"."""
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
 class Placement(Closed):
     """Where the pipeline's other components live."""
 

@@ -83,7 +83,7 @@ def import_card(
         class_name=class_name,
         source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
-        parameters=_parameters(model, streams, offsets, dtype),
+        parameters=_parameters(model, streams, offsets),
         attention=_attention(model, streams, offsets, kernels),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
@@ -350,7 +350,7 @@ def _kind(module: Any) -> str:
     return "other"
 
 
-def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int], dtype: str) -> tuple[Parameter, ...]:
+def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int]) -> tuple[Parameter, ...]:
     modules = dict(model.named_modules())
     out = []
     for name, p in model.named_parameters():
