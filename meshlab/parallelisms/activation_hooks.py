@@ -7,6 +7,7 @@ on in place of the tensor."""
 from __future__ import annotations
 
 import contextvars
+import inspect
 import sys
 from typing import Any, Callable
 
@@ -47,7 +48,7 @@ def install(module, points: tuple[ActivationPoint, ...], mark: Mark) -> list:
         elif point.where == "input":
             handles.append(target.register_forward_pre_hook(_mark_input(point, mark)))
         else:
-            handles.append(target.register_forward_pre_hook(_mark_argument(point, mark), with_kwargs=True))
+            handles.append(target.register_forward_pre_hook(_mark_argument(point, mark, target), with_kwargs=True))
     return handles
 
 
@@ -118,13 +119,27 @@ def _mark_input(point: ActivationPoint, mark: Mark):
     return hook
 
 
-def _mark_argument(point: ActivationPoint, mark: Mark):
+def _mark_argument(point: ActivationPoint, mark: Mark, target):
+    """The block's forward argument the point names, passed by keyword (Qwen-Image's, Flux's blocks) or by position
+    (Wan's, SANA's and HunyuanVideo's models call ``block(hidden_states, ...)``: a hook that read only keywords
+    left their block.input rules unapplied)."""
     name = point.where.split(":", 1)[1]
+    position = _position(target, name)
 
     def hook(_module, args, kwargs):
         value = kwargs.get(name)
         if value is not None:
             return args, {**kwargs, name: mark(value, point.spec, _label(point))}
+        if position is not None and position < len(args) and args[position] is not None:
+            marked = mark(args[position], point.spec, _label(point))
+            return (*args[:position], marked, *args[position + 1:]), kwargs
         return None
 
     return hook
+
+
+def _position(module, name: str) -> int | None:
+    """Where `name` stands among the positional arguments of the module's forward (None: keyword only or absent)."""
+    positional = [p.name for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional.index(name) if name in positional else None
