@@ -162,3 +162,36 @@ def test_a_cfg_axis_keeps_cfg_and_a_taken_value_that_fails_says_where_it_came_fr
     explained = runner.invoke(app, ["explain", str(tmp_path / "flux.yaml")], env={"COLUMNS": "160"})
     assert "\nworkload: FluxPipeline's defaults for what the file leaves out: steps 28\n" in explained.stdout
     assert "\ncompile: eager, as PyTorch runs on a GPU" in explained.stdout
+
+
+def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_block_s_input(tmp_path):
+    """Wan's (and SD3.5's, HunyuanVideo's, CogVideoX's, SANA's) latent reaches the model whole past the batch, so
+    ``sequence: seq`` alone left every block's tokens whole in the programs checked and run while the cost model
+    priced them split: planning adds the block.input rule that splits them, and says so. A model whose input is packed
+    tokens (Qwen-Image), or a file that gives the rule, keeps its rules."""
+    from meshlab.plan.planned import plan_file
+    from meshlab.plan.activations import activation_points
+    from meshlab.cost.predict import predict
+
+    head = ("name: t\nhardware: v6e-8\nmesh: {seq: 2, model: 4}\nrules: [{match: '*', shard: replicate}]\n"
+            "model: wan-2.1-t2v-1.3b\nactivations: {sequence: seq}\n")
+    own = "activations:\n  sequence: seq\n  rules: [{point: block.input, spec: [null, seq, null]}]\n"
+    (tmp_path / "wan.yaml").write_text(head)
+    (tmp_path / "own.yaml").write_text(head.replace("activations: {sequence: seq}\n", own))
+    (tmp_path / "qwen.yaml").write_text(head.replace("wan-2.1-t2v-1.3b", "qwen-image"))
+    wan, given, qwen = (plan_file(tmp_path / f) for f in ("wan.yaml", "own.yaml", "qwen.yaml"))
+    rules = wan.strategy.activations.rules
+    assert [(r.point, r.stream, r.spec) for r in rules] == [("block.input", "image", [None, "seq", None])]
+    assert {p.module for p in activation_points(wan.card, rules)} == {f"blocks.{i}" for i in range(30)}
+    assert [line for line in wan.loaded.taken if line.startswith("activations:")] == [
+        "activations: WanTransformer3DModel patchifies its latent inside the model, so its tokens are split over seq "
+        "at each block's input (block.input, stream image, spec [null, seq, null]; the file gives no such rule)"]
+    assert len(given.strategy.activations.rules) == 1 and given.strategy.activations.rules[0].stream is None
+    assert qwen.strategy.activations.rules == [] and not any(t.startswith("activations:") for t in qwen.loaded.taken)
+    as_written = wan.strategy.model_copy(update={"activations": wan.strategy.activations.model_copy(
+        update={"rules": []})})
+    priced = [predict(wan.plan, s, wan.hardware) for s in (wan.strategy, as_written)]
+    assert priced[0].seconds_per_image == priced[1].seconds_per_image  # the rule makes real what was priced
+    assert priced[0].collectives == priced[1].collectives
+    shown = runner.invoke(app, ["try", str(tmp_path / "wan.yaml")])
+    assert shown.exit_code == 0 and "patchifies its latent inside the model" in shown.output
