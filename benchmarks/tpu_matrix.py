@@ -12,6 +12,12 @@ here asserts.
 
 also keeps XLA:TPU's middle blocks, count and bytes per collective kind, with the command and the libtpu that made
 them: tests/cost/test_tpu_issued.py holds meshlab's prediction to them without compiling.
+
+    python benchmarks/tpu_matrix.py --only tests/cost/data/strategies/wan-seq2-model4.yaml \
+        --out benchmarks/results/tpu_matrix_256.txt --capture tests/cost/data/tpu_block_collectives.json
+
+compiles only the strategies named, and replaces their rows (and captured blocks) in the files given, keeping the
+others.
 """
 
 from __future__ import annotations
@@ -89,14 +95,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--capture", type=Path, help="keep XLA:TPU's middle blocks here (JSON)")
+    parser.add_argument("--only", type=Path, nargs="+", help="compile these strategies alone, and replace their rows "
+                        "and captured blocks in --out and --capture, keeping the others")
     args = parser.parse_args()
-    captured = {} if args.capture else None
     files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
-    lines = []
+    if args.only:
+        files = [path.resolve() for path in args.only]
+    kept = json.loads(args.capture.read_text()) if args.only and args.capture and args.capture.exists() else {}
+    captured = kept if args.capture else None
+    rows = {}
     for path in files:
-        lines.append(row(path, captured))
-        print(lines[-1], flush=True)
+        rows[str(path.relative_to(REPO))] = row(path, captured)
+        print(rows[str(path.relative_to(REPO))], flush=True)
     if args.out:
+        old = args.out.read_text().splitlines() if args.only and args.out.exists() else []
+        every = {line.split(": ", 1)[0]: line for line in old} | rows
+        order = [str(p.relative_to(REPO)) for p in sorted((REPO / "strategies").glob("*.yaml"))
+                 + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))]
+        lines = [every[name] for name in order if name in every] + [line for name, line in every.items()
+                                                                    if name not in order]
         args.out.write_text("\n".join(lines) + "\n")
     if args.capture:
         args.capture.write_text(json.dumps(captured, indent=1, sort_keys=True) + "\n")

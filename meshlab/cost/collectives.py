@@ -85,7 +85,7 @@ from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
-from meshlab.plan.axes import heads_gathered, kernel_split
+from meshlab.plan.axes import heads_gathered, kernel_marked, kernel_split, values_summed
 from meshlab.plan.plan import PlannedParameter
 
 @lru_cache(maxsize=1)
@@ -173,7 +173,8 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
            ) -> tuple[Collective, ...]:
     """Every collective of one transformer call on one chip, combined per block and point (`flash_attention`: the
     attention runs a flash kernel, not torch's math attention; `xla`: the plan runs as XLA's program, on TPUs)."""
-    gathered = [heads_gathered(flash_attention, layout.batch, xla, layout.sequence_split > 1, linear)
+    marked = kernel_marked(layout.activation_rules)
+    gathered = [heads_gathered(flash_attention, layout.batch, xla, layout.sequence_split > 1, linear, marked)
                 for linear in (False, True)]
     deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), *gathered)
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
@@ -843,9 +844,11 @@ class _Deriver:
                                phase, f"{op.short} is split on {'+'.join(state.split)}, attention has it "
                                f"{'on ' + '+'.join(target) if target else 'whole'}")
         yield from self._norms_across_heads(attention, qkv)
+        gathered = bool(target) and (self.linear_heads_gathered if attention.is_linear else self.heads_gathered)
         if at_kernel:
-            yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins))
-        elif target and (self.linear_heads_gathered if attention.is_linear else self.heads_gathered):
+            yield from self._sequence(attention, qkv, target, at_kernel, joined=bool(joins), gathered=gathered)
+            return _State() if gathered else _State(target)
+        if gathered:
             yield from self._heads_gathered(attention, qkv[0], target)
             return _State()  # every chip holds every head's output
         return _State(target)
@@ -903,13 +906,15 @@ class _Deriver:
         """The card's traced flow of a Linear (an empty one where the card has none)."""
         return self.flows.get(_pattern(op, self.graph)) or Flow(op.module, ())
 
-    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes, joined: bool = False
-                  ) -> Iterator[Collective]:
+    def _sequence(self, attention, qkv: list[LinearOp], target: Axes | None, axes: Axes, joined: bool = False,
+                  gathered: bool = False) -> Iterator[Collective]:
         """Sequence axes split the tokens at the kernel: q, k and v of several streams are concatenated along a
         split dim, every query needs every key and value of the joint sequence, and the joint output is cut back
         into streams whose own even splits do not line up with the joint one (measured: seq 2 x model 4,
         Qwen-Image). XLA's partitioner gathers the keys and values: a ring's passes are meshlab.cost.ring's. A
-        linear attention (SANA's) gathers no keys: its state, a sum over the tokens, is all-reduced."""
+        linear attention (SANA's) gathers no keys: its state, a sum over the tokens, is all-reduced. `gathered`:
+        every head on every chip (meshlab.plan.axes.heads_gathered), the keys and values as `_split_keys_gathered`
+        says."""
         axis = "+".join(axes)
         block, streams = qkv[0].block, attention.streams
         if attention.is_linear:  # no keys to gather: each chip sums its tokens' share of the state
@@ -934,13 +939,47 @@ class _Deriver:
                 yield self.new("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
                                f"the joint {what} moves its split back onto the sequence")
         keys = [s for s in attention.key_streams if self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s)]
-        if keys:  # the split streams' keys (Wan I2V's reference stream is never split)
+        if gathered:
+            yield from self._split_keys_gathered(attention, qkv[0], target, axes, keys)
+        elif keys:  # the split streams' keys (Wan I2V's reference stream is never split)
             joint_whole = sum(self.layout.tokens.of_stream(s) for s in keys)
             for what in ("k", "v"):  # a cross-attention's whole keys (Wan's text) need no gather
                 yield self.new("all-gather", axes, nbytes(joint_whole), block, "attention:kv",
                                f"{what}: tokens are split over {axis}; every query needs every key and value")
         if concatenated:
             yield from self._cut_into_streams(streams, axes, nbytes(joint_local), block)
+
+    def _split_keys_gathered(self, attention, op: LinearOp, heads: Axes, axes: Axes, keys: list[str]
+                             ) -> Iterator[Collective]:
+        """Every head on every chip while `axes` split the tokens (meshlab.plan.axes.heads_gathered): q, k and v
+        gathered over the heads' axes at the chip's own tokens, then the keys of the split streams gathered whole,
+        and the values gathered whole too or left split with the probabilities-times-values products summed
+        (meshlab.plan.axes.values_summed). Measured, XLA:TPU, seq2-model4 at 256² (288 tokens, 144 a chip, 24 heads
+        of 128, two samples): q, k and v 1,769,472 B each over model; the keys, sliced to 72 tokens a chip and
+        permuted onto model (884,736 B), gathered whole over model (3,538,944 B); the values permuted alike; the
+        float32 products of the chip's 144 queries summed over model (3,538,944 B)."""
+        yield from self._heads_gathered(attention, op, heads)
+        if not keys:  # a cross-attention's whole keys (Wan's text): gathered with the heads
+            return
+        width = attention.heads * attention.head_dim
+        whole = self.layout.batch * sum(self.layout.tokens.of_stream(s) for s in keys) * width * self.layout.itemsize
+        queries = sum(self.layout.local.of_stream(s) for s in attention.streams)
+        summed = values_summed(self.size(heads), self.size(axes))
+        name = attention.module.rsplit(".", 1)[-1]
+        if summed:
+            for what in ("k", "v"):
+                yield self.new("collective-permute", (*axes, *heads), whole // self.size(heads), op.block,
+                               "attention:kv", f"{name}: {what}'s tokens, split on {'+'.join(axes)}, sliced and "
+                               f"re-split over {'+'.join(heads)}, which the gathered heads left free")
+        yield self.new("all-gather", heads if summed else axes, whole, op.block, "attention:kv",
+                       f"{name}: k's tokens are split; every query needs every key")
+        if summed:
+            yield self.new("all-reduce", heads, self.layout.batch * queries * width * 4, op.block, "attention:pv",
+                           f"{name}: v stays split over {'+'.join(heads)} on its tokens; each chip's float32 "
+                           "products of probabilities and values are summed")
+        else:
+            yield self.new("all-gather", axes, whole, op.block, "attention:kv",
+                           f"{name}: v's tokens are split; every query needs every value")
 
     def joins(self, graph: Graph) -> Iterator[Collective]:
         """Streams joined into one sequence (or cut back) outside attention, each block that does it (Flux's single

@@ -37,7 +37,7 @@ from meshlab.cost.graph import Graph, LinearOp
 from meshlab.cost.layout import Layout
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.activations import activation_points
-from meshlab.plan.axes import compute_split, heads_gathered, kernel_split
+from meshlab.plan.axes import compute_split, heads_gathered, kernel_marked, kernel_split, values_summed
 from meshlab.plan.tokens import TokenCounts
 
 
@@ -237,12 +237,18 @@ def _linear_attention(attention: Attention, qkv: list[LinearOp], layout: Layout,
 
 def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: AbstractMesh, flash: bool,
                xla: bool = False) -> Work:
-    gathered = heads_gathered(flash, layout.batch, xla, layout.sequence_split > 1, attention.is_linear)  # every head
+    gathered = heads_gathered(flash, layout.batch, xla, layout.sequence_split > 1, attention.is_linear,
+                              kernel_marked(layout.activation_rules))  # every head on every chip
     if attention.is_linear:
         return _linear_attention(attention, qkv, layout, mesh, gathered)
-    heads = attention.heads // (1 if gathered else _head_split(attention, qkv[0], layout, mesh))
+    split = _head_split(attention, qkv[0], layout, mesh)
+    heads = attention.heads // (1 if gathered else split)
     queries = sum(layout.local.of_stream(s) for s in attention.streams)
     keys = sum(layout.tokens.of_stream(s) for s in attention.key_streams)
+    # every head gathered at a chip's own tokens with the values left split on theirs: each chip multiplies the
+    # probabilities by its 1/split of the values (meshlab.plan.axes.values_summed)
+    summed = (gathered and split > 1 and values_summed(split, layout.sequence_split)
+              and any(layout.local.of_stream(s) < layout.tokens.of_stream(s) for s in attention.key_streams))
     width = heads * attention.head_dim
     io = (2 * queries + 2 * keys) * width  # q and output at the local queries, k and v at every key
     # scores and probabilities, written then read, in float32: torch's math attention (no flash kernel) computes
@@ -250,5 +256,7 @@ def _attention(attention: Attention, qkv: list[LinearOp], layout: Layout, mesh: 
     scores = 0 if flash else 4 * heads * queries * keys * max(4, layout.itemsize)
     nbytes = layout.batch * (io * layout.itemsize + scores)
     flops = layout.batch * attention_flops(attention, queries, keys, heads)
+    if summed:  # QK^T over every key, the products over the chip's piece of them
+        flops = (flops + layout.batch * attention_flops(attention, queries, -(-keys // split), heads)) / 2
     return Work(attention.module, qkv[0].block, flops, float(nbytes), "attention",
                 shape=(layout.batch, heads, queries, keys, attention.head_dim))

@@ -21,9 +21,11 @@ def guidance_axis(mesh: AbstractMesh) -> str | None:
     return GUIDANCE_AXIS if GUIDANCE_AXIS in mesh.names and mesh.size(GUIDANCE_AXIS) == 2 else None
 
 
-def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: bool, linear: bool = False) -> bool:
+def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: bool, linear: bool = False,
+                   kernel_marked: bool = False) -> bool:
     """Whether torch_xla's math attention (no flash kernel) runs every head on every chip (`xla`: the plan runs as
-    XLA's program, on TPUs; `sequence_split`: a sequence axis splits the tokens). torch's matmul folds a
+    XLA's program, on TPUs; `sequence_split`: a sequence axis splits the tokens; `kernel_marked`: an
+    ``attention.qkv`` rule marks the attention's q, k and v). torch's matmul folds a
     4-D [batch, heads, tokens, head_dim] product into 3-D by merging batch and heads; where a chip holds more than one
     sample, heads split over a mesh axis inside the merged dim are no tiling XLA's partitioner can keep, so it gathers
     q, k and v over that axis (three all-gathers of all heads per attention) and every chip computes every head.
@@ -31,10 +33,35 @@ def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: 
     (tests/cost/data/strategies/cfg2-model4.yaml, and pairs.yaml with workload batch 4) gathers q, k and v heads,
     3.5 MB each, over model; at 1 sample a chip (pairs.yaml as shipped) it gathers none. A flash kernel takes the
     4-D tensors as they are; a `linear` attention's matmuls (SANA's) have no flash kernel and gather alike whatever
-    the flash setting. Not applied where a sequence axis splits the tokens
-    (XLA:TPU then gathers the heads and re-splits the attention in ways not modelled: tests/cost/test_tpu_issued.py)
-    nor to eager GPU runs (DTensor)."""
-    return xla and (linear or not flash) and batch_per_chip > 1 and not sequence_split
+    the flash setting.
+
+    Where a sequence axis splits the tokens and no rule marks the kernel, XLA:TPU gathers the heads the same way at
+    each chip's own tokens, then brings the keys and values together as `values_summed` says: read from
+    seq2-model4 (Qwen-Image, v6e-8, 256²) and seq4-model2 (tests/cost/data/strategies/), then held out and
+    agreeing: seq2-model2 (v6e-4), seq4-model4 and seq8-model2 (v6e-16), seq2-model4 at 512², flux-seq2-model4's
+    double and single blocks, and wan-seq2-model4 (Wan 2.1 14B: a self-attention, and a cross-attention whose whole
+    keys are gathered with the heads). Not applied to a linear attention under a sequence split, nor to a kernel a
+    rule marks (Ulysses), which no program measured, nor to eager GPU runs (DTensor)."""
+    if not (xla and (linear or not flash) and batch_per_chip > 1):
+        return False
+    return not sequence_split or not (linear or kernel_marked)
+
+
+def values_summed(heads_split: int, sequence_split: int) -> bool:
+    """Where every head is gathered onto every chip (`heads_gathered`) while `sequence_split` chips split the tokens
+    and the heads were split `heads_split` ways: whether XLA:TPU leaves the values split and sums the partial
+    products of probabilities and values (True), or gathers the values whole (False). The keys are gathered whole
+    either way. Where the heads' chips are a multiple of the sequence's, each chip slices the values' tokens it
+    holds into heads_split pieces and one permute re-splits them over the heads' axes; each chip multiplies its
+    piece of the keys' dim and one float32 all-reduce over the heads' axes sums it (seq 2 x model 2, 2 x 4, 4 x 4,
+    Wan's 2 x 4). Otherwise the values are gathered over the sequence axes like the keys (seq 4 x model 2, 8 x 2).
+    Measured as `heads_gathered` says; the divisibility is read from two programs and held by three."""
+    return heads_split % sequence_split == 0
+
+
+def kernel_marked(rules) -> bool:
+    """Whether an activation rule marks an attention kernel's q, k and v (``attention.qkv``)."""
+    return any(rule.point == "attention.qkv" for rule in rules)
 
 
 def activation_axes(activations: Activations, mesh: AbstractMesh) -> frozenset[str]:

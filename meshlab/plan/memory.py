@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
-from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, ring_axes
+from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, kernel_marked, ring_axes, values_summed
 from meshlab.plan.plan import Plan, PlannedParameter
 from meshlab.strategy.schema import Strategy
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
@@ -288,8 +288,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
     ring = ring_axes(strategy.activations)
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
-                   *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear)
-                     for linear in (False, True)))
+                   *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear,
+                                    kernel_marked(strategy.activations.rules)) for linear in (False, True)))
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -346,9 +346,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     gathered = shape.linear_heads_gathered if attention.is_linear else shape.heads_gathered
-    head_split = 1 if gathered else compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh,
-                                                  shape.gathered)
-    heads = -(-attention.heads // head_split)
+    split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
+    heads = -(-attention.heads // (1 if gathered else split))
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
         fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
@@ -362,10 +361,15 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     held = 2 * -(-keys // shape.ring_degree) if passes and shape.ring == "p2p-passes" else keys
     gathered_kv = 2 * max(0, held - local_keys) * heads * attention.head_dim
     output = queries * heads * attention.head_dim * (3 if passes else 1)
+    values = keys
+    if gathered and local_keys < keys:  # every head at every key, counted below (meshlab.plan.axes.values_summed):
+        gathered_kv = 0  # the values gathered whole or left split; the products summed in float32
+        if split > 1 and values_summed(split, shape.ring_degree):
+            values, output = -(-keys // split), output * 4 // shape.itemsize
     if shape.flash:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + 2 * held) * heads * attention.head_dim if fp32 > 1 else 0
     scores = fp32 * 2 * heads * queries * keys
-    every_head = (queries + 2 * keys) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
+    every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head
