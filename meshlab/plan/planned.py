@@ -218,12 +218,14 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
     input stays whole past the batch, meshlab.plan.inputs) and no such rule is given. The cost model prices the
     tokens split as the file says; without the rule the backends left them whole (measured: Wan 2.1 14B under seq 2
     x model 4, `check --backend tpu`: every block ran all 5,376 tokens, no collective over seq). Pure."""
+    activations = loaded.strategy.activations
+    if not activations.sequence_axes:
+        return loaded
     from meshlab.models.families import family
     from meshlab.plan.inputs import batch_axes
     from meshlab.strategy.schema import ActivationRule
 
-    activations = loaded.strategy.activations
-    if not activations.sequence_axes or family(card.class_name).latent == "tokens" or any(
+    if family(card.class_name).latent == "tokens" or any(
             r.point == "block.input" and r.stream in (None, "image") for r in activations.rules):
         return loaded
     batch, sequence = batch_axes(activations, mesh), activations.sequence_axes
