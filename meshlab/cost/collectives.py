@@ -568,7 +568,10 @@ class _Deriver:
         widths = [self._branch_width(m, op, plain) for m in op.also]
         parts = [(first, op.in_features - sum(widths), op.source)] + [
             (self.states.get(m, _State()), w, m) for m, w in zip(op.also, widths)]
-        if w_in and all(state.split == w_in for state, _, _ in parts):
+        # a whole part (an attention that gathered every head: meshlab.plan.axes.heads_gathered) is sliced as the
+        # others are split and moved with them (measured, XLA:TPU: flux-seq2-model4's single blocks, 3 all-to-alls)
+        if w_in and any(state.split == w_in for state, _, _ in parts) and all(
+                state.split == w_in or (state.split is None and not state.partial) for state, _, _ in parts):
             for state, width, module in parts:
                 yield self.new("all-to-all", w_in, self.tensor_bytes(op.stream, width, w_in), op.block,
                                f"{phase}:concat", f"{op.short}: the output of {module.rsplit('.', 1)[-1]}, split on "
