@@ -77,6 +77,8 @@ def row(path: Path, captured: dict | None = None) -> str:
     done = subprocess.run([sys.executable, "-m", "meshlab", "check", name, *args], capture_output=True, text=True,
                           cwd=REPO)
     if not done.stdout.startswith("{"):
+        if captured is not None:  # a capture kept from before would stand for a program that no longer compiles
+            captured.pop(name, None)
         return f"{name}: not compiled: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}"
     doc = json.loads(done.stdout)
     differences = [d for d in doc["differences"] if not d.startswith("temporaries")]
@@ -101,6 +103,9 @@ def main() -> int:
     files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
     if args.only:
         files = [path.resolve() for path in args.only]
+        outside = [str(path) for path in files if not path.is_relative_to(REPO)]
+        if outside:
+            parser.error(f"--only takes strategies inside the repository ({REPO}): {', '.join(outside)}")
     kept = json.loads(args.capture.read_text()) if args.only and args.capture and args.capture.exists() else {}
     captured = kept if args.capture else None
     rows = {}

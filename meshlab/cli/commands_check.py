@@ -106,6 +106,15 @@ def check(
         raise typer.Exit(1)
 
 
+def _note_left_out(left_out: list[str]) -> None:
+    """One line on stderr naming what an exported snippet does not apply (its header says how to apply it all)."""
+    if left_out:
+        import sys
+
+        sys.stderr.write(f"meshlab: note: the snippet applies the parameters' specs only, not {'; '.join(left_out)}"
+                         " (its header says how to apply the whole plan)\n")
+
+
 @reports_errors
 def export(
     strategy: Path = typer.Argument(..., help="strategy YAML file"),
@@ -117,7 +126,9 @@ def export(
     GPU tools' form of it (diffusers' enable_parallelism, xDiT's flags); a plan with no such form is refused."""
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
-    from meshlab.export.snippets import SpecMapDocument, dtensor_snippet, spec_map_document, torch_xla_snippet
+    from meshlab.export.snippets import (
+        SpecMapDocument, dtensor_snippet, left_out_of_snippet, spec_map_document, torch_xla_snippet,
+    )
     from meshlab.plan.planned import plan_file
 
     planned = plan_file(strategy)
@@ -133,19 +144,14 @@ def export(
         typer.echo(text, nl=False)
     elif fmt == "dtensor":
         try:
-            text = dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations)
+            text = dtensor_snippet(planned.plan, planned.strategy.rules, planned.strategy.activations, str(strategy))
         except MeshlabError as exc:
             raise planned.loaded.place(exc) from None
         typer.echo(text, nl=False)
+        _note_left_out(left_out_of_snippet(planned.strategy.activations))
     else:
-        from meshlab.export.snippets import left_out_of_snippet
-
         s = planned.strategy
         left_out = left_out_of_snippet(s.activations, s.rewrites, s.compile.scan_blocks)
         typer.echo(torch_xla_snippet(planned.plan, s.rules, s.activations, s.dcn, tuple(s.compile.libtpu_flags),
                                      left_out, str(strategy)), nl=False)
-        if left_out:
-            import sys
-
-            sys.stderr.write(f"meshlab: note: the snippet applies the parameters' specs only, not {'; '.join(left_out)}"
-                             " (its header says how to apply the whole plan)\n")
+        _note_left_out(left_out)

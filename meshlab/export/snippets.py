@@ -62,10 +62,17 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
                         scan: bool = False) -> list[str]:
     """What a strategy asks beyond its parameters' specs that a torch-xla snippet does not write as code, one phrase
     each: activation rules (hooks inside the blocks), rewrites (module changes) and scanned blocks."""
+    from meshlab.plan.planned import added_split
+
     left = []
-    if activations.rules:
-        points = ", ".join(dict.fromkeys(r.point for r in activations.rules))
-        left.append(f"{len(activations.rules)} activation rule{'s' * (len(activations.rules) > 1)} ({points})")
+    added = added_split(activations)
+    given = [r for r in activations.rules if r is not added]
+    if given:
+        points = ", ".join(dict.fromkeys(r.point for r in given))
+        left.append(f"{len(given)} activation rule{'s' * (len(given) > 1)} ({points})")
+    if added is not None:
+        left.append(f"the token split over {'+'.join(activations.sequence_axes)} at each block's input (block.input, "
+                    "which planning adds: the model patchifies its latent inside)")
     if rewrites:
         left.append(f"the rewrite{'s' * (len(rewrites) > 1)} {', '.join(rewrites)}")
     if scan:
@@ -157,23 +164,34 @@ def shard_module(module, mesh):
 '''
 
 
-def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations) -> str:
+def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activations: Activations,
+                    source: str = "S.yaml") -> str:
     """The plan for torch.distributed: a DeviceMesh of the plan's axes and DTensor placements from the same rules.
-    A spec DTensor cannot express (meshlab.plan.placements) is a PlanError naming the parameter."""
+    A spec DTensor cannot express (meshlab.plan.placements) is a PlanError naming the parameter; so are the file's
+    activation rules. The block.input rule planning adds for a sequence split is left out, and the header says so
+    (`left_out_of_snippet`)."""
     from meshlab.core.errors import PlanError
     from meshlab.plan.placements import required
+    from meshlab.plan.planned import added_split
 
     mesh = plan.mesh
-    if activations.rules:
-        raise PlanError(f"the strategy has {len(activations.rules)} activation rule(s), which a DTensor snippet cannot "
+    given = [r for r in activations.rules if r is not added_split(activations)]
+    if given:
+        raise PlanError(f"the strategy has {len(given)} activation rule(s), which a DTensor snippet cannot "
                         "write as code (they are hooks that redistribute tensors inside the blocks)",
                         "apply the plan with meshlab.apply(module, plan, backend='dtensor'), which installs them, or "
                         "export --format torch-xla", field=("activations", "rules"))
     for p in plan.parameters:
         required(p.spec, mesh, p.name)
+    left_out = left_out_of_snippet(activations)
+    warning = [] if not left_out else [
+        *textwrap.wrap(f"NOT APPLIED BY THIS SNIPPET, yet part of the plan meshlab priced: {'; '.join(left_out)}. "
+                       "To apply the whole plan:", 114, initial_indent="# ", subsequent_indent="# "),
+        f"#     applied = meshlab.apply(pipe.transformer, meshlab.load_plan({source!r}), backend='dtensor')"]
     lines = [
         f"# Sharding plan {plan.strategy_name!r} for {plan.card.name} ({plan.card.class_name}) on a "
         f"{mesh.describe()} mesh, exported by meshlab for torch.distributed (DTensor).",
+        *warning,
         f"# Usage: torchrun --nproc-per-node {mesh.device_count} your_script.py; in it, after",
         "# torch.distributed.init_process_group(): mesh = make_mesh(); shard_module(pipe.transformer, mesh); run the",
         "# forward under torch.distributed.tensor.experimental.implicit_replication(). On CPU ranks (gloo), DTensor has",

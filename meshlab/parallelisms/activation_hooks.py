@@ -125,6 +125,10 @@ def _mark_argument(point: ActivationPoint, mark: Mark, target):
     left their block.input rules unapplied)."""
     name = point.where.split(":", 1)[1]
     position = _position(target, name)
+    if position is None and name not in inspect.signature(target.forward).parameters:
+        raise BackendError(f"{point.module}'s forward ({type(target).__name__}) takes no argument {name!r}, which "
+                           f"the {point.point} rule marks: the rule would split nothing",
+                           "leave the rule out, or name the stream this model's blocks take")
 
     def hook(_module, args, kwargs):
         value = kwargs.get(name)

@@ -29,6 +29,9 @@ from meshlab.core.spec import PartitionSpec
 from meshlab.strategy.schema import ActivationRule, Strategy
 from meshlab.plan.tokens import token_counts
 
+#: the note of the block.input rule planning adds for a sequence split (meshlab.plan.planned.with_block_input_split)
+ADDED_SPLIT_NOTE = "added by meshlab for activations.sequence: the model patchifies its latent inside"
+
 #: The forward argument of a block that carries each stream's hidden states (Qwen-Image's and Flux's blocks).
 STREAM_ARGUMENTS = {"image": "hidden_states", "text": "encoder_hidden_states"}
 
@@ -142,7 +145,9 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
             n = tokens.of_stream(stream)
             if split > 1 and n % split:
                 padded = -(-n // split) * split
-                warnings.append(f"activations.rules[{index}] splits the {stream} stream's {n} tokens over {split} "
+                which = ("activations.sequence (the block.input rule planning adds for it)"
+                         if rule.note == ADDED_SPLIT_NOTE else f"activations.rules[{index}]")
+                warnings.append(f"{which} splits the {stream} stream's {n} tokens over {split} "
                                 f"devices: XLA pads them to {padded} ({padded - n} padding tokens per sample)")
     return tuple(warnings)
 

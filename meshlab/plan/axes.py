@@ -24,8 +24,8 @@ def guidance_axis(mesh: AbstractMesh) -> str | None:
 def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: bool, linear: bool = False,
                    kernel_marked: bool = False) -> bool:
     """Whether torch_xla's math attention (no flash kernel) runs every head on every chip (`xla`: the plan runs as
-    XLA's program, on TPUs; `sequence_split`: a sequence axis splits the tokens; `kernel_marked`: an
-    ``attention.qkv`` rule marks the attention's q, k and v). torch's matmul folds a
+    XLA's program, on TPUs; `sequence_split`: a sequence axis splits the tokens; `kernel_marked`: the plan has an
+    ``attention.qkv`` rule, for any of its attentions). torch's matmul folds a
     4-D [batch, heads, tokens, head_dim] product into 3-D by merging batch and heads; where a chip holds more than one
     sample, heads split over a mesh axis inside the merged dim are no tiling XLA's partitioner can keep, so it gathers
     q, k and v over that axis (three all-gathers of all heads per attention) and every chip computes every head.
@@ -35,13 +35,15 @@ def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: 
     4-D tensors as they are; a `linear` attention's matmuls (SANA's) have no flash kernel and gather alike whatever
     the flash setting.
 
-    Where a sequence axis splits the tokens and no rule marks the kernel, XLA:TPU gathers the heads the same way at
-    each chip's own tokens, then brings the keys and values together as `values_summed` says: read from
+    Where a sequence axis splits the tokens and the plan has no attention.qkv rule, XLA:TPU gathers the heads the
+    same way at each chip's own tokens, then brings the keys and values together as `values_summed` says: read from
     seq2-model4 (Qwen-Image, v6e-8, 256²) and seq4-model2 (tests/cost/data/strategies/), then held out and
-    agreeing: seq2-model2 (v6e-4), seq4-model4 and seq8-model2 (v6e-16), seq2-model4 at 512², flux-seq2-model4's
-    double and single blocks, and wan-seq2-model4 (Wan 2.1 14B: a self-attention, and a cross-attention whose whole
-    keys are gathered with the heads). Not applied to a linear attention under a sequence split, nor to a kernel a
-    rule marks (Ulysses), which no program measured, nor to eager GPU runs (DTensor)."""
+    agreeing: seq2-model2 (v6e-4), seq4-model4 and seq8-model2 (v6e-16), seq2-model4 and seq4-model2 at 1024²
+    (tests/cost/test_tpu_issued.py holds those two programs' figures), flux-seq2-model4's all-gathers and
+    all-reduces, and wan-seq2-model4 (Wan 2.1 14B: a self-attention, and a cross-attention whose whole
+    keys are gathered with the heads). Not applied to a linear attention under a sequence split, nor to a plan with an
+    attention.qkv rule (Ulysses, or a rule for self- or cross-attention alone), which no program measured, nor to
+    eager GPU runs (DTensor)."""
     if not (xla and (linear or not flash) and batch_per_chip > 1):
         return False
     return not sequence_split or not (linear or kernel_marked)
@@ -60,7 +62,7 @@ def values_summed(heads_split: int, sequence_split: int) -> bool:
 
 
 def kernel_marked(rules) -> bool:
-    """Whether an activation rule marks an attention kernel's q, k and v (``attention.qkv``)."""
+    """Whether an activation rule marks an attention kernel's q, k and v (``attention.qkv``), for any attention."""
     return any(rule.point == "attention.qkv" for rule in rules)
 
 

@@ -345,8 +345,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
-    gathered = shape.linear_heads_gathered if attention.is_linear else shape.heads_gathered
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
+    # heads split over chips are gathered (meshlab.cost.collectives gathers them only then)
+    gathered = (shape.linear_heads_gathered if attention.is_linear else shape.heads_gathered) and split > 1
     heads = -(-attention.heads // (1 if gathered else split))
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
     if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
@@ -364,12 +365,12 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     values = keys
     if gathered and local_keys < keys:  # every head at every key, counted below (meshlab.plan.axes.values_summed):
         gathered_kv = 0  # the values gathered whole or left split; the products summed in float32
-        if split > 1 and values_summed(split, shape.ring_degree):
+        if values_summed(split, shape.ring_degree):
             values, output = -(-keys // split), output * 4 // shape.itemsize
     if shape.flash:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
-    upcast = fp32 * (queries + 2 * held) * heads * attention.head_dim if fp32 > 1 else 0
+    upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
     scores = fp32 * 2 * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head

@@ -15,9 +15,10 @@ from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
 from meshlab.plan.axes import GUIDANCE_AXIS
+from meshlab.plan.activations import ADDED_SPLIT_NOTE
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
-from meshlab.strategy.schema import Strategy, Workload
+from meshlab.strategy.schema import ActivationRule, Strategy, Workload
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,12 @@ def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> Pla
     strategy = loaded.strategy
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
+    try:  # the rule a sequence split takes is added before planning, which checks it (its padding warning)
+        loaded = with_block_input_split(loaded, card, AbstractMesh.resolve(strategy.mesh, hardware.chips))
+        strategy = loaded.strategy
+    except PlanError:
+        pass  # a mesh the chips cannot hold: make_plan says so at its line
     plan = make_plan(strategy, card, hardware.chips)
-    loaded = with_block_input_split(loaded, card, plan.mesh)
-    strategy = loaded.strategy
     check_dcn(strategy.dcn, plan.mesh, hardware)
     if strategy.placement.vae_decode == "parallel" and (hardware.kind != "gpu" or strategy.placement.vae == "cpu"):
         where = "the VAE runs on the host (placement.vae: cpu)" if strategy.placement.vae == "cpu" else \
@@ -212,18 +216,24 @@ def with_pipeline_vae(loaded: LoadedStrategy, card_name: str) -> LoadedStrategy:
     return replace(loaded, strategy=strategy.model_copy(update={"placement": placement}), taken=(*loaded.taken, line))
 
 
+def added_split(activations) -> ActivationRule | None:
+    """The block.input rule planning added for the sequence split (`with_block_input_split`), or None."""
+    return next((r for r in activations.rules if r.note == ADDED_SPLIT_NOTE), None)
+
+
 def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: AbstractMesh) -> LoadedStrategy:
     """`loaded` with a ``block.input`` rule splitting the image stream's tokens over ``activations.sequence``, and a
     line saying so, where the model patchifies its latent inside (SD3.5, Wan, HunyuanVideo, CogVideoX, SANA: its
-    input stays whole past the batch, meshlab.plan.inputs) and no such rule is given. The cost model prices the
-    tokens split as the file says; without the rule the backends left them whole (measured: Wan 2.1 14B under seq 2
-    x model 4, `check --backend tpu`: every block ran all 5,376 tokens, no collective over seq). Pure."""
+    input stays whole past the batch, meshlab.plan.inputs), the partitioner runs the split
+    (``sequence_parallel: partitioner``; diffusers and xDiT split the sequence themselves) and no such rule is
+    given. The cost model prices the tokens split as the file says; without the rule the backends left them whole
+    (measured: Wan 2.1 14B under seq 2 x model 4, `check --backend tpu`: every block ran all 5,376 tokens, no
+    collective over seq). Pure."""
     activations = loaded.strategy.activations
-    if not activations.sequence_axes:
+    if not activations.sequence_axes or activations.sequence_parallel != "partitioner":
         return loaded
     from meshlab.models.families import family
     from meshlab.plan.inputs import batch_axes
-    from meshlab.strategy.schema import ActivationRule
 
     if family(card.class_name).latent == "tokens" or any(
             r.point == "block.input" and r.stream in (None, "image") for r in activations.rules):
@@ -232,7 +242,7 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
     rule = ActivationRule(point="block.input", stream="image",
                           spec=[(batch[0] if len(batch) == 1 else list(batch)) if batch else None,
                                 sequence[0] if len(sequence) == 1 else list(sequence), None],
-                          note="added by meshlab: the model patchifies its latent inside, so the split is made here")
+                          note=ADDED_SPLIT_NOTE)
     spec = "[" + ", ".join("null" if e is None else str(e).replace("'", "") for e in rule.spec) + "]"
     line = (f"activations: {card.class_name} patchifies its latent inside the model, so its tokens are split over "
             f"{'+'.join(sequence)} at each block's input (block.input, stream image, spec {spec}; the file gives no "

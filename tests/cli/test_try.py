@@ -195,3 +195,18 @@ def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_bloc
     assert priced[0].collectives == priced[1].collectives
     shown = runner.invoke(app, ["try", str(tmp_path / "wan.yaml")])
     assert shown.exit_code == 0 and "patchifies its latent inside the model" in shown.output
+    exported = runner.invoke(app, ["export", str(tmp_path / "wan.yaml"), "--format", "dtensor"])  # not refused:
+    assert exported.exit_code == 0 and "NOT APPLIED BY THIS SNIPPET" in exported.output  # the file gives no rule
+    assert "the token split over seq at each block's input" in exported.output
+    (tmp_path / "odd.yaml").write_text(head.replace("mesh: {seq: 2, model: 4}", "mesh: {seq: 8}")
+                                       .replace("model: wan-2.1-t2v-1.3b", "model: sd3.5-large")
+                                       + "workload: {height: 1008, width: 1008}\n")
+    assert plan_file(tmp_path / "odd.yaml").plan.warnings == (
+        "activations.sequence (the block.input rule planning adds for it) splits the image stream's 3969 tokens "
+        "over 8 devices: XLA pads them to 3976 (7 padding tokens per sample)",)
+    ulysses = ("activations: {sequence: seq, sequence_parallel: xdit, rules: [{point: attention.qkv, spec: [null, "
+               "null, seq]}, {point: attention.output, spec: [null, seq, null]}]}")
+    (tmp_path / "tool.yaml").write_text(head.replace("hardware: v6e-8", "hardware: h100").replace(
+        "mesh: {seq: 2, model: 4}", "mesh: {seq: 2}").replace("activations: {sequence: seq}", ulysses))
+    tool = plan_file(tmp_path / "tool.yaml")  # xDiT splits the sequence itself
+    assert [r.point for r in tool.strategy.activations.rules] == ["attention.qkv", "attention.output"]

@@ -46,3 +46,19 @@ def test_a_block_input_rule_marks_every_blocks_hidden_states_however_the_model_p
     assert sorted(label for label, _, _ in marked) == sorted(f"block.input of {p.module} (image)" for p in points)
     assert all(spec == PartitionSpec(None, "seq", None) for _, _, spec in marked)
     assert {shape[1] for _, shape, _ in marked} <= {geo.image_tokens, geo.image_tokens + geo.text_tokens}
+
+
+def test_a_block_input_rule_on_a_forward_without_that_argument_is_refused_not_silently_dropped():
+    from meshlab.core.errors import BackendError
+    from meshlab.plan.activations import ActivationPoint
+
+    class Wrapped(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            return args[0]
+
+    point = ActivationPoint("block", "argument:hidden_states", "block.input", "image", PartitionSpec(None, "seq", None),
+                            0)
+    model = torch.nn.Module()
+    model.block = Wrapped()
+    with pytest.raises(BackendError, match="takes no argument 'hidden_states'"):
+        install(model, (point,), lambda tensor, spec, label: tensor)
