@@ -33,7 +33,7 @@ from meshlab.plan.inputs import input_spec
 from meshlab.check.readback import AppliedParameter, LocalParameter, compare_parameter
 from meshlab.core.errors import InputError
 from meshlab.plan.plan import Plan
-from meshlab.plan.planned import PlannedStrategy, plan_file
+from meshlab.plan.planned import PlannedStrategy, added_split, plan_file
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,11 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
     _check_names(module, plan)
     rules = strategy.activations.rules if strategy else []
     if scan and rules:
-        raise InputError("activation rules mark tensors inside the blocks, which a scanned block list traces once "
-                         "as a loop body; meshlab does not combine the two", "drop compile.scan_blocks (or --scan)")
+        which = ("the token split of activations.sequence, made at each block's input (the model patchifies its "
+                 "latent inside), marks" if added_split(strategy.activations) is not None and len(rules) == 1
+                 else "activation rules mark")
+        raise InputError(f"{which} tensors inside the blocks, which a scanned block list traces once as a loop body; "
+                         "meshlab does not combine the two", "drop compile.scan_blocks (or --scan)")
     rewrites = ()
     if strategy and strategy.rewrites:
         from meshlab.parallelisms.rewrites import apply_rewrites

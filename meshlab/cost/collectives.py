@@ -563,7 +563,7 @@ class _Deriver:
         blocks: attention output, then the MLP branch). Parts split as the weight's input dim wants cannot be
         joined in place (the weight wants contiguous blocks of the whole): XLA moves each part's split onto the
         tokens, concatenates, and moves the result's split back, one all-to-all each (measured: Flux, 2d and pairs).
-        Parts split otherwise are gathered."""
+        A part every chip holds whole is sliced so, and moves with them. Parts split otherwise are gathered."""
         plain = sum(self.by_module[m].out_features for m in op.also if self.by_module[m].role != "qkv")
         widths = [self._branch_width(m, op, plain) for m in op.also]
         parts = [(first, op.in_features - sum(widths), op.source)] + [
@@ -573,8 +573,9 @@ class _Deriver:
         if w_in and any(state.split == w_in for state, _, _ in parts) and all(
                 state.split == w_in or (state.split is None and not state.partial) for state, _, _ in parts):
             for state, width, module in parts:
+                held = "whole, sliced" if state.split is None else "split"
                 yield self.new("all-to-all", w_in, self.tensor_bytes(op.stream, width, w_in), op.block,
-                               f"{phase}:concat", f"{op.short}: the output of {module.rsplit('.', 1)[-1]}, split on "
+                               f"{phase}:concat", f"{op.short}: the output of {module.rsplit('.', 1)[-1]}, {held} on "
                                f"{'+'.join(w_in)}, joins a concatenation the weight wants split in contiguous blocks")
             yield self.new("all-to-all", w_in, self.tensor_bytes(op.stream, op.in_features, w_in), op.block,
                            f"{phase}:concat", f"{op.short}: the concatenation moves its split back onto the features")

@@ -125,7 +125,8 @@ def _mark_argument(point: ActivationPoint, mark: Mark, target):
     left their block.input rules unapplied)."""
     name = point.where.split(":", 1)[1]
     position = _position(target, name)
-    if position is None and name not in inspect.signature(target.forward).parameters:
+    parameters = inspect.signature(target.forward).parameters.values()
+    if position is None and not any(p.name == name or p.kind == p.VAR_KEYWORD for p in parameters):
         raise BackendError(f"{point.module}'s forward ({type(target).__name__}) takes no argument {name!r}, which "
                            f"the {point.point} rule marks: the rule would split nothing",
                            "leave the rule out, or name the stream this model's blocks take")

@@ -232,10 +232,11 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
     activations = loaded.strategy.activations
     if not activations.sequence_axes or activations.sequence_parallel != "partitioner":
         return loaded
-    from meshlab.models.families import family
+    from meshlab.models.families import FAMILIES
     from meshlab.plan.inputs import batch_axes
 
-    if family(card.class_name).latent == "tokens" or any(
+    fam = FAMILIES.get(card.class_name)  # a class meshlab cannot build runs nowhere: nothing to split
+    if fam is None or fam.latent == "tokens" or any(
             r.point == "block.input" and r.stream in (None, "image") for r in activations.rules):
         return loaded
     batch, sequence = batch_axes(activations, mesh), activations.sequence_axes

@@ -178,10 +178,12 @@ TPU_DIFFERENCES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[int, in
     # Flux under a sequence axis: its double blocks rotate q and k after joining the streams, and XLA:TPU joins each
     # twice (6 more all-to-alls, as the 3 of each join); its single blocks join the streams only in the first block
     # of the list (3 all-to-alls of hidden-wide tokens there, none in .1 and .2), where meshlab prices a join in
-    # every block, as the CPU partitioner issues them and as XLA:TPU does for HunyuanVideo's single blocks (seq 2 x
-    # data 2 x model 2, compiled: 3 a block). Not the heads' gather: at one sample a chip (flux seq 2 x data 2 x
-    # model 2, compiled alike) XLA:TPU issues the same. Neither is modelled
+    # every block, as the CPU partitioner issues them and as XLA:TPU does for HunyuanVideo's single blocks
+    # (hunyuan-2d's rules over data 2 x seq 2 x model 2, compiled, not kept: 3 a block). Not the heads' gather: at
+    # one sample a chip (flux-seq2-data2-model2) XLA:TPU issues the same. Neither is modelled
     ("flux-seq2-model4", "single_transformer_blocks.1", "all-to-all"): ((3, 4_423_680), (6, 7_962_624)),
+    ("flux-seq2-data2-model2", "transformer_blocks.1", "all-to-all"): ((15, 4_423_680), (9, 2_654_208)),
+    ("flux-seq2-data2-model2", "single_transformer_blocks.1", "all-to-all"): ((3, 4_423_680), (6, 6_193_152)),
     ("flux-seq2-model4", "transformer_blocks.1", "all-to-all"): ((15, 4_423_680), (9, 2_654_208)),
     # SANA with its tokens over seq (its block.input rule applied since it reaches the blocks' positional hidden
     # states; the tokens stay split: the state's all-reduce over seq and the halo permutes are there): XLA:TPU

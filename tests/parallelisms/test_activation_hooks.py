@@ -53,7 +53,7 @@ def test_a_block_input_rule_on_a_forward_without_that_argument_is_refused_not_si
     from meshlab.plan.activations import ActivationPoint
 
     class Wrapped(torch.nn.Module):
-        def forward(self, *args, **kwargs):
+        def forward(self, *args):
             return args[0]
 
     point = ActivationPoint("block", "argument:hidden_states", "block.input", "image", PartitionSpec(None, "seq", None),
