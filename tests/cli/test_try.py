@@ -210,3 +210,8 @@ def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_bloc
         "mesh: {seq: 2, model: 4}", "mesh: {seq: 2}").replace("activations: {sequence: seq}", ulysses))
     tool = plan_file(tmp_path / "tool.yaml")  # xDiT splits the sequence itself
     assert [r.point for r in tool.strategy.activations.rules] == ["attention.qkv", "attention.output"]
+    from tests.conftest import small_card
+
+    (tmp_path / "small.json").write_text(json.dumps(small_card().to_json()))  # a class meshlab cannot build
+    (tmp_path / "own_card.yaml").write_text(head.replace("model: wan-2.1-t2v-1.3b", "model: small.json"))
+    assert plan_file(tmp_path / "own_card.yaml").strategy.activations.rules == []
