@@ -124,8 +124,9 @@ def _mark_argument(point: ActivationPoint, mark: Mark, target):
     (Wan's, SANA's and HunyuanVideo's models call ``block(hidden_states, ...)``: a hook that read only keywords
     left their block.input rules unapplied)."""
     name = point.where.split(":", 1)[1]
-    position = _position(target, name)
     parameters = inspect.signature(target.forward).parameters.values()
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    position = positional.index(name) if name in positional else None  # None: by keyword only, or absent
     if position is None and not any(p.name == name or p.kind == p.VAR_KEYWORD for p in parameters):
         raise BackendError(f"{point.module}'s forward ({type(target).__name__}) takes no argument {name!r}, which "
                            f"the {point.point} rule marks: the rule would split nothing",
@@ -141,10 +142,3 @@ def _mark_argument(point: ActivationPoint, mark: Mark, target):
         return None
 
     return hook
-
-
-def _position(module, name: str) -> int | None:
-    """Where `name` stands among the positional arguments of the module's forward (None: keyword only or absent)."""
-    positional = [p.name for p in inspect.signature(module.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return positional.index(name) if name in positional else None
