@@ -40,10 +40,10 @@ def heads_gathered(flash: bool, batch_per_chip: int, xla: bool, sequence_split: 
     seq2-model4 (Qwen-Image, v6e-8, 256²) and seq4-model2 (tests/cost/data/strategies/), which agree at 1024² too
     (tests/cost/test_tpu_issued.py holds those programs' figures), then held out and agreeing: seq2-model2
     (v6e-4), seq4-model4 and seq8-model2 (v6e-16), flux-seq2-model4's all-gathers and all-reduces, and
-    wan-seq2-model4 (Wan 2.1 14B: a self-attention, and a cross-attention whose whole
-    keys are gathered with the heads). Not applied to a linear attention under a sequence split, nor to a plan with an
-    attention.qkv rule (Ulysses, or a rule for self- or cross-attention alone), which no program measured, nor to
-    eager GPU runs (DTensor)."""
+    wan-seq2-model4 (Wan 2.1 14B: a self-attention, and a cross-attention whose whole keys are gathered with the
+    heads). Not applied to a linear attention under a sequence split, nor to a plan with an attention.qkv rule
+    (Ulysses, or a rule for self- or cross-attention alone), which no program measured, nor to eager GPU runs
+    (DTensor)."""
     if not (xla and (linear or not flash) and batch_per_chip > 1):
         return False
     return not sequence_split or not (linear or kernel_marked)
