@@ -33,7 +33,8 @@ from meshlab.plan.inputs import input_spec
 from meshlab.check.readback import AppliedParameter, LocalParameter, compare_parameter
 from meshlab.core.errors import InputError
 from meshlab.plan.plan import Plan
-from meshlab.plan.planned import PlannedStrategy, added_split, plan_file
+from meshlab.plan.activations import added_split
+from meshlab.plan.planned import PlannedStrategy, plan_file
 
 
 @dataclass(frozen=True)

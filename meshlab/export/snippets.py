@@ -62,7 +62,7 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
                         scan: bool = False) -> list[str]:
     """What a strategy asks beyond its parameters' specs that a torch-xla snippet does not write as code, one phrase
     each: activation rules (hooks inside the blocks), rewrites (module changes) and scanned blocks."""
-    from meshlab.plan.planned import added_split
+    from meshlab.plan.activations import added_split
 
     left = []
     added = added_split(activations)
@@ -172,7 +172,7 @@ def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activation
     (`left_out_of_snippet`)."""
     from meshlab.core.errors import PlanError
     from meshlab.plan.placements import required
-    from meshlab.plan.planned import added_split
+    from meshlab.plan.activations import added_split
 
     mesh = plan.mesh
     given = [r for r in activations.rules if r is not added_split(activations)]

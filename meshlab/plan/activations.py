@@ -32,6 +32,11 @@ from meshlab.plan.tokens import token_counts
 #: the note of the block.input rule planning adds for a sequence split (meshlab.plan.planned.with_block_input_split)
 ADDED_SPLIT_NOTE = "added by meshlab for activations.sequence: the model patchifies its latent inside"
 
+
+def added_split(activations) -> ActivationRule | None:
+    """The block.input rule planning added for the sequence split (`ADDED_SPLIT_NOTE`), or None."""
+    return next((r for r in activations.rules if r.note == ADDED_SPLIT_NOTE), None)
+
 #: The forward argument of a block that carries each stream's hidden states (Qwen-Image's and Flux's blocks).
 STREAM_ARGUMENTS = {"image": "hidden_states", "text": "encoder_hidden_states"}
 

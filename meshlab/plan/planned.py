@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from meshlab.plan.activations import ADDED_SPLIT_NOTE
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
 from meshlab.strategy.schema import ActivationRule, Strategy, Workload
+from meshlab.core.spec import PartitionSpec
 
 
 @dataclass(frozen=True)
@@ -199,26 +201,28 @@ def pipeline_vae_dtype(card_name: str, strategy: Strategy) -> str | None:
     return defaults.vae_dtype
 
 
+def with_pipeline_vae_dtype(strategy: Strategy, card_name: str) -> Strategy:
+    """`strategy` with its VAE held in the dtype its pipeline's documented use loads it in (`pipeline_vae_dtype`;
+    the strategy itself where there is none): for a file (`with_pipeline_vae`) and the sweep's plans alike. Pure."""
+    dtype = pipeline_vae_dtype(card_name, strategy)
+    if dtype is None:
+        return strategy
+    return strategy.model_copy(update={"placement": strategy.placement.model_copy(update={"vae_dtype": dtype})})
+
+
 def with_pipeline_vae(loaded: LoadedStrategy, card_name: str) -> LoadedStrategy:
     """`loaded` with its VAE held in the dtype its pipeline's documented use loads it in (`pipeline_vae_dtype`),
     and a line saying so: a Wan decode priced in the transformer's bfloat16 held half the bytes WanPipeline's
     example holds. Memory only: the decode's time stays priced at the workload's dtype. Pure."""
     from meshlab.models.defaults import pipeline_defaults
 
-    dtype = pipeline_vae_dtype(card_name, loaded.strategy)
-    if dtype is None:
+    strategy = with_pipeline_vae_dtype(loaded.strategy, card_name)
+    if strategy is loaded.strategy:
         return loaded
-    strategy = loaded.strategy
-    placement = strategy.placement.model_copy(update={"vae_dtype": dtype})
-    line = (f"placement: the VAE held in {dtype}, as {pipeline_defaults(card_name).pipeline}'s documented example "
-            f"loads it (placement.vae_dtype not given; memory only: its decode's time stays priced at "
-            f"{strategy.workload.dtype})")
-    return replace(loaded, strategy=strategy.model_copy(update={"placement": placement}), taken=(*loaded.taken, line))
-
-
-def added_split(activations) -> ActivationRule | None:
-    """The block.input rule planning added for the sequence split (`with_block_input_split`), or None."""
-    return next((r for r in activations.rules if r.note == ADDED_SPLIT_NOTE), None)
+    line = (f"placement: the VAE held in {strategy.placement.vae_dtype}, as {pipeline_defaults(card_name).pipeline}'s "
+            f"documented example loads it (placement.vae_dtype not given; memory only: its decode's time stays priced "
+            f"at {strategy.workload.dtype})")
+    return replace(loaded, strategy=strategy, taken=(*loaded.taken, line))
 
 
 def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: AbstractMesh) -> LoadedStrategy:
@@ -239,14 +243,12 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
     if fam is None or fam.latent == "tokens" or any(
             r.point == "block.input" and r.stream in (None, "image") for r in activations.rules):
         return loaded
-    batch, sequence = batch_axes(activations, mesh), activations.sequence_axes
-    rule = ActivationRule(point="block.input", stream="image",
-                          spec=[(batch[0] if len(batch) == 1 else list(batch)) if batch else None,
-                                sequence[0] if len(sequence) == 1 else list(sequence), None],
-                          note=ADDED_SPLIT_NOTE)
-    spec = "[" + ", ".join("null" if e is None else str(e).replace("'", "") for e in rule.spec) + "]"
+    sequence = activations.sequence_axes
+    spec = PartitionSpec(batch_axes(activations, mesh), sequence, None).to_json()
+    rule = ActivationRule(point="block.input", stream="image", spec=spec, note=ADDED_SPLIT_NOTE)
+    shown = json.dumps(spec).replace('"', "")  # as the file would write it: [null, seq, null]
     line = (f"activations: {card.class_name} patchifies its latent inside the model, so its tokens are split over "
-            f"{'+'.join(sequence)} at each block's input (block.input, stream image, spec {spec}; the file gives no "
+            f"{'+'.join(sequence)} at each block's input (block.input, stream image, spec {shown}; the file gives no "
             "such rule)")
     updated = activations.model_copy(update={"rules": [*activations.rules, rule]})
     return replace(loaded, strategy=loaded.strategy.model_copy(update={"activations": updated}),

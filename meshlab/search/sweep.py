@@ -34,7 +34,7 @@ from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
 from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
-from meshlab.plan.planned import pipeline_vae_dtype
+from meshlab.plan.planned import with_pipeline_vae_dtype
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import (ActivationRule, Activations, Compile, Rule, Strategy, Workload, output_noun,
                                      with_article)
@@ -533,10 +533,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
                          rewrites, dcn)
-    vae_dtype = pipeline_vae_dtype(card.name, strategy)  # the VAE as its pipeline's documented use loads it
-    if vae_dtype:
-        strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
-            update={"vae_dtype": vae_dtype})})
+    strategy = with_pipeline_vae_dtype(strategy, card.name)  # the VAE as its pipeline's documented use loads it
     if text_encoder == "device" or (text_encoder == "auto" and hardware.kind == "gpu"):
         strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
             update={"text_encoder": "device"})})
