@@ -319,8 +319,8 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
     console.print(f"[bold]{planned.strategy.name}[/bold] on {hw.name}, mesh {planned.plan.mesh.describe()}: "
                   f"{layout.batch} sample(s) per chip per call, {layout.calls} call(s) per step, "
                   f"{layout.local.describe()} per sample per chip")
-    for line in planned.loaded.taken:  # what the file left out and planning took
-        console.print(line)
+    for line in planned.loaded.taken:  # what the file left out and planning took (plain text, no markup)
+        console.print(line, markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")

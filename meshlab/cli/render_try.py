@@ -16,8 +16,8 @@ def render_try(planned: PlannedStrategy, console) -> None:
                   f"on {hardware.name}, mesh {plan.mesh.describe()}")
     if strategy.description:
         console.print(f"[dim]{strategy.description.strip()}[/dim]")
-    for line in planned.loaded.taken:
-        console.print(line)
+    for line in planned.loaded.taken:  # plain text: a spec's [null, seq, null] is no markup tag
+        console.print(line, markup=False)
     info = coverage(planned)
     console.print(_plan_table(planned, info))
     console.print(_coverage_line(info))

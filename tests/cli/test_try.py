@@ -195,6 +195,9 @@ def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_bloc
     assert priced[0].collectives == priced[1].collectives
     shown = runner.invoke(app, ["try", str(tmp_path / "wan.yaml")])
     assert shown.exit_code == 0 and "patchifies its latent inside the model" in shown.output
+    assert "spec [null, seq, null];" in " ".join(shown.output.split())  # rich read it as a markup tag and dropped it
+    explained = runner.invoke(app, ["explain", str(tmp_path / "wan.yaml")])
+    assert "spec [null, seq, null];" in " ".join(explained.output.split())
     exported = runner.invoke(app, ["export", str(tmp_path / "wan.yaml"), "--format", "dtensor"])  # not refused:
     assert exported.exit_code == 0 and "NOT APPLIED BY THIS SNIPPET" in exported.output  # the file gives no rule
     assert "the token split over seq at each block's input" in exported.output
