@@ -161,6 +161,13 @@ class Collective:
     #: chunks, bytes per chip of one chunk's realignment, bytes per chip of the table's own all-to-all in place of
     #: the gather or 0) (`realigned_chunks`)
     realigned: tuple[int, int, int] = ()
+    #: an all-to-all of the streams' q or k joining one sequence that the attention then rotates
+    #: (``Flow.rotary_joint``), made by Linears with a bias (Flux): XLA:TPU joins it twice (`rotated_joins`)
+    rotated_join: bool = False
+    #: "start" or "end": the streams' join at a block's start or their cut at its end, in a list whose blocks do
+    #: both and whose inputs no rule constrains: XLA:TPU folds one block's cut and the next one's join away
+    #: (`folded_joins`)
+    edge: str = ""
 
 
 @dataclass(frozen=True)
@@ -220,7 +227,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
-    collectives = realigned_chunks(norm_statistics(gathered_once(collectives, scanned)))
+    collectives = folded_joins(rotated_joins(realigned_chunks(norm_statistics(gathered_once(collectives, scanned)))))
     if collective_matmul is not None and mesh:
         collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
     if mesh:
@@ -268,6 +275,57 @@ def realigned_chunks(collectives: tuple[Collective, ...]) -> tuple[Collective, .
         issued += [replace(c, kind="all-to-all", bytes=nbytes, phase="modulation:chunks", realigned=(),
                            why=f"the conditioning's chunk {i + 1} of {chunks} realigned to split on width (XLA:TPU)")
                    for i in range(chunks)]
+    return tuple(issued)
+
+
+def rotated_joins(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """XLA:TPU joins a q or k that the attention rotates after joining the streams (Flux's double blocks:
+    ``x * cos + rotate(x) * sin``, where ``rotate`` reads ``x`` as pairs, ``x.reshape(..., -1, 2)``) twice where
+    its projections have a bias: once as it is and once as pairs, each with its own all-to-alls.
+
+    Measured (`meshlab check S --backend tpu --front-end torch-xla --layers 3 --height 256 --width 256 --text-tokens
+    32 --dump-dir D`, v6e, libtpu 0.0.52), a middle double block:
+    - Flux.1 (flux-seq2-model4.yaml; flux-seq2-data2-model2.yaml; the same at 16 heads, 4 a chip, compiled, not kept):
+      q's and k's 3 all-to-alls each (the text part, the image part, the joint result) appear twice, the second set
+      shaped [..., 64, 2], and v's once: 15 of 294,912 B where the CPU partitioner issues 9.
+    - FLUX.2 (flux2-seq2-model4.yaml, compiled to hold the first form of this rule out, which it disproved): 9, each
+      tensor joined once. Its q/k projections have no bias.
+    Why, read from the pass dumps (``XLA_FLAGS=--xla_dump_hlo_pass_re=.*``): XLA:TPU's tpu-broadcast-rewriter moves
+    the pairs reshape onto each stream's part before the concatenation where that part reaches it through a reshape
+    (Flux.1: the dot, its bias added, then the heads view), making a second concatenation; FLUX.2's dot makes the
+    heads shape itself, and the reshape stays after the one concatenation. Only these two models rotate after
+    joining; a bias-free Flux.1 or a biased FLUX.2 is not a diffusers configuration, so the bias is the difference the
+    programs show, not one isolated by itself."""
+    issued: list[Collective] = []
+    for c in collectives:
+        if not c.rotated_join:
+            issued.append(c)
+            continue
+        plain = replace(c, rotated_join=False)
+        issued += [plain, replace(plain, why=f"{c.why}, again for the rotation's pairs (XLA:TPU joins both forms)")]
+    return tuple(issued)
+
+
+def folded_joins(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """XLA:TPU simplifies a concatenation of a tensor's adjacent slices to the tensor before it partitions the
+    program: where each block of a list cuts the joint sequence into the streams it returns and the next block joins
+    them first thing (Flux's single blocks), the streams are joined once, in the list's first block, and cut once, in
+    its last (`Collective.edge`). A sharding constraint between them (a block.input rule on the list) keeps them.
+
+    Measured (`meshlab check S --backend tpu --front-end torch-xla --layers 3 --height 256 --width 256 --text-tokens
+    32 --dump-dir D`, v6e, libtpu 0.0.52): flux-seq2-model4.yaml and flux-seq2-data2-model2.yaml, the join's 3
+    all-to-alls in single block 0 alone, the cut's permute in single block 2 alone (the CPU partitioner issues both
+    in every block); the fold is algsimp's, in simplification-1, before the partitioner
+    (``XLA_FLAGS=--xla_dump_hlo_pass_re=.*``). HunyuanVideo under seq 2 x model 4 (hunyuan-video, largest dims, the
+    block.input rule planning adds; compiled, not kept): its single blocks join in each block, their inputs behind
+    the rule's constraint."""
+    issued: list[Collective] = []
+    for c in collectives:
+        if c.edge:
+            c = replace(c, edge="", count=1, only="first" if c.edge == "start" else "last",
+                        why=f"{c.why} ({'once, in the first block' if c.edge == 'start' else 'once, in the last block'}"
+                            ": XLA:TPU folds each block's cut and the next one's join away)")
+        issued.append(c)
     return tuple(issued)
 
 
@@ -934,14 +992,17 @@ class _Deriver:
         joint_local = ulysses * sum(self.layout.local.of_stream(s) for s in streams)
         # streams joined in one sequence (a cross-attention's q and k/v come from two streams, joined in none)
         concatenated = len({op.stream for op in qkv}) > 1 and not attention.keys
+        # q and k (the first two of q, k, v) rotated after the join, made by Linears with a bias (`rotated_joins`)
+        rotated = ("q", "k")[:sum(self._flow(op).rotary_joint and op.bias is not None for op in qkv) // len(streams)]
         if concatenated:
             for what in ("q", "k", "v"):
+                twice = what in rotated and not joined
                 for stream in streams if not joined else ():  # `joined`: moved with the rule's all-to-all
                     yield self.new("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
                                    "attention:concat", f"{what} of the {stream} stream joins a sequence split on "
-                                   f"{axis}: XLA moves the split onto the heads to concatenate")
+                                   f"{axis}: XLA moves the split onto the heads to concatenate", rotated_join=twice)
                 yield self.new("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
-                               f"the joint {what} moves its split back onto the sequence")
+                               f"the joint {what} moves its split back onto the sequence", rotated_join=twice)
         keys = [s for s in attention.key_streams if self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s)]
         if gathered:
             yield from self._split_keys_gathered(attention, qkv[0], target, axes, keys)
@@ -998,22 +1059,25 @@ class _Deriver:
         for op in graph.linears:
             if op.block is not None:
                 lists.setdefault(op.block, op.module.split(".", 1)[0])
+        constrained = {module.split(".", 1)[0] for module, where in self.points if where.startswith("argument:")}
         for join in graph.joins:
             head = join.module.partition(".*")[0] if ".*" in join.module else None
+            edges = {j.edge for j in graph.joins if j.module == join.module}
+            edge = join.edge if edges == {"start", "end"} and head not in constrained else ""
             for block in [b for b, name in lists.items() if name == head] if head else [None]:
                 nbytes = lambda tokens: self.layout.batch * tokens * join.width * self.layout.itemsize  # noqa: E731
                 if join.kind == "concat":
                     for stream in streams:
                         yield self.new("all-to-all", axes, nbytes(local.of_stream(stream)), block, "streams:concat",
-                                       f"the {stream} stream joins a sequence split on {axis}")
+                                       f"the {stream} stream joins a sequence split on {axis}", edge=edge)
                     yield self.new("all-to-all", axes, nbytes(local.joint), block, "streams:concat",
-                                   "the joined sequence moves its split back onto the tokens")
+                                   "the joined sequence moves its split back onto the tokens", edge=edge)
                 else:
                     misaligned = self._misaligned(streams, self.size(axes))
                     for stream in misaligned:
                         yield self.new("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
                                        "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
-                                       "other chips than its own split wants")
+                                       "other chips than its own split wants", edge=edge)
 
     def _invariant(self, op: LinearOp) -> bool:
         """Its input is made outside the blocks and read as it is by every block (Wan's and SANA's text, which

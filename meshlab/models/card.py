@@ -27,7 +27,8 @@ STREAMS = ("image", "text", "joint", "conditioning", "reference", "none")
 MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
 #: 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys; 4: rotary embeddings and
-#: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``)
+#: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``). Added since, read as absent from an older card of schema 4
+#: (only XLA:TPU's program under a sequence split reads them): ``Flow.rotary_joint`` and ``Join.edge``
 CARD_SCHEMA_VERSION = 4
 
 
@@ -173,6 +174,10 @@ class Flow:
     #: its output is cut along its features into this many pieces, two of which are multiplied (a gated unit, GLU:
     #: FLUX.2's MLP, SANA's GLUMBConv); 0: not cut so
     gated: int = 0
+    #: the rotary embeddings rotate the joint sequence: its output was concatenated with the other streams' along
+    #: the tokens first (Flux's and FLUX.2's double blocks rotate the joined q and k; Qwen-Image and HunyuanVideo
+    #: rotate each stream's before joining them)
+    rotary_joint: bool = False
 
     def sources(self, kind: str) -> tuple[str, ...]:
         """Producers of one kind (``linear``, ``attention``, ``norm``, ``input``), as patterns."""
@@ -187,6 +192,8 @@ class Join:
     module: str
     kind: str  # "concat" or "split"
     width: int  # features of the joint tensor
+    #: "start": a block's concatenation of its own arguments; "end": a block's cut whose parts it returns; "": inside
+    edge: str = ""
 
 
 #: How elementwise work runs: "fused", one pass per gap between matmuls (XLA, torch.compile); "eager", every op
@@ -445,10 +452,12 @@ def card_to_json(card: ModelCard) -> dict:
              "modulates": [{"norm": m.norm, "stream": m.stream, "width": m.width, **({"rms": True} if m.rms else {}),
                             **({"dtype": m.dtype} if m.dtype else {})} for m in f.modulates],
              **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
-             **({"rotary": f.rotary} if f.rotary else {}), **({"gated": f.gated} if f.gated else {})}
+             **({"rotary": f.rotary} if f.rotary else {}), **({"rotary_joint": True} if f.rotary_joint else {}),
+             **({"gated": f.gated} if f.gated else {})}
             for f in card.dataflow
         ],
-        "joins": [{"module": j.module, "kind": j.kind, "width": j.width} for j in card.joins],
+        "joins": [{"module": j.module, "kind": j.kind, "width": j.width, **({"edge": j.edge} if j.edge else {})}
+                  for j in card.joins],
         "elementwise": [{"blocks": e.blocks, "stream": e.stream, "bytes_per_token": e.bytes_per_token,
                          **({"side": e.side} if e.side else {}), **({"linear": e.linear} if e.linear else {}),
                          **({"execution": e.execution} if e.execution != "fused" else {})}
@@ -495,9 +504,10 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,
                             tuple(Modulation(m.norm, m.stream, m.width, m.rms, m.dtype) for m in f.modulates),
                             f.residual,
-                            QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary, f.gated)
+                            QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary, f.gated,
+                            f.rotary_joint)
                        for f in checked.dataflow),
-        joins=tuple(Join(j.module, j.kind, j.width) for j in checked.joins),
+        joins=tuple(Join(j.module, j.kind, j.width, j.edge) for j in checked.joins),
         elementwise=tuple(Elementwise(e.blocks, e.stream, e.bytes_per_token, e.side, e.linear, e.execution)
                           for e in checked.elementwise),
         dispatches=dict(checked.dispatches),

@@ -102,12 +102,14 @@ class FlowEntry(Closed):
     qk_norm: Optional[QkNormEntry] = None
     rotary: Literal["", "whole", "halves"] = ""
     gated: Int = Field(0, ge=0)
+    rotary_joint: bool = False
 
 
 class JoinEntry(Closed):
     module: str
     kind: Literal["concat", "split"]
     width: Int = Field(ge=0)
+    edge: Literal["", "start", "end"] = ""
 
 
 class ElementwiseEntry(Closed):

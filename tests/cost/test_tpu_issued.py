@@ -175,16 +175,6 @@ CAPTURED = json.loads((REPO / "tests" / "cost" / "data" / "tpu_block_collectives
 #: COLLECTIVE_TOLERANCE, held at their figures so that a change shows (the note of issue 25 and
 #: benchmarks/results/tpu_matrix_256.txt say why each differs)
 TPU_DIFFERENCES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[int, int]]] = {
-    # Flux under a sequence axis: its double blocks rotate q and k after joining the streams, and XLA:TPU joins each
-    # twice (6 more all-to-alls, as the 3 of each join); its single blocks join the streams only in the first block
-    # of the list (3 all-to-alls of hidden-wide tokens there, none in .1 and .2), where meshlab prices a join in
-    # every block, as the CPU partitioner issues them and as XLA:TPU does for HunyuanVideo's single blocks
-    # (hunyuan-2d's rules over data 2 x seq 2 x model 2, compiled, not kept: 3 a block). Not the heads' gather: at
-    # one sample a chip (flux-seq2-data2-model2) XLA:TPU issues the same. Neither is modelled
-    ("flux-seq2-model4", "single_transformer_blocks.1", "all-to-all"): ((3, 4_423_680), (6, 7_962_624)),
-    ("flux-seq2-data2-model2", "transformer_blocks.1", "all-to-all"): ((15, 4_423_680), (9, 2_654_208)),
-    ("flux-seq2-data2-model2", "single_transformer_blocks.1", "all-to-all"): ((3, 4_423_680), (6, 6_193_152)),
-    ("flux-seq2-model4", "transformer_blocks.1", "all-to-all"): ((15, 4_423_680), (9, 2_654_208)),
     # SANA with its tokens over seq (its block.input rule applied since it reaches the blocks' positional hidden
     # states; the tokens stay split: the state's all-reduce over seq and the halo permutes are there): XLA:TPU
     # issues 4 all-reduces where meshlab prices 6 (bytes within 5%), 5 all-gathers of 143,360 B, and realigns 3 of
@@ -335,6 +325,34 @@ def test_a_table_split_on_its_chunks_is_not_realigned(tmp_path):
     counts, nbytes = issued_block(str(path), "transformer_blocks.1")
     assert counts["all-to-all"] == 0
     assert issued_block("tests/cost/data/strategies/sana-2d.yaml", "transformer_blocks.1")[0]["all-to-all"] == 7
+
+
+def test_flux_s_single_blocks_join_once_unless_a_rule_constrains_their_inputs(tmp_path):
+    """XLA:TPU folds one single block's cut of the streams and the next one's join (flux-seq2-model4.yaml: the join's
+    3 all-to-alls in the list's first block only, its cut's permute in the last), where a rule between them keeps
+    both in every block, as the CPU partitioner issues them (a block.input rule on the image stream, the kind
+    planning adds for HunyuanVideo, whose single blocks XLA:TPU joined in every block)."""
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    def joins(path) -> list:
+        planned = plan_file(path)
+        issued = predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
+        return [c for c in issued if c.phase.startswith("streams:")]
+
+    folded = joins(DATA / "flux-seq2-model4.yaml")
+    assert sorted((c.kind, c.only, c.count) for c in folded) == [("all-to-all", "first", 1)] * 3 + [
+        ("collective-permute", "last", 1)] * 2
+    text = (DATA / "flux-seq2-model4.yaml").read_text()
+    assert "activations:\n" in text
+    path = tmp_path / "flux-input-rule.yaml"
+    path.write_text(text.replace("activations:\n", "activations:\n  rules:\n    - point: block.input\n"
+                                                    "      stream: image\n      spec: [null, seq, null]\n", 1))
+    kept = joins(path)
+    assert {(c.only, c.count) for c in kept} == {("", 38)} and len(kept) == 5
+    assert issued_block(str(path), "single_transformer_blocks.1")[0]["all-to-all"] == 6
+    assert issued_block("tests/cost/data/strategies/flux-seq2-model4.yaml", "single_transformer_blocks.1")[0][
+        "all-to-all"] == 3
 
 
 def test_ltx_video_s_rms_norms_sum_one_statistic_a_row():

@@ -325,13 +325,31 @@ def test_a_card_of_schema_3_is_refused_saying_it_lacks_the_traced_rotary_and_nor
 
 
 def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
-    """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end;
-    Qwen-Image joins them only inside attention (q/k/v), which the attention's own rules price."""
+    """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end (the
+    join's parts are the block's arguments, the cut's parts what it returns); HunyuanVideo's first cut is its norm's
+    output, inside the block; Qwen-Image joins them only inside attention (q/k/v), which the attention's own rules
+    price."""
     from meshlab.models.card import Join
 
-    assert load_card("flux-dev").joins == (Join("single_transformer_blocks.*", "concat", 3072),
-                                            Join("single_transformer_blocks.*", "split", 3072))
+    assert load_card("flux-dev").joins == (Join("single_transformer_blocks.*", "concat", 3072, "start"),
+                                            Join("single_transformer_blocks.*", "split", 3072, "end"))
+    assert load_card("hunyuan-video").joins == (Join("single_transformer_blocks.*", "concat", 3072, "start"),
+                                                 Join("single_transformer_blocks.*", "split", 3072))
     assert load_card("qwen-image").joins == ()
+
+
+def test_the_trace_says_which_attentions_rotate_the_joined_streams():
+    """Flux.1 and FLUX.2 join both streams' q and k, then rotate them; Qwen-Image and HunyuanVideo rotate each
+    stream's before joining, and a single block's one projection of the joint sequence is no join."""
+    def joint(name: str) -> set[str]:
+        return {m for m, f in flows_of(name).items() if f.rotary_joint}
+
+    b = "transformer_blocks.*.attn"
+    both = {f"{b}.to_q", f"{b}.to_k", f"{b}.add_q_proj", f"{b}.add_k_proj"}
+    assert joint("flux-dev") == joint("flux2-dev") == both
+    assert flows_of("flux-dev")["single_transformer_blocks.*.attn.to_q"].rotary == "whole"
+    assert joint("qwen-image") == joint("hunyuan-video") == set()
+    assert flows_of("qwen-image")[f"{b}.to_q"].rotary == "whole"
 
 
 def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():

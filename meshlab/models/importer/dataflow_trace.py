@@ -19,7 +19,10 @@ and passes the union of its inputs' tags on through every op, with three boundar
 
 Outside attention, a concatenation of the text and image streams along the token dim into one joint sequence,
 and the slicing of a joint sequence back into the two, are recorded as ``Join`` events of the module they run
-in (Flux's single blocks do both; the q/k/v concatenations inside attention are the attention's own business).
+in (Flux's single blocks do both; the q/k/v concatenations inside attention are the attention's own business),
+the first of each kind in a module. A block's concatenation of its own arguments, or its cut whose parts it
+returns, is at the block's edge (``Join.edge``: Flux's single blocks join their streams first and cut them last;
+HunyuanVideo's first cut is its norm's output, inside the block).
 
 An elementwise op that combines a norm-tagged tensor with a tensor tagged only by Linears (no norm) is a modulation:
 those Linears condition that norm (shift and scale), with pieces as wide as that tensor's last dim (a concatenation
@@ -40,7 +43,9 @@ module names:
   Linear's tag and the other no Linear, norm or attention tag, at least 2-D and not a parameter (the cos/sin or
   complex frequencies, made from the model's inputs or buffers; a (batch, tokens, 1) mask is not one). A rotated
   value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is rotated as interleaved
-  halves.
+  halves. A rotated value that carries more than one of the attention's own Linears is the joint sequence, its
+  streams' q (or k) concatenated before the rotation (Flux's double blocks): each of those Linears is recorded as
+  rotated jointly.
 
 Both are recorded only for the Linears of the attention they run in (a norm over the residual stream that an
 attention module happens to run is not a q/k norm of the feed-forward that made its input).
@@ -56,6 +61,7 @@ The result is keyed by module pattern: a path with the block index replaced by `
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any, Callable
 
 from meshlab.models.card import Flow, Join, Modulation, QkNorm
@@ -114,6 +120,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     joins: dict[tuple[str, str], Join] = {}
     qk_norms: dict[str, QkNorm] = {}
     rotary: dict[str, str] = {}
+    rotary_joint: set[str] = set()  # Linears whose outputs are rotated after joining the streams
     multiplies = {torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__}
     means = {torch.mean, torch.Tensor.mean}
 
@@ -145,28 +152,61 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     t, label = tensors[frequencies], labels[frequencies]
                     if t.dim() >= 2 and not isinstance(t, torch.nn.Parameter) and not any(
                             x.split(":", 1)[0] in ("linear", "norm", "attention") for x in label):
-                        for name in own(labels[rotated]):
+                        mine = own(labels[rotated])
+                        for name in mine:
                             rotary.setdefault(name, "whole")
+                        if len(mine) > 1:
+                            rotary_joint.update(mine)
         if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]) \
                 and _strided_last(args[1], args[0].dim()):
             for name in own(tags(args[2])[0] if tags(args[2]) else frozenset()):
                 if name in rotary:
                     rotary[name] = "halves"
 
+    #: block path -> the tensors its forward was called with; and its first cut of a joint sequence (where, the
+    #: joint tensor, the parts sliced from it), until the block returns
+    block_arguments: dict[str, list] = {}
+    block_cuts: dict[str, tuple[str, Any, list]] = {}
+
     def record_join(func, args, kwargs, out) -> None:
         if any(p in attention_modules for p in stack):
             return
+        path = stack[-1] if stack else ""
+        where = pattern_of(path, block_lists)
         if func is torch.cat and torch.is_tensor(out) and out.dim() == 3:
             parts = args[0] if args else kwargs.get("tensors", ())
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
             if dim in (1, -2) and stream_of(tuple(out.shape)) == "joint" and len(parts) == 2 and all(
-                    stream_of(tuple(t.shape)) in ("text", "image") for t in parts):
-                where = pattern_of(stack[-1] if stack else "", block_lists)
-                joins.setdefault((where, "concat"), Join(where, "concat", int(out.shape[-1])))
+                    stream_of(tuple(t.shape)) in ("text", "image") for t in parts) and (where, "concat") not in joins:
+                edge = "start" if all(any(t is a for a in block_arguments.get(path, ())) for t in parts) else ""
+                joins[where, "concat"] = Join(where, "concat", int(out.shape[-1]), edge)
         if func is torch.Tensor.__getitem__ and torch.is_tensor(out) and out.dim() == 3 and torch.is_tensor(args[0]):
-            if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image"):
-                where = pattern_of(stack[-1] if stack else "", block_lists)
-                joins.setdefault((where, "split"), Join(where, "split", int(out.shape[-1])))
+            if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image") \
+                    and (where, "split") not in joins:
+                joins[where, "split"] = Join(where, "split", int(out.shape[-1]))
+                block_cuts[path] = (where, args[0], [out])
+            elif path in block_cuts and args[0] is block_cuts[path][1]:
+                block_cuts[path][2].append(out)  # another part of the same cut
+
+    def block_entered(path: str) -> Callable:
+        def hook(module, args, kwargs) -> None:
+            block_arguments[path] = [t for t in tree_flatten((args, kwargs))[0] if torch.is_tensor(t)]
+        return hook
+
+    def block_left(path: str) -> Callable:
+        def hook(module, args, output) -> None:
+            """A cut whose parts (every slice of its source) the block returns is at the block's end."""
+            returned = [t for t in tree_flatten(output)[0] if torch.is_tensor(t)]
+            block_arguments.pop(path, None)
+            where, _, parts = block_cuts.pop(path, ("", None, []))
+            if len(parts) > 1 and len(parts) == len(returned) and all(any(t is r for r in returned) for t in parts):
+                joins[where, "split"] = replace(joins[where, "split"], edge="end")
+        return hook
+
+    for path, module in model.named_modules():
+        if path.rpartition(".")[0] in block_lists and path.rpartition(".")[2].isdigit():
+            module.register_forward_pre_hook(block_entered(path), with_kwargs=True)
+            module.register_forward_hook(block_left(path))
 
     concatenations = {torch.cat, torch.concat, torch.concatenate}
     cuts = {torch.chunk, torch.Tensor.chunk, torch.split, torch.Tensor.split, torch.tensor_split,
@@ -342,7 +382,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
              modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
              residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""),
-             gated=gates.get(name, 0))
+             gated=gates.get(name, 0), rotary_joint=name in rotary_joint)
         for name in order
     )
     return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}
