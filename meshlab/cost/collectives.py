@@ -50,7 +50,11 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
   branch into ``proj_out``), each split as its weight's input dim: one all-to-all per part and one for the
   result (the weight wants contiguous blocks of the whole); parts split otherwise are gathered.
 - Streams joined into one sequence outside attention, and cut back (Flux's single blocks: the card's ``joins``),
-  cost under a sequence axis what attention's concatenation and split-back cost, at the joined tensor's width.
+  cost under a sequence axis what attention's concatenation and split-back cost, at the joined tensor's width (a
+  block's join of its own arguments: each at the split it arrives with). q and k rotated on the image's part of a
+  joint sequence and joined with the rest again (``Flow.rotary_part``) cost one such join each.
+- A block.input rule whose spec leaves the features whole gathers a residual split on features at each block's
+  start.
 - A weight split over an axis that splits activations (batch, sequence, guidance) is all-gathered over it
   before use (FSDP); so is a bias or norm scale split differently from the output it adds to, and a table added
   to the modulation (Wan's scale_shift_table; chunk by chunk where FSDP splits it).
@@ -185,7 +189,7 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
                 for linear in (False, True)]
     deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), *gathered)
     return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
-            *_guidance(graph, layout))
+            *deriver.block_inputs(graph), *_guidance(graph, layout))
 
 
 def _guidance(graph: Graph, layout: Layout) -> tuple[Collective, ...]:
@@ -1003,6 +1007,17 @@ class _Deriver:
                                    f"{axis}: XLA moves the split onto the heads to concatenate", rotated_join=twice)
                 yield self.new("all-to-all", axes, nbytes(joint_local), block, "attention:concat",
                                f"the joint {what} moves its split back onto the sequence", rotated_join=twice)
+        # q and k rotated on the image's part of a joint sequence made by one Linear, the text's part joined back
+        # (HunyuanVideo's single blocks): each cut and joined along the split tokens as the streams are
+        cut = ("q", "k")[:sum(self._flow(op).rotary_part for op in qkv) // len({op.stream for op in qkv})]
+        for what in cut if not concatenated and len(streams) > 1 else ():
+            for stream in streams:
+                yield self.new("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
+                               "attention:rotary", f"{what} of the {stream} tokens, cut from the joint sequence split "
+                               f"on {axis} for the rotary embeddings (image tokens only), moves its split onto the "
+                               "heads to join the other part again")
+            yield self.new("all-to-all", axes, nbytes(joint_local), block, "attention:rotary",
+                           f"the rejoined {what} moves its split back onto the sequence")
         keys = [s for s in attention.key_streams if self.layout.local.of_stream(s) < self.layout.tokens.of_stream(s)]
         if gathered:
             yield from self._split_keys_gathered(attention, qkv[0], target, axes, keys)
@@ -1064,20 +1079,73 @@ class _Deriver:
             head = join.module.partition(".*")[0] if ".*" in join.module else None
             edges = {j.edge for j in graph.joins if j.module == join.module}
             edge = join.edge if edges == {"start", "end"} and head not in constrained else ""
+            modules = self._block_modules(graph)
             for block in [b for b, name in lists.items() if name == head] if head else [None]:
-                nbytes = lambda tokens: self.layout.batch * tokens * join.width * self.layout.itemsize  # noqa: E731
+                # a block's join of its own arguments moves each at the split it arrives with (measured, XLA:TPU:
+                # HunyuanVideo under seq 2 x model 4, the image whole under its block.input rule, the text and the
+                # joint result split on model like their residuals); any other join, whole
+                start = join.edge == "start" and block is not None
+                split = {s: self._arriving(modules[block], s) if start else None for s in streams}
+                split["joint"] = self._residual_of(graph, block, "joint") if start else None
+                nbytes = lambda tokens, s: self.layout.batch * tokens * -(-join.width // self.size(  # noqa: E731
+                    split[s])) * self.layout.itemsize
                 if join.kind == "concat":
                     for stream in streams:
-                        yield self.new("all-to-all", axes, nbytes(local.of_stream(stream)), block, "streams:concat",
-                                       f"the {stream} stream joins a sequence split on {axis}", edge=edge)
-                    yield self.new("all-to-all", axes, nbytes(local.joint), block, "streams:concat",
+                        yield self.new("all-to-all", axes, nbytes(local.of_stream(stream), stream), block,
+                                       "streams:concat", f"the {stream} stream joins a sequence split on {axis}",
+                                       edge=edge)
+                    yield self.new("all-to-all", axes, nbytes(local.joint, "joint"), block, "streams:concat",
                                    "the joined sequence moves its split back onto the tokens", edge=edge)
                 else:
                     misaligned = self._misaligned(streams, self.size(axes))
                     for stream in misaligned:
-                        yield self.new("collective-permute", axes, nbytes(local.joint) // len(misaligned), block,
+                        yield self.new("collective-permute", axes, nbytes(local.joint, "joint") // len(misaligned), block,
                                        "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
                                        "other chips than its own split wants", edge=edge)
+
+    def block_inputs(self, graph: Graph) -> Iterator[Collective]:
+        """A block.input rule pins its stream's features as its spec says at every block's start (torch_xla's
+        sharding constraints have no unconstrained dim): a residual split on features that the spec leaves whole is
+        all-gathered over those axes once a block (`_arriving`). Measured (XLA:TPU, HunyuanVideo under seq 2 x
+        model 4, largest dims, the image stream's rule planning adds; compiled, not kept): one all-gather of the image
+        tokens at full width a block, at the end of each double and single block, where the next one starts; and on
+        the CPU partitioner (sana-seq2-model2.yaml): one at the end of the first block."""
+        for block, module in self._block_modules(graph).items():
+            for (where_module, where), point in self.points.items():
+                if where_module != module or not where.startswith("argument:"):
+                    continue
+                residual = self._residual_of(graph, block, point.stream)
+                gathered = tuple(a for a in residual or () if a not in (self._arriving(module, point.stream) or ()))
+                if gathered:
+                    yield self.new("all-gather", gathered, self.tensor_bytes(point.stream, graph.hidden_size, None),
+                                   block, "block:input", f"the block.input rule wants the {point.stream} stream's "
+                                   f"features whole at the block's start; its residual is split on "
+                                   f"{'+'.join(gathered)}")
+
+    def _block_modules(self, graph: Graph) -> dict[int, str]:
+        """Each kept block's module path (``transformer_blocks.0``)."""
+        modules: dict[int, str] = {}
+        for op in graph.linears:
+            if op.block is not None:
+                modules.setdefault(op.block, ".".join(op.module.split(".")[:2]))
+        return modules
+
+    def _residual_of(self, graph: Graph, block: int, stream: str) -> Axes | None:
+        """How `stream`'s residual is split on features between blocks, or, in a block whose residual is the joint
+        sequence (Flux's and HunyuanVideo's single blocks), where `stream` has none of its own, the joint one's."""
+        joint = any(op.block == block and op.stream == "joint" and op.role == "chunks" for op in graph.linears)
+        return self.residual.get(stream) or (self.residual.get("joint") if joint else None)
+
+    def _arriving(self, module: str, stream: str) -> Axes | None:
+        """The feature split `stream` arrives with at the start of the block `module`: its residual's, less the
+        axes a block.input rule on it leaves whole (None: whole)."""
+        point = next((p for (m, where), p in self.points.items()
+                      if m == module and where.startswith("argument:") and p.stream == stream), None)
+        residual = self.residual.get(stream)
+        if point is None or not residual:
+            return residual
+        kept = tuple(a for a in residual if a in (point.spec.entries[-1] or ()))
+        return kept or None
 
     def _invariant(self, op: LinearOp) -> bool:
         """Its input is made outside the blocks and read as it is by every block (Wan's and SANA's text, which

@@ -28,7 +28,7 @@ MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
 #: 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys; 4: rotary embeddings and
 #: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``). Added since, read as absent from an older card of schema 4
-#: (only XLA:TPU's program under a sequence split reads them): ``Flow.rotary_joint`` and ``Join.edge``
+#: (only the program under a sequence split reads them): ``Flow.rotary_joint``, ``Flow.rotary_part``, ``Join.edge``
 CARD_SCHEMA_VERSION = 4
 
 
@@ -178,6 +178,9 @@ class Flow:
     #: the tokens first (Flux's and FLUX.2's double blocks rotate the joined q and k; Qwen-Image and HunyuanVideo
     #: rotate each stream's before joining them)
     rotary_joint: bool = False
+    #: the rotary embeddings rotate part of its output's tokens, the image's of a joint sequence, which are then
+    #: joined with the rest again (HunyuanVideo's single blocks; not CogVideoX's, written back in place)
+    rotary_part: bool = False
 
     def sources(self, kind: str) -> tuple[str, ...]:
         """Producers of one kind (``linear``, ``attention``, ``norm``, ``input``), as patterns."""
@@ -453,6 +456,7 @@ def card_to_json(card: ModelCard) -> dict:
                             **({"dtype": m.dtype} if m.dtype else {})} for m in f.modulates],
              **({"qk_norm": {"module": f.qk_norm.module, "width": f.qk_norm.width}} if f.qk_norm else {}),
              **({"rotary": f.rotary} if f.rotary else {}), **({"rotary_joint": True} if f.rotary_joint else {}),
+             **({"rotary_part": True} if f.rotary_part else {}),
              **({"gated": f.gated} if f.gated else {})}
             for f in card.dataflow
         ],
@@ -505,7 +509,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
                             tuple(Modulation(m.norm, m.stream, m.width, m.rms, m.dtype) for m in f.modulates),
                             f.residual,
                             QkNorm(f.qk_norm.module, f.qk_norm.width) if f.qk_norm else None, f.rotary, f.gated,
-                            f.rotary_joint)
+                            f.rotary_joint, f.rotary_part)
                        for f in checked.dataflow),
         joins=tuple(Join(j.module, j.kind, j.width, j.edge) for j in checked.joins),
         elementwise=tuple(Elementwise(e.blocks, e.stream, e.bytes_per_token, e.side, e.linear, e.execution)

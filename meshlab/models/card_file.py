@@ -103,6 +103,7 @@ class FlowEntry(Closed):
     rotary: Literal["", "whole", "halves"] = ""
     gated: Int = Field(0, ge=0)
     rotary_joint: bool = False
+    rotary_part: bool = False
 
 
 class JoinEntry(Closed):

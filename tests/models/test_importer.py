@@ -352,6 +352,18 @@ def test_the_trace_says_which_attentions_rotate_the_joined_streams():
     assert flows_of("qwen-image")[f"{b}.to_q"].rotary == "whole"
 
 
+def test_the_trace_says_which_attentions_rotate_part_of_a_joint_sequence_and_join_it_again():
+    """HunyuanVideo's single blocks rotate the image tokens of their joint q and k and concatenate the text's back;
+    CogVideoX writes its rotated image tokens back in place (no join); Wan rotates every token, as pairs."""
+    def part(name: str) -> set[str]:
+        return {m for m, f in flows_of(name).items() if f.rotary_part}
+
+    s = "single_transformer_blocks.*.attn"
+    assert part("hunyuan-video") == {f"{s}.to_q", f"{s}.to_k"}
+    assert flows_of("cogvideox-5b")["transformer_blocks.*.attn1.to_q"].rotary == "whole"
+    assert part("cogvideox-5b") == part("wan-2.1-t2v-14b") == part("flux-dev") == set()
+
+
 def test_elementwise_trace_round_trips_and_a_bad_entry_is_a_one_line_error():
     from meshlab.models.card import card_from_json
 

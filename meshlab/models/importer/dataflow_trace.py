@@ -45,7 +45,11 @@ module names:
   value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is rotated as interleaved
   halves. A rotated value that carries more than one of the attention's own Linears is the joint sequence, its
   streams' q (or k) concatenated before the rotation (Flux's double blocks): each of those Linears is recorded as
-  rotated jointly.
+  rotated jointly. Frequencies for fewer tokens than the Linear's output holds (their longest dim but the last,
+  against the output's [batch, tokens, features]) rotate a part of its tokens, the image's of a joint sequence
+  and joined with the rest again (HunyuanVideo's single blocks cut q and k, rotate the image's tokens and join the
+  text's back): recorded as rotated in part. One written back in place (CogVideoX's ``query[:, :, text:] = ...``)
+  is not: XLA:TPU moves nothing for it (cog-seq2-model4.yaml).
 
 Both are recorded only for the Linears of the attention they run in (a norm over the residual stream that an
 attention module happens to run is not a q/k norm of the feed-forward that made its input).
@@ -121,6 +125,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     qk_norms: dict[str, QkNorm] = {}
     rotary: dict[str, str] = {}
     rotary_joint: set[str] = set()  # Linears whose outputs are rotated after joining the streams
+    rotary_part: set[str] = set()  # Linears whose outputs are rotated on part of their tokens
+    written_back: set[str] = set()  # of those, the ones whose rotated part is written back in place (CogVideoX)
+    made: dict[str, int] = {}  # Linear -> the tokens of its (first) output, [batch, tokens, features]; 0: other
     multiplies = {torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__}
     means = {torch.mean, torch.Tensor.mean}
 
@@ -157,11 +164,15 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                             rotary.setdefault(name, "whole")
                         if len(mine) > 1:
                             rotary_joint.update(mine)
+                        tokens = max(t.shape[:-1])
+                        rotary_part.update(name for name in mine if tokens < made.get(name, 0))
         if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]) \
                 and _strided_last(args[1], args[0].dim()):
             for name in own(tags(args[2])[0] if tags(args[2]) else frozenset()):
                 if name in rotary:
                     rotary[name] = "halves"
+        elif func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]):
+            written_back.update(own(tags(args[2])[0] if tags(args[2]) else frozenset()) & rotary_part)
 
     #: block path -> the tensors its forward was called with; and its first cut of a joint sequence (where, the
     #: joint tensor, the parts sliced from it), until the block returns
@@ -307,6 +318,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                     if name not in reads:
                         order.append(name)
                     reads[name].update(tags(args[0])[0])
+                    made.setdefault(name, out.shape[1] if out.dim() == 3 else 0)
                     tag(out, frozenset({f"linear:{name}"}))
                     return out
             incoming = tags((args, kwargs))
@@ -382,7 +394,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
              modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
              residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""),
-             gated=gates.get(name, 0), rotary_joint=name in rotary_joint)
+             gated=gates.get(name, 0), rotary_joint=name in rotary_joint, rotary_part=name in rotary_part - written_back)
         for name in order
     )
     return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}
