@@ -1099,7 +1099,8 @@ class _Deriver:
                 else:
                     misaligned = self._misaligned(streams, self.size(axes))
                     for stream in misaligned:
-                        yield self.new("collective-permute", axes, nbytes(local.joint, "joint") // len(misaligned), block,
+                        share = nbytes(local.joint, "joint") // len(misaligned)
+                        yield self.new("collective-permute", axes, share, block,
                                        "streams:split", f"the {stream} stream's tokens of the joint sequence sit on "
                                        "other chips than its own split wants", edge=edge)
 

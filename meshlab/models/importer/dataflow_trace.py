@@ -394,7 +394,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         Flow(module=name, reads=tuple(sorted(reads[name])), attention=feeds.get(name),
              modulates=tuple(sorted(modulations[name].values(), key=lambda m: m.norm)),
              residual=name in residual, qk_norm=qk_norms.get(name), rotary=rotary.get(name, ""),
-             gated=gates.get(name, 0), rotary_joint=name in rotary_joint, rotary_part=name in rotary_part - written_back)
+             gated=gates.get(name, 0), rotary_joint=name in rotary_joint,
+             rotary_part=name in rotary_part - written_back)
         for name in order
     )
     return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}
