@@ -110,7 +110,7 @@ def known_differences(class_name: str | None = None, general: bool = True) -> tu
 
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back
 #: (`_sequence`, `_cut_into_streams`, `joins`): the GPU tools join them on the chip (meshlab.cost.ring.tool_issued)
-STREAM_RESPLITS = ("attention:concat", "attention:split", "streams:concat", "streams:split")
+STREAM_RESPLITS = ("attention:concat", "attention:split", "attention:rotary", "streams:concat", "streams:split")
 #: the most a sum's tokens may gain, padded to 128 lanes, as a share of the padded tokens, for XLA:TPU to
 #: reduce-scatter it (see `reduce_scatters`; measured between 5.0%, reduce-scattered, and 5.6%, all-reduced)
 SCATTER_ROW_PADDING = Fraction(1, 20)
@@ -169,7 +169,8 @@ class Collective:
     #: (``Flow.rotary_joint``), made by Linears with a bias (Flux): XLA:TPU joins it twice (`rotated_joins`)
     rotated_join: bool = False
     #: "start" or "end": the streams' join at a block's start or their cut at its end, in a list whose blocks do
-    #: both and whose inputs no rule constrains: XLA:TPU folds one block's cut and the next one's join away
+    #: both and whose inputs no rule constrains: XLA:TPU folds one block's cut and the next one's join away, keeping
+    #: the join of the list's first kept block ("start") and the cut of its last ("end"); the others are "inner"
     #: (`folded_joins`)
     edge: str = ""
 
@@ -231,7 +232,9 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     GPU tool runs issues what meshlab.cost.ring.tool_issued says."""
     if kind != "tpu":
         return tuple(collectives)
-    collectives = folded_joins(rotated_joins(realigned_chunks(norm_statistics(gathered_once(collectives, scanned)))))
+    collectives = rotated_joins(realigned_chunks(norm_statistics(gathered_once(collectives, scanned))))
+    if not scanned:  # a loop body cannot fold one iteration's cut into the next one's join (not measured)
+        collectives = folded_joins(collectives)
     if collective_matmul is not None and mesh:
         collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
     if mesh:
@@ -320,11 +323,15 @@ def folded_joins(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
     32 --dump-dir D`, v6e, libtpu 0.0.52): flux-seq2-model4.yaml and flux-seq2-data2-model2.yaml, the join's 3
     all-to-alls in single block 0 alone, the cut's permute in single block 2 alone (the CPU partitioner issues both
     in every block); the fold is algsimp's, in simplification-1, before the partitioner
-    (``XLA_FLAGS=--xla_dump_hlo_pass_re=.*``). HunyuanVideo under seq 2 x model 4 (hunyuan-video, largest dims, the
-    block.input rule planning adds; compiled, not kept): its single blocks join in each block, their inputs behind
-    the rule's constraint."""
+    (``XLA_FLAGS=--xla_dump_hlo_pass_re=.*``). HunyuanVideo (hunyuan-seq2-model4.yaml, the block.input rule
+    planning adds): its single blocks join in each block, their inputs behind the rule's constraint, which keeps
+    the previous block's cut apart from the join (the dump shows the constraint between them). Its card records
+    each block's first cut, its norm's output inside the block, not the one at the end, so this model folds nothing
+    there in any case; HunyuanVideo without such a rule is not measured."""
     issued: list[Collective] = []
     for c in collectives:
+        if c.edge == "inner":  # a kept block other than the list's first (join) or last (cut)
+            continue
         if c.edge:
             c = replace(c, edge="", count=1, only="first" if c.edge == "start" else "last",
                         why=f"{c.why} ({'once, in the first block' if c.edge == 'start' else 'once, in the last block'}"
@@ -996,8 +1003,8 @@ class _Deriver:
         joint_local = ulysses * sum(self.layout.local.of_stream(s) for s in streams)
         # streams joined in one sequence (a cross-attention's q and k/v come from two streams, joined in none)
         concatenated = len({op.stream for op in qkv}) > 1 and not attention.keys
-        # q and k (the first two of q, k, v) rotated after the join, made by Linears with a bias (`rotated_joins`)
-        rotated = ("q", "k")[:sum(self._flow(op).rotary_joint and op.bias is not None for op in qkv) // len(streams)]
+        # q and k rotated after the join, made by Linears with a bias (`rotated_joins`)
+        rotated = self._rotated(attention, qkv, lambda op: self._flow(op).rotary_joint and op.bias is not None)
         if concatenated:
             for what in ("q", "k", "v"):
                 twice = what in rotated and not joined
@@ -1009,7 +1016,7 @@ class _Deriver:
                                f"the joint {what} moves its split back onto the sequence", rotated_join=twice)
         # q and k rotated on the image's part of a joint sequence made by one Linear, the text's part joined back
         # (HunyuanVideo's single blocks): each cut and joined along the split tokens as the streams are
-        cut = ("q", "k")[:sum(self._flow(op).rotary_part for op in qkv) // len({op.stream for op in qkv})]
+        cut = self._rotated(attention, qkv, lambda op: self._flow(op).rotary_part)
         for what in cut if not concatenated and len(streams) > 1 else ():
             for stream in streams:
                 yield self.new("all-to-all", axes, nbytes(ulysses * self.layout.local.of_stream(stream)), block,
@@ -1028,6 +1035,16 @@ class _Deriver:
                                f"{what}: tokens are split over {axis}; every query needs every key and value")
         if concatenated:
             yield from self._cut_into_streams(streams, axes, nbytes(joint_local), block)
+
+    @staticmethod
+    def _rotated(attention, qkv: list[LinearOp], rotated) -> tuple[str, ...]:
+        """Which of q and k every Linear that makes it (one a stream: ``attention.qkv`` lists q, k, v of each)
+        passes `rotated`; none where one Linear makes q, k and v together."""
+        if attention.fused_width or len(attention.qkv) % 3:
+            return ()
+        made = {op.module: op for op in qkv}
+        roles = {what: [made.get(m) for m in attention.qkv[i::3]] for i, what in enumerate(("q", "k"))}
+        return tuple(what for what, ops in roles.items() if all(op is not None and rotated(op) for op in ops))
 
     def _split_keys_gathered(self, attention, op: LinearOp, heads: Axes, axes: Axes, keys: list[str]
                              ) -> Iterator[Collective]:
@@ -1075,17 +1092,19 @@ class _Deriver:
             if op.block is not None:
                 lists.setdefault(op.block, op.module.split(".", 1)[0])
         constrained = {module.split(".", 1)[0] for module, where in self.points if where.startswith("argument:")}
+        modules = self._block_modules(graph)
         for join in graph.joins:
             head = join.module.partition(".*")[0] if ".*" in join.module else None
             edges = {j.edge for j in graph.joins if j.module == join.module}
-            edge = join.edge if edges == {"start", "end"} and head not in constrained else ""
-            modules = self._block_modules(graph)
-            for block in [b for b, name in lists.items() if name == head] if head else [None]:
+            folds = join.edge and edges == {"start", "end"} and head not in constrained
+            kept = sorted(b for b, name in lists.items() if name == head) if head else [None]
+            for block in kept:
+                edge = "" if not folds else join.edge if block == kept[0 if join.edge == "start" else -1] else "inner"
                 # a block's join of its own arguments moves each at the split it arrives with (measured, XLA:TPU:
                 # HunyuanVideo under seq 2 x model 4, the image whole under its block.input rule, the text and the
                 # joint result split on model like their residuals); any other join, whole
                 start = join.edge == "start" and block is not None
-                split = {s: self._arriving(modules[block], s) if start else None for s in streams}
+                split = {s: self._arriving(graph, block, modules[block], s) if start else None for s in streams}
                 split["joint"] = self._residual_of(graph, block, "joint") if start else None
                 nbytes = lambda tokens, s: self.layout.batch * tokens * -(-join.width // self.size(  # noqa: E731
                     split[s])) * self.layout.itemsize
@@ -1107,16 +1126,18 @@ class _Deriver:
     def block_inputs(self, graph: Graph) -> Iterator[Collective]:
         """A block.input rule pins its stream's features as its spec says at every block's start (torch_xla's
         sharding constraints have no unconstrained dim): a residual split on features that the spec leaves whole is
-        all-gathered over those axes once a block (`_arriving`). Measured (XLA:TPU, HunyuanVideo under seq 2 x
-        model 4, largest dims, the image stream's rule planning adds; compiled, not kept): one all-gather of the image
-        tokens at full width a block, at the end of each double and single block, where the next one starts; and on
-        the CPU partitioner (sana-seq2-model2.yaml): one at the end of the first block."""
+        all-gathered over those axes once a block (`_arriving`). Measured (XLA:TPU, hunyuan-seq2-model4.yaml, the
+        image stream's rule planning adds): one all-gather of the image tokens at full width a block, at the end of
+        each double and single block, where the next one starts; and on the CPU partitioner (sana-seq2-model2.yaml):
+        one at the end of the first block. Not under hunyuan-seq4-model2.yaml (held out), whose single blocks'
+        residual arrives whole."""
         for block, module in self._block_modules(graph).items():
             for (where_module, where), point in self.points.items():
                 if where_module != module or not where.startswith("argument:"):
                     continue
                 residual = self._residual_of(graph, block, point.stream)
-                gathered = tuple(a for a in residual or () if a not in (self._arriving(module, point.stream) or ()))
+                arriving = self._arriving(graph, block, module, point.stream) or ()
+                gathered = tuple(a for a in residual or () if a not in arriving)
                 if gathered:
                     yield self.new("all-gather", gathered, self.tensor_bytes(point.stream, graph.hidden_size, None),
                                    block, "block:input", f"the block.input rule wants the {point.stream} stream's "
@@ -1137,12 +1158,12 @@ class _Deriver:
         joint = any(op.block == block and op.stream == "joint" and op.role == "chunks" for op in graph.linears)
         return self.residual.get(stream) or (self.residual.get("joint") if joint else None)
 
-    def _arriving(self, module: str, stream: str) -> Axes | None:
-        """The feature split `stream` arrives with at the start of the block `module`: its residual's, less the
-        axes a block.input rule on it leaves whole (None: whole)."""
+    def _arriving(self, graph: Graph, block: int, module: str, stream: str) -> Axes | None:
+        """The feature split `stream` arrives with at the start of `block` (its path `module`): its residual's
+        (`_residual_of`), less the axes a block.input rule on it leaves whole (None: whole)."""
         point = next((p for (m, where), p in self.points.items()
                       if m == module and where.startswith("argument:") and p.stream == stream), None)
-        residual = self.residual.get(stream)
+        residual = self._residual_of(graph, block, stream)
         if point is None or not residual:
             return residual
         kept = tuple(a for a in residual if a in (point.spec.entries[-1] or ()))

@@ -27,9 +27,9 @@ STREAMS = ("image", "text", "joint", "conditioning", "reference", "none")
 MODULE_KINDS = ("linear", "conv", "norm", "embedding", "other")
 
 #: 2: the traced dataflow (``ModelCard.dataflow``); 3: video models, cross-attention keys; 4: rotary embeddings and
-#: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``). Added since, read as absent from an older card of schema 4
-#: (only the program under a sequence split reads them): ``Flow.rotary_joint``, ``Flow.rotary_part``, ``Join.edge``
-CARD_SCHEMA_VERSION = 4
+#: q/k norms traced (``Flow.rotary``, ``Flow.qk_norm``); 5: rotary embeddings of joined streams or of part of a joint
+#: sequence, and the joins at a block's edges (``Flow.rotary_joint``, ``Flow.rotary_part``, ``Join.edge``)
+CARD_SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,8 @@ class Join:
     module: str
     kind: str  # "concat" or "split"
     width: int  # features of the joint tensor
-    #: "start": a block's concatenation of its own arguments; "end": a block's cut whose parts it returns; "": inside
+    #: "start": a block's concatenation of its own arguments; "end": a block's cut whose parts it returns; "": any
+    #: other (inside a block, or outside the blocks)
     edge: str = ""
 
 
@@ -479,7 +480,9 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
             f"model card of schema {version}, older than this meshlab's {CARD_SCHEMA_VERSION}: "
             + ("it has no traced dataflow (which Linear feeds which), which the cost model reads" if version < 2 else
                "it records no video compression or cross-attention keys, which token counts and FLOPs read"
-               if version < 3 else "it records no traced rotary embeddings or q/k norms, which collectives read"),
+               if version < 3 else "it records no traced rotary embeddings or q/k norms, which collectives read"
+               if version < 4 else "it records no rotary embeddings of joined streams or of part of a joint sequence, "
+               "nor which joins sit at a block's edges, which collectives under a sequence split read"),
             f"regenerate it: {_regenerate_command(data)}",
             Location(origin),
         )

@@ -150,7 +150,7 @@ class ArchitectureEntry(Closed):
 class CardFile(Closed):
     """A model card (schema 4): the parameter inventory and traced forward meshlab plans and prices over."""
 
-    schema_version: Literal[4]
+    schema_version: Literal[5]
     name: str
     class_name: str
     source: dict[str, Any] = Field(description="how it was made: diffusers version, config, preset")

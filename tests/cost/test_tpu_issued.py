@@ -341,32 +341,75 @@ def test_a_table_split_on_its_chunks_is_not_realigned(tmp_path):
     assert issued_block("tests/cost/data/strategies/sana-2d.yaml", "transformer_blocks.1")[0]["all-to-all"] == 7
 
 
+def _stream_joins(path) -> list:
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    planned = plan_file(path)
+    issued = predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
+    return [c for c in issued if c.phase.startswith("streams:")]
+
+
+def _flux_seq2_model4_with(tmp_path, anchor: str, added: str):
+    text = (DATA / "flux-seq2-model4.yaml").read_text()
+    assert text.count(anchor) == 1
+    path = tmp_path / "flux.yaml"
+    path.write_text(text.replace(anchor, anchor + added))
+    return path
+
+
 def test_flux_s_single_blocks_join_once_unless_a_rule_constrains_their_inputs(tmp_path):
     """XLA:TPU folds one single block's cut of the streams and the next one's join (flux-seq2-model4.yaml: the join's
     3 all-to-alls in the list's first block only, its cut's permute in the last), where a rule between them keeps
     both in every block, as the CPU partitioner issues them (a block.input rule on the image stream, the kind
     planning adds for HunyuanVideo, whose single blocks XLA:TPU joined in every block)."""
-    from meshlab.cost.predict import predict
-    from meshlab.plan.planned import plan_file
-
-    def joins(path) -> list:
-        planned = plan_file(path)
-        issued = predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
-        return [c for c in issued if c.phase.startswith("streams:")]
-
-    folded = joins(DATA / "flux-seq2-model4.yaml")
+    folded = _stream_joins(DATA / "flux-seq2-model4.yaml")
     assert sorted((c.kind, c.only, c.count) for c in folded) == [("all-to-all", "first", 1)] * 3 + [
         ("collective-permute", "last", 1)] * 2
-    text = (DATA / "flux-seq2-model4.yaml").read_text()
-    assert "activations:\n" in text
-    path = tmp_path / "flux-input-rule.yaml"
-    path.write_text(text.replace("activations:\n", "activations:\n  rules:\n    - point: block.input\n"
-                                                    "      stream: image\n      spec: [null, seq, null]\n", 1))
-    kept = joins(path)
+    path = _flux_seq2_model4_with(tmp_path, "activations:\n", "  rules:\n    - point: block.input\n"
+                                                                "      stream: image\n      spec: [null, seq, null]\n")
+    kept = _stream_joins(path)
     assert {(c.only, c.count) for c in kept} == {("", 38)} and len(kept) == 5
     assert issued_block(str(path), "single_transformer_blocks.1")[0]["all-to-all"] == 6
     assert issued_block("tests/cost/data/strategies/flux-seq2-model4.yaml", "single_transformer_blocks.1")[0][
         "all-to-all"] == 3
+
+
+def test_single_blocks_kept_apart_still_join_once_a_call_and_a_scanned_list_joins_in_every_block(tmp_path):
+    """A list whose first block plans apart from the rest (a rule of its own) keeps two blocks in the graph: the
+    join stays on the first, the cut on the last, once each. A scanned list runs one loop body, which cannot fold
+    one iteration's cut into the next one's join: priced in every block (not measured)."""
+    apart = _flux_seq2_model4_with(tmp_path, "rules:\n", "  - match: 'single_transformer_blocks.0.*'\n"
+                                                          "    shard: replicate\n")
+    joins = _stream_joins(apart)
+    assert sorted((c.kind, c.only, c.count) for c in joins) == [("all-to-all", "first", 1)] * 3 + [
+        ("collective-permute", "last", 1)] * 2
+    assert len({c.block for c in joins}) == 2  # the join on the first kept block, the cut on the last
+    text = (DATA / "flux-seq2-model4.yaml").read_text()
+    assert "\ncompile:" not in text
+    (tmp_path / "scan.yaml").write_text(text + "compile:\n  scan_blocks: true\n")
+    assert {(c.only, c.count) for c in _stream_joins(tmp_path / "scan.yaml")} == {("", 38)}
+
+
+def test_a_gpu_tool_joins_on_the_chip_what_xla_moves_for_a_partial_rotary(tmp_path):
+    """HunyuanVideo's single blocks cut q and k for the rotary on the image tokens and join them again: all-to-alls
+    under the partitioner (hunyuan-seq2-model4.yaml), none where xDiT runs the sequence split on each GPU."""
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    def rotary(path) -> int:
+        planned = plan_file(path)
+        issued = predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
+        return sum(1 for c in issued if c.phase == "attention:rotary")
+
+    assert rotary(DATA / "hunyuan-seq2-model4.yaml") == 6
+    text = (DATA / "hunyuan-seq2-model4.yaml").read_text()
+    for old, new in (("hardware: v6e-8", "hardware: h100"), ("  sequence: seq\n", "  sequence: seq\n"
+                                                                 "  sequence_parallel: xdit\n")):
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    (tmp_path / "xdit.yaml").write_text(text)
+    assert rotary(tmp_path / "xdit.yaml") == 0
 
 
 def test_ltx_video_s_rms_norms_sum_one_statistic_a_row():

@@ -170,3 +170,84 @@ def test_a_linear_attention_of_matmuls_and_pointwise_convolutions_are_traced_as_
     assert "layers.*.spatial" not in by_name
     assert by_name["layers.*.up"].gated == 2  # its output cut in two halves that are multiplied (a GLU)
     assert by_name["layers.*.wq"].gated == by_name["layers.*.wv"].gated == 0  # v's pad and q's relu: no pieces
+
+
+def _rotate(x, cos, sin):
+    return x * cos + torch.flip(x, [-1]) * sin
+
+
+class _JointAttention(torch.nn.Module):
+    """Names no diffusers model uses. q: each stream's projection, joined, then rotated over the joint tokens (Flux's
+    double blocks); k: one projection of the joint sequence, its image tokens rotated and the text's joined back
+    (HunyuanVideo's single blocks); a second q rotated on its image tokens and written back in place (CogVideoX)."""
+
+    heads = 2
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.q_image, self.q_text, self.k_joint, self.q_written = (torch.nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, image, text, cos, sin, cos_image, sin_image):
+        n = image.shape[1]
+        q = _rotate(torch.cat([self.q_image(image), self.q_text(text)], dim=1), cos, sin)
+        k = self.k_joint(torch.cat([image, text], dim=1))
+        k = torch.cat([_rotate(k[:, :n], cos_image, sin_image), k[:, n:]], dim=1)
+        written = self.q_written(torch.cat([image, text], dim=1))
+        written[:, :n] = _rotate(written[:, :n], cos_image, sin_image)
+        return q + k + written
+
+
+class _EdgeBlock(torch.nn.Module):
+    """Joins its two arguments first and cuts the result into the two it returns last (Flux's single blocks); with
+    `one`, returns the image's part alone."""
+
+    def __init__(self, width: int, one: bool = False):
+        super().__init__()
+        self.one, self.attn, self.proj = one, _JointAttention(width), torch.nn.Linear(width, width)
+
+    def forward(self, hidden_states, encoder_hidden_states, cos, sin, cos_image, sin_image):
+        n = hidden_states.shape[1]
+        joint = torch.cat([hidden_states, encoder_hidden_states], dim=1)
+        joint = joint + self.proj(self.attn(hidden_states, encoder_hidden_states, cos, sin, cos_image, sin_image))
+        image, text = joint[:, :n], joint[:, n:]
+        return image if self.one else (image, text)
+
+
+class _EdgeModel(torch.nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_EdgeBlock(width)])
+        self.tails = torch.nn.ModuleList([_EdgeBlock(width, one=True)])
+
+    def forward(self, hidden_states, encoder_hidden_states, cos, sin, cos_image, sin_image, return_dict=False):
+        for block in self.blocks:  # called by keyword, as Flux calls its blocks
+            hidden_states, encoder_hidden_states = block(
+                hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states, cos=cos, sin=sin,
+                cos_image=cos_image, sin_image=sin_image)
+        for block in self.tails:
+            hidden_states = block(hidden_states, encoder_hidden_states, cos, sin, cos_image, sin_image)
+        return (hidden_states,)
+
+
+def test_the_tracer_finds_joined_and_partial_rotations_and_the_joins_at_a_block_s_edges():
+    """A rotation over more tokens than each of its Linears made is of the joined streams; over fewer, of a part, but
+    only where that part is joined back (not written back in place); a block's join of its own arguments is at its
+    start, and a cut is at its end only where the block returns every part of it."""
+    from meshlab.models.card import Join
+    from meshlab.models.importer.dataflow_trace import trace_dataflow
+
+    torch.manual_seed(0)
+    image, text, width = 6, 3, 8
+    streams = {image: "image", text: "text", image + text: "joint"}
+    inputs = {"hidden_states": torch.randn(1, image, width), "encoder_hidden_states": torch.randn(1, text, width),
+              "cos": torch.randn(image + text, width), "sin": torch.randn(image + text, width),
+              "cos_image": torch.randn(image, width), "sin_image": torch.randn(image, width)}
+    found, joins, _ = trace_dataflow(_EdgeModel(width), inputs, {"blocks", "tails"}, width,
+                                     lambda shape: streams.get(shape[1], "none"))
+    flows = {f.module: f for f in found if f.module.startswith("blocks.")}
+    a = "blocks.*.attn"
+    assert {m for m, f in flows.items() if f.rotary_joint} == {f"{a}.q_image", f"{a}.q_text"}
+    assert {m for m, f in flows.items() if f.rotary_part} == {f"{a}.k_joint"}
+    assert flows[f"{a}.q_written"].rotary == "whole" and not flows[f"{a}.q_written"].rotary_part
+    assert set(joins) == {Join("blocks.*", "concat", width, "start"), Join("blocks.*", "split", width, "end"),
+                          Join("tails.*", "concat", width, "start"), Join("tails.*", "split", width)}

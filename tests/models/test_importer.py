@@ -324,6 +324,20 @@ def test_a_card_of_schema_3_is_refused_saying_it_lacks_the_traced_rotary_and_nor
     assert "rotary" in lines[0] and "meshlab models import wan-2.1-t2v-14b -o" in lines[0]
 
 
+def test_a_card_of_schema_4_is_refused_saying_it_lacks_the_joined_rotary_and_join_edges(tmp_path):
+    """Schema 4 cards say nothing of rotations after a join or of joins at a block's edge: read as they are, Flux
+    under a sequence split would lose the all-to-alls XLA:TPU issues twice and keep joins it folds."""
+    old = json.loads((BUILTIN_DIR / "flux-dev.json").read_text())
+    old["schema_version"] = 4
+    for flow in old["dataflow"]:
+        flow.pop("rotary_joint", None), flow.pop("rotary_part", None)
+    for join in old["joins"]:
+        join.pop("edge", None)
+    lines = try_old_card(tmp_path, old)
+    assert len(lines) == 1 and "old.json" in lines[0] and "schema 4" in lines[0], lines
+    assert "joined streams" in lines[0] and "meshlab models import flux-dev -o" in lines[0]
+
+
 def test_flux_single_blocks_join_and_split_the_streams_outside_attention():
     """Flux's single blocks concatenate text and image tokens at their start and cut them apart at their end (the
     join's parts are the block's arguments, the cut's parts what it returns); HunyuanVideo's first cut is its norm's

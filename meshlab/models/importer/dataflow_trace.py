@@ -43,13 +43,14 @@ module names:
   Linear's tag and the other no Linear, norm or attention tag, at least 2-D and not a parameter (the cos/sin or
   complex frequencies, made from the model's inputs or buffers; a (batch, tokens, 1) mask is not one). A rotated
   value written into strided slices of the last dim (Wan's ``out[..., 0::2] = ...``) is rotated as interleaved
-  halves. A rotated value that carries more than one of the attention's own Linears is the joint sequence, its
-  streams' q (or k) concatenated before the rotation (Flux's double blocks): each of those Linears is recorded as
-  rotated jointly. Frequencies for fewer tokens than the Linear's output holds (their longest dim but the last,
-  against the output's [batch, tokens, features]) rotate a part of its tokens, the image's of a joint sequence
-  and joined with the rest again (HunyuanVideo's single blocks cut q and k, rotate the image's tokens and join the
-  text's back): recorded as rotated in part. One written back in place (CogVideoX's ``query[:, :, text:] = ...``)
-  is not: XLA:TPU moves nothing for it (cog-seq2-model4.yaml).
+  halves. A rotated value that carries more than one of the attention's own Linears, with frequencies for more
+  tokens than each of them made, is the joint sequence, its streams' q (or k) concatenated before the rotation
+  (Flux's double blocks): each of those Linears is recorded as rotated jointly. Frequencies for fewer tokens than
+  the Linear's output holds (their longest dim but the last, against the output's [batch, tokens, features])
+  rotate a part of its tokens, the image's of a joint sequence, joined with the rest again (HunyuanVideo's single
+  blocks cut q and k, rotate the image's tokens and join the text's back): recorded as rotated in part. One
+  written back in place (CogVideoX's ``query[:, :, text:] = ...``) is not: XLA:TPU moves nothing for it
+  (cog-seq2-model4.yaml).
 
 Both are recorded only for the Linears of the attention they run in (a norm over the residual stream that an
 attention module happens to run is not a q/k norm of the feed-forward that made its input).
@@ -162,9 +163,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                         mine = own(labels[rotated])
                         for name in mine:
                             rotary.setdefault(name, "whole")
-                        if len(mine) > 1:
-                            rotary_joint.update(mine)
                         tokens = max(t.shape[:-1])
+                        if len(mine) > 1 and all(0 < made.get(name, 0) < tokens for name in mine):
+                            rotary_joint.update(mine)
                         rotary_part.update(name for name in mine if tokens < made.get(name, 0))
         if func is torch.Tensor.__setitem__ and len(args) == 3 and torch.is_tensor(args[2]) \
                 and _strided_last(args[1], args[0].dim()):
