@@ -1098,8 +1098,10 @@ class _Deriver:
             edges = {j.edge for j in graph.joins if j.module == join.module}
             folds = join.edge and edges == {"start", "end"} and head not in constrained
             kept = sorted(b for b, name in lists.items() if name == head) if head else [None]
+            # the join on the list's first block (kept as itself), the cut on the one that stands for its last
+            at = kept[0] if join.edge == "start" else max(kept, key=lambda b: graph.last.get(b, b))
             for block in kept:
-                edge = "" if not folds else join.edge if block == kept[0 if join.edge == "start" else -1] else "inner"
+                edge = "" if not folds else join.edge if block == at else "inner"
                 # a block's join of its own arguments moves each at the split it arrives with (measured, XLA:TPU:
                 # HunyuanVideo under seq 2 x model 4, the image whole under its block.input rule, the text and the
                 # joint result split on model like their residuals); any other join, whole

@@ -86,6 +86,8 @@ class Graph:
     repeats: dict[int, int] = field(default_factory=dict)
     joins: tuple[Join, ...] = ()  # stream concatenations and splits outside attention (see ModelCard.joins)
     card: ModelCard | None = field(default=None, repr=False, compare=False)
+    #: kept block -> the highest block it stands for (itself where absent)
+    last: dict[int, int] = field(default_factory=dict)
 
     def count(self, block: int | None) -> int:
         return 1 if block is None else self.repeats.get(block, 1)
@@ -100,8 +102,8 @@ class Graph:
 
 
 
-def _representatives(plan: Plan) -> dict[int, int]:
-    """For each kept block, how many blocks (itself included) share its signature."""
+def _representatives(plan: Plan) -> tuple[dict[int, int], dict[int, int]]:
+    """For each kept block, how many blocks (itself included) share its signature, and the highest of them."""
     signatures: dict[int, list] = defaultdict(list)
     for p in plan.parameters:
         block = p.parameter.block
@@ -111,10 +113,12 @@ def _representatives(plan: Plan) -> dict[int, int]:
             signatures[block].append((local, p.shape, p.spec.entries, p.parameter.stream, p.parameter.kind))
     first: dict[tuple, int] = {}
     repeats: dict[int, int] = {}
+    last: dict[int, int] = {}
     for block in sorted(signatures):
         kept = first.setdefault(tuple(signatures[block]), block)
         repeats[kept] = repeats.get(kept, 0) + 1
-    return repeats
+        last[kept] = block
+    return repeats, last
 
 
 def graph_of(plan: Plan) -> Graph:
@@ -122,7 +126,7 @@ def graph_of(plan: Plan) -> Graph:
     if not card.dataflow:
         raise InputError(f"model card {card.name!r} records no dataflow (which Linear feeds which)",
                          "regenerate it with `meshlab models import`")
-    repeats = _representatives(plan)
+    repeats, last = _representatives(plan)
     weights: dict[str, PlannedParameter] = {}
     biases: dict[str, PlannedParameter] = {}
     others = []
@@ -146,7 +150,7 @@ def graph_of(plan: Plan) -> Graph:
     kept_attention = tuple(a for a in card.attention if a.qkv and a.qkv[0] in weights)
     linears = _with_phases(linears)
     return Graph(tuple(linears), kept_attention, tuple(others), card.architecture.hidden_size, repeats, card.joins,
-                 card)
+                 card, last)
 
 
 def _with_phases(linears: list[LinearOp]) -> list[LinearOp]:

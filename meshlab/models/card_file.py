@@ -1,4 +1,4 @@
-"""The model card file (schema 4), as pydantic models: what `meshlab models import` writes and `load_card` reads.
+"""The model card file (schema 5), as pydantic models: what `meshlab models import` writes and `load_card` reads.
 
 `meshlab.models.card.card_from_json` reads a card's JSON through `CardFile`, then builds the frozen dataclasses the
 planner uses (a card of 2,000 parameters is read on every `try`; the dataclasses stay light to pass around and
@@ -148,7 +148,7 @@ class ArchitectureEntry(Closed):
 
 
 class CardFile(Closed):
-    """A model card (schema 4): the parameter inventory and traced forward meshlab plans and prices over."""
+    """A model card (schema 5): the parameter inventory and traced forward meshlab plans and prices over."""
 
     schema_version: Literal[5]
     name: str

@@ -376,19 +376,42 @@ def test_flux_s_single_blocks_join_once_unless_a_rule_constrains_their_inputs(tm
 
 
 def test_single_blocks_kept_apart_still_join_once_a_call_and_a_scanned_list_joins_in_every_block(tmp_path):
-    """A list whose first block plans apart from the rest (a rule of its own) keeps two blocks in the graph: the
-    join stays on the first, the cut on the last, once each. A scanned list runs one loop body, which cannot fold
-    one iteration's cut into the next one's join: priced in every block (not measured)."""
-    apart = _flux_seq2_model4_with(tmp_path, "rules:\n", "  - match: 'single_transformer_blocks.0.*'\n"
-                                                          "    shard: replicate\n")
-    joins = _stream_joins(apart)
-    assert sorted((c.kind, c.only, c.count) for c in joins) == [("all-to-all", "first", 1)] * 3 + [
-        ("collective-permute", "last", 1)] * 2
-    assert len({c.block for c in joins}) == 2  # the join on the first kept block, the cut on the last
+    """A list one of whose blocks plans apart from the rest (a rule of its own) keeps two blocks in the graph: the
+    join stays on the list's first block and the cut on the kept block that stands for its last, once each. A
+    scanned list runs one loop body, which cannot fold one iteration's cut into the next one's join: priced in
+    every block (not measured)."""
+    for single, join_block, cut_block in ((0, 19, 20), (5, 19, 19)):  # Flux: 19 double blocks, then 38 single
+        apart = _flux_seq2_model4_with(tmp_path, "rules:\n", f"  - match: 'single_transformer_blocks.{single}.*'\n"
+                                                              "    shard: replicate\n")
+        joins = _stream_joins(apart)
+        assert sorted((c.kind, c.only, c.count) for c in joins) == [("all-to-all", "first", 1)] * 3 + [
+            ("collective-permute", "last", 1)] * 2
+        assert {c.block for c in joins if c.only == "first"} == {join_block}
+        assert {c.block for c in joins if c.only == "last"} == {cut_block}  # block 19 stands for 19-23 and 25-56
     text = (DATA / "flux-seq2-model4.yaml").read_text()
     assert "\ncompile:" not in text
     (tmp_path / "scan.yaml").write_text(text + "compile:\n  scan_blocks: true\n")
     assert {(c.only, c.count) for c in _stream_joins(tmp_path / "scan.yaml")} == {("", 38)}
+
+
+def test_q_and_k_are_read_by_their_place_among_each_stream_s_projections():
+    """An attention lists q, k and v of each stream in turn: a role counts where every stream's Linear of it
+    qualifies (only k: k alone; one stream's q and k: neither), and one Linear making q, k and v counts for none."""
+    from types import SimpleNamespace
+
+    from meshlab.cost.collectives import _Deriver
+
+    names = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
+    attention = SimpleNamespace(qkv=names, fused_width=0)
+    ops = [SimpleNamespace(module=m) for m in names]
+
+    def picked(*marked: str, on=attention) -> tuple:
+        return _Deriver._rotated(on, ops, lambda op: op.module in marked)
+
+    assert picked("to_q", "to_k", "add_q_proj", "add_k_proj") == ("q", "k")
+    assert picked("to_k", "add_k_proj") == ("k",)
+    assert picked("to_q", "to_k") == ()
+    assert picked(*names, on=SimpleNamespace(qkv=names, fused_width=128)) == ()
 
 
 def test_a_gpu_tool_joins_on_the_chip_what_xla_moves_for_a_partial_rotary(tmp_path):

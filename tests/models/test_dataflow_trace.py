@@ -179,13 +179,15 @@ def _rotate(x, cos, sin):
 class _JointAttention(torch.nn.Module):
     """Names no diffusers model uses. q: each stream's projection, joined, then rotated over the joint tokens (Flux's
     double blocks); k: one projection of the joint sequence, its image tokens rotated and the text's joined back
-    (HunyuanVideo's single blocks); a second q rotated on its image tokens and written back in place (CogVideoX)."""
+    (HunyuanVideo's single blocks); a second q rotated on its image tokens and written back in place (CogVideoX);
+    and a sum of two projections of the image rotated over the image's tokens, no join."""
 
     heads = 2
 
     def __init__(self, width: int):
         super().__init__()
-        self.q_image, self.q_text, self.k_joint, self.q_written = (torch.nn.Linear(width, width) for _ in range(4))
+        self.q_image, self.q_text, self.k_joint, self.q_written, self.a, self.b = (
+            torch.nn.Linear(width, width) for _ in range(6))
 
     def forward(self, image, text, cos, sin, cos_image, sin_image):
         n = image.shape[1]
@@ -194,7 +196,8 @@ class _JointAttention(torch.nn.Module):
         k = torch.cat([_rotate(k[:, :n], cos_image, sin_image), k[:, n:]], dim=1)
         written = self.q_written(torch.cat([image, text], dim=1))
         written[:, :n] = _rotate(written[:, :n], cos_image, sin_image)
-        return q + k + written
+        summed = _rotate(self.a(image) + self.b(image), cos_image, sin_image)  # two Linears, their own tokens
+        return q + k + written + 0 * summed.sum()
 
 
 class _EdgeBlock(torch.nn.Module):
@@ -249,5 +252,6 @@ def test_the_tracer_finds_joined_and_partial_rotations_and_the_joins_at_a_block_
     assert {m for m, f in flows.items() if f.rotary_joint} == {f"{a}.q_image", f"{a}.q_text"}
     assert {m for m, f in flows.items() if f.rotary_part} == {f"{a}.k_joint"}
     assert flows[f"{a}.q_written"].rotary == "whole" and not flows[f"{a}.q_written"].rotary_part
+    assert flows[f"{a}.a"].rotary == flows[f"{a}.b"].rotary == "whole"  # rotated, but neither joined nor in part
     assert set(joins) == {Join("blocks.*", "concat", width, "start"), Join("blocks.*", "split", width, "end"),
                           Join("tails.*", "concat", width, "start"), Join("tails.*", "split", width)}
