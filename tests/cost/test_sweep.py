@@ -268,3 +268,18 @@ def test_a_plan_whose_full_decode_does_not_fit_decodes_in_tiles():
             update={"vae_decode": "full"})})
         assert not memory_report(c.plan, full, hw.usable_hbm_bytes, hw.runtime_reserve_bytes).fits, c.strategy.name
     assert any(c.fits and c.strategy.placement.vae_decode == "full" for c in result.candidates)
+
+
+def test_the_ulysses_candidate_beside_largest_dim_weights_is_the_plan_xla_tpu_agreed_with():
+    """The sweep's Ulysses rules keep the residual's features on model where the weights split on their largest
+    dim: tests/cost/data/strategies/ulysses-largest-seq2-model4.yaml, whose XLA:TPU program agrees with the
+    prediction (benchmarks/results/tpu_matrix_256.txt); leaving them whole gathered the residual every block."""
+    from meshlab.search.sweep import Arrangement, _activations
+
+    from tests.conftest import REPO
+
+    checked = load_strategy(REPO / "tests" / "cost" / "data" / "strategies" / "ulysses-largest-seq2-model4.yaml")
+    swept = _activations(Arrangement({"data": 1, "seq": 2, "model": 4}, "largest", "ulysses"))
+    assert [(r.point, r.spec) for r in swept.rules] == [(r.point, r.spec) for r in checked.strategy.activations.rules]
+    pairs = _activations(Arrangement({"data": 1, "seq": 2, "model": 4}, "pairs", "ulysses"))
+    assert pairs.rules[0].spec == ["data", "seq", None]  # pairs: the residual is whole between blocks
