@@ -33,7 +33,7 @@ from meshlab.plan.inputs import input_spec
 from meshlab.check.readback import AppliedParameter, LocalParameter, compare_parameter
 from meshlab.core.errors import InputError
 from meshlab.plan.plan import Plan
-from meshlab.plan.activations import added_split
+from meshlab.plan.activations import given_rules
 from meshlab.plan.planned import PlannedStrategy, plan_file
 
 
@@ -89,8 +89,7 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
     rules = strategy.activations.rules if strategy else []
     if scan and rules:
         which = ("the token split of activations.sequence, made at each block's input (the model patchifies its "
-                 "latent inside), marks" if added_split(strategy.activations) is not None and len(rules) == 1
-                 else "activation rules mark")
+                 "latent inside), marks" if not given_rules(strategy.activations) else "activation rules mark")
         raise InputError(f"{which} tensors inside the blocks, which a scanned block list traces once as a loop body; "
                          "meshlab does not combine the two", "drop compile.scan_blocks (or --scan)")
     rewrites = ()

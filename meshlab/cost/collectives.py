@@ -503,9 +503,14 @@ class _Deriver:
         self.norms_seen: dict[tuple, int] = defaultdict(int)
         #: kept blocks of each block list, for collectives of a module outside the blocks that act in every block
         self.blocks_of: dict[str, list[int]] = defaultdict(list)
+        #: each kept block's module path (``transformer_blocks.0``)
+        self.block_modules: dict[int, str] = {}
         for op in graph.linears:
             if op.block is not None and op.block not in self.blocks_of[op.module.split(".", 1)[0]]:
                 self.blocks_of[op.module.split(".", 1)[0]].append(op.block)
+                self.block_modules[op.block] = ".".join(op.module.split(".")[:2])
+        #: kept blocks whose residual is the joint sequence (Flux's and HunyuanVideo's single blocks)
+        self.joint_blocks = {op.block for op in graph.linears if op.role == "chunks" and op.stream == "joint"}
         #: stream -> how its residual stream is split between blocks: as the gates that scale its updates (a
         #: modulation outside the blocks that conditions the blocks' norms, as Wan's time_proj and FLUX.2's
         #: double_stream_modulation_img, counts too; the output norm's modulation, also outside, does not)
@@ -1087,17 +1092,12 @@ class _Deriver:
             return
         axis = "+".join(axes)
         streams, local = ("text", "image"), self.layout.local
-        lists = {}
-        for op in graph.linears:
-            if op.block is not None:
-                lists.setdefault(op.block, op.module.split(".", 1)[0])
         constrained = {module.split(".", 1)[0] for module, where in self.points if where.startswith("argument:")}
-        modules = self._block_modules(graph)
         for join in graph.joins:
             head = join.module.partition(".*")[0] if ".*" in join.module else None
             edges = {j.edge for j in graph.joins if j.module == join.module}
             folds = join.edge and edges == {"start", "end"} and head not in constrained
-            kept = sorted(b for b, name in lists.items() if name == head) if head else [None]
+            kept = sorted(self.blocks_of.get(head, [])) if head else [None]
             # the join on the list's first block (kept as itself), the cut on the one that stands for its last
             at = kept[0] if join.edge == "start" else max(kept, key=lambda b: graph.last.get(b, b))
             for block in kept:
@@ -1106,8 +1106,8 @@ class _Deriver:
                 # HunyuanVideo under seq 2 x model 4, the image whole under its block.input rule, the text and the
                 # joint result split on model like their residuals); any other join, whole
                 start = join.edge == "start" and block is not None
-                split = {s: self._arriving(graph, block, modules[block], s) if start else None for s in streams}
-                split["joint"] = self._residual_of(graph, block, "joint") if start else None
+                split = {s: self._arriving(block, s) if start else None for s in streams}
+                split["joint"] = self._residual_of(block, "joint") if start else None
                 nbytes = lambda tokens, s: self.layout.batch * tokens * -(-join.width // self.size(  # noqa: E731
                     split[s])) * self.layout.itemsize
                 if join.kind == "concat":
@@ -1133,12 +1133,12 @@ class _Deriver:
         each double and single block, where the next one starts; and on the CPU partitioner (sana-seq2-model2.yaml):
         one at the end of the first block. Not under hunyuan-seq4-model2.yaml (held out), whose single blocks'
         residual arrives whole."""
-        for block, module in self._block_modules(graph).items():
+        for block, module in self.block_modules.items():
             for (where_module, where), point in self.points.items():
                 if where_module != module or not where.startswith("argument:"):
                     continue
-                residual = self._residual_of(graph, block, point.stream)
-                arriving = self._arriving(graph, block, module, point.stream) or ()
+                residual = self._residual_of(block, point.stream)
+                arriving = self._arriving(block, point.stream) or ()
                 gathered = tuple(a for a in residual or () if a not in arriving)
                 if gathered:
                     yield self.new("all-gather", gathered, self.tensor_bytes(point.stream, graph.hidden_size, None),
@@ -1146,26 +1146,17 @@ class _Deriver:
                                    f"features whole at the block's start; its residual is split on "
                                    f"{'+'.join(gathered)}")
 
-    def _block_modules(self, graph: Graph) -> dict[int, str]:
-        """Each kept block's module path (``transformer_blocks.0``)."""
-        modules: dict[int, str] = {}
-        for op in graph.linears:
-            if op.block is not None:
-                modules.setdefault(op.block, ".".join(op.module.split(".")[:2]))
-        return modules
-
-    def _residual_of(self, graph: Graph, block: int, stream: str) -> Axes | None:
+    def _residual_of(self, block: int, stream: str) -> Axes | None:
         """How `stream`'s residual is split on features between blocks, or, in a block whose residual is the joint
         sequence (Flux's and HunyuanVideo's single blocks), where `stream` has none of its own, the joint one's."""
-        joint = any(op.block == block and op.stream == "joint" and op.role == "chunks" for op in graph.linears)
-        return self.residual.get(stream) or (self.residual.get("joint") if joint else None)
+        return self.residual.get(stream) or (self.residual.get("joint") if block in self.joint_blocks else None)
 
-    def _arriving(self, graph: Graph, block: int, module: str, stream: str) -> Axes | None:
-        """The feature split `stream` arrives with at the start of `block` (its path `module`): its residual's
-        (`_residual_of`), less the axes a block.input rule on it leaves whole (None: whole)."""
-        point = next((p for (m, where), p in self.points.items()
-                      if m == module and where.startswith("argument:") and p.stream == stream), None)
-        residual = self._residual_of(graph, block, stream)
+    def _arriving(self, block: int, stream: str) -> Axes | None:
+        """The feature split `stream` arrives with at the start of `block`: its residual's (`_residual_of`), less
+        the axes a block.input rule on it leaves whole (None: whole)."""
+        point = next((p for (m, where), p in self.points.items() if m == self.block_modules.get(block)
+                      and where.startswith("argument:") and p.stream == stream), None)
+        residual = self._residual_of(block, stream)
         if point is None or not residual:
             return residual
         kept = tuple(a for a in residual if a in (point.spec.entries[-1] or ()))

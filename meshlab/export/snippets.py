@@ -62,15 +62,14 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
                         scan: bool = False) -> list[str]:
     """What a strategy asks beyond its parameters' specs that a torch-xla snippet does not write as code, one phrase
     each: activation rules (hooks inside the blocks), rewrites (module changes) and scanned blocks."""
-    from meshlab.plan.activations import added_split
+    from meshlab.plan.activations import added_split, given_rules
 
     left = []
-    added = added_split(activations)
-    given = [r for r in activations.rules if r is not added]
+    given = given_rules(activations)
     if given:
         points = ", ".join(dict.fromkeys(r.point for r in given))
         left.append(f"{len(given)} activation rule{'s' * (len(given) > 1)} ({points})")
-    if added is not None:
+    if added_split(activations) is not None:
         left.append(f"the token split over {'+'.join(activations.sequence_axes)} at each block's input (block.input, "
                     "which planning adds: the model patchifies its latent inside)")
     if rewrites:
@@ -172,10 +171,10 @@ def dtensor_snippet(plan: Plan, rules: list[Rule] | tuple[Rule, ...], activation
     (`left_out_of_snippet`)."""
     from meshlab.core.errors import PlanError
     from meshlab.plan.placements import required
-    from meshlab.plan.activations import added_split
+    from meshlab.plan.activations import given_rules
 
     mesh = plan.mesh
-    given = [r for r in activations.rules if r is not added_split(activations)]
+    given = given_rules(activations)
     if given:
         raise PlanError(f"the strategy has {len(given)} activation rule(s), which a DTensor snippet cannot "
                         "write as code (they are hooks that redistribute tensors inside the blocks)",

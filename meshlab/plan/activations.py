@@ -37,6 +37,11 @@ def added_split(activations) -> ActivationRule | None:
     """The block.input rule planning added for the sequence split (`ADDED_SPLIT_NOTE`), or None."""
     return next((r for r in activations.rules if r.note == ADDED_SPLIT_NOTE), None)
 
+
+def given_rules(activations) -> list[ActivationRule]:
+    """The activation rules the file gives: all of them but the one planning added (`added_split`)."""
+    return [r for r in activations.rules if r.note != ADDED_SPLIT_NOTE]
+
 #: The forward argument of a block that carries each stream's hidden states (Qwen-Image's and Flux's blocks).
 STREAM_ARGUMENTS = {"image": "hidden_states", "text": "encoder_hidden_states"}
 

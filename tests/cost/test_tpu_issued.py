@@ -341,13 +341,17 @@ def test_a_table_split_on_its_chunks_is_not_realigned(tmp_path):
     assert issued_block("tests/cost/data/strategies/sana-2d.yaml", "transformer_blocks.1")[0]["all-to-all"] == 7
 
 
-def _stream_joins(path) -> list:
+def _issued(path) -> tuple:
+    """What the plan's hardware issues of its predicted collectives."""
     from meshlab.cost.predict import predict
     from meshlab.plan.planned import plan_file
 
     planned = plan_file(path)
-    issued = predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
-    return [c for c in issued if c.phase.startswith("streams:")]
+    return predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
+
+
+def _stream_joins(path) -> list:
+    return [c for c in _issued(path) if c.phase.startswith("streams:")]
 
 
 def _flux_seq2_model4_with(tmp_path, anchor: str, added: str):
@@ -417,13 +421,8 @@ def test_q_and_k_are_read_by_their_place_among_each_stream_s_projections():
 def test_a_gpu_tool_joins_on_the_chip_what_xla_moves_for_a_partial_rotary(tmp_path):
     """HunyuanVideo's single blocks cut q and k for the rotary on the image tokens and join them again: all-to-alls
     under the partitioner (hunyuan-seq2-model4.yaml), none where xDiT runs the sequence split on each GPU."""
-    from meshlab.cost.predict import predict
-    from meshlab.plan.planned import plan_file
-
     def rotary(path) -> int:
-        planned = plan_file(path)
-        issued = predict(planned.plan, planned.strategy, planned.hardware).issued_collectives
-        return sum(1 for c in issued if c.phase == "attention:rotary")
+        return sum(1 for c in _issued(path) if c.phase == "attention:rotary")
 
     assert rotary(DATA / "hunyuan-seq2-model4.yaml") == 6
     text = (DATA / "hunyuan-seq2-model4.yaml").read_text()
