@@ -370,7 +370,7 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
         console.print(_catalog_pricing_line(p.pricing, hw))
     if schedule:
         console.print(_xla_schedule_table(schedule))
-    console.print(_collective_table(p))
+    console.print(_collective_table(p, planned))
     console.print("[bold]Assumptions[/bold]")
     from meshlab.cost.document import assumptions_document
 
@@ -547,11 +547,18 @@ def _dcn_axes(planned) -> str:
     return ", ".join(f"{axis} over {k}" for axis, k in planned.strategy.dcn.items() if k > 1)
 
 
-def _collective_table(p) -> Table:
-    blocks = sorted({c.block for c in p.collectives if c.block is not None})
-    first = blocks[0] if blocks else None
-    repeats = next((c.count for c in p.collectives if c.block == first), 1)
-    where = f"block {first} (stands for {repeats} identical blocks) and outside the blocks" if first is not None \
+def _collective_table(p, planned) -> Table:
+    """Every kept block's collectives (one per block list, more where a list's blocks differ, as SD3.5's last one),
+    each standing for the identical blocks it represents, and those outside the blocks."""
+    issued = [t.collective for t in p.step.collectives]
+    blocks = sorted({c.block for c in issued if c.block is not None})
+    paths = {q.parameter.block: ".".join(q.name.split(".")[:2]) for q in planned.plan.parameters
+             if q.parameter.block in blocks}
+    counts = {b: max(c.count for c in issued if c.block == b) for b in blocks}
+    stands = ", ".join(f"block {b} ({paths.get(b, '?')}, "
+                       + (f"stands for {counts[b]} identical blocks)" if counts[b] > 1 else "on its own)")
+                       for b in blocks)
+    where = f"{stands} and outside the blocks" if blocks \
         else "none in the blocks" if not p.collectives else "outside the blocks only"
     table = Table(title=f"Collectives of one call: {where} {PREDICTED}; alike ones on one row (ops: how many, "
                         "bytes and exposed: each)", title_justify="left")
@@ -560,8 +567,6 @@ def _collective_table(p) -> Table:
     rows: dict[tuple, int] = {}
     for t in p.step.collectives:
         c = t.collective
-        if c.block not in (first, None):
-            continue
         where = "per step" if c.per_step else ("outside" if c.block is None else f"block {c.block}")
         row = (where, c.kind + (f" x{c.operands}" if c.operands > 1 else ""), "+".join(c.axes), t.route.shape,
                _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why + (

@@ -218,3 +218,17 @@ def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_bloc
     (tmp_path / "small.json").write_text(json.dumps(small_card().to_json()))  # a class meshlab cannot build
     (tmp_path / "own_card.yaml").write_text(head.replace("model: wan-2.1-t2v-1.3b", "model: small.json"))
     assert plan_file(tmp_path / "own_card.yaml").strategy.activations.rules == []
+
+
+def test_explain_lists_the_collectives_of_every_block_list():
+    """Flux's single blocks are a list of their own: explain's collective table shows them beside the double blocks
+    (it once showed the first kept block only), each row under the kept block it was priced in."""
+    path = REPO / "strategies" / "flux-usp-h100.yaml"
+    output = runner.invoke(app, ["explain", str(path)], env={"COLUMNS": "400"}).output
+    title = next(line for line in output.splitlines() if line.startswith("Collectives of one call"))
+    assert "block 0 (transformer_blocks.0, stands for 19 identical blocks)" in title
+    assert "block 19 (single_transformer_blocks.0, stands for 38 identical blocks)" in title
+    document = json.loads(runner.invoke(app, ["explain", str(path), "--json"]).output)
+    single = [c for c in document["collectives"] if c["block"] == 19]
+    rows = [line for line in output.splitlines() if line.startswith("│ block 19 ")]
+    assert single and len(rows) == len({(c["kind"], c["why"]) for c in single})
