@@ -193,6 +193,12 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
             *deriver.block_inputs(graph), *_guidance(graph, layout))
 
 
+def residual_splits(graph: Graph, layout: Layout, mesh: AbstractMesh) -> dict[str, Axes]:
+    """Stream -> the mesh axes its residual stream is split on between blocks, on its features (streams whose
+    residual is whole are left out): as the gates that scale its updates (`_Deriver.residual`)."""
+    return dict(_Deriver(layout, mesh, graph).residual)
+
+
 def _guidance(graph: Graph, layout: Layout) -> tuple[Collective, ...]:
     """The guidance branches' predictions meet once per step, where a mesh axis splits them."""
     if not layout.guidance_axis:
@@ -323,8 +329,8 @@ def folded_joins(collectives: tuple[Collective, ...]) -> tuple[Collective, ...]:
     32 --dump-dir D`, v6e, libtpu 0.0.52): flux-seq2-model4.yaml and flux-seq2-data2-model2.yaml, the join's 3
     all-to-alls in single block 0 alone, the cut's permute in single block 2 alone (the CPU partitioner issues both
     in every block); the fold is algsimp's, in simplification-1, before the partitioner
-    (``XLA_FLAGS=--xla_dump_hlo_pass_re=.*``). HunyuanVideo (hunyuan-seq2-model4.yaml, the block.input rule
-    planning adds): its single blocks join in each block, their inputs behind the rule's constraint, which keeps
+    (``XLA_FLAGS=--xla_dump_hlo_pass_re=.*``). HunyuanVideo (hunyuan-seq2-model4.yaml, under the block.input
+    rule planning adds): its single blocks join in each block, their inputs behind the rule's constraint, which keeps
     the previous block's cut apart from the join (the dump shows the constraint between them). Its card records
     each block's first cut, its norm's output inside the block, not the one at the end, so this model folds nothing
     there in any case; HunyuanVideo without such a rule is not measured."""
@@ -1128,11 +1134,11 @@ class _Deriver:
     def block_inputs(self, graph: Graph) -> Iterator[Collective]:
         """A block.input rule pins its stream's features as its spec says at every block's start (torch_xla's
         sharding constraints have no unconstrained dim): a residual split on features that the spec leaves whole is
-        all-gathered over those axes once a block (`_arriving`). Measured (XLA:TPU, hunyuan-seq2-model4.yaml, the
-        image stream's rule planning adds): one all-gather of the image tokens at full width a block, at the end of
-        each double and single block, where the next one starts; and on the CPU partitioner (sana-seq2-model2.yaml):
-        one at the end of the first block. Not under hunyuan-seq4-model2.yaml (held out), whose single blocks'
-        residual arrives whole."""
+        all-gathered over those axes once a block (`_arriving`). Measured (XLA:TPU,
+        hunyuan-seq2-model4-whole-input.yaml, the image stream's rule with the features whole): one all-gather of the
+        image tokens at full width a block, at the end of each double and single block, where the next one starts;
+        and on the CPU partitioner (sana-seq2-model2.yaml): one at the end of the first block. Not under
+        hunyuan-seq4-model2.yaml (held out), whose single blocks' residual arrives whole."""
         for block, module in self.block_modules.items():
             for (where_module, where), point in self.points.items():
                 if where_module != module or not where.startswith("argument:"):

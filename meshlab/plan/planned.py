@@ -92,11 +92,15 @@ def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> Pla
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
     try:  # the rule a sequence split takes is added before planning, which checks it (its padding warning)
-        loaded = with_block_input_split(loaded, card, AbstractMesh.resolve(strategy.mesh, hardware.chips))
-        strategy = loaded.strategy
+        mesh = AbstractMesh.resolve(strategy.mesh, hardware.chips)
+        added = with_block_input_split(loaded, card, mesh)
     except PlanError:
-        pass  # a mesh the chips cannot hold: make_plan says so at its line
-    plan = make_plan(strategy, card, hardware.chips)
+        added = loaded  # a mesh the chips cannot hold: make_plan says so at its line
+    plan = make_plan(added.strategy, card, hardware.chips)
+    if added is not loaded and (features := kept_residual_split(plan, added.strategy)):
+        added = with_block_input_split(loaded, card, mesh, features)
+        plan = make_plan(added.strategy, card, hardware.chips)
+    loaded, strategy = added, added.strategy
     check_dcn(strategy.dcn, plan.mesh, hardware)
     if strategy.placement.vae_decode == "parallel" and (hardware.kind != "gpu" or strategy.placement.vae == "cpu"):
         where = "the VAE runs on the host (placement.vae: cpu)" if strategy.placement.vae == "cpu" else \
@@ -225,14 +229,17 @@ def with_pipeline_vae(loaded: LoadedStrategy, card_name: str) -> LoadedStrategy:
     return replace(loaded, strategy=strategy, taken=(*loaded.taken, line))
 
 
-def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: AbstractMesh) -> LoadedStrategy:
+def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: AbstractMesh,
+                           features: tuple[str, ...] = ()) -> LoadedStrategy:
     """`loaded` with a ``block.input`` rule splitting the image stream's tokens over ``activations.sequence``, and a
     line saying so, where the model patchifies its latent inside (SD3.5, Wan, HunyuanVideo, CogVideoX, SANA: its
     input stays whole past the batch, meshlab.plan.inputs), the partitioner runs the split
     (``sequence_parallel: partitioner``; diffusers and xDiT split the sequence themselves) and no such rule is
     given. The cost model prices the tokens split as the file says; without the rule the backends left them whole
     (measured: Wan 2.1 14B under seq 2 x model 4, `check --backend tpu`: every block ran all 5,376 tokens, no
-    collective over seq). Pure."""
+    collective over seq). `features`: the axes the image stream's residual arrives split on between blocks (the
+    plan's weights decide them: `kept_residual_split`), which the rule keeps, for a spec that left them whole would
+    gather the residual at every block's start (XLA:TPU: hunyuan-seq2-model4-whole-input.yaml). Pure."""
     activations = loaded.strategy.activations
     if not activations.sequence_axes or activations.sequence_parallel != "partitioner":
         return loaded
@@ -244,15 +251,30 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
             r.point == "block.input" and r.stream in (None, "image") for r in activations.rules):
         return loaded
     sequence = activations.sequence_axes
-    spec = PartitionSpec(batch_axes(activations, mesh), sequence, None).to_json()
+    spec = PartitionSpec(batch_axes(activations, mesh), sequence, tuple(features) or None).to_json()
     rule = ActivationRule(point="block.input", stream="image", spec=spec, note=ADDED_SPLIT_NOTE)
     shown = json.dumps(spec).replace('"', "")  # as the file would write it: [null, seq, null]
     line = (f"activations: {card.class_name} patchifies its latent inside the model, so its tokens are split over "
             f"{'+'.join(sequence)} at each block's input (block.input, stream image, spec {shown}; the file gives no "
-            "such rule)")
+            "such rule" + (f"; its features stay split on {'+'.join(features)}, as the plan's weights leave the "
+                           "residual" if features else "") + ")")
     updated = activations.model_copy(update={"rules": [*activations.rules, rule]})
     return replace(loaded, strategy=loaded.strategy.model_copy(update={"activations": updated}),
                    taken=(*loaded.taken, line))
+
+
+def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:
+    """The axes the image stream's residual is split on between blocks under `plan`'s weights (largest-dim weights
+    leave it split on model: the gates that scale its updates are), for the block.input rule planning adds to keep.
+    Measured (XLA:TPU, torch_xla's program of HunyuanVideo over seq 2 x model 4 at 256², 3 blocks of each list): with
+    the features whole (hunyuan-seq2-model4-whole-input.yaml) a middle block gathers the image residual once more,
+    7 all-gathers of 364,511,232 B a double block against 6 of 312,606,720 keeping them (hunyuan-seq2-model4.yaml),
+    and a single block's collectives move 808 MB against 717 MB."""
+    from meshlab.cost.collectives import residual_splits
+    from meshlab.cost.graph import graph_of
+    from meshlab.cost.layout import layout_of
+
+    return tuple(residual_splits(graph_of(plan), layout_of(plan, strategy), plan.mesh).get("image", ()))
 
 
 def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStrategy:

@@ -220,6 +220,38 @@ def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_bloc
     assert plan_file(tmp_path / "own_card.yaml").strategy.activations.rules == []
 
 
+def test_the_block_input_rule_planning_adds_keeps_the_residual_s_feature_split(tmp_path):
+    """Beside largest-dim weights the residual stays split on model between blocks (its gates are): the rule
+    planning adds keeps that split, where a spec with the features whole gathered the residual once a block
+    (XLA:TPU, hunyuan-seq2-model4-whole-input.yaml against hunyuan-seq2-model4.yaml). Under weights that leave the
+    residual whole (column/row pairs) the features stay whole."""
+    from collections import Counter
+
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    head = ("name: t\nhardware: v6e-8\nmesh: {seq: 2, model: 4}\nmodel: wan-2.1-t2v-1.3b\n"
+            "rules: [{match: '*', min_rank: 2, shard: largest, axis: model}]\nactivations: {sequence: seq}\n")
+    whole = head.replace("activations: {sequence: seq}\n", "activations:\n  sequence: seq\n  rules: [{point: "
+                         "block.input, stream: image, spec: [null, seq, null]}]\n")
+    pairs = head.replace("{match: '*', min_rank: 2, shard: largest, axis: model}",
+                         "{match: 'blocks.*.ffn.net.0.proj.*', shard: column, axis: model}, "
+                         "{match: 'blocks.*.ffn.net.2.*', shard: row, axis: model}")
+    for name, text in (("kept", head), ("whole", whole), ("pairs", pairs)):
+        (tmp_path / f"{name}.yaml").write_text(text)
+    kept, given, paired = (plan_file(tmp_path / f"{n}.yaml") for n in ("kept", "whole", "pairs"))
+    assert [r.spec for r in kept.strategy.activations.rules] == [[None, "seq", "model"]]
+    assert [r.spec for r in paired.strategy.activations.rules] == [[None, "seq", None]]
+    line = next(t for t in kept.loaded.taken if t.startswith("activations:"))
+    assert "spec [null, seq, model]; the file gives no such rule; its features stay split on model" in line
+
+    def gathers(planned) -> Counter:
+        return Counter(c.phase for c in predict(planned.plan, planned.strategy, planned.hardware).collectives
+                       if c.kind == "all-gather" and c.block is not None)
+
+    assert gathers(given)["block:input"] == 1 and gathers(kept)["block:input"] == 0
+
+
 def test_explain_lists_the_collectives_of_every_block_list():
     """Flux's single blocks are a list of their own: explain's collective table shows them beside the double blocks
     (it once showed the first kept block only), each row under the kept block it was priced in."""
