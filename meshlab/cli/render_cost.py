@@ -550,16 +550,19 @@ def _dcn_axes(planned) -> str:
 def _collective_table(p, planned) -> Table:
     """Every kept block's collectives (one per block list, more where a list's blocks differ, as SD3.5's last one),
     each standing for the identical blocks it represents, and those outside the blocks."""
+    from meshlab.cost.graph import graph_of
+
     issued = [t.collective for t in p.step.collectives]
     blocks = sorted({c.block for c in issued if c.block is not None})
     paths = {q.parameter.block: ".".join(q.name.split(".")[:2]) for q in planned.plan.parameters
              if q.parameter.block in blocks}
-    counts = {b: max(c.count for c in issued if c.block == b) for b in blocks}
+    graph = graph_of(planned.plan)  # what a kept block stands for: a collective issued once counts 1
     stands = ", ".join(f"block {b} ({paths.get(b, '?')}, "
-                       + (f"stands for {counts[b]} identical blocks)" if counts[b] > 1 else "on its own)")
+                       + (f"stands for {graph.count(b)} identical blocks)" if graph.count(b) > 1 else "on its own)")
                        for b in blocks)
-    where = f"{stands} and outside the blocks" if blocks \
-        else "none in the blocks" if not p.collectives else "outside the blocks only"
+    outside = any(c.block is None for c in issued)
+    where = (f"{stands}{' and outside the blocks' if outside else ''}" if blocks
+             else "none in the blocks" if not p.collectives else "outside the blocks only")
     table = Table(title=f"Collectives of one call: {where} {PREDICTED}; alike ones on one row (ops: how many, "
                         "bytes and exposed: each)", title_justify="left")
     for c in ("where", "ops", "kind", "axes", "route", "bytes", "exposed", "why"):

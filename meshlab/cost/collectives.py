@@ -189,14 +189,28 @@ def derive(graph: Graph, layout: Layout, mesh: AbstractMesh, flash_attention: bo
     gathered = [heads_gathered(flash_attention, layout.batch, xla, layout.sequence_split > 1, linear, marked)
                 for linear in (False, True)]
     deriver = _Deriver(layout, mesh, graph, _card_points(graph, layout), *gathered)
-    return (*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph), *deriver.halos(graph),
-            *deriver.block_inputs(graph), *_guidance(graph, layout))
+    return _over_real_axes((*deriver.activations(graph), *deriver.parameters(graph), *deriver.joins(graph),
+                            *deriver.halos(graph), *deriver.block_inputs(graph), *_guidance(graph, layout)), mesh)
+
+
+def _over_real_axes(collectives: tuple[Collective, ...], mesh: AbstractMesh) -> tuple[Collective, ...]:
+    """Each collective over the axes of its own that have more than one device: an axis of size 1 (``model: 1``)
+    splits nothing, so a collective over it alone is no op at all (XLA issues none; they were listed, at 0 s)."""
+    kept = []
+    for c in collectives:
+        axes = tuple(a for a in c.axes if mesh.size(a) > 1)
+        if axes:
+            kept.append(c if axes == c.axes else replace(c, axes=axes, joined=tuple(a for a in c.joined if a in axes)))
+    return tuple(kept)
 
 
 def residual_splits(graph: Graph, layout: Layout, mesh: AbstractMesh) -> dict[str, Axes]:
-    """Stream -> the mesh axes its residual stream is split on between blocks, on its features (streams whose
-    residual is whole are left out): as the gates that scale its updates (`_Deriver.residual`)."""
-    return dict(_Deriver(layout, mesh, graph).residual)
+    """Stream -> the mesh axes its residual stream is split on between blocks, on its features (() whole), for every
+    stream whose residual a modulation scales ("joint": the single blocks' of Flux and HunyuanVideo): as the gates
+    that scale its updates (`_Deriver.residual`)."""
+    deriver = _Deriver(layout, mesh, graph)
+    streams = {stream for block, stream in deriver.modulation if block is not None} | set(deriver.residual)
+    return {stream: tuple(deriver.residual.get(stream) or ()) for stream in sorted(streams)}
 
 
 def _guidance(graph: Graph, layout: Layout) -> tuple[Collective, ...]:
@@ -516,7 +530,7 @@ class _Deriver:
                 self.blocks_of[op.module.split(".", 1)[0]].append(op.block)
                 self.block_modules[op.block] = ".".join(op.module.split(".")[:2])
         #: kept blocks whose residual is the joint sequence (Flux's and HunyuanVideo's single blocks)
-        self.joint_blocks = {op.block for op in graph.linears if op.role == "chunks" and op.stream == "joint"}
+        self.joint_blocks = {op.block for op in graph.linears if op.role == "chunks" and op.modulates == "joint"}
         #: stream -> how its residual stream is split between blocks: as the gates that scale its updates (a
         #: modulation outside the blocks that conditions the blocks' norms, as Wan's time_proj and FLUX.2's
         #: double_stream_modulation_img, counts too; the output norm's modulation, also outside, does not)

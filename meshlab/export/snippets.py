@@ -69,9 +69,11 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
     if given:
         points = ", ".join(dict.fromkeys(r.point for r in given))
         left.append(f"{len(given)} activation rule{'s' * (len(given) > 1)} ({points})")
-    if added_split(activations) is not None:
-        left.append(f"the token split over {'+'.join(activations.sequence_axes)} at each block's input (block.input, "
-                    "which planning adds: the model patchifies its latent inside)")
+    if (added := added_split(activations)) is not None:
+        features = added.spec[-1] if isinstance(added.spec[-1], list) else [added.spec[-1]] if added.spec[-1] else []
+        kept = f", its features kept split on {'+'.join(features)}" if features else ""
+        left.append(f"the token split over {'+'.join(activations.sequence_axes)} at each block's input{kept} "
+                    "(block.input, which planning adds: the model patchifies its latent inside)")
     if rewrites:
         left.append(f"the rewrite{'s' * (len(rewrites) > 1)} {', '.join(rewrites)}")
     if scan:

@@ -253,7 +253,7 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
     sequence = activations.sequence_axes
     spec = PartitionSpec(batch_axes(activations, mesh), sequence, tuple(features) or None).to_json()
     rule = ActivationRule(point="block.input", stream="image", spec=spec, note=ADDED_SPLIT_NOTE)
-    shown = json.dumps(spec).replace('"', "")  # as the file would write it: [null, seq, null]
+    shown = json.dumps(spec).replace('"', "")  # as the file would write it: [null, seq, null]; [null, seq, model]
     line = (f"activations: {card.class_name} patchifies its latent inside the model, so its tokens are split over "
             f"{'+'.join(sequence)} at each block's input (block.input, stream image, spec {shown}; the file gives no "
             "such rule" + (f"; its features stay split on {'+'.join(features)}, as the plan's weights leave the "
@@ -274,7 +274,11 @@ def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:
     from meshlab.cost.graph import graph_of
     from meshlab.cost.layout import layout_of
 
-    return tuple(residual_splits(graph_of(plan), layout_of(plan, strategy), plan.mesh).get("image", ()))
+    splits = residual_splits(graph_of(plan), layout_of(plan, strategy), plan.mesh)
+    image = splits.get("image", ())
+    # the rule pins the image tokens of every block: where single blocks carry a joint residual split otherwise,
+    # only the axes both splits share are kept (the others are gathered in one list or the other, and priced so)
+    return tuple(a for a in image if a in splits.get("joint", image) and plan.mesh.size(a) > 1)
 
 
 def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStrategy:

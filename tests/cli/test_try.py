@@ -220,6 +220,11 @@ def test_a_sequence_split_of_a_model_that_patchifies_inside_is_made_at_each_bloc
     assert plan_file(tmp_path / "own_card.yaml").strategy.activations.rules == []
 
 
+def write(folder, name: str, text: str):
+    (folder / f"{name}.yaml").write_text(text)
+    return folder / f"{name}.yaml"
+
+
 def test_the_block_input_rule_planning_adds_keeps_the_residual_s_feature_split(tmp_path):
     """Beside largest-dim weights the residual stays split on model between blocks (its gates are): the rule
     planning adds keeps that split, where a spec with the features whole gathered the residual once a block
@@ -237,19 +242,41 @@ def test_the_block_input_rule_planning_adds_keeps_the_residual_s_feature_split(t
     pairs = head.replace("{match: '*', min_rank: 2, shard: largest, axis: model}",
                          "{match: 'blocks.*.ffn.net.0.proj.*', shard: column, axis: model}, "
                          "{match: 'blocks.*.ffn.net.2.*', shard: row, axis: model}")
-    for name, text in (("kept", head), ("whole", whole), ("pairs", pairs)):
-        (tmp_path / f"{name}.yaml").write_text(text)
-    kept, given, paired = (plan_file(tmp_path / f"{n}.yaml") for n in ("kept", "whole", "pairs"))
+    kept, given, paired = (plan_file(write(tmp_path, n, t)) for n, t in (("kept", head), ("whole", whole),
+                                                                         ("pairs", pairs)))
     assert [r.spec for r in kept.strategy.activations.rules] == [[None, "seq", "model"]]
     assert [r.spec for r in paired.strategy.activations.rules] == [[None, "seq", None]]
     line = next(t for t in kept.loaded.taken if t.startswith("activations:"))
     assert "spec [null, seq, model]; the file gives no such rule; its features stay split on model" in line
+    exported = runner.invoke(app, ["export", str(tmp_path / "kept.yaml"), "--format", "torch-xla"]).output
+    assert "at each block's input, its features kept split on model (block.input" in " ".join(
+        line.lstrip("# ") for line in exported.splitlines())
 
     def gathers(planned) -> Counter:
         return Counter(c.phase for c in predict(planned.plan, planned.strategy, planned.hardware).collectives
                        if c.kind == "all-gather" and c.block is not None)
 
     assert gathers(given)["block:input"] == 1 and gathers(kept)["block:input"] == 0
+    # an axis of size 1 splits nothing: no rule keeps it, and nothing is gathered over it
+    one = plan_file(write(tmp_path, "one", head.replace("{seq: 2, model: 4}", "{seq: 8, model: 1}")))
+    assert [r.spec for r in one.strategy.activations.rules] == [[None, "seq", None]]
+    assert not [c for c in predict(one.plan, one.strategy, one.hardware).collectives if "model" in c.axes]
+
+
+def test_single_blocks_whose_joint_residual_is_split_otherwise_keep_only_the_shared_axes(tmp_path):
+    """HunyuanVideo's single blocks carry a joint residual: where only they split it on model, the image rule (which
+    every block reads) keeps the features whole, and their blocks' gather of it is priced."""
+    from meshlab.cost.predict import predict
+    from meshlab.plan.planned import plan_file
+
+    text = ("name: t\nhardware: v6e-8\nmesh: {seq: 2, model: 4}\nmodel: hunyuan-video\n"
+            "rules: [{match: 'single_transformer_blocks.*', min_rank: 2, shard: largest, axis: model}, "
+            "{match: '*', shard: replicate}]\nactivations: {sequence: seq}\n")
+    planned = plan_file(write(tmp_path, "single", text))
+    assert [r.spec for r in planned.strategy.activations.rules] == [[None, "seq", None]]
+    inputs = [c for c in predict(planned.plan, planned.strategy, planned.hardware).collectives
+              if c.phase == "block:input"]
+    assert [(c.kind, c.axes, c.count) for c in inputs] == [("all-gather", ("model",), 40)]
 
 
 def test_explain_lists_the_collectives_of_every_block_list():
@@ -264,3 +291,22 @@ def test_explain_lists_the_collectives_of_every_block_list():
     single = [c for c in document["collectives"] if c["block"] == 19]
     rows = [line for line in output.splitlines() if line.startswith("│ block 19 ")]
     assert single and len(rows) == len({(c["kind"], c["why"]) for c in single})
+
+
+def test_explain_counts_the_blocks_a_kept_block_stands_for_from_the_graph(tmp_path):
+    """A collective XLA:TPU issues once (a conditioning gathered once for every block) or in one block fewer (the
+    modulation all-reduce merged into the previous block's) does not change how many blocks its kept block stands
+    for; and a plan with nothing outside its blocks does not say it has."""
+    path = tmp_path / "flux-mod.yaml"
+    path.write_text("name: flux-mod\nmodel: flux-dev\nhardware: v6e-8\nmesh: {model: 8}\nrules:\n"
+                    "  - {match: 'transformer_blocks.*.ff.net.0.proj.*', shard: column, axis: model}\n"
+                    "  - {match: 'transformer_blocks.*.ff.net.2.*', shard: row, axis: model}\n"
+                    "  - {match: 'transformer_blocks.*.norm1.linear.*', shard: row, axis: model}\n"
+                    "  - {match: '*', shard: replicate}\n"
+                    "workload: {height: 1024, width: 1024, batch: 1, steps: 50, cfg: false, text_tokens: 512}\n")
+    document = json.loads(runner.invoke(app, ["explain", str(path), "--json"]).output)
+    assert {c["blocks_like_it"] for c in document["collectives"]} == {1, 18}  # no collective of the block says 19
+    assert not any(c["block"] is None for c in document["collectives"])
+    output = runner.invoke(app, ["explain", str(path)], env={"COLUMNS": "400"}).output
+    title = next(line for line in output.splitlines() if line.startswith("Collectives of one call"))
+    assert "block 0 (transformer_blocks.0, stands for 19 identical blocks) (predicted)" in title
