@@ -49,10 +49,11 @@ under 2d and pairs; tests/cost/test_collectives_vs_xla.py holds them against it)
 - A Linear that reads a concatenation of two outputs along features (Flux's single blocks: attention and MLP
   branch into ``proj_out``), each split as its weight's input dim: one all-to-all per part and one for the
   result (the weight wants contiguous blocks of the whole); parts split otherwise are gathered.
-- Streams joined into one sequence outside attention, and cut back (Flux's single blocks: the card's ``joins``),
-  cost under a sequence axis what attention's concatenation and split-back cost, at the joined tensor's width (a
-  block's join of its own arguments: each at the split it arrives with). q and k rotated on the image's part of a
-  joint sequence and joined with the rest again (``Flow.rotary_part``) cost one such join each.
+- Streams joined into one sequence outside attention's q/k/v, and cut back (Flux's single blocks, CogVideoX's
+  attention before its projections: the card's ``joins``), cost under a sequence axis what attention's concatenation
+  and split-back cost, at the joined tensor's width (a block's join of its own arguments: each at the split it arrives
+  with; a join of its norms' outputs under layernorm-rows: at their residuals' split). q and k rotated on the image's
+  part of a joint sequence and joined with the rest again (``Flow.rotary_part``) cost one such join each.
 - A block.input rule whose spec leaves the features whole gathers a residual split on features at each block's
   start.
 - A weight split over an axis that splits activations (batch, sequence, guidance) is all-gathered over it
@@ -1104,9 +1105,10 @@ class _Deriver:
                            f"{name}: v's tokens are split; every query needs every value")
 
     def joins(self, graph: Graph) -> Iterator[Collective]:
-        """Streams joined into one sequence (or cut back) outside attention, each block that does it (Flux's single
-        blocks): under a sequence axis the same all-to-alls and permutes as attention's q/k/v (measured: Flux,
-        seq 2 x model 4, a single block: 3 all-to-alls and 2 permutes of hidden-wide tokens)."""
+        """Streams joined into one sequence (or cut back) outside attention's q/k/v, each block that does it (Flux's
+        single blocks; CogVideoX's attention joins the two norm outputs it is called with, and its block joins two
+        more before the FFN): under a sequence axis the same all-to-alls and permutes as attention's q/k/v
+        (measured: Flux, seq 2 x model 4, a single block: 3 all-to-alls and 2 permutes of hidden-wide tokens)."""
         axes = tuple(a for a in self.layout.sequence_axes if self.size((a,)) > 1)
         if not axes:
             return
@@ -1124,10 +1126,17 @@ class _Deriver:
                 edge = "" if not folds else join.edge if block == at else "inner"
                 # a block's join of its own arguments moves each at the split it arrives with (measured, XLA:TPU:
                 # HunyuanVideo under seq 2 x model 4, the image whole under its block.input rule, the text and the
-                # joint result split on model like their residuals); any other join, whole
+                # joint result split on model like their residuals); a join inside a block, of its norms' outputs,
+                # at their residuals' split where the layernorm-rows rewrite keeps the norms split (measured,
+                # XLA:TPU: CogVideoX under seq 2 x model 4, its attention's and its FFN's joins, each of the three
+                # tensors at 768 of 3,072 features); any other join, whole
                 start = join.edge == "start" and block is not None
-                split = {s: self._arriving(block, s) if start else None for s in streams}
-                split["joint"] = self._residual_of(block, "joint") if start else None
+                inner = not join.edge and join.kind == "concat" and block is not None \
+                    and "layernorm-rows" in self.layout.rewrites
+                split = {s: self._arriving(block, s) if start else self._residual_of(block, s) if inner else None
+                         for s in streams}
+                split["joint"] = self._residual_of(block, "joint") if start else \
+                    split["text"] if inner and split["text"] == split["image"] else None
                 nbytes = lambda tokens, s: self.layout.batch * tokens * -(-join.width // self.size(  # noqa: E731
                     split[s])) * self.layout.itemsize
                 if join.kind == "concat":

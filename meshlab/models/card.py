@@ -189,8 +189,10 @@ class Flow:
 
 @dataclass(frozen=True)
 class Join:
-    """Outside attention, the text and image streams concatenated into one joint sequence along the tokens
-    (``concat``), or a joint sequence cut back into them (``split``), in the module ``module`` (a pattern)."""
+    """The text and image streams concatenated into one joint sequence along the tokens (``concat``), or a joint
+    sequence cut back into them (``split``), in the module ``module`` (a pattern): outside attention, or an attention
+    module's join of the two streams it was called with, before its projections (CogVideoX's attn1; not the q/k/v
+    concatenations inside attention, which are the attention's own)."""
 
     module: str
     kind: str  # "concat" or "split"

@@ -191,11 +191,6 @@ TPU_DIFFERENCES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[int, in
     # against 67,840 B predicted; keeping the features on model, they agree)
     ("hunyuan-seq4-model2", "single_transformer_blocks.1", "all-gather"): ((6, 312_606_720), (7, 338_657_280)),
     ("hunyuan-seq4-model2", "transformer_blocks.1", "reduce-scatter"): ((2, 26_050_560), (1, 26_050_560)),
-    # CogVideoX over seq 2 x model 4, held out: its in-place rotary of the image tokens moves nothing, as priced
-    # (Flow.rotary_part is off for it). It joins the two streams' norm outputs inside its attention, before the
-    # projections (3 all-to-alls: the card records no join inside an attention), and again before the FFN, both at
-    # the residuals' split on model (768 of 3,072 features), where meshlab prices the FFN's join alone, at full width
-    ("cog-seq2-model4", "transformer_blocks.1", "all-to-all"): ((6, 20_643_840), (3, 41_287_680)),
     # XLA:TPU's combiner merges the three blocks' modulation sums into one op of the first block (seq 8 x model 2
     # only: under seq 4 x model 4 each block keeps its own)
     ("seq8-model2", "transformer_blocks.1", "all-reduce"): ((2, 884_736), (2, 1_032_192)),

@@ -254,4 +254,59 @@ def test_the_tracer_finds_joined_and_partial_rotations_and_the_joins_at_a_block_
     assert flows[f"{a}.q_written"].rotary == "whole" and not flows[f"{a}.q_written"].rotary_part
     assert flows[f"{a}.a"].rotary == flows[f"{a}.b"].rotary == "whole"  # rotated, but neither joined nor in part
     assert set(joins) == {Join("blocks.*", "concat", width, "start"), Join("blocks.*", "split", width, "end"),
-                          Join("tails.*", "concat", width, "start"), Join("tails.*", "split", width)}
+                          Join("tails.*", "concat", width, "start"), Join("tails.*", "split", width),
+                          # the attention joins the two streams it is called with before k_joint (CogVideoX)
+                          Join("blocks.*.attn", "concat", width), Join("tails.*.attn", "concat", width)}
+
+
+class _RejoiningAttention(torch.nn.Module):
+    heads = 2
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.to_qkv = torch.nn.Linear(width, width)
+
+    def forward(self, image, text):
+        return self.to_qkv(torch.cat([image, text], dim=1))
+
+
+class _CutBlock(torch.nn.Module):
+    """Cuts a joint tensor it made and hands the parts to an attention that joins them again (HunyuanVideo's single
+    blocks), or hands it two tensors of its own (`own`, CogVideoX's norm outputs)."""
+
+    def __init__(self, width: int, own: bool):
+        super().__init__()
+        self.own, self.attn, self.norm = own, _RejoiningAttention(width), torch.nn.Linear(width, width)
+
+    def forward(self, hidden_states, encoder_hidden_states):
+        n = hidden_states.shape[1]
+        if self.own:
+            return self.attn(hidden_states * 2, encoder_hidden_states * 2)
+        joint = torch.cat([hidden_states, encoder_hidden_states], dim=1) * 2
+        return self.attn(joint[:, :n], joint[:, n:])
+
+
+class _CutModel(torch.nn.Module):
+    def __init__(self, width: int, own: bool):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_CutBlock(width, own), _CutBlock(width, own)])
+
+    def forward(self, hidden_states, encoder_hidden_states, return_dict=False):
+        return tuple(b(hidden_states, encoder_hidden_states) for b in self.blocks)
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_an_attention_s_join_of_the_streams_it_is_called_with_is_recorded_unless_it_undoes_a_cut(own):
+    """A join inside an attention of the two tensors it was called with is a join of the streams (recorded in the
+    attention), except where they are the parts of a cut the block made: the join restores that tensor (HunyuanVideo
+    under seq 2 x model 4 agrees with XLA:TPU's program without pricing it)."""
+    from meshlab.models.card import Join
+    from meshlab.models.importer.dataflow_trace import trace_dataflow
+
+    image, text, width = 6, 3, 8
+    streams = {image: "image", text: "text", image + text: "joint"}
+    model = _CutModel(width, own)
+    inputs = {"hidden_states": torch.randn(1, image, width), "encoder_hidden_states": torch.randn(1, text, width)}
+    _, joins, _ = trace_dataflow(model, inputs, {"blocks"}, width, lambda shape: streams.get(shape[1], "none"))
+    assert (Join("blocks.*.attn", "concat", width) in joins) == own
+    assert (Join("blocks.*", "split", width) in joins) == (not own)

@@ -20,7 +20,9 @@ and passes the union of its inputs' tags on through every op, with three boundar
 Outside attention, a concatenation of the text and image streams along the token dim into one joint sequence,
 and the slicing of a joint sequence back into the two, are recorded as ``Join`` events of the module they run
 in (Flux's single blocks do both; the q/k/v concatenations inside attention are the attention's own business),
-the first of each kind in a module. A block's concatenation of its own arguments, or its cut whose parts it
+the first of each kind in a module. An attention module that concatenates its own arguments, the streams' hidden
+states before its projections (CogVideoX's attn1 joins the two norm outputs it is called with), records that join
+too, in the attention module. A block's concatenation of its own arguments, or its cut whose parts it
 returns, is at the block's edge (``Join.edge``: Flux's single blocks join their streams first and cut them last;
 HunyuanVideo's first cut is its norm's output, inside the block).
 
@@ -179,9 +181,12 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     #: joint tensor, the parts sliced from it), until the block returns
     block_arguments: dict[str, list] = {}
     block_cuts: dict[str, tuple[str, Any, list]] = {}
+    #: module path -> every stream's part it has sliced from a joint sequence, until the block it runs in returns
+    stream_cuts: dict[str, list] = {}
 
     def record_join(func, args, kwargs, out) -> None:
         if any(p in attention_modules for p in stack):
+            record_attention_join(func, args, kwargs, out)
             return
         path = stack[-1] if stack else ""
         where = pattern_of(path, block_lists)
@@ -193,12 +198,31 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 edge = "start" if all(any(t is a for a in block_arguments.get(path, ())) for t in parts) else ""
                 joins[where, "concat"] = Join(where, "concat", int(out.shape[-1]), edge)
         if func is torch.Tensor.__getitem__ and torch.is_tensor(out) and out.dim() == 3 and torch.is_tensor(args[0]):
+            if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image"):
+                stream_cuts.setdefault(path, []).append(out)
             if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image") \
                     and (where, "split") not in joins:
                 joins[where, "split"] = Join(where, "split", int(out.shape[-1]))
                 block_cuts[path] = (where, args[0], [out])
             elif path in block_cuts and args[0] is block_cuts[path][1]:
                 block_cuts[path][2].append(out)  # another part of the same cut
+
+    def record_attention_join(func, args, kwargs, out) -> None:
+        """An attention module's concatenation of the two streams it was called with (not of its q/k/v), unless
+        they are the parts of a block's cut it puts back together (HunyuanVideo's single blocks cut their norm's
+        output and their attention joins the parts again: hunyuan-seq2-model4.yaml agrees with XLA:TPU's program
+        without pricing that join)."""
+        path = stack[-1] if stack else ""
+        if path not in attention_modules or func is not torch.cat or not torch.is_tensor(out) or out.dim() != 3:
+            return
+        parts = args[0] if args else kwargs.get("tensors", ())
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        where = pattern_of(path, block_lists)
+        if dim in (1, -2) and stream_of(tuple(out.shape)) == "joint" and len(parts) == 2 and all(
+                stream_of(tuple(t.shape)) in ("text", "image") and any(t is a for a in attention_arguments.get(
+                    path, ())) for t in parts) and (where, "concat") not in joins and not all(
+                any(t is cut for cuts in stream_cuts.values() for cut in cuts) for t in parts):
+            joins[where, "concat"] = Join(where, "concat", int(out.shape[-1]))
 
     def block_entered(path: str) -> Callable:
         def hook(module, args, kwargs) -> None:
@@ -210,15 +234,33 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
             """A cut whose parts (every slice of its source) the block returns is at the block's end."""
             returned = [t for t in tree_flatten(output)[0] if torch.is_tensor(t)]
             block_arguments.pop(path, None)
+            for inner in [p for p in stream_cuts if p == path or p.startswith(path + ".")]:
+                del stream_cuts[inner]
             where, _, parts = block_cuts.pop(path, ("", None, []))
             if len(parts) > 1 and len(parts) == len(returned) and all(any(t is r for r in returned) for t in parts):
                 joins[where, "split"] = replace(joins[where, "split"], edge="end")
+        return hook
+
+    #: attention module path -> the tensors its forward was called with, until it returns
+    attention_arguments: dict[str, list] = {}
+
+    def attention_entered(path: str) -> Callable:
+        def hook(module, args, kwargs) -> None:
+            attention_arguments[path] = [t for t in tree_flatten((args, kwargs))[0] if torch.is_tensor(t)]
+        return hook
+
+    def attention_left(path: str) -> Callable:
+        def hook(module, args, output) -> None:
+            attention_arguments.pop(path, None)
         return hook
 
     for path, module in model.named_modules():
         if path.rpartition(".")[0] in block_lists and path.rpartition(".")[2].isdigit():
             module.register_forward_pre_hook(block_entered(path), with_kwargs=True)
             module.register_forward_hook(block_left(path))
+        if path in attention_modules:
+            module.register_forward_pre_hook(attention_entered(path), with_kwargs=True)
+            module.register_forward_hook(attention_left(path))
 
     concatenations = {torch.cat, torch.concat, torch.concatenate}
     cuts = {torch.chunk, torch.Tensor.chunk, torch.split, torch.Tensor.split, torch.tensor_split,
