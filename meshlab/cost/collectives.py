@@ -1126,26 +1126,28 @@ class _Deriver:
                 edge = "" if not folds else join.edge if block == at else "inner"
                 # a block's join of its own arguments moves each at the split it arrives with (measured, XLA:TPU:
                 # HunyuanVideo under seq 2 x model 4, the image whole under its block.input rule, the text and the
-                # joint result split on model like their residuals); a join inside a block, of its norms' outputs,
-                # at their residuals' split where the layernorm-rows rewrite keeps the norms split (measured,
-                # XLA:TPU: CogVideoX under seq 2 x model 4, its attention's and its FFN's joins, each of the three
-                # tensors at 768 of 3,072 features); any other join, whole
+                # joint result split on model like their residuals); a join or cut inside a block at the residuals'
+                # split where the layernorm-rows rewrite keeps the norms split (measured, XLA:TPU: CogVideoX under
+                # seq 2 x model 4, its attention's and its FFN's joins of its norms' outputs, each of the three
+                # tensors at 768 of 3,072 features, and the cut of its FFN's output, 50 permutes of 52,131,840 B a
+                # block against 46 of 56,881,152 B, where it priced 72.4 MB whole); any other join, whole
                 start = join.edge == "start" and block is not None
-                inner = not join.edge and join.kind == "concat" and block is not None \
-                    and "layernorm-rows" in self.layout.rewrites
+                inner = not join.edge and block is not None and "layernorm-rows" in self.layout.rewrites
                 split = {s: self._arriving(block, s) if start else self._residual_of(block, s) if inner else None
                          for s in streams}
                 split["joint"] = self._residual_of(block, "joint") if start else \
                     split["text"] if inner and split["text"] == split["image"] else None
                 nbytes = lambda tokens, s: self.layout.batch * tokens * -(-join.width // self.size(  # noqa: E731
                     split[s])) * self.layout.itemsize
+                # which join, where a block has several (CogVideoX's attention's and its FFN's)
+                named = f"{join.module.rsplit('.*.', 1)[-1]}: " if ".*." in join.module else ""
                 if join.kind == "concat":
                     for stream in streams:
                         yield self.new("all-to-all", axes, nbytes(local.of_stream(stream), stream), block,
-                                       "streams:concat", f"the {stream} stream joins a sequence split on {axis}",
-                                       edge=edge)
+                                       "streams:concat", f"{named}the {stream} stream joins a sequence split on "
+                                       f"{axis}", edge=edge)
                     yield self.new("all-to-all", axes, nbytes(local.joint, "joint"), block, "streams:concat",
-                                   "the joined sequence moves its split back onto the tokens", edge=edge)
+                                   f"{named}the joined sequence moves its split back onto the tokens", edge=edge)
                 else:
                     misaligned = self._misaligned(streams, self.size(axes))
                     for stream in misaligned:

@@ -84,7 +84,7 @@ class Graph:
     #: Blocks identical to a kept block (same parameter names past the index, shapes, specs and streams) are
     #: left out; ``repeats[b]`` says how many blocks kept block ``b`` stands for.
     repeats: dict[int, int] = field(default_factory=dict)
-    joins: tuple[Join, ...] = ()  # stream concatenations and splits outside attention (see ModelCard.joins)
+    joins: tuple[Join, ...] = ()  # stream concatenations and splits outside attention's q/k/v (ModelCard.joins)
     card: ModelCard | None = field(default=None, repr=False, compare=False)
     #: kept block -> the highest block it stands for (itself where absent)
     last: dict[int, int] = field(default_factory=dict)

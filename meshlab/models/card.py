@@ -355,7 +355,7 @@ class ModelCard:
     attention: tuple[Attention, ...]
     components: tuple[Component, ...] = field(default=())
     dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
-    joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention
+    joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention's q/k/v
     elementwise: tuple[Elementwise, ...] = field(default=())  # per block; () on a card imported before it was traced
     #: ops a block of each list dispatches from the host in eager PyTorch (not each a kernel: see
     #: meshlab.models.importer.elementwise_trace), and "outside": the rest of one forward's; {} on a card imported before

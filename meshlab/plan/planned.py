@@ -265,20 +265,46 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
 
 def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:
     """The axes the image stream's residual is split on between blocks under `plan`'s weights (largest-dim weights
-    leave it split on model: the gates that scale its updates are), for the block.input rule planning adds to keep.
+    leave it split on model: the gates that scale its updates are, `residual_splits`), for the block.input rule
+    planning adds to keep.
     Measured (XLA:TPU, torch_xla's program of HunyuanVideo over seq 2 x model 4 at 256², 3 blocks of each list): with
     the features whole (hunyuan-seq2-model4-whole-input.yaml) a middle block gathers the image residual once more,
     7 all-gathers of 364,511,232 B a double block against 6 of 312,606,720 keeping them (hunyuan-seq2-model4.yaml),
     and a single block's collectives move 808 MB against 717 MB."""
-    from meshlab.cost.collectives import residual_splits
-    from meshlab.cost.graph import graph_of
-    from meshlab.cost.layout import layout_of
+    from meshlab.plan.axes import activation_axes
 
-    splits = residual_splits(graph_of(plan), layout_of(plan, strategy), plan.mesh)
+    splits = residual_splits(plan, activation_axes(strategy.activations, plan.mesh))
     image = splits.get("image", ())
     # the rule pins the image tokens of every block: where single blocks carry a joint residual split otherwise,
     # only the axes both splits share are kept (the others are gathered in one list or the other, and priced so)
     return tuple(a for a in image if a in splits.get("joint", image) and plan.mesh.size(a) > 1)
+
+
+def residual_splits(plan: Plan, gathered: frozenset[str]) -> dict[str, tuple[str, ...]]:
+    """Stream -> the mesh axes its residual is split on, on its features, between blocks (streams whose residual a
+    modulation scales: "joint" is the single blocks' of Flux and HunyuanVideo): as the output rows of the Linears
+    that make the gates scaling its updates, less the axes that split activations (`gathered`: an FSDP weight is
+    gathered before use) and those of size 1, where every piece splits evenly. The cost model derives the same from
+    its graph (meshlab.cost.collectives `_Deriver.residual`; tests/cost/test_collectives.py holds the two equal).
+    Pure."""
+    from meshlab.models.card import module_pattern
+
+    lists = plan.card.block_lists
+    weights = {}
+    for p in plan.parameters:
+        if p.name.endswith(".weight") and not p.parameter.is_bias:
+            weights.setdefault(module_pattern(p.name.removesuffix(".weight"), lists), p)
+    splits: dict[str, tuple[str, ...]] = {}
+    for flow in plan.card.dataflow:
+        weight = weights.get(flow.module)
+        for modulation in flow.modulates:
+            if weight is None or ".*" not in modulation.norm:  # the output norm's, outside the blocks
+                continue
+            rows = tuple(a for a in weight.spec.entries[0] or () if a not in gathered and plan.mesh.size(a) > 1)
+            n = math.prod(plan.mesh.size(a) for a in rows)
+            even = modulation.width % n == 0 and weight.shape[0] % modulation.width == 0
+            splits.setdefault(modulation.stream, rows if rows and even else ())
+    return splits
 
 
 def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStrategy:

@@ -10,7 +10,7 @@ from meshlab.cost.collectives import combine
 from meshlab.cost.topology import collective_seconds, route
 from meshlab.core.mesh import AbstractMesh
 
-from tests.conftest import small_card
+from tests.conftest import REPO, small_card
 from tests.cost.helpers import PAIRS, predicted
 
 
@@ -189,3 +189,32 @@ def test_flux_flops_and_pairs_collectives_against_hand_counts():
     # both samples' rows: 2 x tokens x w x 2 bytes, over data
     assert rows == {0: [2 * text * w * 2] * 2 + [2 * image * w * 2] * 2, first_single: [2 * joint * w * 2]}
     assert not any(c.kind == "collective-permute" for c in p.collectives)
+
+
+def test_planning_reads_the_residual_s_split_as_the_cost_model_derives_it():
+    """The block.input rule planning adds keeps the image residual's feature split (meshlab.plan.planned
+    residual_splits, from the gates' Linears), which the cost model derives from its graph (`_Deriver.residual`):
+    the two agree on the image stream, and on what the rule keeps, for every strategy of the repository and variants
+    whose residuals are split on model, on two axes, or on an axis of size 1."""
+    import glob
+
+    from meshlab.cost.collectives import residual_splits
+    from meshlab.cost.graph import graph_of
+    from meshlab.cost.layout import layout_of
+    from meshlab.plan import planned
+    from meshlab.plan.axes import activation_axes
+
+    files = sorted(glob.glob(str(REPO / "strategies" / "*.yaml")) + glob.glob(
+        str(REPO / "tests" / "cost" / "data" / "strategies" / "*.yaml")))
+    split = 0
+    for path in files:
+        p = planned.plan_file(path)
+        mesh = p.plan.mesh
+        ours = planned.residual_splits(p.plan, activation_axes(p.strategy.activations, mesh))
+        derived = residual_splits(graph_of(p.plan), layout_of(p.plan, p.strategy), mesh)
+        real = {s: tuple(a for a in axes if mesh.size(a) > 1) for s, axes in derived.items()}
+        assert (ours.get("image") or ()) == (real.get("image") or ()), path
+        if "joint" in ours:
+            assert ours["joint"] == (real.get("joint") or ()), path
+        split += bool(ours.get("image"))
+    assert split >= 10  # largest-dim plans of several models among them

@@ -260,13 +260,19 @@ def test_the_tracer_finds_joined_and_partial_rotations_and_the_joins_at_a_block_
 
 
 class _RejoiningAttention(torch.nn.Module):
+    """Joins the two tensors it is called with, or (`projected`) their projections, 3-D, as a q/k/v join would be
+    if it were not 4-D."""
+
     heads = 2
 
-    def __init__(self, width: int):
+    def __init__(self, width: int, projected: bool = False):
         super().__init__()
-        self.to_qkv = torch.nn.Linear(width, width)
+        self.projected = projected
+        self.to_qkv, self.add_qkv = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
 
     def forward(self, image, text):
+        if self.projected:
+            return torch.cat([self.to_qkv(image), self.add_qkv(text)], dim=1)
         return self.to_qkv(torch.cat([image, text], dim=1))
 
 
@@ -274,9 +280,10 @@ class _CutBlock(torch.nn.Module):
     """Cuts a joint tensor it made and hands the parts to an attention that joins them again (HunyuanVideo's single
     blocks), or hands it two tensors of its own (`own`, CogVideoX's norm outputs)."""
 
-    def __init__(self, width: int, own: bool):
+    def __init__(self, width: int, mode: str):
         super().__init__()
-        self.own, self.attn, self.norm = own, _RejoiningAttention(width), torch.nn.Linear(width, width)
+        self.own = mode != "cut"
+        self.attn = _RejoiningAttention(width, projected=mode == "projected")
 
     def forward(self, hidden_states, encoder_hidden_states):
         n = hidden_states.shape[1]
@@ -287,26 +294,27 @@ class _CutBlock(torch.nn.Module):
 
 
 class _CutModel(torch.nn.Module):
-    def __init__(self, width: int, own: bool):
+    def __init__(self, width: int, mode: str):
         super().__init__()
-        self.blocks = torch.nn.ModuleList([_CutBlock(width, own), _CutBlock(width, own)])
+        self.blocks = torch.nn.ModuleList([_CutBlock(width, mode), _CutBlock(width, mode)])
 
     def forward(self, hidden_states, encoder_hidden_states, return_dict=False):
         return tuple(b(hidden_states, encoder_hidden_states) for b in self.blocks)
 
 
-@pytest.mark.parametrize("own", [False, True])
-def test_an_attention_s_join_of_the_streams_it_is_called_with_is_recorded_unless_it_undoes_a_cut(own):
+@pytest.mark.parametrize("mode", ["cut", "own", "projected"])
+def test_an_attention_s_join_of_the_streams_it_is_called_with_is_recorded_unless_it_undoes_a_cut(mode):
     """A join inside an attention of the two tensors it was called with is a join of the streams (recorded in the
     attention), except where they are the parts of a cut the block made: the join restores that tensor (HunyuanVideo
-    under seq 2 x model 4 agrees with XLA:TPU's program without pricing it)."""
+    under seq 2 x model 4 agrees with XLA:TPU's program without pricing it). A join of its projections is the
+    attention's own business."""
     from meshlab.models.card import Join
     from meshlab.models.importer.dataflow_trace import trace_dataflow
 
     image, text, width = 6, 3, 8
     streams = {image: "image", text: "text", image + text: "joint"}
-    model = _CutModel(width, own)
+    model = _CutModel(width, mode)
     inputs = {"hidden_states": torch.randn(1, image, width), "encoder_hidden_states": torch.randn(1, text, width)}
     _, joins, _ = trace_dataflow(model, inputs, {"blocks"}, width, lambda shape: streams.get(shape[1], "none"))
-    assert (Join("blocks.*.attn", "concat", width) in joins) == own
-    assert (Join("blocks.*", "split", width) in joins) == (not own)
+    assert (Join("blocks.*.attn", "concat", width) in joins) == (mode == "own")
+    assert (Join("blocks.*", "split", width) in joins) == (mode == "cut")

@@ -79,7 +79,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                    stream_of: Callable[[tuple[int, ...]], str], dtype: Any = None
                    ) -> tuple[tuple[Flow, ...], tuple[Join, ...], dict[str, tuple[frozenset[str], ...]]]:
     """Run ``model(**inputs)`` once under the tracer: every Linear's flow, in the order the forward calls them,
-    the joins and splits of the token streams outside attention, and, for each attention computed as matmuls
+    the joins and splits of the token streams outside attention's q/k/v, and, for each attention computed as matmuls
     rather than one ``F.scaled_dot_product_attention``, the q/k/v Linears each of its matmuls reads."""
     import torch
     from torch.overrides import TorchFunctionMode
@@ -181,7 +181,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     #: joint tensor, the parts sliced from it), until the block returns
     block_arguments: dict[str, list] = {}
     block_cuts: dict[str, tuple[str, Any, list]] = {}
-    #: module path -> every stream's part it has sliced from a joint sequence, until the block it runs in returns
+    #: module path -> (joint tensor, a stream's part sliced from it) for every such slice it made, until the block
+    #: it runs in returns (the model's own, under "", stay to the end)
     stream_cuts: dict[str, list] = {}
 
     def record_join(func, args, kwargs, out) -> None:
@@ -199,7 +200,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                 joins[where, "concat"] = Join(where, "concat", int(out.shape[-1]), edge)
         if func is torch.Tensor.__getitem__ and torch.is_tensor(out) and out.dim() == 3 and torch.is_tensor(args[0]):
             if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image"):
-                stream_cuts.setdefault(path, []).append(out)
+                stream_cuts.setdefault(path, []).append((args[0], out))
             if stream_of(tuple(args[0].shape)) == "joint" and stream_of(tuple(out.shape)) in ("text", "image") \
                     and (where, "split") not in joins:
                 joins[where, "split"] = Join(where, "split", int(out.shape[-1]))
@@ -209,9 +210,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
 
     def record_attention_join(func, args, kwargs, out) -> None:
         """An attention module's concatenation of the two streams it was called with (not of its q/k/v), unless
-        they are the parts of a block's cut it puts back together (HunyuanVideo's single blocks cut their norm's
-        output and their attention joins the parts again: hunyuan-seq2-model4.yaml agrees with XLA:TPU's program
-        without pricing that join)."""
+        they are the parts of a cut a module around it made of one tensor, put back together (HunyuanVideo's single
+        blocks cut their norm's output and their attention joins the parts again: hunyuan-seq2-model4.yaml agrees
+        with XLA:TPU's program without pricing that join)."""
         path = stack[-1] if stack else ""
         if path not in attention_modules or func is not torch.cat or not torch.is_tensor(out) or out.dim() != 3:
             return
@@ -220,9 +221,14 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         where = pattern_of(path, block_lists)
         if dim in (1, -2) and stream_of(tuple(out.shape)) == "joint" and len(parts) == 2 and all(
                 stream_of(tuple(t.shape)) in ("text", "image") and any(t is a for a in attention_arguments.get(
-                    path, ())) for t in parts) and (where, "concat") not in joins and not all(
-                any(t is cut for cuts in stream_cuts.values() for cut in cuts) for t in parts):
+                    path, ())) for t in parts) and (where, "concat") not in joins and not rejoins_a_cut(path, parts):
             joins[where, "concat"] = Join(where, "concat", int(out.shape[-1]))
+
+    def rejoins_a_cut(path: str, parts) -> bool:
+        """Every part was sliced from one tensor by a module enclosing `path` (not the model's own forward)."""
+        cuts = [cut for p, made in stream_cuts.items() if p and path.startswith(p + ".") for cut in made]
+        sources = [next((source for source, part in cuts if part is t), None) for t in parts]
+        return sources[0] is not None and all(source is sources[0] for source in sources)
 
     def block_entered(path: str) -> Callable:
         def hook(module, args, kwargs) -> None:
