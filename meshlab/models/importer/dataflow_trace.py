@@ -230,9 +230,10 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         sources = [next((source for source, part in cuts if part is t), None) for t in parts]
         return sources[0] is not None and all(source is sources[0] for source in sources)
 
-    def block_entered(path: str) -> Callable:
+    def arguments_kept(into: dict, path: str) -> Callable:
+        """A forward pre-hook keeping the tensors a module is called with in `into`, under its path."""
         def hook(module, args, kwargs) -> None:
-            block_arguments[path] = [t for t in tree_flatten((args, kwargs))[0] if torch.is_tensor(t)]
+            into[path] = [t for t in tree_flatten((args, kwargs))[0] if torch.is_tensor(t)]
         return hook
 
     def block_left(path: str) -> Callable:
@@ -250,11 +251,6 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     #: attention module path -> the tensors its forward was called with, until it returns
     attention_arguments: dict[str, list] = {}
 
-    def attention_entered(path: str) -> Callable:
-        def hook(module, args, kwargs) -> None:
-            attention_arguments[path] = [t for t in tree_flatten((args, kwargs))[0] if torch.is_tensor(t)]
-        return hook
-
     def attention_left(path: str) -> Callable:
         def hook(module, args, output) -> None:
             attention_arguments.pop(path, None)
@@ -262,10 +258,10 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
 
     for path, module in model.named_modules():
         if path.rpartition(".")[0] in block_lists and path.rpartition(".")[2].isdigit():
-            module.register_forward_pre_hook(block_entered(path), with_kwargs=True)
+            module.register_forward_pre_hook(arguments_kept(block_arguments, path), with_kwargs=True)
             module.register_forward_hook(block_left(path))
         if path in attention_modules:
-            module.register_forward_pre_hook(attention_entered(path), with_kwargs=True)
+            module.register_forward_pre_hook(arguments_kept(attention_arguments, path), with_kwargs=True)
             module.register_forward_hook(attention_left(path))
 
     concatenations = {torch.cat, torch.concat, torch.concatenate}
