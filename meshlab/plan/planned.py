@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from meshlab.models.card import ModelCard, load_card
+from meshlab.models.card import ModelCard, load_card, module_pattern
 from meshlab.core.errors import InputError, Location, MeshlabError, PlanError
 from meshlab.core.hardware import Hardware, load_hardware
 from meshlab.plan.memory import MemoryReport, memory_on
@@ -266,11 +266,10 @@ def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: Abstra
 def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:
     """The axes the image stream's residual is split on between blocks under `plan`'s weights (largest-dim weights
     leave it split on model: the gates that scale its updates are, `residual_splits`), for the block.input rule
-    planning adds to keep.
-    Measured (XLA:TPU, torch_xla's program of HunyuanVideo over seq 2 x model 4 at 256², 3 blocks of each list): with
-    the features whole (hunyuan-seq2-model4-whole-input.yaml) a middle block gathers the image residual once more,
-    7 all-gathers of 364,511,232 B a double block against 6 of 312,606,720 keeping them (hunyuan-seq2-model4.yaml),
-    and a single block's collectives move 808 MB against 717 MB."""
+    planning adds to keep. Measured (XLA:TPU, torch_xla's program of HunyuanVideo over seq 2 x model 4 at 256², 3
+    blocks of each list): with the features whole (hunyuan-seq2-model4-whole-input.yaml) a middle block gathers the
+    image residual once more, 7 all-gathers of 364,511,232 B a double block against 6 of 312,606,720 keeping them
+    (hunyuan-seq2-model4.yaml), and a single block's collectives move 808 MB against 717 MB."""
     from meshlab.plan.axes import activation_axes
 
     splits = residual_splits(plan, activation_axes(strategy.activations, plan.mesh))
@@ -287,8 +286,6 @@ def residual_splits(plan: Plan, gathered: frozenset[str]) -> dict[str, tuple[str
     gathered before use) and those of size 1, where every piece splits evenly. The cost model derives the same from
     its graph (meshlab.cost.collectives `_Deriver.residual`; tests/cost/test_collectives.py holds the two equal).
     Pure."""
-    from meshlab.models.card import module_pattern
-
     lists = plan.card.block_lists
     weights = {}
     for p in plan.parameters:
