@@ -15,7 +15,7 @@ from meshlab.core.hardware import Hardware, load_hardware
 from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
-from meshlab.plan.axes import GUIDANCE_AXIS
+from meshlab.plan.axes import GUIDANCE_AXIS, activation_axes
 from meshlab.plan.activations import ADDED_SPLIT_NOTE
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
@@ -270,8 +270,6 @@ def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:
     blocks of each list): with the features whole (hunyuan-seq2-model4-whole-input.yaml) a middle block gathers the
     image residual once more, 7 all-gathers of 364,511,232 B a double block against 6 of 312,606,720 keeping them
     (hunyuan-seq2-model4.yaml), and a single block's collectives move 808 MB against 717 MB."""
-    from meshlab.plan.axes import activation_axes
-
     splits = residual_splits(plan, activation_axes(strategy.activations, plan.mesh))
     image = splits.get("image", ())
     # the rule pins the image tokens of every block: where single blocks carry a joint residual split otherwise,
@@ -281,27 +279,32 @@ def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:
 
 def residual_splits(plan: Plan, gathered: frozenset[str]) -> dict[str, tuple[str, ...]]:
     """Stream -> the mesh axes its residual is split on, on its features, between blocks (streams whose residual a
-    modulation scales: "joint" is the single blocks' of Flux and HunyuanVideo): as the output rows of the Linears
-    that make the gates scaling its updates, less the axes that split activations (`gathered`: an FSDP weight is
-    gathered before use) and those of size 1, where every piece splits evenly. The cost model derives the same from
-    its graph (meshlab.cost.collectives `_Deriver.residual`; tests/cost/test_collectives.py holds the two equal).
-    Pure."""
+    modulation scales: "joint" is the single blocks' of Flux and HunyuanVideo): as the output rows of the Linear
+    that makes the gates of its last update in a block (CogVideoX's norm2.linear, not norm1's), less the axes that
+    split activations (`gathered`: an FSDP weight is gathered before use) and those of size 1, where every piece
+    splits evenly; the last block that splits it decides, and a modulation outside the blocks that conditions
+    their norms (Wan's time_proj) only where none in them does. The cost model derives the same from its graph
+    (meshlab.cost.collectives `_Deriver.residual`; tests/cost/test_collectives.py holds the two equal). Pure."""
+    flows = {f.module: f for f in plan.card.dataflow if f.modulates}
     lists = plan.card.block_lists
-    weights = {}
+    by_block: dict[tuple, tuple[str, ...]] = {}  # (block, stream) -> its last modulation's split
+    outside: dict[str, tuple[str, ...]] = {}
     for p in plan.parameters:
-        if p.name.endswith(".weight") and not p.parameter.is_bias:
-            weights.setdefault(module_pattern(p.name.removesuffix(".weight"), lists), p)
-    splits: dict[str, tuple[str, ...]] = {}
-    for flow in plan.card.dataflow:
-        weight = weights.get(flow.module)
-        for modulation in flow.modulates:
-            if weight is None or ".*" not in modulation.norm:  # the output norm's, outside the blocks
-                continue
-            rows = tuple(a for a in weight.spec.entries[0] or () if a not in gathered and plan.mesh.size(a) > 1)
-            n = math.prod(plan.mesh.size(a) for a in rows)
-            even = modulation.width % n == 0 and weight.shape[0] % modulation.width == 0
-            splits.setdefault(modulation.stream, rows if rows and even else ())
-    return splits
+        flow = flows.get(module_pattern(p.name.removesuffix(".weight"), lists))
+        if flow is None or not p.name.endswith(".weight") or p.parameter.is_bias:
+            continue
+        rows = tuple(a for a in p.spec.entries[0] or () if a not in gathered and plan.mesh.size(a) > 1)
+        chunk, n = min(m.width for m in flow.modulates), math.prod(plan.mesh.size(a) for a in rows)
+        split = rows if rows and chunk % n == 0 and p.shape[0] % chunk == 0 else ()
+        stream = flow.modulates[0].stream
+        if p.parameter.block is not None:
+            by_block[p.parameter.block, stream] = split
+        elif split and any(".*" in m.norm for m in flow.modulates):  # conditions the blocks' norms
+            outside.setdefault(stream, split)
+    splits = {stream: () for _, stream in by_block} | {stream: () for stream in outside}
+    for (_, stream), split in by_block.items():
+        splits[stream] = split or splits[stream]
+    return {stream: splits[stream] or outside.get(stream, ()) for stream in splits}
 
 
 def with_system_compile(loaded: LoadedStrategy, hardware: Hardware) -> LoadedStrategy:

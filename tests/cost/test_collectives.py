@@ -191,11 +191,24 @@ def test_flux_flops_and_pairs_collectives_against_hand_counts():
     assert not any(c.kind == "collective-permute" for c in p.collectives)
 
 
-def test_planning_reads_the_residual_s_split_as_the_cost_model_derives_it():
+#: variants of matrix strategies whose residual splits differ between a block's gates, between blocks, or between
+#: lists, each a rule put first: (strategy, rule)
+RESIDUAL_VARIANTS = [
+    ("cog-seq2-model4", "{match: 'transformer_blocks.*.norm1.linear.*', shard: replicate}"),  # norm2's decides
+    ("cog-seq2-model4", "{match: 'transformer_blocks.*.norm2.linear.*', shard: replicate}"),
+    ("hunyuan-seq2-model4", "{match: 'transformer_blocks.0.*', shard: replicate}"),  # the later blocks decide
+    ("hunyuan-seq2-model4", "{match: 'single_transformer_blocks.0.*', shard: replicate}"),
+    ("hunyuan-seq2-model4", "{match: 'single_transformer_blocks.*', shard: replicate}"),  # joint whole
+    ("wan-2d", "{match: 'condition_embedder.time_proj.*', min_rank: 2, shard: largest, axis: data}"),  # gathered
+    ("wan-2d", "{match: 'blocks.*', shard: replicate}"),  # time_proj outside the blocks decides
+]
+
+
+def test_planning_reads_the_residual_s_split_as_the_cost_model_derives_it(tmp_path):
     """The block.input rule planning adds keeps the image residual's feature split (meshlab.plan.planned
     residual_splits, from the gates' Linears), which the cost model derives from its graph (`_Deriver.residual`):
-    the two agree on the image stream, and on what the rule keeps, for every strategy of the repository and variants
-    whose residuals are split on model, on two axes, or on an axis of size 1."""
+    the two agree on the image stream and the single blocks' joint one, and so on what the rule keeps, for every
+    strategy of the repository and for variants where a block's two gates, two blocks, or the two lists differ."""
     import glob
 
     from meshlab.cost.collectives import residual_splits
@@ -204,9 +217,13 @@ def test_planning_reads_the_residual_s_split_as_the_cost_model_derives_it():
     from meshlab.plan import planned
     from meshlab.plan.axes import activation_axes
 
-    files = sorted(glob.glob(str(REPO / "strategies" / "*.yaml")) + glob.glob(
-        str(REPO / "tests" / "cost" / "data" / "strategies" / "*.yaml")))
-    split = 0
+    data = REPO / "tests" / "cost" / "data" / "strategies"
+    files = sorted(glob.glob(str(REPO / "strategies" / "*.yaml")) + glob.glob(str(data / "*.yaml")))
+    for i, (name, rule) in enumerate(RESIDUAL_VARIANTS):
+        text = (data / f"{name}.yaml").read_text()
+        (tmp_path / f"v{i}.yaml").write_text(text.replace("rules:\n", f"rules:\n  - {rule}\n", 1))
+        files.append(str(tmp_path / f"v{i}.yaml"))
+    kept = []
     for path in files:
         p = planned.plan_file(path)
         mesh = p.plan.mesh
@@ -216,5 +233,6 @@ def test_planning_reads_the_residual_s_split_as_the_cost_model_derives_it():
         assert (ours.get("image") or ()) == (real.get("image") or ()), path
         if "joint" in ours:
             assert ours["joint"] == (real.get("joint") or ()), path
-        split += bool(ours.get("image"))
-    assert split >= 10  # largest-dim plans of several models among them
+        kept.append(planned.kept_residual_split(p.plan, p.strategy))
+    assert sum(bool(k) for k in kept) >= 10  # largest-dim plans of several models among them
+    assert kept[-len(RESIDUAL_VARIANTS):] == [("model",), (), ("model",), ("model",), (), (), ("model",)]

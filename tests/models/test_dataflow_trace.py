@@ -282,7 +282,7 @@ class _CutBlock(torch.nn.Module):
 
     def __init__(self, width: int, mode: str):
         super().__init__()
-        self.own = mode != "cut"
+        self.own, self.mode = mode not in ("cut", "two cuts"), mode
         self.attn = _RejoiningAttention(width, projected=mode == "projected")
 
     def forward(self, hidden_states, encoder_hidden_states):
@@ -290,7 +290,8 @@ class _CutBlock(torch.nn.Module):
         if self.own:
             return self.attn(hidden_states * 2, encoder_hidden_states * 2)
         joint = torch.cat([hidden_states, encoder_hidden_states], dim=1) * 2
-        return self.attn(joint[:, :n], joint[:, n:])
+        other = joint * 3 if self.mode == "two cuts" else joint  # parts of two tensors: a real join
+        return self.attn(joint[:, :n], other[:, n:])
 
 
 class _CutModel(torch.nn.Module):
@@ -302,7 +303,7 @@ class _CutModel(torch.nn.Module):
         return tuple(b(hidden_states, encoder_hidden_states) for b in self.blocks)
 
 
-@pytest.mark.parametrize("mode", ["cut", "own", "projected"])
+@pytest.mark.parametrize("mode", ["cut", "two cuts", "own", "projected"])
 def test_an_attention_s_join_of_the_streams_it_is_called_with_is_recorded_unless_it_undoes_a_cut(mode):
     """A join inside an attention of the two tensors it was called with is a join of the streams (recorded in the
     attention), except where they are the parts of a cut the block made: the join restores that tensor (HunyuanVideo
@@ -316,5 +317,5 @@ def test_an_attention_s_join_of_the_streams_it_is_called_with_is_recorded_unless
     model = _CutModel(width, mode)
     inputs = {"hidden_states": torch.randn(1, image, width), "encoder_hidden_states": torch.randn(1, text, width)}
     _, joins, _ = trace_dataflow(model, inputs, {"blocks"}, width, lambda shape: streams.get(shape[1], "none"))
-    assert (Join("blocks.*.attn", "concat", width) in joins) == (mode == "own")
-    assert (Join("blocks.*", "split", width) in joins) == (mode == "cut")
+    assert (Join("blocks.*.attn", "concat", width) in joins) == (mode in ("own", "two cuts"))
+    assert (Join("blocks.*", "split", width) in joins) == (mode in ("cut", "two cuts"))

@@ -210,9 +210,9 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
 
     def record_attention_join(func, args, kwargs, out) -> None:
         """An attention module's concatenation of the two streams it was called with (not of its q/k/v), unless
-        they are the parts of a cut a module around it made of one tensor, put back together (HunyuanVideo's single
-        blocks cut their norm's output and their attention joins the parts again: hunyuan-seq2-model4.yaml agrees
-        with XLA:TPU's program without pricing that join)."""
+        they are parts cut from one tensor, put back together (HunyuanVideo's single blocks cut their norm's output
+        and their attention joins the parts again: hunyuan-seq2-model4.yaml agrees with XLA:TPU's program without
+        pricing that join)."""
         path = stack[-1] if stack else ""
         if path not in attention_modules or func is not torch.cat or not torch.is_tensor(out) or out.dim() != 3:
             return
@@ -221,12 +221,12 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
         where = pattern_of(path, block_lists)
         if dim in (1, -2) and stream_of(tuple(out.shape)) == "joint" and len(parts) == 2 and all(
                 stream_of(tuple(t.shape)) in ("text", "image") and any(t is a for a in attention_arguments.get(
-                    path, ())) for t in parts) and (where, "concat") not in joins and not rejoins_a_cut(path, parts):
+                    path, ())) for t in parts) and (where, "concat") not in joins and not rejoins_a_cut(parts):
             joins[where, "concat"] = Join(where, "concat", int(out.shape[-1]))
 
-    def rejoins_a_cut(path: str, parts) -> bool:
-        """Every part was sliced from one tensor by a module enclosing `path` (not the model's own forward)."""
-        cuts = [cut for p, made in stream_cuts.items() if p and path.startswith(p + ".") for cut in made]
+    def rejoins_a_cut(parts) -> bool:
+        """Every part was sliced from one and the same tensor."""
+        cuts = [cut for made in stream_cuts.values() for cut in made]
         sources = [next((source for source, part in cuts if part is t), None) for t in parts]
         return sources[0] is not None and all(source is sources[0] for source in sources)
 
