@@ -208,7 +208,8 @@ def _over_real_axes(collectives: tuple[Collective, ...], mesh: AbstractMesh) -> 
 def residual_splits(graph: Graph, layout: Layout, mesh: AbstractMesh) -> dict[str, Axes]:
     """Stream -> the mesh axes its residual stream is split on between blocks, on its features (() whole), for every
     stream whose residual a modulation scales ("joint": the single blocks' of Flux and HunyuanVideo): as the gates
-    that scale its updates (`_Deriver.residual`)."""
+    that scale its updates (`_Deriver.residual`). Planning reads the same from the plan alone
+    (meshlab.plan.planned.residual_splits); tests hold the two equal."""
     deriver = _Deriver(layout, mesh, graph)
     streams = {stream for block, stream in deriver.modulation if block is not None} | set(deriver.residual)
     return {stream: tuple(deriver.residual.get(stream) or ()) for stream in sorted(streams)}

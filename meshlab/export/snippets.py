@@ -62,7 +62,7 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
                         scan: bool = False) -> list[str]:
     """What a strategy asks beyond its parameters' specs that a torch-xla snippet does not write as code, one phrase
     each: activation rules (hooks inside the blocks), rewrites (module changes) and scanned blocks."""
-    from meshlab.plan.activations import added_split, given_rules
+    from meshlab.plan.activations import added_split, given_rules, rule_spec
 
     left = []
     given = given_rules(activations)
@@ -70,7 +70,7 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
         points = ", ".join(dict.fromkeys(r.point for r in given))
         left.append(f"{len(given)} activation rule{'s' * (len(given) > 1)} ({points})")
     if (added := added_split(activations)) is not None:
-        features = added.spec[-1] if isinstance(added.spec[-1], list) else [added.spec[-1]] if added.spec[-1] else []
+        features = rule_spec(added).entries[-1]
         kept = f", its features kept split on {'+'.join(features)}" if features else ""
         left.append(f"the token split over {'+'.join(activations.sequence_axes)} at each block's input{kept} "
                     "(block.input, which planning adds: the model patchifies its latent inside)")
