@@ -176,7 +176,9 @@ def sweep(
         from meshlab.search.documents import SweepDocument
 
         print_json(sweep_document(result, None, elapsed, default) | {"workload": workload.model_dump(exclude_none=True),
-                                                                     "workload_basis": basis}, SweepDocument)
+                                                                     "workload_basis": basis,
+                                                                     "written": None if written is None else
+                                                                     str(written)}, SweepDocument)
     elif out != "-":
         console().print(f"workload: {basis}")
         render_sweep(result, console(), written, elapsed, default, unwritten=None if written else out)

@@ -180,9 +180,13 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
                           f"({making:.0f} s)")
     basis = (f"over {result.images} {what}s with the load and compile before them" if result.images is not None
              else "at throughput")
+    measured = any(s.best is not None and s.best.prediction.startup is not None
+                   and s.best.prediction.startup.compile_measured for s in result.systems)
+    compiles = ("* its XLA:TPU compile measured by `meshlab check --backend tpu`, the others' modelled" if measured
+                else "a compile modelled unless `meshlab check --backend tpu` measured the plan's")
     console.print(f"[dim]sweep took {seconds:.2f} s. latency: one request's wait, a whole pipeline call; s/{what}: "
                   f"the call's time shared among its {what}s (throughput); $/{what}: the chips' list price, {basis}; "
-                  f"first {what}: load, compile and the first call (`meshlab explain` shows each)[/dim]")
+                  f"first {what}: load, compile and the first call (`meshlab explain` shows each; {compiles})[/dim]")
 
 
 def _times(c) -> str:
@@ -250,10 +254,15 @@ def _render_systems(result, console) -> None:
         hw, b = s.hardware, s.best
         table.add_row(hw.name, str(hw.chips), usd(hw.usd_per_chip_hour), b.strategy.name if b else "-",
                       f"{b.latency:.2f}" if b else "-", f"{b.seconds:.2f}" if b else "-", usd(b.usd) if b else "-",
-                      f"{b.prediction.time_to_first_image:.0f} s" if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
+                      _first_cell(b.prediction) if b else "-", f"{s.fitting}/{s.fitting + s.dropped}",
                       s.binding.describe())
     console.print(table)
     _print_bases(console, [(s.hardware.name, s.best.prediction) for s in result.systems if s.best is not None])
+
+
+def _first_cell(p) -> str:
+    """A time to first image, marked * where it takes a measured XLA:TPU compile (the footer says so)."""
+    return f"{p.time_to_first_image:.0f} s" + ("*" if p.startup is not None and p.startup.compile_measured else "")
 
 
 def _print_bases(console, priced: list) -> None:

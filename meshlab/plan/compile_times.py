@@ -97,13 +97,19 @@ def _read(path: Path) -> CompileTimesFile | None:
         return None
 
 
-def measured_compile(strategy: Strategy, card: ModelCard, system: str) -> MeasuredCompile | None:
-    """The compile measured for this plan, size and system; None when none was."""
+def read_compile_times() -> CompileTimesFile:
+    """The kept compiles (none where there is no file, or it does not read as one)."""
     path = compile_times_path()
-    if not path.is_file():
-        return None
-    found = _read(path)
-    return found.entries.get(compile_key(strategy, card, system)) if found is not None else None
+    found = _read(path) if path.is_file() else None
+    return found if found is not None else CompileTimesFile()
+
+
+def measured_compile(strategy: Strategy, card: ModelCard, system: str,
+                     kept: CompileTimesFile | None = None) -> MeasuredCompile | None:
+    """The compile measured for this plan, size and system; None when none was. `kept`: the file already read (a
+    sweep reads it once for all its candidates)."""
+    kept = kept if kept is not None else read_compile_times()
+    return kept.entries.get(compile_key(strategy, card, system)) if kept.entries else None
 
 
 def record_compile(strategy: Strategy, card: ModelCard, system: str, measured: MeasuredCompile) -> Path:

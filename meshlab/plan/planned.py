@@ -16,7 +16,7 @@ from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.plan import Plan
 from meshlab.plan.axes import GUIDANCE_AXIS, activation_axes
-from meshlab.plan.activations import ADDED_SPLIT_NOTE
+from meshlab.plan.activations import ADDED_SPLIT_NOTE, added_split, rule_spec
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.loader import LoadedStrategy, load_strategy
 from meshlab.strategy.schema import ActivationRule, Strategy, Workload
@@ -91,16 +91,10 @@ def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> Pla
     strategy = loaded.strategy
     if -1 not in strategy.mesh.values():  # a GPU node can be used in part: one GPU, or four of eight
         hardware = hardware.using(math.prod(strategy.mesh.values()))
-    try:  # the rule a sequence split takes is added before planning, which checks it (its padding warning)
-        mesh = AbstractMesh.resolve(strategy.mesh, hardware.chips)
-        added = with_block_input_split(loaded, card, mesh)
-    except PlanError:
-        added = loaded  # a mesh the chips cannot hold: make_plan says so at its line
-    plan = make_plan(added.strategy, card, hardware.chips)
-    if added is not loaded and (features := kept_residual_split(plan, added.strategy)):
-        added = with_block_input_split(loaded, card, mesh, features)
-        plan = make_plan(added.strategy, card, hardware.chips)
-    loaded, strategy = added, added.strategy
+    strategy, plan = planned_with_block_input(strategy, card, hardware.chips)
+    if strategy is not loaded.strategy:
+        loaded = replace(loaded, strategy=strategy,
+                         taken=(*loaded.taken, block_input_line(added_split(strategy.activations), card)))
     check_dcn(strategy.dcn, plan.mesh, hardware)
     if strategy.placement.vae_decode == "parallel" and (hardware.kind != "gpu" or strategy.placement.vae == "cpu"):
         where = "the VAE runs on the host (placement.vae: cpu)" if strategy.placement.vae == "cpu" else \
@@ -229,38 +223,58 @@ def with_pipeline_vae(loaded: LoadedStrategy, card_name: str) -> LoadedStrategy:
     return replace(loaded, strategy=strategy, taken=(*loaded.taken, line))
 
 
-def with_block_input_split(loaded: LoadedStrategy, card: ModelCard, mesh: AbstractMesh,
-                           features: tuple[str, ...] = ()) -> LoadedStrategy:
-    """`loaded` with a ``block.input`` rule splitting the image stream's tokens over ``activations.sequence``, and a
-    line saying so, where the model patchifies its latent inside (SD3.5, Wan, HunyuanVideo, CogVideoX, SANA: its
-    input stays whole past the batch, meshlab.plan.inputs), the partitioner runs the split
-    (``sequence_parallel: partitioner``; diffusers and xDiT split the sequence themselves) and no such rule is
-    given. The cost model prices the tokens split as the file says; without the rule the backends left them whole
-    (measured: Wan 2.1 14B under seq 2 x model 4, `check --backend tpu`: every block ran all 5,376 tokens, no
-    collective over seq). `features`: the axes the image stream's residual arrives split on between blocks (the
-    plan's weights decide them: `kept_residual_split`), which the rule keeps, for a spec that left them whole would
-    gather the residual at every block's start (XLA:TPU: hunyuan-seq2-model4-whole-input.yaml). Pure."""
-    activations = loaded.strategy.activations
+def planned_with_block_input(strategy: Strategy, card: ModelCard, chips: int) -> tuple[Strategy, Plan]:
+    """`strategy` planned on `chips`, with the ``block.input`` rule a sequence split needs added where the file
+    gives none (`with_block_input_split`), keeping the residual's feature split the plan's weights leave
+    (`kept_residual_split`, read from the plan made with the rule). `meshlab try` and the sweep plan alike, so a
+    sweep's candidate is priced as its exported file is. Pure."""
+    try:  # the rule a sequence split takes is added before planning, which checks it (its padding warning)
+        mesh = AbstractMesh.resolve(strategy.mesh, chips)
+        added = with_block_input_split(strategy, card, mesh)
+    except PlanError:
+        added = strategy  # a mesh the chips cannot hold: make_plan says so at its line
+    plan = make_plan(added, card, chips)
+    if added is not strategy and (features := kept_residual_split(plan, added)):
+        added = with_block_input_split(strategy, card, mesh, features)
+        plan = make_plan(added, card, chips)
+    return added, plan
+
+
+def with_block_input_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh,
+                           features: tuple[str, ...] = ()) -> Strategy:
+    """`strategy` with a ``block.input`` rule splitting the image stream's tokens over ``activations.sequence``
+    (noted `ADDED_SPLIT_NOTE`; `block_input_line` says so), where the model patchifies its latent inside (SD3.5,
+    Wan, HunyuanVideo, CogVideoX, SANA: its input stays whole past the batch, meshlab.plan.inputs), the partitioner
+    runs the split (``sequence_parallel: partitioner``; diffusers and xDiT split the sequence themselves) and no
+    such rule is given. The cost model prices the tokens split as the file says; without the rule the backends left
+    them whole (measured: Wan 2.1 14B under seq 2 x model 4, `check --backend tpu`: every block ran all 5,376
+    tokens, no collective over seq). `features`: the axes the image stream's residual arrives split on between
+    blocks (the plan's weights decide them: `kept_residual_split`), which the rule keeps, for a spec that left them
+    whole would gather the residual at every block's start (XLA:TPU: hunyuan-seq2-model4-whole-input.yaml). Pure."""
+    activations = strategy.activations
     if not activations.sequence_axes or activations.sequence_parallel != "partitioner":
-        return loaded
+        return strategy
     from meshlab.models.families import FAMILIES
     from meshlab.plan.inputs import batch_axes
 
     fam = FAMILIES.get(card.class_name)  # a class meshlab cannot build runs nowhere: nothing to split
     if fam is None or fam.latent == "tokens" or any(
             r.point == "block.input" and r.stream in (None, "image") for r in activations.rules):
-        return loaded
-    sequence = activations.sequence_axes
-    spec = PartitionSpec(batch_axes(activations, mesh), sequence, tuple(features) or None).to_json()
+        return strategy
+    spec = PartitionSpec(batch_axes(activations, mesh), activations.sequence_axes, tuple(features) or None).to_json()
     rule = ActivationRule(point="block.input", stream="image", spec=spec, note=ADDED_SPLIT_NOTE)
-    shown = json.dumps(spec).replace('"', "")  # as the file would write it: [null, seq, null]; [null, seq, model]
-    line = (f"activations: {card.class_name} patchifies its latent inside the model, so its tokens are split over "
+    updated = activations.model_copy(update={"rules": [*activations.rules, rule]})
+    return strategy.model_copy(update={"activations": updated})
+
+
+def block_input_line(rule: ActivationRule, card: ModelCard) -> str:
+    """What `try` and `explain` say of the block.input rule planning added (`with_block_input_split`)."""
+    shown = json.dumps(rule.spec).replace('"', "")  # as the file would write it: [null, seq, null]; [null, seq, model]
+    sequence, features = rule_spec(rule).entries[1] or (), rule_spec(rule).entries[2] or ()
+    return (f"activations: {card.class_name} patchifies its latent inside the model, so its tokens are split over "
             f"{'+'.join(sequence)} at each block's input (block.input, stream image, spec {shown}; the file gives no "
             "such rule" + (f"; its features stay split on {'+'.join(features)}, as the plan's weights leave the "
                            "residual" if features else "") + ")")
-    updated = activations.model_copy(update={"rules": [*activations.rules, rule]})
-    return replace(loaded, strategy=loaded.strategy.model_copy(update={"activations": updated}),
-                   taken=(*loaded.taken, line))
 
 
 def kept_residual_split(plan: Plan, strategy: Strategy) -> tuple[str, ...]:

@@ -258,6 +258,7 @@ class SystemBest(Document):
     usd_per_image: float | None
     usd_per_image_over_images: float | None = None
     time_to_first_image_s: float | None
+    compile: Literal["measured", "modelled"] | None  # its XLA:TPU compile measured by `check --backend tpu`, or not
     fitting: int
     dropped: int
     binding: Binding
@@ -286,4 +287,5 @@ class SweepDocument(Document):
     assumptions: list[AssumptionDocument] | dict[str, list[AssumptionDocument]]
     workload: Workload
     workload_basis: str
+    written: str | None  # the file the best plan was written to (--out), None where none was or it went to stdout
 

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field, replace
 from meshlab.models.card import ModelCard
 from meshlab.cost.graph import graph_of
 from meshlab.plan.axes import GUIDANCE_AXIS
+from meshlab.plan.activations import given_rules
 from meshlab.cost.predict import Prediction, plan_work, predict
 from meshlab.search.compare import TIE_RATIO
 from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
 from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.plan.plan import Plan
-from meshlab.plan.planned import with_pipeline_vae_dtype
+from meshlab.plan.planned import planned_with_block_input, with_pipeline_vae_dtype
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import (ActivationRule, Activations, Compile, Rule, Strategy, Workload, output_noun,
                                      with_article)
@@ -282,6 +283,11 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
                for key in groups}
     total, done = sum(len(layouts[k]) * len(v) for k, v in groups.items()), 0
     suffix = len(systems) > 1
+    kept = None
+    if any(hw.kind == "tpu" for hw in systems):  # a TPU plan's time to first image takes its measured compile
+        from meshlab.plan.compile_times import read_compile_times
+
+        kept = read_compile_times()
     candidates = []
     for key, members in groups.items():
         base_rules = None
@@ -296,7 +302,7 @@ def sweep_systems(card: ModelCard, systems: tuple[Hardware, ...], model: str, wo
                                             card, hw, model, workload, batch_per_replica,
                                             _activations(arrangement, RUNTIME_BY_KIND.get(hw.kind, "partitioner")),
                                             SWEEP_REWRITES, arrangement.dcn, shared, suffix, images,
-                                            text_encoder))
+                                            text_encoder, kept))
                 done += 1
                 if progress:
                     progress(done, total)
@@ -344,7 +350,7 @@ def ranking_key(objective: str):
 class _Shared:
     """What one arrangement's candidates on systems of one size share: its plan, memory and per-call work."""
 
-    plan = memory = work = None
+    plan = memory = work = activations = None
     problem = ""
 
 
@@ -527,12 +533,13 @@ def _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_re
 
 def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_replica, activations=None,
               rewrites=(), dcn=None, shared: _Shared | None = None, suffix: bool = False,
-              images: int | None = None, text_encoder: str = "host") -> Candidate:
+              images: int | None = None, text_encoder: str = "host", kept=None) -> Candidate:
     """One arrangement planned and priced on `hardware`; `shared` carries the plan, memory and work to the other
     systems of its size (each prices them itself). `text_encoder`: "host", "device", or "auto" (the device where
     the plan still fits with it there, as diffusers places it on a GPU, else the host). A plan whose full VAE
     decode is what does not fit decodes in tiles instead (``placement.vae_decode: tiled``), as a user would turn
-    on ``vae.enable_tiling()``, before the text encoder leaves the device."""
+    on ``vae.enable_tiling()``, before the text encoder leaves the device. `kept`: XLA:TPU compiles measured
+    (meshlab.plan.compile_times): a TPU candidate's startup takes its own where one was kept, as `try` does."""
     shared = shared if shared is not None else _Shared()
     name = _name(family, mesh, dcn) + (f"-on-{hardware.name.replace(':', '-')}" if suffix else "")
     strategy = _strategy(name, family, mesh, rules, model, hardware, workload, batch_per_replica, activations,
@@ -544,11 +551,13 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
     try:
         if shared.problem:
             raise InputError(shared.problem, "")
-        if shared.plan is None:
-            shared.plan = make_plan(strategy, card, hardware.chips)
-            shared.memory = memory_on(shared.plan, strategy, hardware)
-            shared.work = plan_work(shared.plan, strategy, xla=hardware.kind == "tpu")
+        if shared.plan is None:  # planned as `meshlab try` plans its exported file: a rule it adds is priced
+            planned, shared.plan = planned_with_block_input(strategy, card, hardware.chips)
+            shared.activations = planned.activations
+            shared.memory = memory_on(shared.plan, planned, hardware)
+            shared.work = plan_work(shared.plan, planned, xla=hardware.kind == "tpu")
         plan = shared.plan
+        strategy = strategy.model_copy(update={"activations": shared.activations})
         memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
             tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
@@ -560,7 +569,13 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             strategy = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"text_encoder": "cpu"})})
             memory = memory_on(plan, strategy, hardware)
-        prediction = predict(plan, strategy, hardware, work=shared.work)
+        priced_on = hardware
+        if kept is not None and hardware.kind == "tpu":
+            from meshlab.plan.compile_times import measured_compile
+
+            measured = measured_compile(strategy, card, hardware.name, kept)
+            priced_on = replace(hardware, compile_measured=measured) if measured else hardware
+        prediction = predict(plan, strategy, priced_on, work=shared.work)
     except MeshlabError as exc:
         shared.problem = exc.problem
         return Candidate(strategy, family, dropped=f"invalid: {exc.problem}", hardware=hardware, images=images)
@@ -580,7 +595,10 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None, object
              for r in s.rules]
     document = {
         "name": s.name, "description": s.description, "model": s.model, "hardware": _hardware_entry(hardware),
-        "mesh": dict(s.mesh), **({"dcn": dict(s.dcn)} if s.dcn else {}), "rules": rules, "activations": s.activations.model_dump(exclude_none=True),
+        "mesh": dict(s.mesh), **({"dcn": dict(s.dcn)} if s.dcn else {}), "rules": rules,
+        # the rules a file gives: planning adds its block.input rule again, and says so, when the file is read
+        "activations": s.activations.model_copy(update={"rules": given_rules(s.activations)}).model_dump(
+            exclude_none=True),
         "rewrites": list(s.rewrites), "workload": s.workload.model_dump(exclude_none=True), "placement": s.placement.model_dump(exclude_none=True),
         **({"compile": s.compile.model_dump(exclude={"libtpu_flags"})} if s.compile.elementwise != "fused" else {}),
     }
@@ -664,12 +682,19 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
                      **({"usd_per_image_over_images": s.best.usd if s.best else None}
                         if result.images is not None else {}),
                      "time_to_first_image_s": s.best.prediction.time_to_first_image if s.best else None,
+                     "compile": _compile_basis(s.best.prediction) if s.best else None,
                      "fitting": s.fitting, "dropped": s.dropped,
                      "binding": _binding_document(s.binding)} for s in result.systems],
         "sweep_seconds": seconds,
         "assumptions": assumptions_document(systems[0]) if len(systems) == 1 else
         {hw.name: assumptions_document(hw) for hw in systems},
     }
+
+
+def _compile_basis(prediction: Prediction) -> str | None:
+    """Whether a time to first image takes a measured XLA:TPU compile or the catalog's model (None: no startup)."""
+    startup = prediction.startup
+    return None if startup is None else "measured" if startup.compile_measured else "modelled"
 
 
 def _binding_document(b: Binding) -> dict:

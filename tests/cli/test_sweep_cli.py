@@ -187,3 +187,26 @@ def test_a_node_s_own_size_is_not_refused_under_a_sub_node_name(tmp_path):
     done = sweep("--model", "flux-dev", "--hardware", "h100:4", "--devices", "8", "--json", "--out",
                  str(tmp_path / "b.yaml"))
     assert done.exit_code == 0, done.output
+
+
+def test_the_systems_table_marks_a_first_image_whose_compile_was_measured(tmp_path, monkeypatch):
+    """After `check --backend tpu` kept the best plan's compile, the table marks its first image * and the footer
+    says what * means; with none kept it says each compile is modelled."""
+    from meshlab.plan.compile_times import MeasuredCompile, record_compile
+    from meshlab.plan.planned import plan_file
+
+    monkeypatch.setenv("MESHLAB_COMPILE_TIMES", str(tmp_path / "times.json"))
+    monkeypatch.setenv("COLUMNS", "250")
+    args = ("--hardware", "v6e-8", "--steps", "2", "--height", "512", "--width", "512", "--out", "best.yaml")
+    modelled = sweep(*args)
+    assert modelled.exit_code == 0, modelled.output
+    assert "a compile modelled unless" in " ".join(modelled.output.split()) and " s* " not in modelled.output
+    best = plan_file(tmp_path / "best.yaml")  # the sweep's best, as `meshlab check --backend tpu` would key it
+    record_compile(best.strategy, best.card, "v6e-8", MeasuredCompile(
+        seconds=4321.0, strategy=best.strategy.name, front_end="torch-xla", system="v6e-8", host="h", cores=2,
+        libtpu="0.0.52", measured_at="2026-12-06T00:00:00+00:00"))
+    measured = sweep(*args)
+    assert measured.exit_code == 0, measured.output
+    assert "* its XLA:TPU compile measured" in " ".join(measured.output.split())
+    row = next(line for line in measured.output.splitlines() if line.lstrip("│ ").startswith("v6e-8"))
+    assert best.strategy.name in row and " s*" in row

@@ -283,3 +283,55 @@ def test_the_ulysses_candidate_beside_largest_dim_weights_is_the_plan_xla_tpu_ag
     assert [(r.point, r.spec) for r in swept.rules] == [(r.point, r.spec) for r in checked.strategy.activations.rules]
     pairs = _activations(Arrangement({"data": 1, "seq": 2, "model": 4}, "pairs", "ulysses"))
     assert pairs.rules[0].spec == ["data", "seq", None]  # pairs: the residual is whole between blocks
+
+
+def test_a_tpu_candidate_is_planned_and_keyed_as_its_exported_file_is(tmp_path):
+    """Wan patchifies inside, so a ring candidate on v6e-8 (no block.input rule of its own) gets the rule planning
+    adds, in the sweep as in `meshlab try` of its exported file: the same rules, prices and compile key, so a
+    compile `check --backend tpu` measured of that file is the candidate's. The file leaves the added rule out
+    and planning adds it again (and says so)."""
+    from meshlab.plan.activations import added_split
+    from meshlab.plan.compile_times import compile_key
+
+    card, hw = load_card("wan-2.1-t2v-1.3b"), load_hardware("v6e-8")
+    result = sweep(card, hw, "wan-2.1-t2v-1.3b", Workload(height=480, width=832, frames=21, steps=2, cfg=True,
+                                                          text_tokens=512), families=("ring",))
+    rings = [c for c in result.candidates if c.prediction is not None and c.strategy.activations.sequence_axes]
+    assert rings
+    for c in rings[:3]:
+        assert added_split(c.strategy.activations) is not None, c.strategy.name
+        path = tmp_path / f"{c.strategy.name}.yaml"
+        write_atomic(path, strategy_yaml(c))
+        assert "added by meshlab" not in path.read_text()
+        planned = plan_file(path)
+        assert planned.strategy.activations.rules == c.strategy.activations.rules
+        assert any("patchifies its latent inside" in line for line in planned.loaded.taken)
+        assert compile_key(planned.strategy, card, "v6e-8") == compile_key(c.strategy, card, "v6e-8")
+
+
+def test_a_tpu_candidate_s_first_image_takes_its_measured_compile(tmp_path, monkeypatch):
+    """A compile `meshlab check --backend tpu` kept for a candidate's plan is its startup's compile, marked measured
+    in the sweep's document; the others stay modelled."""
+    from meshlab.plan.compile_times import MeasuredCompile, record_compile
+    from meshlab.search.sweep import sweep_document
+
+    monkeypatch.setenv("MESHLAB_COMPILE_TIMES", str(tmp_path / "times.json"))
+    card, hw = load_card("qwen-image"), load_hardware("v6e-8")
+    workload = Workload(height=512, width=512, steps=2, cfg=True, text_tokens=64)
+    before = sweep(card, hw, "qwen-image", workload, families=("pairs", "2d"))
+    best = before.best
+    assert not best.prediction.startup.compile_measured
+    measured = MeasuredCompile(seconds=1234.0, strategy=best.strategy.name, front_end="torch-xla", system="v6e-8",
+                               host="h", cores=2, libtpu="0.0.52", measured_at="2026-12-06T00:00:00+00:00")
+    record_compile(best.strategy, card, "v6e-8", measured)
+    after = sweep(card, hw, "qwen-image", workload, families=("pairs", "2d"))
+    found = {c.strategy.name: c for c in after.candidates if c.prediction is not None}
+    startup = found[best.strategy.name].prediction.startup
+    assert startup.compile_measured and startup.compile_s == 1234.0
+    others = [c for name, c in found.items() if name != best.strategy.name]
+    assert others and not any(c.prediction.startup.compile_measured for c in others)
+    document = sweep_document(after, hw)
+    row = next(r for r in document["candidates"] if r["name"] == best.strategy.name)
+    assert row["predicted"]["time_to_first_image"]["compile"] == "measured"
+    system = document["systems"][0]  # the best by latency: a startup does not rank it
+    assert (system["best"], system["compile"]) == (best.strategy.name, "measured")
