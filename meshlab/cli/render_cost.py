@@ -260,6 +260,20 @@ def _render_systems(result, console) -> None:
     _print_bases(console, [(s.hardware.name, s.best.prediction) for s in result.systems if s.best is not None])
 
 
+def _flags_line(flags: list[str]) -> str:
+    """What a strategy's libtpu flags change in the prediction: the collective matmuls they turn off, and the flags
+    the time model does not price."""
+    from meshlab.cost.collectives import WINDOWED_EINSUM_FLAGS, windows_open
+
+    closed = sorted({"gather", "scatter"} - windows_open(flags))
+    others = [f for f in flags if f.removeprefix("--").partition("=")[0] not in WINDOWED_EINSUM_FLAGS]
+    kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
+    line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(
+        kinds[k] for k in closed) + ", priced as the partitioner issues them" if closed
+        else "the collective matmuls stay on")
+    return line + (f"; not priced: {', '.join(others)}" if others else "")
+
+
 def _first_cell(p) -> str:
     """A time to first image, marked * where it takes a measured XLA:TPU compile (the footer says so)."""
     return f"{p.time_to_first_image:.0f} s" + ("*" if p.startup is not None and p.startup.compile_measured else "")
@@ -330,6 +344,8 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
                   f"{layout.local.describe()} per sample per chip")
     for line in planned.loaded.taken:  # what the file left out and planning took (plain text, no markup)
         console.print(line, markup=False)
+    if hw.kind == "tpu" and planned.strategy.compile.libtpu_flags:
+        console.print(_flags_line(planned.strategy.compile.libtpu_flags), markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")

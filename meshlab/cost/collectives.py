@@ -230,12 +230,33 @@ def _card_points(graph: Graph, layout: Layout) -> dict:
     return {(p.module, p.where): p for p in activation_points(graph.card, layout.activation_rules)}
 
 
+#: libtpu flags that turn XLA:TPU's collective matmuls (windowed einsum) off, and the windows each one closes
+WINDOWED_EINSUM_FLAGS = {"xla_tpu_enable_windowed_einsum_for_all_gather": "gather",
+                         "xla_tpu_enable_windowed_einsum_for_reduce_scatter": "scatter"}
+_FALSE = ("false", "0", "no", "f", "n")
+
+
+def windows_open(libtpu_flags: tuple[str, ...] | list[str] = ()) -> frozenset[str]:
+    """The windows (`Collective.window`) XLA:TPU may run as collective matmuls under a strategy's libtpu flags: both
+    by default; `--xla_tpu_enable_windowed_einsum_for_all_gather=false` closes "gather" (a matmul's gathered
+    operand, an FSDP weight's too), `..._for_reduce_scatter=false` closes "scatter" (the last flag of a name wins,
+    as absl's parser takes it). Measured: 2d.yaml with both off (tests/check/test_tpu_check.py), 6 all-gathers a
+    middle block where XLA:TPU's defaults issue 4 and 46 permutes (256², v6e-8). Other flags change no count here."""
+    given: dict[str, str] = {}
+    for flag in libtpu_flags:
+        name, _, value = flag.removeprefix("--").partition("=")
+        if name in WINDOWED_EINSUM_FLAGS:
+            given[name] = value.lower()
+    return frozenset({"gather", "scatter"} - {WINDOWED_EINSUM_FLAGS[n] for n, v in given.items() if v in _FALSE})
+
+
 def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul: float | None = None,
-              mesh: dict[str, int] | None = None, dcn: dict[str, int] | None = None, scanned: bool = False
-              ) -> tuple[Collective, ...]:
+              mesh: dict[str, int] | None = None, dcn: dict[str, int] | None = None, scanned: bool = False,
+              windows: frozenset[str] = frozenset({"gather", "scatter"})) -> tuple[Collective, ...]:
     """The collectives the compiler issues on hardware of `kind` (`collective_matmul`: the hardware's
     collective_matmul_flop_per_byte; `mesh`: axis sizes; `dcn`: the axes that cross slices; `scanned`: block lists
-    run through scan). On TPUs, XLA:TPU gathers a tensor once for all its readers and a block's
+    run through scan; `windows`: the collective matmuls the plan's libtpu flags leave on, `windows_open`). On TPUs,
+    XLA:TPU gathers a tensor once for all its readers and a block's
     conditioning once for all blocks (`gathered_once`), runs matmuls worth it as collective matmuls
     (`collective_matmuls`), reduce-scatters a sum wanted split where its shares tile (`reduce_scatters`), and its
     all-reduce combiner merges all-reduces with no data dependency between them into
@@ -258,7 +279,7 @@ def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul:
     if not scanned:  # a loop body cannot fold one iteration's cut into the next one's join (not measured)
         collectives = folded_joins(collectives)
     if collective_matmul is not None and mesh:
-        collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()))
+        collectives = collective_matmuls(collectives, collective_matmul, mesh, set(dcn or ()), windows)
     if mesh:
         collectives = reduce_scatters(collectives, mesh, set(dcn or ()))
     scatters = combine([c for c in collectives if c.kind == "reduce-scatter"])
@@ -406,7 +427,8 @@ def gathered_once(collectives: tuple[Collective, ...], scanned: bool = False) ->
 
 
 def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float, mesh: dict[str, int],
-                       across_slices: set[str] = frozenset()) -> tuple[Collective, ...]:
+                       across_slices: set[str] = frozenset(), windows: frozenset[str] = frozenset({"gather", "scatter"})
+                       ) -> tuple[Collective, ...]:
     """XLA:TPU's collective matmul (XLA's windowed einsum): a matmul fed by an all-gather, or drained by a sum wanted
     split, over n chips runs as n - 1 async permutes of one chip's shard, each overlapping a slice of the matmul,
     when its FLOPs per chip per byte of that collective reach `flop_per_byte` x 2 / n (the hardware's
@@ -422,11 +444,11 @@ def collective_matmuls(collectives: tuple[Collective, ...], flop_per_byte: float
     threshold (benchmarks/collective_matmul_probe.py; 2d-4x2.yaml gathers its MLP input at 6144). Measured on one
     axis inside one slice only: a
     collective over several axes, or over an axis that crosses slices (`across_slices`), stays as the partitioner
-    issues it."""
+    issues it; so does one whose window the plan's libtpu flags close (`windows`, `windows_open`)."""
     out: list[Collective] = []
     for c in collectives:
         n = math.prod(mesh[a] for a in c.axes)
-        if (not c.window or n < 3 or len(c.axes) != 1 or c.axes[0] in across_slices
+        if (c.window not in windows or n < 3 or len(c.axes) != 1 or c.axes[0] in across_slices
                 or c.dot_flops / c.bytes < flop_per_byte * 2 / n):
             out.append(c)
             continue

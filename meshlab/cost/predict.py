@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from meshlab.cost.collectives import Collective, derive, issued_on
+from meshlab.cost.collectives import Collective, derive, issued_on, windows_open
 from meshlab.cost.flops import Work, chip_work, graph_flops
 from meshlab.cost.graph import graph_of
 from meshlab.cost.layout import Layout, layout_of
@@ -154,7 +154,8 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     done = work if work is not None else plan_work(plan, strategy, xla=hardware.kind == "tpu")
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
     issued = tool_issued(issued_on(collectives, hardware.kind, hardware.collective_matmul_flop_per_byte,
-                                   plan.mesh.as_dict(), strategy.dcn, strategy.compile.scan_blocks),
+                                   plan.mesh.as_dict(), strategy.dcn, strategy.compile.scan_blocks,
+                                   windows_open(strategy.compile.libtpu_flags)),
                          layout)  # what the hardware and the ring's tool run
     ring = {layout.ring_axes} if layout.ring_axes else set()
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn)

@@ -33,6 +33,10 @@ XLA_TPU = {
                 {"all-gather": (1, 1_769_472), "all-reduce": (1, 1_152), "all-to-all": (3, 4_423_680)}),
     "2d-stock": ("tests/cost/data/strategies/2d-stock.yaml", "transformer_blocks.1",
                  {"all-gather": (4, 3_538_944), "all-reduce": (2, 2_304)}),
+    # libtpu flags turn the collective matmuls off: the MLP's operands gathered, its sums reduce-scattered
+    "2d-no-collective-matmul": ("tests/cost/data/strategies/2d-no-collective-matmul.yaml", "transformer_blocks.1",
+                                {"all-gather": (6, 5_308_416), "all-reduce": (4, 4_608),
+                                 "reduce-scatter": (1, 1_769_472)}),
 }
 
 
@@ -83,6 +87,38 @@ def test_a_collective_matmul_starts_at_the_measured_intensity():
     made = collective_matmuls((at, below), 4928.0, {"model": 4})
     assert [c.kind for c in made] == ["collective-permute"] * 3 + ["all-gather"]
     assert [c.bytes for c in made[:3]] == [250] * 3 and all(c.both_ways for c in made[:3])
+
+
+@pytest.mark.parametrize("flags, open_", [
+    ((), {"gather", "scatter"}),
+    (("--xla_tpu_enable_windowed_einsum_for_all_gather=false",), {"scatter"}),
+    (("--xla_tpu_enable_windowed_einsum_for_reduce_scatter=0", "--xla_tpu_enable_async_collective_fusion=true"),
+     {"gather"}),
+    (("--xla_tpu_enable_windowed_einsum_for_all_gather=false", "--xla_tpu_enable_windowed_einsum_for_all_gather"),
+     {"gather", "scatter"}),  # the last of a name wins, and a bare flag is true
+])
+def test_libtpu_flags_close_the_collective_matmuls_they_name(flags, open_):
+    from meshlab.cost.collectives import windows_open
+
+    assert windows_open(flags) == open_
+    mlp_input = gather(1000, 2_464_000.0)  # at the threshold on 4 chips
+    issued = collective_matmuls((mlp_input,), 4928.0, {"model": 4}, windows=windows_open(flags))
+    assert {c.kind for c in issued} == ({"collective-permute"} if "gather" in open_ else {"all-gather"})
+
+
+def test_explain_says_which_libtpu_flags_it_priced(tmp_path):
+    from typer.testing import CliRunner
+
+    from meshlab.cli.app import app
+
+    path = tmp_path / "flags.yaml"
+    path.write_text((DATA / "2d-no-collective-matmul.yaml").read_text().replace(
+        "reduce_scatter=false]", "reduce_scatter=false, --xla_tpu_enable_async_collective_fusion=true]"))
+    done = CliRunner().invoke(app, ["explain", str(path)], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    line = next(x for x in done.output.splitlines() if x.startswith("compile.libtpu_flags"))
+    assert "no collective matmul for a matmul's gathered operand or a matmul's sum wanted split" in line
+    assert line.endswith("not priced: --xla_tpu_enable_async_collective_fusion=true")
 
 
 def test_no_collective_matmul_over_two_chips():
