@@ -22,7 +22,7 @@ from meshlab.runtime.requests import CheckJob, DTensorCheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.check.verdict import OutputVerdict, predicted_per_block
 from meshlab.runtime.devices import torch_environment
-from meshlab.core.errors import BackendError, InputError, MeshlabError
+from meshlab.core.errors import InputError, MeshlabError, MissingExtra
 from meshlab.plan.placements import local_shape, placements_of, required
 from meshlab.core.spec import PartitionSpec
 
@@ -146,7 +146,7 @@ def refuse_inexpressible(setup: CheckSetup) -> None:
 def require_torch() -> None:
     for package in ("torch", "diffusers"):
         if importlib.util.find_spec(package) is None:
-            raise BackendError(f"{package} is not installed, and the DTensor check needs it",
+            raise MissingExtra(f"{package} is not installed, and the DTensor check needs it",
                                "pip install -e '.[xla]' (torch and diffusers; torch_xla is not needed for DTensor)")
 
 

@@ -30,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 
 from meshlab.check import hlo
-from meshlab.runtime.protocol import Progress, call_worker
+from meshlab.runtime.protocol import Progress, WorkerFailed, call_worker
 from meshlab.runtime.results import TpuCheckPayload
 from meshlab.runtime.requests import TpuCheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
@@ -273,14 +273,21 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         xla.require()
     with dump_folder(options.dump_dir, "meshlab-tpu-") as folder:
         flags = setup.strategy.compile.libtpu_flags
-        results = _compile(path, options, front_ends, topology, folder, progress, flags)
+        try:
+            results = _compile(path, options, front_ends, topology, folder, progress, flags)
+        except InputError as exc:  # a topology libtpu does not know (the worker's), or the host's memory ran out
+            raise setup.planned.loaded.place(exc if exc.field else replace_field(exc, ("hardware",))) from None
         if front_end == "auto" and results[0].get("error"):
             progress("torch-xla could not trace the model; compiling torchax's program instead")
             results += _compile(path, options, ["torchax"], topology, folder, progress, flags)
         if all(r.get("error") for r in results):
-            raise BackendError("no front end compiled the model: " + "; ".join(
-                f"{r['front_end']}: {r['error']}" for r in results),
-                "check the plan on the CPU first (`meshlab check` with --backend xla)")
+            said = "no front end compiled the model: " + "; ".join(f"{r['front_end']}: {r['error']}" for r in results)
+            if all(r.get("input") for r in results):  # no front end asked for can lower the model's class, or the
+                # host's memory cannot hold its trace
+                fixes = dict.fromkeys(r["fix"] for r in results if r.get("fix"))
+                raise setup.planned.loaded.place(InputError(said, "; ".join(fixes) or "check it with --backend xla",
+                                                            field=("model",)))
+            raise BackendError(said, "check the plan on the CPU first (`meshlab check` with --backend xla)")
         compiled = tuple(_read(r, setup) for r in results)
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
     primary = next((c for c in compiled if c.ok), None)
@@ -374,7 +381,18 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
                         "--xla_dump_latency_hiding_schedule=true").strip()
     request = TpuCheckRequest(strategy=str(path), options=options.to_json(), front_ends=front_ends,
                               topology=topology.to_json(), scratch=str(folder))
-    return call_worker("meshlab.workers.check_tpu", request, env, TpuCheckPayload, progress=progress)["results"]
+    try:
+        return call_worker("meshlab.workers.check_tpu", request, env, TpuCheckPayload, progress=progress)["results"]
+    except WorkerFailed as error:
+        if error.status != "oom":
+            raise
+        raise InputError(f"{error.problem} (the trace and compile ran out of this host's memory)",
+                         HOST_MEMORY_FIX, field=("workload",)) from None
+
+
+#: a plan too big for this host to trace and compile: XLA:TPU ahead of time needs no TPU, only host memory
+HOST_MEMORY_FIX = ("check fewer blocks (--layers N) or scan the blocks (--scan), or a smaller image, or compile on a "
+                   "host with more memory (no TPU is needed)")
 
 
 def _read(result: dict, setup: CheckSetup) -> Compiled:

@@ -21,7 +21,7 @@ from meshlab.check.readback import compare_parameter
 from meshlab.runtime.requests import CheckJob, CheckRequest
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
 from meshlab.runtime.devices import child_environment
-from meshlab.core.errors import BackendError, InputError
+from meshlab.core.errors import InputError, MissingExtra
 from meshlab.core.files import dump_folder
 
 
@@ -48,7 +48,7 @@ def run_checks(paths: list[str | Path], options: CheckOptions, progress: Progres
 def require_backend() -> None:
     xla.require()
     if importlib.util.find_spec("diffusers") is None:
-        raise BackendError("diffusers is not installed, and the check builds the model from it", xla.INSTALL_FIX)
+        raise MissingExtra("diffusers is not installed, and the check builds the model from it", xla.INSTALL_FIX)
 
 
 def run_worker(jobs: list[CheckJob], dump_dir: Path, device_count: int, progress: Progress) -> list[dict]:

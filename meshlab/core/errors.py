@@ -58,6 +58,11 @@ class PlanError(InputError):
     """A strategy that cannot be planned on its model and mesh (axis, rank, divisibility)."""
 
 
+class MissingExtra(InputError):
+    """An optional extra the command needs is not installed (torch_xla, diffusers, jax, libtpu, torchax): the
+    user's to fix, like bad input (exit code 2), and the fix names the install command."""
+
+
 class BackendError(MeshlabError):
     """torch_xla is missing, SPMD is off, or XLA rejected what meshlab asked of it. Exit code 3."""
 

@@ -21,7 +21,7 @@ from meshlab.runtime.protocol import WorkerFailed, call_worker
 from meshlab.runtime.results import BuiltPayload, RunPayload
 from meshlab.runtime.requests import BuildTinyRequest, TorchRunRequest, XlaRunRequest
 from meshlab.runtime.devices import child_environment, torch_environment
-from meshlab.core.errors import BackendError, InputError, Location, MeshlabError
+from meshlab.core.errors import BackendError, InputError, Location, MeshlabError, MissingExtra
 from meshlab.experiments.records import RunRecord, append_record, run_record
 from meshlab.core.files import cache_root, file_stem, output_folder
 from meshlab.experiments.compile_cache import cache_for
@@ -189,7 +189,7 @@ def _require_backend(planned: PlannedStrategy, options: RunOptions) -> None:
     needed = ("torch", "diffusers", "transformers") + (("torch_xla",) if options.backend == "xla" else ())
     missing = [name for name in needed if find_spec(name) is None]
     if missing:
-        raise BackendError(f"running a pipeline needs {', '.join(missing)}, which is not installed",
+        raise MissingExtra(f"running a pipeline needs {', '.join(missing)}, which is not installed",
                            "install the extra: pip install -e '.[xla]'")
     if options.backend == "dtensor":
         if _joint_guidance(planned):

@@ -11,7 +11,7 @@ import contextlib
 import importlib.util
 from collections.abc import Iterator
 
-from meshlab.core.errors import BackendError, error_message
+from meshlab.core.errors import BackendError, MissingExtra, error_message
 from meshlab.core.mesh import AbstractMesh
 from meshlab.core.spec import PartitionSpec
 
@@ -22,7 +22,7 @@ def require() -> None:
     """torch_xla must be importable (checked without importing it)."""
     for module in ("torch", "torch_xla"):
         if importlib.util.find_spec(module) is None:
-            raise BackendError(f"{module} is not installed, and applying a plan needs PyTorch/XLA", INSTALL_FIX)
+            raise MissingExtra(f"{module} is not installed, and applying a plan needs PyTorch/XLA", INSTALL_FIX)
 
 
 def enable_spmd() -> None:

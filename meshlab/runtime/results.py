@@ -111,6 +111,8 @@ class DTensorCheckPayload(Payload):
 class FrontEndFailed(Payload):
     front_end: str
     error: str
+    fix: str = ""  # where the failure is the input's (a class the front end cannot lower): how to fix it
+    input: bool = False  # the input's to fix (exit 2), not the backend's (exit 3)
 
 
 class FrontEndCompiled(Payload):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshlab.core.errors import BackendError, InputError
+from meshlab.core.errors import InputError, MissingExtra
 from meshlab.core.hardware import Hardware
 
 INSTALL_FIX = "pip install -e '.[tpu]' (jax, jaxlib, libtpu and torchax from the package index)"
@@ -55,5 +55,5 @@ def require(torchax: bool = False) -> None:
 
     missing = [m for m in ("jax", "libtpu", *(["torchax"] if torchax else [])) if importlib.util.find_spec(m) is None]
     if missing:
-        raise BackendError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, and "
+        raise MissingExtra(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, and "
                            "XLA:TPU compiles through them", INSTALL_FIX)

@@ -34,7 +34,7 @@ from meshlab.runtime.protocol import serve
 from meshlab.runtime.requests import TpuCheckRequest
 from meshlab.runtime.tpu_topology import Topology
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
-from meshlab.core.errors import BackendError, MeshlabError, error_message
+from meshlab.core.errors import BackendError, InputError, MeshlabError, error_message
 
 FRONT_ENDS = ("torch-xla", "torchax")
 
@@ -54,6 +54,13 @@ def handle(request: TpuCheckRequest) -> dict:
     for front in request.front_ends:
         try:
             results.append(_compile(front, setup, devices, out))
+        except InputError as exc:  # a class this front end cannot lower: the parent falls back, or says so (exit 2)
+            results.append({"front_end": front, "error": exc.problem, "fix": exc.fix, "input": True})
+        except MemoryError:  # the plan's trace is too big for this host: the input's to fix, as the parent says
+            from meshlab.check.against_tpu import HOST_MEMORY_FIX
+
+            results.append({"front_end": front, "error": f"{front} ran out of this host's memory tracing the model",
+                            "fix": HOST_MEMORY_FIX, "input": True})
         except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
             results.append({"front_end": front, "error": exc.one_line()})
         except Exception as exc:  # noqa: BLE001 - a front end's own failure is its result, not the worker's end
@@ -372,8 +379,10 @@ def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int], tally
                     mesh, layouts, scopes.current, interop, reference, Counter() if tally is None else tally)))
             return jax.jit(run).lower(params, abstract)
     except Exception as exc:  # torchax raises plain errors naming the aten op it has no lowering for
-        raise BackendError(f"torchax could not lower {setup.card.class_name}: {str(exc).splitlines()[0][:300]}",
-                           "compile the torch-xla front end (--front-end torch-xla)") from None
+        where = f" in {scopes.failed}" if scopes.failed else ""
+        raise InputError(f"torchax could not lower {setup.card.class_name}{where}: "
+                         f"{str(exc).splitlines()[0][:300]}",
+                         "compile the torch-xla front end (--front-end torch-xla)") from None
 
 
 def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
@@ -447,10 +456,11 @@ def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
 class jax_scopes:
     """Every submodule's forward under ``jax.named_scope("<path>#")``: the op names XLA:TPU keeps on the
     collectives then say which module caused each, as meshlab.parallelisms.xla.tag_layers makes torch_xla's do.
-    `current` names the innermost module running."""
+    `current` names the innermost module running; `failed`, the innermost one a failure left (None: none)."""
 
     def __init__(self, model):
         self.model, self.handles, self.open, self.names = model, [], [], []
+        self.failed: str | None = None
 
     def current(self) -> str | None:
         return self.names[-1] if self.names else None
@@ -468,7 +478,9 @@ class jax_scopes:
 
         def leave(_module, _args, _output):
             self.open.pop().__exit__(None, None, None)
-            self.names.pop()
+            name = self.names.pop()
+            if self.failed is None and sys.exc_info()[1] is not None:  # torch calls it from its except clause
+                self.failed = name
 
         for name, sub in self.model.named_modules():
             if name:

@@ -44,10 +44,90 @@ def test_xla_tpu_s_refusal_gives_the_bytes_it_asked_for():
 
 
 def test_a_missing_extra_names_the_install_command(monkeypatch):
+    from meshlab.core.errors import InputError
+
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(Exception, match="jax, libtpu, torchax are not installed") as error:
-        tpu_topology.require(torchax=True)
+    with pytest.raises(InputError, match="jax, libtpu, torchax are not installed") as error:
+        tpu_topology.require(torchax=True)  # exit 2: the user's to fix
     assert "'.[tpu]'" in error.value.fix
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax (the tpu extra)")
+def test_the_module_a_lowering_failed_in_is_named():
+    """The torchax front end's scopes remember the innermost module an error left, so that a class it cannot lower
+    is named with the module whose op failed."""
+    import torch
+
+    from meshlab.workers.check_tpu import jax_scopes
+
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            raise NotImplementedError("aten::unlowerable")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.attn = torch.nn.Identity(), Inner()
+
+        def forward(self, x):
+            return self.attn(self.norm(x))
+
+    model = torch.nn.ModuleDict({"blocks": torch.nn.ModuleList([Block(), Block()])})
+    with jax_scopes(model) as scopes, pytest.raises(NotImplementedError):
+        model["blocks"][0](torch.zeros(1))
+    assert scopes.failed == "blocks.0.attn" and scopes.current() is None
+
+
+def test_a_class_no_front_end_can_lower_is_the_input_s_to_fix(monkeypatch):
+    """A model torchax cannot lower, asked for by --front-end torchax, is one line at the strategy's model line with
+    the fix (exit 2); a backend's own failure stays exit 3."""
+    from meshlab.check import against_tpu
+    from meshlab.check.setup import CheckOptions
+    from meshlab.core.errors import BackendError
+
+    failed = {"front_end": "torchax", "error": "torchax could not lower QwenImageTransformer2DModel in "
+              "transformer_blocks.0.attn: no lowering for aten::x", "fix": "compile the torch-xla front end "
+              "(--front-end torch-xla)", "input": True}
+    monkeypatch.setattr(tpu_topology, "require", lambda torchax=False: None)  # no jax needed here
+    monkeypatch.setattr(against_tpu, "_compile", lambda *a, **k: [failed])
+    options = CheckOptions(layers=1, height=256, width=256, text_tokens=32)
+    with pytest.raises(InputError) as error:
+        against_tpu.run_tpu_check(REPO / "strategies" / "2d.yaml", options, "torchax")
+    line = error.value.one_line()
+    assert line.split(" ")[0].endswith("2d.yaml:7:1:"), line  # the model line
+    assert "in transformer_blocks.0.attn" in line and line.endswith("(--front-end torch-xla)")
+    monkeypatch.setattr(against_tpu, "_compile", lambda *a, **k: [{"front_end": "torchax", "error": "it crashed"}])
+    with pytest.raises(BackendError):
+        against_tpu.run_tpu_check(REPO / "strategies" / "2d.yaml", options, "torchax")
+
+
+def test_a_plan_too_big_for_the_host_to_trace_is_one_line_with_the_fix(monkeypatch):
+    """The worker killed for memory (or its front ends out of it) is the input's to fix: fewer blocks, scan, a
+    smaller image or a bigger host, at the strategy file (exit 2)."""
+    from meshlab.check import against_tpu
+    from meshlab.check.setup import CheckOptions
+    from meshlab.runtime.protocol import WorkerFailed
+
+    def killed(*args, **kwargs):
+        raise WorkerFailed("the torch worker stopped (exit code -9): ", "a signal -9 ...", status="oom")
+
+    monkeypatch.setattr(tpu_topology, "require", lambda torchax=False: None)
+    monkeypatch.setattr(against_tpu, "call_worker", killed)
+    options = CheckOptions(layers=1, height=256, width=256, text_tokens=32)
+    with pytest.raises(InputError) as error:
+        against_tpu.run_tpu_check(REPO / "strategies" / "2d.yaml", options, "torch-xla")
+    line = error.value.one_line()
+    assert "2d.yaml:" in line.split(" ")[0] and "ran out of this host's memory" in line
+    assert error.value.fix == against_tpu.HOST_MEMORY_FIX and "--layers" in line and "--scan" in line
+
+    def unknown(*args, **kwargs):  # the worker's refusal of the topology comes back at the hardware line
+        raise InputError("libtpu does not know the topology v6e:9x9 x1: ...", "name a topology libtpu knows")
+
+    monkeypatch.setattr(against_tpu, "call_worker", unknown)
+    with pytest.raises(InputError) as error:
+        against_tpu.run_tpu_check(REPO / "strategies" / "2d.yaml", options, "torch-xla")
+    assert error.value.one_line().startswith(f"{REPO / 'strategies' / '2d.yaml'}:8:1: libtpu does not know"), \
+        error.value.one_line()
 
 
 def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
