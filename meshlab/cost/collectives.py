@@ -99,14 +99,21 @@ def _known_difference_entries() -> tuple[dict, ...]:
     return tuple(yaml.safe_load(text))
 
 
-def known_differences(class_name: str | None = None, general: bool = True) -> tuple[str, ...]:
+#: the programs a known difference is held against (known_differences.yaml's `truth`), as explain names them
+TRUTHS = {"xla-tpu": "XLA:TPU's own program (`meshlab check --backend tpu`)",
+          "xla-cpu": "XLA's partitioner on CPU devices (`meshlab check`)"}
+
+
+def known_differences(class_name: str | None = None, general: bool = True, truth: str | None = None
+                      ) -> tuple[str, ...]:
     """Where this derivation and XLA's partitioned HLO still differ, each with its measured figures
     (meshlab/data/known_differences.yaml, beside the names of the XLA captures it was read from): every entry, or
     with `class_name` (a card's diffusers class) those measured on that class and, with `general`, those that hold
-    for every class."""
+    for every class; with `truth` ("xla-cpu" or "xla-tpu", `TRUTHS`), those held against that program only."""
     return tuple(entry["difference"] for entry in _known_difference_entries()
-                 if class_name is None or (entry["classes"] == "all" and general)
-                 or (entry["classes"] != "all" and class_name in entry["classes"]))
+                 if (truth is None or entry.get("truth", "xla-cpu") == truth)
+                 and (class_name is None or (entry["classes"] == "all" and general)
+                      or (entry["classes"] != "all" and class_name in entry["classes"])))
 
 
 #: the phases in which XLA's partitioner re-splits tokens to join streams into one sequence or cut them back

@@ -254,10 +254,15 @@ def test_each_known_difference_names_the_model_classes_it_was_measured_on():
     from meshlab.cost.timing import Assumptions
     from meshlab.models.card import load_card
 
+    captured = json.loads((DATA / "tpu_block_collectives.json").read_text())
     for entry in yaml.safe_load((REPO / "meshlab" / "data" / "known_differences.yaml").read_text()):
         classes = set()
-        for name in entry["measured"]:
-            path = REPO / json.loads((DATA / name).read_text())["command"].split()[2]
+        if entry.get("truth", "xla-cpu") == "xla-tpu":  # XLA:TPU's program: the captured cases it names
+            assert entry["measured"] == ["tpu_block_collectives.json"] and entry["cases"], entry["difference"][:60]
+            paths = [REPO / captured[case]["command"].split()[2] for case in entry["cases"]]
+        else:
+            paths = [REPO / json.loads((DATA / name).read_text())["command"].split()[2] for name in entry["measured"]]
+        for path in paths:
             classes.add(load_card(yaml.safe_load(path.read_text())["model"], path.parent).class_name)
         assert entry["classes"] == "all" or set(entry["classes"]) == classes, entry["difference"][:60]
     wan = known_differences("WanTransformer3DModel")
@@ -265,13 +270,20 @@ def test_each_known_difference_names_the_model_classes_it_was_measured_on():
     assert any("on CPU, XLA's collectives carry f32" in d for d in wan) and set(wan) < set(known_differences())
     assert not any("on CPU" in d for d in known_differences("WanTransformer3DModel", general=False))
 
-    def listed(model_class):
-        return next(a["source"] for a in Assumptions().describe(load_hardware("v6e-8"), model_class)
+    def listed(model_class, system="h100"):
+        return next(a["source"] for a in Assumptions().describe(load_hardware(system), model_class)
                     if a["name"] == "collectives vs XLA")
 
+    cpu = "Held against XLA's partitioner on CPU devices (`meshlab check`)"
     assert "FLUX.2's packed Linears" in listed("Flux2Transformer2DModel")
-    assert listed("NoSuchTransformer").startswith("none measured on NoSuchTransformer; on CPU, XLA's collectives")
+    assert listed("NoSuchTransformer").startswith(f"{cpu}: none measured on NoSuchTransformer; on CPU, XLA's")
     assert "more, measured on other model classes" in listed("WanTransformer3DModel")
+    assert "XLA:TPU" not in listed("QwenImageTransformer2DModel")  # a GPU plan is held to the partitioner only
+    # on a TPU, XLA:TPU's program first (it wins), then the partitioner's entries, each said held against which
+    tpu = listed("QwenImageTransformer2DModel", "v6e-8")
+    assert tpu.startswith("Held against XLA:TPU's own program (`meshlab check --backend tpu`), which a TPU runs")
+    assert tpu.index("seq8-model2.yaml") < tpu.index(cpu) < tpu.index("2d-stock.yaml")
+    assert "SANA 1600M with its tokens over seq on XLA:TPU" not in tpu and "2 more" in tpu
 
 
 @pytest.mark.xla

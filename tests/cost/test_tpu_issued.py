@@ -257,6 +257,22 @@ def test_every_documented_tpu_difference_is_a_captured_block_and_a_held_kind():
     assert {kind for _, _, kind in TPU_DIFFERENCES} <= set(TPU_VERDICT_KINDS)
 
 
+def test_every_tpu_difference_is_a_known_difference_held_against_xla_tpu():
+    """What explain lists as held against XLA:TPU (known_differences.yaml, truth xla-tpu) names every plan and kind
+    that still differs here, and the captured case it was read from."""
+    import yaml
+
+    from meshlab.cost.collectives import known_differences
+
+    entries = [e for e in yaml.safe_load((REPO / "meshlab" / "data" / "known_differences.yaml").read_text())
+               if e.get("truth") == "xla-tpu"]
+    assert [e["difference"] for e in entries] == list(known_differences(truth="xla-tpu"))
+    for strategy, block, kind in TPU_DIFFERENCES:
+        citing = [e for e in entries if f"{strategy}.yaml" in e["difference"] and kind in e["difference"]]
+        assert any(f"tests/cost/data/strategies/{strategy}.yaml" in e["cases"] for e in citing), (strategy, kind)
+    assert {case for e in entries for case in e["cases"]} <= set(CAPTURED)
+
+
 def scatter(rows: int, features: int) -> Collective:
     return Collective("all-reduce", ("model",), rows * features * 2, 0, "mlp:out", "a sum", window="scatter",
                       dot_flops=1.0, rows=rows, features=features)
