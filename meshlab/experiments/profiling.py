@@ -61,7 +61,7 @@ class ProfileOutcome:
 def profile_strategy(path: str | Path, options: ProfileOptions, progress: Progress = lambda _: None) -> ProfileOutcome:
     from meshlab.experiments.run import resolve_backend
 
-    from meshlab.plan.planned import refuse_placement, refuse_ring
+    from meshlab.experiments.refusals import refuse_placement, refuse_ring
 
     planned = plan_for_profiling(Path(path))
     refuse_ring(planned, "profile")

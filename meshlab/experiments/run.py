@@ -28,8 +28,9 @@ from meshlab.experiments.compile_cache import cache_for
 from meshlab.experiments.definition import given
 from meshlab.experiments.options import RUN_BACKENDS, RunOptions
 from meshlab.experiments.recording import base_record, failure, prediction, success
-from meshlab.plan.planned import (PlannedStrategy, at_depth, gives_elementwise, plan_file, refuse_placement,
-                              refuse_ring, with_elementwise, with_workload)
+from meshlab.experiments.refusals import refuse_placement, refuse_ring
+from meshlab.plan.planned import (PlannedStrategy, at_depth, gives_elementwise, plan_file, with_elementwise,
+                              with_workload)
 
 @dataclass(frozen=True)
 class RunOutcome:

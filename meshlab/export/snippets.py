@@ -78,6 +78,12 @@ def left_out_of_snippet(activations: Activations, rewrites: tuple[str, ...] | li
         left.append(f"the rewrite{'s' * (len(rewrites) > 1)} {', '.join(rewrites)}")
     if scan:
         left.append("compile.scan_blocks")
+    from meshlab.plan.axes import ring_axes
+
+    if activations.sequence_parallel != "partitioner" and (ring := ring_axes(activations)):
+        left.append(f"the ring over {'+'.join(ring)} as {activations.sequence_parallel} runs it (passes of the keys "
+                    "and values between chips; XLA's partitioner gathers them whole instead, which `meshlab check` "
+                    "and a copy of the file with activations.sequence_parallel: partitioner price)")
     return left
 
 

@@ -142,14 +142,10 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
                 if rule.attention is not None and (rule.attention == "cross") != bool(attention.keys):
                     continue  # the rule is for the other kind of attention
                 if attention.heads % features:
-                    divisors = [d for d in range(1, attention.heads + 1) if attention.heads % d == 0]
-                    nearest = min(divisors, key=lambda d: (abs(d - features), -d))
                     raise PlanError(
                         f"activations.rules[{index}] splits {rule.point} features over {features} devices "
                         f"({'+'.join(feature_axes)}), but {attention.module} has {attention.heads} heads, "
-                        f"not divisible by {features}",
-                        f"split heads {nearest} ways, the nearest degree that divides {attention.heads} (any of "
-                        f"{divisors})", field=field + ("spec",))
+                        f"not divisible by {features}", heads_fix(attention.heads, features), field=field + ("spec",))
         split = math.prod(mesh.size(a) for a in token_axes or ())
         for stream in (streams if rule.stream is None else (rule.stream,)):
             n = tokens.of_stream(stream)
@@ -160,6 +156,21 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
                 warnings.append(f"{which} splits the {stream} stream's {n} tokens over {split} "
                                 f"devices: XLA pads them to {padded} ({padded - n} padding tokens per sample)")
     return tuple(warnings)
+
+
+def heads_fix(heads: int, devices: int) -> str:
+    """How to split `heads` over `devices` that do not divide them: first what keeps every device busy (Ulysses
+    over the largest degree dividing both and a ring over the rest, as xDiT's USP runs it; or a ring alone, which
+    splits no heads), then the degree nearest `devices` that divides the heads."""
+    divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+    nearest = min(divisors, key=lambda d: (abs(d - devices), -d))
+    both = math.gcd(heads, devices)
+    ways = (f"split heads {both} ways (it divides {heads} heads and {devices} devices) and ring the other "
+            f"{devices // both}: Ulysses {both} x ring {devices // both} (a mesh axis `ring: {devices // both}` "
+            f"before the Ulysses axis in activations.sequence; on the command line --mesh ring={devices // both},"
+            f"seq={both} --rules ulysses+ring), or " if 1 < both < devices else
+            f"run the {devices} devices as a ring, which splits no heads (--rules ring), or " if both == 1 else "")
+    return f"{ways}split heads {nearest} ways, the nearest degree that divides {heads} (any of {divisors})"
 
 
 def _block_of(module: str) -> str | None:

@@ -377,33 +377,6 @@ def _replanned(planned: PlannedStrategy, strategy, plan) -> PlannedStrategy:
     return PlannedStrategy(loaded, planned.card, planned.hardware, plan, memory_on(plan, strategy, planned.hardware))
 
 
-def refuse_placement(planned: PlannedStrategy, what: str) -> None:
-    """meshlab's pipelines decode the whole image and keep a text encoder whole (on the host or the device): a
-    tiled or parallel decode, or a sharded encoder, is priced as the GPU tools run it, not run here, so a run of it
-    is refused at its line."""
-    placement = planned.strategy.placement
-    for key, value, plain in (("vae_decode", placement.vae_decode, "full"),
-                              ("text_encoder", placement.text_encoder, "cpu or device")):
-        if value in ("tiled", "parallel", "sharded"):
-            raise planned.loaded.place(InputError(
-                f"meshlab {what} decodes the whole image and keeps the text encoder whole, and this strategy's "
-                f"placement.{key} is {value}", f"set placement.{key}: {plain} to {what} it here, or run it with the "
-                "GPU tools (meshlab export --format diffusers or xdit)", field=("placement", key)))
-
-
-def refuse_ring(planned: PlannedStrategy, what: str) -> None:
-    """meshlab runs and profiles a sequence split as XLA's partitioner and DTensor do (every chip gathers a ring's k
-    and v, and the streams are re-split to be joined): one a GPU tool runs (``activations.sequence_parallel``) is
-    priced as the tool runs it, not run here, so a run of it is refused at that line."""
-    activations, mesh = planned.strategy.activations, planned.plan.mesh
-    tool = activations.sequence_parallel
-    if tool != "partitioner" and math.prod(mesh.size(a) for a in activations.sequence_axes) > 1:
-        raise planned.loaded.place(InputError(
-            f"meshlab {what} runs a sequence split as XLA's partitioner and DTensor do, and this strategy's is priced "
-            f"as {tool} runs it", f"set activations.sequence_parallel: partitioner to {what} it here, or run it with "
-            f"{tool} (meshlab export --format {tool})", field=("activations", "sequence_parallel")))
-
-
 def with_elementwise(planned: PlannedStrategy, execution: str) -> PlannedStrategy:
     """The same plan priced with its elementwise work run as `execution` ("fused" or "eager"): what a backend
     runs (meshlab.experiments.run); planning and memory do not depend on it."""

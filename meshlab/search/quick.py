@@ -40,6 +40,8 @@ class CommandLineDocument(YamlDocument):
     def locate(self, path) -> Location:
         if path and path[0] == "workload" and len(path) > 1:
             return Location(f"command line: --{str(path[1]).replace('_', '-')}")
+        if tuple(path[:2]) == ("activations", "sequence"):  # tokens a sequence degree cannot split: the mesh's
+            return Location("command line: --mesh and --height/--width/--text-tokens")  # degree or the size
         return Location(f"command line: {FLAGS.get(path[0], '--' + str(path[0])) if path else 'meshlab try'}")
 
 

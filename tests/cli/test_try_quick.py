@@ -71,6 +71,9 @@ def test_defaults_are_the_model_s_pipeline_and_the_encoder_goes_where_it_fits():
     (["--model", "qwen-image", "--hardware", "v6e-8", "--text-encoder", "gpu"], "is not auto, host or device"),
     (["--model", "qwen-image"], "a strategy file, or --model and --hardware, is needed"),
     (["--model", "nosuch", "--hardware", "v6e-8"], "command line: --model"),
+    # tokens the sequence degree cannot split: the mesh's degree or the size is at fault, not --rules
+    (["--model", "flux-dev", "--hardware", "h100:4", "--mesh", "seq=4", "--rules", "ring", "--height", "1040",
+      "--width", "1040"], "command line: --mesh and --height/--width/--text-tokens: the sequence axes seq split 4225"),
 ])
 def test_bad_flags_are_one_line_naming_the_flag(args, says):
     done = ask(*args)
@@ -129,3 +132,18 @@ def test_two_slices_put_data_across_them():
     doc = json.loads(ask("--model", "qwen-image", "--hardware", "v6e-8x2", "--mesh", "data=4,model=4",
                          "--json").output)
     assert doc["hardware"]["chips"] == 16 and doc["fits"]
+
+
+def test_heads_a_ulysses_degree_does_not_divide_suggest_the_usp_that_uses_every_device():
+    """Wan 2.1 1.3B's 12 heads over 8 GPUs: the fix suggests Ulysses 4 x ring 2 (every GPU busy) before the nearest
+    divisor of 12 (6, which 8 GPUs cannot hold), and the suggested flags plan."""
+    done = ask("--model", "wan-2.1-t2v-1.3b", "--hardware", "h100", "--mesh", "seq=8", "--rules", "ulysses")
+    assert done.exit_code == 2, done.output
+    line = " ".join(done.output.split())
+    assert "12 heads, not divisible by 8; split heads 4 ways (it divides 12 heads and 8 devices) and ring the other " \
+           "2: Ulysses 4 x ring 2" in line and line.endswith("or split heads 6 ways, the nearest degree that divides " \
+                                                             "12 (any of [1, 2, 3, 4, 6, 12])")
+    suggested = ask("--model", "wan-2.1-t2v-1.3b", "--hardware", "h100", "--mesh", "ring=2,seq=4", "--rules",
+                    "ulysses+ring")
+    assert suggested.exit_code == 0, suggested.output
+

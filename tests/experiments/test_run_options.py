@@ -103,3 +103,16 @@ def test_a_checkpoint_of_another_model_is_refused_in_the_parent(tmp_path):
     with pytest.raises(InputError, match="has a FluxTransformer2DModel, and the strategy's model is a "
                                          "QwenImageTransformer2DModel"):
         run_strategy(ONE_CPU, options(tmp_path, checkpoint=str(folder)))
+
+
+def test_a_ring_priced_as_a_gpu_tool_runs_it_is_refused_with_the_export_that_takes_it(tmp_path):
+    """flux-usp-h100.yaml is priced as xDiT runs its ring, and xDiT's export refuses it (no CFG parallelism for
+    Flux): the refusal sends the user to diffusers' export, which takes it, not to xDiT's."""
+    from meshlab.experiments.refusals import refuse_ring, taking_tools
+
+    planned = plan_file(REPO / "strategies" / "flux-usp-h100.yaml")
+    assert taking_tools(planned) == ["diffusers"]
+    with pytest.raises(InputError) as error:
+        refuse_ring(planned, "run")
+    assert error.value.fix.endswith("or run it with diffusers (meshlab export --format diffusers)")
+    assert error.value.location is not None and error.value.location.line is not None

@@ -325,3 +325,8 @@ def test_the_torch_xla_snippet_says_what_of_the_plan_it_does_not_apply(fake_torc
     assert left_out_of_snippet(Activations(batch="data"), (), False) == []
     bare = torch_xla_snippet(planned.plan, strategy.rules, Activations(batch="data"))
     assert "NOT APPLIED" not in bare and "meshlab.apply" not in bare
+    # a ring priced as xDiT runs it is not what XLA runs: the snippet says so (hybrid's Ulysses has no ring)
+    usp = plan_file(REPO / "strategies" / "flux-usp-h100.yaml").strategy.activations
+    assert left_out_of_snippet(usp)[-1].startswith("the ring over ring as xdit runs it (passes of the keys and values "
+                                                   "between chips; XLA's partitioner gathers them whole instead")
+    assert not any("ring" in phrase for phrase in left_out)

@@ -108,6 +108,8 @@ def test_heads_that_do_not_divide_are_refused(tmp_path):
     assert result.exit_code == 2 and "24 heads, not divisible by 16" in result.output, result.output
     assert ":" in result.output.split("error:")[1].split(" ")[1]  # file:line:column
     assert "split heads 12 ways, the nearest degree that divides 24" in result.output  # 12 is 4 away, 24 is 8
+    assert "split heads 8 ways (it divides 24 heads and 16 devices) and ring the other 2" in " ".join(
+        result.output.split())  # first the layout that keeps all 16 busy
 
 
 def test_a_ulysses_rule_for_self_attention_is_held_to_self_attention_heads_only():
