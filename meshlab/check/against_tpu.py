@@ -514,6 +514,13 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                      "one sample a chip); XLA:TPU's cost analysis of the whole program (elementwise "
                                      "work too)"},
         "bytes_accessed_per_device": c.bytes_accessed if c else None,
+        "hbm_bytes_per_device": {"predicted": predicted_hbm_bytes(report.predicted_call),
+                                 "xla": c.bytes_accessed if c else None,
+                                 "what": "one forward on one chip: meshlab's HBM bytes of its ops as the compiled "
+                                         "program runs them (weights read once a call, the Linears' and attention's "
+                                         "inputs and outputs, the elementwise passes); XLA:TPU's cost analysis of "
+                                         "the whole program's bytes accessed (every op's operands and results, "
+                                         "fused or not)"},
         "xla_schedule": c.schedule.to_json() if c and c.schedule else None,
         "xla_schedule_note": "" if c is None or c.schedule else ("XLA:TPU wrote no latency-hiding schedule: it "
                                                                  "schedules one only for a program with an "
@@ -526,6 +533,11 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "hlo_files": report.hlo_files,
     }
     return doc
+
+
+def predicted_hbm_bytes(predicted_call: dict) -> float:
+    """meshlab's HBM bytes of one forward on one chip, from its prediction of the compiled call."""
+    return float(sum(predicted_call.get("hbm_bytes_by_op", {}).values()))
 
 
 def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:

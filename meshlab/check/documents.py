@@ -357,6 +357,7 @@ class TpuCheckDocument(Document):
     collectives: list[HloCollective]
     flops_per_device: TpuFlops
     bytes_accessed_per_device: float | None
+    hbm_bytes_per_device: TpuFlops  # meshlab's HBM bytes of one forward beside XLA:TPU's bytes accessed
     xla_schedule: XlaSchedule | None
     xla_schedule_note: str
     predicted_call: PredictedCall

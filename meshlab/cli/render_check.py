@@ -277,7 +277,7 @@ def render_dtensor_check(report, console) -> None:
 
 def render_tpu_check(report, console) -> None:
     """`meshlab check --backend tpu`: XLA:TPU's compile of the plan beside meshlab's prediction."""
-    from meshlab.check.against_tpu import _bytes
+    from meshlab.check.against_tpu import _bytes, _predicted_flops, predicted_hbm_bytes
 
     setup, c = report.setup, report.primary
     topology = report.topology
@@ -310,7 +310,14 @@ def render_tpu_check(report, console) -> None:
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
         table.add_row("total", mib(memory.total), mib(c.total_bytes))
         table.add_row("fits", _yes(report.fits_predicted), _yes(report.fits_xla))
+        flops = _predicted_flops(setup, c.front_end)
+        table.add_row("FLOPs of one forward", f"{flops / 1e12:.3f} TFLOP",
+                      f"{c.flops / 1e12:.3f} TFLOP" if c.flops is not None else "?")
+        table.add_row("HBM bytes of one forward (XLA:TPU: bytes accessed, every op's)",
+                      f"{predicted_hbm_bytes(report.predicted_call) / 1e9:.2f} GB",
+                      f"{c.bytes_accessed / 1e9:.2f} GB" if c.bytes_accessed is not None else "?")
         console.print(table)
+        _render_front_ends(report, console)
         blocks = report.middle_blocks()
         if not report.attributed:
             console.print("[yellow]XLA:TPU's multi-slice program keeps no op names[/yellow]: its collectives are "
@@ -346,6 +353,39 @@ def render_tpu_check(report, console) -> None:
         console.print(f"  [red]differs:[/red] {line}")
     console.print("[green]the plan and XLA:TPU agree[/green]" if report.agrees
                   else "[red]the plan and XLA:TPU disagree[/red] (XLA:TPU is the truth for TPU hardware)")
+
+
+def _render_front_ends(report, console) -> None:
+    """With --front-end both, where both compiled: each front end's program side by side, and what differs."""
+    from meshlab.check.against_tpu import _bytes
+
+    compiled = [c for c in report.compiled if c.ok and not c.out_of_memory]
+    if len(compiled) < 2:
+        return
+    setup = report.setup
+    table = Table(title="The front ends' programs, as XLA:TPU compiled each (a middle block's collectives: count "
+                        "(bytes per chip))", title_justify="left")
+    table.add_column("")
+    for c in compiled:
+        table.add_column(c.front_end, justify="right")
+    table.add_column("differ")
+    rows = [("compile seconds", [f"{c.compile_seconds:.1f}" for c in compiled], False),
+            ("weights", [mib(c.weights) for c in compiled], len({c.weights for c in compiled}) > 1),
+            ("temporaries live at once", [mib(c.temporaries_live_peak) if c.temporaries_live_peak is not None
+                                          else "?" for c in compiled],
+             len({c.temporaries_live_peak for c in compiled}) > 1),
+            ("FLOPs (TFLOP)", [f"{c.flops / 1e12:.3f}" if c.flops is not None else "?" for c in compiled],
+             len({c.flops for c in compiled}) > 1)]
+    blocks = report.middle_blocks() if all(c.program_read for c in compiled) else []
+    for block in blocks:
+        counts = [c.per_block(setup).get(block, Counter()) for c in compiled]
+        sizes = [c.per_block(setup, _bytes).get(block, Counter()) for c in compiled]
+        for kind in [k for k in KIND_ORDER if any(k in n for n in counts)]:
+            cells = [f"{n.get(kind, 0)} ({mib(b.get(kind, 0))})" for n, b in zip(counts, sizes)]
+            rows.append((f"{block} {kind}", cells, len(set(cells)) > 1))
+    for label, cells, differ in rows:
+        table.add_row(label, *cells, "[yellow]yes[/yellow]" if differ else "")
+    console.print(table)
 
 
 def _yes(value) -> str:

@@ -224,6 +224,9 @@ def test_both_front_ends_compile_pairs_for_v6e_and_the_weights_agree(pairs_both)
         assert front["weights"] == weights["predicted_as_arguments"]
     assert doc["fits"] == {**doc["fits"], "predicted": True, "xla": True}
     assert doc["compile_seconds"] > 0 and doc["model"]["blocks"] == {"transformer_blocks": 3}
+    flops, hbm = doc["flops_per_device"], doc["hbm_bytes_per_device"]  # both sides of one forward's work
+    assert abs(flops["predicted"] - flops["xla"]) <= 0.1 * flops["xla"], flops
+    assert hbm["xla"] == doc["bytes_accessed_per_device"] > hbm["predicted"] > 0  # XLA counts every op's operands
     # torchax runs the strategy's flash attention as a Pallas kernel, one call per block (Qwen-Image's text mask
     # as its segment ids); torch_xla's stock attention has none
     assert {f["front_end"]: f["attention_kernels"] for f in doc["front_ends"]} == {"torch-xla": 0, "torchax": 3}
