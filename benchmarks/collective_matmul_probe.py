@@ -4,6 +4,7 @@
     python benchmarks/collective_matmul_probe.py            # the brackets the catalog figure rests on (about 1 min)
     python benchmarks/collective_matmul_probe.py ag 4096 3072 12288        # over 4 chips
     python benchmarks/collective_matmul_probe.py ag 4096 3072 49152 2      # over 2 chips (a 4x2 mesh)
+    python benchmarks/collective_matmul_probe.py --system v5e-8            # bisect where v5e switches (minutes)
 
 Each probe compiles ONE bf16 matmul ahead of time for v6e:2x4 with libtpu's compile-only client (no TPU needed:
 `pip install -e '.[tpu]'`) and counts the collectives of the compiled program:
@@ -39,23 +40,32 @@ BRACKETS = (("ag", 4096, 3072, 9728, 4, 2432, "all-gather"), ("ag", 4096, 3072, 
             ("ag", 4096, 3072, 49152, 2, 24576, "all-gather"), ("rs", 4096, 49152, 3072, 2, 24576, "all-reduce"))
 
 
-def probe(mode: str, m: int, k: int, n: int, chips: int = 4) -> dict[str, int]:
-    os.environ.update(TPU_ACCELERATOR_TYPE="v6e-8", TPU_WORKER_HOSTNAMES="localhost", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
-                      TF_CPP_MIN_LOG_LEVEL="3")
+#: the systems probed: catalog name -> (libtpu topology, TPU_ACCELERATOR_TYPE, chips, chip config), as
+#: meshlab.runtime.tpu_topology names them (v4 and v5p: megacore, one device a chip)
+SYSTEMS = {"v6e-8": ("v6e:2x4", "v6e-8", 8, None), "v5e-8": ("v5e:2x4", "v5litepod-8", 8, None),
+           "v5p-8": ("v5p:2x2x1", "v5p-8", 4, "megacore"), "v4-8": ("v4:2x2x1", "v4-8", 4, "megacore")}
+
+
+def probe(mode: str, m: int, k: int, n: int, chips: int = 4, system: str = "v6e-8") -> dict[str, int]:
+    topology, accelerator, total, chip_config = SYSTEMS[system]
+    os.environ.update(TPU_ACCELERATOR_TYPE=accelerator, TPU_WORKER_HOSTNAMES="localhost",
+                      ALLOW_MULTIPLE_LIBTPU_LOAD="1", TF_CPP_MIN_LOG_LEVEL="3")
     import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    devices = sorted(topologies.get_topology_desc(platform="tpu", topology_name="v6e:2x4").devices, key=lambda d: d.id)
+    config = {"chip_config_name": chip_config} if chip_config else {}
+    devices = sorted(topologies.get_topology_desc(platform="tpu", topology_name=topology, **config).devices,
+                     key=lambda d: d.id)
     fsdp = mode == "fsdp"
-    mesh = Mesh(np.array(devices).reshape((8, 1) if fsdp else (8 // chips, chips)), ("data", "model"))
+    mesh = Mesh(np.array(devices).reshape((total, 1) if fsdp else (total // chips, chips)), ("data", "model"))
 
     def spec(*axes):
         return NamedSharding(mesh, P(*axes))
 
-    x = jax.ShapeDtypeStruct((8 if fsdp else 8 // chips, m, k), jnp.bfloat16,
+    x = jax.ShapeDtypeStruct((total if fsdp else total // chips, m, k), jnp.bfloat16,
                              sharding=spec("data", None, None if fsdp else "model"))
     w = jax.ShapeDtypeStruct((k, n), jnp.bfloat16, sharding={"ag": spec(None, "model"), "rs": spec("model", None),
                                                              "fsdp": spec(None, "data")}[mode])
@@ -70,15 +80,55 @@ def probe(mode: str, m: int, k: int, n: int, chips: int = 4) -> dict[str, int]:
 
 
 def main(argv: list[str]) -> int:
+    system = "v6e-8"
+    if argv[:1] == ["--system"]:
+        system, argv = argv[1], argv[2:]
     if argv:
         mode, m, k, n, *chips = argv[0], *map(int, argv[1:5])
-        print(mode, m, k, n, probe(mode, m, k, n, *chips))
+        print(mode, m, k, n, probe(mode, m, k, n, *chips, system=system))
         return 0
+    if system != "v6e-8":
+        return bisect_all(system)
     for mode, m, k, n, chips, intensity, expected in BRACKETS:  # one process each: libtpu loads once per process
         done = subprocess.run([sys.executable, __file__, mode, str(m), str(k), str(n), str(chips)],
                               capture_output=True, text=True)
         found = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
         print(f"{mode} on {chips} chips, I = {intensity}: {found} (catalog: {expected})")
+    return 0
+
+
+def _switches(system: str, mode: str, m: int, k: int, n: int, chips: int) -> bool:
+    done = subprocess.run([sys.executable, __file__, "--system", system, mode, str(m), str(k), str(n), str(chips)],
+                          capture_output=True, text=True)
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if "{" not in last:
+        raise SystemExit(f"{system} {mode} {m}x{k}x{n} over {chips}: {done.stderr.strip()[-300:]}")
+    return "collective-permute" in last
+
+
+def bisect_all(system: str) -> int:
+    """On another system: where each mode switches to a collective matmul, over every group size its chips allow
+    (4, and 8 where it has 8), as the FLOPs per byte I at the last size without and the first with (the v6e
+    brackets' modes and M, K; the varied dim in steps of 128 per chip)."""
+    total = SYSTEMS[system][2]
+    for chips in [c for c in (4, 8) if c <= total]:
+        for mode in ("ag", "rs", "fsdp"):
+            if mode == "fsdp" and chips != total:
+                continue
+            size = {"ag": lambda d: (4096, 3072, d), "rs": lambda d: (4096, d, 3072),
+                    "fsdp": lambda d: (d, 3072, 3072)}[mode]
+            intensity = (lambda d: d // chips) if mode != "fsdp" else (lambda d: d)
+            step = 128 * chips if mode != "fsdp" else 64
+            low, high = step, step * 512  # I from 32 to 16384 (fsdp: M from 64 to 32768)
+            if not _switches(system, mode, *size(high), chips):
+                print(f"{system} {mode} over {chips} chips: no collective matmul up to I = {intensity(high)}")
+                continue
+            while high - low > step:
+                mid = (low + high) // 2 // step * step
+                low, high = (low, mid) if _switches(system, mode, *size(mid), chips) else (mid, high)
+            print(f"{system} {mode} over {chips} chips: switches between I = {intensity(low)} and {intensity(high)}"
+                  f" (threshold x 2 / n: C in ({intensity(low) * chips / 2:.0f}, {intensity(high) * chips / 2:.0f}])",
+                  flush=True)
     return 0
 
 

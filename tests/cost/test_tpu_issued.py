@@ -230,6 +230,10 @@ TPU_DIFFERENCES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[int, in
     # XLA:TPU's combiner merges the three blocks' modulation sums into one op of the first block (seq 8 x model 2
     # only: under seq 4 x model 4 each block keeps its own)
     ("seq8-model2", "transformer_blocks.1", "all-reduce"): ((2, 884_736), (2, 1_032_192)),
+    # 2d's rules on v4-8 and v5p-8 (megacore, data 2 x model 2): the image and text MLP sums stay two
+    # reduce-scatters (1,572,864 and 196,608 B) where v6e combines them (2d-4x2, flux2-2d); bytes agree
+    ("2d-v4-8", "transformer_blocks.1", "reduce-scatter"): ((2, 1_769_472), (1, 1_769_472)),
+    ("2d-v5p-8", "transformer_blocks.1", "reduce-scatter"): ((2, 1_769_472), (1, 1_769_472)),
 }
 
 
