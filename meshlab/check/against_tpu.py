@@ -275,18 +275,21 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         flags = setup.strategy.compile.libtpu_flags
         try:
             results = _compile(path, options, front_ends, topology, folder, progress, flags)
+            if front_end == "auto" and results[0].get("error"):
+                progress("torch-xla could not trace the model; compiling torchax's program instead")
+                results += _compile(path, options, ["torchax"], topology, folder, progress, flags)
         except InputError as exc:  # a topology libtpu does not know (the worker's), or the host's memory ran out
             raise setup.planned.loaded.place(exc if exc.field else replace_field(exc, ("hardware",))) from None
-        if front_end == "auto" and results[0].get("error"):
-            progress("torch-xla could not trace the model; compiling torchax's program instead")
-            results += _compile(path, options, ["torchax"], topology, folder, progress, flags)
         if all(r.get("error") for r in results):
             said = "no front end compiled the model: " + "; ".join(f"{r['front_end']}: {r['error']}" for r in results)
-            if all(r.get("input") for r in results):  # no front end asked for can lower the model's class, or the
-                # host's memory cannot hold its trace
-                fixes = dict.fromkeys(r["fix"] for r in results if r.get("fix"))
-                raise setup.planned.loaded.place(InputError(said, "; ".join(fixes) or "check it with --backend xla",
-                                                            field=("model",)))
+            if all(r.get("cause") for r in results):  # the input's: a trace too big for this host, or a class no
+                # front end tried can lower
+                if any(r["cause"] == "host-memory" for r in results):
+                    raise setup.planned.loaded.place(InputError(said, HOST_MEMORY_FIX, field=("workload",)))
+                tried = {r["front_end"] for r in results}
+                raise setup.planned.loaded.place(InputError(
+                    said, "check the plan with --backend xla (XLA's partitioner on CPU devices)" if "torch-xla" in
+                    tried else next(r["fix"] for r in results if r.get("fix")), field=("model",)))
             raise BackendError(said, "check the plan on the CPU first (`meshlab check` with --backend xla)")
         compiled = tuple(_read(r, setup) for r in results)
         kept = {r["front_end"]: r["hlo_file"] for r in results if r.get("hlo_file")} if options.dump_dir else {}
@@ -518,9 +521,10 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                  "xla": c.bytes_accessed if c else None,
                                  "what": "one forward on one chip: meshlab's HBM bytes of its ops as the compiled "
                                          "program runs them (weights read once a call, the Linears' and attention's "
-                                         "inputs and outputs, the elementwise passes); XLA:TPU's cost analysis of "
-                                         "the whole program's bytes accessed (every op's operands and results, "
-                                         "fused or not)"},
+                                         "inputs and outputs, the elementwise passes; 0 where a profile times the "
+                                         "call whole); XLA:TPU's cost analysis of the program's bytes accessed (the "
+                                         "operands and results of each of its ops and fusions, which it counts "
+                                         "whether or not they stay on chip)"},
         "xla_schedule": c.schedule.to_json() if c and c.schedule else None,
         "xla_schedule_note": "" if c is None or c.schedule else ("XLA:TPU wrote no latency-hiding schedule: it "
                                                                  "schedules one only for a program with an "

@@ -267,6 +267,14 @@ class TpuFlops(Document):
     what: str
 
 
+class TpuBytes(Document):
+    """meshlab's HBM bytes of one forward beside XLA:TPU's bytes accessed."""
+
+    predicted: float
+    xla: float | None
+    what: str
+
+
 class XlaSchedule(Document):
     """XLA:TPU's latency-hiding scheduler's estimate (its cost model, not a measurement)."""
 
@@ -357,7 +365,7 @@ class TpuCheckDocument(Document):
     collectives: list[HloCollective]
     flops_per_device: TpuFlops
     bytes_accessed_per_device: float | None
-    hbm_bytes_per_device: TpuFlops  # meshlab's HBM bytes of one forward beside XLA:TPU's bytes accessed
+    hbm_bytes_per_device: TpuBytes
     xla_schedule: XlaSchedule | None
     xla_schedule_note: str
     predicted_call: PredictedCall

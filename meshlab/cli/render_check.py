@@ -313,8 +313,9 @@ def render_tpu_check(report, console) -> None:
         flops = _predicted_flops(setup, c.front_end)
         table.add_row("FLOPs of one forward", f"{flops / 1e12:.3f} TFLOP",
                       f"{c.flops / 1e12:.3f} TFLOP" if c.flops is not None else "?")
-        table.add_row("HBM bytes of one forward (XLA:TPU: bytes accessed, every op's)",
-                      f"{predicted_hbm_bytes(report.predicted_call) / 1e9:.2f} GB",
+        hbm = predicted_hbm_bytes(report.predicted_call)
+        table.add_row("bytes of one forward (meshlab: HBM; XLA:TPU: bytes accessed, each op's and fusion's)",
+                      f"{hbm / 1e9:.2f} GB" if hbm else "?",
                       f"{c.bytes_accessed / 1e9:.2f} GB" if c.bytes_accessed is not None else "?")
         console.print(table)
         _render_front_ends(report, console)

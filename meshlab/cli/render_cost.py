@@ -10,6 +10,7 @@ from rich.table import Table
 
 from meshlab.cli.output import gib
 from meshlab.strategy.schema import output_noun, with_article
+from meshlab.cost.collectives import libtpu_flags_line
 from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
 
@@ -182,11 +183,12 @@ def render_sweep(result, console, out: str | None, seconds: float, default_syste
              else "at throughput")
     measured = any(s.best is not None and s.best.prediction.startup is not None
                    and s.best.prediction.startup.compile_measured for s in result.systems)
-    compiles = ("* its XLA:TPU compile measured by `meshlab check --backend tpu`, the others' modelled" if measured
-                else "a compile modelled unless `meshlab check --backend tpu` measured the plan's")
+    compiles = ("; * its XLA:TPU compile measured by `meshlab check --backend tpu`, the others' modelled" if measured
+                else "; a TPU plan's compile modelled unless `meshlab check --backend tpu` measured it"
+                if any(s.hardware.kind == "tpu" for s in result.systems) else "")
     console.print(f"[dim]sweep took {seconds:.2f} s. latency: one request's wait, a whole pipeline call; s/{what}: "
                   f"the call's time shared among its {what}s (throughput); $/{what}: the chips' list price, {basis}; "
-                  f"first {what}: load, compile and the first call (`meshlab explain` shows each; {compiles})[/dim]")
+                  f"first {what}: load, compile and the first call (`meshlab explain` shows each{compiles})[/dim]")
 
 
 def _times(c) -> str:
@@ -260,20 +262,6 @@ def _render_systems(result, console) -> None:
     _print_bases(console, [(s.hardware.name, s.best.prediction) for s in result.systems if s.best is not None])
 
 
-def _flags_line(flags: list[str]) -> str:
-    """What a strategy's libtpu flags change in the prediction: the collective matmuls they turn off, and the flags
-    the time model does not price."""
-    from meshlab.cost.collectives import WINDOWED_EINSUM_FLAGS, windows_open
-
-    closed = sorted({"gather", "scatter"} - windows_open(flags))
-    others = [f for f in flags if f.removeprefix("--").partition("=")[0] not in WINDOWED_EINSUM_FLAGS]
-    kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
-    line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(
-        kinds[k] for k in closed) + ", priced as the partitioner issues them" if closed
-        else "the collective matmuls stay on")
-    return line + (f"; not priced: {', '.join(others)}" if others else "")
-
-
 def _first_cell(p) -> str:
     """A time to first image, marked * where it takes a measured XLA:TPU compile (the footer says so)."""
     return f"{p.time_to_first_image:.0f} s" + ("*" if p.startup is not None and p.startup.compile_measured else "")
@@ -345,7 +333,7 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
     for line in planned.loaded.taken:  # what the file left out and planning took (plain text, no markup)
         console.print(line, markup=False)
     if hw.kind == "tpu" and planned.strategy.compile.libtpu_flags:
-        console.print(_flags_line(planned.strategy.compile.libtpu_flags), markup=False)
+        console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags), markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")

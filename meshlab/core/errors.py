@@ -63,6 +63,11 @@ class MissingExtra(InputError):
     user's to fix, like bad input (exit code 2), and the fix names the install command."""
 
 
+class LoweringError(InputError):
+    """A front end has no lowering for an op of the model's class (torchax): the input's to fix with another front
+    end (exit 2)."""
+
+
 class BackendError(MeshlabError):
     """torch_xla is missing, SPMD is off, or XLA rejected what meshlab asked of it. Exit code 3."""
 

@@ -92,6 +92,7 @@ from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
 from meshlab.plan.axes import heads_gathered, kernel_marked, kernel_split, values_summed
 from meshlab.plan.plan import PlannedParameter
+from meshlab.strategy.schema import flag_setting
 
 @lru_cache(maxsize=1)
 def _known_difference_entries() -> tuple[dict, ...]:
@@ -240,21 +241,33 @@ def _card_points(graph: Graph, layout: Layout) -> dict:
 #: libtpu flags that turn XLA:TPU's collective matmuls (windowed einsum) off, and the windows each one closes
 WINDOWED_EINSUM_FLAGS = {"xla_tpu_enable_windowed_einsum_for_all_gather": "gather",
                          "xla_tpu_enable_windowed_einsum_for_reduce_scatter": "scatter"}
-_FALSE = ("false", "0", "no", "f", "n")
 
 
 def windows_open(libtpu_flags: tuple[str, ...] | list[str] = ()) -> frozenset[str]:
     """The windows (`Collective.window`) XLA:TPU may run as collective matmuls under a strategy's libtpu flags: both
     by default; `--xla_tpu_enable_windowed_einsum_for_all_gather=false` closes "gather" (a matmul's gathered
     operand, an FSDP weight's too), `..._for_reduce_scatter=false` closes "scatter" (the last flag of a name wins,
-    as absl's parser takes it). Measured: 2d.yaml with both off (tests/check/test_tpu_check.py), 6 all-gathers a
-    middle block where XLA:TPU's defaults issue 4 and 46 permutes (256², v6e-8). Other flags change no count here."""
-    given: dict[str, str] = {}
+    as absl's parser takes it; `--noname` is off too). Measured: 2d.yaml with both off (tests/check/test_tpu_check.py),
+    6 all-gathers a middle block where XLA:TPU's defaults issue 4 and 46 permutes (256², v6e-8). Other flags change
+    no count here."""
+    given: dict[str, bool | None] = {}
     for flag in libtpu_flags:
-        name, _, value = flag.removeprefix("--").partition("=")
+        name, value = flag_setting(flag)
         if name in WINDOWED_EINSUM_FLAGS:
-            given[name] = value.lower()
-    return frozenset({"gather", "scatter"} - {WINDOWED_EINSUM_FLAGS[n] for n, v in given.items() if v in _FALSE})
+            given[name] = value
+    return frozenset({"gather", "scatter"} - {WINDOWED_EINSUM_FLAGS[n] for n, v in given.items() if v is False})
+
+
+def libtpu_flags_line(flags: list[str] | tuple[str, ...]) -> str:
+    """What a strategy's libtpu flags change in the prediction (`windows_open`): the collective matmuls they turn
+    off, and the flags the time model does not price."""
+    closed = sorted({"gather", "scatter"} - windows_open(flags))
+    others = [f for f in flags if flag_setting(f)[0] not in WINDOWED_EINSUM_FLAGS]
+    kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
+    line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(
+        kinds[k] for k in closed) + ", priced as the partitioner issues them" if closed
+        else "the collective matmuls stay on")
+    return line + (f"; not priced: {', '.join(others)}" if others else "")
 
 
 def issued_on(collectives: tuple[Collective, ...], kind: str, collective_matmul: float | None = None,

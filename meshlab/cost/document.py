@@ -190,9 +190,14 @@ class ExplainDocument(Document):
 
 def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | None = None) -> dict:
     """The JSON of `meshlab explain --json` (`schedule`: meshlab.cost.compiled_call.schedule_beside)."""
+    from meshlab.cost.collectives import libtpu_flags_line
+
+    flags = planned.strategy.compile.libtpu_flags
+    priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(flags)}] if (
+        flags and planned.hardware.kind == "tpu") else []
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
             "collectives": collectives_document(p), "assumptions": assumptions_document(
-                planned.hardware, model_class=planned.card.class_name),
+                planned.hardware, model_class=planned.card.class_name) + priced,
             **({"xla_schedule": schedule} if schedule else {})}
 
 

@@ -97,8 +97,8 @@ def _held_against(truth: str, model_class: str | None, on_tpu: bool) -> str:
     """The known differences held against one program (`TRUTHS`): every entry, or with `model_class` those of its
     class and the general ones, with a count of the rest. On a TPU, XLA:TPU's program wins where the two differ."""
     said = f"Held against {TRUTHS[truth]}" + (
-        ", which a TPU runs and which wins where the two differ (benchmarks/results/tpu_matrix_256.txt: the plans "
-        "not named here agree, collective-permutes not held)" if truth == "xla-tpu" else
+        ", which a TPU runs and which wins where the two differ (benchmarks/results/tpu_matrix_256.txt: the "
+        "matrix's other plans agree, collective-permutes not held)" if truth == "xla-tpu" else
         ", whose collectives XLA:TPU's passes then rewrite (its collective-permutes are held here only)" if on_tpu
         else "") + ": "
     if model_class is None:

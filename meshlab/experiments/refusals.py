@@ -25,6 +25,8 @@ def taking_tools(planned: PlannedStrategy) -> list[str]:
 def _elsewhere(planned: PlannedStrategy, preferred: str | None = None) -> str:
     """', or run it with TOOL (meshlab export --format TOOL)' for the tools that take the plan (the one it is priced
     for first); where none does, where to read why."""
+    if planned.hardware.kind != "gpu":  # the GPU tools do not run a TPU's plan
+        return ""
     takes = sorted(taking_tools(planned), key=lambda t: t != preferred)
     if takes:
         return f", or run it with {' or '.join(takes)} (meshlab export --format {takes[0]})"

@@ -145,7 +145,8 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
                     raise PlanError(
                         f"activations.rules[{index}] splits {rule.point} features over {features} devices "
                         f"({'+'.join(feature_axes)}), but {attention.module} has {attention.heads} heads, "
-                        f"not divisible by {features}", heads_fix(attention.heads, features), field=field + ("spec",))
+                        f"not divisible by {features}", heads_fix(attention.heads, features, mesh.as_dict(), (
+                            set(feature_axes) == set(strategy.activations.sequence_axes))), field=field + ("spec",))
         split = math.prod(mesh.size(a) for a in token_axes or ())
         for stream in (streams if rule.stream is None else (rule.stream,)):
             n = tokens.of_stream(stream)
@@ -158,18 +159,23 @@ def check_activation_rules(strategy: Strategy, card: ModelCard, mesh: AbstractMe
     return tuple(warnings)
 
 
-def heads_fix(heads: int, devices: int) -> str:
-    """How to split `heads` over `devices` that do not divide them: first what keeps every device busy (Ulysses
-    over the largest degree dividing both and a ring over the rest, as xDiT's USP runs it; or a ring alone, which
-    splits no heads), then the degree nearest `devices` that divides the heads."""
+def heads_fix(heads: int, devices: int, mesh: dict[str, int] | None = None, ulysses: bool = False) -> str:
+    """How to split `heads` over `devices` that do not divide them: where the split is the sequence's alone
+    (`ulysses`: Ulysses over the sequence axes), first what keeps every device busy (Ulysses over the largest degree
+    dividing both and a ring over the rest, as xDiT's USP runs it, the `mesh`'s other axes kept; or a ring alone,
+    which splits no heads), then the degree nearest `devices` that divides the heads."""
     divisors = [d for d in range(1, heads + 1) if heads % d == 0]
     nearest = min(divisors, key=lambda d: (abs(d - devices), -d))
-    both = math.gcd(heads, devices)
-    ways = (f"split heads {both} ways (it divides {heads} heads and {devices} devices) and ring the other "
-            f"{devices // both}: Ulysses {both} x ring {devices // both} (a mesh axis `ring: {devices // both}` "
-            f"before the Ulysses axis in activations.sequence; on the command line --mesh ring={devices // both},"
-            f"seq={both} --rules ulysses+ring), or " if 1 < both < devices else
-            f"run the {devices} devices as a ring, which splits no heads (--rules ring), or " if both == 1 else "")
+    both, ways = math.gcd(heads, devices), ""
+    if ulysses and 1 < both < devices:
+        others = ",".join(f"{a}={n}" for a, n in (mesh or {}).items() if a not in ("seq", "ring") and n > 1)
+        flags = ",".join(x for x in (others, f"ring={devices // both},seq={both}") if x)
+        ways = (f"split heads {both} ways (it divides {heads} heads and {devices} devices) and ring the other "
+                f"{devices // both}: Ulysses {both} x ring {devices // both} (a mesh axis `ring: {devices // both}` "
+                f"before the Ulysses axis in activations.sequence; on the command line --mesh {flags} --rules "
+                "ulysses+ring), or ")
+    elif ulysses and both == 1:
+        ways = f"run the {devices} devices as a ring, which splits no heads (--rules ring), or "
     return f"{ways}split heads {nearest} ways, the nearest degree that divides {heads} (any of {divisors})"
 
 

@@ -126,7 +126,12 @@ def _check_ring_split(strategy: Strategy, card: ModelCard, mesh: AbstractMesh) -
         f"the sequence axes {'+'.join(activations.sequence_axes)} split {what} {split} ways, which does not divide "
         f"them, and the sequence split {activations.sequence_parallel} runs needs an even one",
         "use " + ", or ".join(fixes),
-        field=("activations", "sequence"))
+        field=UNEVEN_TOKENS)
+
+
+#: the field an uneven token split is placed at: activations.sequence in a file (its deepest line there); the quick
+#: form names the flags that set the degree and the size (meshlab.search.quick)
+UNEVEN_TOKENS = ("activations", "sequence", "<tokens>")
 
 
 def diffusers_cannot_split(card: ModelCard) -> str | None:

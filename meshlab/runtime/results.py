@@ -8,7 +8,7 @@ BackendError naming it, not a KeyError deep in the parent. No torch here: the pa
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -111,8 +111,10 @@ class DTensorCheckPayload(Payload):
 class FrontEndFailed(Payload):
     front_end: str
     error: str
-    fix: str = ""  # where the failure is the input's (a class the front end cannot lower): how to fix it
-    input: bool = False  # the input's to fix (exit 2), not the backend's (exit 3)
+    fix: str = ""  # where the failure is the input's: how to fix it
+    #: the input's to fix (exit 2), not the backend's (exit 3): "lowering", a class the front end cannot lower;
+    #: "host-memory", a trace too big for this host
+    cause: Optional[Literal["lowering", "host-memory"]] = None
 
 
 class FrontEndCompiled(Payload):

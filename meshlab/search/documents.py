@@ -258,7 +258,7 @@ class SystemBest(Document):
     usd_per_image: float | None
     usd_per_image_over_images: float | None = None
     time_to_first_image_s: float | None
-    compile: Literal["measured", "modelled"] | None  # its XLA:TPU compile measured by `check --backend tpu`, or not
+    compile: Literal["measured", "modelled"] | None  # a TPU plan's XLA:TPU compile measured or not (None: a GPU)
     fitting: int
     dropped: int
     binding: Binding

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from meshlab.core.errors import InputError, Location
 from meshlab.strategy.yaml_source import YamlDocument
+from meshlab.plan.planner import UNEVEN_TOKENS
 
 #: The rule families a quick question can name (meshlab.search.sweep builds each), and what each needs of the mesh.
 RULES = {
@@ -40,8 +41,8 @@ class CommandLineDocument(YamlDocument):
     def locate(self, path) -> Location:
         if path and path[0] == "workload" and len(path) > 1:
             return Location(f"command line: --{str(path[1]).replace('_', '-')}")
-        if tuple(path[:2]) == ("activations", "sequence"):  # tokens a sequence degree cannot split: the mesh's
-            return Location("command line: --mesh and --height/--width/--text-tokens")  # degree or the size
+        if tuple(path) == UNEVEN_TOKENS:  # tokens a sequence degree cannot split: the mesh's degree or the size
+            return Location("command line: --mesh and --height/--width/--text-tokens")
         return Location(f"command line: {FLAGS.get(path[0], '--' + str(path[0])) if path else 'meshlab try'}")
 
 

@@ -682,7 +682,7 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
                      **({"usd_per_image_over_images": s.best.usd if s.best else None}
                         if result.images is not None else {}),
                      "time_to_first_image_s": s.best.prediction.time_to_first_image if s.best else None,
-                     "compile": _compile_basis(s.best.prediction) if s.best else None,
+                     "compile": _compile_basis(s.best.prediction) if s.best and s.hardware.kind == "tpu" else None,
                      "fitting": s.fitting, "dropped": s.dropped,
                      "binding": _binding_document(s.binding)} for s in result.systems],
         "sweep_seconds": seconds,
@@ -692,7 +692,8 @@ def sweep_document(result: SweepResult, hardware: Hardware | None = None, second
 
 
 def _compile_basis(prediction: Prediction) -> str | None:
-    """Whether a time to first image takes a measured XLA:TPU compile or the catalog's model (None: no startup)."""
+    """Whether a TPU plan's time to first image takes a measured XLA:TPU compile or the catalog's model (None: no
+    startup)."""
     startup = prediction.startup
     return None if startup is None else "measured" if startup.compile_measured else "modelled"
 

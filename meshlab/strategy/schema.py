@@ -255,10 +255,24 @@ class Compile(Closed):
             if not _LIBTPU_FLAG.fullmatch(flag):
                 raise ValueError(f"{flag!r} is not a libtpu flag: write --name or --name=value, one flag per item "
                                  "(e.g. --xla_tpu_enable_windowed_einsum_for_all_gather=false)")
+            name, value = flag_setting(flag)
+            if name.startswith("xla_tpu_enable_") and value is None:
+                raise ValueError(f"{flag!r} sets an on/off flag to a value that is neither: write =true or =false")
         return flags
 
 
 _LIBTPU_FLAG = re.compile(r"--[A-Za-z0-9_]+(=\S+)?")
+_TRUE, _FALSE = ("true", "1", "yes", "t", "y"), ("false", "0", "no", "f", "n")
+
+
+def flag_setting(flag: str) -> tuple[str, bool | None]:
+    """A libtpu flag's name and on/off value as absl's parser reads a boolean: ``--name`` and ``--name=true`` on,
+    ``--noname`` and ``--name=false`` off (None: a value that is neither, or a flag that is not on/off)."""
+    name, given, value = flag.removeprefix("--").partition("=")
+    if not given:
+        return (name[2:], False) if name.startswith("no") else (name, True)
+    value = value.lower()
+    return name, True if value in _TRUE else False if value in _FALSE else None
 
 
 #: Model rewrites a strategy can ask for: what each changes, and which collectives it removes.

@@ -34,9 +34,11 @@ from meshlab.runtime.protocol import serve
 from meshlab.runtime.requests import TpuCheckRequest
 from meshlab.runtime.tpu_topology import Topology
 from meshlab.check.setup import CheckOptions, CheckSetup, check_setup
-from meshlab.core.errors import BackendError, InputError, MeshlabError, error_message
+from meshlab.core.errors import BackendError, LoweringError, MeshlabError, error_message
 
 FRONT_ENDS = ("torch-xla", "torchax")
+#: what the host's allocators say when the trace does not fit this host's memory (torch's CPU allocator, C++'s)
+HOST_OUT_OF_MEMORY = ("can't allocate memory", "Cannot allocate memory", "std::bad_alloc")
 
 
 def handle(request: TpuCheckRequest) -> dict:
@@ -54,18 +56,16 @@ def handle(request: TpuCheckRequest) -> dict:
     for front in request.front_ends:
         try:
             results.append(_compile(front, setup, devices, out))
-        except InputError as exc:  # a class this front end cannot lower: the parent falls back, or says so (exit 2)
-            results.append({"front_end": front, "error": exc.problem, "fix": exc.fix, "input": True})
-        except MemoryError:  # the plan's trace is too big for this host: the input's to fix, as the parent says
-            from meshlab.check.against_tpu import HOST_MEMORY_FIX
-
-            results.append({"front_end": front, "error": f"{front} ran out of this host's memory tracing the model",
-                            "fix": HOST_MEMORY_FIX, "input": True})
+        except LoweringError as exc:  # a class this front end cannot lower: the parent falls back, or says so
+            results.append({"front_end": front, "error": exc.problem, "fix": exc.fix, "cause": "lowering"})
         except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
             results.append({"front_end": front, "error": exc.one_line()})
         except Exception as exc:  # noqa: BLE001 - a front end's own failure is its result, not the worker's end
-            results.append({"front_end": front, "error": f"{front} failed: {type(exc).__name__}: "
-                                                        f"{error_message(exc)}"})
+            said = f"{front} failed: {type(exc).__name__}: {error_message(exc)}"
+            if isinstance(exc, MemoryError) or any(m in str(exc) for m in HOST_OUT_OF_MEMORY):
+                results.append({"front_end": front, "error": said, "cause": "host-memory"})  # the trace is too big
+            else:
+                results.append({"front_end": front, "error": said})
     return {"results": results, "topology_devices": [{"id": d.id, "coords": list(d.coords)} for d in devices]}
 
 
@@ -378,11 +378,15 @@ def torchax_program(setup: CheckSetup, devices: list, mesh_ids: list[int], tally
                 stack.enter_context(libtpu.sdpa_replaced(env, lambda reference: flash_sdpa(
                     mesh, layouts, scopes.current, interop, reference, Counter() if tally is None else tally)))
             return jax.jit(run).lower(params, abstract)
+    except MemoryError:
+        raise
     except Exception as exc:  # torchax raises plain errors naming the aten op it has no lowering for
-        where = f" in {scopes.failed}" if scopes.failed else ""
-        raise InputError(f"torchax could not lower {setup.card.class_name}{where}: "
-                         f"{str(exc).splitlines()[0][:300]}",
-                         "compile the torch-xla front end (--front-end torch-xla)") from None
+        if any(m in str(exc) for m in HOST_OUT_OF_MEMORY):
+            raise
+        where = f" in {failed}" if (failed := scopes.failed_in(exc)) else ""
+        raise LoweringError(f"torchax could not lower {setup.card.class_name}{where}: "
+                            f"{str(exc).splitlines()[0][:300]}",
+                            "compile the torch-xla front end (--front-end torch-xla)") from None
 
 
 def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
@@ -456,14 +460,25 @@ def flash_sdpa(mesh, layouts: dict, module, interop, reference, tally: Counter):
 class jax_scopes:
     """Every submodule's forward under ``jax.named_scope("<path>#")``: the op names XLA:TPU keeps on the
     collectives then say which module caused each, as meshlab.parallelisms.xla.tag_layers makes torch_xla's do.
-    `current` names the innermost module running; `failed`, the innermost one a failure left (None: none)."""
+    `current` names the innermost module running; `failed_in`, the innermost one an exception left."""
 
     def __init__(self, model):
         self.model, self.handles, self.open, self.names = model, [], [], []
-        self.failed: str | None = None
+        self.failures: list[tuple[str, BaseException]] = []  # each exception seen leaving a module, and the first
 
     def current(self) -> str | None:
         return self.names[-1] if self.names else None
+
+    def failed_in(self, exc: BaseException) -> str | None:
+        """The innermost module `exc` (or the exception it was raised from) left; None where it left none (one a
+        module caught and recovered from is another exception, and does not count)."""
+        seen: BaseException | None = exc
+        while seen is not None:
+            for name, failure in self.failures:
+                if failure is seen:
+                    return name
+            seen = seen.__cause__ or seen.__context__
+        return None
 
     def __enter__(self):
         import jax
@@ -479,8 +494,9 @@ class jax_scopes:
         def leave(_module, _args, _output):
             self.open.pop().__exit__(None, None, None)
             name = self.names.pop()
-            if self.failed is None and sys.exc_info()[1] is not None:  # torch calls it from its except clause
-                self.failed = name
+            failure = sys.exc_info()[1]  # torch calls this hook from its except clause when the forward raised
+            if failure is not None and not any(f is failure for _, f in self.failures):
+                self.failures.append((name, failure))  # the innermost module it left: outer ones see it later
 
         for name, sub in self.model.named_modules():
             if name:

@@ -31,6 +31,7 @@ def test_the_json_document_names_best_cheapest_and_each_system(tmp_path):
     assert best["latency_s"] == min(c["latency_s"] for c in fitting)  # the default objective
     assert cheapest["predicted"]["usd_per_image"] == min(c["predicted"]["usd_per_image"] for c in fitting)
     assert [s["hardware"] for s in doc["systems"]] == ["v6e-8", "h100:1"]
+    assert [s["compile"] for s in doc["systems"]] == ["modelled", None]  # no compile measured; a GPU compiles none
     assert all(s["binding"]["term"] and s["usd_per_chip_hour"] > 0 for s in doc["systems"])
     assert (tmp_path / "best.yaml").read_text().startswith("# Written by `meshlab sweep`")
 
@@ -200,7 +201,10 @@ def test_the_systems_table_marks_a_first_image_whose_compile_was_measured(tmp_pa
     args = ("--hardware", "v6e-8", "--steps", "2", "--height", "512", "--width", "512", "--out", "best.yaml")
     modelled = sweep(*args)
     assert modelled.exit_code == 0, modelled.output
-    assert "a compile modelled unless" in " ".join(modelled.output.split()) and " s* " not in modelled.output
+    assert "a TPU plan's compile modelled unless" in " ".join(modelled.output.split()) and " s* " not in \
+        modelled.output
+    gpu = sweep("--hardware", "h100:1", "--steps", "2", "--out", "gpu.yaml")  # no TPU: nothing said of compiles
+    assert gpu.exit_code == 0 and "check --backend tpu" not in " ".join(gpu.output.split()), gpu.output
     best = plan_file(tmp_path / "best.yaml")  # the sweep's best, as `meshlab check --backend tpu` would key it
     record_compile(best.strategy, best.card, "v6e-8", MeasuredCompile(
         seconds=4321.0, strategy=best.strategy.name, front_end="torch-xla", system="v6e-8", host="h", cores=2,

@@ -21,9 +21,6 @@ def test_every_case_outside_the_band_says_what_its_source_leaves_unknown():
     rows = [bench.predict_case(case) for case in bench.CASES]
     outside = [r for r in rows if not r["in_band"]]
     assert outside  # the published TPU and eager multi-GPU cases are outside today: the check is not empty
-    for row in rows:
-        ratio = row["ratio_predicted_over_measured"]
-        assert row["in_band"] == (bench.BAND[0] <= row["predicted_s"] / row["measured_s"] <= bench.BAND[1])
-        if not row["in_band"]:
-            assert len(row["source_leaves_unknown"]) > 40, (row["case"], ratio)
+    for row in outside:
+        assert len(row["source_leaves_unknown"]) > 40, (row["case"], row["ratio_predicted_over_measured"])
     assert set(bench.UNKNOWNS) <= {case.name for case in bench.CASES}  # no reason for a case that is not there

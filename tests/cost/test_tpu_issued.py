@@ -96,6 +96,7 @@ def test_a_collective_matmul_starts_at_the_measured_intensity():
      {"gather"}),
     (("--xla_tpu_enable_windowed_einsum_for_all_gather=false", "--xla_tpu_enable_windowed_einsum_for_all_gather"),
      {"gather", "scatter"}),  # the last of a name wins, and a bare flag is true
+    (("--noxla_tpu_enable_windowed_einsum_for_reduce_scatter",), {"gather"}),  # absl's --noname: off
 ])
 def test_libtpu_flags_close_the_collective_matmuls_they_name(flags, open_):
     from meshlab.cost.collectives import windows_open
@@ -104,6 +105,16 @@ def test_libtpu_flags_close_the_collective_matmuls_they_name(flags, open_):
     mlp_input = gather(1000, 2_464_000.0)  # at the threshold on 4 chips
     issued = collective_matmuls((mlp_input,), 4928.0, {"model": 4}, windows=windows_open(flags))
     assert {c.kind for c in issued} == ({"collective-permute"} if "gather" in open_ else {"all-gather"})
+
+
+def test_an_on_off_flag_set_to_neither_is_refused():
+    from pydantic import ValidationError
+
+    from meshlab.strategy.schema import Compile
+
+    with pytest.raises(ValidationError, match="neither: write =true or =false"):
+        Compile(libtpu_flags=["--xla_tpu_enable_windowed_einsum_for_all_gather=bogus"])
+    Compile(libtpu_flags=["--xla_tpu_enable_windowed_einsum_for_all_gather=False", "--xla_jf_rematerialization=2"])
 
 
 def test_explain_says_which_libtpu_flags_it_priced(tmp_path):
@@ -119,6 +130,8 @@ def test_explain_says_which_libtpu_flags_it_priced(tmp_path):
     line = next(x for x in done.output.splitlines() if x.startswith("compile.libtpu_flags"))
     assert "no collective matmul for a matmul's gathered operand or a matmul's sum wanted split" in line
     assert line.endswith("not priced: --xla_tpu_enable_async_collective_fusion=true")
+    document = json.loads(CliRunner().invoke(app, ["explain", str(path), "--json"]).stdout)  # the same, as JSON
+    assert next(a for a in document["assumptions"] if a["name"] == "libtpu_flags")["source"] == line
 
 
 def test_no_collective_matmul_over_two_chips():

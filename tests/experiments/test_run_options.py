@@ -116,3 +116,14 @@ def test_a_ring_priced_as_a_gpu_tool_runs_it_is_refused_with_the_export_that_tak
         refuse_ring(planned, "run")
     assert error.value.fix.endswith("or run it with diffusers (meshlab export --format diffusers)")
     assert error.value.location is not None and error.value.location.line is not None
+
+
+def test_a_tpu_plan_s_refusal_names_no_gpu_tool(tmp_path):
+    from meshlab.experiments.refusals import refuse_placement
+
+    path = tmp_path / "tiled.yaml"
+    path.write_text((REPO / "strategies" / "2d.yaml").read_text().replace("  vae: device", "  vae: device\n"
+                                                                          "  vae_decode: tiled"))
+    with pytest.raises(InputError) as error:
+        refuse_placement(plan_file(path), "run")
+    assert error.value.fix == "set placement.vae_decode: full to run it here"

@@ -17,6 +17,7 @@ from meshlab.core.errors import InputError
 
 #: every card meshlab ships (a card added to the folder is held to a fresh import without a line here)
 SHIPPED = tuple(sorted(p.stem for p in BUILTIN_DIR.glob("*.json")))
+assert len(SHIPPED) >= 11, SHIPPED  # the folder was read: Qwen-Image, Flux, FLUX.2, SD3.5, SANA and the video cards
 
 
 def params_by_name(card) -> dict:

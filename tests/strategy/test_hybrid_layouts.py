@@ -202,3 +202,14 @@ def test_the_gpu_tools_have_no_form_for_a_cross_attention_rule(tmp_path):
         result = runner.invoke(app, ["export", str(path), "--format", tool])
         assert result.exit_code == 2, result.output
         assert "activations.rules[2] splits the cross-attention on its own" in result.output
+
+
+def test_the_heads_fix_offers_usp_only_for_a_sequence_split_and_keeps_the_mesh_s_other_axes():
+    from meshlab.plan.activations import heads_fix
+
+    usp = heads_fix(12, 8, {"cfg": 2, "seq": 8}, ulysses=True)
+    assert usp.startswith("split heads 4 ways (it divides 12 heads and 8 devices) and ring the other 2")
+    assert "--mesh cfg=2,ring=2,seq=4 --rules ulysses+ring" in usp
+    hybrid = heads_fix(12, 8, {"model": 2, "seq": 4}, ulysses=False)  # heads over model x seq: no ring to offer
+    assert hybrid == "split heads 6 ways, the nearest degree that divides 12 (any of [1, 2, 3, 4, 6, 12])"
+    assert heads_fix(7, 4, {"seq": 4}, ulysses=True).startswith("run the 4 devices as a ring")
