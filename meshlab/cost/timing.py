@@ -69,10 +69,15 @@ class Assumptions:
                           + hw.sources.get("matmul_rates", "")}]
               if hw.matmul_rates is not None else []),
             {"name": "overlap", "value": self.overlap,
-             "source": "assumption: collectives do not overlap compute (each all-reduce/all-gather feeds the next "
-                       "op), but for the permutes of XLA:TPU's collective matmuls, each of which runs beside its 1/n "
-                       "slice of the matmul and shows only what outlasts it (XLA:TPU's schedule of 2d.yaml at full "
-                       "depth leaves 0.1 ms of them exposed per forward)"},
+             "source": "collectives do not overlap compute, but for the permutes of XLA:TPU's collective matmuls, "
+                       "each of which runs beside its 1/n slice of the matmul and shows only what outlasts it "
+                       "(XLA:TPU's schedule of 2d.yaml at full depth leaves 0.1 ms of them exposed per forward). On a "
+                       "TPU this is the program's own: XLA:TPU's compiles of pairs, 2d, fsdp and hybrid at full depth "
+                       "on v6e-8 (libtpu's default flags) run every all-reduce, all-gather and all-to-all of a middle "
+                       "block synchronously (0 of them async: pairs' all-reduces, fsdp's 8 weight gathers, hybrid's 7 "
+                       "Ulysses all-to-alls), and only the collective matmuls' permutes asynchronously "
+                       "(benchmarks/results/tpu_aot.txt); a plan's own libtpu flags that make more of them async are "
+                       "not priced. On a GPU an assumption: each all-reduce or all-gather feeds the next op"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
                        "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
