@@ -30,6 +30,10 @@ pytestmark = [
 
 #: Built-in strategies DTensor runs (the others: see test_the_ones_it_cannot_are_refused_with_the_reason).
 EXPRESSIBLE = ("data", "model", "2d", "pairs", "fsdp", "ulysses")
+#: ulysses.yaml's mesh and rules as USP (the tokens over ring x seq, Ulysses over seq, the ring kept at the kernel)
+USP_AS = {"  cfg: 2\n  seq: 4": "  cfg: 2\n  ring: 2\n  seq: 2", "  sequence: seq\n": "  sequence: [ring, seq]\n",
+          "spec: [cfg, seq, null]": "spec: [cfg, [ring, seq], null]", "spec: [cfg, null, seq]": "spec: [cfg, ring, seq]"}
+USP = re.compile("|".join(re.escape(k) for k in USP_AS))
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +52,18 @@ def reports(tmp_path_factory):
         paths[name].write_text(re.sub(r"(?m)^model: .*$", f"model: {card}", text))
     paths["padded"] = folder / "padded.yaml"
     paths["padded"].write_text(PADDED.format(card=card))
+    paths["usp"] = folder / "usp.yaml"  # ulysses.yaml as USP: cfg 2 x ring 2 x Ulysses 2 (issue 26)
+    usp, made = USP.subn(lambda m: USP_AS[m.group(0)], paths["ulysses"].read_text())
+    assert made == 5, made  # the mesh, the sequence and the three rules' specs
+    paths["usp"].write_text(usp)
     keys = sorted(paths)
     return dict(zip(keys, run_dtensor_checks([paths[k] for k in keys], CheckOptions(layers=2))))
 
 
-@pytest.mark.parametrize("name", EXPRESSIBLE)
+@pytest.mark.parametrize("name", EXPRESSIBLE + ("usp",))
 def test_every_rank_holds_its_planned_slice_and_the_forward_matches(reports, name):
+    """Every rank's shards and the forward, under each layout DTensor expresses, USP (ring 2 x Ulysses 2 beside cfg
+    2) too, whose re-splits DTensor runs as all-gathers (no ring passes: as XLA's partitioner, it gathers)."""
     report = reports[name]
     assert report.world == 8
     assert not report.mismatches, [p.to_json() for p in report.mismatches[:3]]
