@@ -191,8 +191,8 @@ def profiled_peak(vae, latent) -> tuple[int, int]:
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("diffusers") is None, reason="needs diffusers")
 @pytest.mark.parametrize("model, side, latent_frames", [("qwen-image", 32, 1), ("flux-dev", 32, 1),
-                                                        ("wan-2.1-t2v-14b", 16, 4), ("hunyuan-video", 12, 8),
-                                                        ("ltx-video", 12, 6), ("cogvideox-5b", 12, 7)])
+                                                        ("wan-2.1-t2v-14b", 16, 4), ("hunyuan-video", 10, 8),
+                                                        ("ltx-video", 10, 6), ("cogvideox-5b", 10, 7)])
 def test_the_decode_working_set_predicts_a_larger_measured_decode(model, side, latent_frames):
     """The card's working set comes from decodes at 8x8 and 16x16 latents (one latent frame, or a video VAE's
     steady state, and how it grows per latent frame); a real decode of another size, measured by torch.profiler's
