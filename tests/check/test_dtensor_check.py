@@ -32,7 +32,8 @@ pytestmark = [
 EXPRESSIBLE = ("data", "model", "2d", "pairs", "fsdp", "ulysses")
 #: ulysses.yaml's mesh and rules as USP (the tokens over ring x seq, Ulysses over seq, the ring kept at the kernel)
 USP_AS = {"  cfg: 2\n  seq: 4": "  cfg: 2\n  ring: 2\n  seq: 2", "  sequence: seq\n": "  sequence: [ring, seq]\n",
-          "spec: [cfg, seq, null]": "spec: [cfg, [ring, seq], null]", "spec: [cfg, null, seq]": "spec: [cfg, ring, seq]"}
+          "spec: [cfg, seq, null]": "spec: [cfg, [ring, seq], null]",
+          "spec: [cfg, null, seq]": "spec: [cfg, ring, seq]"}
 USP = re.compile("|".join(re.escape(k) for k in USP_AS))
 
 
