@@ -52,6 +52,7 @@ class Case:
     workload: dict | None = None  # None: FLUX_WORKLOAD
     text_encoder: str = "device"
     vae_dtype: str | None = None  # None: the workload's dtype
+    encoders: tuple = ()  # (name, place) of an encoder placed otherwise than text_encoder
 
 
 #: Wan2.1's own multi-GPU table (README 9737cba, "Computational Efficiency on Different GPUs", assets/comp_effic.png,
@@ -62,8 +63,8 @@ class Case:
 #: code holds the DiT in float32 (wan/text2video.py: `WanModel.from_pretrained(checkpoint_dir)`, no torch_dtype; FSDP
 #: MixedPrecision(param_dtype=bfloat16) keeps the shards in float32 and gathers in bfloat16, autocast computes in
 #: bfloat16) and the VAE in float32 (wan/modules/vae.py: `WanVAE(..., dtype=torch.float)`); T5 in bfloat16
-#: (t5_dtype), sharded. I2V's CLIP image encoder is built whole on every GPU (image2video.py passes it no shard_fn),
-#: but `placement.text_encoder: sharded` places it with the text encoders: 0.6 GB (2 GPUs) to 1.1 GB (8) short.
+#: (t5_dtype), sharded. I2V's CLIP image encoder is built whole on every GPU (image2video.py passes it no shard_fn):
+#: `placement.encoders: {image_encoder: device}` beside `text_encoder: sharded`.
 WAN = "Wan-Video/Wan2.1 README (9737cba), Computational Efficiency on Different GPUs (assets/comp_effic.png)"
 WAN_ULYSSES = {"sequence": "seq", "sequence_parallel": "xdit", "rules": [
     {"point": "block.input", "stream": "image", "spec": [None, "seq", None]},
@@ -86,7 +87,7 @@ CASES = (
     *(Case(f"wan {model} {n}x{gpu} fsdp+ulysses 720p", f"{WAN}, {gpu} row, {model}", measured, {"seq": n},
            WAN_ULYSSES, card, gpu.lower().replace("a100", "a100-80gb"), WAN_FSDP,
            {"height": 720, "width": 1280, "frames": 81, "steps": steps, "cfg": True, "text_tokens": 512,
-            "weights_dtype": "float32"}, "sharded", "float32")
+            "weights_dtype": "float32"}, "sharded", "float32", (("image_encoder", "device"),) if "I2V" in model else ())
       for gpu, model, card, steps, peaks in (
           ("H100", "T2V-14B", "wan-2.1-t2v-14b", 50, (53.9, 37.9, 29.9)),
           ("H100", "I2V-14B", "wan-2.1-i2v-14b", 40, (59.8, 41.9, 32.9)),
@@ -101,7 +102,8 @@ def predict_case(case: Case) -> dict:
     strategy = Strategy.model_validate({
         "name": case.name, "model": case.model, "hardware": case.hardware, "mesh": case.mesh,
         "rules": list(case.rules), "activations": case.activations, "workload": case.workload or FLUX_WORKLOAD,
-        "placement": {"text_encoder": case.text_encoder, "vae": "device", "vae_dtype": case.vae_dtype},
+        "placement": {"text_encoder": case.text_encoder, "encoders": dict(case.encoders), "vae": "device",
+                      "vae_dtype": case.vae_dtype},
         "compile": {"elementwise": "eager"}})
     chip = memory_report(make_plan(strategy, load_card(case.model), hardware.chips), strategy,
                          hardware.usable_hbm_bytes, 0).most_loaded

@@ -490,6 +490,24 @@ def _priced_table(profile, measured) -> Table:
     return table
 
 
+def _encode_where(placement, card, hw) -> str:
+    """Where the encoders encode, at what rate: one place for all, or each encoder's where they differ."""
+    host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
+
+    def at(place: str) -> str:
+        text = (f"the host at {_rate(hw.host_flops)} ({host_how})" if place == "cpu"
+                else f"the chip at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}")
+        if place == "sharded" and hw.chips > 1:
+            text += (f", plus each encode's all-gather of its layers over {hw.chips} chips at "
+                     f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s")
+        return text
+
+    places = {c.name: placement.encoder_place(c.name) for c in card.encoders}
+    if len(set(places.values())) <= 1:
+        return at(next(iter(places.values()), placement.text_encoder))
+    return "; ".join(f"the {name} on {at(place)}" for name, place in places.items())
+
+
 def _terms_table(planned, p) -> Table:
     """Seconds per image end to end, term by term (meshlab.cost.pipeline_time)."""
     workload, card = planned.strategy.workload, planned.card
@@ -500,19 +518,13 @@ def _terms_table(planned, p) -> Table:
     for column, justify in (("term", "left"), ("seconds", "right"), ("how", "left")):
         table.add_column(column, justify=justify)
     terms = p.terms
-    on_host = planned.strategy.placement.text_encoder == "cpu"
     encoders = card.text_encoders
     per_token = sum(c.flops_per_token + c.head_flops_per_token for c in encoders)
     prefix = max((c.prefix_tokens for c in encoders), default=0)
     images = card.image_encoders
     image_how = "".join(f", plus the {c.name} at {c.flops_per_token / 1e9:.1f} GFLOP per token x "
                         f"{card.architecture.reference_tokens} image tokens" for c in images)
-    host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
-    where = (f"the host at {_rate(hw.host_flops)} ({host_how})" if on_host
-             else f"the chip at {_rate(hw.bf16_flops)} x {hw.compute_efficiency}")
-    if planned.strategy.placement.text_encoder == "sharded" and hw.chips > 1:
-        where += (f", plus each encode's all-gather of its layers over {hw.chips} chips at "
-                  f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s")
+    where = _encode_where(planned.strategy.placement, card, hw)
     measured_decode = hw.profile is not None and hw.profile.of("vae_decode") \
         and planned.strategy.placement.vae_decode == "full"
     vae = next((c for c in card.components if c.name == "vae"), None)

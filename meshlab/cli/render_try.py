@@ -134,7 +134,8 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
     from meshlab.search.quick import CommandLineDocument
 
     hw, terms = planned.hardware, p.terms
-    if terms is None or planned.strategy.placement.text_encoder != "cpu" or not p.first_call_s:
+    names = [c.name for c in planned.card.encoders]
+    if terms is None or "cpu" not in planned.strategy.placement.places(names) or not p.first_call_s:
         return ""
     encode = terms.text_encode_s * p.layout.images
     if (hw.sources.get("host_flops", "").startswith("measured") or "host_flops" in hw.overridden
@@ -145,13 +146,14 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
     if planned.memory.fits:
         # where it fits beside the plan: the whole encoder on each chip, else split over them (one memory report each)
         where = next((w for w in (("device",) if quick or hw.chips == 1 else ("device", "sharded"))
-                      if with_placement(planned, text_encoder=w).memory.fits), None)
+                      if with_placement(planned, text_encoder=w, encoders={}).memory.fits), None)
         if where is None:
             move = "no room for it on the chips beside the plan"
         elif quick:
             move = "--text-encoder device puts it on the chips"
         else:
             move = (f"`placement.text_encoder: {where}` puts it on the chips"
+                    + (", without placement.encoders" if planned.strategy.placement.encoders else "")
                     + (" (split over them: it does not fit whole beside the plan)" if where == "sharded" else ""))
     return (f"; {encode:.2f} s of the call is the text encoder on the host at an assumed "
             f"{hw.host_flops / 1e12:g} TFLOP/s (not measured" + (f"; {move})" if move else ")"))

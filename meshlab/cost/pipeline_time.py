@@ -5,8 +5,9 @@ Pure, no torch. Every term is predicted, and each says what it rests on:
 - **text_encode_s**: each text encoder's FLOPs per prompt token (the card: 2 x the parameters of its text path,
   plus an output head its forward computes) x the workload's text tokens and the template tokens the pipeline puts
   before each prompt (Qwen-Image: 34) x the prompts one call encodes (two with guidance: the negative prompt too; the
-  pipeline encodes a prompt once for all its images), at the host's ``host_flops`` with ``placement.text_encoder:
-  cpu`` (an assumption in the catalog until it is measured) or at the chip's effective peak on the device;
+  pipeline encodes a prompt once for all its images), each encoder where ``placement`` puts it (``text_encoder``,
+  or its own entry in ``encoders``): at the host's ``host_flops`` on ``cpu`` (an assumption in the catalog until it
+  is measured) or at the chip's effective peak on the device;
   ``sharded`` (FSDP over every chip) adds each encode's all-gather of the layers' weights, (n - 1) / n of them,
   at one chip's ``ici_link_bandwidth`` (not overlapped with the encode; the root unit stays gathered). An image
   encoder (Wan 2.1 image-to-video's CLIP) adds its FLOPs per token x the card's reference tokens, once per image.
@@ -71,21 +72,19 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     if any(c.flops_per_token == 0 for c in encoders):
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
-    # an image encoder (Wan I2V's CLIP) encodes the conditioning image once per image, its reference tokens
-    image_encoders = card.image_encoders
-    encode_flops = (sum((c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens)
-                        for c in card.text_encoders if c.flops_per_token) * prompts
-                    + sum(c.flops_per_token * card.architecture.reference_tokens * images for c in image_encoders)
-                    ) if "text_encode_s" not in unknown else 0.0
-    encode_rate = hardware.host_flops if placement.text_encoder == "cpu" else device_flops
-    encode_s = encode_flops / encode_rate
-    if placement.text_encoder == "sharded" and hardware.chips > 1 and "text_encode_s" not in unknown:
-        def gathered(group) -> float:  # each encode gathers the layers; the root unit stays gathered
-            layers = sum(c.parameters - c.root_parameters for c in group)
-            return layers * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) / hardware.chips
-
-        # the text encoders encode each prompt; an image encoder its call's images at once
-        encode_s += (prompts * gathered(card.text_encoders) + gathered(image_encoders)) / hardware.ici_link_bandwidth
+    encode_s = 0.0
+    for c in encoders if "text_encode_s" not in unknown else ():
+        where = placement.encoder_place(c.name)
+        # the text encoders encode each prompt; an image encoder (Wan I2V's CLIP) the conditioning image once per
+        # image, its reference tokens, the call's images at once
+        image = c in card.image_encoders
+        encode_s += ((c.flops_per_token * card.architecture.reference_tokens * images if image else
+                      (c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens) * prompts)
+                     / (hardware.host_flops if where == "cpu" else device_flops))
+        if where == "sharded" and hardware.chips > 1:  # each encode gathers the layers; the root unit stays gathered
+            gathered = (c.parameters - c.root_parameters) * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) \
+                / hardware.chips
+            encode_s += (1 if image else prompts) * gathered / hardware.ici_link_bandwidth
     vae = next((c for c in card.components if c.name == "vae"), None)
     if vae is None or vae.decode_flops_per_pixel == 0 or (placement.vae != "cpu"
                                                          and decode_bytes_per_pixel(vae, hardware) == 0):

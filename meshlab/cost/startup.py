@@ -52,10 +52,9 @@ def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     checkpoint = (card.total_params + sum(c.parameters for c in card.components)) * itemsize
     placement = strategy.placement
-    on_chip = weights_per_chip + itemsize * sum(
-        (c.parameters if placement.vae == "device" else 0) if c.name == "vae"
-        else encoder_resident(c, placement.text_encoder, hardware.chips) if c.name.startswith("text_encoder") else 0
-        for c in card.components)
+    on_chip = weights_per_chip + itemsize * (
+        (card.component("vae").parameters if placement.vae == "device" and card.component("vae") else 0)
+        + sum(encoder_resident(c, placement.encoder_place(c.name), hardware.chips) for c in card.encoders))
     lists = block_lists(card)
     blocks = len(lists) if strategy.compile.scan_blocks else sum(lists.values())
     measured = hardware.compile_measured

@@ -39,13 +39,15 @@ def refuse_placement(planned: PlannedStrategy, what: str) -> None:
     tiled or parallel decode, or a sharded encoder, is priced as the GPU tools run it, not run here, so a run of it
     is refused at its line."""
     placement = planned.strategy.placement
-    for key, value, plain in (("vae_decode", placement.vae_decode, "full"),
-                              ("text_encoder", placement.text_encoder, "cpu or device")):
+    sharded = placement.first_at("sharded", [c.name for c in planned.card.encoders])
+    for field, value, plain in ((("placement", "vae_decode"), placement.vae_decode, "full"),
+                                (sharded, "sharded" if sharded else None, "cpu or device")):
         if value in ("tiled", "parallel", "sharded"):
+            key = ".".join(field[1:])
             raise planned.loaded.place(InputError(
                 f"meshlab {what} decodes the whole image and keeps the text encoder whole, and this strategy's "
                 f"placement.{key} is {value}", f"set placement.{key}: {plain} to {what} it here{_elsewhere(planned)}",
-                field=("placement", key)))
+                field=field))
 
 
 def refuse_ring(planned: PlannedStrategy, what: str) -> None:

@@ -219,10 +219,11 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
             ring = ", and gathers a ring's k and v once, then runs its passes" if d.ring > 1 else ""
             lines.append(f"# this plan was priced as {d.priced_as} runs it; diffusers joins the streams on the chip"
                          f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
-    if strategy.placement.text_encoder == "sharded":
-        raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs (FSDP), which diffusers' "
-                        "enable_parallelism does not do", "use device (replicated) or cpu",
-                        field=("placement", "text_encoder"))
+    sharded = strategy.placement.first_at("sharded", [c.name for c in plan.card.encoders])
+    if sharded:
+        raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits the text encoder over the GPUs (FSDP), "
+                        "which diffusers' enable_parallelism does not do", "use device (replicated) or cpu",
+                        field=sharded)
     if strategy.placement.vae_decode == "parallel":
         raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
                         "VAE", "use full or tiled",
@@ -271,13 +272,23 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
     if _priced_compiled(strategy, hardware):
         flags.append("--use_torch_compile")
     note = "".join(f"{line}\n" for line in priced_elsewhere(plan, strategy, hardware))
-    if strategy.placement.text_encoder == "sharded":
+    sharded = strategy.placement.first_at("sharded", [c.name for c in plan.card.encoders])
+    if sharded:
         if model.runner:
-            raise PlanError("placement.text_encoder: sharded splits the text encoder over the GPUs, and xDiT's runner "
-                            "has no such flag (--shard_t5_encoder is its example scripts')", "use device or cpu",
-                            field=("placement", "text_encoder"))
+            raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits the text encoder over the GPUs, and "
+                            "xDiT's runner has no such flag (--shard_t5_encoder is its example scripts')",
+                            "use device or cpu", field=sharded)
+        placement = strategy.placement
+        other = next((c for c in plan.card.encoders if placement.encoder_place(c.name) == "sharded"
+                      and "T5" not in c.class_name), None)
+        if other is not None:  # xfuser.core.distributed.shard_t5_encoder wraps a T5's blocks in FSDP, no other
+            field = placement.first_at("sharded", [other.name])
+            t5 = any("T5" in c.class_name for c in plan.card.encoders)
+            fix = (f"place it whole: placement.encoders: {{{other.name}: device}}" if t5 and field[-1] == "text_encoder"
+                   else f"set placement.{'.'.join(field[1:])}: device or cpu")
+            raise PlanError(f"placement.{'.'.join(field[1:])}: sharded splits {other.name} ({other.class_name}) over "
+                            "the GPUs, and xDiT's --shard_t5_encoder shards a T5 text encoder only", fix, field=field)
         flags.append("--shard_t5_encoder")
-        note += "# --shard_t5_encoder shards a T5 text encoder; xDiT keeps others whole on every GPU\n"
     if d.ulysses * d.ring > 1 and d.priced_as != "xdit":
         ring = ", and sends each ring block to the next rank during a pass" if d.ring > 1 else ""
         note += (f"# this plan was priced as {d.priced_as} runs it; xDiT joins the streams on the chip{ring}: set "

@@ -195,14 +195,15 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
                                                        vae_itemsize, share, frame_growth(vae, plan.card.architecture,
                                                                             workload.frames), vae.output_copies)
     chips = plan.mesh.device_count
-    text_bytes = sum(encoder_resident(c, placement.text_encoder, chips) for c in encoders) * itemsize
-    if encoders and placement.text_encoder == "sharded" and chips > 1:  # a layer gathered at a time
-        text_encode = max(c.largest_layer_parameters for c in encoders) * itemsize
+    text_bytes = sum(encoder_resident(c, placement.encoder_place(c.name), chips) for c in encoders) * itemsize
+    sharded = [c for c in encoders if placement.encoder_place(c.name) == "sharded"]
+    if sharded and chips > 1:  # a layer gathered at a time
+        text_encode = max(c.largest_layer_parameters for c in sharded) * itemsize
     return vae_weights, vae_decode, text_bytes, text_encode
 
 
 def encoder_resident(encoder: Component, where: str, chips: int) -> int:
-    """Parameters of a text encoder that one of `chips` holds between encodes under ``placement.text_encoder``
+    """Parameters of a text encoder that one of `chips` holds between encodes where the placement puts it,
     `where`: none on the host ("cpu"), all of them replicated ("device", or "sharded" on one chip), or, sharded
     (FSDP, as Wan's --t5_fsdp wraps each layer), its share of the layers and the root unit whole (the token
     embedding and whatever sits outside the layer list: FSDP gathers it for the whole forward and keeps it)."""

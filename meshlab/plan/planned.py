@@ -101,6 +101,7 @@ def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> Pla
             f"{hardware.name} is a {hardware.kind}"
         raise PlanError(f"placement.vae_decode: parallel splits the decode over the GPUs as xDiT's parallel VAE does, "
                         f"and {where}", "use full or tiled", field=("placement", "vae_decode"))
+    check_encoder_names(strategy, card)
     memory = memory_on(plan, strategy, hardware)
     if hardware.kind == "tpu":
         from meshlab.plan.compile_times import measured_compile
@@ -108,6 +109,17 @@ def _planned(loaded: LoadedStrategy, card: ModelCard, hardware: Hardware) -> Pla
         measured = measured_compile(strategy, card, hardware.name)
         hardware = replace(hardware, compile_measured=measured) if measured else hardware
     return PlannedStrategy(loaded, card, hardware, plan, memory)
+
+
+def check_encoder_names(strategy: Strategy, card: ModelCard) -> None:
+    """A PlanError at ``placement.encoders`` where it names an encoder the card does not have."""
+    names = [c.name for c in card.encoders]
+    for name in strategy.placement.encoders:
+        if name not in names:
+            has = f"its encoders are {', '.join(names)}" if names else "it has none"
+            raise PlanError(f"placement.encoders names {name!r}, which is not an encoder of {card.name} ({has})",
+                            f"name one of {', '.join(names)}" if names else "remove placement.encoders",
+                            field=("placement", "encoders", name))
 
 
 def _hardware(loaded: LoadedStrategy) -> Hardware:

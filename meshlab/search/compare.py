@@ -179,8 +179,12 @@ def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_
     what = output_noun([planned.strategy.workload])  # a video model's plans make videos
     if worst == "encode":
         def where(p: PlannedStrategy) -> str:
-            return {"cpu": "on the host", "device": "on each chip", "sharded": "split over the chips"}[
-                p.strategy.placement.text_encoder]
+            words = {"cpu": "on the host", "device": "on each chip", "sharded": "split over the chips"}
+            placement = p.strategy.placement
+            places = {c.name: placement.encoder_place(c.name) for c in p.card.encoders}
+            if len(set(places.values())) > 1:  # placement.encoders puts them apart
+                return "(" + ", ".join(f"{name} {words[place]}" for name, place in places.items()) + ")"
+            return words[next(iter(places.values()), placement.text_encoder)]
 
         return (f"its text encoder {where(planned)}: {pred.terms.text_encode_s:.2f} s/{what} vs "
                 f"{b.terms.text_encode_s:.2f} {where(best)} (`meshlab explain` shows the encode term)")

@@ -599,7 +599,8 @@ def strategy_yaml(candidate: Candidate, hardware: Hardware | None = None, object
         # the rules a file gives: planning adds its block.input rule again, and says so, when the file is read
         "activations": s.activations.model_copy(update={"rules": given_rules(s.activations)}).model_dump(
             exclude_none=True),
-        "rewrites": list(s.rewrites), "workload": s.workload.model_dump(exclude_none=True), "placement": s.placement.model_dump(exclude_none=True),
+        "rewrites": list(s.rewrites), "workload": s.workload.model_dump(exclude_none=True),
+        "placement": s.placement.model_dump(exclude_none=True, exclude=set() if s.placement.encoders else {"encoders"}),
         **({"compile": s.compile.model_dump(exclude={"libtpu_flags"})} if s.compile.elementwise != "fused" else {}),
     }
     what = output_noun([s.workload])

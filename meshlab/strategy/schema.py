@@ -214,12 +214,22 @@ def with_article(noun: str) -> str:
     return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
+EncoderPlace = Literal["cpu", "device", "sharded"]
+
+
 class Placement(Closed):
     """Where the pipeline's other components live."""
 
-    text_encoder: Literal["cpu", "device", "sharded"] = Field(
-        "cpu", description="every text encoder: 'cpu': on the host; 'device': replicated in HBM on every chip; "
-        "'sharded': split over every chip (FSDP, as Wan's --t5_fsdp), one layer gathered at a time while it encodes")
+    text_encoder: EncoderPlace = Field(
+        "cpu", description="every encoder of the conditioning (text encoders, and an image encoder such as Wan "
+        "2.1 image-to-video's CLIP) but those `encoders` names: 'cpu': on the host; 'device': replicated in HBM on "
+        "every chip; 'sharded': split over every chip (FSDP, as Wan's --t5_fsdp), one layer gathered at a time "
+        "while it encodes")
+    encoders: dict[str, EncoderPlace] = Field(
+        default_factory=dict, description="one encoder placed otherwise than `text_encoder` says, by its name in "
+        "the model card (text_encoder, text_encoder_2, text_encoder_3, image_encoder; `meshlab models list` shows "
+        "them), e.g. {image_encoder: device} beside text_encoder: sharded, as Wan's I2V script shards T5 and keeps "
+        "CLIP whole on every GPU")
     vae: Literal["device", "cpu"] = Field("device", description="'device': weights and decode working set in HBM")
     vae_dtype: Optional[Literal["bfloat16", "float16", "float32"]] = Field(
         None, description="the VAE's dtype where it differs from workload.dtype (Wan's official code and diffusers' "
@@ -229,6 +239,22 @@ class Placement(Closed):
         "full", description="how the VAE decodes: 'full', the whole image at once (diffusers' default); 'tiled', "
         "diffusers' vae.enable_tiling(): overlapping tiles of the VAE's own size one at a time; 'parallel', the "
         "image's rows split over the chips that decode it (xDiT's parallel VAE; GPUs only)")
+
+    def encoder_place(self, name: str) -> str:
+        """Where the encoder the card names `name` lives: its own entry in `encoders`, else `text_encoder`."""
+        return self.encoders.get(name, self.text_encoder)
+
+    def places(self, names) -> set[str]:
+        """Every place the encoders `names` live."""
+        return {self.encoder_place(n) for n in names}
+
+    def first_at(self, place: str, names) -> tuple[str, ...] | None:
+        """The field that puts the first of the encoders `names` at `place` (its own entry in `encoders`, or
+        ``text_encoder``), None where none lives there."""
+        name = next((n for n in names if self.encoder_place(n) == place), None)
+        if name is None:
+            return None
+        return ("placement", "encoders", name) if name in self.encoders else ("placement", "text_encoder")
 
 
 class Compile(Closed):

@@ -200,3 +200,28 @@ def test_a_missing_tp_plan_is_not_fixed_by_an_argument_diffusers_does_not_take(t
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert form(diffusers_snippet, load_plan(sd)).endswith("define _tp_plan on the class")  # and no _cp_plan either
+
+
+@pytest.mark.parametrize("model, placement, says", [
+    ("cogvideox-5b", {"text_encoder": "sharded"}, "--shard_t5_encoder"),
+    ("sana-1600m", {"text_encoder": "sharded"}, "sharded splits text_encoder (Gemma2Model) over the GPUs, and xDiT's "
+     "--shard_t5_encoder shards a T5 text encoder only; set placement.text_encoder: device or cpu"),
+    ("flux-dev", {"text_encoder": "device", "encoders": {"text_encoder": "sharded"}},
+     "placement.encoders.text_encoder: sharded splits the text encoder over the GPUs, and xDiT's runner has no such flag"),
+    ("sana-1600m", {"text_encoder": "device"}, "--data_parallel_degree 2"),
+])
+def test_xdit_shards_a_t5_encoder_and_refuses_to_shard_another(tmp_path, model, placement, says):
+    """xfuser's shard_t5_encoder wraps a T5's blocks in FSDP; the example scripts that take the flag (CogVideoX's
+    and SANA's) shard nothing else, so a plan that prices SANA's Gemma2 sharded has no xDiT form."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "model": model, "hardware": "h100", "mesh": {"data": 2},
+                                    "activations": {"batch": "data"}, "placement": placement,
+                                    "workload": {"batch": 2}}))
+    planned = load_plan(path)
+    text = form(xdit_flags, planned)
+    assert says in text
+    refused = "sharded" in placement.values() or "sharded" in placement.get("encoders", {}).values()
+    if model != "cogvideox-5b" and refused:
+        assert len(text.splitlines()) == 1
+    else:
+        assert ("--shard_t5_encoder" in text.splitlines()[-1]) == (model == "cogvideox-5b")

@@ -191,3 +191,68 @@ def test_a_check_holds_the_weights_as_the_checked_program_does_whatever_a_script
     assert 0 < held.tile_padding < computed.tile_padding
     assert compile_key(plan_file(plain).strategy, a.card, "v6e-8") == compile_key(plan_file(stored).strategy, b.card,
                                                                                  "v6e-8")
+
+
+WAN_I2V_4_H100 = """\
+    name: wan-i2v-4
+    model: wan-2.1-i2v-14b
+    hardware: h100
+    mesh: {{seq: 4}}
+    rules: [{{match: "*", shard: replicate}}]
+    activations: {{sequence: seq, sequence_parallel: xdit}}
+    placement: {placement}
+    workload: {{height: 720, width: 1280, frames: 81, batch: 1}}
+    """
+
+
+def test_each_encoder_has_its_own_place_where_placement_names_it(write_strategy):
+    """Wan's I2V script shards T5 (--t5_fsdp) and builds its CLIP image encoder whole on every GPU: `encoders`
+    places one encoder otherwise than `text_encoder` places the rest, in memory and in time."""
+    def planned(placement):
+        return plan_file(write_strategy(WAN_I2V_4_H100.format(placement=placement)))
+
+    apart = planned("{text_encoder: sharded, encoders: {image_encoder: device}}")
+    together = planned("{text_encoder: sharded}")
+    card = apart.card
+    t5, clip = card.component("text_encoder"), card.component("image_encoder")
+    itemsize = DTYPE_BYTES["bfloat16"]
+    t5_shard = -(-(t5.parameters - t5.root_parameters) // 4) + t5.root_parameters
+    clip_shard = -(-(clip.parameters - clip.root_parameters) // 4) + clip.root_parameters
+    assert apart.memory.most_loaded.text_encoder == (t5_shard + clip.parameters) * itemsize
+    assert together.memory.most_loaded.text_encoder == (t5_shard + clip_shard) * itemsize
+    assert apart.memory.most_loaded.text_encode == t5.largest_layer_parameters * itemsize  # only T5 gathers a layer
+    # the whole CLIP gathers nothing: the encode is faster by its gather over the link, and nothing else
+    a, b = (predict(p.plan, p.strategy, p.hardware).terms for p in (apart, together))
+    gather = (clip.parameters - clip.root_parameters) * itemsize * 3 / 4 / apart.hardware.ici_link_bandwidth
+    assert b.text_encode_s - a.text_encode_s == pytest.approx(gather)
+    on_host = planned("{text_encoder: cpu, encoders: {image_encoder: device}}")
+    assert on_host.memory.most_loaded.text_encoder == clip.parameters * itemsize
+
+
+def test_an_encoder_the_card_does_not_have_is_one_line_at_its_name(write_strategy):
+    path = write_strategy(WAN_I2V_4_H100.format(placement="{text_encoder: cpu, encoders: {text_encoder_2: device}}"))
+    result = runner.invoke(app, ["try", str(path)])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and f"{path}:7:" in lines[0], result.stderr
+    assert "'text_encoder_2'" in lines[0] and "name one of text_encoder, image_encoder" in lines[0]
+
+
+def test_a_sharded_encoder_named_alone_is_refused_where_a_tool_keeps_encoders_whole(write_strategy):
+    path = write_strategy("""\
+        name: t
+        model: flux-dev
+        hardware: h100
+        mesh: {data: 4}
+        activations: {batch: data}
+        placement:
+          text_encoder: device
+          encoders: {text_encoder_2: sharded}
+        """)
+    export = runner.invoke(app, ["export", str(path), "--format", "xdit"])
+    lines = export.stderr.strip().splitlines()
+    assert export.exit_code == 2 and len(lines) == 1 and f"{path}:8:" in lines[0], export.stderr
+    assert "placement.encoders.text_encoder_2: sharded" in lines[0]
+    run = runner.invoke(app, ["run", str(path), "--checkpoint", "random"])
+    lines = run.stderr.strip().splitlines()
+    assert run.exit_code == 2 and len(lines) == 1 and f"{path}:8:" in lines[0], run.stderr
+    assert "set placement.encoders.text_encoder_2: cpu or device" in lines[0]
