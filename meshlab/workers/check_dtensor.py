@@ -25,6 +25,11 @@ KINDS = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "re
          "broadcast": "broadcast", "scatter": "scatter", "reduce_scatter": "reduce-scatter", "all_to_all": "all-to-all"}
 
 
+#: What every rank imports, imported once in the server the ranks are forked from (meshlab.workers.ranks).
+RANK_MODULES = ("torch.distributed.tensor.debug", "meshlab.api", "meshlab.parallelisms.dtensor",
+                "meshlab.models.importer.build", "meshlab.check.setup", "diffusers.models.transformers")
+
+
 def handle(request: DTensorCheckRequest) -> dict:
     import torch
 
@@ -40,7 +45,8 @@ def handle(request: DTensorCheckRequest) -> dict:
             torch.save(_reference(job), references[-1])
             reference_s.append(time.perf_counter() - start)
         progress(f"starting {world} gloo processes; each builds the model and applies the plan with DTensor")
-        ranks = spawn(_check_rank, world, {"jobs": jobs, "references": references}, list[DTensorRankCheck])
+        ranks = spawn(_check_rank, world, {"jobs": jobs, "references": references}, list[DTensorRankCheck],
+                      preload=RANK_MODULES)
     for index, seconds in enumerate(reference_s):
         ranks[0][index]["timings"]["reference"] = seconds
     return {"results": [[rank[index] for rank in ranks] for index in range(len(jobs))]}

@@ -4,7 +4,8 @@
 group (``torch.multiprocessing``, no torchrun needed) and returns each rank's result, read through the type `result`
 (a model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. A rank's failure
 comes back as that rank's meshlab error; the ranks die with the process that started them (Linux
-``PR_SET_PDEATHSIG``), and ``torch.multiprocessing`` stops the others when one fails, so no rank is left behind.
+``PR_SET_PDEATHSIG``; forked from a forkserver, through the server, which dies with it), and
+``torch.multiprocessing`` stops the others when one fails, so no rank is left behind.
 Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set), ``joined()`` initialises the group from the environment
 instead: nccl on CUDA, else gloo.
 """
@@ -29,19 +30,34 @@ RANK_TIMEOUT_S = 600
 Target = Callable[[Any, Path], Any]
 
 
-def spawn(target: Target, world: int, payload: Any, result: Any, folder: Path | None = None) -> list:
+def spawn(target: Target, world: int, payload: Any, result: Any, folder: Path | None = None,
+          preload: tuple[str, ...] = ()) -> list:
     """`target(payload, folder)` on `world` gloo ranks of this host; each rank's JSON-ready result, by rank, once
-    read through `result`."""
+    read through `result`. Without CUDA the ranks are forked from one fresh server process that has imported
+    torch and the modules in `preload` (multiprocessing's forkserver): the imports, seconds of CPU each, are paid
+    once and not once per rank; the server runs no torch op. A CUDA host spawns each rank afresh (no process that
+    may have touched the driver is forked)."""
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
+    method = "spawn" if _cuda_host() else "forkserver"
+    if method == "forkserver":
+        multiprocessing.get_context(method).set_forkserver_preload(
+            ["meshlab.workers.rank_server", "torch", "torch.distributed", target.__module__, *preload])
     with tempfile.TemporaryDirectory(prefix="meshlab-ranks-", dir=folder) as scratch:
         try:
             mp.start_processes(_rank, args=(world, _free_port(), target, payload, scratch), nprocs=world, join=True,
-                               start_method="spawn")
+                               start_method=method)
         except Exception as exc:  # noqa: BLE001 - the ranks' own error files say what went wrong
             _raise_rank_error(Path(scratch), world, exc)
         return [read_payload(json.loads((Path(scratch) / f"rank{r}.json").read_text())["result"], result,
                              f"rank {r} of {world}") for r in range(world)]
+
+
+def _cuda_host() -> bool:
+    """Whether this host shows CUDA devices (decided without touching the driver)."""
+    return os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") not in ("", "-1")
 
 
 def under_torchrun() -> bool:

@@ -20,6 +20,14 @@ from meshlab.runtime.results import DTensorRankRun
 from meshlab.pipelines import stock
 
 
+#: What every rank imports (the tiny or saved Qwen-Image pipeline's classes), imported once in the server the ranks
+#: are forked from (meshlab.workers.ranks).
+RANK_MODULES = ("meshlab.api", "meshlab.parallelisms.dtensor", "meshlab.workers.run_xla", "meshlab.pipelines.tiny",
+                "diffusers.pipelines.qwenimage.pipeline_qwenimage", "diffusers.models.transformers",
+                "diffusers.models.autoencoders", "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+                "transformers.models.qwen2.tokenization_qwen2")
+
+
 def handle(request: TorchRunRequest) -> dict:
     from meshlab.workers.ranks import joined, spawn, under_torchrun
 
@@ -32,7 +40,7 @@ def handle(request: TorchRunRequest) -> dict:
         ranks = [_run_rank(request, Path(request.scratch))]
     else:
         progress(f"starting {request.world} gloo processes; each loads the pipeline and applies the plan")
-        ranks = spawn(_run_rank, request.world, request, DTensorRankRun)
+        ranks = spawn(_run_rank, request.world, request, DTensorRankRun, preload=RANK_MODULES)
     result = ranks[0]
     result["mismatches"] = sorted({name for rank in ranks for name in rank.pop("mismatches")})
     result["memory"] = {"source": "DTensor local shards of the transformer's parameters (weights only)",

@@ -168,20 +168,29 @@ def test_no_rank_is_left_running_when_the_worker_dies():
 
 
 def _ranks(worker: int) -> set[int]:
-    """The rank processes `worker` started (multiprocessing's spawned children, not its resource tracker)."""
-    return {pid for pid in _descendants(worker) if "multiprocessing.spawn" in _cmdline(pid)
-            and "resource_tracker" not in _cmdline(pid)}
+    """The rank processes `worker` started: the children of its multiprocessing forkserver (not the server itself),
+    or on a CUDA host its spawned children (not its resource tracker)."""
+    parents = _parents()
+    servers = {pid for pid, parent in parents.items() if parent == worker
+               and "multiprocessing.forkserver" in _cmdline(pid)}
+    spawned = {pid for pid in _descendants(worker) if "multiprocessing.spawn" in _cmdline(pid)
+               and "resource_tracker" not in _cmdline(pid)}
+    return spawned | {pid for pid, parent in parents.items() if parent in servers}
 
 
 def _joined(pid: int) -> bool:
-    """Has the rank opened its gloo store socket (so it is past arming PR_SET_PDEATHSIG)?"""
+    """Has the rank opened its gloo store's TCP socket (so it is past arming PR_SET_PDEATHSIG)? A rank forked from
+    a forkserver holds the server's Unix sockets from the start: those say nothing."""
     try:
-        return any(os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir())
+        sockets = {link[len("socket:["):-1] for link in (os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
+                   if link.startswith("socket:[")}
+        tables = [Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:] for name in ("tcp", "tcp6")]
     except OSError:
         return False
+    return any(line.split()[9] in sockets for table in tables for line in table)
 
 
-def _descendants(root: int) -> set[int]:
+def _parents() -> dict[int, int]:
     parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -189,6 +198,11 @@ def _descendants(root: int) -> set[int]:
         except OSError:
             continue
         parents[int(stat.parent.name)] = int(fields[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    parents = _parents()
     found, frontier = set(), {root}
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
