@@ -142,7 +142,7 @@ def plan_work(plan: Plan, strategy: Strategy, xla: bool = False) -> PlanWork:
     graph = graph_of(plan)
     flash = strategy.workload.flash_attention
     work = chip_work(graph, layout, plan.mesh, flash, xla)
-    weights = sum(p.bytes_per_device(plan.mesh) for p in plan.parameters)
+    weights = sum(p.bytes_per_device(plan.mesh) * n for p, n in plan.alike)
     return PlanWork(layout, graph, work, derive(graph, layout, plan.mesh, flash, xla), weights)
 
 

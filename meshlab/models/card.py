@@ -43,19 +43,21 @@ class Parameter:
     stream: str  # one of STREAMS
     block: int | None = None  # index of the repeated block it belongs to, None outside blocks
 
-    @property
+    # read for every parameter of every plan a sweep prices: worked out once a parameter (the record stays
+    # immutable: a cached value is derived from its fields, stored beside them, and left out of eq and hash)
+    @cached_property
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property
     def is_bias(self) -> bool:
         return self.name.endswith(".bias")
 
-    @property
+    @cached_property
     def module(self) -> str:
         return self.name.rsplit(".", 1)[0]
 
@@ -376,6 +378,17 @@ class ModelCard:
         """Names of the lists of repeated blocks (``transformer_blocks``, ...); computed once per card (a sweep
         asks thousands of times)."""
         return frozenset(p.name.split(".", 1)[0] for p in self.parameters if p.block is not None)
+
+    @cached_property
+    def block_counts(self) -> tuple[tuple[str, int], ...]:
+        """Each list of repeated blocks and how many blocks it has, in the order the card lists them
+        (meshlab.models.truncate.block_lists reads it); computed once per card."""
+        lists: dict[str, int] = {}
+        for p in self.parameters:
+            position = block_position(p.name) if p.block is not None else None
+            if position:
+                lists[position[0]] = max(lists.get(position[0], 0), position[1] + 1)
+        return tuple(lists.items())
 
     @cached_property
     def linear_modules(self) -> frozenset[str]:

@@ -16,12 +16,7 @@ from meshlab.core.errors import InputError
 
 def block_lists(card: ModelCard) -> dict[str, int]:
     """Each list of repeated blocks and how many blocks it has, in the order the card lists them."""
-    lists: dict[str, int] = {}
-    for p in card.parameters:
-        position = block_position(p.name) if p.block is not None else None
-        if position:
-            lists[position[0]] = max(lists.get(position[0], 0), position[1] + 1)
-    return lists
+    return dict(card.block_counts)
 
 
 def truncate_card(card: ModelCard, layers: int) -> ModelCard:

@@ -124,9 +124,9 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int,
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
     chips = []
+    allocated_padded = sum(allocated * n for _, allocated, n in padded)
     for chip in range(plan.mesh.device_count):
-        real_padded = sum(p.real_bytes_on(chip, plan.mesh) for p, _ in padded)
-        allocated_padded = sum(allocated for _, allocated in padded)
+        real_padded = sum(p.real_bytes_on(chip, plan.mesh) * n for p, _, n in padded)
         chips.append(ChipMemory(chip, sharded + real_padded, replicated, allocated_padded - real_padded,
                                 activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm,
                                 text_encode, stacked, tile_padding))
@@ -137,8 +137,8 @@ def weights_tile_padding(plan: Plan, strategy: Strategy) -> int:
     """Bytes per chip that a TPU's tiled layouts add to the weight shards, held as they are held
     (``workload.weights_dtype``): every chip's shards have one shape, so every chip gets the same."""
     itemsize = DTYPE_BYTES[strategy.workload.weights_dtype or strategy.workload.dtype]
-    return sum(p.tiled_bytes_per_device(plan.mesh, itemsize) - math.prod(p.shard_shape(plan.mesh)) * itemsize
-               for p in plan.parameters)
+    return sum((p.tiled_bytes_per_device(plan.mesh, itemsize) - math.prod(p.shard_shape(plan.mesh)) * itemsize) * n
+               for p, n in plan.alike)
 
 
 def scan_stacked_bytes(plan: Plan) -> int:
@@ -159,19 +159,19 @@ def weights_scale(strategy: Strategy) -> float:
     return DTYPE_BYTES[held] / DTYPE_BYTES[strategy.workload.dtype] if held else 1.0
 
 
-def _weight_groups(plan: Plan, scale: float = 1.0) -> tuple[int, int, list[tuple[PlannedParameter, int]]]:
-    """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones, as held
-    (`scale`: held over computed bytes, see `weights_scale`)."""
+def _weight_groups(plan: Plan, scale: float = 1.0) -> tuple[int, int, list[tuple[PlannedParameter, int, int]]]:
+    """Bytes of evenly sharded and of replicated parameters (the same on every chip), and the padded ones (one of
+    each kind, its bytes, how many), as held (`scale`: held over computed bytes, see `weights_scale`)."""
     sharded = replicated = 0
     padded = []
-    for p in plan.parameters:
+    for p, count in plan.alike:
         allocated = int(p.bytes_per_device(plan.mesh) * scale)
         if p.spec.is_replicated:
-            replicated += allocated
+            replicated += allocated * count
         elif any(n % k for n, k in zip(p.shape, p.spec.split_counts(plan.mesh))):
-            padded.append((p, allocated))
+            padded.append((p, allocated, count))
         else:
-            sharded += allocated
+            sharded += allocated * count
     return sharded, replicated, padded
 
 
@@ -296,8 +296,27 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
         if p.parameter.block is not None:
             blocks[p.parameter.block].append(p)
     attention_by_module = {a.module: a for a in plan.card.attention}
-    peak = max((_block_elements(params, attention_by_module, plan, shape) for params in blocks.values()), default=0)
+    in_block = defaultdict(list)  # each block's attention modules, by the block its q projection is in
+    for a in plan.card.attention:
+        if a.qkv:
+            in_block[block_position(a.qkv[0])].append(a)
+    kinds = {_block_kind(params, in_block): params for params in blocks.values()}
+    peak = max((_block_elements(params, attention_by_module, plan, shape) for params in kinds.values()), default=0)
     return peak * batch * itemsize
+
+
+def _block_kind(params: list[PlannedParameter], in_block: dict) -> tuple:
+    """What `_block_elements` reads of a block, its paths relative to the block (``attn.to_q``): blocks of one kind
+    hold the same working set, so one of each is priced (Qwen-Image's 60 blocks are one kind)."""
+    position = block_position(params[0].parameter.module)
+    if position is None:
+        return (id(params),)  # not a numbered block: its own kind
+    cut = len(f"{position[0]}.{position[1]}.")
+    own = tuple((p.parameter.module[cut:], p.parameter.shape, p.spec, p.parameter.is_bias, p.parameter.stream)
+                for p in params)
+    attentions = tuple((a.module[cut:], a.heads, a.head_dim, a.streams, tuple(m[cut:] for m in a.qkv),
+                        tuple(m[cut:] for m in a.out), a.keys, a.fused_width, a.kind) for a in in_block[position])
+    return (position[0], own, attentions)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from meshlab.core.tpu_tiles import tiled_bytes
 from meshlab.models.card import DTYPE_BYTES, ModelCard, Parameter
@@ -71,6 +72,20 @@ class Plan:
 
     def spec_map(self) -> dict[str, PartitionSpec]:
         return {p.name: p.spec for p in self.parameters}
+
+    @cached_property
+    def alike(self) -> tuple[tuple[PlannedParameter, int], ...]:
+        """One parameter of each shape, dtype and spec, with how many the plan has: they hold the same shard on
+        every device, so a sum of bytes over the parameters is a sum over these (a model's blocks repeat their
+        parameters: Qwen-Image's 1,933 are 40 kinds). Computed once per plan."""
+        counts: dict[tuple, list] = {}
+        for p in self.parameters:
+            key = (p.parameter.shape, p.parameter.dtype, p.spec)
+            if key in counts:
+                counts[key][1] += 1
+            else:
+                counts[key] = [p, 1]
+        return tuple((p, n) for p, n in counts.values())
 
     @property
     def replicated(self) -> tuple[PlannedParameter, ...]:

@@ -182,15 +182,18 @@ def _check_heads(card: ModelCard, planned: list[PlannedParameter], mesh: Abstrac
 def _padding_warnings(planned: list[PlannedParameter], mesh: AbstractMesh) -> tuple[str, ...]:
     """One warning per distinct (shape, spec) that XLA has to pad, with the bytes it wastes in all."""
     waste: dict[tuple, list] = {}
+    wasted_by: dict[tuple, int] = {}  # one parameter's padding, by shape, dtype and spec: worked out once each
     for p in planned:
         splits = p.spec.split_counts(mesh)
         if all(n % k == 0 for n, k in zip(p.shape, splits)):
             continue
-        padded = p.bytes_per_device(mesh) * mesh.device_count
-        real = sum(p.real_bytes_on(d, mesh) for d in range(mesh.device_count))
+        kind = (p.shape, p.parameter.dtype, p.spec)
+        if kind not in wasted_by:
+            wasted_by[kind] = p.bytes_per_device(mesh) * mesh.device_count - sum(
+                p.real_bytes_on(d, mesh) for d in range(mesh.device_count))
         entry = waste.setdefault((p.shape, str(p.spec)), [0, 0, p.name])
         entry[0] += 1
-        entry[1] += padded - real
+        entry[1] += wasted_by[kind]
     return tuple(
         f"{count} parameter(s) like {example} {list(shape)} {spec} need padding: "
         f"{wasted / 2**20:.2f} MiB wasted over all devices"

@@ -13,6 +13,7 @@ and ``None`` when none does. Example, on a (data: 2, model: 4) mesh::
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 
@@ -30,7 +31,13 @@ class CompiledRule:
     pattern: re.Pattern
 
     def matches(self, parameter: Parameter) -> bool:
-        return parameter.rank >= self.rule.min_rank and self.pattern.fullmatch(parameter.name) is not None
+        return parameter.rank >= self.rule.min_rank and _matched(self.pattern, parameter.name)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _matched(pattern: re.Pattern, name: str) -> bool:
+    """A sweep plans one card's names under the same few rules many times: each match is worked out once."""
+    return pattern.fullmatch(name) is not None
 
 
 def compile_rules(rules: list[Rule] | tuple[Rule, ...]) -> tuple[CompiledRule, ...]:
