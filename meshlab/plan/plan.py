@@ -77,7 +77,7 @@ class Plan:
     def alike(self) -> tuple[tuple[PlannedParameter, int], ...]:
         """One parameter of each shape, dtype and spec, with how many the plan has: they hold the same shard on
         every device, so a sum of bytes over the parameters is a sum over these (a model's blocks repeat their
-        parameters: Qwen-Image's 1,933 are 40 kinds). Computed once per plan."""
+        parameters: Qwen-Image's 1,933 under 2d.yaml are 16 kinds). Computed once per plan."""
         counts: dict[tuple, list] = {}
         for p in self.parameters:
             key = (p.parameter.shape, p.parameter.dtype, p.spec)
