@@ -24,6 +24,8 @@ user runs) by default, ``torchax`` where torch_xla cannot trace the model, or bo
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -281,6 +283,13 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
         except InputError as exc:  # a topology libtpu does not know (the worker's), or the host's memory ran out
             raise setup.planned.loaded.place(exc if exc.field else replace_field(exc, ("hardware",))) from None
         if all(r.get("error") for r in results):
+            refused = refused_flag(flags, [r["error"] for r in results])
+            if refused:  # the strategy's own flag: the input's to fix
+                raise setup.planned.loaded.place(InputError(
+                    f"XLA:TPU refuses the strategy's libtpu flag {refused} for {setup.planned.hardware.name}: "
+                    f"{results[0].get('problem') or results[0]['error']}",
+                    f"remove {refused} from compile.libtpu_flags",
+                    field=("compile", "libtpu_flags")))
             said = "no front end compiled the model: " + "; ".join(f"{r['front_end']}: {r['error']}" for r in results)
             if all(r.get("cause") for r in results):  # the input's: a trace too big for this host, or a class no
                 # front end tried can lower
@@ -393,6 +402,19 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
                          HOST_MEMORY_FIX, field=("workload",)) from None
 
 
+def refused_flag(flags: list[str], errors: list[str]) -> str | None:
+    """The first of a strategy's libtpu `flags` whose name every front end's compile error names (XLA:TPU refuses
+    some flags on some generations, e.g. MaxText's all-gather collective fusion off v5e: "Please disable it with
+    xla_tpu_enable_async_collective_fusion=false"), else None."""
+    from meshlab.strategy.schema import flag_setting
+
+    for flag in flags:
+        name = flag_setting(flag)[0]
+        if errors and all(re.search(rf"\b{re.escape(name)}\b", e) for e in errors):
+            return flag
+    return None
+
+
 #: a plan too big for this host to trace and compile: XLA:TPU ahead of time needs no TPU, only host memory
 HOST_MEMORY_FIX = ("check fewer blocks (--layers N) or scan the blocks (--scan), or a smaller image, or compile on a "
                    "host with more memory (no TPU is needed)")
@@ -500,6 +522,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                       "activations_as_compiled": report.predicted_temporaries(c.front_end) if c
                                       else None, "vae_decode": memory.vae_decode,
                                       "scan_stacked_weights": memory.scan_stacked,
+                                      "gathered_weights": memory.gathered_weights,
                                       "total": memory.weights + memory.denoise},
         "middle_blocks": report.middle_blocks() if report.attributed else [],
         "collectives_attributed_to_blocks": report.attributed,

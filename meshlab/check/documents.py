@@ -101,7 +101,8 @@ class MeshlabMemory(Document):
     weights: int
     activations: int
     scan_stacked_weights: int = Field(description="the block weights stacked for a scan (0 unrolled)")
-    total: int = Field(description="weights, activations and any stacked weights")
+    gathered_weights: int = Field(0, description="FSDP: a block's weights gathered while it runs (0 without)")
+    total: int = Field(description="weights, activations, a block's gathered weights and any stacked weights")
 
 
 class HostTransfers(Document):
@@ -253,7 +254,8 @@ class TpuMeshlabMemory(Document):
         "weights): what XLA:TPU's temporaries are held to")
     vae_decode: int
     scan_stacked_weights: int
-    total: int = Field(description="weights, activations and any stacked weights")
+    gathered_weights: int = Field(0, description="FSDP: a block's weights gathered while it runs (0 without)")
+    total: int = Field(description="weights, activations, a block's gathered weights and any stacked weights")
 
 
 class CountsAndBytes(Document):

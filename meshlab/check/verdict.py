@@ -332,6 +332,7 @@ def check_document(report: CheckReport) -> dict:
         "xla_memory_per_device": report.xla_memory.to_json() if report.xla_memory else None,
         "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,
                                       "scan_stacked_weights": memory.scan_stacked,
+                                      "gathered_weights": memory.gathered_weights,
                                       "total": memory.weights + memory.denoise},
         "max_abs_error": report.max_abs_error,
         "reference_max_abs": report.reference_max_abs,

@@ -111,6 +111,7 @@ class DTensorCheckPayload(Payload):
 class FrontEndFailed(Payload):
     front_end: str
     error: str
+    problem: str = ""  # the error without its fix (a meshlab error's)
     fix: str = ""  # where the failure is the input's: how to fix it
     #: the input's to fix (exit 2), not the backend's (exit 3): "lowering", a class the front end cannot lower;
     #: "host-memory", a trace too big for this host

@@ -83,6 +83,8 @@ class ChipBreakdown(Document):
     scan_stacked_weights: int = Field(description="compile.scan_blocks: the block weights stacked for the scan, "
                                       "live while denoising (0 unrolled)")
     tile_padding: int = Field(0, description="bytes a TPU's tiled layouts add to the weight shards (0 on a GPU)")
+    gathered_weights: int = Field(0, description="FSDP: the heaviest block's weights gathered over the axes that "
+                                  "split activations, live while it runs (denoise; 0 without FSDP)")
 
 
 class ChipMemoryRow(Document):

@@ -59,7 +59,7 @@ def handle(request: TpuCheckRequest) -> dict:
         except LoweringError as exc:  # a class this front end cannot lower: the parent falls back, or says so
             results.append({"front_end": front, "error": exc.problem, "fix": exc.fix, "cause": "lowering"})
         except MeshlabError as exc:  # the parent falls back to the other front end, or says why neither compiled
-            results.append({"front_end": front, "error": exc.one_line()})
+            results.append({"front_end": front, "error": exc.one_line(), "problem": exc.problem})
         except Exception as exc:  # noqa: BLE001 - a front end's own failure is its result, not the worker's end
             said = f"{front} failed: {type(exc).__name__}: {error_message(exc)}"
             if isinstance(exc, MemoryError) or any(m in str(exc) for m in HOST_OUT_OF_MEMORY):

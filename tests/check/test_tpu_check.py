@@ -132,6 +132,44 @@ def test_a_class_no_front_end_can_lower_is_the_input_s_to_fix(monkeypatch):
         "2d.yaml:21:1:"), error.value.one_line()  # the workload line
 
 
+#: what XLA:TPU (libtpu 0.0.52) said compiling fsdp.yaml for v6e-8 with MaxText's all-gather collective fusion flags
+FUSION_REFUSED = ("XLA:TPU could not compile the program: FAILED_PRECONDITION: Continuation fusion for AllGather is "
+                  "enabled on platform ghostlite (variant: ), but it is not supported/recommended on platforms other "
+                  "than TPU v5e, and this might lead to many errors including but not limited to: incorrect results, "
+                  "hang, SDC, etc. Please disable it with xla_tpu_enable_async_collective_fusion=false")
+
+
+def test_a_libtpu_flag_xla_tpu_refuses_is_the_strategy_s_to_fix(monkeypatch, tmp_path):
+    """A flag the compile names as the reason it failed is one line at compile.libtpu_flags with the fix (exit 2);
+    a failure that names none of the strategy's flags stays the backend's (exit 3)."""
+    import yaml
+
+    from meshlab.check import against_tpu
+    from meshlab.check.setup import CheckOptions
+    from meshlab.core.errors import BackendError
+
+    doc = yaml.safe_load((REPO / "strategies" / "fsdp.yaml").read_text())
+    doc["compile"] = {"libtpu_flags": ["--xla_tpu_enable_async_collective_fusion=true",
+                                       "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"]}
+    path = tmp_path / "fsdp-fusion.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("compile:")) + 1
+    monkeypatch.setattr(tpu_topology, "require", lambda torchax=False: None)  # no jax needed here
+    monkeypatch.setattr(against_tpu, "_compile", lambda path, options, fronts, *a: [
+        {"front_end": f, "error": f"{f}: {FUSION_REFUSED}"} for f in fronts])
+    options = CheckOptions(layers=1, height=256, width=256, text_tokens=32)
+    with pytest.raises(InputError) as error:
+        against_tpu.run_tpu_check(path, options, "auto")
+    said = error.value.one_line()
+    assert f"fsdp-fusion.yaml:{line}:" in said.split(" ")[0], said
+    assert "refuses the strategy's libtpu flag --xla_tpu_enable_async_collective_fusion=true for v6e-8" in said
+    assert said.endswith("remove --xla_tpu_enable_async_collective_fusion=true from compile.libtpu_flags")
+    monkeypatch.setattr(against_tpu, "_compile", lambda path, options, fronts, *a: [
+        {"front_end": f, "error": "XLA:TPU could not compile the program: INTERNAL: it broke"} for f in fronts])
+    with pytest.raises(BackendError):
+        against_tpu.run_tpu_check(path, options, "auto")
+
+
 def test_a_plan_too_big_for_the_host_to_trace_is_one_line_with_the_fix(monkeypatch):
     """The worker killed for memory (or its front ends out of it) is the input's to fix: fewer blocks, scan, a
     smaller image or a bigger host, at the strategy file (exit 2)."""
@@ -390,6 +428,11 @@ def test_fsdp_gathers_are_attributed_to_their_blocks_in_both_front_ends():
     for front in doc["front_ends"]:
         assert "error" not in front, front["error"]
         assert front["block_collectives"][block] == {"all-gather": 14} and not front["outside_blocks"]
+    # the gathered block is XLA:TPU's temporaries: a middle block's gathers are what is live at once, near enough
+    gathered = doc["meshlab_memory_per_device"]["gathered_weights"]
+    assert gathered == doc["collective_bytes_per_block"][block]["all-gather"]
+    live = doc["xla_memory_per_device"]["temporaries_live_peak"]
+    assert gathered <= live < 1.05 * gathered and doc["agrees"], doc["differences"]
 
 
 @tpu

@@ -5,7 +5,7 @@ from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 from meshlab.plan.tokens import token_counts
 
-from tests.conftest import small_card
+from tests.conftest import REPO, small_card
 
 
 def strategy(**overrides) -> Strategy:
@@ -146,3 +146,19 @@ def test_a_scanned_plan_holds_its_block_weights_stacked_while_denoising():
     assert in_blocks < chip.weights  # the embedders and the output layers are not stacked
     assert chip.denoise == chip.activations + in_blocks == plain.activations + in_blocks
     assert chip.peak_phase == "denoise" and chip.total == plain.total - plain.activation_peak + chip.denoise
+
+
+def test_fsdp_holds_a_block_s_weights_gathered_while_it_runs():
+    """fsdp.yaml splits every block weight over the batch axis: a block gathers them whole before it runs, and
+    they are live together (XLA:TPU's temporaries, tests/check/test_tpu_check.py); 2d.yaml gathers none."""
+    from meshlab.models.card import DTYPE_BYTES
+    from meshlab.plan.planned import plan_file
+
+    fsdp = plan_file(REPO / "strategies" / "fsdp.yaml")
+    block = [p for p in fsdp.plan.parameters if p.parameter.block == 1]
+    split = [p for p in block if p.spec.axes == ("data",)]  # its matrices; the biases and norms stay whole
+    assert len(split) == 14 and all(p.parameter.rank == 2 for p in split)
+    chip = fsdp.memory.most_loaded
+    assert chip.gathered_weights == sum(p.parameter.numel for p in split) * DTYPE_BYTES["bfloat16"]
+    assert chip.denoise == chip.activations + chip.gathered_weights
+    assert plan_file(REPO / "strategies" / "2d.yaml").memory.most_loaded.gathered_weights == 0
