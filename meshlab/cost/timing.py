@@ -76,8 +76,13 @@ class Assumptions:
                        "on v6e-8 (libtpu's default flags) run every all-reduce, all-gather and all-to-all of a middle "
                        "block synchronously (0 of them async: pairs' all-reduces, fsdp's 8 weight gathers, hybrid's 7 "
                        "Ulysses all-to-alls), and only the collective matmuls' permutes asynchronously "
-                       "(benchmarks/results/tpu_aot.txt); a plan's own libtpu flags that make more of them async are "
-                       "not priced. On a GPU an assumption: each all-reduce or all-gather feeds the next op"},
+                       "(benchmarks/results/tpu_aot.txt). A plan's own libtpu flags that make more of them async are "
+                       "not priced; measured at 3 blocks, 256² (benchmarks/results/tpu_async_flags.txt): on v6e "
+                       "--xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces "
+                       "synchronous, --xla_tpu_enable_async_all_to_all makes 6 of hybrid's 7 all-to-alls a block "
+                       "async, and MaxText's all-gather collective fusion is refused off v5e (on v5e it makes 4 of "
+                       "fsdp's 14 gathers a block async and holds about two blocks gathered). On a GPU an "
+                       "assumption: each all-reduce or all-gather feeds the next op"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
                        "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
