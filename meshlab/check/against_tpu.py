@@ -46,6 +46,7 @@ from meshlab.models.card import block_position
 from meshlab.runtime.devices import child_environment
 from meshlab.core.errors import BackendError, InputError
 from meshlab.core.files import dump_folder
+from meshlab.strategy.schema import flag_setting
 
 FRONT_ENDS = ("auto", "torch-xla", "torchax", "both")
 WEIGHTS_TOLERANCE = 0.0  # exact: SANA, Wan 2.1, CogVideoX, LTX-Video and Qwen-Image agree to the byte
@@ -284,12 +285,13 @@ def run_tpu_check(path: str | Path, options: CheckOptions, front_end: str = "aut
             raise setup.planned.loaded.place(exc if exc.field else replace_field(exc, ("hardware",))) from None
         if all(r.get("error") for r in results):
             refused = refused_flag(flags, [r["error"] for r in results])
-            if refused:  # the strategy's own flag: the input's to fix
+            if refused is not None:  # the strategy's own flag: the input's to fix
+                flag = flags[refused]
                 raise setup.planned.loaded.place(InputError(
-                    f"XLA:TPU refuses the strategy's libtpu flag {refused} for {setup.planned.hardware.name}: "
+                    f"XLA:TPU refuses the strategy's libtpu flag {flag} for {setup.planned.hardware.name}: "
                     f"{results[0].get('problem') or results[0]['error']}",
-                    f"remove {refused} from compile.libtpu_flags",
-                    field=("compile", "libtpu_flags")))
+                    f"set --{flag_setting(flag)[0]}=false in compile.libtpu_flags, as XLA:TPU says, or leave the "
+                    "flag out", field=("compile", "libtpu_flags", refused)))
             said = "no front end compiled the model: " + "; ".join(f"{r['front_end']}: {r['error']}" for r in results)
             if all(r.get("cause") for r in results):  # the input's: a trace too big for this host, or a class no
                 # front end tried can lower
@@ -402,16 +404,16 @@ def _compile(path, options: CheckOptions, front_ends: list[str], topology, folde
                          HOST_MEMORY_FIX, field=("workload",)) from None
 
 
-def refused_flag(flags: list[str], errors: list[str]) -> str | None:
-    """The first of a strategy's libtpu `flags` whose name every front end's compile error names (XLA:TPU refuses
-    some flags on some generations, e.g. MaxText's all-gather collective fusion off v5e: "Please disable it with
-    xla_tpu_enable_async_collective_fusion=false"), else None."""
-    from meshlab.strategy.schema import flag_setting
-
-    for flag in flags:
-        name = flag_setting(flag)[0]
-        if errors and all(re.search(rf"\b{re.escape(name)}\b", e) for e in errors):
-            return flag
+def refused_flag(flags: list[str], errors: list[str]) -> int | None:
+    """The index of the first of a strategy's libtpu `flags` that every front end's compile error asks to turn off
+    (XLA:TPU refuses some flags on some generations, e.g. MaxText's all-gather collective fusion off v5e: "Please
+    disable it with xla_tpu_enable_async_collective_fusion=false"), else None; a flag an error only echoes is not
+    one."""
+    for index, flag in enumerate(flags):
+        name = re.escape(flag_setting(flag)[0])
+        asked = re.compile(rf"\bdisable\b[^.]*\b{name}\b|\b{name}=(false|0)\b", re.IGNORECASE)
+        if errors and all(asked.search(e) for e in errors):
+            return index
     return None
 
 

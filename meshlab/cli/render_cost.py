@@ -491,7 +491,8 @@ def _priced_table(profile, measured) -> Table:
 
 
 def _encode_where(placement, card, hw) -> str:
-    """Where the encoders encode, at what rate: one place for all, or each encoder's where they differ."""
+    """Where the encoders encode, at what rate ("on the host at ..."): one place for all, or each encoder's where
+    they differ ("with text_encoder on the host at ...; image_encoder on the chip at ...")."""
     host_how = "measured" if hw.sources.get("host_flops", "").startswith("measured") else "assumed"
 
     def at(place: str) -> str:
@@ -504,8 +505,8 @@ def _encode_where(placement, card, hw) -> str:
 
     places = {c.name: placement.encoder_place(c.name) for c in card.encoders}
     if len(set(places.values())) <= 1:
-        return at(next(iter(places.values()), placement.text_encoder))
-    return "; ".join(f"the {name} on {at(place)}" for name, place in places.items())
+        return "on " + at(next(iter(places.values()), placement.text_encoder))
+    return "with " + "; ".join(f"{name} on {at(place)}" for name, place in places.items())  # placement.encoders
 
 
 def _terms_table(planned, p) -> Table:
@@ -531,7 +532,7 @@ def _terms_table(planned, p) -> Table:
     rows = [
         ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens}"
          f"{f' + {prefix} template' if prefix else ''} tokens x "
-         f"{2 if workload.cfg else 1} prompt(s){image_how} on {where}"
+         f"{2 if workload.cfg else 1} prompt(s){image_how} {where}"
          f"{'; the VAE encode of the conditioning frames is not priced' if images else ''}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),
         ("VAE decode", "vae_decode_s", _decode_how(vae, hw, planned.strategy.placement.vae, measured_decode)),

@@ -138,7 +138,7 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
     names = [c.name for c in planned.card.encoders]
     if terms is None or "cpu" not in planned.strategy.placement.places(names) or not p.first_call_s:
         return ""
-    encode = terms.text_encode_s * p.layout.images
+    encode = terms.text_encode_host_s * p.layout.images  # the encoders on the host (placement.encoders)
     if (hw.sources.get("host_flops", "").startswith("measured") or "host_flops" in hw.overridden
             or encode < ASSUMED_SHARE_SHOWN * p.first_call_s):
         return ""

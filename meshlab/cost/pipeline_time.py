@@ -52,6 +52,7 @@ class Terms:
     transfer_s: float
     overhead_s: float
     unknown: tuple[str, ...] = field(default=())  # terms left at 0 because the card lacks their figure
+    text_encode_host_s: float = 0.0  # the part of text_encode_s the encoders on the host take (not a term)
 
     @property
     def total(self) -> float:
@@ -72,15 +73,17 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
     if any(c.flops_per_token == 0 for c in encoders):
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
-    encode_s = 0.0
+    encode_s = host_s = 0.0
     for c in encoders if "text_encode_s" not in unknown else ():
         where = placement.encoder_place(c.name)
         # the text encoders encode each prompt; an image encoder (Wan I2V's CLIP) the conditioning image once per
         # image, its reference tokens, the call's images at once
         image = c in card.image_encoders
-        encode_s += ((c.flops_per_token * card.architecture.reference_tokens * images if image else
-                      (c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens) * prompts)
-                     / (hardware.host_flops if where == "cpu" else device_flops))
+        seconds = ((c.flops_per_token * card.architecture.reference_tokens * images if image else
+                    (c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens) * prompts)
+                   / (hardware.host_flops if where == "cpu" else device_flops))
+        encode_s += seconds
+        host_s += seconds if where == "cpu" else 0.0
         if where == "sharded" and hardware.chips > 1:  # each encode gathers the layers; the root unit stays gathered
             gathered = (c.parameters - c.root_parameters) * DTYPE_BYTES[workload.dtype] * (hardware.chips - 1) \
                 / hardware.chips
@@ -113,6 +116,7 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         transfer_s=moved / hardware.host_link_bandwidth / images,
         overhead_s=steps * step_overhead_s / images,
         unknown=tuple(unknown),
+        text_encode_host_s=host_s / images,
     )
 
 

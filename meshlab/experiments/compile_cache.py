@@ -40,21 +40,28 @@ def cache_for(planned: PlannedStrategy, checkpoint: Path, options: RunOptions) -
     a folder that holds another plan's or another version's programs is refused, never silently recompiled."""
     if options.cache_dir is None:
         return None
-    built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
-    plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
-    if not planned.strategy.compile.libtpu_flags:  # keys made before the field existed stay the same
-        plan["compile"] = {k: v for k, v in plan["compile"].items() if k != "libtpu_flags"}
-    # memory-only dtypes: the program is the same (and keys made before they existed stay the same)
-    plan["workload"] = {k: v for k, v in plan["workload"].items() if k != "weights_dtype"}
-    plan["placement"] = {k: v for k, v in plan["placement"].items() if k != "vae_dtype"}
-    identity = {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
-                "checkpoint": built, "torch_xla": package_version("torch_xla")}
+    identity = cache_identity(planned, checkpoint, options)
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     folder = options.cache_dir / f"{file_stem(planned.strategy.name)}-{key}"
     manifest = CacheManifest(key=key, strategy=planned.strategy.name, checkpoint=identity["checkpoint"],
                              torch_xla=identity["torch_xla"])
     claim_cache(folder, manifest)
     return folder
+
+
+def cache_identity(planned: PlannedStrategy, checkpoint: Path | str, options: RunOptions) -> dict:
+    """What a compile-cache key is the hash of: the plan (without what changes no program, and without fields at
+    their defaults that keys made before them did not have), the file, the checkpoint and torch_xla's version."""
+    built = f"random, {options.layers} blocks per list" if isinstance(checkpoint, str) else str(checkpoint.resolve())
+    plan = {**planned.strategy.model_dump(), "activations": planned.strategy.activations.identity()}
+    if not planned.strategy.compile.libtpu_flags:  # keys made before the field existed stay the same
+        plan["compile"] = {k: v for k, v in plan["compile"].items() if k != "libtpu_flags"}
+    # memory-only dtypes: the program is the same (and keys made before they existed stay the same)
+    plan["workload"] = {k: v for k, v in plan["workload"].items() if k != "weights_dtype"}
+    plan["placement"] = {k: v for k, v in plan["placement"].items() if k != "vae_dtype"
+                         and not (k == "encoders" and not v)}  # keys made before `encoders` existed stay the same
+    return {"plan": json.dumps(plan, sort_keys=True), "file": planned.loaded.document.file,
+            "checkpoint": built, "torch_xla": package_version("torch_xla")}
 
 
 def claim_cache(folder: Path, manifest: CacheManifest) -> None:

@@ -45,7 +45,7 @@ def refuse_placement(planned: PlannedStrategy, what: str) -> None:
         if value in ("tiled", "parallel", "sharded"):
             key = ".".join(field[1:])
             raise planned.loaded.place(InputError(
-                f"meshlab {what} decodes the whole image and keeps the text encoder whole, and this strategy's "
+                f"meshlab {what} decodes the whole image and keeps each encoder whole, and this strategy's "
                 f"placement.{key} is {value}", f"set placement.{key}: {plain} to {what} it here{_elsewhere(planned)}",
                 field=field))
 

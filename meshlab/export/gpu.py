@@ -221,9 +221,9 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
                          f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
     sharded = strategy.placement.first_at("sharded", [c.name for c in plan.card.encoders])
     if sharded:
-        raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits the text encoder over the GPUs (FSDP), "
-                        "which diffusers' enable_parallelism does not do", "use device (replicated) or cpu",
-                        field=sharded)
+        raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits {_sharded_name(plan, strategy)} over the "
+                        "GPUs (FSDP), which diffusers' enable_parallelism does not do",
+                        "use device (replicated) or cpu", field=sharded)
     if strategy.placement.vae_decode == "parallel":
         raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
                         "VAE", "use full or tiled",
@@ -275,8 +275,8 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
     sharded = strategy.placement.first_at("sharded", [c.name for c in plan.card.encoders])
     if sharded:
         if model.runner:
-            raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits the text encoder over the GPUs, and "
-                            "xDiT's runner has no such flag (--shard_t5_encoder is its example scripts')",
+            raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits {_sharded_name(plan, strategy)} over "
+                            "the GPUs, and xDiT's runner has no such flag (--shard_t5_encoder is its example scripts')",
                             "use device or cpu", field=sharded)
         placement = strategy.placement
         other = next((c for c in plan.card.encoders if placement.encoder_place(c.name) == "sharded"
@@ -284,8 +284,9 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
         if other is not None:  # xfuser.core.distributed.shard_t5_encoder wraps a T5's blocks in FSDP, no other
             field = placement.first_at("sharded", [other.name])
             t5 = any("T5" in c.class_name for c in plan.card.encoders)
-            fix = (f"place it whole: placement.encoders: {{{other.name}: device}}" if t5 and field[-1] == "text_encoder"
-                   else f"set placement.{'.'.join(field[1:])}: device or cpu")
+            fix = (f"place it whole: placement.encoders: {{{other.name}: device}}"
+                   if t5 and field == ("placement", "text_encoder") else f"set placement.{'.'.join(field[1:])}: device "
+                   "or cpu")
             raise PlanError(f"placement.{'.'.join(field[1:])}: sharded splits {other.name} ({other.class_name}) over "
                             "the GPUs, and xDiT's --shard_t5_encoder shards a T5 text encoder only", fix, field=field)
         flags.append("--shard_t5_encoder")
@@ -298,6 +299,11 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
               f"torchrun --nproc_per_node {gpus} {model.name} --model <checkpoint>")
     return (f"# {plan.strategy_name}: {plan.card.class_name} on {gpus} GPUs, from meshlab export --format xdit\n"
             f"{note}{launch} " + " ".join(flags) + "\n")
+
+
+def _sharded_name(plan: Plan, strategy: Strategy) -> str:
+    """The first encoder the placement shards, by its card name ("text_encoder_2")."""
+    return next(c.name for c in plan.card.encoders if strategy.placement.encoder_place(c.name) == "sharded")
 
 
 FORMS = {"diffusers": diffusers_snippet, "xdit": xdit_flags}

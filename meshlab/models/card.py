@@ -410,8 +410,9 @@ class ModelCard:
 
     @property
     def encoders(self) -> tuple[Component, ...]:
-        """Every encoder of the conditioning that ``placement.text_encoder`` places: the text encoders and an image
-        encoder (Wan 2.1 image-to-video's CLIP, which its pipeline keeps beside the text encoder)."""
+        """Every encoder of the conditioning that ``placement`` places (``text_encoder``, or an entry of
+        ``encoders``): the text encoders and an image encoder (Wan 2.1 image-to-video's CLIP, which its pipeline
+        keeps beside the text encoder)."""
         return tuple(c for c in self.components if c.name.startswith(("text_encoder", "image_encoder")))
 
     @property

@@ -142,11 +142,12 @@ def gathered_block_bytes(plan: Plan, strategy: Strategy) -> int:
     split over the batch, sequence or guidance axis is gathered before use: FSDP), in the dtype the block computes
     in, still split over its other axes; the block's gathered weights are live together while it runs. Measured
     by XLA:TPU's ahead-of-time compile of fsdp.yaml (v6e-8, torch_xla's program): at 256², 3 blocks, 679,828,576 B
-    of temporaries live at once, the 679,477,248 B a middle block gathers and 0.35 MB more; at full depth and
-    1024², 5.43 GiB live against 4.11 GiB of activations without it (benchmarks/results/tpu_aot.txt). Blocks only:
-    a weight outside them gathered over those axes is held for one Linear. 0 where no block weight is split over
-    an activation axis."""
-    gathered = activation_axes(strategy.activations, plan.mesh)
+    of temporaries live at once, the 679,477,248 B a middle block gathers (14 all-gathers) and 0.35 MB more. At full
+    depth and 1024² XLA:TPU runs part of a block's gathers as collective matmuls (8 all-gathers of 432 MiB and
+    permutes), so not every weight is held gathered; its 5.43 GiB live there is held to 4.74 GiB with this term,
+    4.11 GiB without it (benchmarks/results/tpu_aot.txt). Blocks only: a weight outside them gathered over those
+    axes is held for one Linear. 0 where no block weight is split over an activation axis of more than one chip."""
+    gathered = {a for a in activation_axes(strategy.activations, plan.mesh) if plan.mesh.size(a) > 1}
     if not gathered or not any(a in gathered for p, _ in plan.alike for a in p.spec.axes):
         return 0
     itemsize = DTYPE_BYTES[strategy.workload.dtype]

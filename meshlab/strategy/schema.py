@@ -226,7 +226,7 @@ class Placement(Closed):
         "every chip; 'sharded': split over every chip (FSDP, as Wan's --t5_fsdp), one layer gathered at a time "
         "while it encodes")
     encoders: dict[str, EncoderPlace] = Field(
-        default_factory=dict, description="one encoder placed otherwise than `text_encoder` says, by its name in "
+        default_factory=dict, description="encoders placed otherwise than `text_encoder` says, each by its name in "
         "the model card (text_encoder, text_encoder_2, text_encoder_3, image_encoder; `meshlab models list` shows "
         "them), e.g. {image_encoder: device} beside text_encoder: sharded, as Wan's I2V script shards T5 and keeps "
         "CLIP whole on every GPU")

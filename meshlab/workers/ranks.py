@@ -36,15 +36,16 @@ def spawn(target: Target, world: int, payload: Any, result: Any, folder: Path | 
     read through `result`. Without CUDA the ranks are forked from one fresh server process that has imported
     torch and the modules in `preload` (multiprocessing's forkserver): the imports, seconds of CPU each, are paid
     once and not once per rank; the server runs no torch op. A CUDA host spawns each rank afresh (no process that
-    may have touched the driver is forked)."""
+    may have touched the driver is forked). The server is started, with its preloads, by a process's first spawn:
+    a worker spawns its ranks once."""
     import multiprocessing
 
     import torch.multiprocessing as mp
 
     method = "spawn" if _cuda_host() else "forkserver"
-    if method == "forkserver":
+    if method == "forkserver":  # read once, when the server starts: one spawn per worker process
         multiprocessing.get_context(method).set_forkserver_preload(
-            ["meshlab.workers.rank_server", "torch", "torch.distributed", target.__module__, *preload])
+            ["meshlab.workers.rank_server", "torch", "torch.distributed", _module_of(target), *preload])
     with tempfile.TemporaryDirectory(prefix="meshlab-ranks-", dir=folder) as scratch:
         try:
             mp.start_processes(_rank, args=(world, _free_port(), target, payload, scratch), nprocs=world, join=True,
@@ -53,6 +54,14 @@ def spawn(target: Target, world: int, payload: Any, result: Any, folder: Path | 
             _raise_rank_error(Path(scratch), world, exc)
         return [read_payload(json.loads((Path(scratch) / f"rank{r}.json").read_text())["result"], result,
                              f"rank {r} of {world}") for r in range(world)]
+
+
+def _module_of(target: Target) -> str:
+    """The module `target` is defined in, by its import name: a worker run as ``python -m`` is ``__main__``, which
+    the forkserver does not preload (each rank imports it again as ``__mp_main__``, its imports already there)."""
+    module = target.__module__
+    spec = getattr(sys.modules.get(module), "__spec__", None)
+    return spec.name if module == "__main__" and spec is not None else module
 
 
 def _cuda_host() -> bool:

@@ -22,10 +22,10 @@ from meshlab.pipelines import stock
 
 #: What every rank imports (the tiny or saved Qwen-Image pipeline's classes), imported once in the server the ranks
 #: are forked from (meshlab.workers.ranks).
-RANK_MODULES = ("meshlab.api", "meshlab.parallelisms.dtensor", "meshlab.workers.run_xla", "meshlab.pipelines.tiny",
-                "diffusers.pipelines.qwenimage.pipeline_qwenimage", "diffusers.models.transformers",
-                "diffusers.models.autoencoders", "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-                "transformers.models.qwen2.tokenization_qwen2")
+RANK_MODULES = ("meshlab.api", "meshlab.parallelisms.dtensor", "torch.distributed.tensor", "meshlab.workers.run_xla",
+                "meshlab.pipelines.tiny", "diffusers.pipelines.qwenimage.pipeline_qwenimage",
+                "diffusers.models.transformers", "diffusers.models.autoencoders",
+                "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "transformers.models.qwen2.tokenization_qwen2")
 
 
 def handle(request: TorchRunRequest) -> dict:

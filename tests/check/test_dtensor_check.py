@@ -142,11 +142,13 @@ def test_no_rank_is_left_running_when_the_worker_dies():
     # The ranks import torch, arm their death signal, then join the gloo group. Each is stopped (SIGSTOP) once it
     # has joined, so none can finish the check and exit before all eight are seen; SIGKILL still ends a stopped one.
     started: set[int] = set()
+    servers: set[int] = set()  # the forkserver the ranks fork from, seen while the worker lives
     deadline = time.time() + 300
     try:
         while len(started) < 8:
             assert check.poll() is None, f"the check ended before its ranks were seen: {check.stderr.read()}"
             assert time.time() < deadline, f"the ranks did not start ({len(started)} of 8 joined)"
+            servers |= _servers(worker)
             for pid in _ranks(worker) - started:
                 if _joined(pid):
                     with contextlib.suppress(ProcessLookupError):  # gone already: the check's end says why
@@ -158,11 +160,11 @@ def test_no_rank_is_left_running_when_the_worker_dies():
         assert check.wait(timeout=120) == 3, rest
         assert "Traceback" not in rest
         deadline = time.time() + 30
-        while _alive(started) and time.time() < deadline:
+        while _alive(started | servers) and time.time() < deadline:
             time.sleep(0.5)
-        assert not _alive(started)
+        assert not _alive(started) and not _alive(servers)
     finally:  # nothing stopped or started is left behind, whatever failed (the ranks first: the worker may be gone)
-        for pid in (*started, *_ranks(worker), worker, check.pid):
+        for pid in (*started, *_ranks(worker), *servers, worker, check.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -170,12 +172,16 @@ def test_no_rank_is_left_running_when_the_worker_dies():
 def _ranks(worker: int) -> set[int]:
     """The rank processes `worker` started: the children of its multiprocessing forkserver (not the server itself),
     or on a CUDA host its spawned children (not its resource tracker)."""
-    parents = _parents()
-    servers = {pid for pid, parent in parents.items() if parent == worker
-               and "multiprocessing.forkserver" in _cmdline(pid)}
+    parents, servers = _parents(), _servers(worker)
     spawned = {pid for pid in _descendants(worker) if "multiprocessing.spawn" in _cmdline(pid)
                and "resource_tracker" not in _cmdline(pid)}
     return spawned | {pid for pid, parent in parents.items() if parent in servers}
+
+
+def _servers(worker: int) -> set[int]:
+    """The multiprocessing forkserver `worker` started (none on a CUDA host)."""
+    return {pid for pid, parent in _parents().items() if parent == worker
+            and "multiprocessing.forkserver" in _cmdline(pid)}
 
 
 def _joined(pid: int) -> bool:

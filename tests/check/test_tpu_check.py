@@ -153,7 +153,7 @@ def test_a_libtpu_flag_xla_tpu_refuses_is_the_strategy_s_to_fix(monkeypatch, tmp
                                        "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"]}
     path = tmp_path / "fsdp-fusion.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("compile:")) + 1
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("compile:")) + 2
     monkeypatch.setattr(tpu_topology, "require", lambda torchax=False: None)  # no jax needed here
     monkeypatch.setattr(against_tpu, "_compile", lambda path, options, fronts, *a: [
         {"front_end": f, "error": f"{f}: {FUSION_REFUSED}"} for f in fronts])
@@ -163,11 +163,15 @@ def test_a_libtpu_flag_xla_tpu_refuses_is_the_strategy_s_to_fix(monkeypatch, tmp
     said = error.value.one_line()
     assert f"fsdp-fusion.yaml:{line}:" in said.split(" ")[0], said
     assert "refuses the strategy's libtpu flag --xla_tpu_enable_async_collective_fusion=true for v6e-8" in said
-    assert said.endswith("remove --xla_tpu_enable_async_collective_fusion=true from compile.libtpu_flags")
-    monkeypatch.setattr(against_tpu, "_compile", lambda path, options, fronts, *a: [
-        {"front_end": f, "error": "XLA:TPU could not compile the program: INTERNAL: it broke"} for f in fronts])
-    with pytest.raises(BackendError):
-        against_tpu.run_tpu_check(path, options, "auto")
+    assert said.endswith("set --xla_tpu_enable_async_collective_fusion=false in compile.libtpu_flags, as XLA:TPU "
+                         "says, or leave the flag out")
+    # an error that names a flag without asking to turn it off (it echoes LIBTPU_INIT_ARGS) is the backend's
+    for error in ("XLA:TPU could not compile the program: INTERNAL: it broke",
+                  "INTERNAL: LIBTPU_INIT_ARGS=--xla_tpu_enable_async_collective_fusion=true: it broke"):
+        monkeypatch.setattr(against_tpu, "_compile", lambda path, options, fronts, *a, error=error: [
+            {"front_end": f, "error": error} for f in fronts])
+        with pytest.raises(BackendError):
+            against_tpu.run_tpu_check(path, options, "auto")
 
 
 def test_a_plan_too_big_for_the_host_to_trace_is_one_line_with_the_fix(monkeypatch):

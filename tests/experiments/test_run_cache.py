@@ -67,3 +67,26 @@ def test_a_plan_s_libtpu_flags_give_it_a_cache_of_its_own(tmp_path):
         keys.append(cache_for(plan_file(path), "random", options).name)
     path.write_text(text)
     assert cache_for(plan_file(path), "random", options).name == keys[0] != keys[1]
+
+
+def test_placement_encoders_left_empty_keep_the_key_made_before_the_field(tmp_path):
+    """`placement.encoders` at its default (none) is not in what the key hashes, so keys made before the field
+    existed stay the same; an encoder placed otherwise gets a cache of its own."""
+    import json
+
+    from meshlab.experiments.compile_cache import cache_for, cache_identity
+    from meshlab.experiments.options import RunOptions
+    from meshlab.plan.planned import plan_file
+
+    from tests.conftest import REPO
+
+    path, text = tmp_path / "2d.yaml", (REPO / "strategies" / "2d.yaml").read_text()
+    options = RunOptions(checkpoint="random", cache_dir=tmp_path / "cache", layers=2)
+    placements, keys = [], []
+    for encoders in ("", "  encoders: {}\n", "  encoders: {text_encoder: device}\n"):
+        path.write_text(text.replace("placement:\n", "placement:\n" + encoders, 1))
+        planned = plan_file(path)
+        placements.append(json.loads(cache_identity(planned, "random", options)["plan"])["placement"])
+        keys.append(cache_for(planned, "random", options).name)
+    assert "encoders" not in placements[0] and placements[0] == placements[1]
+    assert placements[2]["encoders"] == {"text_encoder": "device"} and keys[0] == keys[1] != keys[2]

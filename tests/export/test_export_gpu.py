@@ -207,7 +207,7 @@ def test_a_missing_tp_plan_is_not_fixed_by_an_argument_diffusers_does_not_take(t
     ("sana-1600m", {"text_encoder": "sharded"}, "sharded splits text_encoder (Gemma2Model) over the GPUs, and xDiT's "
      "--shard_t5_encoder shards a T5 text encoder only; set placement.text_encoder: device or cpu"),
     ("flux-dev", {"text_encoder": "device", "encoders": {"text_encoder": "sharded"}},
-     "placement.encoders.text_encoder: sharded splits the text encoder over the GPUs, and xDiT's runner has no "
+     "placement.encoders.text_encoder: sharded splits text_encoder over the GPUs, and xDiT's runner has no "
      "such flag"),
     ("sana-1600m", {"text_encoder": "device"}, "--data_parallel_degree 2"),
 ])

@@ -162,3 +162,19 @@ def test_fsdp_holds_a_block_s_weights_gathered_while_it_runs():
     assert chip.gathered_weights == sum(p.parameter.numel for p in split) * DTYPE_BYTES["bfloat16"]
     assert chip.denoise == chip.activations + chip.gathered_weights
     assert plan_file(REPO / "strategies" / "2d.yaml").memory.most_loaded.gathered_weights == 0
+
+
+def test_a_weight_split_over_an_axis_of_one_chip_is_not_gathered():
+    """fsdp.yaml's rules on a mesh whose batch axis has one chip: the block weights are whole, nothing is gathered."""
+    import yaml
+
+    from meshlab.core.hardware import load_hardware
+    from meshlab.models.card import load_card
+    from meshlab.plan.memory import memory_on
+
+    doc = yaml.safe_load((REPO / "strategies" / "fsdp.yaml").read_text())
+    doc.update(mesh={"data": 1, "model": 8}, hardware="h200")
+    strategy = Strategy.model_validate(doc)
+    chip = memory_on(make_plan(strategy, load_card("qwen-image"), 8), strategy,
+                     load_hardware("h200").using(8)).most_loaded
+    assert chip.gathered_weights == 0 and chip.weights_sharded > 37 * 2**30  # every block weight whole

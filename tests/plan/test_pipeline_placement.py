@@ -227,6 +227,10 @@ def test_each_encoder_has_its_own_place_where_placement_names_it(write_strategy)
     assert b.text_encode_s - a.text_encode_s == pytest.approx(gather)
     on_host = planned("{text_encoder: cpu, encoders: {image_encoder: device}}")
     assert on_host.memory.most_loaded.text_encoder == clip.parameters * itemsize
+    # the host's share of the encode is T5's alone (what `try` calls the text encoder on the host)
+    terms = predict(on_host.plan, on_host.strategy, on_host.hardware).terms
+    t5_s = (t5.flops_per_token + t5.head_flops_per_token) * (512 + t5.prefix_tokens) * 2 / on_host.hardware.host_flops
+    assert terms.text_encode_host_s == pytest.approx(t5_s) and terms.text_encode_s > terms.text_encode_host_s
 
 
 def test_an_encoder_the_card_does_not_have_is_one_line_at_its_name(write_strategy):
