@@ -25,7 +25,6 @@ user runs) by default, ``torchax`` where torch_xla cannot trace the model, or bo
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
