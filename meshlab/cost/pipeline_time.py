@@ -74,11 +74,12 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         unknown.append("text_encode_s")
     prompts = 2 if workload.cfg else 1
     encode_s = host_s = 0.0
+    image_encoders = card.image_encoders
     for c in encoders if "text_encode_s" not in unknown else ():
         where = placement.encoder_place(c.name)
         # the text encoders encode each prompt; an image encoder (Wan I2V's CLIP) the conditioning image once per
         # image, its reference tokens, the call's images at once
-        image = c in card.image_encoders
+        image = c in image_encoders
         seconds = ((c.flops_per_token * card.architecture.reference_tokens * images if image else
                     (c.flops_per_token + c.head_flops_per_token) * (workload.text_tokens + c.prefix_tokens) * prompts)
                    / (hardware.host_flops if where == "cpu" else device_flops))

@@ -219,11 +219,12 @@ def diffusers_snippet(plan: Plan, strategy: Strategy, hardware=None) -> str:
             ring = ", and gathers a ring's k and v once, then runs its passes" if d.ring > 1 else ""
             lines.append(f"# this plan was priced as {d.priced_as} runs it; diffusers joins the streams on the chip"
                          f"{ring}: set activations.sequence_parallel: diffusers to price what diffusers runs")
-    sharded = strategy.placement.first_at("sharded", [c.name for c in plan.card.encoders])
+    sharded = _sharded(plan, strategy)
     if sharded:
-        raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits {_sharded_name(plan, strategy)} over the "
-                        "GPUs (FSDP), which diffusers' enable_parallelism does not do",
-                        "use device (replicated) or cpu", field=sharded)
+        field = strategy.placement.field_of(sharded[0].name)
+        raise PlanError(f"placement.{'.'.join(field[1:])}: sharded splits {sharded[0].name} over the GPUs (FSDP), "
+                        "which diffusers' enable_parallelism does not do", "use device (replicated) or cpu",
+                        field=field)
     if strategy.placement.vae_decode == "parallel":
         raise PlanError("placement.vae_decode: parallel splits the decode over the GPUs, and diffusers has no parallel "
                         "VAE", "use full or tiled",
@@ -272,17 +273,16 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
     if _priced_compiled(strategy, hardware):
         flags.append("--use_torch_compile")
     note = "".join(f"{line}\n" for line in priced_elsewhere(plan, strategy, hardware))
-    sharded = strategy.placement.first_at("sharded", [c.name for c in plan.card.encoders])
+    sharded = _sharded(plan, strategy)
     if sharded:
         if model.runner:
-            raise PlanError(f"placement.{'.'.join(sharded[1:])}: sharded splits {_sharded_name(plan, strategy)} over "
-                            "the GPUs, and xDiT's runner has no such flag (--shard_t5_encoder is its example scripts')",
-                            "use device or cpu", field=sharded)
-        placement = strategy.placement
-        other = next((c for c in plan.card.encoders if placement.encoder_place(c.name) == "sharded"
-                      and "T5" not in c.class_name), None)
+            field = strategy.placement.field_of(sharded[0].name)
+            raise PlanError(f"placement.{'.'.join(field[1:])}: sharded splits {sharded[0].name} over the GPUs, and "
+                            "xDiT's runner has no such flag (--shard_t5_encoder is its example scripts')",
+                            "use device or cpu", field=field)
+        other = next((c for c in sharded if "T5" not in c.class_name), None)
         if other is not None:  # xfuser.core.distributed.shard_t5_encoder wraps a T5's blocks in FSDP, no other
-            field = placement.first_at("sharded", [other.name])
+            field = strategy.placement.field_of(other.name)
             t5 = any("T5" in c.class_name for c in plan.card.encoders)
             fix = (f"place it whole: placement.encoders: {{{other.name}: device}}"
                    if t5 and field == ("placement", "text_encoder") else f"set placement.{'.'.join(field[1:])}: device "
@@ -301,9 +301,9 @@ def xdit_flags(plan: Plan, strategy: Strategy, hardware=None) -> str:
             f"{note}{launch} " + " ".join(flags) + "\n")
 
 
-def _sharded_name(plan: Plan, strategy: Strategy) -> str:
-    """The first encoder the placement shards, by its card name ("text_encoder_2")."""
-    return next(c.name for c in plan.card.encoders if strategy.placement.encoder_place(c.name) == "sharded")
+def _sharded(plan: Plan, strategy: Strategy) -> list:
+    """The encoders the placement shards (FSDP), in the card's order."""
+    return [c for c in plan.card.encoders if strategy.placement.encoder_place(c.name) == "sharded"]
 
 
 FORMS = {"diffusers": diffusers_snippet, "xdit": xdit_flags}

@@ -248,13 +248,14 @@ class Placement(Closed):
         """Every place the encoders `names` live."""
         return {self.encoder_place(n) for n in names}
 
-    def first_at(self, place: str, names) -> tuple[str, ...] | None:
-        """The field that puts the first of the encoders `names` at `place` (its own entry in `encoders`, or
-        ``text_encoder``), None where none lives there."""
-        name = next((n for n in names if self.encoder_place(n) == place), None)
-        if name is None:
-            return None
+    def field_of(self, name: str) -> tuple[str, ...]:
+        """The field that places the encoder `name`: its own entry in `encoders`, or ``text_encoder``."""
         return ("placement", "encoders", name) if name in self.encoders else ("placement", "text_encoder")
+
+    def first_at(self, place: str, names) -> tuple[str, ...] | None:
+        """The field that puts the first of the encoders `names` at `place`, None where none lives there."""
+        name = next((n for n in names if self.encoder_place(n) == place), None)
+        return None if name is None else self.field_of(name)
 
 
 class Compile(Closed):

@@ -193,16 +193,7 @@ def test_a_check_holds_the_weights_as_the_checked_program_does_whatever_a_script
                                                                                  "v6e-8")
 
 
-WAN_I2V_4_H100 = """\
-    name: wan-i2v-4
-    model: wan-2.1-i2v-14b
-    hardware: h100
-    mesh: {{seq: 4}}
-    rules: [{{match: "*", shard: replicate}}]
-    activations: {{sequence: seq, sequence_parallel: xdit}}
-    placement: {placement}
-    workload: {{height: 720, width: 1280, frames: 81, batch: 1}}
-    """
+WAN_I2V_4_H100 = WAN_8_H100.replace("wan-8", "wan-i2v-4").replace("t2v", "i2v").replace("{{seq: 8}}", "{{seq: 4}}")
 
 
 def test_each_encoder_has_its_own_place_where_placement_names_it(write_strategy):
