@@ -39,6 +39,14 @@ for size in 1024 512; do
   strategy=experiments/strategies/qwen-image-one-h200-profiled-$size.yaml
   python3 -m meshlab profile "$strategy" -o "$OUT/profiles/h200-$size.json" --backend torch --hardware h200
   cp "$OUT/profiles/h200-$size.json" experiments/profiles/  # the strategy names it there
+  # the host's seconds per dispatched op (the profile's launch point: eager_dispatch_s when priced from it)
+  python3 - "$OUT/profiles/h200-$size.json" <<'PY' | tee -a "$OUT/launch-cost.txt" || true
+import json, sys
+for q in json.load(open(sys.argv[1]))["points"]:
+    if q["op"] == "launch":
+        n, s = q["shape"][0], q["seconds"]
+        print(f"launch: {s * 1e3:.2f} ms for {n} ops, {s / n * 1e6:.1f} us an op")
+PY
   python3 -m meshlab run "$strategy" --checkpoint random --backend torch --results "$OUT/results" \
       --out "$OUT/images"
   # the same run's prediction from the catalog (published attention rates, OpenXLA's measured GEMM rates), for the

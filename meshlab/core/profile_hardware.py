@@ -31,6 +31,9 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     dispatch = profile.single("dispatch")
     if dispatch is not None:
         host["step_overhead_s"] = dispatch.seconds
+    launch = profile.single("launch")  # eager PyTorch: the host's seconds per op it dispatches
+    if launch is not None and launch.shape and launch.shape[0] > 0:
+        host["eager_dispatch_s"] = launch.seconds / launch.shape[0]
     if profile.platform != "cpu":
         if not profile.device.get("hardware"):
             raise InputError(f"{path} names no catalog entry for its {profile.platform} device",

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 #: stack: the same with a fourth figure, the blocks per list of a deeper whole call; vae_decode: (height, width);
 #: collective (label "<kind> over <axes>"): (group size, bytes per chip); dispatch: an empty program's trace and
 #: run; copy: device memory read + write; host_matmul: the host CPU's Linear at the text encoder's width;
-#: host_transfer: device to host.
+#: host_transfer: device to host; launch (eager PyTorch on a GPU): (ops,), the host's seconds to issue one forward of
+#: that many ops the card traced, its kernels queued and not waited for.
 OPS = ("linear", "attention", "collective", "outer", "block", "stack", "vae_decode", "dispatch", "copy", "host_matmul",
-       "host_transfer")
+       "host_transfer", "launch")
 #: Which figure a point's size is: FLOPs, bytes, or text tokens.
 BASIS = {"linear": "flops", "attention": "flops", "collective": "bytes", "outer": "tokens", "block": "tokens",
          "stack": "tokens", "vae_decode": "flops", "copy": "bytes", "host_matmul": "flops", "host_transfer": "bytes"}

@@ -10,7 +10,10 @@ and then the median of a few runs, the clock stopped only once the device is don
   run's XLA fixes and attention backend), and the first block of each list alone on the inputs it got there, at
   each text length, each run as many times in one program as a step calls it;
 - the VAE decoder at the workload's resolution, an empty program's trace and run (dispatch), a device copy,
-  the host CPU's Linear at the text encoder's width, and a device-to-host transfer.
+  the host CPU's Linear at the text encoder's width, and a device-to-host transfer;
+- on a CUDA GPU (eager PyTorch), the host's seconds to issue the one-block forward, its kernels queued and not waited
+  for, over the ops the card traced for it (launch): what the host spends dispatching one op (the catalog's
+  ``eager_dispatch_s``). The CPU runs each op as it is issued, so there it is not told apart from the work.
 
 Backends: ``xla`` (torch_xla: CPU or TPU, SPMD) and ``torch`` (plain PyTorch on one CUDA GPU, or the CPU).
 """
@@ -78,6 +81,23 @@ def timed(fn, sync, reps: int = 3, warm: int = 2) -> float:
         sync()
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds)
+
+
+def issue_seconds(fn, sync, reps: int = 10) -> float:
+    """The host's seconds to issue `fn`, its device work queued and not waited for: the least of `reps` calls, each
+    started with the device idle (after a warm call). A forward of fewer kernels than the GPU's launch queue holds
+    (about a thousand) never waits for the queue, so this is the host's dispatching alone."""
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(reps):
+        sync()
+        start = time.perf_counter()
+        held = fn()
+        best = min(best, time.perf_counter() - start)
+        sync()
+        del held
+    return best
 
 
 def point(op: str, shape, flops: float, nbytes: float, seconds: float, label: str = "") -> dict:
@@ -212,6 +232,7 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
     XLA cannot merge them): on the CPU, XLA runs independent calls side by side on the cores."""
     from meshlab.models.families import geometry
     from meshlab.models.importer.build import build_model, example_inputs
+    from meshlab.cost.layout import eager_dispatches
     from meshlab.models.truncate import block_lists
     from meshlab.plan.planned import at_depth, with_workload
     from meshlab.experiments.profiling import plan_for_profiling
@@ -241,6 +262,9 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
         seconds = timed(lambda: [model(**x, return_dict=False)[0] for x in inputs], dev.sync)
         points.append(point("outer", (geo.image_tokens, text, calls), 0, 0, seconds))
         tick(f"transformer, one block, {text} text tokens, {calls} call(s)")
+        if dev.platform == "cuda" and text == request.text_tokens[0] and eager_dispatches(card):
+            issue = issue_seconds(lambda: model(**inputs[0], return_dict=False)[0], dev.sync)
+            points.append(point("launch", (eager_dispatches(card),), 0, 0, issue))
         for name in lists:
             held = captured[name][-calls:]
             block = getattr(model, name)[0]

@@ -193,6 +193,28 @@ def test_a_gpu_profile_keeps_its_catalog_entry(tmp_path):
     hw = plan_file(_strategy(tmp_path, profile.name)).hardware
     assert hw.kind == "gpu" and hw.bf16_flops == catalog.hardware.bf16_flops
     assert hw.step_overhead_s == 0.002 and "profile p.json" in hw.name
+    assert hw.eager_dispatch_s == catalog.hardware.eager_dispatch_s  # no launch point: the catalog's figure
+
+
+def test_a_gpu_profile_s_launch_point_is_the_host_s_seconds_per_dispatched_op(tmp_path):
+    """`meshlab profile` on a CUDA GPU times the host issuing the one-block forward (meshlab.workers.measure
+    .issue_seconds) over the ops the card traced for it: the eager launch floor then prices at that rate."""
+    catalog = plan_file(_strategy(tmp_path, "h200:1"))
+    profile = _profile(tmp_path, profile_key(catalog.plan, catalog.strategy))
+    data = json.loads(profile.read_text())
+    data["device"] = {"platform": "cuda", "devices": 1, "name": "NVIDIA H200", "hardware": "h200"}
+    data["points"].append({"op": "launch", "shape": [250], "flops": 0, "bytes": 0, "seconds": 0.0075})
+    profile.write_text(json.dumps(data))
+    strategy = yaml.safe_load(_strategy(tmp_path, profile.name).read_text())
+    strategy["compile"] = {"elementwise": "eager"}
+    strategy["workload"]["height"] = strategy["workload"]["width"] = 128  # no block points: priced op by op
+    path = tmp_path / "eager.yaml"
+    path.write_text(yaml.safe_dump(strategy, sort_keys=False))
+    planned = plan_file(path)
+    assert planned.hardware.eager_dispatch_s == pytest.approx(3e-5)
+    assert planned.hardware.sources["eager_dispatch_s"] == "measured: meshlab profile p.json"
+    step = predict(planned.plan, planned.strategy, planned.hardware).step
+    assert step.dispatches > 0 and step.launch_floor == pytest.approx(step.dispatches * 3e-5)
 
 
 def test_cli_bad_profile_exits_2_with_one_line(tmp_path):
