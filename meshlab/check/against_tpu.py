@@ -340,7 +340,7 @@ def keep_compile_time(setup: CheckSetup, c: Compiled | None) -> str | None:
         s = c.schedule
         schedule = KeptSchedule(total_s=s.total_s, compute_s=s.compute_s, collective_s=s.collective_s,
                                 collective_s_by_kind=dict(s.by_kind), compute_s_by_op=dict(s.by_op),
-                                kernel_s_by_op=dict(s.kernel_by_op) or None)
+                                kernel_s_by_op=dict(s.kernel_by_op) or None, wasted_s=dict(s.wasted_s) or None)
     measured = MeasuredCompile(seconds=c.compile_seconds, strategy=setup.strategy.name, front_end=c.front_end,
                                system=setup.planned.hardware.name, host=platform.node(), cores=os.cpu_count(),
                                libtpu=libtpu, measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(

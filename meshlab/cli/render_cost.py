@@ -333,7 +333,8 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
     for line in planned.loaded.taken:  # what the file left out and planning took (plain text, no markup)
         console.print(line, markup=False)
     if hw.kind == "tpu" and planned.strategy.compile.libtpu_flags:
-        console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags), markup=False)
+        console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags, hw.async_all_to_all_hidden),
+                      markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")
@@ -599,7 +600,9 @@ def _collective_table(p, planned) -> Table:
         where = "per step" if c.per_step else ("outside" if c.block is None else f"block {c.block}")
         row = (where, c.kind + (f" x{c.operands}" if c.operands > 1 else ""), "+".join(c.axes), t.route.shape,
                _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why + (
-                   f" (and {t.hidden * 1e6:.0f} us hidden by its slice of the matmul)" if t.hidden else ""))
+                   "" if not t.hidden else f" (and {t.hidden * 1e6:.0f} us hidden by its slice of the matmul)"
+                   if t.hidden_by == "matmul" else f" (and {t.hidden * 1e6:.0f} us hidden: async, as XLA:TPU's "
+                   "schedule hides its kind)"))
         rows[row] = rows.get(row, 0) + 1
     for row, ops in rows.items():
         table.add_row(row[0], str(ops), *row[1:])
@@ -669,11 +672,17 @@ def schedule_table(table: Table, ours: dict, theirs: dict, ms) -> Table:
 
 
 def _hidden(step) -> str:
-    """The collective-matmul permutes' time their matmul slices hide, per step, or "" where none is."""
-    hidden = sum(t.collective.count * t.hidden * (1 if t.collective.per_step else step.calls)
-                 for t in step.collectives)
-    return f"exposed: collective matmuls' permutes less the {_ms(hidden)} their matmul slices hide (not counted); " \
-        "the other collectives no overlap" if hidden else ""
+    """What compute hides of the collectives per step: the collective-matmul permutes' time their matmul slices
+    hide, and the async kinds' share XLA:TPU's schedule hides; "" where none is."""
+    def hidden(by: str) -> float:
+        return sum(t.collective.count * t.hidden * (1 if t.collective.per_step else step.calls)
+                   for t in step.collectives if t.hidden_by == by)
+
+    matmul, hides = hidden("matmul"), hidden("async")
+    kinds = sorted({t.collective.kind for t in step.collectives if t.hidden_by == "async"})
+    said = ([f"collective matmuls' permutes less the {_ms(matmul)} their matmul slices hide"] if matmul else []) + (
+        [f"{' and '.join(kinds)}s less the {_ms(hides)} XLA:TPU's schedule hides of them (async)"] if hides else [])
+    return f"exposed: {'; '.join(said)} (not counted); the other collectives no overlap" if said else ""
 
 
 def _memory_parts(entries) -> dict[str, list[float]]:

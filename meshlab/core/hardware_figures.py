@@ -157,7 +157,7 @@ def _no_null_defaults(schema: dict) -> None:
 
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
 OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte",
-                    "sm_count")
+                    "sm_count", "async_all_to_all_hidden")
 #: the figures that take none (null): no GEMM rates, and the optional numbers
 OPTIONAL = ("matmul_rates", *OPTIONAL_NUMBERS)
 
@@ -205,6 +205,9 @@ class HardwareFigures(Closed):
         "(async permutes) when its FLOPs per chip per byte of that collective reach this x 2 / n; or none")
     sm_count: OptionalNumber = Field(None, description="a GPU's streaming multiprocessors: how many tiles of an "
                                                        "attention kernel run at once, or none")
+    async_all_to_all_hidden: OptionalNumber = Field(
+        None, description="the share of its all-to-alls' time XLA:TPU's schedule hides under compute when a plan's "
+        "libtpu flags make them async (--xla_tpu_enable_async_all_to_all=true), from 0 to 1; or none (not priced)")
 
 
 class SourcedFigure(Closed):

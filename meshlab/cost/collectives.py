@@ -258,15 +258,37 @@ def windows_open(libtpu_flags: tuple[str, ...] | list[str] = ()) -> frozenset[st
     return frozenset({"gather", "scatter"} - {WINDOWED_EINSUM_FLAGS[n] for n, v in given.items() if v is False})
 
 
-def libtpu_flags_line(flags: list[str] | tuple[str, ...]) -> str:
-    """What a strategy's libtpu flags change in the prediction (`windows_open`): the collective matmuls they turn
-    off, and the flags the time model does not price."""
+#: the libtpu flag that makes XLA:TPU run all-to-alls asynchronously (off by default): measured at full depth on
+#: v6e-8, hybrid.yaml's 7 Ulysses all-to-alls a middle block run 6 async with it and 0 without
+#: (python benchmarks/tpu_async_overlap.py); the catalog's ``async_all_to_all_hidden`` prices what that hides
+ASYNC_ALL_TO_ALL_FLAG = "xla_tpu_enable_async_all_to_all"
+
+
+def async_all_to_alls(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
+    """Whether a strategy's libtpu flags make XLA:TPU's all-to-alls async (the last setting of the flag wins, as
+    absl's parser takes it). The other async flags measured change nothing on v6e: --xla_enable_async_all_gather
+    and _all_reduce leave fsdp's gathers and pairs' all-reduces synchronous (benchmarks/results/
+    tpu_async_flags.txt)."""
+    settings = [value for name, value in map(flag_setting, libtpu_flags) if name == ASYNC_ALL_TO_ALL_FLAG]
+    return bool(settings) and settings[-1] is True
+
+
+def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | None = None) -> str:
+    """What a strategy's libtpu flags change in the prediction: the collective matmuls they turn off
+    (`windows_open`), the all-to-alls they make async where the chip's share hidden is measured (`async_hidden`,
+    the catalog's ``async_all_to_all_hidden``), and the flags the time model does not price."""
     closed = sorted({"gather", "scatter"} - windows_open(flags))
-    others = [f for f in flags if flag_setting(f)[0] not in WINDOWED_EINSUM_FLAGS]
+    hides = async_hidden is not None and async_all_to_alls(flags)
+    priced = set(WINDOWED_EINSUM_FLAGS) | ({ASYNC_ALL_TO_ALL_FLAG} if hides else set())
+    others = [f for f in flags if flag_setting(f)[0] not in priced]
     kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
     line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(
         kinds[k] for k in closed) + ", priced as the partitioner issues them" if closed
         else "the collective matmuls stay on")
+    if hides:
+        line += (f"; the all-to-alls run async, {async_hidden:.0%} of their time hidden under compute, as XLA:TPU's "
+                 "schedule hides it for this chip (its cost model, not a measurement: the catalog's "
+                 "async_all_to_all_hidden)")
     return line + (f"; not priced: {', '.join(others)}" if others else "")
 
 

@@ -164,7 +164,10 @@ class CollectiveDocument(Document):
     route: str
     seconds: float = Field(description="exposed: what compute does not hide")
     dcn_seconds: float
-    hidden_seconds: float = Field(0.0, description="a collective matmul's permute: what its slice of the matmul hides")
+    hidden_seconds: float = Field(0.0, description="what compute hides: a collective matmul's permute's slice of the "
+                                  "matmul, or the share XLA:TPU's schedule hides of an async kind")
+    hidden_by: Literal["", "matmul", "async"] = Field("", description="what hides it: matmul (a collective matmul's "
+                                                      "slice), async (XLA:TPU's schedule of the kind), or nothing")
 
 
 class AssumptionDocument(Document):
@@ -193,7 +196,8 @@ def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | N
     from meshlab.cost.collectives import libtpu_flags_line
 
     flags = planned.strategy.compile.libtpu_flags
-    priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(flags)}] if (
+    hidden = planned.hardware.async_all_to_all_hidden
+    priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(flags, hidden)}] if (
         flags and planned.hardware.kind == "tpu") else []
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
             "collectives": collectives_document(p), "assumptions": assumptions_document(
@@ -293,7 +297,8 @@ def collectives_document(p: Prediction) -> list[dict]:
     return [
         {"kind": c.kind, "axes": list(c.axes), "bytes": c.bytes, "block": c.block, "blocks_like_it": c.count,
          "phase": c.phase, "operands": c.operands, "per_step": c.per_step, "why": c.why,
-         "route": t.route.shape, "seconds": t.seconds, "dcn_seconds": t.dcn_seconds, "hidden_seconds": t.hidden}
+         "route": t.route.shape, "seconds": t.seconds, "dcn_seconds": t.dcn_seconds, "hidden_seconds": t.hidden,
+         "hidden_by": t.hidden_by}
         for t in p.step.collectives
         for c in [t.collective]
     ]

@@ -12,7 +12,7 @@ from meshlab.cost.layout import Layout, layout_of
 from meshlab.cost.pipeline_time import Terms, pipeline_terms
 from meshlab.cost.ring import tool_issued
 from meshlab.cost.startup import Startup, startup
-from meshlab.cost.timing import Assumptions, CatalogPricing, StepTime, step_time
+from meshlab.cost.timing import Assumptions, CatalogPricing, StepTime, async_hidden_of, step_time
 from meshlab.cost.topology import route
 from meshlab.core.hardware import Hardware
 from meshlab.plan.plan import Plan
@@ -165,6 +165,7 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     if measured is not None and not measured.collectives_included:
         found = sum(price(c) is not None for c in collectives)
         measured = replace(measured, collectives_measured=found, collectives_assumed=len(collectives) - found)
+    assumptions = replace(assumptions, async_hidden=async_hidden_of(strategy.compile.libtpu_flags, hardware))
     step = step_time(work, issued, routes, layout, hardware, assumptions, measured, price)
     batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,

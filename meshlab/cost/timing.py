@@ -7,7 +7,9 @@ Every figure here is a prediction. The model, op by op on the busiest chip (all 
   reads, compute-bound matmuls their FLOPs); where the catalog has measured GEMM rates by shape or published
   attention rates for the chip, a Linear or an attention runs at those instead of compute_efficiency;
 - collectives take the time `meshlab.cost.topology` gives them; a fraction ``overlap`` of it hides under
-  compute (default 0: tensor-parallel all-reduces sit on the critical path between dependent matmuls);
+  compute (default 0: tensor-parallel all-reduces sit on the critical path between dependent matmuls); a
+  collective matmul's permutes hide under their matmul slices, and on a TPU whose plan's libtpu flags make a kind
+  async, the share of that kind's time XLA:TPU's schedule hides (``Assumptions.async_hidden``);
 - a step runs ``calls`` transformer calls (2 with classifier-free guidance unless a ``cfg`` axis splits the
   branches), plus the once-per-step collectives, plus the hardware's ``step_overhead_s`` of host time;
 - with a profile as hardware (meshlab.cost.profile), one call's seconds come from it instead of the rooflines;
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cost.collectives import TRUTHS, Collective, known_differences
+from meshlab.cost.collectives import TRUTHS, Collective, async_all_to_alls, known_differences
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
@@ -35,6 +37,9 @@ class Assumptions:
     """Knobs of the time model that are not properties of the hardware."""
 
     overlap: float = 0.0  # fraction of collective time hidden under compute
+    #: (kind, share): collective kinds the plan's libtpu flags make async on a TPU, and the share of their time
+    #: XLA:TPU's schedule hides under compute (the catalog's async_all_to_all_hidden; `async_hidden_of`)
+    async_hidden: tuple[tuple[str, float], ...] = ()
 
     def describe(self, hardware: Hardware, model_class: str | None = None) -> list[dict]:
         """Each assumption with its source; with `model_class` (a card's diffusers class), the known differences
@@ -82,8 +87,11 @@ class Assumptions:
                        "--xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces "
                        "synchronous, --xla_tpu_enable_async_all_to_all makes 6 of hybrid's 7 all-to-alls a block "
                        "async, and MaxText's all-gather collective fusion is refused off v5e (on v5e it makes 4 of "
-                       "fsdp's 14 gathers a block async and holds about two blocks gathered). On a GPU an "
-                       "assumption: each all-reduce or all-gather feeds the next op"},
+                       "fsdp's 14 gathers a block async and holds about two blocks gathered). Where a chip's "
+                       "catalog entry gives async_all_to_all_hidden, a plan that sets "
+                       "--xla_tpu_enable_async_all_to_all=true has that share of its all-to-alls hidden: on v6e "
+                       "XLA:TPU's schedule of hybrid.yaml at full depth (python benchmarks/tpu_async_overlap.py). On "
+                       "a GPU an assumption: each all-reduce or all-gather feeds the next op"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
                        "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
@@ -102,6 +110,16 @@ class Assumptions:
              "source": "with CFG and no 'cfg' mesh axis the transformer runs twice per step; a 'cfg' axis of size 2 "
                        "runs both branches as one call split over it (prompts padded to one length)"},
         ]
+
+
+def async_hidden_of(libtpu_flags, hardware: Hardware) -> tuple[tuple[str, float], ...]:
+    """The collective kinds a plan's libtpu flags make async on `hardware`, each with the share of its time
+    XLA:TPU's schedule hides (`Assumptions.async_hidden`): the all-to-alls where the flag is on and the chip's
+    catalog entry measured the share; nothing on a GPU, or where it is not measured."""
+    share = hardware.async_all_to_all_hidden
+    if hardware.kind != "tpu" or share is None or not async_all_to_alls(libtpu_flags):
+        return ()
+    return (("all-to-all", share),)
 
 
 def _held_against(truth: str, model_class: str | None, on_tpu: bool) -> str:
@@ -133,7 +151,9 @@ class TimedCollective:
     route: Route
     seconds: float  # exposed: what compute does not hide
     dcn_seconds: float = 0.0  # the part of `seconds` spent crossing slices
-    hidden: float = 0.0  # a collective matmul's permute: the seconds its matmul slice hides
+    hidden: float = 0.0  # the seconds compute hides: a collective matmul's permute's slice, or an async kind's share
+    #: what hides it: "matmul" (a collective matmul's slice) or "async" (XLA:TPU's schedule of an async kind)
+    hidden_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,14 +268,18 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
         alone = collective_seconds(c.kind, c.bytes, routes[c.axes], hardware.collective_latency_s)
         return alone / 2 if c.both_ways and routes[c.axes].shape in ("ring", "grid") else alone
 
+    async_share = dict(assumptions.async_hidden)
+
     def timed_collective(c: Collective) -> TimedCollective:
         alone, dcn_part = seconds(c), dcn_seconds(c.kind, c.bytes, routes[c.axes])
-        if not c.beside_flops:
+        if c.beside_flops:  # a collective matmul's permute runs beside its slice of the matmul: what outlasts it shows
+            hidden, by = min(alone, c.beside_flops / (hardware.bf16_flops * hardware.compute_efficiency)), "matmul"
+        elif c.kind in async_share:  # an async collective: the share XLA:TPU's schedule hides of its kind
+            hidden, by = async_share[c.kind] * alone, "async"
+        else:
             return TimedCollective(c, routes[c.axes], alone, dcn_part)
-        # a collective matmul's permute runs beside its slice of the matmul: only what outlasts the slice shows
-        hidden = min(alone, c.beside_flops / (hardware.bf16_flops * hardware.compute_efficiency))
         return TimedCollective(c, routes[c.axes], alone - hidden, dcn_part * (1 - hidden / alone) if alone else 0.0,
-                               hidden)
+                               hidden, by)
 
     timed = tuple(timed_collective(c) for c in collectives)
     dcn = sum(t.collective.count * t.dcn_seconds * (1 if t.collective.per_step else calls) for t in timed)

@@ -42,6 +42,8 @@ class KeptSchedule(BaseModel):
     collective_s_by_kind: dict[str, float]
     compute_s_by_op: dict[str, float] | None = None  # by what the ops are (meshlab.cost.compiled_call.OP_CLASSES)
     kernel_s_by_op: dict[str, float] | None = None  # of those, what Pallas kernels hold (their own cost estimates)
+    #: the cycles it waits on async collectives, by its statistics' names (all_to_all, collective_permute, total)
+    wasted_s: dict[str, float] | None = None
 
 
 class MeasuredCompile(BaseModel):

@@ -273,7 +273,8 @@ class Compile(Closed):
         default_factory=list, description="XLA:TPU flags the plan is compiled with, as LIBTPU_INIT_ARGS takes them "
         "(e.g. --xla_tpu_enable_windowed_einsum_for_all_gather=false, or MaxText's async collective flags): "
         "`check --backend tpu` compiles with them, `run` on a TPU sets them and `export --format torch-xla` "
-        "writes them; the time model prices the windowed-einsum ones (collective matmuls off), no other")
+        "writes them; the time model prices the windowed-einsum ones (collective matmuls off) and "
+        "--xla_tpu_enable_async_all_to_all (where the chip's catalog entry measured what it hides), no other")
 
     @field_validator("libtpu_flags")
     @classmethod

@@ -73,3 +73,23 @@ def test_rows_hold_each_class_beside_xla_tpu_s_with_the_rates_each_implies(plann
             "attention": held}})}
         assert rows["attention"].endswith("(XLA:TPU's: Pallas kernels' own estimates)") == noted
         assert not rows["matmuls"].endswith("estimates)")
+
+
+def test_xla_tpu_s_waits_on_an_async_kind_are_that_kind_s_exposed_time(planned):
+    """XLA:TPU's schedule counts an async collective's exposed time as cycles wasted waiting on it (the timeline's
+    idle ops), not as the kind's own ops: the rows move them onto the kind, as meshlab counts it, and the call's
+    total stays the schedule's (hybrid.yaml with async all-to-alls at full depth: 12.416 ms waited)."""
+    call = predicted_call(predicted_as_compiled(planned.plan, planned.strategy, planned.hardware, "torch-xla"),
+                          planned.hardware)
+    xla = {"total_s": 0.2808, "compute_s": 0.2646, "collective_s": 0.0162,
+           "collective_s_by_kind": {"all-reduce": 0.0162, "all-to-all": 2.4e-7},
+           "wasted_s": {"all_to_all": 0.012416, "collective_permute": 0.000505, "total": 0.012921},
+           "compute_s_by_op": {"matmuls": 0.0804, "attention": 0.1449, "elementwise and reductions": 0.0263,
+                               "idle": 0.012921}}
+    rows = {term.strip(): theirs for term, _, theirs, _ in schedule_rows(call, xla)}
+    assert rows["all-to-all, exposed"] == pytest.approx(0.012416 + 2.4e-7)
+    assert rows["collective-permute, exposed"] == pytest.approx(0.000505)
+    assert rows["ops"] == pytest.approx(0.2646 - 0.012921) and "idle" not in rows  # nothing left idle
+    assert rows["one call"] == 0.2808
+    kept = {k: v for k, v in xla.items() if k != "wasted_s"}  # kept before the waits were: as the schedule has it
+    assert {term.strip(): theirs for term, _, theirs, _ in schedule_rows(call, kept)}["ops"] == 0.2646

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from meshlab.check.against_tpu import (
     COLLECTIVE_TOLERANCE, TPU_VERDICT_KINDS, compiled_prediction, predicted_bytes_per_block, tpu_options,
@@ -579,3 +580,58 @@ def test_the_matrix_results_say_what_the_documented_differences_hold():
             if abs(ours - x) > COLLECTIVE_TOLERANCE * x:
                 held.setdefault(strategy, set()).add(f"{block}: {kind} {what} predicted {ours}, XLA:TPU {x}")
     assert {s: r for s, r in reported.items() if r} == held
+
+
+def _with_flags(tmp_path, source: str, flags: list[str], hardware: str | None = None):
+    from meshlab.plan.planned import plan_file
+
+    data = yaml.safe_load((REPO / source).read_text())
+    data.setdefault("compile", {})["libtpu_flags"] = flags
+    if hardware:
+        data["hardware"] = hardware
+    path = tmp_path / f"flags-{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return plan_file(path)
+
+
+def test_async_all_to_alls_show_what_xla_tpu_s_schedule_leaves_of_them(tmp_path):
+    """--xla_tpu_enable_async_all_to_all=true on v6e: each all-to-all shows the share of its time XLA:TPU's schedule
+    of hybrid.yaml leaves exposed (the catalog's async_all_to_all_hidden, benchmarks/tpu_async_overlap.py), every
+    other collective as it was; turned off again by a later flag, nothing is hidden."""
+    from meshlab.cost.collectives import libtpu_flags_line
+    from meshlab.cost.predict import predict
+
+    flag = "--xla_tpu_enable_async_all_to_all=true"
+    runs = {name: _with_flags(tmp_path, "strategies/hybrid.yaml", flags) for name, flags in
+            (("sync", []), ("async", [flag]), ("off again", [flag, "--xla_tpu_enable_async_all_to_all=false"]))}
+    steps = {name: predict(p.plan, p.strategy, p.hardware).step for name, p in runs.items()}
+    share = runs["async"].hardware.async_all_to_all_hidden
+    assert 0 < share < 1
+    pairs = list(zip(steps["sync"].collectives, steps["async"].collectives, strict=True))
+    assert sum(t.collective.kind == "all-to-all" for t, _ in pairs) >= 7  # a block's Ulysses all-to-alls
+    for sync, asynchronous in pairs:
+        if sync.collective.kind == "all-to-all":
+            assert asynchronous.seconds == pytest.approx((1 - share) * sync.seconds) and sync.seconds > 0
+            assert asynchronous.hidden == pytest.approx(share * sync.seconds) and asynchronous.hidden_by == "async"
+        else:
+            assert asynchronous == sync
+    hidden = sum(t.collective.count * t.hidden * (1 if t.collective.per_step else steps["async"].calls)
+                 for _, t in pairs)
+    assert steps["sync"].collective - steps["async"].collective == pytest.approx(hidden) and hidden > 0
+    assert steps["off again"].collective == steps["sync"].collective
+    assert "all-to-alls run async" in libtpu_flags_line([flag], share)
+    assert "not priced" not in libtpu_flags_line([flag], share)
+
+
+def test_async_all_to_alls_stay_unpriced_where_the_chip_s_share_was_not_measured(tmp_path):
+    """v5e's catalog entry has no async_all_to_all_hidden: its all-to-alls are priced synchronous under the flag,
+    and explain names the flag as not priced."""
+    from meshlab.cost.collectives import libtpu_flags_line
+    from meshlab.cost.predict import predict
+
+    flag = "--xla_tpu_enable_async_all_to_all=true"
+    sync, flagged = (_with_flags(tmp_path, "strategies/hybrid.yaml", flags, "v5e-8") for flags in ([], [flag]))
+    assert flagged.hardware.async_all_to_all_hidden is None
+    one, other = (predict(p.plan, p.strategy, p.hardware).step for p in (sync, flagged))
+    assert other.collective == one.collective and not any(t.hidden_by == "async" for t in other.collectives)
+    assert libtpu_flags_line([flag], None).endswith(f"not priced: {flag}")

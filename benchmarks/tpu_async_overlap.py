@@ -1,0 +1,84 @@
+"""How much of a collective kind's time XLA:TPU's schedule hides once a libtpu flag makes it async (issue 25, part 4).
+
+    python benchmarks/tpu_async_overlap.py                       # hybrid.yaml, all-to-alls, v6e-8, full depth
+    python benchmarks/tpu_async_overlap.py --strategy hybrid --flag --xla_tpu_enable_async_all_to_all=true \\
+        --kind all-to-all --out benchmarks/results/tpu_async_overlap.json
+
+Compiles the built-in strategy twice ahead of time for its TPU system (`meshlab check S.yaml --backend tpu
+--front-end torch-xla --json`, full depth, the workload's own size): as it is, and with the flag added to its
+`compile.libtpu_flags`. From each program's latency-hiding schedule (XLA:TPU's cost model, not a measurement;
+meshlab.check.tpu_schedule) it takes the time the kind holds the timeline: synchronous, all of it; async, what the
+schedule leaves exposed (the -done ops and the cycles wasted waiting on them). The share hidden is 1 - exposed /
+synchronous: the catalog's `async_all_to_all_hidden` for the chip. Prints both programs' counts of the kind a middle
+block, async or not, and the schedule's totals. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compiled(path: Path, cache: Path) -> dict:
+    env = {**os.environ, "MESHLAB_COMPILE_TIMES": str(cache)}  # the user's kept compiles stay as they were
+    done = subprocess.run([sys.executable, "-m", "meshlab", "check", str(path), "--backend", "tpu", "--front-end",
+                           "torch-xla", "--json"], capture_output=True, text=True, cwd=REPO, env=env)
+    if not done.stdout.startswith("{"):
+        sys.exit(f"{path.name}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout)
+
+
+def exposed_s(schedule: dict, kind: str) -> float:
+    """The seconds a collective kind holds the schedule's timeline: its ops' own, and the cycles wasted waiting on
+    its async ones (scheduler_statistics names them with underscores)."""
+    return schedule["collective_s_by_kind"].get(kind, 0.0) + schedule["wasted_s"].get(kind.replace("-", "_"), 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", default="hybrid")
+    parser.add_argument("--flag", default="--xla_tpu_enable_async_all_to_all=true")
+    parser.add_argument("--kind", default="all-to-all")
+    parser.add_argument("--out", type=Path, help="also write both documents' figures as JSON here")
+    args = parser.parse_args()
+    source = REPO / "strategies" / f"{args.strategy}.yaml"
+    data = yaml.safe_load(source.read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        flagged = Path(scratch) / f"{args.strategy}-async.yaml"
+        compile_ = data.setdefault("compile", {})
+        compile_["libtpu_flags"] = [*compile_.get("libtpu_flags", []), args.flag]
+        data["name"] = f"{data['name']}-async"
+        flagged.write_text(yaml.safe_dump(data, sort_keys=False))
+        cache = Path(scratch) / "compile-times.json"
+        docs = {"libtpu's defaults": compiled(source, cache), args.flag: compiled(flagged, cache)}
+    rows = {}
+    for name, doc in docs.items():
+        schedule = doc["xla_schedule"] or {"collective_s_by_kind": {}, "wasted_s": {}, "total_s": 0.0}
+        block = doc["middle_blocks"][0]
+        rows[name] = {"compile_seconds": doc["compile_seconds"], "schedule_total_s": schedule["total_s"],
+                      "kind_s": exposed_s(schedule, args.kind),
+                      "per_block": doc["collectives_per_block"][block].get(args.kind, 0),
+                      "async_per_block": doc["async_collectives_per_block"][block].get(args.kind, 0)}
+        print(f"{args.strategy}.yaml, {name}, {doc['device']['type']}: compile {doc['compile_seconds']:.0f} s; "
+              f"{block}: {rows[name]['per_block']} {args.kind} ({rows[name]['async_per_block']} async); schedule "
+              f"{schedule['total_s'] * 1e3:.2f} ms a forward, {args.kind} {rows[name]['kind_s'] * 1e3:.3f} ms of it")
+    synchronous, asynchronous = (rows[k]["kind_s"] for k in docs)
+    hidden = 1 - asynchronous / synchronous if synchronous else None
+    print(f"hidden by the schedule: {hidden:.4f} of the {args.kind}s' time" if hidden is not None else
+          f"no {args.kind} in the synchronous program's schedule")
+    if args.out:
+        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy, "flag": args.flag,
+                                        "kind": args.kind, "programs": rows, "hidden": hidden}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
