@@ -1,8 +1,10 @@
 """How much of a collective kind's time XLA:TPU's schedule hides once a libtpu flag makes it async (issue 25, part 4).
 
     python benchmarks/tpu_async_overlap.py                       # hybrid.yaml, all-to-alls, v6e-8, full depth
-    python benchmarks/tpu_async_overlap.py --strategy hybrid --flag --xla_tpu_enable_async_all_to_all=true \\
+    python benchmarks/tpu_async_overlap.py --strategy hybrid --flag=--xla_tpu_enable_async_all_to_all=true \\
         --kind all-to-all --out benchmarks/results/tpu_async_overlap.json
+    python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5e-8 --kind all-gather \\
+        --flag=--xla_tpu_enable_async_collective_fusion=true ...   # --flag once per flag (MaxText's set)
 
 Compiles the built-in strategy twice ahead of time for its TPU system (`meshlab check S.yaml --backend tpu
 --front-end torch-xla --json`, full depth, the workload's own size): as it is, and with the flag added to its
@@ -46,20 +48,25 @@ def exposed_s(schedule: dict, kind: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default="hybrid")
-    parser.add_argument("--flag", default="--xla_tpu_enable_async_all_to_all=true")
+    parser.add_argument("--flag", action="append", help="a libtpu flag to add (repeat for several; default: "
+                        "--xla_tpu_enable_async_all_to_all=true)")
     parser.add_argument("--kind", default="all-to-all")
+    parser.add_argument("--hardware", help="compile for this TPU system instead of the strategy's own")
     parser.add_argument("--out", type=Path, help="also write both documents' figures as JSON here")
     args = parser.parse_args()
-    source = REPO / "strategies" / f"{args.strategy}.yaml"
-    data = yaml.safe_load(source.read_text())
+    flags = args.flag or ["--xla_tpu_enable_async_all_to_all=true"]
+    data = yaml.safe_load((REPO / "strategies" / f"{args.strategy}.yaml").read_text())
+    if args.hardware:
+        data["hardware"] = args.hardware
     with tempfile.TemporaryDirectory() as scratch:
-        flagged = Path(scratch) / f"{args.strategy}-async.yaml"
+        source, flagged = Path(scratch) / f"{args.strategy}.yaml", Path(scratch) / f"{args.strategy}-async.yaml"
+        source.write_text(yaml.safe_dump(data, sort_keys=False))
         compile_ = data.setdefault("compile", {})
-        compile_["libtpu_flags"] = [*compile_.get("libtpu_flags", []), args.flag]
+        compile_["libtpu_flags"] = [*compile_.get("libtpu_flags", []), *flags]
         data["name"] = f"{data['name']}-async"
         flagged.write_text(yaml.safe_dump(data, sort_keys=False))
         cache = Path(scratch) / "compile-times.json"
-        docs = {"libtpu's defaults": compiled(source, cache), args.flag: compiled(flagged, cache)}
+        docs = {"libtpu's defaults": compiled(source, cache), " ".join(flags): compiled(flagged, cache)}
     rows = {}
     for name, doc in docs.items():
         schedule = doc["xla_schedule"] or {"collective_s_by_kind": {}, "wasted_s": {}, "total_s": 0.0}
@@ -76,7 +83,7 @@ def main() -> None:
     print(f"hidden by the schedule: {hidden:.4f} of the {args.kind}s' time" if hidden is not None else
           f"no {args.kind} in the synchronous program's schedule")
     if args.out:
-        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy, "flag": args.flag,
+        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy, "flags": flags,
                                         "kind": args.kind, "programs": rows, "hidden": hidden}, indent=1) + "\n")
 
 
