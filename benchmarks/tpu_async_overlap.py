@@ -74,7 +74,8 @@ def main() -> None:
         rows[name] = {"compile_seconds": doc["compile_seconds"], "schedule_total_s": schedule["total_s"],
                       "kind_s": exposed_s(schedule, args.kind),
                       "per_block": doc["collectives_per_block"][block].get(args.kind, 0),
-                      "async_per_block": doc["async_collectives_per_block"][block].get(args.kind, 0)}
+                      "async_per_block": doc["async_collectives_per_block"][block].get(args.kind, 0),
+                      "schedule": schedule}
         print(f"{args.strategy}.yaml, {name}, {doc['device']['type']}: compile {doc['compile_seconds']:.0f} s; "
               f"{block}: {rows[name]['per_block']} {args.kind} ({rows[name]['async_per_block']} async); schedule "
               f"{schedule['total_s'] * 1e3:.2f} ms a forward, {args.kind} {rows[name]['kind_s'] * 1e3:.3f} ms of it")

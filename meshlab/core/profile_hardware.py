@@ -31,9 +31,8 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     dispatch = profile.single("dispatch")
     if dispatch is not None:
         host["step_overhead_s"] = dispatch.seconds
-    launch = profile.single("launch")  # eager PyTorch: the host's seconds per op it dispatches
-    if launch is not None and launch.shape and launch.shape[0] > 0:
-        host["eager_dispatch_s"] = launch.seconds / launch.shape[0]
+    if (dispatched := launch_seconds_per_op(profile)) is not None:
+        host["eager_dispatch_s"] = dispatched
     if profile.platform != "cpu":
         if not profile.device.get("hardware"):
             raise InputError(f"{path} names no catalog entry for its {profile.platform} device",
@@ -46,6 +45,21 @@ def profile_hardware(path: str | Path, devices: int | None, overrides: dict | No
     if overrides:
         hardware = with_overrides(hardware, overrides)
     return replace(hardware, profile=profile)
+
+
+def launch_seconds_per_op(profile: Profile) -> float | None:
+    """Eager PyTorch's host seconds per dispatched op from a profile's launch points (meshlab.workers.measure
+    ._launches): the slope between the forwards of fewest and most ops (the blocks' ops alone: what the forward
+    does outside them, a wait on the GPU too, falls out), or with one such forward its seconds over its ops; None
+    where there is none, or the slope is not positive (noise above the blocks' own time)."""
+    points = sorted((p for p in profile.of("launch") if p.shape and p.shape[0] > 0), key=lambda p: p.shape[0])
+    if not points:
+        return None
+    few, many = points[0], points[-1]
+    if many.shape[0] == few.shape[0]:
+        return min(p.seconds for p in points) / few.shape[0]
+    slope = (many.seconds - few.seconds) / (many.shape[0] - few.shape[0])
+    return slope if slope > 0 else None
 
 
 def _cpu_hardware(profile: Profile, host: dict, source: str, name: str):

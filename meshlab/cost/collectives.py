@@ -279,7 +279,7 @@ def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | 
     the catalog's ``async_all_to_all_hidden``), and the flags the time model does not price."""
     closed = sorted({"gather", "scatter"} - windows_open(flags))
     hides = async_hidden is not None and async_all_to_alls(flags)
-    priced = set(WINDOWED_EINSUM_FLAGS) | ({ASYNC_ALL_TO_ALL_FLAG} if hides else set())
+    priced = set(WINDOWED_EINSUM_FLAGS) | ({ASYNC_ALL_TO_ALL_FLAG} if async_hidden is not None else set())
     others = [f for f in flags if flag_setting(f)[0] not in priced]
     kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
     line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(

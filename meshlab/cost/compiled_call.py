@@ -56,7 +56,7 @@ def predicted_as_compiled(plan, strategy: Strategy, hardware, front_end: str | N
 def predicted_call(prediction, hardware) -> dict:
     """meshlab's seconds for one transformer call, term by term: the ops (each the longer of its FLOPs and its HBM
     bytes), also by the class of XLA:TPU's ops that runs them (`OP_TERMS`), and the collectives by kind, exposed (a
-    collective matmul's permutes less what their matmul slices hide)."""
+    collective matmul's permutes less what their matmul slices hide, an async kind less its hidden share)."""
     from meshlab.cost.timing import op_compute_seconds, op_seconds
 
     step = prediction.step
@@ -107,20 +107,22 @@ def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, flo
 
 def waits_as_collectives(schedule: dict) -> dict:
     """A schedule's JSON with the cycles it waits on each async collective kind (its statistics' wasted cycles, by
-    kind) moved from the idle ops onto that kind's exposed time, as meshlab counts a collective's exposed time; as it
-    was where the schedule kept no waits."""
+    kind) moved from the idle ops onto that kind's exposed time, as meshlab counts a collective's exposed time (no
+    more than the idle ops hold, shared among the kinds as they waited); as it was where it kept no waits."""
     waits = {kind: (schedule.get("wasted_s") or {}).get(kind.replace("-", "_"), 0.0) for kind in COLLECTIVE_KINDS}
     waited = sum(waits.values())
-    if not waited:
-        return schedule
     by_op = dict(schedule.get("compute_s_by_op") or {})
-    if IDLE in by_op:
-        by_op[IDLE] = max(0.0, by_op[IDLE] - waited)
+    idle = by_op.get(IDLE, 0.0) if by_op else waited  # a schedule kept whole: its waits are in its ops
+    moved = min(waited, idle)  # the statistics count the entry computation's waits, the idle ops a loop's too
+    if not moved:
+        return schedule
+    if by_op:
+        by_op[IDLE] = idle - moved
     kinds = dict(schedule["collective_s_by_kind"])
     for kind, seconds in waits.items():
         if seconds:
-            kinds[kind] = kinds.get(kind, 0.0) + seconds
-    return {**schedule, "compute_s": schedule["compute_s"] - waited, "collective_s": schedule["collective_s"] + waited,
+            kinds[kind] = kinds.get(kind, 0.0) + seconds * moved / waited
+    return {**schedule, "compute_s": schedule["compute_s"] - moved, "collective_s": schedule["collective_s"] + moved,
             "collective_s_by_kind": kinds, **({"compute_s_by_op": by_op} if by_op else {})}
 
 

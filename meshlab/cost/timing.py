@@ -74,24 +74,27 @@ class Assumptions:
                           + hw.sources.get("matmul_rates", "")}]
               if hw.matmul_rates is not None else []),
             {"name": "overlap", "value": self.overlap,
-             "source": "collectives do not overlap compute, but for the permutes of XLA:TPU's collective matmuls, "
-                       "each of which runs beside its 1/n slice of the matmul and shows only what outlasts it "
+             "source": "collectives do not overlap compute, but for the permutes of XLA:TPU's collective matmuls "
+                       "and, on a TPU whose plan makes them async, all-to-alls (below); a permute runs beside "
+                       "its 1/n slice of the matmul and shows only what outlasts it "
                        "(XLA:TPU's schedule of 2d.yaml at full depth leaves 0.1 ms of them exposed per forward). On a "
                        "TPU this is the program's own: XLA:TPU's compiles of pairs, 2d, fsdp and hybrid at full depth "
                        "on v6e-8 (libtpu's default flags) run every all-reduce, all-gather and all-to-all of a middle "
                        "block synchronously (0 of them async: pairs' all-reduces, fsdp's 8 weight gathers, hybrid's 7 "
                        "Ulysses all-to-alls), and only the collective matmuls' permutes asynchronously "
                        "(benchmarks/results/tpu_aot.txt). A plan's own libtpu flags that make more of them async are "
-                       "not priced; measured at 3 blocks, 256² (benchmarks/results/tpu_async_flags.txt, where a "
-                       "middle block of fsdp's gathers 14 times, not 8 as at full depth): on v6e "
+                       "priced for all-to-alls only; measured at 3 blocks, 256² (benchmarks/results/"
+                       "tpu_async_flags.txt, where a middle block of fsdp's gathers 14 times, not 8 as at full "
+                       "depth): on v6e "
                        "--xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces "
                        "synchronous, --xla_tpu_enable_async_all_to_all makes 6 of hybrid's 7 all-to-alls a block "
                        "async, and MaxText's all-gather collective fusion is refused off v5e (on v5e it makes 4 of "
                        "fsdp's 14 gathers a block async and holds about two blocks gathered). Where a chip's "
                        "catalog entry gives async_all_to_all_hidden, a plan that sets "
                        "--xla_tpu_enable_async_all_to_all=true has that share of its all-to-alls hidden: on v6e "
-                       "XLA:TPU's schedule of hybrid.yaml at full depth (python benchmarks/tpu_async_overlap.py). On "
-                       "a GPU an assumption: each all-reduce or all-gather feeds the next op"},
+                       "XLA:TPU's schedule of hybrid.yaml at full depth, one slice (python benchmarks/"
+                       "tpu_async_overlap.py; the part crossing slices over DCN stays whole). On a GPU an "
+                       "assumption: each all-reduce or all-gather feeds the next op"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
                        "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
@@ -273,13 +276,13 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
     def timed_collective(c: Collective) -> TimedCollective:
         alone, dcn_part = seconds(c), dcn_seconds(c.kind, c.bytes, routes[c.axes])
         if c.beside_flops:  # a collective matmul's permute runs beside its slice of the matmul: what outlasts it shows
-            hidden, by = min(alone, c.beside_flops / (hardware.bf16_flops * hardware.compute_efficiency)), "matmul"
-        elif c.kind in async_share:  # an async collective: the share XLA:TPU's schedule hides of its kind
-            hidden, by = async_share[c.kind] * alone, "async"
-        else:
-            return TimedCollective(c, routes[c.axes], alone, dcn_part)
-        return TimedCollective(c, routes[c.axes], alone - hidden, dcn_part * (1 - hidden / alone) if alone else 0.0,
-                               hidden, by)
+            hidden = min(alone, c.beside_flops / (hardware.bf16_flops * hardware.compute_efficiency))
+            return TimedCollective(c, routes[c.axes], alone - hidden,
+                                   dcn_part * (1 - hidden / alone) if alone else 0.0, hidden, "matmul")
+        if c.kind in async_share:  # an async collective: the share XLA:TPU's schedule of one slice hides of its
+            hidden = async_share[c.kind] * max(0.0, alone - dcn_part)  # kind, the part crossing slices left whole
+            return TimedCollective(c, routes[c.axes], alone - hidden, dcn_part, hidden, "async")
+        return TimedCollective(c, routes[c.axes], alone, dcn_part)
 
     timed = tuple(timed_collective(c) for c in collectives)
     dcn = sum(t.collective.count * t.dcn_seconds * (1 if t.collective.per_step else calls) for t in timed)

@@ -274,7 +274,8 @@ class Compile(Closed):
         "(e.g. --xla_tpu_enable_windowed_einsum_for_all_gather=false, or MaxText's async collective flags): "
         "`check --backend tpu` compiles with them, `run` on a TPU sets them and `export --format torch-xla` "
         "writes them; the time model prices the windowed-einsum ones (collective matmuls off) and "
-        "--xla_tpu_enable_async_all_to_all (where the chip's catalog entry measured what it hides), no other")
+        "--xla_tpu_enable_async_all_to_all (where the chip's catalog entry gives the share XLA:TPU's schedule hides), "
+        "no other")
 
     @field_validator("libtpu_flags")
     @classmethod

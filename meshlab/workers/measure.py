@@ -11,9 +11,10 @@ and then the median of a few runs, the clock stopped only once the device is don
   each text length, each run as many times in one program as a step calls it;
 - the VAE decoder at the workload's resolution, an empty program's trace and run (dispatch), a device copy,
   the host CPU's Linear at the text encoder's width, and a device-to-host transfer;
-- on a CUDA GPU (eager PyTorch), the host's seconds to issue the one-block forward, its kernels queued and not waited
-  for, over the ops the card traced for it (launch): what the host spends dispatching one op (the catalog's
-  ``eager_dispatch_s``). The CPU runs each op as it is issued, so there it is not told apart from the work.
+- on a CUDA GPU (eager PyTorch), the host's seconds to issue the one-block and the ``depth``-block forward, their
+  kernels queued and not waited for, each with the ops the card traced for it (launch): what the host spends
+  dispatching one op (the catalog's ``eager_dispatch_s``) is the slope between the two. The CPU runs each op as it is
+  issued, so there it is not told apart from the work.
 
 Backends: ``xla`` (torch_xla: CPU or TPU, SPMD) and ``torch`` (plain PyTorch on one CUDA GPU, or the CPU).
 """
@@ -85,8 +86,8 @@ def timed(fn, sync, reps: int = 3, warm: int = 2) -> float:
 
 def issue_seconds(fn, sync, reps: int = 10) -> float:
     """The host's seconds to issue `fn`, its device work queued and not waited for: the least of `reps` calls, each
-    started with the device idle (after a warm call). A forward of fewer kernels than the GPU's launch queue holds
-    (about a thousand) never waits for the queue, so this is the host's dispatching alone."""
+    started with the device idle (after a warm call). A forward of fewer kernels than the GPU's launch queue takes
+    is the host's dispatching, and whatever GPU work it waits for where it synchronises (`_launches`)."""
     fn()
     sync()
     best = float("inf")
@@ -232,7 +233,6 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
     XLA cannot merge them): on the CPU, XLA runs independent calls side by side on the cores."""
     from meshlab.models.families import geometry
     from meshlab.models.importer.build import build_model, example_inputs
-    from meshlab.cost.layout import eager_dispatches
     from meshlab.models.truncate import block_lists
     from meshlab.plan.planned import at_depth, with_workload
     from meshlab.experiments.profiling import plan_for_profiling
@@ -262,9 +262,7 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
         seconds = timed(lambda: [model(**x, return_dict=False)[0] for x in inputs], dev.sync)
         points.append(point("outer", (geo.image_tokens, text, calls), 0, 0, seconds))
         tick(f"transformer, one block, {text} text tokens, {calls} call(s)")
-        if dev.platform == "cuda" and text == request.text_tokens[0] and eager_dispatches(card):
-            issue = issue_seconds(lambda: model(**inputs[0], return_dict=False)[0], dev.sync)
-            points.append(point("launch", (eager_dispatches(card),), 0, 0, issue))
+        one = inputs[0]
         for name in lists:
             held = captured[name][-calls:]
             block = getattr(model, name)[0]
@@ -277,6 +275,30 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
         seconds = timed(lambda: [deep(**x, return_dict=False)[0] for x in inputs], dev.sync)
         points.append(point("stack", (geo.image_tokens, text, calls, depth), 0, 0, seconds))
         tick(f"transformer, {depth} blocks, {text} text tokens, {calls} call(s)")
+        if dev.backend == "torch" and dev.platform == "cuda" and text == request.text_tokens[0]:
+            points += _launches(((model, one, card), (deep, inputs[0], stacked.card)), dev)
+    return points
+
+
+#: kernels a CUDA stream's launch queue takes before the host waits on the GPU (about a thousand): a forward of fewer
+#: ops is issued without waiting
+_LAUNCH_QUEUE = 900
+
+
+def _launches(forwards, dev) -> list[dict]:
+    """Per forward (the model, one call's inputs, its card): the host's seconds to issue it (`issue_seconds`), with
+    the ops the card traced for it, as a launch point; none for a forward of more ops than the launch queue takes.
+    The host's seconds per op is the slope between two forwards (meshlab.core.profile_hardware): a wait on the GPU
+    outside the blocks (a copy from pageable host memory, an ``.item()``; diffusers caches Qwen-Image's RoPE tables
+    on the device to avoid one) costs both alike and falls out of it."""
+    from meshlab.cost.layout import eager_dispatches
+
+    points = []
+    for model, inputs, card in forwards:
+        ops = eager_dispatches(card)
+        if 0 < ops <= _LAUNCH_QUEUE:
+            seconds = issue_seconds(lambda: model(**inputs, return_dict=False)[0], dev.sync)
+            points.append(point("launch", (ops,), 0, 0, seconds))
     return points
 
 

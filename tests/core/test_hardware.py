@@ -194,8 +194,8 @@ def test_describe_rows_with_sources_is_json_ready():
     v6e_8 = next(row for row in rows if row["name"] == "v6e-8")
     assert v6e_8["figures"]["topology"] == [2, 4]
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
-    assert set(v6e_8["sources"]) == set(FIGURES) | {"usd_per_chip_hour", "fp32_flops", "collective_matmul_flop_per_byte",
-                                                    "async_all_to_all_hidden"}
+    assert set(v6e_8["sources"]) == set(FIGURES) | {
+        "usd_per_chip_hour", "fp32_flops", "collective_matmul_flop_per_byte", "async_all_to_all_hidden"}
     assert v6e_8["figures"]["usd_per_chip_hour"] == 2.7 and "per chip-hour" in v6e_8["sources"]["usd_per_chip_hour"]
     json.dumps(rows)
 

@@ -196,14 +196,16 @@ def test_a_gpu_profile_keeps_its_catalog_entry(tmp_path):
     assert hw.eager_dispatch_s == catalog.hardware.eager_dispatch_s  # no launch point: the catalog's figure
 
 
-def test_a_gpu_profile_s_launch_point_is_the_host_s_seconds_per_dispatched_op(tmp_path):
-    """`meshlab profile` on a CUDA GPU times the host issuing the one-block forward (meshlab.workers.measure
-    .issue_seconds) over the ops the card traced for it: the eager launch floor then prices at that rate."""
+def test_a_gpu_profile_s_launch_points_give_the_host_s_seconds_per_dispatched_op(tmp_path):
+    """`meshlab profile` on a CUDA GPU times the host issuing the one- and the 3-block forward (meshlab.workers
+    .measure._launches), each with the ops the card traced for it: the slope between them is the host's seconds per
+    op (what the forward does outside the blocks falls out), at which the eager launch floor is then priced."""
     catalog = plan_file(_strategy(tmp_path, "h200:1"))
     profile = _profile(tmp_path, profile_key(catalog.plan, catalog.strategy))
     data = json.loads(profile.read_text())
     data["device"] = {"platform": "cuda", "devices": 1, "name": "NVIDIA H200", "hardware": "h200"}
-    data["points"].append({"op": "launch", "shape": [250], "flops": 0, "bytes": 0, "seconds": 0.0075})
+    data["points"] += [{"op": "launch", "shape": [ops], "flops": 0, "bytes": 0, "seconds": seconds}
+                       for ops, seconds in ((141, 0.0060), (333, 0.0060 + 192 * 3e-5))]
     profile.write_text(json.dumps(data))
     strategy = yaml.safe_load(_strategy(tmp_path, profile.name).read_text())
     strategy["compile"] = {"elementwise": "eager"}
@@ -215,6 +217,21 @@ def test_a_gpu_profile_s_launch_point_is_the_host_s_seconds_per_dispatched_op(tm
     assert planned.hardware.sources["eager_dispatch_s"] == "measured: meshlab profile p.json"
     step = predict(planned.plan, planned.strategy, planned.hardware).step
     assert step.dispatches > 0 and step.launch_floor == pytest.approx(step.dispatches * 3e-5)
+
+
+@pytest.mark.parametrize("launches, per_op", [
+    (((141, 0.0060), (333, 0.0060 + 192 * 3e-5)), 3e-5),  # the slope: the 1.8 ms outside the blocks falls out
+    (((141, 0.0042),), 0.0042 / 141),  # one forward: its seconds over its ops
+    (((141, 0.0060), (333, 0.0059)), None),  # noise above the blocks' own time: no figure
+    ((), None),
+])
+def test_the_launch_rate_is_the_slope_between_the_forwards(launches, per_op):
+    from meshlab.core.profile_hardware import launch_seconds_per_op
+    from meshlab.core.profile_points import Profile
+
+    profile = Profile("p.json", {"platform": "cuda", "devices": 1}, {}, {},
+                      tuple(Point("launch", (ops,), 0, 0, s) for ops, s in launches))
+    assert launch_seconds_per_op(profile) == (pytest.approx(per_op) if per_op else None)
 
 
 def test_cli_bad_profile_exits_2_with_one_line(tmp_path):
