@@ -11,8 +11,11 @@ Compiles the built-in strategy twice ahead of time for its TPU system (`meshlab 
 `compile.libtpu_flags`. From each program's latency-hiding schedule (XLA:TPU's cost model, not a measurement;
 meshlab.check.tpu_schedule) it takes the time the kind holds the timeline: synchronous, all of it; async, what the
 schedule leaves exposed (the -done ops and the cycles wasted waiting on them). The share hidden is 1 - exposed /
-synchronous: the catalog's `async_all_to_all_hidden` for the chip. Prints both programs' counts of the kind a middle
-block, async or not, and the schedule's totals. Nothing here asserts a time.
+synchronous, the program with more of the kind async against the other (a flag may turn them on, as
+--xla_tpu_enable_async_all_to_all on v6e, or off, as --xla_enable_async_all_gather=false on v5e, whose defaults run
+FSDP's weight gathers async): the catalog's `async_all_to_all_hidden` or `async_weight_gather_hidden` for the chip.
+Prints both programs' counts of the kind a middle block, async or not, and the schedule's totals. Nothing here
+asserts a time.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def main() -> None:
         print(f"{args.strategy}.yaml, {name}, {doc['device']['type']}: compile {doc['compile_seconds']:.0f} s; "
               f"{block}: {rows[name]['per_block']} {args.kind} ({rows[name]['async_per_block']} async); schedule "
               f"{schedule['total_s'] * 1e3:.2f} ms a forward, {args.kind} {rows[name]['kind_s'] * 1e3:.3f} ms of it")
-    synchronous, asynchronous = (rows[k]["kind_s"] for k in docs)
+    synchronous, asynchronous = (rows[k]["kind_s"] for k in sorted(docs, key=lambda k: rows[k]["async_per_block"]))
     hidden = 1 - asynchronous / synchronous if synchronous else None
     print(f"hidden by the schedule: {hidden:.4f} of the {args.kind}s' time" if hidden is not None else
           f"no {args.kind} in the synchronous program's schedule")
