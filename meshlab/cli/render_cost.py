@@ -13,6 +13,7 @@ from meshlab.strategy.schema import output_noun, with_article
 from meshlab.cost.collectives import libtpu_flags_line
 from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
+from meshlab.cost.timing import async_class
 
 PREDICTED = "[dim](predicted)[/dim]"
 
@@ -333,8 +334,8 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
     for line in planned.loaded.taken:  # what the file left out and planning took (plain text, no markup)
         console.print(line, markup=False)
     if hw.kind == "tpu" and planned.strategy.compile.libtpu_flags:
-        console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags, hw.async_all_to_all_hidden),
-                      markup=False)
+        console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags, hw.async_all_to_all_hidden,
+                                        hw.async_weight_gather_hidden), markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")
@@ -602,7 +603,7 @@ def _collective_table(p, planned) -> Table:
                _bytes(c.bytes), f"{t.seconds * 1e6:.0f} us", c.why + (
                    "" if not t.hidden else f" (and {t.hidden * 1e6:.0f} us hidden by its slice of the matmul)"
                    if t.hidden_by == "matmul" else f" (and {t.hidden * 1e6:.0f} us hidden: async, as XLA:TPU's "
-                   "schedule hides its kind)"))
+                   f"schedule hides {async_class(c)}s)"))
         rows[row] = rows.get(row, 0) + 1
     for row, ops in rows.items():
         table.add_row(row[0], str(ops), *row[1:])
@@ -679,7 +680,7 @@ def _hidden(step) -> str:
                    for t in step.collectives if t.hidden_by == by)
 
     matmul, hides = hidden("matmul"), hidden("async")
-    kinds = sorted({t.collective.kind for t in step.collectives if t.hidden_by == "async"})
+    kinds = sorted({async_class(t.collective) for t in step.collectives if t.hidden_by == "async"})
     said = ([f"collective matmuls' permutes less the {_ms(matmul)} their matmul slices hide"] if matmul else []) + (
         [f"{' and '.join(kinds)}s less the {_ms(hides)} XLA:TPU's schedule hides of them (async)"] if hides else [])
     return f"exposed: {'; '.join(said)} (not counted); the other collectives no overlap" if said else ""

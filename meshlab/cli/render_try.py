@@ -71,7 +71,7 @@ def _memory_table(planned: PlannedStrategy) -> Table:
         ("weights, padding", chip.padding),
         *([("weights, TPU tile padding", chip.tile_padding)] if chip.tile_padding >= 0.005 * 2**30 else []),
         ("activations (denoise peak)", chip.activations),
-        *([("a block's weights gathered (FSDP, denoise)", chip.gathered_weights)] if chip.gathered_weights else []),
+        *([("FSDP's gathered block weights (denoise)", chip.gathered_weights)] if chip.gathered_weights else []),
         *([("block weights stacked for the scan (denoise)", chip.scan_stacked)] if chip.scan_stacked else []),
         ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),
         ("text encoder", chip.text_encoder),

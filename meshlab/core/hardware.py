@@ -51,7 +51,8 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: this chip and the published forward rates of the kernels, by sequence length (head dim 128, non-causal); and
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
-                    "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count", "async_all_to_all_hidden")
+                    "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count", "async_all_to_all_hidden",
+                    "async_weight_gather_hidden")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 #: queries per tile of the flash kernels at head dim 128: FlashAttention-2's forward, which torch's flash backend
@@ -132,6 +133,9 @@ class Hardware:
     #: XLA:TPU's schedule of a plan whose libtpu flags make its all-to-alls async: the share of their time it hides
     #: under compute (None: not measured for this chip, and not priced)
     async_all_to_all_hidden: float | None = None
+    #: XLA:TPU's schedule of FSDP's weight all-gathers where libtpu's defaults run them async on this chip: the share
+    #: of their time it hides under compute (None: synchronous here, or not measured)
+    async_weight_gather_hidden: float | None = None
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -259,7 +263,8 @@ def _problems(hw: Hardware) -> list[str]:
             problems.append(f"{name} ({value!r}) must be a number {bound}")
     for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
                             ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9),
-                            ("sm_count", 1.0, 1e5), ("async_all_to_all_hidden", 0.0, 1.0)):
+                            ("sm_count", 1.0, 1e5), ("async_all_to_all_hidden", 0.0, 1.0),
+                            ("async_weight_gather_hidden", 0.0, 1.0)):
         value = getattr(hw, name)
         number = isinstance(value, (float, int)) and not isinstance(value, bool)
         if value is not None and (not number or not math.isfinite(value) or not low <= value <= high):

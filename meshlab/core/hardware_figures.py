@@ -157,7 +157,7 @@ def _no_null_defaults(schema: dict) -> None:
 
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
 OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte",
-                    "sm_count", "async_all_to_all_hidden")
+                    "sm_count", "async_all_to_all_hidden", "async_weight_gather_hidden")
 #: the figures that take none (null): no GEMM rates, and the optional numbers
 OPTIONAL = ("matmul_rates", *OPTIONAL_NUMBERS)
 
@@ -208,6 +208,10 @@ class HardwareFigures(Closed):
     async_all_to_all_hidden: OptionalNumber = Field(
         None, description="the share of its all-to-alls' time XLA:TPU's schedule hides under compute when a plan's "
         "libtpu flags make them async (--xla_tpu_enable_async_all_to_all=true), from 0 to 1; or none (not priced)")
+    async_weight_gather_hidden: OptionalNumber = Field(
+        None, description="the share of FSDP's weight all-gathers' time XLA:TPU's schedule hides under compute, where "
+        "libtpu's defaults run them async on this chip (a plan's --xla_enable_async_all_gather=false turns that off), "
+        "from 0 to 1; or none (synchronous, or not measured)")
 
 
 class SourcedFigure(Closed):

@@ -92,7 +92,7 @@ from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
 from meshlab.plan.axes import heads_gathered, kernel_marked, kernel_split, values_summed
 from meshlab.plan.plan import PlannedParameter
-from meshlab.strategy.schema import flag_setting
+from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, flag_setting, flag_value
 
 @lru_cache(maxsize=1)
 def _known_difference_entries() -> tuple[dict, ...]:
@@ -262,24 +262,34 @@ def windows_open(libtpu_flags: tuple[str, ...] | list[str] = ()) -> frozenset[st
 #: v6e-8, hybrid.yaml's 7 Ulysses all-to-alls a middle block run 6 async with it and 0 without
 #: (python benchmarks/tpu_async_overlap.py); the catalog's ``async_all_to_all_hidden`` prices what that hides
 ASYNC_ALL_TO_ALL_FLAG = "xla_tpu_enable_async_all_to_all"
+#: the phase a weight's gather ends with: a weight split over an axis that splits activations too (FSDP's)
+WEIGHTS_PHASE = ":weights"
 
 
 def async_all_to_alls(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
-    """Whether a strategy's libtpu flags make XLA:TPU's all-to-alls async (the last setting of the flag wins, as
-    absl's parser takes it). The other async flags measured change nothing on v6e: --xla_enable_async_all_gather
-    and _all_reduce leave fsdp's gathers and pairs' all-reduces synchronous (benchmarks/results/
-    tpu_async_flags.txt)."""
-    settings = [value for name, value in map(flag_setting, libtpu_flags) if name == ASYNC_ALL_TO_ALL_FLAG]
-    return bool(settings) and settings[-1] is True
+    """Whether a strategy's libtpu flags make XLA:TPU's all-to-alls async (off by default; the last setting of the
+    flag wins, as absl's parser takes it). The other async flags measured on v6e change nothing there:
+    --xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces synchronous
+    (benchmarks/results/tpu_async_flags.txt)."""
+    return flag_value(libtpu_flags, ASYNC_ALL_TO_ALL_FLAG, False)
 
 
-def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | None = None) -> str:
+def async_all_gathers(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
+    """Whether a strategy's libtpu flags leave XLA's async all-gathers on (the default)."""
+    return flag_value(libtpu_flags, ASYNC_ALL_GATHER_FLAG, True)
+
+
+def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | None = None,
+                      weight_gathers_hidden: float | None = None) -> str:
     """What a strategy's libtpu flags change in the prediction: the collective matmuls they turn off
-    (`windows_open`), the all-to-alls they make async where the chip's share hidden is measured (`async_hidden`,
-    the catalog's ``async_all_to_all_hidden``), and the flags the time model does not price."""
+    (`windows_open`), the all-to-alls they make async where the chip's share hidden is known (`async_hidden`, the
+    catalog's ``async_all_to_all_hidden``), FSDP's weight gathers they make synchronous where the chip runs them
+    async (`weight_gathers_hidden`, its ``async_weight_gather_hidden``), and the flags the time model does not
+    price."""
     closed = sorted({"gather", "scatter"} - windows_open(flags))
     hides = async_hidden is not None and async_all_to_alls(flags)
-    priced = set(WINDOWED_EINSUM_FLAGS) | ({ASYNC_ALL_TO_ALL_FLAG} if async_hidden is not None else set())
+    priced = set(WINDOWED_EINSUM_FLAGS) | ({ASYNC_ALL_TO_ALL_FLAG} if async_hidden is not None else set()) | (
+        {ASYNC_ALL_GATHER_FLAG} if weight_gathers_hidden is not None else set())
     others = [f for f in flags if flag_setting(f)[0] not in priced]
     kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
     line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(
@@ -289,6 +299,9 @@ def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | 
         line += (f"; the all-to-alls run async, {async_hidden:.0%} of their time hidden under compute, as XLA:TPU's "
                  "schedule hides it for this chip (its cost model, not a measurement: the catalog's "
                  "async_all_to_all_hidden)")
+    if weight_gathers_hidden is not None and not async_all_gathers(flags):
+        line += ("; FSDP's weight gathers run synchronously, none of their time hidden (this chip runs them async "
+                 "by default)")
     return line + (f"; not priced: {', '.join(others)}" if others else "")
 
 
@@ -1327,8 +1340,8 @@ class _Deriver:
         axes = tuple(a for a in param.spec.axes if a in activation_axes)
         if axes:
             yield self.new("all-gather", axes, param.bytes_per_device(self.mesh) * self.size(axes), block,
-                           f"{name}:weights", f"{name} is split over {'+'.join(axes)}, which also splits activations",
-                           window="gather" if flops and block is not None else "", dot_flops=flops)
+                           name + WEIGHTS_PHASE, f"{name} is split over {'+'.join(axes)}, which also splits "
+                           "activations", window="gather" if flops and block is not None else "", dot_flops=flops)
 
     def parameters(self, graph: Graph) -> Iterator[Collective]:
         """Biases split unlike their weight's output, and split norm scales, are gathered before use."""

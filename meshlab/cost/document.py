@@ -196,8 +196,9 @@ def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | N
     from meshlab.cost.collectives import libtpu_flags_line
 
     flags = planned.strategy.compile.libtpu_flags
-    hidden = planned.hardware.async_all_to_all_hidden
-    priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(flags, hidden)}] if (
+    hw = planned.hardware
+    priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(
+        flags, hw.async_all_to_all_hidden, hw.async_weight_gather_hidden)}] if (
         flags and planned.hardware.kind == "tpu") else []
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
             "collectives": collectives_document(p), "assumptions": assumptions_document(

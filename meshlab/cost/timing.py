@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cost.collectives import TRUTHS, Collective, async_all_to_alls, known_differences
+from meshlab.cost.collectives import (
+    TRUTHS, WEIGHTS_PHASE, Collective, async_all_gathers, async_all_to_alls, known_differences,
+)
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
@@ -37,8 +39,9 @@ class Assumptions:
     """Knobs of the time model that are not properties of the hardware."""
 
     overlap: float = 0.0  # fraction of collective time hidden under compute
-    #: (kind, share): collective kinds the plan's libtpu flags make async on a TPU, and the share of their time
-    #: XLA:TPU's schedule hides under compute (the catalog's async_all_to_all_hidden; `async_hidden_of`)
+    #: (what, share): the collectives that run async on a TPU under the plan's libtpu flags ("all-to-all", or
+    #: "weight all-gather": FSDP's, `async_class`), and the share of their time XLA:TPU's schedule hides under
+    #: compute (the catalog's async_all_to_all_hidden and async_weight_gather_hidden; `async_hidden_of`)
     async_hidden: tuple[tuple[str, float], ...] = ()
 
     def describe(self, hardware: Hardware, model_class: str | None = None) -> list[dict]:
@@ -75,26 +78,24 @@ class Assumptions:
               if hw.matmul_rates is not None else []),
             {"name": "overlap", "value": self.overlap,
              "source": "collectives do not overlap compute, but for the permutes of XLA:TPU's collective matmuls "
-                       "and, on a TPU whose plan makes them async, all-to-alls (below); a permute runs beside "
-                       "its 1/n slice of the matmul and shows only what outlasts it "
-                       "(XLA:TPU's schedule of 2d.yaml at full depth leaves 0.1 ms of them exposed per forward). On a "
-                       "TPU this is the program's own: XLA:TPU's compiles of pairs, 2d, fsdp and hybrid at full depth "
-                       "on v6e-8 (libtpu's default flags) run every all-reduce, all-gather and all-to-all of a middle "
-                       "block synchronously (0 of them async: pairs' all-reduces, fsdp's 8 weight gathers, hybrid's 7 "
+                       "and, on a TPU that runs them async, all-to-alls and FSDP's weight gathers. A permute runs "
+                       "beside its 1/n slice of the matmul and shows only what outlasts it (XLA:TPU's schedule of "
+                       "2d.yaml at full depth leaves 0.1 ms of them exposed per forward). On a TPU this is the "
+                       "program's own: XLA:TPU's compiles of pairs, 2d, fsdp and hybrid at full depth on v6e-8 "
+                       "(libtpu's default flags) run every all-reduce, all-gather and all-to-all of a middle block "
+                       "synchronously (0 of them async: pairs' all-reduces, fsdp's 8 weight gathers, hybrid's 7 "
                        "Ulysses all-to-alls), and only the collective matmuls' permutes asynchronously "
-                       "(benchmarks/results/tpu_aot.txt). A plan's own libtpu flags that make more of them async are "
-                       "priced for all-to-alls only; measured at 3 blocks, 256² (benchmarks/results/"
-                       "tpu_async_flags.txt, where a middle block of fsdp's gathers 14 times, not 8 as at full "
-                       "depth): on v6e "
-                       "--xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces "
-                       "synchronous, --xla_tpu_enable_async_all_to_all makes 6 of hybrid's 7 all-to-alls a block "
-                       "async, and MaxText's all-gather collective fusion is refused off v5e (on v5e it makes 4 of "
-                       "fsdp's 14 gathers a block async and holds about two blocks gathered). Where a chip's "
-                       "catalog entry gives async_all_to_all_hidden, a plan that sets "
-                       "--xla_tpu_enable_async_all_to_all=true has that share of its all-to-alls hidden: on v6e "
-                       "XLA:TPU's schedule of hybrid.yaml at full depth, one slice (python benchmarks/"
-                       "tpu_async_overlap.py; the part crossing slices over DCN stays whole). On a GPU an "
-                       "assumption: each all-reduce or all-gather feeds the next op"},
+                       "(benchmarks/results/tpu_aot.txt). An async collective shows the share of its time XLA:TPU's "
+                       "schedule leaves exposed, from two full-depth compiles of one plan, with it async and without "
+                       "(python benchmarks/tpu_async_overlap.py; one slice's: what crosses slices over DCN stays "
+                       "whole): a plan that sets --xla_tpu_enable_async_all_to_all=true hides the catalog's "
+                       "async_all_to_all_hidden of each all-to-all (v6e: hybrid.yaml's), and a chip that runs FSDP's "
+                       "weight gathers async with libtpu's defaults hides its async_weight_gather_hidden of each, "
+                       "unless the plan sets --xla_enable_async_all_gather=false (v5e: 6 of fsdp.yaml's 8 a block "
+                       "async; MaxText's all-gather collective fusion changes nothing there, and is refused off "
+                       "v5e). No other flag is priced: on v6e --xla_enable_async_all_gather and _all_reduce leave "
+                       "fsdp's gathers and pairs' all-reduces synchronous (benchmarks/results/tpu_async_flags.txt). "
+                       "On a GPU an assumption: each all-reduce or all-gather feeds the next op"},
             {"name": "per-op roofline", "value": None,
              "source": "each op takes max(FLOPs / effective peak, bytes / effective HBM bandwidth); elementwise "
                        "work runs as one fused pass per gap between matmuls (compile: {elementwise: fused}, the "
@@ -116,13 +117,26 @@ class Assumptions:
 
 
 def async_hidden_of(libtpu_flags, hardware: Hardware) -> tuple[tuple[str, float], ...]:
-    """The collective kinds a plan's libtpu flags make async on `hardware`, each with the share of its time
-    XLA:TPU's schedule hides (`Assumptions.async_hidden`): the all-to-alls where the flag is on and the chip's
-    catalog entry measured the share; nothing on a GPU, or where it is not measured."""
-    share = hardware.async_all_to_all_hidden
-    if hardware.kind != "tpu" or share is None or not async_all_to_alls(libtpu_flags):
+    """The collectives that run async on `hardware` under a plan's libtpu flags, each with the share of its time
+    XLA:TPU's schedule hides (`Assumptions.async_hidden`): the all-to-alls where the flag turns them on, and FSDP's
+    weight gathers where the chip runs them async unless a flag turns that off, each where the chip's catalog entry
+    gives the share; nothing on a GPU."""
+    if hardware.kind != "tpu":
         return ()
-    return (("all-to-all", share),)
+    hidden = []
+    if hardware.async_all_to_all_hidden is not None and async_all_to_alls(libtpu_flags):
+        hidden.append(("all-to-all", hardware.async_all_to_all_hidden))
+    if hardware.async_weight_gather_hidden is not None and async_all_gathers(libtpu_flags):
+        hidden.append(("weight all-gather", hardware.async_weight_gather_hidden))
+    return tuple(hidden)
+
+
+def async_class(c: Collective) -> str:
+    """What `Assumptions.async_hidden` calls a collective: "all-to-all", "weight all-gather" (the gather of a
+    weight split over an axis that splits activations too: FSDP's), or "" (neither)."""
+    if c.kind == "all-to-all":
+        return "all-to-all"
+    return "weight all-gather" if c.kind == "all-gather" and c.phase.endswith(WEIGHTS_PHASE) else ""
 
 
 def _held_against(truth: str, model_class: str | None, on_tpu: bool) -> str:
@@ -279,8 +293,8 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
             hidden = min(alone, c.beside_flops / (hardware.bf16_flops * hardware.compute_efficiency))
             return TimedCollective(c, routes[c.axes], alone - hidden,
                                    dcn_part * (1 - hidden / alone) if alone else 0.0, hidden, "matmul")
-        if c.kind in async_share:  # an async collective: the share XLA:TPU's schedule of one slice hides of its
-            hidden = async_share[c.kind] * max(0.0, alone - dcn_part)  # kind, the part crossing slices left whole
+        if async_class(c) in async_share:  # an async collective: the share XLA:TPU's schedule of one slice hides
+            hidden = async_share[async_class(c)] * max(0.0, alone - dcn_part)  # of it, what crosses slices left whole
             return TimedCollective(c, routes[c.axes], alone - hidden, dcn_part, hidden, "async")
         return TimedCollective(c, routes[c.axes], alone, dcn_part)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
 from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, kernel_marked, ring_axes, values_summed
 from meshlab.plan.plan import Plan, PlannedParameter
-from meshlab.strategy.schema import Strategy
+from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, Strategy, flag_value
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 ACTIVATION_METHOD = (
@@ -51,6 +51,7 @@ class ChipMemory:
     scan_stacked: int = 0  # compile.scan_blocks: the block weights stacked for the scan, live while denoising
     tile_padding: int = 0  # bytes a TPU's tiled layouts add to this chip's weights (meshlab.core.tpu_tiles)
     gathered_weights: int = 0  # FSDP: the heaviest block's weights gathered over the axes that split activations
+    #                            (two blocks' where the chip gathers them async: memory.gathered_blocks_on)
 
     @property
     def denoise(self) -> int:
@@ -110,23 +111,36 @@ class MemoryReport:
 
 
 def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
-    """`memory_report` on `hardware` (a meshlab.core.hardware.Hardware): its usable HBM, its runtime reserve, and
-    its tiled layouts where it has them (TPUs)."""
+    """`memory_report` on `hardware` (a meshlab.core.hardware.Hardware): its usable HBM, its runtime reserve, its
+    tiled layouts where it has them (TPUs), and two blocks' weights gathered where the chip runs FSDP's weight
+    gathers async (`gathered_blocks_on`)."""
     return memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
-                         tiles=hardware.tiled_layouts)
+                         tiles=hardware.tiled_layouts, gathered_blocks=gathered_blocks_on(strategy, hardware))
 
 
-def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False
-                  ) -> MemoryReport:
+def gathered_blocks_on(strategy: Strategy, hardware) -> int:
+    """Blocks whose gathered weights a chip holds at once: two where it runs FSDP's weight gathers async (the
+    catalog's ``async_weight_gather_hidden``, unless the plan turns XLA's async all-gathers off), the next block's
+    gathered while one runs; else one. Measured by XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program,
+    libtpu's defaults): at 256², 3 blocks, 1,550,086,144 B of temporaries live at once, 2.28 times the 679,477,248 B
+    a middle block gathers; for v6e:2x4, whose gathers are synchronous, 679,828,576 B."""
+    async_gathers = hardware.async_weight_gather_hidden is not None and flag_value(
+        strategy.compile.libtpu_flags, ASYNC_ALL_GATHER_FLAG, True)
+    return 2 if async_gathers else 1
+
+
+def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,
+                  gathered_blocks: int = 1) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
-    bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered)."""
+    bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered).
+    `gathered_blocks`: the blocks whose weights are held gathered at once (`gathered_blocks_on`)."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens, xla=tiles)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
-    gathered = gathered_block_bytes(plan, strategy)
+    gathered = gathered_blocks * gathered_block_bytes(plan, strategy)
     chips = []
     allocated_padded = sum(allocated * n for _, allocated, n in padded)
     for chip in range(plan.mesh.device_count):

@@ -304,6 +304,20 @@ def flag_setting(flag: str) -> tuple[str, bool | None]:
     return name, True if value in _TRUE else False if value in _FALSE else None
 
 
+def flag_value(flags, name: str, default: bool) -> bool:
+    """The on/off value the last of a strategy's libtpu `flags` naming `name` sets (absl's parser: the last wins;
+    one set to neither is refused by the schema), `default` where none does."""
+    settings = [value for flag, value in map(flag_setting, flags) if flag == name and value is not None]
+    return settings[-1] if settings else default
+
+
+#: the XLA flag that runs all-gathers asynchronously: on by default, yet XLA:TPU keeps FSDP's weight gathers
+#: synchronous on v6e and runs 6 of a block's 8 async on v5e (fsdp.yaml at full depth), where =false makes them all
+#: synchronous (python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5e-8 ...); the catalog's
+#: ``async_weight_gather_hidden`` prices what that hides, and a chip that runs them async holds two blocks gathered
+ASYNC_ALL_GATHER_FLAG = "xla_enable_async_all_gather"
+
+
 #: Model rewrites a strategy can ask for: what each changes, and which collectives it removes.
 REWRITES = {
     "layernorm-rows": "every LayerNorm computes mean and variance over the last dim (in float32, cast back) "

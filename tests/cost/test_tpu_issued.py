@@ -635,3 +635,30 @@ def test_async_all_to_alls_stay_unpriced_where_the_chip_s_share_was_not_measured
     one, other = (predict(p.plan, p.strategy, p.hardware).step for p in (sync, flagged))
     assert other.collective == one.collective and not any(t.hidden_by == "async" for t in other.collectives)
     assert libtpu_flags_line([flag], None).endswith(f"not priced: {flag}")
+
+
+def test_fsdp_s_weight_gathers_hide_where_the_chip_runs_them_async_by_default(tmp_path):
+    """v5e runs 6 of fsdp.yaml's 8 weight gathers a block async with libtpu's defaults (v6e none): each weight
+    all-gather shows the share its schedule leaves exposed (the catalog's async_weight_gather_hidden), every other
+    collective as it was; --xla_enable_async_all_gather=false makes them synchronous, and explain says so."""
+    from meshlab.cost.collectives import libtpu_flags_line
+    from meshlab.cost.predict import predict
+
+    off = "--xla_enable_async_all_gather=false"
+    runs = {name: _with_flags(tmp_path, "strategies/fsdp.yaml", flags, system) for name, flags, system in
+            (("v5e", [], "v5e-8"), ("v5e off", [off], "v5e-8"), ("v6e", [], None))}
+    steps = {name: predict(p.plan, p.strategy, p.hardware).step for name, p in runs.items()}
+    share = runs["v5e"].hardware.async_weight_gather_hidden
+    assert 0 < share < 1 and runs["v6e"].hardware.async_weight_gather_hidden is None
+    weights = 0
+    for sync, asynchronous in zip(steps["v5e off"].collectives, steps["v5e"].collectives, strict=True):
+        if sync.collective.kind == "all-gather" and sync.collective.phase.endswith(":weights"):
+            weights += 1
+            assert asynchronous.seconds == pytest.approx((1 - share) * sync.seconds) and sync.seconds > 0
+            assert asynchronous.hidden_by == "async" and sync.hidden_by == ""
+        else:
+            assert asynchronous == sync
+    assert weights and steps["v5e"].collective < steps["v5e off"].collective
+    assert not any(t.hidden_by == "async" for t in steps["v6e"].collectives)
+    line = libtpu_flags_line([off], None, share)
+    assert "weight gathers run synchronously" in line and "not priced" not in line

@@ -164,6 +164,27 @@ def test_fsdp_holds_a_block_s_weights_gathered_while_it_runs():
     assert plan_file(REPO / "strategies" / "2d.yaml").memory.most_loaded.gathered_weights == 0
 
 
+def test_a_chip_that_gathers_weights_async_holds_two_blocks_gathered(tmp_path):
+    """v5e runs FSDP's weight gathers async with libtpu's defaults and gathers the next block while one runs:
+    XLA:TPU's compile of fsdp.yaml for v5e:2x4 (3 blocks, 256², torch_xla's program) holds 1,550,086,144 B of
+    temporaries live at once, 2.28 blocks' gathers, against v6e's 679,828,576 B. Two blocks there, one where the plan
+    turns XLA's async all-gathers off, and one on v6e, whose gathers are synchronous."""
+    import yaml
+
+    from meshlab.plan.planned import plan_file
+
+    def gathered(system: str, flags: list[str]) -> int:
+        data = yaml.safe_load((REPO / "strategies" / "fsdp.yaml").read_text())
+        data["hardware"], data["compile"] = system, {"libtpu_flags": flags}
+        path = tmp_path / f"{system}-{len(flags)}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return plan_file(path).memory.most_loaded.gathered_weights
+
+    one = gathered("v6e-8", [])
+    assert one > 0 and gathered("v5e-8", []) == 2 * one
+    assert gathered("v5e-8", ["--xla_enable_async_all_gather=false"]) == one
+
+
 def test_a_weight_split_over_an_axis_of_one_chip_is_not_gathered():
     """fsdp.yaml's rules on a mesh whose batch axis has one chip: the block weights are whole, nothing is gathered."""
     import yaml
