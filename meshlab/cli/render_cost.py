@@ -674,7 +674,7 @@ def schedule_table(table: Table, ours: dict, theirs: dict, ms) -> Table:
 
 def _hidden(step) -> str:
     """What compute hides of the collectives per step: the collective-matmul permutes' time their matmul slices
-    hide, and the async kinds' share XLA:TPU's schedule hides; "" where none is."""
+    hide, and the async collectives' share XLA:TPU's schedule hides; "" where none is."""
     def hidden(by: str) -> float:
         return sum(t.collective.count * t.hidden * (1 if t.collective.per_step else step.calls)
                    for t in step.collectives if t.hidden_by == by)

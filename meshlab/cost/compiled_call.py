@@ -56,7 +56,7 @@ def predicted_as_compiled(plan, strategy: Strategy, hardware, front_end: str | N
 def predicted_call(prediction, hardware) -> dict:
     """meshlab's seconds for one transformer call, term by term: the ops (each the longer of its FLOPs and its HBM
     bytes), also by the class of XLA:TPU's ops that runs them (`OP_TERMS`), and the collectives by kind, exposed (a
-    collective matmul's permutes less what their matmul slices hide, an async kind less its hidden share)."""
+    collective matmul's permutes less what their matmul slices hide, an async collective less its hidden share)."""
     from meshlab.cost.timing import op_compute_seconds, op_seconds
 
     step = prediction.step
@@ -79,9 +79,9 @@ def predicted_call(prediction, hardware) -> dict:
             "collective_s_by_kind": dict(by_kind), "compute_s_by_op": dict(by_op), "flops_by_op": dict(flops),
             "hbm_bytes_by_op": dict(nbytes),
             "bound_by_op": {t: "FLOPs" if flop_s[t] >= nbytes[t] / bandwidth else "HBM" for t in by_op},
-            "overlap": "a collective matmul's permutes show what outlasts their slice of the matmul, an async kind "
-                       "(the plan's libtpu flags) the share XLA:TPU's schedule leaves of it; the other collectives "
-                       "add to the ops' time"}
+            "overlap": "a collective matmul's permutes show what outlasts their slice of the matmul, an async "
+                       "collective (all-to-alls under the plan's flag, v5e's FSDP weight gathers) the share XLA:TPU's "
+                       "schedule leaves of it; the other collectives add to the ops' time"}
 
 
 def schedule_rows(ours: dict, theirs: dict) -> list[tuple[str, float | None, float, str]]:

@@ -165,9 +165,11 @@ class CollectiveDocument(Document):
     seconds: float = Field(description="exposed: what compute does not hide")
     dcn_seconds: float
     hidden_seconds: float = Field(0.0, description="what compute hides: a collective matmul's permute's slice of the "
-                                  "matmul, or the share XLA:TPU's schedule hides of an async kind")
+                                  "matmul, or the share XLA:TPU's schedule hides of an async collective (an "
+                                  "all-to-all, an FSDP weight gather)")
     hidden_by: Literal["", "matmul", "async"] = Field("", description="what hides it: matmul (a collective matmul's "
-                                                      "slice), async (XLA:TPU's schedule of the kind), or nothing")
+                                                      "slice), async (XLA:TPU's schedule of an async collective), "
+                                                      "or nothing")
 
 
 class AssumptionDocument(Document):

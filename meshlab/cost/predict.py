@@ -165,7 +165,7 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     if measured is not None and not measured.collectives_included:
         found = sum(price(c) is not None for c in collectives)
         measured = replace(measured, collectives_measured=found, collectives_assumed=len(collectives) - found)
-    assumptions = replace(assumptions, async_hidden=async_hidden_of(strategy.compile.libtpu_flags, hardware))
+    assumptions = replace(assumptions, async_hidden=async_hidden_of(strategy, hardware))
     step = step_time(work, issued, routes, layout, hardware, assumptions, measured, price)
     batch_split = plan.mesh.size(strategy.activations.batch) if strategy.activations.batch else 1
     terms = pipeline_terms(plan.card, strategy, hardware, layout.steps, step.total, step.overhead, layout.images,

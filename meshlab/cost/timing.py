@@ -8,8 +8,9 @@ Every figure here is a prediction. The model, op by op on the busiest chip (all 
   attention rates for the chip, a Linear or an attention runs at those instead of compute_efficiency;
 - collectives take the time `meshlab.cost.topology` gives them; a fraction ``overlap`` of it hides under
   compute (default 0: tensor-parallel all-reduces sit on the critical path between dependent matmuls); a
-  collective matmul's permutes hide under their matmul slices, and on a TPU whose plan's libtpu flags make a kind
-  async, the share of that kind's time XLA:TPU's schedule hides (``Assumptions.async_hidden``);
+  collective matmul's permutes hide under their matmul slices, and on a TPU that runs them async (all-to-alls
+  under a plan's flag, v5e's FSDP weight gathers by default), the share of their time XLA:TPU's schedule hides
+  (``Assumptions.async_hidden``);
 - a step runs ``calls`` transformer calls (2 with classifier-free guidance unless a ``cfg`` axis splits the
   branches), plus the once-per-step collectives, plus the hardware's ``step_overhead_s`` of host time;
 - with a profile as hardware (meshlab.cost.profile), one call's seconds come from it instead of the rooflines;
@@ -24,14 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshlab.cost.collectives import (
-    TRUTHS, WEIGHTS_PHASE, Collective, async_all_gathers, async_all_to_alls, known_differences,
-)
+from meshlab.cost.collectives import TRUTHS, WEIGHTS_PHASE, Collective, async_all_to_alls, known_differences
 from meshlab.cost.flops import Work
 from meshlab.cost.layout import Layout
 from meshlab.cost.ring import ring_attentions
 from meshlab.cost.topology import Route, collective_seconds, dcn_seconds
 from meshlab.core.hardware import ATTENTION_RATES_SMS, ATTENTION_RATES_TILES, ATTENTION_TILE_QUERIES, Hardware
+from meshlab.plan.memory import weight_gathers_async
 
 
 @dataclass(frozen=True)
@@ -116,27 +116,29 @@ class Assumptions:
         ]
 
 
-def async_hidden_of(libtpu_flags, hardware: Hardware) -> tuple[tuple[str, float], ...]:
-    """The collectives that run async on `hardware` under a plan's libtpu flags, each with the share of its time
-    XLA:TPU's schedule hides (`Assumptions.async_hidden`): the all-to-alls where the flag turns them on, and FSDP's
-    weight gathers where the chip runs them async unless a flag turns that off, each where the chip's catalog entry
-    gives the share; nothing on a GPU."""
+def async_hidden_of(strategy, hardware: Hardware) -> tuple[tuple[str, float], ...]:
+    """The collectives that run async on `hardware` under a plan, each with the share of its time XLA:TPU's
+    schedule hides (`Assumptions.async_hidden`): the all-to-alls where its libtpu flags turn them on, and FSDP's
+    weight gathers in its blocks where the chip runs them async (meshlab.plan.memory.weight_gathers_async), each
+    where the chip's catalog entry gives the share; nothing on a GPU."""
     if hardware.kind != "tpu":
         return ()
     hidden = []
-    if hardware.async_all_to_all_hidden is not None and async_all_to_alls(libtpu_flags):
+    if hardware.async_all_to_all_hidden is not None and async_all_to_alls(strategy.compile.libtpu_flags):
         hidden.append(("all-to-all", hardware.async_all_to_all_hidden))
-    if hardware.async_weight_gather_hidden is not None and async_all_gathers(libtpu_flags):
+    if weight_gathers_async(strategy, hardware):
         hidden.append(("weight all-gather", hardware.async_weight_gather_hidden))
     return tuple(hidden)
 
 
 def async_class(c: Collective) -> str:
-    """What `Assumptions.async_hidden` calls a collective: "all-to-all", "weight all-gather" (the gather of a
-    weight split over an axis that splits activations too: FSDP's), or "" (neither)."""
+    """What `Assumptions.async_hidden` calls a collective: "all-to-all", "weight all-gather" (the gather of a block's
+    weight split over an axis that splits activations too: FSDP's; one outside the blocks runs before any compute
+    it could hide under), or "" (neither)."""
     if c.kind == "all-to-all":
         return "all-to-all"
-    return "weight all-gather" if c.kind == "all-gather" and c.phase.endswith(WEIGHTS_PHASE) else ""
+    weights = c.kind == "all-gather" and c.phase.endswith(WEIGHTS_PHASE) and c.block is not None
+    return "weight all-gather" if weights else ""
 
 
 def _held_against(truth: str, model_class: str | None, on_tpu: bool) -> str:
@@ -168,8 +170,8 @@ class TimedCollective:
     route: Route
     seconds: float  # exposed: what compute does not hide
     dcn_seconds: float = 0.0  # the part of `seconds` spent crossing slices
-    hidden: float = 0.0  # the seconds compute hides: a collective matmul's permute's slice, or an async kind's share
-    #: what hides it: "matmul" (a collective matmul's slice) or "async" (XLA:TPU's schedule of an async kind)
+    hidden: float = 0.0  # the seconds compute hides: a collective matmul's permute's slice, or an async share
+    #: what hides it: "matmul" (a collective matmul's slice) or "async" (XLA:TPU's schedule of an async collective)
     hidden_by: str = ""
 
 

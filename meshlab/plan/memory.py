@@ -55,8 +55,8 @@ class ChipMemory:
 
     @property
     def denoise(self) -> int:
-        """The denoise phase's working set: the activations, a block's gathered weights (FSDP), and under scan the
-        stacked block weights."""
+        """The denoise phase's working set: the activations, FSDP's gathered weights (a block's, two where the chip
+        gathers them async), and under scan the stacked block weights."""
         return self.activations + self.gathered_weights + self.scan_stacked
 
     @property
@@ -105,7 +105,9 @@ class MemoryReport:
         return all(c.headroom >= 0 for c in self.chips)
 
     def on(self, usable_hbm: int, reserve: int) -> "MemoryReport":
-        """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them)."""
+        """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them but
+        the blocks a chip holds gathered, `gathered_blocks_on`, which a caller re-sizing to another system keeps
+        apart: meshlab.search.sweep._Shared)."""
         return MemoryReport(tuple(dataclasses.replace(c, hbm=usable_hbm, reserve=reserve) for c in self.chips),
                             self.tokens)
 
@@ -124,9 +126,16 @@ def gathered_blocks_on(strategy: Strategy, hardware) -> int:
     gathered while one runs; else one. Measured by XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program,
     libtpu's defaults): at 256², 3 blocks, 1,550,086,144 B of temporaries live at once, 2.28 times the 679,477,248 B
     a middle block gathers; for v6e:2x4, whose gathers are synchronous, 679,828,576 B."""
-    async_gathers = hardware.async_weight_gather_hidden is not None and flag_value(
-        strategy.compile.libtpu_flags, ASYNC_ALL_GATHER_FLAG, True)
-    return 2 if async_gathers else 1
+    return 2 if weight_gathers_async(strategy, hardware) else 1
+
+
+def weight_gathers_async(strategy: Strategy, hardware) -> bool:
+    """Whether `hardware` runs the plan's FSDP weight gathers in its blocks async: a TPU whose catalog entry gives
+    ``async_weight_gather_hidden`` (v5e, with libtpu's defaults), unless the plan turns XLA's async all-gathers off
+    or runs its blocks through scan (a loop whose next iteration's gathers were not measured)."""
+    return (hardware.kind == "tpu" and hardware.async_weight_gather_hidden is not None
+            and not strategy.compile.scan_blocks
+            and flag_value(strategy.compile.libtpu_flags, ASYNC_ALL_GATHER_FLAG, True))
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,

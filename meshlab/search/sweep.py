@@ -33,7 +33,7 @@ from meshlab.cost.predict import Prediction, plan_work, predict
 from meshlab.search.compare import TIE_RATIO
 from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
-from meshlab.plan.memory import MemoryReport, memory_on
+from meshlab.plan.memory import MemoryReport, gathered_blocks_on, memory_on
 from meshlab.plan.plan import Plan
 from meshlab.plan.planned import planned_with_block_input, with_pipeline_vae_dtype
 from meshlab.plan.planner import make_plan
@@ -348,10 +348,15 @@ def ranking_key(objective: str):
 
 
 class _Shared:
-    """What one arrangement's candidates on systems of one size share: its plan, memory and per-call work."""
+    """What one arrangement's candidates on systems of one size share: its plan, memory (by the blocks a chip holds
+    gathered at once, meshlab.plan.memory.gathered_blocks_on: systems of one size may differ in it) and per-call
+    work."""
 
-    plan = memory = work = activations = None
+    plan = work = activations = strategy = None
     problem = ""
+
+    def __init__(self):
+        self.memory: dict[int, object] = {}
 
 
 def _summary(hw: Hardware, candidates: list[Candidate], limits: Limits, objective: str = "latency") -> SystemSummary:
@@ -554,11 +559,14 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
         if shared.plan is None:  # planned as `meshlab try` plans its exported file: a rule it adds is priced
             planned, shared.plan = planned_with_block_input(strategy, card, hardware.chips)
             shared.activations = planned.activations
-            shared.memory = memory_on(shared.plan, planned, hardware)
+            shared.strategy = planned
             shared.work = plan_work(shared.plan, planned, xla=hardware.kind == "tpu")
         plan = shared.plan
         strategy = strategy.model_copy(update={"activations": shared.activations})
-        memory = shared.memory.on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+        blocks = gathered_blocks_on(strategy, hardware)
+        if blocks not in shared.memory:
+            shared.memory[blocks] = memory_on(plan, shared.strategy, hardware)
+        memory = shared.memory[blocks].on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
             tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"vae_decode": "tiled"})})

@@ -197,15 +197,14 @@ def test_a_small_image_on_eight_gpus_is_bound_by_eager_launches():
 
 
 def test_shared_memory_is_each_system_s_own(systems_sweep):
-    """Memory planned once per size, re-sized to each system: the same as a fresh report on that system."""
-    from meshlab.plan.memory import memory_report
+    """Memory planned once per size, re-sized to each system: the same as a fresh report on that system (v5e holds
+    two blocks gathered where v6e holds one, whichever system the sweep planned first)."""
+    from meshlab.plan.memory import memory_on
 
     result, _ = systems_sweep
     for c in result.candidates:
         if c.memory is not None:
-            fresh = memory_report(c.plan, c.strategy, c.hardware.usable_hbm_bytes, c.hardware.runtime_reserve_bytes,
-                                  tiles=c.hardware.tiled_layouts)
-            assert c.memory == fresh, c.strategy.name
+            assert c.memory == memory_on(c.plan, c.strategy, c.hardware), c.strategy.name
 
 
 def test_goals_keep_only_plans_that_meet_them_and_name_the_closest():

@@ -643,10 +643,18 @@ def test_fsdp_s_weight_gathers_hide_where_the_chip_runs_them_async_by_default(tm
     collective as it was; --xla_enable_async_all_gather=false makes them synchronous, and explain says so."""
     from meshlab.cost.collectives import libtpu_flags_line
     from meshlab.cost.predict import predict
+    from meshlab.cost.timing import async_class
+    from meshlab.plan.planned import plan_file
 
+    outside = Collective("all-gather", ("data",), 1024, None, "txt_in.weight:weights", "before the blocks")
+    assert async_class(outside) == "" and async_class(replace(outside, block=3)) == "weight all-gather"
     off = "--xla_enable_async_all_gather=false"
     runs = {name: _with_flags(tmp_path, "strategies/fsdp.yaml", flags, system) for name, flags, system in
             (("v5e", [], "v5e-8"), ("v5e off", [off], "v5e-8"), ("v6e", [], None))}
+    data = yaml.safe_load((REPO / "strategies" / "fsdp.yaml").read_text())
+    data["hardware"], data["compile"] = "v5e-8", {"scan_blocks": True}
+    (tmp_path / "scan.yaml").write_text(yaml.safe_dump(data))
+    scanned = plan_file(tmp_path / "scan.yaml")  # a loop's next gathers: not measured, so not priced
     steps = {name: predict(p.plan, p.strategy, p.hardware).step for name, p in runs.items()}
     share = runs["v5e"].hardware.async_weight_gather_hidden
     assert 0 < share < 1 and runs["v6e"].hardware.async_weight_gather_hidden is None
@@ -660,5 +668,7 @@ def test_fsdp_s_weight_gathers_hide_where_the_chip_runs_them_async_by_default(tm
             assert asynchronous == sync
     assert weights and steps["v5e"].collective < steps["v5e off"].collective
     assert not any(t.hidden_by == "async" for t in steps["v6e"].collectives)
+    assert not any(t.hidden_by == "async" for t in predict(scanned.plan, scanned.strategy,
+                                                           scanned.hardware).step.collectives)
     line = libtpu_flags_line([off], None, share)
     assert "weight gathers run synchronously" in line and "not priced" not in line

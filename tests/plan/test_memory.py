@@ -168,21 +168,22 @@ def test_a_chip_that_gathers_weights_async_holds_two_blocks_gathered(tmp_path):
     """v5e runs FSDP's weight gathers async with libtpu's defaults and gathers the next block while one runs:
     XLA:TPU's compile of fsdp.yaml for v5e:2x4 (3 blocks, 256², torch_xla's program) holds 1,550,086,144 B of
     temporaries live at once, 2.28 blocks' gathers, against v6e's 679,828,576 B. Two blocks there, one where the plan
-    turns XLA's async all-gathers off, and one on v6e, whose gathers are synchronous."""
+    turns XLA's async all-gathers off or scans its blocks (not measured), and one on v6e, whose gathers are
+    synchronous."""
     import yaml
 
     from meshlab.plan.planned import plan_file
 
-    def gathered(system: str, flags: list[str]) -> int:
+    def gathered(system: str, flags: list[str], scan: bool = False) -> int:
         data = yaml.safe_load((REPO / "strategies" / "fsdp.yaml").read_text())
-        data["hardware"], data["compile"] = system, {"libtpu_flags": flags}
-        path = tmp_path / f"{system}-{len(flags)}.yaml"
+        data["hardware"], data["compile"] = system, {"libtpu_flags": flags, "scan_blocks": scan}
+        path = tmp_path / f"{system}-{len(flags)}-{scan}.yaml"
         path.write_text(yaml.safe_dump(data))
         return plan_file(path).memory.most_loaded.gathered_weights
 
     one = gathered("v6e-8", [])
     assert one > 0 and gathered("v5e-8", []) == 2 * one
-    assert gathered("v5e-8", ["--xla_enable_async_all_gather=false"]) == one
+    assert gathered("v5e-8", ["--xla_enable_async_all_gather=false"]) == one == gathered("v5e-8", [], scan=True)
 
 
 def test_a_weight_split_over_an_axis_of_one_chip_is_not_gathered():
