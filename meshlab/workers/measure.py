@@ -277,6 +277,7 @@ def _blocks(request: ProfileRequest, dev, tick) -> list[dict]:
         tick(f"transformer, {depth} blocks, {text} text tokens, {calls} call(s)")
         if dev.backend == "torch" and dev.platform == "cuda" and text == request.text_tokens[0]:
             points += _launches(((model, one, card), (deep, inputs[0], stacked.card)), dev)
+            captured.clear()  # the block hooks kept each issued forward's inputs
     return points
 
 
