@@ -273,9 +273,9 @@ class Compile(Closed):
         default_factory=list, description="XLA:TPU flags the plan is compiled with, as LIBTPU_INIT_ARGS takes them "
         "(e.g. --xla_tpu_enable_windowed_einsum_for_all_gather=false, or MaxText's async collective flags): "
         "`check --backend tpu` compiles with them, `run` on a TPU sets them and `export --format torch-xla` "
-        "writes them; the time model prices the windowed-einsum ones (collective matmuls off) and "
-        "--xla_tpu_enable_async_all_to_all (where the chip's catalog entry gives the share XLA:TPU's schedule hides), "
-        "no other")
+        "writes them; the time model prices the windowed-einsum ones (collective matmuls off), "
+        "--xla_tpu_enable_async_all_to_all and --xla_enable_async_all_gather (where the chip's catalog entry gives "
+        "the share XLA:TPU's schedule hides), no other")
 
     @field_validator("libtpu_flags")
     @classmethod
