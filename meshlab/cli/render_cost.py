@@ -505,7 +505,7 @@ def _encode_where(placement, card, hw) -> str:
                      f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s")
         return text
 
-    places = {c.name: placement.encoder_place(c.name) for c in card.encoders}
+    places = placement.places(c.name for c in card.encoders)
     if len(set(places.values())) <= 1:
         return "on " + at(next(iter(places.values()), placement.text_encoder))
     return "with " + "; ".join(f"{name} on {at(place)}" for name, place in places.items())  # placement.encoders

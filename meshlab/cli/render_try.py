@@ -136,7 +136,7 @@ def _assumed_host_share(planned: PlannedStrategy, p) -> str:
 
     hw, terms = planned.hardware, p.terms
     names = [c.name for c in planned.card.encoders]
-    if terms is None or "cpu" not in planned.strategy.placement.places(names) or not p.first_call_s:
+    if terms is None or "cpu" not in planned.strategy.placement.places(names).values() or not p.first_call_s:
         return ""
     encode = terms.text_encode_host_s * p.layout.images  # the encoders on the host (placement.encoders)
     if (hw.sources.get("host_flops", "").startswith("measured") or "host_flops" in hw.overridden

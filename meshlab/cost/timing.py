@@ -295,8 +295,9 @@ def step_time(work: tuple[Work, ...], collectives: tuple[Collective, ...], route
             hidden = min(alone, c.beside_flops / (hardware.bf16_flops * hardware.compute_efficiency))
             return TimedCollective(c, routes[c.axes], alone - hidden,
                                    dcn_part * (1 - hidden / alone) if alone else 0.0, hidden, "matmul")
-        if async_class(c) in async_share:  # an async collective: the share XLA:TPU's schedule of one slice hides
-            hidden = async_share[async_class(c)] * max(0.0, alone - dcn_part)  # of it, what crosses slices left whole
+        share = async_share.get(async_class(c))
+        if share is not None:  # an async collective: the share XLA:TPU's schedule of one slice hides of it, what
+            hidden = share * max(0.0, alone - dcn_part)  # crosses slices left whole
             return TimedCollective(c, routes[c.axes], alone - hidden, dcn_part, hidden, "async")
         return TimedCollective(c, routes[c.axes], alone, dcn_part)
 

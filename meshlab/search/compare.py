@@ -181,7 +181,7 @@ def _reason(worst: str, pred: Prediction, b: Prediction, per_image: float, best_
         def where(p: PlannedStrategy) -> str:
             words = {"cpu": "on the host", "device": "on each chip", "sharded": "split over the chips"}
             placement = p.strategy.placement
-            places = {c.name: placement.encoder_place(c.name) for c in p.card.encoders}
+            places = placement.places(c.name for c in p.card.encoders)
             if len(set(places.values())) > 1:  # placement.encoders puts them apart
                 return "(" + ", ".join(f"{name} {words[place]}" for name, place in places.items()) + ")"
             return words[next(iter(places.values()), placement.text_encoder)]

@@ -244,9 +244,9 @@ class Placement(Closed):
         """Where the encoder the card names `name` lives: its own entry in `encoders`, else `text_encoder`."""
         return self.encoders.get(name, self.text_encoder)
 
-    def places(self, names) -> set[str]:
-        """Every place the encoders `names` live."""
-        return {self.encoder_place(n) for n in names}
+    def places(self, names) -> dict[str, str]:
+        """Where each of the encoders `names` lives, by name, in their order."""
+        return {n: self.encoder_place(n) for n in names}
 
     def field_of(self, name: str) -> tuple[str, ...]:
         """The field that places the encoder `name`: its own entry in `encoders`, or ``text_encoder``."""
