@@ -525,6 +525,8 @@ def _terms_table(planned, p) -> Table:
     per_token = sum(c.flops_per_token + c.head_flops_per_token for c in encoders)
     prefix = max((c.prefix_tokens for c in encoders), default=0)
     images = card.image_encoders
+    capped = [c for c in encoders if c.encode_tokens(workload.text_tokens + c.prefix_tokens) < workload.text_tokens]
+    capped_how = "".join(f" ({c.name} at most its {c.max_tokens})" for c in capped)
     image_how = "".join(f", plus the {c.name} at {c.flops_per_token / 1e9:.1f} GFLOP per token x "
                         f"{card.architecture.reference_tokens} image tokens" for c in images)
     where = _encode_where(planned.strategy.placement, card, hw)
@@ -533,7 +535,7 @@ def _terms_table(planned, p) -> Table:
     vae = next((c for c in card.components if c.name == "vae"), None)
     rows = [
         ("text encode", "text_encode_s", f"{per_token / 1e9:.1f} GFLOP per token x {workload.text_tokens}"
-         f"{f' + {prefix} template' if prefix else ''} tokens x "
+         f"{f' + {prefix} template' if prefix else ''} tokens{capped_how} x "
          f"{2 if workload.cfg else 1} prompt(s){image_how} {where}"
          f"{'; the VAE encode of the conditioning frames is not priced' if images else ''}"),
         ("denoise", "denoise_s", f"{p.layout.steps} steps at {_ms(p.step.total - p.step.overhead)}"),

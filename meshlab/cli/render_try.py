@@ -75,7 +75,7 @@ def _memory_table(planned: PlannedStrategy) -> Table:
         *([("block weights stacked for the scan (denoise)", chip.scan_stacked)] if chip.scan_stacked else []),
         ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),
         ("text encoder", chip.text_encoder),
-        *([("text encode (a sharded layer gathered)", chip.text_encode)] if chip.text_encode else []),
+        *([("encode working set (the largest encode on the chips)", chip.text_encode)] if chip.text_encode else []),
         ("runtime reserve", chip.reserve),
     ]
     for label, value in rows:

@@ -68,6 +68,8 @@ class ComponentEntry(Closed):
     flops_per_token: float = Field(0.0, ge=0)
     head_flops_per_token: float = Field(0.0, ge=0)
     prefix_tokens: Int = Field(0, ge=0)
+    encode_working_bytes: list[float] = Field([0.0, 0.0, 0.0], min_length=3, max_length=3)
+    max_tokens: Int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _tiles(self) -> ComponentEntry:

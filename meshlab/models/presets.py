@@ -22,10 +22,14 @@ class ComponentSpec:
     #: text encoders: tokens of the pipeline's prompt template encoded before each prompt and dropped from its
     #: embedding (they cost encoder FLOPs, not transformer tokens)
     prompt_prefix_tokens: int = 0
+    #: encoders: the keyword arguments the pipeline passes when it encodes (besides the ids and the mask), which
+    #: change what the encode holds: ``output_hidden_states=True`` keeps every layer's hidden states to the end
+    encode_kwargs: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"library": self.library, "class": self.class_name, "config": self.config, "origin": self.origin,
-                **({"prompt_prefix_tokens": self.prompt_prefix_tokens} if self.prompt_prefix_tokens else {})}
+                **({"prompt_prefix_tokens": self.prompt_prefix_tokens} if self.prompt_prefix_tokens else {}),
+                **({"encode_kwargs": self.encode_kwargs} if self.encode_kwargs else {})}
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ _QWEN_TEXT_ENCODER = ComponentSpec(
     "Qwen/Qwen-Image text_encoder/config.json",
     # diffusers QwenImagePipeline: prompt_template_encode_start_idx = 34, the system prompt's tokens it drops
     prompt_prefix_tokens=34,
+    encode_kwargs={"output_hidden_states": True},  # QwenImagePipeline._get_qwen_prompt_embeds
 )
 
 QWEN_IMAGE = Preset(
@@ -187,8 +192,10 @@ SD35_LARGE = Preset(
     {
         "vae": _kl16_vae(1.5305, 0.0609, "stabilityai/stable-diffusion-3.5-large vae/config.json"),
         # CLIP ViT-L/14 and OpenCLIP ViT-bigG/14 text towers (pooled and per-token embeddings), then T5-XXL.
+        # StableDiffusion3Pipeline._get_clip_prompt_embeds asks both CLIPs for every hidden state (it reads [-2])
         "text_encoder": ComponentSpec("transformers", "CLIPTextModelWithProjection", _CLIP_L,
-                                      "stabilityai/stable-diffusion-3.5-large text_encoder/config.json"),
+                                      "stabilityai/stable-diffusion-3.5-large text_encoder/config.json",
+                                      encode_kwargs={"output_hidden_states": True}),
         "text_encoder_2": ComponentSpec(
             "transformers",
             "CLIPTextModelWithProjection",
@@ -197,6 +204,7 @@ SD35_LARGE = Preset(
                 "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 1280, "hidden_act": "gelu",
             },
             "stabilityai/stable-diffusion-3.5-large text_encoder_2/config.json",
+            encode_kwargs={"output_hidden_states": True},
         ),
         "text_encoder_3": _t5_xxl("stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json"),
     },
@@ -233,6 +241,8 @@ FLUX2_DEV = Preset(
                 "spatial_merge_size": 2, "multimodal_projector_bias": False, "projector_hidden_act": "gelu",
             },
             "black-forest-labs/FLUX.2-dev text_encoder/config.json",
+            # Flux2Pipeline._get_mistral_3_small_prompt_embeds
+            encode_kwargs={"output_hidden_states": True, "use_cache": False},
         ),
     },
 )
@@ -259,6 +269,7 @@ WAN_I2V_14B = Preset(
                 "layer_norm_eps": 1e-05,
             },
             "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers image_encoder/config.json",
+            encode_kwargs={"output_hidden_states": True},  # WanImageToVideoPipeline.encode_image reads [-2]
         ),
     },
 )
@@ -360,6 +371,7 @@ HUNYUAN_VIDEO = Preset(
             },
             "hunyuanvideo-community/HunyuanVideo text_encoder/config.json",
             prompt_prefix_tokens=95,
+            encode_kwargs={"output_hidden_states": True},  # HunyuanVideoPipeline._get_llama_prompt_embeds
         ),
         "text_encoder_2": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L,
                                         "hunyuanvideo-community/HunyuanVideo text_encoder_2/config.json"),

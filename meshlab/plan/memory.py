@@ -3,8 +3,9 @@
 Method (documented in ``ACTIVATION_METHOD``): weights are the padded shards XLA allocates; activations are
 the peak working set of the heaviest transformer block at the workload's token counts. The pipeline runs in
 phases, encode, denoise, decode, with every weight placed on the device resident throughout: the peak is the
-largest phase's working set (a sharded text encoder's gathered layer; the denoise activations; the VAE decode's
-working set, under ``placement.vae_decode``), not their sum.
+largest phase's working set (what the largest encode on the chips holds, as its card traced it, and a sharded
+encoder's gathered layer; the denoise activations; the VAE decode's working set, under ``placement.vae_decode``),
+not their sum.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class ChipMemory:
     text_encoder: int  # the text encoders' resident weights (all of them, or this chip's shard)
     reserve: int  # runtime and compiler scratch kept by the platform
     hbm: int  # usable HBM of one chip
-    text_encode: int = 0  # the encode phase's working set: a sharded encoder's largest layer, gathered
+    text_encode: int = 0  # the encode phase's working set: what an encode holds, and a sharded encoder's layer
     scan_stacked: int = 0  # compile.scan_blocks: the block weights stacked for the scan, live while denoising
     tile_padding: int = 0  # bytes a TPU's tiled layouts add to this chip's weights (meshlab.core.tpu_tiles)
     gathered_weights: int = 0  # FSDP: the heaviest block's weights gathered over the axes that split activations
@@ -245,9 +246,12 @@ def _components(plan: Plan, strategy: Strategy) -> tuple[int, int, int, int]:
                                                                             workload.frames), vae.output_copies)
     chips = plan.mesh.device_count
     text_bytes = sum(encoder_resident(c, placement.encoder_place(c.name), chips) for c in encoders) * itemsize
-    sharded = [c for c in encoders if placement.encoder_place(c.name) == "sharded"]
-    if sharded and chips > 1:  # a layer gathered at a time
-        text_encode = max(c.largest_layer_parameters for c in sharded) * itemsize
+    for c in encoders:  # they encode one after another: the phase holds the largest one's working set
+        where = placement.encoder_place(c.name)
+        if where != "cpu":  # each chip encodes the whole prompt; a sharded encoder gathers a layer at a time
+            gathered = c.largest_layer_parameters * itemsize if where == "sharded" and chips > 1 else 0
+            working = c.encode_working_set(workload.text_tokens + c.prefix_tokens, itemsize)
+            text_encode = max(text_encode, gathered + working)
     return vae_weights, vae_decode, text_bytes, text_encode
 
 

@@ -78,7 +78,8 @@ class ChipBreakdown(Document):
     vae_weights: int
     vae_decode: int
     text_encoder: int
-    text_encode: int
+    text_encode: int = Field(description="the encode phase's working set: what the largest encode on the chips holds "
+                             "at once (one prompt, as its card traced it), with a sharded encoder's gathered layer")
     reserve: int
     scan_stacked_weights: int = Field(description="compile.scan_blocks: the block weights stacked for the scan, "
                                       "live while denoising (0 unrolled)")

@@ -16,6 +16,7 @@ from meshlab.cost.predict import predict
 from meshlab.plan.planned import plan_file
 
 from tests.conftest import REPO
+from tests.profiled_memory import profiled_call
 
 
 def predicted(path=REPO / "strategies" / "2d.yaml", **placement):
@@ -158,33 +159,8 @@ def test_decode_flops_per_pixel_extrapolates_to_a_larger_decode():
 
 def profiled_peak(vae, latent) -> tuple[int, int]:
     """An independent measure of a decode's working set (the cards use meshlab's own op-by-op tracker): torch.profiler's
-    memory timeline, every allocation it ties to a tensor, whatever its category, parameters aside (the category
-    alone leaves HunyuanVideo's VAE uncounted past its attention mask); the peak less the output, and the output's
-    pixels of one frame. It reads the profiler's private timeline, here only."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler import _memory_profiler as memory
-
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                                  with_stack=True) as prof:
-        image = vae.decode(latent).sample
-    timeline = prof._memory_profile()
-
-    def counted(key, version) -> bool:
-        return isinstance(key, memory.TensorKey) and \
-            timeline._categories.get(key, version) != memory.Category.PARAMETER
-
-    current = peak = 0
-    for _, action, (key, version), nbytes in timeline.timeline:
-        if key.device.type != "cpu":
-            continue
-        if action in (memory.Action.PREEXISTING, memory.Action.CREATE):
-            current += nbytes if counted(key, version) else 0
-        elif action == memory.Action.INCREMENT_VERSION:
-            current += (nbytes if counted(key, version + 1) else 0) - (nbytes if counted(key, version) else 0)
-        elif action == memory.Action.DESTROY:
-            current -= nbytes if counted(key, version) else 0
-        peak = max(peak, current)
+    memory timeline (tests.profiled_memory); the peak less the output, and the output's pixels of one frame."""
+    peak, image = profiled_call(lambda: vae.decode(latent).sample)
     return peak - image.numel() * image.element_size(), image.shape[-1] * image.shape[-2]
 
 

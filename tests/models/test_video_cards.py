@@ -276,8 +276,9 @@ def test_a_first_last_frame_wan_config_traces_two_images_as_one_reference_sequen
 
 def test_the_decode_trace_runs_an_attention_as_one_counted_op_on_meta_and_others_as_called():
     """meshlab.models.importer.decode_trace.fused_attention: on meta, F.scaled_dot_product_attention (a boolean
-    mask and a 3-D mask included) is one memory-efficient attention op whose FLOPs torch counts; 3-D inputs, grouped
-    heads and the CPU run as called."""
+    mask and a 3-D mask included) is one memory-efficient attention op whose FLOPs torch counts, grouped heads too
+    (keys and values repeated to the query's heads: 8 query heads over 2 key heads count 8 heads' FLOPs); 3-D inputs
+    and the CPU run as called."""
     torch = pytest.importorskip("torch")
     from torch.nn.functional import scaled_dot_product_attention as sdpa
     from torch.utils.flop_counter import FlopCounterMode
@@ -297,5 +298,9 @@ def test_the_decode_trace_runs_an_attention_as_one_counted_op_on_meta_and_others
         assert run("meta", 1, 2, 64, 16, attn_mask=mask)[1:] == ({"aten._scaled_dot_product_efficient_attention"},
                                                                  full)
     assert "aten._scaled_dot_product_efficient_attention" not in run("meta", 2, 64, 16)[1]  # 3-D: as called
-    assert "aten._scaled_dot_product_efficient_attention" not in run("meta", 1, 2, 64, 16, enable_gqa=True)[1]
+    q, kv = torch.randn(1, 8, 64, 16, device="meta"), torch.randn(1, 2, 64, 16, device="meta")
+    with fused_attention(), FlopCounterMode(display=False) as counter:
+        out = sdpa(q, kv, kv, enable_gqa=True)
+    assert out.shape == (1, 8, 64, 16) and counter.get_total_flops() == 4 * full
+    assert set(map(str, counter.get_flop_counts()["Global"])) == {"aten._scaled_dot_product_efficient_attention"}
     assert run("cpu", 1, 2, 64, 16)[0] == (1, 2, 64, 16)  # the CPU: torch's own kernel (no efficient op there)

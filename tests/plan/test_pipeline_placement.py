@@ -67,12 +67,13 @@ def test_placement_changes_what_each_chip_holds_and_the_peak_phase(write_strateg
         placement="{text_encoder: sharded, vae_decode: parallel}"))).memory.most_loaded
     card = load_card("wan-2.1-t2v-14b")
     encoder, itemsize = card.component("text_encoder"), DTYPE_BYTES["bfloat16"]
-    assert full.text_encoder == encoder.parameters * itemsize and full.text_encode == 0
+    working = encoder.encode_working_set(512, itemsize)  # one 512-token prompt's encode, as the card traced it
+    assert full.text_encoder == encoder.parameters * itemsize and full.text_encode == working > 0
     # a shard of its layers each, and FSDP's root unit (the token embedding) whole on every chip
     layers = encoder.parameters - encoder.root_parameters
     assert encoder.root_parameters > 256384 * 4096  # UMT5's embedding is in it
     assert sharded.text_encoder == (-(-layers // 8) + encoder.root_parameters) * itemsize
-    assert sharded.text_encode == encoder.largest_layer_parameters * itemsize
+    assert sharded.text_encode == encoder.largest_layer_parameters * itemsize + working  # a layer gathered besides
     assert full.peak_phase == "decode" and full.vae_decode > 4 * sharded.vae_decode  # rows of 720 split 8 ways
     assert sharded.total < full.total
 
@@ -110,7 +111,8 @@ def test_a_sharded_encoder_on_one_chip_is_a_whole_one(write_strategy):
     one = WAN_8_H100.replace("{{seq: 8}}", "{{seq: 1}}").replace("sequence: seq, ", "")
     sharded = plan_file(write_strategy(one.format(placement="{text_encoder: sharded}"))).memory.most_loaded
     device = plan_file(write_strategy(one.format(placement="{text_encoder: device}"))).memory.most_loaded
-    assert (sharded.text_encoder, sharded.text_encode) == (device.text_encoder, 0)
+    assert (sharded.text_encoder, sharded.text_encode) == (device.text_encoder, device.text_encode)
+    assert device.text_encode > 0  # the encode's own working set, no layer gathered
 
 
 def test_a_parallel_decode_on_the_host_is_refused(write_strategy):
@@ -211,7 +213,10 @@ def test_each_encoder_has_its_own_place_where_placement_names_it(write_strategy)
     clip_shard = -(-(clip.parameters - clip.root_parameters) // 4) + clip.root_parameters
     assert apart.memory.most_loaded.text_encoder == (t5_shard + clip.parameters) * itemsize
     assert together.memory.most_loaded.text_encoder == (t5_shard + clip_shard) * itemsize
-    assert apart.memory.most_loaded.text_encode == t5.largest_layer_parameters * itemsize  # only T5 gathers a layer
+    # only T5 gathers a layer; the phase holds its encode of the 512-token prompt beside it (CLIP's of the image,
+    # encoded apart, is smaller)
+    t5_encode = t5.largest_layer_parameters * itemsize + t5.encode_working_set(512, itemsize)
+    assert apart.memory.most_loaded.text_encode == t5_encode > clip.encode_working_set(512, itemsize) > 0
     # the whole CLIP gathers nothing: the encode is faster by its gather over the link, and nothing else
     a, b = (predict(p.plan, p.strategy, p.hardware).terms for p in (apart, together))
     gather = (clip.parameters - clip.root_parameters) * itemsize * 3 / 4 / apart.hardware.ici_link_bandwidth

@@ -13,7 +13,8 @@ Every figure is measured from the classes, never written down:
 - blocks: ``transformer_blocks.i`` is block i; Flux's ``single_transformer_blocks.j`` is numbered after the
   dual-stream blocks (block ``num_layers + j``), so ``block`` is unique and ``num_layers`` counts both kinds.
 - components: built on ``meta`` to count parameters; a VAE's decode figures (FLOPs, bytes moved, ops, working
-  set) come from real decodes on the CPU (meshlab.models.importer.decode_trace).
+  set) come from real decodes on the CPU (meshlab.models.importer.decode_trace), and an encoder's working set from
+  encodes on ``meta`` called as its pipeline calls it (meshlab.models.importer.encode_trace).
 
 ``python -m meshlab.models.importer.card_import --all`` regenerates the cards shipped in meshlab/models/cards/.
 """
@@ -36,6 +37,7 @@ from meshlab.models.card import (
 )
 from meshlab.models.importer.dataflow_trace import trace_dataflow
 from meshlab.models.importer.decode_trace import Decode, trace_decode
+from meshlab.models.importer.encode_trace import encode_working_bytes, max_tokens
 from meshlab.models.importer.elementwise_trace import trace_elementwise_both
 from meshlab.models.presets import PRESETS, ComponentSpec, Preset
 from meshlab.core.errors import InputError, Location
@@ -456,7 +458,7 @@ def _spec(spec: ComponentSpec | Mapping[str, Any]) -> ComponentSpec:
         return spec
     try:
         return ComponentSpec(spec["library"], spec["class"], dict(spec["config"]), spec.get("origin", ""),
-                             int(spec.get("prompt_prefix_tokens", 0)))
+                             int(spec.get("prompt_prefix_tokens", 0)), dict(spec.get("encode_kwargs", {})))
     except (KeyError, TypeError) as exc:
         raise InputError(f"bad component spec ({exc})", "give library, class and config") from None
 
@@ -504,6 +506,10 @@ def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) 
         decode_fused_bytes_per_pixel=decode.fused_bytes_per_pixel, decode_dispatches=decode.dispatches)
     if is_vae:
         figures.update(_tiles(model))
+    elif spec.library == "transformers":  # an encoder: what one encode holds, traced at 2 bytes an element
+        model = model.to(torch.bfloat16).eval()
+        figures.update(encode_working_bytes=encode_working_bytes(model, spec.encode_kwargs),
+                       max_tokens=max_tokens(model))
     return Component(name, spec.class_name, count, dtype, flops_per_token=per_token,
                      head_flops_per_token=head_per_token, prefix_tokens=spec.prompt_prefix_tokens,
                      largest_layer_parameters=_largest_layer(model), root_parameters=_root(model), **figures), scales

@@ -164,8 +164,10 @@ def fused_attention() -> Any:
     """A ``TorchFunctionMode`` that runs ``F.scaled_dot_product_attention`` on ``meta`` as torch's memory-efficient
     attention op (``aten._scaled_dot_product_efficient_attention``): one fused op, without the scores, that torch's
     FLOP counter counts, where ``meta`` would take the math path. A mask becomes the additive bias the op takes,
-    broadcast to [batch, heads, queries, keys]. Off ``meta`` (the op has no CPU kernel), on 3-D inputs and on
-    grouped heads (``enable_gqa``) the call runs as made."""
+    broadcast to [batch, heads, queries, keys]; grouped heads (``enable_gqa``, as transformers' text encoders
+    attend) have their keys and values repeated to the query's heads first (a copy a fused GQA kernel does not make:
+    one layer's keys and values, freed with the call). Off ``meta`` (the op has no CPU kernel) and on 3-D inputs the
+    call runs as made."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -179,8 +181,10 @@ def fused_attention() -> Any:
             names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
             call = {**dict(zip(names, args)), **kwargs}
             q, k, v, mask = call["query"], call["key"], call["value"], call.get("attn_mask")
-            if q.device.type != "meta" or q.dim() != 4 or call.get("enable_gqa"):  # the op's own limits: as called
+            if q.device.type != "meta" or q.dim() != 4:  # the op's own limits: as called
                 return func(*args, **kwargs)
+            if call.get("enable_gqa") and k.shape[1] != q.shape[1]:  # grouped heads: the op takes the query's
+                k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
             if mask is not None:
                 if mask.dtype == torch.bool:
                     mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
