@@ -525,8 +525,8 @@ def _terms_table(planned, p) -> Table:
     per_token = sum(c.flops_per_token + c.head_flops_per_token for c in encoders)
     prefix = max((c.prefix_tokens for c in encoders), default=0)
     images = card.image_encoders
-    capped = [c for c in encoders if c.encode_tokens(workload.text_tokens + c.prefix_tokens) < workload.text_tokens]
-    capped_how = "".join(f" ({c.name} at most its {c.max_tokens})" for c in capped)
+    fixed = [c for c in encoders if c.fixed_tokens and c.fixed_tokens != workload.text_tokens + c.prefix_tokens]
+    capped_how = "".join(f" ({c.name} at its {c.fixed_tokens})" for c in fixed)
     image_how = "".join(f", plus the {c.name} at {c.flops_per_token / 1e9:.1f} GFLOP per token x "
                         f"{card.architecture.reference_tokens} image tokens" for c in images)
     where = _encode_where(planned.strategy.placement, card, hw)

@@ -80,7 +80,7 @@ def pipeline_terms(card: ModelCard, strategy: Strategy, hardware: Hardware, step
         # the text encoders encode each prompt; an image encoder (Wan I2V's CLIP) the conditioning image once per
         # image, its reference tokens, the call's images at once
         image = c in image_encoders
-        tokens = c.encode_tokens(workload.text_tokens + c.prefix_tokens)  # CLIP: at most its 77 positions
+        tokens = c.encode_tokens(workload.text_tokens + c.prefix_tokens)  # CLIP: every prompt at its 77
         seconds = ((c.flops_per_token * card.architecture.reference_tokens * images if image else
                     (c.flops_per_token + c.head_flops_per_token) * tokens * prompts)
                    / (hardware.host_flops if where == "cpu" else device_flops))

@@ -278,15 +278,15 @@ class Component:
     #: parameters outside every layer list (token embeddings, final norm, heads): FSDP's root unit, whole on
     #: every chip of a sharded encoder
     root_parameters: int = 0
-    #: encoders: the most bytes one encode holds at once besides its parameters, as c0 + c1 n + c2 n^2 in the
-    #: tokens n it encodes: a text encoder's one prompt as its pipeline encodes it (the hidden states it keeps, a
-    #: KV cache, the logits of an output head, a layer's temporaries, T5's attention scores), fitted through
-    #: traced encodes at three lengths (meshlab.models.importer.encode_trace); an image encoder's one image (c0
-    #: alone). At 2 bytes an element. (0, 0, 0): not known, or not an encoder
-    encode_working_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    #: the most tokens the encoder takes (its position table, as CLIP's 77, to which pipelines truncate and pad a
-    #: prompt); 0: none
-    max_tokens: int = 0
+    #: encoders: the most bytes one encode holds at once besides its parameters, as (tokens, bytes) points: a text
+    #: encoder's one prompt of each length as its pipeline encodes it (the hidden states it keeps, a KV cache, the
+    #: logits of an output head, a layer's temporaries, T5's attention scores), traced at 16 to 4,096 tokens
+    #: (meshlab.models.importer.encode_trace), or at the one length its pipeline tokenizes every prompt to; an image
+    #: encoder's one image, ((0, bytes),). At 2 bytes an element. (): not known, or not an encoder
+    encode_working_bytes: tuple[tuple[int, int], ...] = ()
+    #: the tokens the pipeline tokenizes every prompt to, padded or cut (CLIP's 77: ``padding="max_length"``); 0: the
+    #: prompt's own
+    fixed_tokens: int = 0
 
     @property
     def bytes(self) -> int:
@@ -294,14 +294,20 @@ class Component:
 
     def encode_tokens(self, prompt_tokens: int) -> int:
         """The tokens the encoder encodes for a prompt of `prompt_tokens` (its template's included)."""
-        return min(prompt_tokens, self.max_tokens) if self.max_tokens else prompt_tokens
+        return self.fixed_tokens or prompt_tokens
 
     def encode_working_set(self, prompt_tokens: int, itemsize: int) -> int:
         """Bytes one encode holds at once besides the parameters, for a prompt of `prompt_tokens` (an image encoder:
-        its one image), at `itemsize` bytes an element (the figures are at 2)."""
-        c0, c1, c2 = self.encode_working_bytes
+        its one image), at `itemsize` bytes an element (the figures are at 2): the traced point at that length, or
+        the quadratic through the three traced lengths around it (past the longest, through the last three)."""
+        points = self.encode_working_bytes
+        if len(points) < 3:
+            return round(points[0][1] * itemsize / 2) if points else 0
         n = self.encode_tokens(prompt_tokens)
-        return max(0, round((c0 + c1 * n + c2 * n * n) * itemsize / 2))
+        at = next((i for i, (tokens, _) in enumerate(points) if tokens >= n), len(points))
+        three = points[min(max(at - 1, 0), len(points) - 3):][:3]
+        value = sum(y * math.prod((n - x2) / (x - x2) for x2, _ in three if x2 != x) for x, y in three)
+        return max(0, round(value * itemsize / 2))
 
     def decoder_runs(self, latent_frames: int) -> int:
         """Times a video's decode runs the decoder, each dispatching ``decode_dispatches`` ops: once per latent
@@ -485,8 +491,8 @@ def card_to_json(card: ModelCard) -> dict:
              "flops_per_token": c.flops_per_token,
              **({"head_flops_per_token": c.head_flops_per_token} if c.head_flops_per_token else {}),
              **({"prefix_tokens": c.prefix_tokens} if c.prefix_tokens else {}),
-             **({"encode_working_bytes": list(c.encode_working_bytes)} if any(c.encode_working_bytes) else {}),
-             **({"max_tokens": c.max_tokens} if c.max_tokens else {})}
+             **({"encode_working_bytes": [list(p) for p in c.encode_working_bytes]} if c.encode_working_bytes else {}),
+             **({"fixed_tokens": c.fixed_tokens} if c.fixed_tokens else {})}
             for c in card.components
         ],
         "dataflow": [
@@ -545,7 +551,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         attention=tuple(Attention(a.module, a.heads, a.head_dim, tuple(a.streams), tuple(a.qkv), tuple(a.out),
                                   tuple(a.keys), a.fused_width, a.kind) for a in checked.attention),
         components=tuple(Component(**{**c.model_dump(), "tile": tuple(c.tile), "tile_stride": tuple(c.tile_stride),
-                                      "encode_working_bytes": tuple(c.encode_working_bytes)})
+                                      "encode_working_bytes": tuple(map(tuple, c.encode_working_bytes))})
                          for c in checked.components),
         dataflow=tuple(Flow(f.module, tuple(f.reads), f.attention,
                             tuple(Modulation(m.norm, m.stream, m.width, m.rms, m.dtype) for m in f.modulates),

@@ -68,14 +68,18 @@ class ComponentEntry(Closed):
     flops_per_token: float = Field(0.0, ge=0)
     head_flops_per_token: float = Field(0.0, ge=0)
     prefix_tokens: Int = Field(0, ge=0)
-    encode_working_bytes: list[float] = Field([0.0, 0.0, 0.0], min_length=3, max_length=3)
-    max_tokens: Int = Field(0, ge=0)
+    encode_working_bytes: list[tuple[Annotated[Int, Field(ge=0)], Annotated[Int, Field(ge=0)]]] = []
+    fixed_tokens: Int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _tiles(self) -> ComponentEntry:
         if min(self.tile + self.tile_stride) < 0 or (any(self.tile) and min(self.tile_stride) < 1):
             raise ValueError(f"component {self.name!r}: tile and tile_stride must be [height, width], a tile with "
                              "a positive stride")
+        tokens = [n for n, _ in self.encode_working_bytes]
+        if len(tokens) == 2 or tokens != sorted(set(tokens)):
+            raise ValueError(f"component {self.name!r}: encode_working_bytes must be [tokens, bytes] points at "
+                             "increasing tokens, one or at least three")
         return self
 
 

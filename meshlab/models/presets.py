@@ -25,11 +25,15 @@ class ComponentSpec:
     #: encoders: the keyword arguments the pipeline passes when it encodes (besides the ids and the mask), which
     #: change what the encode holds: ``output_hidden_states=True`` keeps every layer's hidden states to the end
     encode_kwargs: dict = field(default_factory=dict)
+    #: encoders: the tokens the pipeline tokenizes every prompt to, padded or cut (CLIP's 77, as FluxPipeline,
+    #: StableDiffusion3Pipeline and HunyuanVideoPipeline tokenize with ``padding="max_length"``); 0: the prompt's own
+    prompt_tokens: int = 0
 
     def to_json(self) -> dict:
         return {"library": self.library, "class": self.class_name, "config": self.config, "origin": self.origin,
                 **({"prompt_prefix_tokens": self.prompt_prefix_tokens} if self.prompt_prefix_tokens else {}),
-                **({"encode_kwargs": self.encode_kwargs} if self.encode_kwargs else {})}
+                **({"encode_kwargs": self.encode_kwargs} if self.encode_kwargs else {}),
+                **({"prompt_tokens": self.prompt_tokens} if self.prompt_tokens else {})}
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ FLUX_DEV = Preset(
         "vae": _kl16_vae(0.3611, 0.1159, "black-forest-labs/FLUX.1-dev vae/config.json"),
         # CLIP ViT-L/14 text tower (the pipeline's `text_encoder`, pooled prompt embedding).
         "text_encoder": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L,
-                                      "black-forest-labs/FLUX.1-dev text_encoder/config.json"),
+                                      "black-forest-labs/FLUX.1-dev text_encoder/config.json", prompt_tokens=77),
         # T5 v1.1 XXL encoder (the pipeline's `text_encoder_2`, per-token prompt embedding).
         "text_encoder_2": _t5_xxl("black-forest-labs/FLUX.1-dev text_encoder_2/config.json"),
     },
@@ -195,7 +199,7 @@ SD35_LARGE = Preset(
         # StableDiffusion3Pipeline._get_clip_prompt_embeds asks both CLIPs for every hidden state (it reads [-2])
         "text_encoder": ComponentSpec("transformers", "CLIPTextModelWithProjection", _CLIP_L,
                                       "stabilityai/stable-diffusion-3.5-large text_encoder/config.json",
-                                      encode_kwargs={"output_hidden_states": True}),
+                                      encode_kwargs={"output_hidden_states": True}, prompt_tokens=77),
         "text_encoder_2": ComponentSpec(
             "transformers",
             "CLIPTextModelWithProjection",
@@ -204,7 +208,7 @@ SD35_LARGE = Preset(
                 "vocab_size": 49408, "max_position_embeddings": 77, "projection_dim": 1280, "hidden_act": "gelu",
             },
             "stabilityai/stable-diffusion-3.5-large text_encoder_2/config.json",
-            encode_kwargs={"output_hidden_states": True},
+            encode_kwargs={"output_hidden_states": True}, prompt_tokens=77,
         ),
         "text_encoder_3": _t5_xxl("stabilityai/stable-diffusion-3.5-large text_encoder_3/config.json"),
     },
@@ -374,7 +378,8 @@ HUNYUAN_VIDEO = Preset(
             encode_kwargs={"output_hidden_states": True},  # HunyuanVideoPipeline._get_llama_prompt_embeds
         ),
         "text_encoder_2": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L,
-                                        "hunyuanvideo-community/HunyuanVideo text_encoder_2/config.json"),
+                                        "hunyuanvideo-community/HunyuanVideo text_encoder_2/config.json",
+                                        prompt_tokens=77),
     },
 )
 

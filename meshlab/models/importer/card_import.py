@@ -37,7 +37,7 @@ from meshlab.models.card import (
 )
 from meshlab.models.importer.dataflow_trace import trace_dataflow
 from meshlab.models.importer.decode_trace import Decode, trace_decode
-from meshlab.models.importer.encode_trace import encode_working_bytes, max_tokens
+from meshlab.models.importer.encode_trace import encode_working_bytes
 from meshlab.models.importer.elementwise_trace import trace_elementwise_both
 from meshlab.models.presets import PRESETS, ComponentSpec, Preset
 from meshlab.core.errors import InputError, Location
@@ -458,7 +458,8 @@ def _spec(spec: ComponentSpec | Mapping[str, Any]) -> ComponentSpec:
         return spec
     try:
         return ComponentSpec(spec["library"], spec["class"], dict(spec["config"]), spec.get("origin", ""),
-                             int(spec.get("prompt_prefix_tokens", 0)), dict(spec.get("encode_kwargs", {})))
+                             int(spec.get("prompt_prefix_tokens", 0)), dict(spec.get("encode_kwargs", {})),
+                             int(spec.get("prompt_tokens", 0)))
     except (KeyError, TypeError) as exc:
         raise InputError(f"bad component spec ({exc})", "give library, class and config") from None
 
@@ -508,8 +509,8 @@ def _component(name: str, spec: ComponentSpec, dtype: str, video: bool = False) 
         figures.update(_tiles(model))
     elif spec.library == "transformers":  # an encoder: what one encode holds, traced at 2 bytes an element
         model = model.to(torch.bfloat16).eval()
-        figures.update(encode_working_bytes=encode_working_bytes(model, spec.encode_kwargs),
-                       max_tokens=max_tokens(model))
+        figures.update(encode_working_bytes=encode_working_bytes(model, spec.encode_kwargs, spec.prompt_tokens),
+                       fixed_tokens=spec.prompt_tokens)
     return Component(name, spec.class_name, count, dtype, flops_per_token=per_token,
                      head_flops_per_token=head_per_token, prefix_tokens=spec.prompt_prefix_tokens,
                      largest_layer_parameters=_largest_layer(model), root_parameters=_root(model), **figures), scales

@@ -1,58 +1,46 @@
 """What an encoder holds while it encodes, from the real encoder's ops (needs torch): the card's encode working set.
 
-A text encoder is built on ``meta`` in the card's dtype and called as its pipeline calls it, on one prompt, with the
-keyword arguments the pipeline passes (the preset's ``encode_kwargs``: QwenImagePipeline's
-``output_hidden_states=True`` keeps every layer's hidden states to the end). The peak of the tensors the call holds at
-once is tracked op by op (meshlab.models.importer.decode_trace's `live_tensors`): the ids, each layer's temporaries,
-the hidden states kept, a KV cache where the call builds one, the logits of an output head the pipeline does not
-read; parameters and buffers aside. Each attention is one fused op (`fused_attention`, as a GPU or XLA runs it: no
-scores), except where the encoder computes its own (T5: scores, bias and a float32 softmax, which grow with the square
-of the prompt). The card keeps the quadratic through the peaks at 128, 256 and 512 tokens (CLIP, whose 77 positions
-bound a prompt: 19, 38 and 77); tests/models/test_encode_trace.py holds it against traces at other lengths. An image
-encoder (Wan I2V's CLIP) encodes one image at its configured size: its peak, whatever the prompt.
+A text encoder is built on ``meta`` in bfloat16 and called as its pipeline calls it, on one prompt, with the keyword
+arguments the pipeline passes (the preset's ``encode_kwargs``: QwenImagePipeline's ``output_hidden_states=True``
+keeps every layer's hidden states to the end). The peak of the tensors the call holds at once is tracked op by op
+(meshlab.models.importer.decode_trace's `live_tensors`): the ids, each layer's temporaries, the hidden states kept, a
+KV cache where the call builds one, the logits of an output head the pipeline does not read; parameters and buffers
+aside. Each attention is one fused op (`fused_attention`, as a GPU or XLA runs it: no scores), except where the
+encoder computes its own (T5: scores, bias and a float32 softmax, which grow with the square of the prompt). The card
+keeps the peak at prompts of 16 to 4,096 tokens, doubling (which op holds it changes with the length), or at the one
+length a pipeline tokenizes every prompt to (CLIP's 77); `meshlab.models.card.Component.encode_working_set` reads
+between them. An image encoder (Wan I2V's CLIP) encodes one image at its configured size.
+tests/models/test_encode_trace.py holds the figures against traces at other lengths, and the tracker against
+torch.profiler's memory timeline of real CPU encodes.
 
-The figures are at the card's dtype's element size (bfloat16, 2 bytes); an encode on ``meta`` computes nothing, so
-Qwen2.5-VL's 8B encoder traces in seconds. The mask is left out (one prompt, none padded: transformers skips an
-all-ones mask); transformers' checks whether a mask is all ones or a sequence unpacked are answered yes
-(`_unpadded_answers`: ``meta`` holds no values to answer them); and a multimodal-RoPE model (Qwen2.5-VL) is given
-the positions its ``get_rope_index`` makes for a prompt without images (the same index on its three axes), since that
-function reads values.
+The figures are at 2 bytes an element (bfloat16); an encode on ``meta`` computes nothing, so Qwen2.5-VL's 8B encoder
+traces in a fraction of a second. The prompt is unpadded and unmasked: pipelines that pad to a fixed length (Wan,
+HunyuanVideo, SANA, FLUX.2) pass a mask, from which transformers builds one of the prompt's length squared (0.5 MB
+at 512 tokens), not traced here; transformers' checks whether a mask is all ones or a sequence unpacked are
+answered yes (`_unpadded_answers`: ``meta`` holds no values to answer them); and a multimodal-RoPE model
+(Qwen2.5-VL) is given the positions its ``get_rope_index`` makes for a prompt without images (the same index on its
+three axes), since that function reads values.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-#: The longest prompt traced; the fit runs through it, its half and its quarter (an encoder with fewer positions:
-#: through its longest prompt, its half and its quarter).
-ENCODE_TOKENS = 512
+#: The prompt lengths traced: the card keeps the peak at each, and memory reads between them.
+ENCODE_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
-def max_tokens(model: Any) -> int:
-    """The most tokens the encoder takes: its position table's size (CLIP's 77; 0 for T5's relative positions and
-    for an image encoder)."""
-    config = model.config
-    if _is_image_encoder(model):
-        return 0
-    return int(getattr(getattr(config, "text_config", config), "max_position_embeddings", 0) or 0)
-
-
-def encode_working_bytes(model: Any, kwargs: Mapping[str, Any]) -> tuple[float, float, float]:
-    """(c0, c1, c2): the bytes one encode holds at its peak, parameters aside, as c0 + c1 n + c2 n^2 in its prompt's
-    tokens n (the quadratic through traces at three lengths: T5's attention scores grow with n^2, and which op
-    holds the peak changes with n); an image encoder's one image at its configured size: (peak, 0, 0). `model` is
-    on ``meta``, in the card's dtype; `kwargs` what the pipeline passes it."""
+def encode_working_bytes(model: Any, kwargs: Mapping[str, Any], fixed_tokens: int = 0) -> tuple[tuple[int, int], ...]:
+    """(tokens, bytes) points: the most bytes one encode holds at once, parameters aside, for a prompt of each of
+    `ENCODE_TOKENS` tokens, or of `fixed_tokens` alone where the pipeline tokenizes every prompt to that many (CLIP's
+    77); an image encoder's one image at its configured size: ((0, peak),). `model` is on ``meta``, in bfloat16;
+    `kwargs` what the pipeline passes it."""
     if _is_image_encoder(model):
         side = int(model.config.image_size)
         pixels = _meta_zeros((1, int(model.config.num_channels), side, side), next(model.parameters()).dtype)
-        return float(_peak(model, {"pixel_values": pixels}, kwargs)), 0.0, 0.0
-    longest = min(ENCODE_TOKENS, max_tokens(model) or ENCODE_TOKENS)
-    xs = (longest // 4, longest // 2, longest)
-    y1, y2, y3 = (_peak(model, _text_inputs(model, n), kwargs) for n in xs)
-    x1, x2, x3 = xs
-    c2 = ((y3 - y2) / (x3 - x2) - (y2 - y1) / (x2 - x1)) / (x3 - x1)
-    c1 = (y2 - y1) / (x2 - x1) - c2 * (x1 + x2)
-    return round(y1 - c1 * x1 - c2 * x1 * x1, 3), round(c1, 3), round(c2, 3)
+        return ((0, _peak(model, {"pixel_values": pixels}, kwargs)),)
+    return tuple((n, _peak(model, _text_inputs(model, n), kwargs)) for n in ((fixed_tokens,) if fixed_tokens else
+                                                                               ENCODE_TOKENS))
 
 
 def _is_image_encoder(model: Any) -> bool:
@@ -89,18 +77,31 @@ def _peak(model: Any, inputs: Mapping[str, Any], kwargs: Mapping[str, Any]) -> i
     return held + live.peak
 
 
+#: transformers' mask utilities that ask a yes-or-no question of a tensor's value before they build a mask, each
+#: answered yes for one unpadded prompt: the positions are one sequence, not packed ones; the mask is all ones
+_UNPADDED_QUESTIONS = frozenset({"find_packed_sequence_indices", "_ignore_causal_mask_sdpa"})
+
+
 def _unpadded_answers() -> Any:
-    """A ``TorchDispatchMode`` that answers a yes-or-no question asked of a ``meta`` tensor's value with yes:
-    transformers' mask utilities ask whether a mask is all ones or the positions one unpacked sequence
-    (`masking_utils.fast_all`, `find_packed_sequence_indices`) before they build a mask, and for one unpadded prompt
-    the answer is yes. Any other read of a value on ``meta`` fails as it would without it."""
+    """A ``TorchDispatchMode`` that answers yes where one of `_UNPADDED_QUESTIONS` reads a ``meta`` boolean's value
+    (``meta`` holds none). Any other read of a value on ``meta`` fails as it would without it."""
+    import inspect
+
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    def asked_by_masking() -> bool:
+        frame = inspect.currentframe()
+        while frame is not None:
+            if frame.f_code.co_name in _UNPADDED_QUESTIONS and "masking_utils" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
 
     class UnpaddedAnswers(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta" \
-                    and args[0].dtype == torch.bool:
+                    and args[0].dtype == torch.bool and asked_by_masking():
                 return True
             return func(*args, **(kwargs or {}))
 
