@@ -5,6 +5,7 @@
         --kind all-to-all --out benchmarks/results/tpu_async_overlap.json
     python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5e-8 --kind all-gather \\
         --flag=--xla_tpu_enable_async_collective_fusion=true ...   # --flag once per flag (MaxText's set)
+    python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5p-8 --mesh data=4 --batch 4 ...  # 4 chips
 
 Compiles the built-in strategy twice ahead of time for its TPU system (`meshlab check S.yaml --backend tpu
 --front-end torch-xla --json`, full depth, the workload's own size): as it is, and with the flag added to its
@@ -55,12 +56,20 @@ def main() -> None:
                         "--xla_tpu_enable_async_all_to_all=true)")
     parser.add_argument("--kind", default="all-to-all")
     parser.add_argument("--hardware", help="compile for this TPU system instead of the strategy's own")
+    parser.add_argument("--mesh", action="append", default=[], metavar="AXIS=N",
+                        help="set a mesh axis's size (repeat for several), for a system of another size")
+    parser.add_argument("--batch", type=int, help="set the workload's batch (with --mesh, to keep a chip's share)")
     parser.add_argument("--out", type=Path, help="also write both documents' figures as JSON here")
     args = parser.parse_args()
     flags = args.flag or ["--xla_tpu_enable_async_all_to_all=true"]
     data = yaml.safe_load((REPO / "strategies" / f"{args.strategy}.yaml").read_text())
     if args.hardware:
         data["hardware"] = args.hardware
+    for setting in args.mesh:
+        axis, _, size = setting.partition("=")
+        data["mesh"][axis] = int(size)
+    if args.batch:
+        data["workload"]["batch"] = args.batch
     with tempfile.TemporaryDirectory() as scratch:
         source, flagged = Path(scratch) / f"{args.strategy}.yaml", Path(scratch) / f"{args.strategy}-async.yaml"
         source.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -78,14 +87,17 @@ def main() -> None:
                       "kind_s": exposed_s(schedule, args.kind),
                       "per_block": doc["collectives_per_block"][block].get(args.kind, 0),
                       "async_per_block": doc["async_collectives_per_block"][block].get(args.kind, 0),
-                      "schedule": schedule}
+                      "schedule": doc["xla_schedule"]}
+        timeline = (f"schedule {schedule['total_s'] * 1e3:.2f} ms a forward, {args.kind} "
+                    f"{rows[name]['kind_s'] * 1e3:.3f} ms of it" if doc["xla_schedule"] else
+                    doc["xla_schedule_note"])
         print(f"{args.strategy}.yaml, {name}, {doc['device']['type']}: compile {doc['compile_seconds']:.0f} s; "
-              f"{block}: {rows[name]['per_block']} {args.kind} ({rows[name]['async_per_block']} async); schedule "
-              f"{schedule['total_s'] * 1e3:.2f} ms a forward, {args.kind} {rows[name]['kind_s'] * 1e3:.3f} ms of it")
+              f"{block}: {rows[name]['per_block']} {args.kind} ({rows[name]['async_per_block']} async); {timeline}")
     synchronous, asynchronous = (rows[k]["kind_s"] for k in sorted(docs, key=lambda k: rows[k]["async_per_block"]))
-    hidden = 1 - asynchronous / synchronous if synchronous else None
+    scheduled = all(doc["xla_schedule"] for doc in docs.values())
+    hidden = 1 - asynchronous / synchronous if synchronous and scheduled else None
     print(f"hidden by the schedule: {hidden:.4f} of the {args.kind}s' time" if hidden is not None else
-          f"no {args.kind} in the synchronous program's schedule")
+          f"no share: {'no schedule to read it from' if not scheduled else f'no {args.kind} in the schedule'}")
     if args.out:
         args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy, "flags": flags,
                                         "kind": args.kind, "programs": rows, "hidden": hidden}, indent=1) + "\n")

@@ -259,8 +259,9 @@ def windows_open(libtpu_flags: tuple[str, ...] | list[str] = ()) -> frozenset[st
 
 
 #: the libtpu flag that makes XLA:TPU run all-to-alls asynchronously (off by default): measured at full depth on
-#: v6e-8, hybrid.yaml's 7 Ulysses all-to-alls a middle block run 6 async with it and 0 without
-#: (python benchmarks/tpu_async_overlap.py); the catalog's ``async_all_to_all_hidden`` prices what that hides
+#: v6e-8, hybrid.yaml's 7 Ulysses all-to-alls a middle block run 6 async with it and 0 without, and the same on
+#: v5p's and v4's 4 chips (python benchmarks/tpu_async_overlap.py); the catalog's ``async_all_to_all_hidden`` prices
+#: what that hides, per chip
 ASYNC_ALL_TO_ALL_FLAG = "xla_tpu_enable_async_all_to_all"
 #: the phase a weight's gather ends with: a weight split over an axis that splits activations too (FSDP's)
 WEIGHTS_PHASE = ":weights"

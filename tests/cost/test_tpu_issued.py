@@ -623,6 +623,33 @@ def test_async_all_to_alls_show_what_xla_tpu_s_schedule_leaves_of_them(tmp_path)
     assert "not priced" not in libtpu_flags_line([flag], share)
 
 
+def test_each_async_share_in_the_catalog_is_its_benchmark_record_s():
+    """Every TPU chip's async share (async_all_to_all_hidden, async_weight_gather_hidden) names the record
+    benchmarks/tpu_async_overlap.py wrote, and is that record's share to 3 places: v6e's, v5p's and v4's all-to-alls,
+    v5e's weight gathers; the records of the programs without a schedule to read (FSDP's gathers on v5p and v4,
+    synchronous with libtpu's defaults) hold no share."""
+    import re
+
+    from meshlab.core.hardware import catalog
+
+    shares = {}
+    for hw in catalog().values():
+        for figure in ("async_all_to_all_hidden", "async_weight_gather_hidden"):
+            value = getattr(hw, figure)
+            if value is not None:
+                record = re.search(r"benchmarks/results/(tpu_async_overlap\w*\.json)", hw.sources[figure]).group(1)
+                shares[(hw.chip.split()[1], figure)] = (value, record)  # "TPU v6e (Trillium)": v6e
+    assert {chip for chip, figure in shares if figure == "async_all_to_all_hidden"} >= {"v6e", "v5p", "v4"}
+    for (chip, figure), (value, record) in shares.items():
+        document = json.loads((REPO / "benchmarks" / "results" / record).read_text())
+        assert document["kind"] == ("all-to-all" if figure == "async_all_to_all_hidden" else "all-gather")
+        assert round(document["hidden"], 3) == value, (chip, figure)
+    for record in ("tpu_async_overlap_v5p_fsdp.json", "tpu_async_overlap_v4_fsdp.json"):
+        document = json.loads((REPO / "benchmarks" / "results" / record).read_text())
+        assert document["hidden"] is None
+        assert all(p["async_per_block"] == 0 and p["schedule"] is None for p in document["programs"].values())
+
+
 def test_async_all_to_alls_stay_unpriced_where_the_chip_s_share_was_not_measured(tmp_path):
     """v5e's catalog entry has no async_all_to_all_hidden: its all-to-alls are priced synchronous under the flag,
     and explain names the flag as not priced."""
