@@ -245,9 +245,11 @@ TPU_DIFFERENCES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[int, in
     # only: under seq 4 x model 4 each block keeps its own)
     ("seq8-model2", "transformer_blocks.1", "all-reduce"): ((2, 884_736), (2, 1_032_192)),
     # 2d's rules on v4-8 and v5p-8 (megacore, data 2 x model 2): the image and text MLP sums stay two
-    # reduce-scatters (1,572,864 and 196,608 B) where v6e combines them (2d-4x2, flux2-2d); bytes agree
+    # reduce-scatters (1,572,864 and 196,608 B) where v6e combines them (2d-4x2, flux2-2d, and 2d-v6e-4 on v6e's
+    # 2x2); bytes agree. FLUX.2's double blocks on v5p alike (its single blocks have one)
     ("2d-v4-8", "transformer_blocks.1", "reduce-scatter"): ((2, 1_769_472), (1, 1_769_472)),
     ("2d-v5p-8", "transformer_blocks.1", "reduce-scatter"): ((2, 1_769_472), (1, 1_769_472)),
+    ("flux2-2d-v5p-8", "transformer_blocks.1", "reduce-scatter"): ((2, 1_179_648), (1, 1_179_648)),
 }
 
 
