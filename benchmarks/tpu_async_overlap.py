@@ -8,7 +8,8 @@
     python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5p-8 --mesh data=4 --batch 4 ...  # 4 chips
 
 Compiles the built-in strategy twice ahead of time for its TPU system (`meshlab check S.yaml --backend tpu
---front-end torch-xla --json`, full depth, the workload's own size): as it is, and with the flag added to its
+--front-end torch-xla --json`, full depth, the workload's own size, or another system's with --hardware, --mesh
+and --batch): as it is, and with the flag added to its
 `compile.libtpu_flags`. From each program's latency-hiding schedule (XLA:TPU's cost model, not a measurement;
 meshlab.check.tpu_schedule) it takes the time the kind holds the timeline: synchronous, all of it; async, what the
 schedule leaves exposed (the -done ops and the cycles wasted waiting on them). The share hidden is 1 - exposed /
@@ -67,6 +68,9 @@ def main() -> None:
         data["hardware"] = args.hardware
     for setting in args.mesh:
         axis, _, size = setting.partition("=")
+        if axis not in data["mesh"]:
+            sys.exit(f"--mesh {setting}: {args.strategy}.yaml's mesh has no axis {axis!r} (its axes: "
+                     f"{', '.join(data['mesh'])})")
         data["mesh"][axis] = int(size)
     if args.batch:
         data["workload"]["batch"] = args.batch
@@ -81,10 +85,11 @@ def main() -> None:
         docs = {"libtpu's defaults": compiled(source, cache), " ".join(flags): compiled(flagged, cache)}
     rows = {}
     for name, doc in docs.items():
-        schedule = doc["xla_schedule"] or {"collective_s_by_kind": {}, "wasted_s": {}, "total_s": 0.0}
+        schedule = doc["xla_schedule"]
         block = doc["middle_blocks"][0]
-        rows[name] = {"compile_seconds": doc["compile_seconds"], "schedule_total_s": schedule["total_s"],
-                      "kind_s": exposed_s(schedule, args.kind),
+        rows[name] = {"compile_seconds": doc["compile_seconds"],
+                      "schedule_total_s": schedule["total_s"] if schedule else None,  # None: no schedule written
+                      "kind_s": exposed_s(schedule, args.kind) if schedule else None,
                       "per_block": doc["collectives_per_block"][block].get(args.kind, 0),
                       "async_per_block": doc["async_collectives_per_block"][block].get(args.kind, 0),
                       "schedule": doc["xla_schedule"]}
@@ -99,7 +104,8 @@ def main() -> None:
     print(f"hidden by the schedule: {hidden:.4f} of the {args.kind}s' time" if hidden is not None else
           f"no share: {'no schedule to read it from' if not scheduled else f'no {args.kind} in the schedule'}")
     if args.out:
-        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy, "flags": flags,
+        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy,
+                                        "hardware": data["hardware"], "mesh": data["mesh"], "flags": flags,
                                         "kind": args.kind, "programs": rows, "hidden": hidden}, indent=1) + "\n")
 
 

@@ -634,21 +634,26 @@ def test_each_async_share_in_the_catalog_is_its_benchmark_record_s():
 
     from meshlab.core.hardware import catalog
 
-    shares = {}
-    for hw in catalog().values():
+    systems = catalog()
+    shares = set()
+    for hw in systems.values():
+        chip = hw.chip.split()[1]  # "TPU v6e (Trillium)": v6e
         for figure in ("async_all_to_all_hidden", "async_weight_gather_hidden"):
             value = getattr(hw, figure)
-            if value is not None:
-                record = re.search(r"benchmarks/results/(tpu_async_overlap\w*\.json)", hw.sources[figure]).group(1)
-                shares[(hw.chip.split()[1], figure)] = (value, record)  # "TPU v6e (Trillium)": v6e
-    assert {chip for chip, figure in shares if figure == "async_all_to_all_hidden"} >= {"v6e", "v5p", "v4"}
-    for (chip, figure), (value, record) in shares.items():
-        document = json.loads((REPO / "benchmarks" / "results" / record).read_text())
-        assert document["kind"] == ("all-to-all" if figure == "async_all_to_all_hidden" else "all-gather")
-        assert round(document["hidden"], 3) == value, (chip, figure)
-    for record in ("tpu_async_overlap_v5p_fsdp.json", "tpu_async_overlap_v4_fsdp.json"):
-        document = json.loads((REPO / "benchmarks" / "results" / record).read_text())
-        assert document["hidden"] is None
+            if value is None:
+                continue
+            record = re.search(r"benchmarks/results/(tpu_async_overlap\w*\.json)", hw.sources[figure]).group(1)
+            document = json.loads((REPO / "benchmarks" / "results" / record).read_text())
+            assert document["kind"] == ("all-to-all" if figure == "async_all_to_all_hidden" else "all-gather")
+            assert round(document["hidden"], 3) == value, (hw.name, figure)
+            compiled = re.search(r"--hardware (\S+)", document["command"])  # else the strategy's own (v6e-8)
+            assert systems[compiled.group(1) if compiled else "v6e-8"].chip == hw.chip, (hw.name, record)
+            shares.add((chip, figure))
+    assert {chip for chip, figure in shares if figure == "async_all_to_all_hidden"} == {"v6e", "v5p", "v4"}
+    assert {chip for chip, figure in shares if figure == "async_weight_gather_hidden"} == {"v5e"}
+    for chip in ("v5p", "v4"):
+        document = json.loads((REPO / "benchmarks" / "results" / f"tpu_async_overlap_{chip}_fsdp.json").read_text())
+        assert document["hidden"] is None and f"--hardware {chip}-8" in document["command"]
         assert all(p["async_per_block"] == 0 and p["schedule"] is None for p in document["programs"].values())
 
 
