@@ -92,7 +92,7 @@ from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
 from meshlab.plan.axes import heads_gathered, kernel_marked, kernel_split, values_summed
 from meshlab.plan.plan import PlannedParameter
-from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, flag_setting, flag_value
+from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, async_all_gathers, flag_setting, flag_value
 
 @lru_cache(maxsize=1)
 def _known_difference_entries() -> tuple[dict, ...]:
@@ -273,11 +273,6 @@ def async_all_to_alls(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
     --xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces synchronous
     (benchmarks/results/tpu_async_flags.txt)."""
     return flag_value(libtpu_flags, ASYNC_ALL_TO_ALL_FLAG, False)
-
-
-def async_all_gathers(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
-    """Whether a strategy's libtpu flags leave XLA's async all-gathers on (the default)."""
-    return flag_value(libtpu_flags, ASYNC_ALL_GATHER_FLAG, True)
 
 
 def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | None = None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
 from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, kernel_marked, ring_axes, values_summed
 from meshlab.plan.plan import Plan, PlannedParameter
-from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, Strategy, flag_value
+from meshlab.strategy.schema import Strategy, async_all_gathers
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 ACTIVATION_METHOD = (
@@ -136,7 +136,7 @@ def weight_gathers_async(strategy: Strategy, hardware) -> bool:
     or runs its blocks through scan (a loop whose next iteration's gathers were not measured)."""
     return (hardware.kind == "tpu" and hardware.async_weight_gather_hidden is not None
             and not strategy.compile.scan_blocks
-            and flag_value(strategy.compile.libtpu_flags, ASYNC_ALL_GATHER_FLAG, True))
+            and async_all_gathers(strategy.compile.libtpu_flags))
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,

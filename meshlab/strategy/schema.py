@@ -318,6 +318,11 @@ def flag_value(flags, name: str, default: bool) -> bool:
 ASYNC_ALL_GATHER_FLAG = "xla_enable_async_all_gather"
 
 
+def async_all_gathers(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
+    """Whether a strategy's libtpu flags leave XLA's async all-gathers on (the default)."""
+    return flag_value(libtpu_flags, ASYNC_ALL_GATHER_FLAG, True)
+
+
 #: Model rewrites a strategy can ask for: what each changes, and which collectives it removes.
 REWRITES = {
     "layernorm-rows": "every LayerNorm computes mean and variance over the last dim (in float32, cast back) "
