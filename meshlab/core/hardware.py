@@ -52,7 +52,7 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
                     "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count", "async_all_to_all_hidden",
-                    "async_weight_gather_hidden")
+                    "async_weight_gather_hidden", "reduce_scatter_combine_bytes")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 #: queries per tile of the flash kernels at head dim 128: FlashAttention-2's forward, which torch's flash backend
@@ -136,6 +136,10 @@ class Hardware:
     #: XLA:TPU's schedule of FSDP's weight all-gathers where libtpu's defaults run them async on this chip: the share
     #: of their time it hides under compute (None: synchronous here, or not measured)
     async_weight_gather_hidden: float | None = None
+    #: XLA:TPU's all-reduce combiner on a block phase's reduce-scatters (all-reduce-scatter fusions): (chips in the
+    #: group, the most bytes they move together and still run as one op; 0: never), group sizes increasing
+    #: (`scatter_combine_limit`; empty: combined whatever their size, not measured)
+    reduce_scatter_combine_bytes: tuple[tuple[int, int], ...] = ()
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -287,6 +291,15 @@ def _problems(hw: Hardware) -> list[str]:
     if hw.matmul_rates is not None:
         problems += hw.matmul_rates.problems()
     return problems
+
+
+def combine_limit(limits: tuple[tuple[int, int], ...], chips: int) -> int | None:
+    """The most bytes a block phase's reduce-scatters over `chips` chips move together and still run as one op,
+    from a chip's `reduce_scatter_combine_bytes` (None where it has none: combined whatever their size). A group
+    size not listed takes the nearest listed one's (in ratio; a tie goes to the smaller group): not measured."""
+    if not limits:
+        return None
+    return min(limits, key=lambda limit: (abs(math.log(limit[0] / chips)), limit[0]))[1]
 
 
 def sm_fill(rows: int, queries: int, sms: int) -> float:

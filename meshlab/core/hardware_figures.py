@@ -111,6 +111,19 @@ def parse_attention_rates(value: object) -> tuple[tuple[str, tuple[tuple[int, fl
     return tuple((str(k), tuple((parse_count(n), parse_number(r)) for n, r in points)) for k, points in value.items())
 
 
+def parse_group_bytes(value: object) -> tuple[tuple[int, int], ...]:
+    """[[chips in the group, bytes], ...], the group sizes increasing; [] or none for not given."""
+    if value in (None, "none"):
+        return ()
+    shape_help = "expected [[chips in the group, bytes], ...], the group sizes increasing"
+    if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        raise ValueError(shape_help)
+    pairs = tuple((parse_count(n), parse_bytes(b)) for n, b in value)
+    if any(n < 2 for n, _ in pairs) or [n for n, _ in pairs] != sorted({n for n, _ in pairs}):
+        raise ValueError(f"{value!r}: " + shape_help + ", each of 2 chips or more")
+    return pairs
+
+
 def parse_matmul_rates(value: object) -> MatmulRates | None:
     """{m: [...], n: [...], k: [...], flops: [[[FLOP/s per k] per n] per m]}, or none."""
     if value in (None, "none"):
@@ -145,6 +158,7 @@ Interconnect = Annotated[str, _figure(parse_interconnect, Literal["ici-torus", "
 Kernel = Annotated[str, _figure(parse_kernel, str)]
 AttentionRates = Annotated[tuple[tuple[str, tuple[tuple[int, float], ...]], ...],
                            _figure(parse_attention_rates, dict[str, list[tuple[int, float]]])]
+GroupBytes = Annotated[tuple[tuple[int, int], ...], _figure(parse_group_bytes, Union[list[tuple[int, int]], str, None])]
 MatmulGrid = Annotated[Optional[MatmulRates], _figure(parse_matmul_rates, Union[dict[str, list], str, None])]
 
 
@@ -159,7 +173,7 @@ def _no_null_defaults(schema: dict) -> None:
 OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte",
                     "sm_count", "async_all_to_all_hidden", "async_weight_gather_hidden")
 #: the figures that take none (null): no GEMM rates, and the optional numbers
-OPTIONAL = ("matmul_rates", *OPTIONAL_NUMBERS)
+OPTIONAL = ("matmul_rates", "reduce_scatter_combine_bytes", *OPTIONAL_NUMBERS)
 
 
 class HardwareFigures(Closed):
@@ -212,6 +226,10 @@ class HardwareFigures(Closed):
         None, description="the share of FSDP's weight all-gathers' time XLA:TPU's schedule hides under compute, where "
         "libtpu's defaults run them async on this chip (a plan's --xla_enable_async_all_gather=false turns that off), "
         "from 0 to 1; or none (synchronous, or not measured)")
+    reduce_scatter_combine_bytes: GroupBytes = Field(
+        None, description="[[chips in the group, bytes], ...]: XLA:TPU combines a block phase's reduce-scatters over "
+        "a group of that many chips into one op while together they move at most the bytes (0: never), the nearest "
+        "listed group standing for another; or none (combined whatever their size, not measured)")
 
 
 class SourcedFigure(Closed):

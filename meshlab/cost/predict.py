@@ -155,7 +155,7 @@ def predict(plan: Plan, strategy: Strategy, hardware: Hardware, assumptions: Ass
     layout, graph, work, collectives = done.layout, done.graph, done.work, done.collectives
     issued = tool_issued(issued_on(collectives, hardware.kind, hardware.collective_matmul_flop_per_byte,
                                    plan.mesh.as_dict(), strategy.dcn, strategy.compile.scan_blocks,
-                                   windows_open(strategy.compile.libtpu_flags)),
+                                   windows_open(strategy.compile.libtpu_flags), hardware.reduce_scatter_combine_bytes),
                          layout)  # what the hardware and the ring's tool run
     ring = {layout.ring_axes} if layout.ring_axes else set()
     routes = {axes: route(axes, plan.mesh, hardware, strategy.dcn)
