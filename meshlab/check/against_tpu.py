@@ -7,9 +7,7 @@ on this host, no TPU); read the TPU program and hold it to the plan:
   tables, scalars: `other_arguments`), against the plan's weight shards in the TPU's tiled layouts
   (meshlab.core.tpu_tiles), to the byte (``WEIGHTS_TOLERANCE``);
 - **temporaries**: meshlab's activation estimate (the working set live at once) against the most temporary bytes
-  XLA:TPU's program holds live at once in HBM, from its buffer assignment and live ranges (within
-  ``TEMPS_TOLERANCE``), or, where the estimate is larger, at most those and what the program keeps on the chip
-  (XLA's alternate memory space, which holds most of a small forward's working set: `hlo.alternate_memory_bytes`);
+  XLA:TPU's program holds live at once, from its buffer assignment and live ranges (within ``TEMPS_TOLERANCE``);
   its temp buffer, what the fit counts, packs those values at offsets and is larger by the gaps it leaves (2d at
   full depth: 0.98 GiB live in a 1.21 GiB buffer; pairs: the same 0.98 in 1.55), which meshlab does not model;
 - **collectives of a middle block** (block 0 of each list when more than one is compiled), by kind, counted as
@@ -77,8 +75,6 @@ class Compiled:
     schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
     program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
     temporaries_live_peak: int | None = None  # the most temporary bytes live at once (the rest of "temp" is packing)
-    #: the temporaries' allocation in XLA's alternate memory space, on the chip (None: not read)
-    temporaries_on_chip: int | None = None
     #: planned weight shards no argument of the program matched (None: the arguments were not read back)
     weights_missing: int | None = None
     #: the Pallas kernels the program calls (a flash attention's, torchax's with the strategy's flash kernel: one
@@ -208,10 +204,10 @@ class TpuCheckReport:
                          "arguments in their planned shape (held in another sharding?)")
         temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
         if c.temporaries_live_peak is not None:
-            live, on_chip = c.temporaries_live_peak, c.temporaries_on_chip or 0
-            if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1) and not live < activations <= live + on_chip:
+            live = c.temporaries_live_peak
+            if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
                 found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once "
-                             f"({temps} in its temp buffer" + (f", {on_chip} on the chip" if on_chip else "") + ")")
+                             f"({temps} in its temp buffer)")
         elif abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
             found.append(f"temporaries per chip: predicted {activations}, XLA:TPU's temp buffer {temps}")
         if not self.attributed:
@@ -449,8 +445,7 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
                     result.get("bytes_accessed"), collectives, result.get("out_of_memory") or "",
                     result.get("required_bytes"), schedule,
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
-                    temporaries_live_peak=result.get("temporaries_live_peak"),
-                    temporaries_on_chip=result.get("temporaries_on_chip"), weights_missing=missing,
+                    temporaries_live_peak=result.get("temporaries_live_peak"), weights_missing=missing,
                     kernels=hlo.pallas_kernels(text) if result.get("hlo_file") else None,
                     attention_calls=result.get("attention_calls") or {})
 
@@ -595,8 +590,7 @@ def _memory_document(c: Compiled | None) -> dict | None:
     m = c.memory
     return {"arguments": m["argument"], "outputs": m["output"], "temporaries": m["temp"],
             "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
-            "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak,
-            "temporaries_on_chip": c.temporaries_on_chip}
+            "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak}
 
 
 def _blocks(per_block: dict[str, Counter]) -> dict[str, dict]:

@@ -244,10 +244,7 @@ class TpuMemory(Document):
     total: int | None
     other_arguments: dict[str, int] = Field(description="arguments that are not weights (inputs, tables, scalars)")
     temporaries_live_peak: int | None = Field(
-        None, description="the most temporary bytes live at once in HBM; the temp buffer packs them with gaps")
-    temporaries_on_chip: int | None = Field(
-        None, description="the temporaries' allocation in XLA's alternate memory space, on the chip beside the HBM "
-        "(not counted in temporaries): a small forward keeps most of its working set there")
+        None, description="the most temporary bytes live at once; the temp buffer packs them with gaps")
 
 
 class TpuMeshlabMemory(Document):

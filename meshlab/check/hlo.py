@@ -501,19 +501,6 @@ _VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\)")
 _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 
-_ALTERNATE_TEMP = re.compile(r"^allocation \d+: size (\d+), color 1, page \d+, preallocated-temp:", re.M)
-
-
-def alternate_memory_bytes(buffer_assignment: str) -> int:
-    """Bytes of the program's temporaries in XLA's alternate memory space (color 1; memory space assignment,
-    xla/service/memory_space_assignment, places values and prefetched copies there: on a TPU, memory on the chip
-    beside the HBM), from its buffer assignment (``*-buffer-assignment.txt``). `temporaries_live_peak` and
-    ``memory_analysis()``'s temp bytes count the HBM (color 0) only: at a small size XLA:TPU keeps most of a
-    forward's working set there (2d's rules on v6e-4, 3 blocks at 256²: 0.3 MB live in HBM, a 100 MB allocation on
-    the chip; at 1024², 1.74 GB in HBM)."""
-    return sum(int(size) for size in _ALTERNATE_TEMP.findall(buffer_assignment))
-
-
 def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None:
     """The most bytes of the program's temporaries (its preallocated temp buffer in device memory, color 0) in use
     at one point of its instruction sequence, from XLA's buffer assignment (each value's offset and size) and its

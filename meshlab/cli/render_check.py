@@ -306,8 +306,6 @@ def render_tpu_check(report, console) -> None:
             mib(report.predicted_temporaries(c.front_end)),
             mib(c.temporaries_live_peak) if c.temporaries_live_peak is not None else "?")
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
-        if c.temporaries_on_chip:
-            table.add_row("on the chip (XLA's alternate memory space; not in HBM)", "", mib(c.temporaries_on_chip))
         table.add_row("inputs and other arguments", "", mib(sum(c.other_arguments.values())))
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
         table.add_row("total", mib(memory.total), mib(c.total_bytes))

@@ -135,8 +135,6 @@ class FrontEndCompiled(Payload):
     required_bytes: Optional[int]
     temporaries_live_peak: Optional[int] = Field(
         None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
-    temporaries_on_chip: Optional[int] = Field(
-        None, description="the temporaries' allocation in XLA's alternate memory space, on the chip (color 1)")
     attention_calls: dict[str, int] = Field(
         {}, description="torchax's attention calls by how they ran: 'kernel' (the strategy's flash kernel) or "
                         "'reference' (torch's reference math: a call the kernel does not take)")

@@ -105,7 +105,6 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
         schedules[-1].replace(schedule)
     return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
             "temporaries_live_peak": _temporaries_live_peak(dump, before),
-            "temporaries_on_chip": _temporaries_on_chip(dump, before),
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
             "hlo_file": str(hlo_file) if program else None, "mesh_device_ids": mesh_ids,
@@ -135,15 +134,6 @@ def _temporaries_live_peak(dump: Path, before: set[Path]) -> int | None:
     if not live_range.exists():
         return None
     return hlo.temporaries_live_peak(assignment.read_text(), live_range.read_text())
-
-
-def _temporaries_on_chip(dump: Path, before: set[Path]) -> int | None:
-    """The temporaries this compile's program keeps in XLA's alternate memory space, on the chip
-    (meshlab.check.hlo.alternate_memory_bytes), from the buffer assignment it dumped (`_largest`)."""
-    from meshlab.check import hlo
-
-    assignment = _largest(dump, before, ".after_optimizations-buffer-assignment.txt")
-    return hlo.alternate_memory_bytes(assignment.read_text()) if assignment is not None else None
 
 
 def _depth(setup: CheckSetup) -> str:

@@ -253,15 +253,3 @@ def test_xla_tpu_s_temp_buffer_holds_at_least_what_is_live_at_once():
     largest = max(int(s) for s in re.findall(r"size=(\d+)", temp.group(2)))
     peak = temporaries_live_peak(assignment, live_range)
     assert largest <= peak <= int(temp.group(1)) and peak == 1_903_968
-
-
-def test_the_temporaries_on_the_chip_are_the_alternate_memory_space_s_temp_allocation():
-    """Color 1 only: SANA 2d's program keeps a 43,058,688 B allocation there (the small ones of colors 2, 4 and 6,
-    scalars and flags, and the HBM's color 0 are not it); a program with none has 0."""
-    import gzip
-
-    from meshlab.check.hlo import alternate_memory_bytes
-
-    assignment = gzip.open(Path(__file__).parent / "data" / "tpu_sana-2d.buffer-assignment.txt.gz", "rt").read()
-    assert alternate_memory_bytes(assignment) == 43_058_688
-    assert alternate_memory_bytes("allocation 1: size 300, page 0, preallocated-temp:\n") == 0

@@ -237,14 +237,6 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     assert any(d.startswith("weights per chip") for d in differences)
     assert any(d.startswith("temporaries per chip") for d in differences)
     assert "transformer_blocks.1: all-reduce count predicted 3, XLA:TPU 2" in differences
-    # XLA:TPU's HBM live at once short of the estimate: agrees where what it keeps on the chip covers the rest
-    small = replace(program, temporaries_live_peak=scores // 10, temporaries_on_chip=scores)
-    assert replace(report, compiled=(small,)).agrees
-    short = replace(small, temporaries_on_chip=scores // 2)
-    assert (f"temporaries per chip: predicted {scores}, XLA:TPU {scores // 10} in use at once ({scores} in its temp "
-            f"buffer, {scores // 2} on the chip)") in replace(report, compiled=(short,)).differences()
-    over = replace(small, temporaries_live_peak=scores * 2)  # more in HBM than the estimate: the chip is no excuse
-    assert any(d.startswith("temporaries per chip") for d in replace(report, compiled=(over,)).differences())
     assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
     # torchax's attention calls that kept the reference math, which meshlab prices as the flash kernel, are named;
     # torch_xla's stock attention is priced as what it is
