@@ -4,14 +4,17 @@
 
 Under 2d's rules a block's MLP sums (the image stream's and the text stream's) are reduce-scattered over the model
 axis; XLA:TPU's all-reduce combiner, run again after it fuses each all-reduce and its slice into an
-all-reduce-scatter fusion, merges the two into one op on v6e and v5e while they are small, and never on v4 and v5p
-(the pass runs there, with the same combiner thresholds in the flags libtpu dumps, and changes nothing). Each case
-here compiles 3 blocks ahead of time (`meshlab check S --backend tpu --front-end torch-xla --layers 3 --height H
---width H --text-tokens T --json`) and reads a middle block's reduce-scatters: their count and the bytes they move
-together (the all-reduce's input, both streams). The sizes bracket the boundary: for each chip and group size the
-largest total seen combined and the smallest seen apart. The catalog's ``reduce_scatter_combine_bytes`` is the
-largest combined total per group size; tests/cost/test_tpu_issued.py holds meshlab's count to every case here.
-Each compile takes about 20 s on two cores. Nothing here asserts a time.
+all-reduce-scatter fusion, merges the two into one op on v6e and v5e while they are small, and on v4 and v5p at no
+size compiled (the pass runs there and changes nothing; the flagfile XLA dumps beside a v5p-8 and a v6e-4 program,
+`meshlab check S --backend tpu --dump-dir D`, lists the same combiner thresholds, 125,829,120 B). The 4-chip cases
+on v6e and v5e turn the collective matmuls off (2d-no-collective-matmul*.yaml's libtpu flags), else those chips run
+the MLP sums as collective matmuls. Each case here compiles 3 blocks ahead of time (`meshlab check S --backend tpu
+--front-end torch-xla --layers 3 --height H --width H --text-tokens T --json`) and reads a middle block's
+reduce-scatters: their count and the bytes they move together (the all-reduce's input, both streams). The sizes
+bracket the boundary: for each chip and group size the largest total seen combined and the smallest seen apart. The
+catalog's ``reduce_scatter_combine_bytes`` is the largest combined total per group size;
+tests/cost/test_tpu_issued.py holds meshlab's count to every case here. Each compile takes about 20 s on two cores.
+Nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -24,29 +27,31 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = "tests/cost/data/strategies"
-#: (strategy, group size, height = width, text tokens): sizes that bracket each chip's boundary
+#: (strategy, height = width, text tokens): sizes that bracket each chip's boundary; the group is the model axis
 CASES = (
-    (f"{DATA}/2d-v6e-4.yaml", 2, 256, 32),
-    (f"{DATA}/2d-v6e-4.yaml", 2, 640, 64),
-    (f"{DATA}/2d-v6e-4.yaml", 2, 640, 72),
-    (f"{DATA}/2d-v6e-4.yaml", 2, 640, 80),
-    (f"{DATA}/2d-v6e-4.yaml", 2, 704, 64),
-    (f"{DATA}/2d-v6e-4.yaml", 2, 1024, 128),
-    (f"{DATA}/2d-no-collective-matmul.yaml", 4, 256, 32),
-    (f"{DATA}/2d-no-collective-matmul.yaml", 4, 768, 128),
-    (f"{DATA}/2d-no-collective-matmul.yaml", 4, 768, 256),
-    (f"{DATA}/2d-no-collective-matmul.yaml", 4, 832, 64),
-    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 4, 256, 32),
-    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 4, 512, 64),
-    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 4, 576, 64),
-    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 4, 640, 64),
-    (f"{DATA}/2d-v5p-8.yaml", 2, 64, 16),
-    (f"{DATA}/2d-v5p-8.yaml", 2, 256, 32),
-    (f"{DATA}/2d-v5p-8.yaml", 2, 512, 64),
-    (f"{DATA}/2d-v4-8.yaml", 2, 64, 16),
-    (f"{DATA}/2d-v4-8.yaml", 2, 256, 32),
+    (f"{DATA}/2d-v6e-4.yaml", 256, 32),
+    (f"{DATA}/2d-v6e-4.yaml", 640, 64),
+    (f"{DATA}/2d-v6e-4.yaml", 640, 72),
+    (f"{DATA}/2d-v6e-4.yaml", 640, 80),
+    (f"{DATA}/2d-v6e-4.yaml", 704, 64),
+    (f"{DATA}/2d-v6e-4.yaml", 1024, 128),
+    (f"{DATA}/2d-no-collective-matmul.yaml", 256, 32),
+    (f"{DATA}/2d-no-collective-matmul.yaml", 768, 128),
+    (f"{DATA}/2d-no-collective-matmul.yaml", 768, 256),
+    (f"{DATA}/2d-no-collective-matmul.yaml", 832, 64),
+    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 256, 32),
+    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 512, 64),
+    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 576, 64),
+    (f"{DATA}/2d-no-collective-matmul-v5e-8.yaml", 640, 64),
+    (f"{DATA}/2d-v5p-8.yaml", 64, 16),
+    (f"{DATA}/2d-v5p-8.yaml", 256, 32),
+    (f"{DATA}/2d-v5p-8.yaml", 512, 64),
+    (f"{DATA}/2d-v4-8.yaml", 64, 16),
+    (f"{DATA}/2d-v4-8.yaml", 256, 32),
 )
 BLOCK = "transformer_blocks.1"
 
@@ -68,7 +73,8 @@ def main() -> None:
     args = parser.parse_args()
     cases = []
     with tempfile.TemporaryDirectory(prefix="meshlab-scatter-combine-") as folder:
-        for strategy, ways, side, text_tokens in CASES:
+        for strategy, side, text_tokens in CASES:
+            ways = yaml.safe_load((REPO / strategy).read_text())["mesh"]["model"]
             document = compiled(strategy, side, text_tokens, Path(folder) / "compile_times.json")
             count = document["collectives_per_block"][BLOCK].get("reduce-scatter", 0)
             moved = document["collective_bytes_per_block"][BLOCK].get("reduce-scatter", 0)

@@ -138,7 +138,7 @@ class Hardware:
     async_weight_gather_hidden: float | None = None
     #: XLA:TPU's all-reduce combiner on a block phase's reduce-scatters (all-reduce-scatter fusions): (chips in the
     #: group, the most bytes they move together and still run as one op; 0: never), group sizes increasing
-    #: (`scatter_combine_limit`; empty: combined whatever their size, not measured)
+    #: (`combine_limit`; empty: combined whatever their size, not measured)
     reduce_scatter_combine_bytes: tuple[tuple[int, int], ...] = ()
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file

@@ -115,12 +115,14 @@ def parse_group_bytes(value: object) -> tuple[tuple[int, int], ...]:
     """[[chips in the group, bytes], ...], the group sizes increasing; [] or none for not given."""
     if value in (None, "none"):
         return ()
-    shape_help = "expected [[chips in the group, bytes], ...], the group sizes increasing"
+    shape_help = "expected [[chips in the group, bytes], ...], the group sizes increasing, or none"
     if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
         raise ValueError(shape_help)
     pairs = tuple((parse_count(n), parse_bytes(b)) for n, b in value)
-    if any(n < 2 for n, _ in pairs) or [n for n, _ in pairs] != sorted({n for n, _ in pairs}):
-        raise ValueError(f"{value!r}: " + shape_help + ", each of 2 chips or more")
+    if any(n < 2 for n, _ in pairs):
+        raise ValueError(f"{value!r}: a group is 2 chips or more")
+    if [n for n, _ in pairs] != sorted({n for n, _ in pairs}):
+        raise ValueError(f"{value!r}: give each group size once, increasing")
     return pairs
 
 
@@ -158,7 +160,8 @@ Interconnect = Annotated[str, _figure(parse_interconnect, Literal["ici-torus", "
 Kernel = Annotated[str, _figure(parse_kernel, str)]
 AttentionRates = Annotated[tuple[tuple[str, tuple[tuple[int, float], ...]], ...],
                            _figure(parse_attention_rates, dict[str, list[tuple[int, float]]])]
-GroupBytes = Annotated[tuple[tuple[int, int], ...], _figure(parse_group_bytes, Union[list[tuple[int, int]], str, None])]
+_GROUP_BYTES = Union[list[tuple[int, Union[int, float, str]]], Literal["none"], None]
+GroupBytes = Annotated[tuple[tuple[int, int], ...], _figure(parse_group_bytes, _GROUP_BYTES)]
 MatmulGrid = Annotated[Optional[MatmulRates], _figure(parse_matmul_rates, Union[dict[str, list], str, None])]
 
 

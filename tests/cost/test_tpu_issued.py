@@ -760,6 +760,11 @@ def test_a_phase_s_reduce_scatters_combine_in_order_up_to_the_limit_of_their_gro
     assert [c.operands for c in combine_scatters(ops, {"model": 4}, ((4, 1_310_720),))] == [3]
     assert [c.operands for c in combine_scatters(ops, {"model": 4}, ((2, 0),))] == [1, 1, 1]
     assert [c.operands for c in combine_scatters(ops, {"model": 4}, ())] == [3]
+    # one already over the limit runs alone, and the ones after it combine (hunyuan-seq4-model2's pattern)
+    assert [c.operands for c in combine_scatters([windowed_image, windowed_text, windowed_text], {"model": 4},
+                                                 ((4, 500_000),))] == [1, 2]
+    # the group is the collective's axes: the same ops over model 2 take the 2-chip limit
+    assert [c.operands for c in combine_scatters(ops, {"model": 2}, ((2, 0), (4, 1_310_720)))] == [1, 1, 1]
     limits = ((2, 10), (4, 20), (16, 40))
     assert [combine_limit(limits, n) for n in (2, 3, 4, 8, 32)] == [10, 20, 20, 20, 40]
     assert combine_limit(((2, 10), (8, 30)), 4) == 10  # as near to 2 as to 8
@@ -767,8 +772,10 @@ def test_a_phase_s_reduce_scatters_combine_in_order_up_to_the_limit_of_their_gro
 
 
 @pytest.mark.parametrize("value, problem", [
-    ([[1, 100]], "each of 2 chips or more"), ([[4, 100], [2, 50]], "the group sizes increasing"),
-    ([[2, -1]], "is not a byte count"), ("lots", "expected [[chips in the group, bytes], ...]"),
+    ([[1, 100]], "a group is 2 chips or more"), ([[4, 100], [2, 50]], "give each group size once, increasing"),
+    ([[2, 100], [2, 50]], "give each group size once, increasing"),
+    ([[2, -1]], "is not a byte count"), ("lots", "expected [[chips in the group, bytes], ...], the group sizes "
+                                                  "increasing, or none"),
 ])
 def test_a_bad_scatter_combine_override_is_one_line_naming_the_figure(value, problem):
     from meshlab.core.errors import InputError
