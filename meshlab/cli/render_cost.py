@@ -335,7 +335,7 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
         console.print(line, markup=False)
     if hw.kind == "tpu" and planned.strategy.compile.libtpu_flags:
         console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags, hw.async_all_to_all_hidden,
-                                        hw.async_weight_gather_hidden), markup=False)
+                                        hw.async_weight_gather_hidden, hw.async_weight_gathers), markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")

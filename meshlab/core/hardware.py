@@ -52,7 +52,7 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
                     "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count", "async_all_to_all_hidden",
-                    "async_weight_gather_hidden", "reduce_scatter_combine_bytes")
+                    "async_weight_gather_hidden", "async_weight_gathers", "reduce_scatter_combine_bytes")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 #: queries per tile of the flash kernels at head dim 128: FlashAttention-2's forward, which torch's flash backend
@@ -136,6 +136,9 @@ class Hardware:
     #: XLA:TPU's schedule of FSDP's weight all-gathers where libtpu's defaults run them async on this chip: the share
     #: of their time it hides under compute (None: synchronous here, or not measured)
     async_weight_gather_hidden: float | None = None
+    #: when XLA:TPU runs FSDP's weight gathers async here: "by-default", "with-flag" (a plan's
+    #: --xla_enable_async_all_gather=true), or "" (never; meshlab.plan.memory.weight_gathers_async)
+    async_weight_gathers: str = ""
     #: XLA:TPU's all-reduce combiner on a block phase's reduce-scatters (all-reduce-scatter fusions): (chips in the
     #: group, the most bytes they move together and still run as one op; 0: never), group sizes increasing
     #: (`combine_limit`; empty: combined whatever their size, not measured)
@@ -273,6 +276,11 @@ def _problems(hw: Hardware) -> list[str]:
         number = isinstance(value, (float, int)) and not isinstance(value, bool)
         if value is not None and (not number or not math.isfinite(value) or not low <= value <= high):
             problems.append(f"{name} ({value!r}) must be a number from {low:g} to {high:g}")
+    if hw.async_weight_gathers not in ("", "by-default", "with-flag"):
+        problems.append(f"async_weight_gathers ({hw.async_weight_gathers!r}) must be by-default, with-flag or none")
+    if hw.async_weight_gather_hidden is not None and not hw.async_weight_gathers:
+        problems.append("async_weight_gather_hidden is the share of gathers that run async: give async_weight_gathers "
+                        "too (by-default or with-flag)")
     if hw.sm_count is not None and hw.sm_count != int(hw.sm_count):
         problems.append(f"sm_count ({hw.sm_count!r}) must be a whole number of SMs")
     missing = [name for name in FIGURES if not hw.sources.get(name)]

@@ -111,6 +111,18 @@ def parse_attention_rates(value: object) -> tuple[tuple[str, tuple[tuple[int, fl
     return tuple((str(k), tuple((parse_count(n), parse_number(r)) for n, r in points)) for k, points in value.items())
 
 
+ASYNC_GATHER_MODES = ("by-default", "with-flag")
+
+
+def parse_async_gathers(value: object) -> str:
+    """When a chip runs FSDP's weight gathers async: one of `ASYNC_GATHER_MODES`, or "" for none (never)."""
+    if value in (None, "none", ""):
+        return ""
+    if value not in ASYNC_GATHER_MODES:
+        raise ValueError(f"{value!r} is not one of {[*ASYNC_GATHER_MODES, 'none']}")
+    return str(value)
+
+
 def parse_group_bytes(value: object) -> tuple[tuple[int, int], ...]:
     """[[chips in the group, bytes], ...], the group sizes increasing; [] or none for not given."""
     if value in (None, "none"):
@@ -160,6 +172,7 @@ Interconnect = Annotated[str, _figure(parse_interconnect, Literal["ici-torus", "
 Kernel = Annotated[str, _figure(parse_kernel, str)]
 AttentionRates = Annotated[tuple[tuple[str, tuple[tuple[int, float], ...]], ...],
                            _figure(parse_attention_rates, dict[str, list[tuple[int, float]]])]
+AsyncGathers = Annotated[str, _figure(parse_async_gathers, Literal["by-default", "with-flag", "none"])]
 _GROUP_BYTES = Union[list[tuple[int, Union[int, float, str]]], Literal["none"], None]
 GroupBytes = Annotated[tuple[tuple[int, int], ...], _figure(parse_group_bytes, _GROUP_BYTES)]
 MatmulGrid = Annotated[Optional[MatmulRates], _figure(parse_matmul_rates, Union[dict[str, list], str, None])]
@@ -229,6 +242,11 @@ class HardwareFigures(Closed):
         None, description="the share of FSDP's weight all-gathers' time XLA:TPU's schedule hides under compute, where "
         "libtpu's defaults run them async on this chip (a plan's --xla_enable_async_all_gather=false turns that off), "
         "from 0 to 1; or none (synchronous, or not measured)")
+    async_weight_gathers: AsyncGathers = Field(
+        None, description="when XLA:TPU runs FSDP's weight gathers in the blocks async on this chip, holding the next "
+        "block's gathered while one runs: by-default (libtpu's defaults; a plan's --xla_enable_async_all_gather=false "
+        "makes them synchronous), with-flag (only where a plan sets --xla_enable_async_all_gather=true), or none "
+        "(synchronous, flag or not, or not measured)")
     reduce_scatter_combine_bytes: GroupBytes = Field(
         None, description="[[chips in the group, bytes], ...]: XLA:TPU combines a block phase's reduce-scatters over "
         "a group of that many chips into one op while together they move at most the bytes (0: never), the nearest "

@@ -277,16 +277,16 @@ def async_all_to_alls(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
 
 
 def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | None = None,
-                      weight_gathers_hidden: float | None = None) -> str:
+                      weight_gathers_hidden: float | None = None, weight_gathers: str = "") -> str:
     """What a strategy's libtpu flags change in the prediction: the collective matmuls they turn off
     (`windows_open`), the all-to-alls they make async where the chip's share hidden is known (`async_hidden`, the
     catalog's ``async_all_to_all_hidden``), FSDP's weight gathers they make synchronous where the chip runs them
-    async (`weight_gathers_hidden`, its ``async_weight_gather_hidden``), and the flags the time model does not
-    price."""
+    async by default or async where it does so with the flag (`weight_gathers`, its ``async_weight_gathers``;
+    `weight_gathers_hidden`, its ``async_weight_gather_hidden``), and the flags the model does not price."""
     closed = sorted({"gather", "scatter"} - windows_open(flags))
     hides = async_hidden is not None and async_all_to_alls(flags)
     priced = set(WINDOWED_EINSUM_FLAGS) | ({ASYNC_ALL_TO_ALL_FLAG} if async_hidden is not None else set()) | (
-        {ASYNC_ALL_GATHER_FLAG} if weight_gathers_hidden is not None else set())
+        {ASYNC_ALL_GATHER_FLAG} if weight_gathers else set())
     others = [f for f in flags if flag_setting(f)[0] not in priced]
     kinds = {"gather": "a matmul's gathered operand", "scatter": "a matmul's sum wanted split"}
     line = "compile.libtpu_flags: " + ("XLA:TPU runs no collective matmul for " + " or ".join(
@@ -296,9 +296,14 @@ def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | 
         line += (f"; the all-to-alls run async, {async_hidden:.0%} of their time hidden under compute, as XLA:TPU's "
                  "schedule hides it for this chip (its cost model, not a measurement: the catalog's "
                  "async_all_to_all_hidden)")
-    if weight_gathers_hidden is not None and not async_all_gathers(flags):
+    if weight_gathers == "by-default" and not async_all_gathers(flags):
         line += ("; FSDP's weight gathers run synchronously, none of their time hidden (this chip runs them async "
                  "by default)")
+    if weight_gathers == "with-flag" and flag_value(flags, ASYNC_ALL_GATHER_FLAG, False):
+        line += ("; FSDP's weight gathers run async, the next block's gathered while one runs (two blocks' gathered "
+                 "weights held), " + (f"{weight_gathers_hidden:.0%} of their time hidden" if weight_gathers_hidden
+                                      is not None else "their time priced synchronous: what XLA:TPU's schedule hides "
+                                      "on this chip is not measured"))
     return line + (f"; not priced: {', '.join(others)}" if others else "")
 
 

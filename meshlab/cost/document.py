@@ -200,7 +200,7 @@ def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | N
     flags = planned.strategy.compile.libtpu_flags
     hw = planned.hardware
     priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(
-        flags, hw.async_all_to_all_hidden, hw.async_weight_gather_hidden)}] if (
+        flags, hw.async_all_to_all_hidden, hw.async_weight_gather_hidden, hw.async_weight_gathers)}] if (
         flags and planned.hardware.kind == "tpu") else []
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
             "collectives": collectives_document(p), "assumptions": assumptions_document(

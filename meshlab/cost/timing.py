@@ -94,7 +94,8 @@ class Assumptions:
                        "weight gathers async with libtpu's defaults hides its async_weight_gather_hidden of each, "
                        "unless the plan sets --xla_enable_async_all_gather=false (v5e: 6 of fsdp.yaml's 8 a block "
                        "async; MaxText's all-gather collective fusion changes nothing there, and is refused off "
-                       "v5e). No other flag is priced: on v6e --xla_enable_async_all_gather and _all_reduce leave "
+                       "v5e); on v4 --xla_enable_async_all_gather=true runs them async (its share not measured: "
+                       "priced synchronous, two blocks' gathered weights held). No other flag is priced: on v6e --xla_enable_async_all_gather and _all_reduce leave "
                        "fsdp's gathers and pairs' all-reduces synchronous (benchmarks/results/tpu_async_flags.txt). "
                        "On a GPU an assumption: each all-reduce or all-gather feeds the next op"},
             {"name": "per-op roofline", "value": None,
@@ -127,7 +128,7 @@ def async_hidden_of(strategy, hardware: Hardware) -> tuple[tuple[str, float], ..
     hidden = []
     if hardware.async_all_to_all_hidden is not None and async_all_to_alls(strategy.compile.libtpu_flags):
         hidden.append(("all-to-all", hardware.async_all_to_all_hidden))
-    if weight_gathers_async(strategy, hardware):
+    if weight_gathers_async(strategy, hardware) and hardware.async_weight_gather_hidden is not None:
         hidden.append(("weight all-gather", hardware.async_weight_gather_hidden))
     return tuple(hidden)
 

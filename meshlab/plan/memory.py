@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
 from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, kernel_marked, ring_axes, values_summed
 from meshlab.plan.plan import Plan, PlannedParameter
-from meshlab.strategy.schema import Strategy, async_all_gathers
+from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, Strategy, async_all_gathers, flag_value
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 ACTIVATION_METHOD = (
@@ -123,7 +123,7 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
     """Blocks whose gathered weights a chip holds at once: two where it runs FSDP's weight gathers async (the
-    catalog's ``async_weight_gather_hidden``, unless the plan turns XLA's async all-gathers off), the next block's
+    catalog's ``async_weight_gathers``: `weight_gathers_async`), the next block's
     gathered while one runs; else one. Measured by XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program,
     libtpu's defaults): at 256², 3 blocks, 1,550,086,144 B of temporaries live at once, 2.28 times the 679,477,248 B
     a middle block gathers; for v6e:2x4, whose gathers are synchronous, 679,828,576 B."""
@@ -131,12 +131,16 @@ def gathered_blocks_on(strategy: Strategy, hardware) -> int:
 
 
 def weight_gathers_async(strategy: Strategy, hardware) -> bool:
-    """Whether `hardware` runs the plan's FSDP weight gathers in its blocks async: a TPU whose catalog entry gives
-    ``async_weight_gather_hidden`` (v5e, with libtpu's defaults), unless the plan turns XLA's async all-gathers off
-    or runs its blocks through scan (a loop whose next iteration's gathers were not measured)."""
-    return (hardware.kind == "tpu" and hardware.async_weight_gather_hidden is not None
-            and not strategy.compile.scan_blocks
-            and async_all_gathers(strategy.compile.libtpu_flags))
+    """Whether `hardware` runs the plan's FSDP weight gathers in its blocks async, as its catalog entry's
+    ``async_weight_gathers`` says: on a chip that does so by default (v5e) unless the plan turns XLA's async
+    all-gathers off, on one that does so with the flag (v4) where the plan sets --xla_enable_async_all_gather=true;
+    never where the plan runs its blocks through scan (a loop whose next iteration's gathers were not measured)."""
+    flags = strategy.compile.libtpu_flags
+    if hardware.kind != "tpu" or strategy.compile.scan_blocks:
+        return False
+    mode = hardware.async_weight_gathers
+    return (mode == "by-default" and async_all_gathers(flags)) or (
+        mode == "with-flag" and flag_value(flags, ASYNC_ALL_GATHER_FLAG, False))
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,

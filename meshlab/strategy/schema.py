@@ -313,8 +313,10 @@ def flag_value(flags, name: str, default: bool) -> bool:
 
 #: the XLA flag that runs all-gathers asynchronously: on by default, yet XLA:TPU keeps FSDP's weight gathers
 #: synchronous on v6e and runs 6 of a block's 8 async on v5e (fsdp.yaml at full depth), where =false makes them all
-#: synchronous (python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5e-8 ...); the catalog's
-#: ``async_weight_gather_hidden`` prices what that hides, and a chip that runs them async holds two blocks gathered
+#: synchronous (python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5e-8 ...); on v4 =true makes all
+#: 14 of fsdp.yaml's async over its 4 chips, where they are synchronous by default (the catalog's
+#: ``async_weight_gathers``); ``async_weight_gather_hidden`` prices what that hides, and a chip that runs them async
+#: holds two blocks gathered
 ASYNC_ALL_GATHER_FLAG = "xla_enable_async_all_gather"
 
 

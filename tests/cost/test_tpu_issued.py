@@ -696,8 +696,58 @@ def test_fsdp_s_weight_gathers_hide_where_the_chip_runs_them_async_by_default(tm
     assert not any(t.hidden_by == "async" for t in steps["v6e"].collectives)
     assert not any(t.hidden_by == "async" for t in predict(scanned.plan, scanned.strategy,
                                                            scanned.hardware).step.collectives)
-    line = libtpu_flags_line([off], None, share)
+    line = libtpu_flags_line([off], None, share, "by-default")
     assert "weight gathers run synchronously" in line and "not priced" not in line
+
+
+def test_v4_runs_fsdp_s_weight_gathers_async_with_the_flag_and_holds_two_blocks(tmp_path):
+    """--xla_enable_async_all_gather=true on v4 (the catalog's async_weight_gathers: with-flag): XLA:TPU runs the
+    weight gathers async and holds the next block's gathered beside the running one's (3 blocks at 256²: 1.08 GB of
+    temporaries live at once against 0.57 GB), so the plan holds two blocks gathered; the time its schedule hides is
+    not measured there, so the step is priced as without the flag, and explain says so. v5p and v6e keep them
+    synchronous with the flag (one block), and v5e runs them async by default."""
+    from meshlab.cost.collectives import libtpu_flags_line
+    from meshlab.cost.predict import predict
+    from meshlab.plan.memory import gathered_blocks_on
+
+    from meshlab.plan.planned import plan_file
+
+    def fsdp(name, flags, system):
+        data = yaml.safe_load((REPO / "strategies" / "fsdp.yaml").read_text())
+        data["hardware"], data["compile"] = system, {"libtpu_flags": flags}
+        if system in ("v4-8", "v5p-8"):  # 4 chips: fsdp.yaml over data 4, one sample a chip
+            data["mesh"], data["workload"]["batch"] = {"data": 4}, 4
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        return plan_file(tmp_path / f"{name}.yaml")
+
+    on = "--xla_enable_async_all_gather=true"
+    runs = {name: fsdp(name.replace(" ", "-"), flags, system) for name, flags, system in
+            (("v4", [], "v4-8"), ("v4 on", [on], "v4-8"), ("v4 off again", [on, on.replace("true", "false")], "v4-8"),
+             ("v5p on", [on], "v5p-8"), ("v6e on", [on], "v6e-8"), ("v5e", [], "v5e-8"))}
+    blocks = {name: gathered_blocks_on(p.strategy, p.hardware) for name, p in runs.items()}
+    assert blocks == {"v4": 1, "v4 on": 2, "v4 off again": 1, "v5p on": 1, "v6e on": 1, "v5e": 2}
+    gathered = {name: p.memory.most_loaded.gathered_weights for name, p in runs.items()}
+    assert gathered["v4 on"] == 2 * gathered["v4"] > 0
+    steps = {name: predict(p.plan, p.strategy, p.hardware).step for name, p in runs.items()}
+    assert steps["v4 on"].collective == steps["v4"].collective
+    assert not any(t.hidden_by == "async" for t in steps["v4 on"].collectives)
+    hw = runs["v4 on"].hardware
+    line = libtpu_flags_line([on], hw.async_all_to_all_hidden, hw.async_weight_gather_hidden, hw.async_weight_gathers)
+    assert "weight gathers run async" in line and "not measured" in line and "not priced" not in line
+    assert f"not priced: {on}" in libtpu_flags_line([on], None, None, runs["v5p on"].hardware.async_weight_gathers)
+
+
+def test_a_weight_gather_share_needs_the_chip_to_run_them_async():
+    from meshlab.core.errors import InputError
+    from meshlab.core.hardware import catalog, load_hardware
+
+    modes = {hw.chip.split()[1]: hw.async_weight_gathers for hw in catalog().values() if hw.kind == "tpu"}
+    assert modes == {"v6e": "", "v5e": "by-default", "v5p": "", "v4": "with-flag"}
+    with pytest.raises(InputError, match="give async_weight_gathers too"):
+        load_hardware("v6e-8", {"async_weight_gather_hidden": 0.5})
+    with pytest.raises(InputError, match="is not one of"):
+        load_hardware("v6e-8", {"async_weight_gathers": "sometimes"})
+    assert load_hardware("v6e-8", {"async_weight_gathers": "with-flag"}).async_weight_gathers == "with-flag"
 
 
 SCATTER_COMBINE = json.loads((REPO / "benchmarks" / "results" / "tpu_scatter_combine.json").read_text())
