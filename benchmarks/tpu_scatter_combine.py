@@ -6,15 +6,15 @@ Under 2d's rules a block's MLP sums (the image stream's and the text stream's) a
 axis; XLA:TPU's all-reduce combiner, run again after it fuses each all-reduce and its slice into an
 all-reduce-scatter fusion, merges the two into one op on v6e and v5e while they are small, and on v4 and v5p at no
 size compiled (the pass runs there and changes nothing; the flagfile XLA dumps beside a v5p-8 and a v6e-4 program,
-`meshlab check S --backend tpu --dump-dir D`, lists the same combiner thresholds, 125,829,120 B). The 4-chip cases
-on v6e and v5e turn the collective matmuls off (2d-no-collective-matmul*.yaml's libtpu flags), else those chips run
-the MLP sums as collective matmuls. Each case here compiles 3 blocks ahead of time (`meshlab check S --backend tpu
---front-end torch-xla --layers 3 --height H --width H --text-tokens T --json`) and reads a middle block's
-reduce-scatters: their count and the bytes they move together (the all-reduce's input, both streams). The sizes
-bracket the boundary: for each chip and group size the largest total seen combined and the smallest seen apart. The
-catalog's ``reduce_scatter_combine_bytes`` is the largest combined total per group size;
-tests/cost/test_tpu_issued.py holds meshlab's count to every case here. Each compile takes about 20 s on two cores.
-Nothing here asserts a time.
+`meshlab check S --backend tpu --dump-dir D`, lists the same combiner thresholds, 125,829,120 B:
+benchmarks/results/tpu_combiner_flags.txt). The 4-chip cases on v6e and v5e turn the collective matmuls off
+(2d-no-collective-matmul*.yaml's libtpu flags), else those chips run the MLP sums as collective matmuls. Each case
+here compiles 3 blocks ahead of time (`meshlab check S --backend tpu --front-end torch-xla --layers 3 --height H
+--width H --text-tokens T --json`) and reads a middle block's reduce-scatters: their count and the bytes they move
+together (the all-reduce's input, both streams). The sizes bracket the boundary: for each chip and group size the
+largest total seen combined and the smallest seen apart. The catalog's ``reduce_scatter_combine_bytes`` is the
+largest combined total per group size; tests/cost/test_tpu_issued.py holds meshlab's count to every case here. Each
+compile takes about 20 s on two cores. Nothing here asserts a time.
 """
 
 from __future__ import annotations

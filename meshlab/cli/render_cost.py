@@ -14,6 +14,7 @@ from meshlab.cost.collectives import libtpu_flags_line
 from meshlab.cost.compiled_call import schedule_rows
 from meshlab.cost.ring import MERGE_HBM_FRACTION
 from meshlab.cost.timing import async_class
+from meshlab.plan.memory import gathers_mode
 
 PREDICTED = "[dim](predicted)[/dim]"
 
@@ -335,7 +336,8 @@ def render_explain(planned, prediction, console, schedule: dict | None = None) -
         console.print(line, markup=False)
     if hw.kind == "tpu" and planned.strategy.compile.libtpu_flags:
         console.print(libtpu_flags_line(planned.strategy.compile.libtpu_flags, hw.async_all_to_all_hidden,
-                                        hw.async_weight_gather_hidden, hw.async_weight_gathers), markup=False)
+                                        hw.async_weight_gather_hidden, gathers_mode(planned.strategy, hw)),
+                      markup=False)
     table = Table(title=f"One step on one chip {PREDICTED}", title_justify="left")
     table.add_column("term")
     table.add_column("value", justify="right")

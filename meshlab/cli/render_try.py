@@ -6,6 +6,7 @@ from rich.table import Table
 
 from meshlab.cli.output import gib
 from meshlab.strategy.schema import output_noun
+from meshlab.plan.memory import gathered_blocks_on
 from meshlab.plan.planned import PlannedStrategy
 from meshlab.search.try_document import coverage, rule_summaries
 
@@ -58,6 +59,7 @@ def _coverage_line(info: dict) -> str:
 def _memory_table(planned: PlannedStrategy) -> Table:
     memory = planned.memory
     chip = memory.most_loaded
+    two = gathered_blocks_on(planned.strategy, planned.hardware) == 2
     note = (f"all {len(memory.chips)} chips identical" if memory.uniform
             else f"chips differ: chip {chip.chip} is the most loaded")
     tokens = memory.tokens
@@ -71,7 +73,8 @@ def _memory_table(planned: PlannedStrategy) -> Table:
         ("weights, padding", chip.padding),
         *([("weights, TPU tile padding", chip.tile_padding)] if chip.tile_padding >= 0.005 * 2**30 else []),
         ("activations (denoise peak)", chip.activations),
-        *([("FSDP's gathered block weights (denoise)", chip.gathered_weights)] if chip.gathered_weights else []),
+        *([(f"FSDP's gathered block weights (denoise{', two blocks: the gathers run async' if two else ''})",
+             chip.gathered_weights)] if chip.gathered_weights else []),
         *([("block weights stacked for the scan (denoise)", chip.scan_stacked)] if chip.scan_stacked else []),
         ("VAE weights", chip.vae_weights), ("VAE decode working set", chip.vae_decode),
         ("text encoder", chip.text_encoder),

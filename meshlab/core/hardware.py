@@ -133,8 +133,8 @@ class Hardware:
     #: XLA:TPU's schedule of a plan whose libtpu flags make its all-to-alls async: the share of their time it hides
     #: under compute (None: not measured for this chip, and not priced)
     async_all_to_all_hidden: float | None = None
-    #: XLA:TPU's schedule of FSDP's weight all-gathers where libtpu's defaults run them async on this chip: the share
-    #: of their time it hides under compute (None: synchronous here, or not measured)
+    #: XLA:TPU's schedule of FSDP's weight all-gathers where they run async on this chip (`async_weight_gathers`):
+    #: the share of their time it hides under compute (None: synchronous here, or not measured: priced synchronous)
     async_weight_gather_hidden: float | None = None
     #: when XLA:TPU runs FSDP's weight gathers async here: "by-default", "with-flag" (a plan's
     #: --xla_enable_async_all_gather=true), or "" (never; meshlab.plan.memory.weight_gathers_async)
@@ -279,8 +279,9 @@ def _problems(hw: Hardware) -> list[str]:
     if hw.async_weight_gathers not in ("", "by-default", "with-flag"):
         problems.append(f"async_weight_gathers ({hw.async_weight_gathers!r}) must be by-default, with-flag or none")
     if hw.async_weight_gather_hidden is not None and not hw.async_weight_gathers:
-        problems.append("async_weight_gather_hidden is the share of gathers that run async: give async_weight_gathers "
-                        "too (by-default or with-flag)")
+        problems.append(f"async_weight_gather_hidden ({hw.async_weight_gather_hidden!r}) is the share hidden of "
+                        "gathers that run async, and async_weight_gathers is none: give async_weight_gathers "
+                        "by-default or with-flag, or async_weight_gather_hidden none as well")
     if hw.sm_count is not None and hw.sm_count != int(hw.sm_count):
         problems.append(f"sm_count ({hw.sm_count!r}) must be a whole number of SMs")
     missing = [name for name in FIGURES if not hw.sources.get(name)]

@@ -172,7 +172,7 @@ Interconnect = Annotated[str, _figure(parse_interconnect, Literal["ici-torus", "
 Kernel = Annotated[str, _figure(parse_kernel, str)]
 AttentionRates = Annotated[tuple[tuple[str, tuple[tuple[int, float], ...]], ...],
                            _figure(parse_attention_rates, dict[str, list[tuple[int, float]]])]
-AsyncGathers = Annotated[str, _figure(parse_async_gathers, Literal["by-default", "with-flag", "none"])]
+AsyncGathers = Annotated[str, _figure(parse_async_gathers, Optional[Literal["by-default", "with-flag", "none"]])]
 _GROUP_BYTES = Union[list[tuple[int, Union[int, float, str]]], Literal["none"], None]
 GroupBytes = Annotated[tuple[tuple[int, int], ...], _figure(parse_group_bytes, _GROUP_BYTES)]
 MatmulGrid = Annotated[Optional[MatmulRates], _figure(parse_matmul_rates, Union[dict[str, list], str, None])]
@@ -239,9 +239,9 @@ class HardwareFigures(Closed):
         None, description="the share of its all-to-alls' time XLA:TPU's schedule hides under compute when a plan's "
         "libtpu flags make them async (--xla_tpu_enable_async_all_to_all=true), from 0 to 1; or none (not priced)")
     async_weight_gather_hidden: OptionalNumber = Field(
-        None, description="the share of FSDP's weight all-gathers' time XLA:TPU's schedule hides under compute, where "
-        "libtpu's defaults run them async on this chip (a plan's --xla_enable_async_all_gather=false turns that off), "
-        "from 0 to 1; or none (synchronous, or not measured)")
+        None, description="the share of FSDP's weight all-gathers' time XLA:TPU's schedule hides under compute where "
+        "they run async on this chip (as async_weight_gathers says), from 0 to 1; or none (synchronous, or the share "
+        "not measured: priced synchronous)")
     async_weight_gathers: AsyncGathers = Field(
         None, description="when XLA:TPU runs FSDP's weight gathers in the blocks async on this chip, holding the next "
         "block's gathered while one runs: by-default (libtpu's defaults; a plan's --xla_enable_async_all_gather=false "

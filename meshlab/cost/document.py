@@ -12,6 +12,7 @@ from meshlab.core.document import Document
 from meshlab.core.hardware import Hardware
 from meshlab.cost.predict import Prediction
 from meshlab.cost.timing import Assumptions
+from meshlab.plan.memory import gathers_mode
 from meshlab.plan.planned import PlannedStrategy
 
 
@@ -200,7 +201,7 @@ def explain_document(planned: PlannedStrategy, p: Prediction, schedule: dict | N
     flags = planned.strategy.compile.libtpu_flags
     hw = planned.hardware
     priced = [{"name": "libtpu_flags", "value": None, "source": libtpu_flags_line(
-        flags, hw.async_all_to_all_hidden, hw.async_weight_gather_hidden, hw.async_weight_gathers)}] if (
+        flags, hw.async_all_to_all_hidden, hw.async_weight_gather_hidden, gathers_mode(planned.strategy, hw))}] if (
         flags and planned.hardware.kind == "tpu") else []
     return {"strategy": planned.strategy.name, "file": str(planned.loaded.path), "predicted": prediction_document(p),
             "collectives": collectives_document(p), "assumptions": assumptions_document(

@@ -130,15 +130,18 @@ def gathered_blocks_on(strategy: Strategy, hardware) -> int:
     return 2 if weight_gathers_async(strategy, hardware) else 1
 
 
+def gathers_mode(strategy: Strategy, hardware) -> str:
+    """The chip's ``async_weight_gathers`` as it bears on this plan: "" where the plan runs its blocks through scan
+    or the chip is not a TPU (its gathers then priced synchronous whatever the flags)."""
+    return "" if hardware.kind != "tpu" or strategy.compile.scan_blocks else hardware.async_weight_gathers
+
+
 def weight_gathers_async(strategy: Strategy, hardware) -> bool:
     """Whether `hardware` runs the plan's FSDP weight gathers in its blocks async, as its catalog entry's
     ``async_weight_gathers`` says: on a chip that does so by default (v5e) unless the plan turns XLA's async
     all-gathers off, on one that does so with the flag (v4) where the plan sets --xla_enable_async_all_gather=true;
     never where the plan runs its blocks through scan (a loop whose next iteration's gathers were not measured)."""
-    flags = strategy.compile.libtpu_flags
-    if hardware.kind != "tpu" or strategy.compile.scan_blocks:
-        return False
-    mode = hardware.async_weight_gathers
+    flags, mode = strategy.compile.libtpu_flags, gathers_mode(strategy, hardware)
     return (mode == "by-default" and async_all_gathers(flags)) or (
         mode == "with-flag" and flag_value(flags, ASYNC_ALL_GATHER_FLAG, False))
 

@@ -305,18 +305,19 @@ def flag_setting(flag: str) -> tuple[str, bool | None]:
 
 
 def flag_value(flags, name: str, default: bool) -> bool:
-    """The on/off value the last of a strategy's libtpu `flags` naming `name` sets (absl's parser: the last wins;
-    one set to neither is refused by the schema), `default` where none does."""
-    settings = [value for flag, value in map(flag_setting, flags) if flag == name and value is not None]
-    return settings[-1] if settings else default
+    """The on/off value the last of a strategy's libtpu `flags` naming `name` sets (absl's parser: the last wins),
+    `default` where none does or the last sets neither (XLA's ``=auto``, which leaves the chip's default; an
+    ``xla_tpu_enable_*`` flag set to neither is refused by the schema)."""
+    settings = [value for flag, value in map(flag_setting, flags) if flag == name]
+    return default if not settings or settings[-1] is None else settings[-1]
 
 
-#: the XLA flag that runs all-gathers asynchronously: on by default, yet XLA:TPU keeps FSDP's weight gathers
-#: synchronous on v6e and runs 6 of a block's 8 async on v5e (fsdp.yaml at full depth), where =false makes them all
-#: synchronous (python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware v5e-8 ...); on v4 =true makes all
-#: 14 of fsdp.yaml's async over its 4 chips, where they are synchronous by default (the catalog's
-#: ``async_weight_gathers``); ``async_weight_gather_hidden`` prices what that hides, and a chip that runs them async
-#: holds two blocks gathered
+#: the XLA flag that runs all-gathers asynchronously (=auto, the chip's default, reads as unset): on by default, yet
+#: XLA:TPU keeps FSDP's weight gathers synchronous on v6e and runs 6 of a block's 8 async on v5e (fsdp.yaml at full
+#: depth), where =false makes them all synchronous (python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware
+#: v5e-8 ...); on v4 =true makes all 14 of fsdp.yaml's async over its 4 chips, where they are synchronous by default
+#: (the catalog's ``async_weight_gathers``); ``async_weight_gather_hidden`` prices what that hides, and a chip that
+#: runs them async holds two blocks gathered
 ASYNC_ALL_GATHER_FLAG = "xla_enable_async_all_gather"
 
 

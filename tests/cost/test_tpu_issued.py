@@ -735,6 +735,9 @@ def test_v4_runs_fsdp_s_weight_gathers_async_with_the_flag_and_holds_two_blocks(
     line = libtpu_flags_line([on], hw.async_all_to_all_hidden, hw.async_weight_gather_hidden, hw.async_weight_gathers)
     assert "weight gathers run async" in line and "not measured" in line and "not priced" not in line
     assert f"not priced: {on}" in libtpu_flags_line([on], None, None, runs["v5p on"].hardware.async_weight_gathers)
+    # =auto, the chip's default, undoes an earlier =true (absl: the last setting wins)
+    auto = fsdp("v4-auto", [on, on.replace("true", "auto")], "v4-8")
+    assert gathered_blocks_on(auto.strategy, auto.hardware) == 1
 
 
 def test_a_weight_gather_share_needs_the_chip_to_run_them_async():
@@ -743,8 +746,24 @@ def test_a_weight_gather_share_needs_the_chip_to_run_them_async():
 
     modes = {hw.chip.split()[1]: hw.async_weight_gathers for hw in catalog().values() if hw.kind == "tpu"}
     assert modes == {"v6e": "", "v5e": "by-default", "v5p": "", "v4": "with-flag"}
-    with pytest.raises(InputError, match="give async_weight_gathers too"):
+    # each mode is its records': async with libtpu's defaults on v5e only, and with the flag on v4 (fsdp.yaml, full
+    # depth; v6e's gathers: benchmarks/results/tpu_aot.txt and tpu_async_flags.txt)
+    def programs(record):
+        document = json.loads((REPO / "benchmarks" / "results" / record).read_text())
+        return {name: p["async_per_block"] for name, p in document["programs"].items()}
+
+    assert programs("tpu_async_overlap_v5e.json")["libtpu's defaults"] > 0
+    assert programs("tpu_async_overlap_v5p_fsdp.json")["libtpu's defaults"] == 0
+    assert programs("tpu_async_overlap_v4_fsdp_flag.json") == {"libtpu's defaults": 0,
+                                                                "--xla_enable_async_all_gather=true": 14}
+    flagged = (REPO / "benchmarks" / "results" / "tpu_async_flags_v5p_v4.txt").read_text()
+    assert "v5p-8, MaxText's set: 14 all-gathers a middle block, 0 async" in flagged
+    with pytest.raises(InputError, match="give async_weight_gathers by-default or with-flag, or "
+                                         "async_weight_gather_hidden none as well"):
         load_hardware("v6e-8", {"async_weight_gather_hidden": 0.5})
+    with pytest.raises(InputError, match="async_weight_gather_hidden none as well"):
+        load_hardware("v5e-8", {"async_weight_gathers": "none"})
+    assert load_hardware("v5e-8", {"async_weight_gathers": "none", "async_weight_gather_hidden": "none"})
     with pytest.raises(InputError, match="is not one of"):
         load_hardware("v6e-8", {"async_weight_gathers": "sometimes"})
     assert load_hardware("v6e-8", {"async_weight_gathers": "with-flag"}).async_weight_gathers == "with-flag"
