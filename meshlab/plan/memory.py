@@ -123,8 +123,8 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
     """Blocks whose gathered weights a chip holds at once: two where it runs FSDP's weight gathers async (the
-    catalog's ``async_weight_gathers``: `weight_gathers_async`), the next block's
-    gathered while one runs; else one. Measured by XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program,
+    catalog's ``async_weight_gathers``: `weight_gathers_async`), the next block's gathered while one runs; else one.
+    Measured by XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program,
     libtpu's defaults): at 256², 3 blocks, 1,550,086,144 B of temporaries live at once, 2.28 times the 679,477,248 B
     a middle block gathers; for v6e:2x4, whose gathers are synchronous, 679,828,576 B."""
     return 2 if weight_gathers_async(strategy, hardware) else 1
