@@ -92,9 +92,9 @@ def main() -> None:
                       "kind_s": exposed_s(schedule, args.kind) if schedule else None,
                       "per_block": doc["collectives_per_block"][block].get(args.kind, 0),
                       "async_per_block": doc["async_collectives_per_block"][block].get(args.kind, 0),
-                      "schedule": doc["xla_schedule"]}
+                      "schedule": schedule}
         timeline = (f"schedule {schedule['total_s'] * 1e3:.2f} ms a forward, {args.kind} "
-                    f"{rows[name]['kind_s'] * 1e3:.3f} ms of it" if doc["xla_schedule"] else
+                    f"{rows[name]['kind_s'] * 1e3:.3f} ms of it" if schedule else
                     doc["xla_schedule_note"])
         print(f"{args.strategy}.yaml, {name}, {doc['device']['type']}: compile {doc['compile_seconds']:.0f} s; "
               f"{block}: {rows[name]['per_block']} {args.kind} ({rows[name]['async_per_block']} async); {timeline}")

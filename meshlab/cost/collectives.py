@@ -93,7 +93,7 @@ from meshlab.core.tpu_tiles import LANES
 from meshlab.plan.activations import activation_points
 from meshlab.plan.axes import heads_gathered, kernel_marked, kernel_split, values_summed
 from meshlab.plan.plan import PlannedParameter
-from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, async_all_gathers, flag_setting, flag_value
+from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, flag_setting, flag_value, weight_gathers_run_async
 
 @lru_cache(maxsize=1)
 def _known_difference_entries() -> tuple[dict, ...]:
@@ -296,10 +296,11 @@ def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | 
         line += (f"; the all-to-alls run async, {async_hidden:.0%} of their time hidden under compute, as XLA:TPU's "
                  "schedule hides it for this chip (its cost model, not a measurement: the catalog's "
                  "async_all_to_all_hidden)")
-    if weight_gathers == "by-default" and not async_all_gathers(flags):
+    gathers_async = weight_gathers_run_async(weight_gathers, flags)
+    if weight_gathers == "by-default" and not gathers_async:
         line += ("; FSDP's weight gathers run synchronously, none of their time hidden (this chip runs them async "
                  "by default)")
-    if weight_gathers == "with-flag" and flag_value(flags, ASYNC_ALL_GATHER_FLAG, False):
+    if weight_gathers == "with-flag" and gathers_async:
         line += ("; FSDP's weight gathers run async, the next block's gathered while one runs (two blocks' gathered "
                  "weights held), " + (f"{weight_gathers_hidden:.0%} of their time hidden" if weight_gathers_hidden
                                       is not None else "their time priced synchronous: what XLA:TPU's schedule hides "
@@ -573,7 +574,7 @@ def combine_scatters(scatters: list[Collective], mesh: dict[str, int],
         return combine(scatters)
     groups: dict[tuple, list[list[Collective]]] = defaultdict(list)
     for c in scatters:
-        ops = groups[(c.block, c.phase, c.kind, c.axes, c.per_step)]
+        ops = groups[_combined_with(c)]
         limit = combine_limit(limits, math.prod(mesh.get(a, 1) for a in c.axes))
         if ops and limit is not None and sum(o.bytes for o in ops[-1]) + c.bytes <= limit:
             ops[-1].append(c)
@@ -582,10 +583,15 @@ def combine_scatters(scatters: list[Collective], mesh: dict[str, int],
     return tuple(op for ops in groups.values() for bucket in ops for op in combine(bucket))
 
 
+def _combined_with(c: Collective) -> tuple:
+    """What XLA's combiner merges a collective with: the others of its block phase, kind and axes (per step or not)."""
+    return c.block, c.phase, c.kind, c.axes, c.per_step
+
+
 def combine(collectives: list[Collective]) -> tuple[Collective, ...]:
     groups: dict[tuple, list[Collective]] = defaultdict(list)
     for c in collectives:
-        groups[(c.block, c.phase, c.kind, c.axes, c.per_step)].append(c)
+        groups[_combined_with(c)].append(c)
     merged = []
     for group in groups.values():
         first = group[0]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from meshlab.models.card import DTYPE_BYTES, Architecture, Component, block_position
 from meshlab.plan.axes import activation_axes, compute_split, heads_gathered, kernel_marked, ring_axes, values_summed
 from meshlab.plan.plan import Plan, PlannedParameter
-from meshlab.strategy.schema import ASYNC_ALL_GATHER_FLAG, Strategy, async_all_gathers, flag_value
+from meshlab.strategy.schema import Strategy, weight_gathers_run_async
 from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_text, token_counts
 
 ACTIVATION_METHOD = (
@@ -141,9 +141,7 @@ def weight_gathers_async(strategy: Strategy, hardware) -> bool:
     ``async_weight_gathers`` says: on a chip that does so by default (v5e) unless the plan turns XLA's async
     all-gathers off, on one that does so with the flag (v4) where the plan sets --xla_enable_async_all_gather=true;
     never where the plan runs its blocks through scan (a loop whose next iteration's gathers were not measured)."""
-    flags, mode = strategy.compile.libtpu_flags, gathers_mode(strategy, hardware)
-    return (mode == "by-default" and async_all_gathers(flags)) or (
-        mode == "with-flag" and flag_value(flags, ASYNC_ALL_GATHER_FLAG, False))
+    return weight_gathers_run_async(gathers_mode(strategy, hardware), strategy.compile.libtpu_flags)
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,

@@ -326,6 +326,13 @@ def async_all_gathers(libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
     return flag_value(libtpu_flags, ASYNC_ALL_GATHER_FLAG, True)
 
 
+def weight_gathers_run_async(mode: str, libtpu_flags: tuple[str, ...] | list[str] = ()) -> bool:
+    """Whether FSDP's weight gathers run async on a chip whose catalog ``async_weight_gathers`` is `mode` under these
+    flags: "by-default" unless they turn XLA's async all-gathers off, "with-flag" only where they set them on."""
+    return (mode == "by-default" and async_all_gathers(libtpu_flags)) or (
+        mode == "with-flag" and flag_value(libtpu_flags, ASYNC_ALL_GATHER_FLAG, False))
+
+
 #: Model rewrites a strategy can ask for: what each changes, and which collectives it removes.
 REWRITES = {
     "layernorm-rows": "every LayerNorm computes mean and variance over the last dim (in float32, cast back) "
