@@ -33,7 +33,6 @@ from meshlab.plan.inputs import input_spec
 from meshlab.check.readback import AppliedParameter, LocalParameter, compare_parameter
 from meshlab.core.errors import InputError
 from meshlab.plan.plan import Plan
-from meshlab.plan.activations import given_rules
 from meshlab.plan.planned import PlannedStrategy, plan_file
 
 
@@ -87,11 +86,6 @@ def apply(module, plan: PlannedStrategy | Plan, mesh=None, scan: bool | None = N
     plan = plan.plan if isinstance(plan, PlannedStrategy) else plan
     _check_names(module, plan)
     rules = strategy.activations.rules if strategy else []
-    if scan and rules:
-        which = ("the token split of activations.sequence, made at each block's input (the model patchifies its "
-                 "latent inside), marks" if not given_rules(strategy.activations) else "activation rules mark")
-        raise InputError(f"{which} tensors inside the blocks, which a scanned block list traces once as a loop body; "
-                         "meshlab does not combine the two", "drop compile.scan_blocks (or --scan)")
     rewrites = ()
     if strategy and strategy.rewrites:
         from meshlab.parallelisms.rewrites import apply_rewrites

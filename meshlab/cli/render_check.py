@@ -320,7 +320,7 @@ def render_tpu_check(report, console) -> None:
         console.print(table)
         _render_front_ends(report, console)
         blocks = report.middle_blocks()
-        if not report.attributed:
+        if report.whole_call_held:
             console.print("[yellow]XLA:TPU's multi-slice program keeps no op names[/yellow]: its collectives are "
                           "not placed in blocks, so the whole call's are held to the prediction: "
                           + kinds(Counter(x.hlo.kind for x in c.collectives)) + " against "

@@ -28,8 +28,7 @@ def xla_marker(xla_mesh) -> Mark:
     from meshlab.parallelisms import xla
 
     def mark(tensor, spec: PartitionSpec, label: str):
-        xla.mark(tensor, xla_mesh, spec, label)
-        return tensor
+        return xla.mark(tensor, xla_mesh, spec, label)
 
     return mark
 

@@ -96,15 +96,31 @@ def to_device(tensor):
     return tensor.to(device())
 
 
-def mark(tensor, xla_mesh, spec: PartitionSpec, name: str) -> None:
-    """``xs.mark_sharding`` of one tensor; XLA's refusal becomes a BackendError naming the tensor."""
+def mark(tensor, xla_mesh, spec: PartitionSpec, name: str):
+    """``xs.mark_sharding`` of one tensor; XLA's refusal becomes a BackendError naming the tensor. Returns the tensor
+    to pass on: `tensor` itself, marked in place; inside a block that torch_xla's ``scan`` traces (AOTAutograd's
+    functional tensors, which ``mark_sharding`` refuses: "Expected XLA tensor"), the marked copy that
+    ``xs.mark_sharding_with_gradients`` returns, torch_xla's mark for AOTAutograd (its ``xla::aot_mark_sharding``
+    op, replayed on the loop body's XLA tensors)."""
     import torch_xla.distributed.spmd as xs
 
     try:
+        if _traced_functionally(tensor):
+            return xs.mark_sharding_with_gradients(tensor, xla_mesh, spec.to_torch_xla())
         xs.mark_sharding(tensor, xla_mesh, spec.to_torch_xla())
+        return tensor
     except (AssertionError, RuntimeError, ValueError, TypeError) as exc:
         raise BackendError(f"XLA rejected the sharding {spec} of {name} {list(tensor.shape)}: {error_message(exc)}",
                            "fix the rule that gives it this spec (see `meshlab try`)") from None
+
+
+def _traced_functionally(tensor) -> bool:
+    """Whether `tensor` is one of AOTAutograd's functional tensors (a block body that ``scan`` traces), not an XLA
+    tensor ``mark_sharding`` can annotate in place. (torch_xla's own tensors are functional too, in C++: not this
+    Python subclass.)"""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(tensor, FunctionalTensor)
 
 
 def sharding_string(tensor) -> str:

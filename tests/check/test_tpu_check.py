@@ -478,6 +478,24 @@ def test_a_scanned_plan_holds_its_stacked_block_weights_as_temporaries(strategy)
 
 @tpu
 @pytest.mark.tpu
+def test_a_scanned_plan_s_activation_rules_mark_inside_the_loop_body():
+    """fsdp.yaml's rules mark activations inside each block (the conditioning's output over data): scan traces
+    the body with AOTAutograd's functional tensors, which xs.mark_sharding refused ("Expected XLA tensor"), so no
+    scanned plan with a rule inside its blocks compiled; they now mark through torch_xla's mark for AOTAutograd.
+    The loop body issues each block's 14 weight gathers once, and the whole call's count (every block's) is not
+    held against it."""
+    code, doc, err = _check("strategies/fsdp.yaml", "--layers", "3", "--height", "256", "--width", "256",
+                            "--text-tokens", "32", "--scan", "--front-end", "torch-xla")
+    assert doc is not None, err
+    assert doc["options"]["scan"] is True and doc["front_end"] == "torch-xla"
+    gathers = [c for c in doc["collectives"] if c["kind"] == "all-gather"]
+    assert len(gathers) == 14 and all(c["mesh_axes"] == ["data"] for c in gathers)
+    assert doc["predicted_collectives_per_call"]["count"]["all-gather"] == 3 * 14
+    assert not [d for d in doc["differences"] if "whole call" in d], doc["differences"]
+
+
+@tpu
+@pytest.mark.tpu
 def test_a_strategy_s_libtpu_flags_reach_the_compile(tmp_path, two_d):
     """compile.libtpu_flags go to XLA:TPU as LIBTPU_INIT_ARGS: with windowed einsum off, 2d's middle block keeps
     plain all-gathers instead of collective matmuls (measured at 256²: 6 all-gathers and 34 permutes moving 63 KiB,
