@@ -314,9 +314,14 @@ def _cost_row(p, hw, what: str) -> tuple[str, str, str]:
 
 def _first_image_row(p, hw, what: str) -> tuple[str, str, str]:
     s = p.startup
+    stacked = (f" + {hw.compile_seconds_per_scanned_block:g} s x {s.stacked_blocks} blocks stacked"
+               if s.stacked_blocks else "")
+    bodies = ("scanned block body" if s.compiled_blocks == 1 else "scanned block bodies") if s.stacked_blocks else \
+        "blocks"
     compiled = (f"compile {s.compile_s:.0f} s ({hw.compile_measured.describe()})" if s.compile_measured else
                 f"compile {s.compile_s:.0f} s (modelled: {hw.compile_seconds_base:g} s + "
-                f"{hw.compile_seconds_per_block:g} s x {s.compiled_blocks} blocks)" if s.compile_s else
+                f"{hw.compile_seconds_per_block:g} s x {s.compiled_blocks} {bodies}{stacked}; "
+                "`meshlab check --backend tpu` measures this plan's)" if s.compile_s else
                 "no compile (eager)")
     price = f"; {usd(p.usd_to_first_image)} for the wait" if p.usd_to_first_image is not None else ""
     return (f"time to first {what}", f"{p.time_to_first_image:.0f} s",

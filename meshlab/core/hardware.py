@@ -39,7 +39,8 @@ COUNT_FIELDS = ("chips", "hosts", "ici_links")
 BYTE_FIELDS = ("hbm_bytes", "usable_hbm_bytes", "runtime_reserve_bytes", "host_memory_bytes")
 RATE_FIELDS = ("hbm_bandwidth", "bf16_flops", "ici_link_bandwidth", "dcn_bandwidth_per_host", "host_link_bandwidth",
                "host_flops", "checkpoint_read_bandwidth")
-TIME_FIELDS = ("collective_latency_s", "step_overhead_s", "compile_seconds_base", "compile_seconds_per_block")
+TIME_FIELDS = ("collective_latency_s", "step_overhead_s", "compile_seconds_base", "compile_seconds_per_block",
+               "compile_seconds_per_scanned_block")
 FRACTION_FIELDS = ("compute_efficiency", "hbm_efficiency")
 # Every field that is a figure: each carries a source, and each can be overridden.
 FIGURES = (
@@ -105,6 +106,7 @@ class Hardware:
     checkpoint_read_bandwidth: float  # bytes/s one host reads a checkpoint from its storage
     compile_seconds_base: float  # compiling the denoising step: a fixed part ...
     compile_seconds_per_block: float  # ... and a part per transformer block (0 and 0: eager, nothing compiled)
+    compile_seconds_per_scanned_block: float  # a scanned list: its one body per block above, and this per block
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     overridden: tuple[str, ...] = ()
     slices: int = 1  # slices joined by DCN (a `<system>x<k>` name)

@@ -221,6 +221,8 @@ class HardwareFigures(Closed):
     step_overhead_s: Number = Field(None, description="host overhead per denoising step")
     compile_seconds_base: Number = Field(None, description="compiling the denoising step: a fixed part")
     compile_seconds_per_block: Number = Field(None, description="... and a part per transformer block")
+    compile_seconds_per_scanned_block: Number = Field(None, description="... a scanned list compiles one block "
+                                                      "body, and this part per block it stacks")
     attention_kernel: Kernel = Field(None, description="the attention kernel a run uses (none: priced by "
                                                         "compute_efficiency)")
     attention_rates: AttentionRates = Field(None, description="per kernel, [sequence length, FLOP/s] of its "
@@ -273,7 +275,7 @@ REQUIRED = ("interconnect", "chips", "hosts", "ici_links", "topology", "wraparou
             "runtime_reserve_bytes", "host_memory_bytes", "hbm_bandwidth", "bf16_flops", "ici_link_bandwidth",
             "dcn_bandwidth_per_host", "host_link_bandwidth", "host_flops", "checkpoint_read_bandwidth",
             "compute_efficiency", "hbm_efficiency", "collective_latency_s", "step_overhead_s",
-            "compile_seconds_base", "compile_seconds_per_block")
+            "compile_seconds_base", "compile_seconds_per_block", "compile_seconds_per_scanned_block")
 
 #: a system merged with its accelerator: labels and every required figure
 CatalogEntry = _entry_model(

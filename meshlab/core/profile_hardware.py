@@ -81,6 +81,7 @@ def _cpu_hardware(profile: Profile, host: dict, source: str, name: str):
         "compute_efficiency": "1: bf16_flops is already the rate reached", "hbm_efficiency": "1: as bf16_flops",
         "collective_latency_s": assumed, "step_overhead_s": source if "step_overhead_s" in host else assumed,
         "checkpoint_read_bandwidth": assumed, "compile_seconds_base": assumed, "compile_seconds_per_block": assumed,
+        "compile_seconds_per_scanned_block": assumed,
     }
     return Hardware(
         name=f"cpu-{n} (profile {name})", kind="cpu", chip=str(profile.device.get("name") or "host CPU"),
@@ -90,4 +91,4 @@ def _cpu_hardware(profile: Profile, host: dict, source: str, name: str):
         host_link_bandwidth=host.get("host_link_bandwidth", copy), host_flops=host.get("host_flops", linear),
         compute_efficiency=1.0, hbm_efficiency=1.0, collective_latency_s=1e-5,
         step_overhead_s=host.get("step_overhead_s", 1e-3), checkpoint_read_bandwidth=1e9, compile_seconds_base=0.0,
-        compile_seconds_per_block=0.0, sources=sources)
+        compile_seconds_per_block=0.0, compile_seconds_per_scanned_block=0.0, sources=sources)

@@ -56,10 +56,13 @@ class FirstImageDocument(Document):
     transfer_s: float | None = None
     compile_s: float | None = None
     compiled_blocks: int | None = None
+    stacked_blocks: int | None = Field(None, description="the blocks of the scanned lists, whose weights the compiled "
+                                       "program stacks (0 unrolled)")
     checkpoint_bytes: int | None = None
     compile: Literal["measured", "modelled"] | None = Field(
         None, description="measured: XLA:TPU's compile of this plan and size ahead of time; modelled: the catalog's "
-        "compile_seconds_base + compile_seconds_per_block x blocks")
+        "compile_seconds_base + compile_seconds_per_block x compiled_blocks + compile_seconds_per_scanned_block x "
+        "stacked_blocks")
     startup_s: float | None = None
     first_call_s: float
     total_s: float

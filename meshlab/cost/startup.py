@@ -7,7 +7,8 @@
 - **compile_s**: XLA:TPU's own compile of this plan at this size where `meshlab check --backend tpu` measured it
   (``Hardware.compile_measured``, meshlab.plan.compile_times); otherwise ``compile_seconds_base +
   compile_seconds_per_block x blocks`` (the catalog's figures: XLA:TPU compiles measured ahead of time on TPUs, 0 for
-  eager PyTorch on GPUs), where a list run through scan compiles one block body, so it counts once;
+  eager PyTorch on GPUs), where a list run through scan compiles one block body, so it counts once, plus
+  ``compile_seconds_per_scanned_block`` for each block it stacks (the program stacks every block's weights);
 - **first_call_s**: the first pipeline call end to end, its images together (the steady state's seconds per image
   times the images of one call).
 
@@ -36,6 +37,7 @@ class Startup:
     compiled_blocks: int  # blocks the compile is priced for (a scanned list counts once)
     checkpoint_bytes: int
     compile_measured: bool = False  # XLA:TPU's own compile of this plan and size (else the catalog's model)
+    stacked_blocks: int = 0  # the blocks of the scanned lists, whose weights the program stacks
 
     @property
     def total(self) -> float:
@@ -43,7 +45,8 @@ class Startup:
 
     def to_json(self) -> dict:
         return {"read_s": self.read_s, "transfer_s": self.transfer_s, "compile_s": self.compile_s,
-                "compiled_blocks": self.compiled_blocks, "checkpoint_bytes": self.checkpoint_bytes,
+                "compiled_blocks": self.compiled_blocks, "stacked_blocks": self.stacked_blocks,
+                "checkpoint_bytes": self.checkpoint_bytes,
                 "compile": "measured" if self.compile_measured else "modelled", "startup_s": self.total}
 
 
@@ -56,12 +59,15 @@ def startup(card: ModelCard, strategy: Strategy, hardware: Hardware, weights_per
         (card.component("vae").parameters if placement.vae == "device" and card.component("vae") else 0)
         + sum(encoder_resident(c, placement.encoder_place(c.name), hardware.chips) for c in card.encoders))
     lists = block_lists(card)
-    blocks = len(lists) if strategy.compile.scan_blocks else sum(lists.values())
+    scanned = strategy.compile.scan_blocks
+    blocks = len(lists) if scanned else sum(lists.values())
+    stacked = sum(lists.values()) if scanned else 0
     measured = hardware.compile_measured
-    compile_s = measured.seconds if measured is not None else \
+    compile_s = measured.seconds if measured is not None else (
         hardware.compile_seconds_base + hardware.compile_seconds_per_block * blocks
+        + hardware.compile_seconds_per_scanned_block * stacked)
     return Startup(checkpoint / hardware.checkpoint_read_bandwidth, on_chip / hardware.host_link_bandwidth,
-                   compile_s, blocks, checkpoint, measured is not None)
+                   compile_s, blocks, checkpoint, measured is not None, stacked)
 
 
 def usd_per_image_over(images: int, startup_s: float, call_s: float, images_per_call: int,
