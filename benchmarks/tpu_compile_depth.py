@@ -7,7 +7,7 @@
 
 Each point is one `meshlab check S.yaml --backend tpu --layers N --json` (its own worker process, the workload's
 own size, compiled ahead of time for the strategy's TPU topology on this host, one at a time: a compile's seconds
-are this host's and move with its load). Printed per point: the compile and trace seconds, and the size of the
+are this host's and move with its load). Printed per point: the compile seconds, and the size of the
 program XLA:TPU compiled (instructions in its optimized HLO, async collective pairs, fusions), read from the program
 the check kept. Per strategy: the seconds per block between the shallowest and deepest points. Nothing here asserts
 a time.

@@ -122,10 +122,11 @@ class TpuCheckReport:
 
     @property
     def attributed(self) -> bool:
-        """Whether the TPU program kept the op names that place its collectives in blocks (a multi-slice compile
-        keeps none: then whole-call totals are held instead of a middle block's)."""
+        """Whether the TPU program's collectives are placed in blocks: by the op names it kept, or as a scanned loop
+        body's (`in_scanned_body`). A multi-slice compile keeps no op names: then whole-call totals are held instead
+        of a middle block's (`whole_call_held`)."""
         c = self.primary
-        return c is not None and (not c.collectives or any(x.hlo.layer for x in c.collectives))
+        return c is not None and (not c.collectives or any(x.group for x in c.collectives))
 
     @property
     def whole_call_held(self) -> bool:
@@ -181,9 +182,12 @@ class TpuCheckReport:
 
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
-        combines a block's modulation all-reduce into the block before, and drops the last block's dead tail);
-        none under scan (its loop body is every block)."""
-        return [f"{name}.{n // 2}" for name, n in self.setup.checked_blocks.items() if n >= 3 and not self.setup.scan]
+        combines a block's modulation all-reduce into the block before, and drops the last block's dead tail).
+        Under scan the loop body's collectives stand for it (one iteration: `in_scanned_body`), where one list is
+        scanned; none where several are (their bodies are not told apart)."""
+        if self.setup.scan and scanned_list(self.setup) is None:
+            return []
+        return [f"{name}.{n // 2}" for name, n in self.setup.checked_blocks.items() if n >= 3]
 
     def differences(self) -> tuple[str, ...]:
         c = self.primary
@@ -428,6 +432,27 @@ HOST_MEMORY_FIX = ("check fewer blocks (--layers N) or scan the blocks (--scan),
                    "host with more memory (no TPU is needed)")
 
 
+#: how torch_xla's scan names the ops of a loop body it traced (AOTAutograd keeps none of meshlab's module scopes)
+SCAN_BODY_OP = "xla__scan/"
+
+
+def scanned_list(setup: CheckSetup) -> str | None:
+    """The block list whose loop body the program's scan ops are: the one list of a scanned model. None unrolled, or
+    where several lists are scanned (their bodies are not told apart)."""
+    return next(iter(setup.checked_blocks)) if setup.scan and len(setup.checked_blocks) == 1 else None
+
+
+def in_scanned_body(collectives: tuple[MeasuredCollective, ...], setup: CheckSetup) -> tuple[MeasuredCollective, ...]:
+    """Each collective of a scanned loop body placed in the middle block of its list: the body runs once per block,
+    so one iteration's collectives are held to a middle block's prediction."""
+    name = scanned_list(setup)
+    if name is None:
+        return collectives
+    middle = (name, setup.checked_blocks[name] // 2)
+    return tuple(replace(c, block=middle) if not c.hlo.layer and SCAN_BODY_OP in (c.hlo.op_name or "") else c
+                 for c in collectives)
+
+
 def _read(result: dict, setup: CheckSetup) -> Compiled:
     if result.get("error"):
         return Compiled(result["front_end"], error=result["error"])
@@ -436,7 +461,7 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
         text = Path(result["hlo_file"]).read_text()
         # torch_xla's groups name devices (its ordinals are the topology's ids); jax's name mesh positions
         ids = tuple(result["mesh_device_ids"]) if result["front_end"] == "torch-xla" else None
-        collectives = collectives_of(hlo.parse_collectives(text), setup, ids)
+        collectives = in_scanned_body(collectives_of(hlo.parse_collectives(text), setup, ids), setup)
     schedule = None
     if result.get("schedule_file"):
         schedule = parse_schedule(Path(result["schedule_file"]).read_text())

@@ -39,11 +39,13 @@ class MeasuredCollective:
 
     hlo: HloCollective
     mesh_axes: tuple[str, ...]
+    #: the block it stands for where its op name has no module scope to place it (a scanned loop body's)
+    block: tuple[str, int] | None = None
 
     @property
     def group(self) -> tuple[str, int] | None:
         """(block list, index) of the block the op came from, None outside the blocks or when untagged."""
-        return block_position(self.hlo.layer) if self.hlo.layer else None
+        return block_position(self.hlo.layer) if self.hlo.layer else self.block
 
     def to_json(self) -> dict:
         shapes = self.hlo.result

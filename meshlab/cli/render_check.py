@@ -327,13 +327,15 @@ def render_tpu_check(report, console) -> None:
                           + kinds(report.predicted_totals["count"]))
         elif not blocks:
             console.print("[yellow]no middle block held to the prediction[/yellow]: " + (
-                "a scanned list's loop body is every block" if setup.scan else
+                "the scanned lists' loop bodies are not told apart (their ops keep no module names)"
+                if setup.scan and len(setup.checked_blocks) > 1 else
                 "compile at least 3 blocks of a list (--layers 3, or the whole model)") + "; shown: each list's "
                 "first block")
             blocks = [f"{name}.0" for name in setup.checked_blocks]
         counts, sizes, asynchronous = c.per_block(setup), c.per_block(setup, _bytes), c.asynchronous(setup)
         collectives = Table(title="Collectives of a middle block, by kind, as the TPU program issues them: count "
-                                  "(bytes per chip)", title_justify="left")
+                                  "(bytes per chip)" + ("; scanned: the loop body's, one iteration" if setup.scan
+                                                        and report.middle_blocks() else ""), title_justify="left")
         for column in ("block", "kind", "meshlab (predicted)", "XLA:TPU", "of them async"):
             collectives.add_column(column, justify="left" if column in ("block", "kind") else "right")
         for block in blocks:

@@ -1,5 +1,6 @@
 """Activation rules made real: each resolved point (meshlab.plan.activations) becomes one forward hook that
-marks the tensor there. Under torch_xla the mark is ``xs.mark_sharding`` and XLA's partitioner then moves the
+marks the tensor there. Under torch_xla the mark is ``xs.mark_sharding`` (inside a block that torch_xla's scan traces,
+``xs.mark_sharding_with_gradients``: meshlab.parallelisms.xla.mark) and XLA's partitioner then moves the
 data between the splits on either side (a token split turned into a heads split is an all-to-all); under DTensor
 it is a ``redistribute`` to the point's placements (meshlab.parallelisms.dtensor.marker), whose result the hook passes
 on in place of the tensor."""

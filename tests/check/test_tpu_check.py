@@ -203,6 +203,32 @@ def test_a_plan_too_big_for_the_host_to_trace_is_one_line_with_the_fix(monkeypat
         error.value.one_line()
 
 
+def test_a_scanned_loop_body_s_collectives_stand_for_a_middle_block():
+    """torch_xla's scan names a loop body's ops xla__scan/call.N/aot_forward.M/... (no module scope): with one list
+    scanned they are placed in its middle block, whose prediction they are held to; a named op keeps its own place,
+    and unrolled, or with two lists scanned (Flux's), nothing is placed."""
+    from dataclasses import replace
+
+    from meshlab.check.against_tpu import in_scanned_body
+    from meshlab.check.hlo import ArrayShape, HloCollective
+    from meshlab.check.setup import CheckOptions, check_setup
+    from meshlab.check.verdict import MeasuredCollective
+
+    body = HloCollective(name="all-gather.1", kind="all-gather", result=(ArrayShape("bf16", (8, 8)),), operands=(),
+                         groups=((0, 1),), op_name="xla__scan/call.2221/aot_forward.286/aten__mm")
+    named, bare = replace(body, op_name="proj_out#.3/aten__mm"), replace(body, op_name=None)
+    collectives = tuple(MeasuredCollective(c, ("data",)) for c in (body, named, bare))
+
+    def groups(strategy, **options):
+        setup = check_setup(REPO / strategy, CheckOptions(**options))
+        return [c.group for c in in_scanned_body(collectives, setup)]
+
+    assert groups("strategies/fsdp.yaml", layers=3, scan=True) == [("transformer_blocks", 1), None, None]
+    assert groups("strategies/fsdp.yaml", layers=5, scan=True)[0] == ("transformer_blocks", 2)
+    assert groups("strategies/fsdp.yaml", layers=3) == [None, None, None]
+    assert groups("tests/cost/data/strategies/flux-2d.yaml", layers=3, scan=True) == [None, None, None]
+
+
 def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     """A compiled program made up to the plan's own figures agrees; each figure moved past its tolerance is named."""
     from dataclasses import replace
@@ -479,19 +505,23 @@ def test_a_scanned_plan_holds_its_stacked_block_weights_as_temporaries(strategy)
 @tpu
 @pytest.mark.tpu
 def test_a_scanned_plan_s_activation_rules_mark_inside_the_loop_body():
-    """fsdp.yaml's rules mark activations inside each block (the conditioning's output over data): scan traces
-    the body with AOTAutograd's functional tensors, which xs.mark_sharding refused ("Expected XLA tensor"), so no
-    scanned plan with a rule inside its blocks compiled; they now mark through torch_xla's mark for AOTAutograd.
-    The loop body issues each block's 14 weight gathers once, and the whole call's count (every block's) is not
-    held against it."""
+    """fsdp.yaml's linear.output rule pins every block Linear's output to the batch split: scan traces the body
+    with AOTAutograd's functional tensors, which xs.mark_sharding refused ("Expected XLA tensor"), so no scanned
+    plan with a rule inside its blocks compiled; they now mark through torch_xla's mark for AOTAutograd. Unmarked,
+    XLA would move activations (all-to-alls, fsdp.yaml's comment); marked, the loop body gathers each block's 14
+    weights over data, once, and that iteration is held to the middle block's prediction (not the whole call's
+    count, every block's, against one body's)."""
     code, doc, err = _check("strategies/fsdp.yaml", "--layers", "3", "--height", "256", "--width", "256",
                             "--text-tokens", "32", "--scan", "--front-end", "torch-xla")
     assert doc is not None, err
     assert doc["options"]["scan"] is True and doc["front_end"] == "torch-xla"
+    assert {c["kind"] for c in doc["collectives"]} == {"all-gather"}
     gathers = [c for c in doc["collectives"] if c["kind"] == "all-gather"]
     assert len(gathers) == 14 and all(c["mesh_axes"] == ["data"] for c in gathers)
-    assert doc["predicted_collectives_per_call"]["count"]["all-gather"] == 3 * 14
-    assert not [d for d in doc["differences"] if "whole call" in d], doc["differences"]
+    assert doc["middle_blocks"] == ["transformer_blocks.1"] and doc["collectives_attributed_to_blocks"] is True
+    assert doc["collectives_per_block"]["transformer_blocks.1"] == {"all-gather": 14}
+    assert doc["predicted_collectives_per_block"]["transformer_blocks.1"] == {"all-gather": 14}
+    assert not [d for d in doc["differences"] if "whole call" in d or "all-gather" in d], doc["differences"]
 
 
 @tpu
