@@ -126,7 +126,7 @@ class TpuCheckReport:
         body's (`in_scanned_body`). A multi-slice compile keeps no op names: then whole-call totals are held instead
         of a middle block's (`whole_call_held`)."""
         c = self.primary
-        return c is not None and (not c.collectives or any(x.group for x in c.collectives))
+        return c is not None and (not c.collectives or any(x.hlo.layer or x.block for x in c.collectives))
 
     @property
     def whole_call_held(self) -> bool:
@@ -184,8 +184,8 @@ class TpuCheckReport:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
         combines a block's modulation all-reduce into the block before, and drops the last block's dead tail).
         Under scan the loop body's collectives stand for it (one iteration: `in_scanned_body`), where one list is
-        scanned; none where several are (their bodies are not told apart)."""
-        if self.setup.scan and scanned_list(self.setup) is None:
+        scanned; none where several are (their bodies are not told apart), or where nothing was placed."""
+        if self.setup.scan and (scanned_list(self.setup) is None or not self.attributed):
             return []
         return [f"{name}.{n // 2}" for name, n in self.setup.checked_blocks.items() if n >= 3]
 
@@ -432,25 +432,24 @@ HOST_MEMORY_FIX = ("check fewer blocks (--layers N) or scan the blocks (--scan),
                    "host with more memory (no TPU is needed)")
 
 
-#: how torch_xla's scan names the ops of a loop body it traced (AOTAutograd keeps none of meshlab's module scopes)
-SCAN_BODY_OP = "xla__scan/"
-
-
 def scanned_list(setup: CheckSetup) -> str | None:
     """The block list whose loop body the program's scan ops are: the one list of a scanned model. None unrolled, or
     where several lists are scanned (their bodies are not told apart)."""
     return next(iter(setup.checked_blocks)) if setup.scan and len(setup.checked_blocks) == 1 else None
 
 
-def in_scanned_body(collectives: tuple[MeasuredCollective, ...], setup: CheckSetup) -> tuple[MeasuredCollective, ...]:
-    """Each collective of a scanned loop body placed in the middle block of its list: the body runs once per block,
-    so one iteration's collectives are held to a middle block's prediction."""
+def in_scanned_body(collectives: tuple[MeasuredCollective, ...], setup: CheckSetup,
+                    body: frozenset[str]) -> tuple[MeasuredCollective, ...]:
+    """Each collective that sits in the loop body of a scanned list (`body`: the computations the program's while
+    loop runs, meshlab.check.hlo.loop_body_computations) placed in the middle block of its list: the body runs once
+    per block, so one iteration's collectives are held to a middle block's prediction. Placed by where the op sits,
+    not by its name: torch_xla's scan names a body's ops ``xla__scan/...`` with no module scope, XLA leaves some
+    unnamed, and an op it merged with one after the loop may carry a body's name outside it."""
     name = scanned_list(setup)
     if name is None:
         return collectives
     middle = (name, setup.checked_blocks[name] // 2)
-    return tuple(replace(c, block=middle) if not c.hlo.layer and SCAN_BODY_OP in (c.hlo.op_name or "") else c
-                 for c in collectives)
+    return tuple(replace(c, block=middle) if c.hlo.computation in body else c for c in collectives)
 
 
 def _read(result: dict, setup: CheckSetup) -> Compiled:
@@ -461,7 +460,8 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
         text = Path(result["hlo_file"]).read_text()
         # torch_xla's groups name devices (its ordinals are the topology's ids); jax's name mesh positions
         ids = tuple(result["mesh_device_ids"]) if result["front_end"] == "torch-xla" else None
-        collectives = in_scanned_body(collectives_of(hlo.parse_collectives(text), setup, ids), setup)
+        collectives = in_scanned_body(collectives_of(hlo.parse_collectives(text), setup, ids), setup,
+                                      hlo.loop_body_computations(text) if setup.scan else frozenset())
     schedule = None
     if result.get("schedule_file"):
         schedule = parse_schedule(Path(result["schedule_file"]).read_text())

@@ -128,6 +128,7 @@ class HloCollective:
     groups: tuple[tuple[int, ...], ...]  # replica groups; source-target pairs for collective-permute
     op_name: str | None  # the op_name of its metadata (meshlab tags it "<module path>/<aten op>")
     asynchronous: bool = False  # issued as a start/done pair (XLA:TPU overlaps compute between the two)
+    computation: str = ""  # the computation it sits in (its first, for an async fusion's copies)
 
     @property
     def bytes_per_device(self) -> int:
@@ -206,8 +207,35 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
             found.append(HloCollective(
                 name=instruction.group(1), kind=name, result=result, operands=operands, groups=groups,
                 op_name=op_name, asynchronous=bool(kind.group(2)) or channel in asynchronous,
+                computation=computation,
             ))
     return tuple(found)
+
+
+_CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|branch_computations|called_computations)="
+                     r"(\{[^}]*\}|%?[\w.\-]+)")
+
+
+def loop_body_computations(hlo_text: str) -> frozenset[str]:
+    """Every computation that runs inside a ``while`` loop's body: the bodies and all they call (fusions, async
+    collectives, reductions, nested loops). torch_xla's scan runs a scanned block list as such a loop."""
+    calls: dict[str, set[str]] = {}
+    bodies: set[str] = set()
+    for name, lines in _computations(hlo_text):
+        for line in lines:
+            for match in _CALLED.finditer(line):
+                called = {c.strip().lstrip("%") for c in match.group(1).strip("{}").split(",") if c.strip()}
+                calls.setdefault(name, set()).update(called)
+            body = re.search(r"\swhile\(.*\bbody=%?([\w.\-]+)", line)
+            if body:
+                bodies.add(body.group(1))
+    reached, todo = set(), list(bodies)
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(calls.get(name, ()))
+    return frozenset(reached)
 
 
 def _callers(hlo_text: str) -> dict[str, str]:

@@ -329,9 +329,11 @@ def render_tpu_check(report, console) -> None:
             console.print("[yellow]no middle block held to the prediction[/yellow]: " + (
                 "the scanned lists' loop bodies are not told apart (their ops keep no module names)"
                 if setup.scan and len(setup.checked_blocks) > 1 else
+                "no collective of the program was placed in the scanned loop body" if setup.scan and
+                not report.attributed else
                 "compile at least 3 blocks of a list (--layers 3, or the whole model)") + "; shown: each list's "
-                "first block")
-            blocks = [f"{name}.0" for name in setup.checked_blocks]
+                + ("block its loop body stands for" if setup.scan else "first block"))
+            blocks = [f"{name}.{n // 2 if setup.scan else 0}" for name, n in setup.checked_blocks.items()]
         counts, sizes, asynchronous = c.per_block(setup), c.per_block(setup, _bytes), c.asynchronous(setup)
         collectives = Table(title="Collectives of a middle block, by kind, as the TPU program issues them: count "
                                   "(bytes per chip)" + ("; scanned: the loop body's, one iteration" if setup.scan

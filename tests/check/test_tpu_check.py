@@ -204,9 +204,11 @@ def test_a_plan_too_big_for_the_host_to_trace_is_one_line_with_the_fix(monkeypat
 
 
 def test_a_scanned_loop_body_s_collectives_stand_for_a_middle_block():
-    """torch_xla's scan names a loop body's ops xla__scan/call.N/aot_forward.M/... (no module scope): with one list
-    scanned they are placed in its middle block, whose prediction they are held to; a named op keeps its own place,
-    and unrolled, or with two lists scanned (Flux's), nothing is placed."""
+    """A collective that sits in the program's while loop body (the computations it runs) is placed in the middle
+    block of the one scanned list, whatever its name: torch_xla's scan names a body's ops xla__scan/... with no
+    module scope, and XLA leaves some unnamed. An op outside the loop keeps its own place, even one named after the
+    body (XLA merged it with one after the loop), and unrolled, or with two lists scanned (Flux's), nothing is
+    placed."""
     from dataclasses import replace
 
     from meshlab.check.against_tpu import in_scanned_body
@@ -215,18 +217,53 @@ def test_a_scanned_loop_body_s_collectives_stand_for_a_middle_block():
     from meshlab.check.verdict import MeasuredCollective
 
     body = HloCollective(name="all-gather.1", kind="all-gather", result=(ArrayShape("bf16", (8, 8)),), operands=(),
-                         groups=((0, 1),), op_name="xla__scan/call.2221/aot_forward.286/aten__mm")
-    named, bare = replace(body, op_name="proj_out#.3/aten__mm"), replace(body, op_name=None)
-    collectives = tuple(MeasuredCollective(c, ("data",)) for c in (body, named, bare))
+                         groups=((0, 1),), op_name="xla__scan/call.2221/aot_forward.286/aten__mm", computation="loop")
+    unnamed = replace(body, op_name=None)
+    merged = replace(body, computation="main")  # named after the body, but after the loop
+    named = replace(body, op_name="transformer_blocks.0#.3/aten__mm", computation="main")
+    collectives = tuple(MeasuredCollective(c, ("data",)) for c in (body, unnamed, merged, named))
 
     def groups(strategy, **options):
         setup = check_setup(REPO / strategy, CheckOptions(**options))
-        return [c.group for c in in_scanned_body(collectives, setup)]
+        return [c.group for c in in_scanned_body(collectives, setup, frozenset({"loop"}))]
 
-    assert groups("strategies/fsdp.yaml", layers=3, scan=True) == [("transformer_blocks", 1), None, None]
-    assert groups("strategies/fsdp.yaml", layers=5, scan=True)[0] == ("transformer_blocks", 2)
-    assert groups("strategies/fsdp.yaml", layers=3) == [None, None, None]
-    assert groups("tests/cost/data/strategies/flux-2d.yaml", layers=3, scan=True) == [None, None, None]
+    middle = ("transformer_blocks", 1)
+    assert groups("strategies/fsdp.yaml", layers=3, scan=True) == [middle, middle, None, ("transformer_blocks", 0)]
+    assert groups("strategies/fsdp.yaml", layers=5, scan=True)[:2] == [("transformer_blocks", 2)] * 2
+    assert groups("strategies/fsdp.yaml", layers=3) == [None, None, None, ("transformer_blocks", 0)]
+    assert groups("tests/cost/data/strategies/flux-2d.yaml", layers=3, scan=True) == [
+        None, None, None, ("transformer_blocks", 0)]
+
+
+def test_a_while_loop_s_body_is_every_computation_it_runs():
+    """hlo.loop_body_computations: the body of each while and what it calls, transitively; not its condition's
+    caller, not the entry."""
+    from meshlab.check.hlo import loop_body_computations
+
+    text = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+
+%fused (p: f32[4]) -> f32[4] {
+  %r = f32[4] all-reduce(f32[4] %p), replica_groups={{0,1}}, to_apply=%add
+}
+
+%body (t: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %f = f32[4] fusion(f32[4] %x), kind=kLoop, calls=%fused
+}
+
+%cond (t: (s32[], f32[4])) -> pred[] {
+  ROOT %lt = pred[] compare(s32[] %i, s32[] %n), direction=LT
+}
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %w = (s32[], f32[4]) while((s32[], f32[4]) %t), condition=%cond, body=%body
+  %g = f32[8] all-gather(f32[4] %p), dimensions={0}
+}
+"""
+    assert loop_body_computations(text) == {"body", "fused", "add"}
 
 
 def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
