@@ -9,7 +9,7 @@
 
 Compiles the built-in strategy twice ahead of time for its TPU system (`meshlab check S.yaml --backend tpu
 --front-end torch-xla --json`, full depth, the workload's own size, or another system's with --hardware, --mesh
-and --batch): as it is, and with the flag added to its
+and --batch, another size with --size): as it is, and with the flag added to its
 `compile.libtpu_flags`. From each program's latency-hiding schedule (XLA:TPU's cost model, not a measurement;
 meshlab.check.tpu_schedule) it takes the time the kind holds the timeline: synchronous, all of it; async, what the
 schedule leaves exposed (the -done ops and the cycles wasted waiting on them). The share hidden is 1 - exposed /
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--mesh", action="append", default=[], metavar="AXIS=N",
                         help="set a mesh axis's size (repeat for several), for a system of another size")
     parser.add_argument("--batch", type=int, help="set the workload's batch (with --mesh, to keep a chip's share)")
+    parser.add_argument("--size", type=int, help="set the workload's height and width (pixels)")
     parser.add_argument("--out", type=Path, help="also write both documents' figures as JSON here")
     args = parser.parse_args()
     flags = args.flag or ["--xla_tpu_enable_async_all_to_all=true"]
@@ -74,6 +75,8 @@ def main() -> None:
         data["mesh"][axis] = int(size)
     if args.batch:
         data["workload"]["batch"] = args.batch
+    if args.size:
+        data["workload"]["height"] = data["workload"]["width"] = args.size
     with tempfile.TemporaryDirectory() as scratch:
         source, flagged = Path(scratch) / f"{args.strategy}.yaml", Path(scratch) / f"{args.strategy}-async.yaml"
         source.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -106,6 +109,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps({"command": " ".join(sys.argv), "strategy": args.strategy,
                                         "hardware": data["hardware"], "mesh": data["mesh"], "flags": flags,
+                                        "size": [data["workload"]["height"], data["workload"]["width"]],
                                         "kind": args.kind, "programs": rows, "hidden": hidden}, indent=1) + "\n")
 
 
