@@ -319,25 +319,22 @@ def render_tpu_check(report, console) -> None:
                       f"{c.bytes_accessed / 1e9:.2f} GB" if c.bytes_accessed is not None else "?")
         console.print(table)
         _render_front_ends(report, console)
-        blocks = report.middle_blocks()
+        held = report.middle_blocks()
+        blocks = held
         if report.whole_call_held:
             console.print("[yellow]XLA:TPU's multi-slice program keeps no op names[/yellow]: its collectives are "
                           "not placed in blocks, so the whole call's are held to the prediction: "
                           + kinds(Counter(x.hlo.kind for x in c.collectives)) + " against "
                           + kinds(report.predicted_totals["count"]))
         elif not blocks:
-            console.print("[yellow]no middle block held to the prediction[/yellow]: " + (
-                "the scanned lists' loop bodies are not told apart (their ops keep no module names)"
-                if setup.scan and len(setup.checked_blocks) > 1 else
-                "no collective of the program was placed in the scanned loop body" if setup.scan and
-                not report.attributed else
-                "compile at least 3 blocks of a list (--layers 3, or the whole model)") + "; shown: each list's "
-                + ("block its loop body stands for" if setup.scan else "first block"))
+            shown = "block its loop body stands for" if setup.scan else "first block"
+            console.print(f"[yellow]no middle block held to the prediction[/yellow]: {_why_no_middle_block(report)}; "
+                          f"shown: each list's {shown}")
             blocks = [f"{name}.{n // 2 if setup.scan else 0}" for name, n in setup.checked_blocks.items()]
         counts, sizes, asynchronous = c.per_block(setup), c.per_block(setup, _bytes), c.asynchronous(setup)
         collectives = Table(title="Collectives of a middle block, by kind, as the TPU program issues them: count "
                                   "(bytes per chip)" + ("; scanned: the loop body's, one iteration" if setup.scan
-                                                        and report.middle_blocks() else ""), title_justify="left")
+                                                        and held else ""), title_justify="left")
         for column in ("block", "kind", "meshlab (predicted)", "XLA:TPU", "of them async"):
             collectives.add_column(column, justify="left" if column in ("block", "kind") else "right")
         for block in blocks:
@@ -358,6 +355,16 @@ def render_tpu_check(report, console) -> None:
         console.print(f"  [red]differs:[/red] {line}")
     console.print("[green]the plan and XLA:TPU agree[/green]" if report.agrees
                   else "[red]the plan and XLA:TPU disagree[/red] (XLA:TPU is the truth for TPU hardware)")
+
+
+def _why_no_middle_block(report) -> str:
+    """Why a TPU check held no middle block's collectives to the prediction."""
+    setup = report.setup
+    if setup.scan and len(setup.checked_blocks) > 1:
+        return "the scanned lists' loop bodies are not told apart (their ops keep no module names)"
+    if setup.scan and not report.attributed:
+        return "no collective of the program was placed in the scanned loop body"
+    return "compile at least 3 blocks of a list (--layers 3, or the whole model)"
 
 
 def _render_front_ends(report, console) -> None:
