@@ -77,6 +77,8 @@ class HloCollective(Document):
     bytes_per_device: int
     mesh_axes: list[str]
     layer: str | None
+    block: str | None = Field(None, description="the block it counts for: its op's module scope's block, or (a "
+                              "scanned loop body's op, whose name has no scope) the scanned list's middle block")
     async_: bool = Field(alias="async")
 
 

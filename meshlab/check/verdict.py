@@ -56,6 +56,7 @@ class MeasuredCollective:
             "bytes_per_device": self.hlo.bytes_per_device,
             "mesh_axes": list(self.mesh_axes),
             "layer": self.hlo.layer,
+            "block": f"{self.group[0]}.{self.group[1]}" if self.group else None,
             "async": self.hlo.asynchronous,
         }
 

@@ -223,12 +223,19 @@ def test_a_scanned_loop_body_s_collectives_stand_for_a_middle_block():
     named = replace(body, op_name="transformer_blocks.0#.3/aten__mm", computation="main")
     collectives = tuple(MeasuredCollective(c, ("data",)) for c in (body, unnamed, merged, named))
 
-    def groups(strategy, **options):
+    def placed(strategy, **options):
         setup = check_setup(REPO / strategy, CheckOptions(**options))
-        return [c.group for c in in_scanned_body(collectives, setup, frozenset({"loop"}))]
+        return in_scanned_body(collectives, setup, frozenset({"loop"}))
+
+    def groups(strategy, **options):
+        return [c.group for c in placed(strategy, **options)]
 
     middle = ("transformer_blocks", 1)
     assert groups("strategies/fsdp.yaml", layers=3, scan=True) == [middle, middle, None, ("transformer_blocks", 0)]
+    # the document names the block each counts for, beside its op's scope (none in the body)
+    assert [(c.to_json()["layer"], c.to_json()["block"]) for c in placed("strategies/fsdp.yaml", layers=3, scan=True)
+            ] == [(None, "transformer_blocks.1"), (None, "transformer_blocks.1"), (None, None),
+                  ("transformer_blocks.0", "transformer_blocks.0")]
     assert groups("strategies/fsdp.yaml", layers=5, scan=True)[:2] == [("transformer_blocks", 2)] * 2
     assert groups("strategies/fsdp.yaml", layers=3) == [None, None, None, ("transformer_blocks", 0)]
     assert groups("tests/cost/data/strategies/flux-2d.yaml", layers=3, scan=True) == [
