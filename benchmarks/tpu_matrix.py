@@ -18,6 +18,11 @@ them: tests/cost/test_tpu_issued.py holds meshlab's prediction to them without c
 
 compiles only the strategies named, and replaces their rows (and captured blocks) in the files given, keeping the
 others.
+
+    python benchmarks/tpu_matrix.py --temporaries benchmarks/results/tpu_matrix_256_temporaries.json
+
+also keeps, per strategy, meshlab's working set against the temporaries XLA:TPU's HBM holds at once, the VMEM its
+program uses, and whether the check held them (not where XLA:TPU kept them on chip), and prints how many agree.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ def batch(path: Path) -> list[str]:
     return [] if split <= 1 or images % split == 0 else ["--batch", str(split * -(-images // split))]
 
 
-def row(path: Path, captured: dict | None = None) -> str:
+def row(path: Path, captured: dict | None = None, temporaries: dict | None = None) -> str:
     args = list(ARGS)
     if text_tokens(path):
         at = args.index("--text-tokens")
@@ -82,6 +87,13 @@ def row(path: Path, captured: dict | None = None) -> str:
         return f"{name}: not compiled: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}"
     doc = json.loads(done.stdout)
     differences = [d for d in doc["differences"] if not d.startswith("temporaries")]
+    if temporaries is not None:
+        xla = doc["xla_memory_per_device"] or {}
+        temporaries[name] = {
+            "predicted": doc["meshlab_memory_per_device"]["activations_as_compiled"],
+            "xla_live_at_once": xla.get("temporaries_live_peak"), "xla_temp_buffer": xla.get("temporaries"),
+            "vmem": xla.get("vmem"), "on_chip": xla.get("temporaries_on_chip"),
+            "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")]}
     if captured is not None:
         blocks = doc["middle_blocks"]
         captured[name] = {
@@ -97,6 +109,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--capture", type=Path, help="keep XLA:TPU's middle blocks here (JSON)")
+    parser.add_argument("--temporaries", type=Path, help="keep each plan's temporaries, by both, here (JSON)")
     parser.add_argument("--only", type=Path, nargs="+", help="compile these strategies alone, and replace their rows "
                         "and captured blocks in --out and --capture, keeping the others")
     args = parser.parse_args()
@@ -108,10 +121,17 @@ def main() -> int:
             parser.error(f"--only takes strategies inside the repository ({REPO}): {', '.join(outside)}")
     kept = json.loads(args.capture.read_text()) if args.only and args.capture and args.capture.exists() else {}
     captured = kept if args.capture else None
+    temporaries = ({} if not (args.only and args.temporaries.exists()) else json.loads(args.temporaries.read_text())
+                   ) if args.temporaries else None
     rows = {}
     for path in files:
-        rows[str(path.relative_to(REPO))] = row(path, captured)
+        rows[str(path.relative_to(REPO))] = row(path, captured, temporaries)
         print(rows[str(path.relative_to(REPO))], flush=True)
+    if temporaries is not None:
+        held = [t for t in temporaries.values() if not t["on_chip"]]
+        print(f"temporaries: {sum(t['agrees'] for t in held)} of {len(held)} held agree within 25%; "
+              f"{len(temporaries) - len(held)} kept on chip (VMEM), shown, not held")
+        args.temporaries.write_text(json.dumps(temporaries, indent=1, sort_keys=True) + "\n")
     if args.out:
         old = args.out.read_text().splitlines() if args.only and args.out.exists() else []
         every = {line.split(": ", 1)[0]: line for line in old} | rows

@@ -562,6 +562,17 @@ def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None
     return peak
 
 
+_MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=\d+\)\nTotal bytes: (\d+)", re.M)
+
+
+def memory_space_bytes(memory_usage_report: str) -> dict[str, int]:
+    """Bytes the program's buffer assignment placed in each memory space, by the space's name, from XLA's
+    ``*-memory-usage-report.txt``: on a TPU ``default`` (HBM: arguments, outputs, temporaries), ``vmem`` (the
+    TensorCore's on-chip memory: temporaries that XLA:TPU's memory-space assignment keeps on chip, and the weight
+    slices it streams through), ``smem``, ``host``."""
+    return {name: int(total) for name, total in _MEMORY_SPACE.findall(memory_usage_report)}
+
+
 def _union_bytes(pieces) -> int:
     """Bytes covered by byte ranges ``[start, stop)`` that may overlap."""
     covered, reach = 0, -1

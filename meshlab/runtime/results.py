@@ -135,6 +135,8 @@ class FrontEndCompiled(Payload):
     required_bytes: Optional[int]
     temporaries_live_peak: Optional[int] = Field(
         None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
+    memory_spaces: dict[str, int] = Field(
+        {}, description="bytes the buffer assignment placed in each memory space: 'default' (HBM), 'vmem', ...")
     attention_calls: dict[str, int] = Field(
         {}, description="torchax's attention calls by how they ran: 'kernel' (the strategy's flash kernel) or "
                         "'reference' (torch's reference math: a call the kernel does not take)")

@@ -105,6 +105,7 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
         schedules[-1].replace(schedule)
     return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
             "temporaries_live_peak": _temporaries_live_peak(dump, before),
+            "memory_spaces": _memory_spaces(dump, before),
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
             "hlo_file": str(hlo_file) if program else None, "mesh_device_ids": mesh_ids,
@@ -134,6 +135,15 @@ def _temporaries_live_peak(dump: Path, before: set[Path]) -> int | None:
     if not live_range.exists():
         return None
     return hlo.temporaries_live_peak(assignment.read_text(), live_range.read_text())
+
+
+def _memory_spaces(dump: Path, before: set[Path]) -> dict[str, int]:
+    """Bytes per memory space of this compile's program (meshlab.check.hlo.memory_space_bytes), from the
+    memory-usage report XLA dumped beside its buffer assignment; empty where it wrote none."""
+    from meshlab.check import hlo
+
+    report = _largest(dump, before, ".after_optimizations-memory-usage-report.txt")
+    return hlo.memory_space_bytes(report.read_text()) if report else {}
 
 
 def _depth(setup: CheckSetup) -> str:

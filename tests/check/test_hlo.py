@@ -253,3 +253,17 @@ def test_xla_tpu_s_temp_buffer_holds_at_least_what_is_live_at_once():
     largest = max(int(s) for s in re.findall(r"size=(\d+)", temp.group(2)))
     peak = temporaries_live_peak(assignment, live_range)
     assert largest <= peak <= int(temp.group(1)) and peak == 1_903_968
+
+
+def test_the_bytes_of_each_memory_space_are_read_from_xla_s_memory_usage_report():
+    """2d's XLA:TPU program (3 blocks, 256², v6e:2x4; its memory-usage report, gzipped): HBM ('default') holds the
+    arguments and a 7.6 MiB temp buffer, and 86.5 MiB sit in the TensorCore's VMEM, where its memory-space
+    assignment kept the temporaries and streamed the weight slices (the HBM temporaries live at once: 18,752 B)."""
+    import gzip
+
+    from meshlab.check.hlo import memory_space_bytes
+
+    report = gzip.open(Path(__file__).parent / "data" / "tpu_2d_256.memory-usage-report.txt.gz", "rt").read()
+    assert memory_space_bytes(report) == {"default": 500_986_400, "vmem": 90_690_048, "smem": 80, "host": 2048,
+                                          "color_6": 4096}
+    assert memory_space_bytes("no report") == {}

@@ -307,6 +307,16 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     assert any(d.startswith("weights per chip") for d in differences)
     assert any(d.startswith("temporaries per chip") for d in differences)
     assert "transformer_blocks.1: all-reduce count predicted 3, XLA:TPU 2" in differences
+    # temporaries XLA:TPU kept in VMEM (the working set fits in the VMEM the program uses, HBM holds less) are not
+    # held to meshlab's HBM figure; where the working set outgrows that VMEM, the HBM figure is held
+    on_chip = replace(program, memory={**program.memory, "argument": weights, "temp": 8_000_000},
+                      temporaries_live_peak=18_752, memory_spaces={"default": weights, "vmem": scores})
+    assert on_chip.temporaries_on_chip(scores) and replace(report, compiled=(on_chip,)).agrees
+    outgrown = replace(on_chip, memory_spaces={"default": weights, "vmem": scores - 1})
+    assert not outgrown.temporaries_on_chip(scores)
+    assert [d for d in replace(report, compiled=(outgrown,)).differences() if d.startswith("temporaries per chip")]
+    in_hbm = replace(on_chip, temporaries_live_peak=scores)  # held in HBM, and agreeing
+    assert not in_hbm.temporaries_on_chip(scores) and replace(report, compiled=(in_hbm,)).agrees
     assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
     # torchax's attention calls that kept the reference math, which meshlab prices as the flash kernel, are named;
     # torch_xla's stock attention is priced as what it is
