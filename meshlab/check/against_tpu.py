@@ -10,8 +10,8 @@ on this host, no TPU); read the TPU program and hold it to the plan:
   XLA:TPU's program holds live at once, from its buffer assignment and live ranges (within ``TEMPS_TOLERANCE``);
   its temp buffer, what the fit counts, packs those values at offsets and is larger by the gaps it leaves (2d at
   full depth: 0.98 GiB live in a 1.21 GiB buffer; pairs: the same 0.98 in 1.55), which meshlab does not model;
-  a working set XLA:TPU kept in the chip's VMEM instead of HBM (a small one: `Compiled.temporaries_on_chip`) is
-  shown, not held;
+  they are counted wherever XLA:TPU placed them, HBM or the TensorCore's VMEM (a small working set sits in VMEM
+  whole), less the weights it prefetches into VMEM (`Compiled.working_set_live_peak`);
 - **collectives of a middle block** (block 0 of each list when more than one is compiled), by kind, counted as
   the TPU program has them after its combining passes, and the bytes each moves: within ``COLLECTIVE_TOLERANCE``
   of meshlab's prediction for the kinds in ``TPU_VERDICT_KINDS`` (the CPU check's, and the reduce-scatters
@@ -77,6 +77,9 @@ class Compiled:
     schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
     program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
     temporaries_live_peak: int | None = None  # the most temporary bytes live at once (the rest of "temp" is packing)
+    #: the most temporary bytes live at once in HBM and the TensorCore's VMEM together, less the weights XLA:TPU
+    #: prefetches into VMEM (hlo.working_set_live_peak): the forward's working set wherever it was placed
+    working_set_live_peak: int | None = None
     #: bytes the program placed in each memory space (hlo.memory_space_bytes): "default" is HBM, "vmem" on chip
     memory_spaces: dict[str, int] = field(default_factory=dict)
     #: planned weight shards no argument of the program matched (None: the arguments were not read back)
@@ -90,19 +93,6 @@ class Compiled:
     @property
     def ok(self) -> bool:
         return not self.error
-
-    def temporaries_on_chip(self, working_set: int) -> bool:
-        """XLA:TPU kept a working set of `working_set` bytes (meshlab's) in the chip's VMEM, not its HBM: it fits
-        in the VMEM the program uses, and the program's HBM holds less at once than the working set less the
-        tolerance. XLA:TPU's memory-space assignment places a temporary in VMEM where it fits: at 256² and 3 blocks
-        2d's, pairs' and hybrid's working sets (11 to 13 MiB) sit there (83 to 92 MiB used in VMEM, the weight
-        slices streamed through it included) and their HBM holds 1 to 18 KiB of temporaries at once; fsdp's
-        gathered block (717 MiB) and the 1024² working sets outgrow it and are held in HBM. meshlab prices the
-        working set in HBM (conservative for the fit by at most the VMEM used), so such a program's temporaries
-        are shown, not held."""
-        vmem = self.memory_spaces.get("vmem")
-        return (bool(self.memory) and self.temporaries_live_peak is not None and vmem is not None
-                and working_set <= vmem and self.temporaries_live_peak < (1 - TEMPS_TOLERANCE) * working_set)
 
     @property
     def total_bytes(self) -> int | None:
@@ -190,12 +180,6 @@ class TpuCheckReport:
     def predicted_temporaries(self, front_end: str) -> int:
         return predicted_temporaries(self.setup, front_end)
 
-    @property
-    def temporaries_on_chip(self) -> bool:
-        """The primary program kept meshlab's working set in VMEM (`Compiled.temporaries_on_chip`)."""
-        c = self.primary
-        return c is not None and c.temporaries_on_chip(self.predicted_temporaries(c.front_end))
-
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
         combines a block's modulation all-reduce into the block before, and drops the last block's dead tail).
@@ -230,8 +214,11 @@ class TpuCheckReport:
             found.append(f"weights: {c.weights_missing - dead} of the plan's weight shards are not among XLA:TPU's "
                          "arguments in their planned shape (held in another sharding?)")
         temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
-        if self.temporaries_on_chip:
-            pass  # in VMEM, which meshlab does not price: the row says so (render_check), nothing to hold
+        if c.working_set_live_peak is not None:
+            live = c.working_set_live_peak
+            if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
+                found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once in HBM "
+                             f"and VMEM ({c.temporaries_live_peak} of them in HBM, {temps} in its temp buffer)")
         elif c.temporaries_live_peak is not None:
             live = c.temporaries_live_peak
             if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
@@ -496,6 +483,7 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
                     result.get("required_bytes"), schedule,
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
                     temporaries_live_peak=result.get("temporaries_live_peak"),
+                    working_set_live_peak=result.get("working_set_live_peak"),
                     memory_spaces=result.get("memory_spaces") or {}, weights_missing=missing,
                     kernels=hlo.pallas_kernels(text) if result.get("hlo_file") else None,
                     attention_calls=result.get("attention_calls") or {})
@@ -653,8 +641,7 @@ def _memory_document(c: Compiled | None, setup: CheckSetup) -> dict | None:
     return {"arguments": m["argument"], "outputs": m["output"], "temporaries": m["temp"],
             "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
             "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak,
-            "vmem": c.memory_spaces.get("vmem"),
-            "temporaries_on_chip": c.temporaries_on_chip(predicted_temporaries(setup, c.front_end))}
+            "working_set_live_peak": c.working_set_live_peak, "vmem": c.memory_spaces.get("vmem")}
 
 
 def _blocks(per_block: dict[str, Counter]) -> dict[str, dict]:

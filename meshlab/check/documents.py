@@ -247,10 +247,11 @@ class TpuMemory(Document):
     other_arguments: dict[str, int] = Field(description="arguments that are not weights (inputs, tables, scalars)")
     temporaries_live_peak: int | None = Field(
         None, description="the most temporary bytes live at once; the temp buffer packs them with gaps")
-    vmem: int | None = Field(None, description="bytes the program placed in the chip's on-chip VMEM (temporaries "
-                             "kept on chip, and the weight slices streamed through it); not part of the HBM total")
-    temporaries_on_chip: bool = Field(False, description="XLA:TPU kept the working set in VMEM (it fits there, and "
-                                      "HBM holds less): the temporaries are shown, not held to meshlab's HBM figure")
+    working_set_live_peak: int | None = Field(
+        None, description="the most temporary bytes live at once in HBM and the TensorCore's VMEM together, less the "
+        "weights prefetched into VMEM: the forward's working set wherever XLA:TPU placed it, what meshlab's is held to")
+    vmem: int | None = Field(None, description="bytes the program placed in the TensorCore's VMEM (the weights "
+                             "prefetched there, most of it, and temporaries kept there); not part of the HBM total")
 
 
 class TpuMeshlabMemory(Document):

@@ -524,7 +524,8 @@ def _laid_out_bytes(shape: ArrayShape, minor_to_major: tuple[int, ...], tiles: s
 
 # --- temporaries live at once ----------------------------------------------------------------------------------
 
-_TEMP_ALLOCATION = re.compile(r"^allocation \d+: size \d+, page \d+, preallocated-temp:\n((?: .*\n?)*)", re.M)
+_TEMP_ALLOCATION = re.compile(r"^allocation \d+: size \d+, (?:color (\d+), )?page \d+, preallocated-temp:\n((?: .*\n?)*)",
+                              re.M)
 _VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\)")
 _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
@@ -537,17 +538,36 @@ def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None
     ``memory_analysis()``'s temp bytes, is at least this: XLA packs the values into it at offsets, and packing
     leaves gaps (XLA:TPU's program of pairs.yaml at full depth: 0.98 GiB in use at once in a 1.55 GiB temp
     buffer). None where either file says nothing of them."""
+    return _live_peak(buffer_assignment, live_range, lambda color, name: color == 0)
+
+
+def working_set_live_peak(buffer_assignment: str, live_range: str, vmem_color: int, program: str) -> int | None:
+    """`temporaries_live_peak` over the temporaries in HBM and those in the TensorCore's VMEM (the buffer
+    assignment's color `vmem_color`) together, less the VMEM copies of the program's arguments (`argument_copies`
+    of its optimized `program`, whose instruction names the buffer assignment's values carry): the forward's
+    working set wherever XLA:TPU's memory-space assignment placed it. A small working set sits in VMEM whole (2d at
+    256², 3 blocks: 18,752 B of temporaries in HBM at once, 6.7 MiB with VMEM's), a large one in HBM (at 1024² VMEM
+    adds 0.1 MiB to 1,001 MiB); the weights it prefetches into VMEM, most of its VMEM, are not temporaries."""
+    copies = argument_copies(program)
+    return _live_peak(buffer_assignment, live_range, lambda color, name: color == 0 or (
+        color == vmem_color and name.partition("{")[0] not in copies))
+
+
+def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:
+    """The most bytes of the temp buffers' values that `counted(color, name)` keeps in use at once (each color's
+    buffer its own bytes)."""
     ranges_at = live_range.find("BufferLiveRange:")
     if ranges_at < 0:
         return None
     ranges = {name: (int(start), int(end)) for name, start, end in _LIVE_RANGE.findall(live_range[ranges_at:])}
     starts: dict[int, list[tuple[int, int]]] = {}
     ends: dict[int, list[tuple[int, int]]] = {}
-    for block in _TEMP_ALLOCATION.findall(buffer_assignment):
+    for color, block in _TEMP_ALLOCATION.findall(buffer_assignment):
         for name, size, offset in _VALUE.findall(block):
             span = ranges.get(name if "{" in name else name + "{}")
-            if span is not None and int(size):
-                piece = (int(offset), int(offset) + int(size))
+            if span is not None and int(size) and counted(int(color or 0), name):
+                at = int(color or 0) << 48  # each memory space's bytes apart from the others'
+                piece = (at + int(offset), at + int(offset) + int(size))
                 starts.setdefault(span[0], []).append(piece)
                 ends.setdefault(span[1] + 1, []).append(piece)
     if not starts:
@@ -562,15 +582,74 @@ def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None
     return peak
 
 
-_MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=\d+\)\nTotal bytes: (\d+)", re.M)
+_MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)\nTotal bytes: (\d+)", re.M)
 
 
 def memory_space_bytes(memory_usage_report: str) -> dict[str, int]:
     """Bytes the program's buffer assignment placed in each memory space, by the space's name, from XLA's
     ``*-memory-usage-report.txt``: on a TPU ``default`` (HBM: arguments, outputs, temporaries), ``vmem`` (the
-    TensorCore's on-chip memory: temporaries that XLA:TPU's memory-space assignment keeps on chip, and the weight
-    slices it streams through), ``smem``, ``host``."""
-    return {name: int(total) for name, total in _MEMORY_SPACE.findall(memory_usage_report)}
+    TensorCore's on-chip memory: the weights XLA:TPU's memory-space assignment prefetches there, most of it, and the
+    temporaries it keeps there), ``smem``, ``host``."""
+    return {name: int(total) for name, _, total in _MEMORY_SPACE.findall(memory_usage_report)}
+
+
+def memory_space_colors(memory_usage_report: str) -> dict[str, int]:
+    """The buffer assignment's color of each memory space, by name (``vmem``: 1 on XLA:TPU)."""
+    return {name: int(color) for name, color, _ in _MEMORY_SPACE.findall(memory_usage_report)}
+
+
+_OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")
+#: ops that only move a value: what XLA:TPU's memory-space assignment adds to prefetch into VMEM (async copies,
+#: async slices it joins again with a ConcatBitcast custom-call) and the views between them
+_MOVES = frozenset({"bitcast", "copy", "copy-start", "copy-done", "get-tuple-element", "async-start", "async-done",
+                    "slice", "dynamic-slice", "tuple", "concat-bitcast"})
+
+
+def argument_copies(program: str) -> frozenset[str]:
+    """The instructions of an optimized program whose values are only its arguments (or constants) moved about:
+    each of `_MOVES` whose operands are all such (a dynamic-slice's first), from the entry's parameters; the
+    instructions of an async computation are as its async-start is, which is one where that computation only
+    moves values too."""
+    entry = re.search(r"^ENTRY\s+%?([\w.\-]+)", program, re.M)
+    ops: dict[str, tuple[str, str, list[str]]] = {}
+    run_by: dict[str, str] = {}  # an async computation: the async-start that runs it
+    for computation, lines in _computations(program):
+        for line in lines:
+            instruction = _INSTRUCTION.match(line)
+            opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
+            if opcode is None:
+                continue
+            kind = opcode.group(1)
+            if kind == "custom-call" and 'custom_call_target="ConcatBitcast"' in line:
+                kind = "concat-bitcast"
+            operands = _operand_names((" " + instruction.group(2))[opcode.end():])
+            ops[instruction.group(1)] = (computation, kind, operands[:1] if kind == "dynamic-slice" else operands)
+            called = re.search(r"calls=%?([\w.\-]+)", line) if kind == "async-start" else None
+            if called:
+                run_by[called.group(1)] = instruction.group(1)
+    moving_only = {c: all(k in _MOVES or k == "parameter" for comp, k, _ in ops.values() if comp == c)
+                   for c in run_by}
+    found: dict[str, bool] = {}
+
+    def copies(name: str, depth: int = 0) -> bool:
+        if name not in found:
+            found[name] = False  # a cycle, or an unknown name, moves nothing
+            computation, kind, operands = ops.get(name, ("", "", []))
+            if computation in run_by:
+                found[name] = copies(run_by[computation], depth + 1)
+            elif kind in ("parameter", "constant"):
+                found[name] = entry is not None and computation == entry.group(1)
+            elif kind in _MOVES and operands and depth < 500:
+                found[name] = ((kind != "async-start" or moving_only.get(_called(ops, name, run_by), False))
+                               and all(copies(o, depth + 1) for o in operands))
+        return found[name]
+
+    return frozenset(name for name in ops if copies(name))
+
+
+def _called(ops, name: str, run_by: dict[str, str]) -> str:
+    """The async computation an async-start runs."""
+    return next((c for c, start in run_by.items() if start == name), "")
 
 
 def _union_bytes(pieces) -> int:

@@ -301,13 +301,15 @@ def render_tpu_check(report, console) -> None:
         console.print(f"XLA:TPU refused: {c.out_of_memory}")
     else:
         table.add_row("weights (as arguments)", mib(report.predicted_argument_weights), mib(c.weights))
-        table.add_row("denoise working set / temporaries live at once" + (
+        held = c.working_set_live_peak if c.working_set_live_peak is not None else c.temporaries_live_peak
+        table.add_row("denoise working set / temporaries live at once, HBM and VMEM" + (
             " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
-            mib(report.predicted_temporaries(c.front_end)),
-            mib(c.temporaries_live_peak) if c.temporaries_live_peak is not None else "?")
+            mib(report.predicted_temporaries(c.front_end)), mib(held) if held is not None else "?")
+        if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
+            table.add_row("  of them in HBM at once", "", mib(c.temporaries_live_peak))
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
         if "vmem" in c.memory_spaces:
-            table.add_row("on-chip VMEM, beside HBM (temporaries kept on chip, weight slices streamed through)", "",
+            table.add_row("VMEM, beside HBM (the weights prefetched there, and temporaries)", "",
                           mib(c.memory_spaces["vmem"]))
         table.add_row("inputs and other arguments", "", mib(sum(c.other_arguments.values())))
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
@@ -321,12 +323,6 @@ def render_tpu_check(report, console) -> None:
                       f"{hbm / 1e9:.2f} GB" if hbm else "?",
                       f"{c.bytes_accessed / 1e9:.2f} GB" if c.bytes_accessed is not None else "?")
         console.print(table)
-        if report.temporaries_on_chip:
-            console.print(f"temporaries not held: XLA:TPU keeps them on chip at this size (meshlab's working set, "
-                          f"{mib(report.predicted_temporaries(c.front_end))}, fits in the "
-                          f"{mib(c.memory_spaces['vmem'])} of VMEM its program uses, and its HBM holds "
-                          f"{mib(c.temporaries_live_peak)} of temporaries at once); meshlab prices them in HBM, "
-                          "so its fit errs by at most that much, on the safe side")
         _render_front_ends(report, console)
         held = report.middle_blocks()
         blocks = held

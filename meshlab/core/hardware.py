@@ -53,7 +53,8 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 #: measured GEMM rates by shape (`MatmulRates`).
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
                     "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count", "async_all_to_all_hidden",
-                    "async_weight_gather_hidden", "async_weight_gathers", "reduce_scatter_combine_bytes")
+                    "async_weight_gather_hidden", "async_weight_gathers", "reduce_scatter_combine_bytes",
+                    "fused_softmax_keys")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 #: queries per tile of the flash kernels at head dim 128: FlashAttention-2's forward, which torch's flash backend
@@ -145,6 +146,10 @@ class Hardware:
     #: group, the most bytes they move together and still run as one op; 0: never), group sizes increasing
     #: (`combine_limit`; empty: combined whatever their size, not measured)
     reduce_scatter_combine_bytes: tuple[tuple[int, int], ...] = ()
+    #: XLA:TPU's program of torch's math attention (no flash kernel): where a row of scores has at most this many
+    #: keys it holds one float32 buffer of a block's scores (the softmax fused into it), above it two, the scores
+    #: and the probabilities (None: two, whatever the keys; not measured)
+    fused_softmax_keys: int | float | None = None
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -273,7 +278,7 @@ def _problems(hw: Hardware) -> list[str]:
     for name, low, high in (("usd_per_chip_hour", 0.0, 1e6), ("fp32_flops", 1.0, math.inf),
                             ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9),
                             ("sm_count", 1.0, 1e5), ("async_all_to_all_hidden", 0.0, 1.0),
-                            ("async_weight_gather_hidden", 0.0, 1.0)):
+                            ("async_weight_gather_hidden", 0.0, 1.0), ("fused_softmax_keys", 1.0, 1e9)):
         value = getattr(hw, name)
         number = isinstance(value, (float, int)) and not isinstance(value, bool)
         if value is not None and (not number or not math.isfinite(value) or not low <= value <= high):

@@ -24,7 +24,8 @@ from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_tex
 ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
-    "with float32 copies of q, k and v, as torch's math attention computes them) "
+    "with float32 copies of q, k and v, as torch's math attention computes them; on a TPU whose catalog entry "
+    "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -118,7 +119,8 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
     tiled layouts where it has them (TPUs), and two blocks' weights gathered where the chip runs FSDP's weight
     gathers async (`gathered_blocks_on`)."""
     return memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
-                         tiles=hardware.tiled_layouts, gathered_blocks=gathered_blocks_on(strategy, hardware))
+                         tiles=hardware.tiled_layouts, gathered_blocks=gathered_blocks_on(strategy, hardware),
+                         fused_softmax_keys=hardware.fused_softmax_keys)
 
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
@@ -145,12 +147,13 @@ def weight_gathers_async(strategy: Strategy, hardware) -> bool:
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,
-                  gathered_blocks: int = 1) -> MemoryReport:
+                  gathered_blocks: int = 1, fused_softmax_keys: int | float | None = None) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
     bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered).
-    `gathered_blocks`: the blocks whose weights are held gathered at once (`gathered_blocks_on`)."""
+    `gathered_blocks`: the blocks whose weights are held gathered at once (`gathered_blocks_on`).
+    `fused_softmax_keys`: the chip's ``Hardware.fused_softmax_keys`` (math attention's float32 score buffers)."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
-    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles)
+    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles, fused_softmax_keys=fused_softmax_keys)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
@@ -335,9 +338,11 @@ def _batch_split(plan: Plan, strategy: Strategy) -> int:
     return plan.mesh.size(axis) if axis else 1
 
 
-def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, xla: bool = False) -> int:
+def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, xla: bool = False,
+                           fused_softmax_keys: int | float | None = None) -> int:
     """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD); `xla`: the plan runs as XLA's
-    program (TPUs: meshlab.plan.axes.heads_gathered)."""
+    program (TPUs: meshlab.plan.axes.heads_gathered); `fused_softmax_keys`: the most keys a row of math attention's
+    scores has where the chip's program holds them in one float32 buffer (``Hardware.fused_softmax_keys``)."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axes = strategy.activations.sequence_axes
@@ -348,7 +353,8 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
     shape = _Shape(tokens, local, activation_axes(strategy.activations, plan.mesh), strategy.workload.flash_attention,
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
                    *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear,
-                                    kernel_marked(strategy.activations.rules)) for linear in (False, True)))
+                                    kernel_marked(strategy.activations.rules)) for linear in (False, True)),
+                   fused_softmax_keys or 0)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -388,6 +394,7 @@ class _Shape:
     itemsize: int = 2  # bytes of one element of the workload's dtype
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
+    fused_softmax_keys: int | float = 0  # math attention: one float32 score buffer up to these keys a row (0: two)
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -421,7 +428,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``: q, k and v are copied to float32, and the
     scores and the probabilities, both held at the softmax, are float32. XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
-    temporaries."""
+    temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, it holds one (the softmax fused into
+    the scores: 2d at 576² to 928², 1808 to 3876 keys, `python benchmarks/tpu_working_set.py`)."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     # heads split over chips are gathered (meshlab.cost.collectives gathers them only then)
@@ -449,6 +457,7 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
-    scores = fp32 * 2 * heads * queries * keys
+    buffers = 1 if keys <= shape.fused_softmax_keys else 2  # the probabilities beside the scores, or fused
+    scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head

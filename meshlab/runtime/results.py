@@ -135,6 +135,9 @@ class FrontEndCompiled(Payload):
     required_bytes: Optional[int]
     temporaries_live_peak: Optional[int] = Field(
         None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
+    working_set_live_peak: Optional[int] = Field(
+        None, description="the most bytes of temporaries live at once in HBM and VMEM, less the VMEM copies of "
+                          "the arguments (the weights XLA:TPU prefetches there)")
     memory_spaces: dict[str, int] = Field(
         {}, description="bytes the buffer assignment placed in each memory space: 'default' (HBM), 'vmem', ...")
     attention_calls: dict[str, int] = Field(

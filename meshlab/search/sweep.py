@@ -349,14 +349,14 @@ def ranking_key(objective: str):
 
 class _Shared:
     """What one arrangement's candidates on systems of one size share: its plan, memory (by the blocks a chip holds
-    gathered at once, meshlab.plan.memory.gathered_blocks_on: systems of one size may differ in it) and per-call
-    work."""
+    gathered at once, meshlab.plan.memory.gathered_blocks_on, and the keys up to which its math attention holds one
+    score buffer, Hardware.fused_softmax_keys: systems of one size may differ in them) and per-call work."""
 
     plan = work = activations = strategy = None
     problem = ""
 
     def __init__(self):
-        self.memory: dict[int, object] = {}
+        self.memory: dict[tuple, object] = {}
 
 
 def _summary(hw: Hardware, candidates: list[Candidate], limits: Limits, objective: str = "latency") -> SystemSummary:
@@ -563,10 +563,10 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             shared.work = plan_work(shared.plan, planned, xla=hardware.kind == "tpu")
         plan = shared.plan
         strategy = strategy.model_copy(update={"activations": shared.activations})
-        blocks = gathered_blocks_on(strategy, hardware)
-        if blocks not in shared.memory:
-            shared.memory[blocks] = memory_on(plan, shared.strategy, hardware)
-        memory = shared.memory[blocks].on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
+        held = (gathered_blocks_on(strategy, hardware), hardware.fused_softmax_keys)  # what memory reads of the chip
+        if held not in shared.memory:
+            shared.memory[held] = memory_on(plan, shared.strategy, hardware)
+        memory = shared.memory[held].on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)
         if not memory.fits and memory.most_loaded.peak_phase == "decode":  # decode in tiles (enable_tiling())
             tiled = strategy.model_copy(update={"placement": strategy.placement.model_copy(
                 update={"vae_decode": "tiled"})})

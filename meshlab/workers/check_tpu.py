@@ -104,8 +104,7 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
         schedule = out / f"{front}.schedule.txt"
         schedules[-1].replace(schedule)
     return {"front_end": front, "trace_seconds": traced, "compile_seconds": compiled.seconds,
-            "temporaries_live_peak": _temporaries_live_peak(dump, before),
-            "memory_spaces": _memory_spaces(dump, before),
+            **_temporaries(dump, before),
             "other_argument_bytes": _other_arguments(setup, front),
             "memory": compiled.memory, "flops": compiled.flops, "bytes_accessed": compiled.bytes_accessed,
             "hlo_file": str(hlo_file) if program else None, "mesh_device_ids": mesh_ids,
@@ -122,28 +121,33 @@ def _largest(dump: Path, before: set[Path], suffix: str) -> Path | None:
     return max(written, key=lambda p: p.stat().st_size) if written else None
 
 
-def _temporaries_live_peak(dump: Path, before: set[Path]) -> int | None:
-    """The most temporary bytes live at once in this compile's program, from XLA's buffer assignment and live
-    ranges (meshlab.check.hlo.temporaries_live_peak) in the files this compile dumped (`_largest`)."""
+def _temporaries(dump: Path, before: set[Path]) -> dict:
+    """What this compile's program holds at once, from the files XLA dumped for it (the largest buffer assignment
+    this compile wrote, `_largest`, and the live ranges, memory-usage report and optimized program of the same
+    module): its temporaries in HBM (meshlab.check.hlo.temporaries_live_peak), its working set in HBM and VMEM
+    (hlo.working_set_live_peak) and the bytes of each memory space (hlo.memory_space_bytes); None or empty where
+    XLA wrote none of them."""
     from meshlab.check import hlo
 
     suffix = ".after_optimizations-buffer-assignment.txt"
+    found = {"temporaries_live_peak": None, "working_set_live_peak": None, "memory_spaces": {}}
     assignment = _largest(dump, before, suffix)
     if assignment is None:
-        return None
-    live_range = assignment.with_name(assignment.name.replace(suffix, ".after_optimizations-live-range.txt"))
-    if not live_range.exists():
-        return None
-    return hlo.temporaries_live_peak(assignment.read_text(), live_range.read_text())
-
-
-def _memory_spaces(dump: Path, before: set[Path]) -> dict[str, int]:
-    """Bytes per memory space of this compile's program (meshlab.check.hlo.memory_space_bytes), from the
-    memory-usage report XLA dumped beside its buffer assignment; empty where it wrote none."""
-    from meshlab.check import hlo
-
-    report = _largest(dump, before, ".after_optimizations-memory-usage-report.txt")
-    return hlo.memory_space_bytes(report.read_text()) if report else {}
+        return found
+    beside = {what: assignment.with_name(assignment.name.replace(suffix, f".after_optimizations{what}.txt"))
+              for what in ("-live-range", "-memory-usage-report", "")}
+    report = beside["-memory-usage-report"].read_text() if beside["-memory-usage-report"].exists() else ""
+    found["memory_spaces"] = hlo.memory_space_bytes(report)
+    if not beside["-live-range"].exists():
+        return found
+    text, live_range = assignment.read_text(), beside["-live-range"].read_text()
+    found["temporaries_live_peak"] = hlo.temporaries_live_peak(text, live_range)
+    vmem = hlo.memory_space_colors(report).get("vmem")
+    if vmem is None or not beside[""].exists():
+        found["working_set_live_peak"] = found["temporaries_live_peak"]  # nothing placed on chip
+    else:
+        found["working_set_live_peak"] = hlo.working_set_live_peak(text, live_range, vmem, beside[""].read_text())
+    return found
 
 
 def _depth(setup: CheckSetup) -> str:

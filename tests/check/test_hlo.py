@@ -267,3 +267,76 @@ def test_the_bytes_of_each_memory_space_are_read_from_xla_s_memory_usage_report(
     assert memory_space_bytes(report) == {"default": 500_986_400, "vmem": 90_690_048, "smem": 80, "host": 2048,
                                           "color_6": 4096}
     assert memory_space_bytes("no report") == {}
+
+
+def test_the_working_set_counts_vmem_s_temporaries_but_not_the_weights_prefetched_there():
+    """XLA:TPU's memory-space assignment keeps a small working set in VMEM (color 1) and prefetches weights there,
+    whole (copy-start/copy-done) or in slices it joins again (async slices and a ConcatBitcast custom-call): the
+    working set counts HBM's temporaries and VMEM's, not a VMEM value that is only an argument moved, and not one
+    in another memory space."""
+    from meshlab.check.hlo import argument_copies, temporaries_live_peak, working_set_live_peak
+
+    program = """HloModule m
+
+%async_computation.1 (param_0.1: s8[64]) -> s8[32] {
+  %param_0.1 = s8[64]{0} parameter(0)
+  ROOT %slice.1 = s8[32]{0:S(1)} slice(s8[64]{0} %param_0.1), slice={[0:32]}
+}
+
+%fused (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %e = f32[8]{0} exponential(f32[8]{0} %p)
+}
+
+ENTRY %main (param.0: bf16[4,8], param.1: f32[8]) -> f32[8] {
+  %param.0 = bf16[4,8]{1,0} parameter(0)
+  %param.1 = f32[8]{0} parameter(1)
+  %copy-start.1 = (bf16[4,8]{1,0:S(1)}, bf16[4,8]{1,0}, u32[]{:S(2)}) copy-start(bf16[4,8]{1,0} %param.0)
+  %copy-done.1 = bf16[4,8]{1,0:S(1)} copy-done((bf16[4,8]{1,0:S(1)}, bf16[4,8]{1,0}, u32[]{:S(2)}) %copy-start.1)
+  %bitcast.1 = s8[64]{0} bitcast(bf16[4,8]{1,0} %param.0)
+  %slice-start.1 = ((s8[64]{0}), s8[32]{0:S(1)}, s32[]{:S(2)}) async-start(s8[64]{0} %bitcast.1), calls=%async_computation.1
+  %slice-done.1 = s8[32]{0:S(1)} async-done(((s8[64]{0}), s8[32]{0:S(1)}, s32[]{:S(2)}) %slice-start.1)
+  %custom-call.1 = bf16[2,8]{1,0:S(1)} custom-call(s8[32]{0:S(1)} %slice-done.1), custom_call_target="ConcatBitcast"
+  %fusion.1 = f32[8]{0:S(1)} fusion(f32[8]{0} %param.1), kind=kLoop, calls=%fused
+  %copy-start.2 = (f32[8]{0}, f32[8]{0:S(1)}, u32[]{:S(2)}) copy-start(f32[8]{0:S(1)} %fusion.1)
+  %copy-done.2 = f32[8]{0} copy-done((f32[8]{0}, f32[8]{0:S(1)}, u32[]{:S(2)}) %copy-start.2)
+  ROOT %fusion.2 = f32[8]{0} fusion(f32[8]{0} %copy-done.2), kind=kLoop, calls=%fused
+}
+"""
+    copies = argument_copies(program)
+    assert {"param.0", "copy-start.1", "copy-done.1", "bitcast.1", "slice-start.1", "slice-done.1", "slice.1",
+            "custom-call.1"} <= copies
+    assert not copies & {"fusion.1", "copy-start.2", "copy-done.2", "fusion.2", "e"}  # computed, and its eviction
+    assignment = (
+        "allocation 0: size 40, page 0, preallocated-temp:\n"
+        " value: <1 copy-done.2 @0> (size=32,offset=0): f32[8]{0}\n"
+        "allocation 1: size 200, color 1, page 0, preallocated-temp:\n"
+        " value: <2 copy-done.1 @1> (size=64,offset=0): bf16[4,8]{1,0:S(1)}\n"
+        " value: <3 custom-call.1 @1> (size=32,offset=64): bf16[2,8]{1,0:S(1)}\n"
+        " value: <4 slice.1 @1> (size=32,offset=96): s8[32]{0:S(1)}\n"
+        " value: <5 fusion.1 @1> (size=32,offset=128): f32[8]{0:S(1)}\n"
+        "allocation 2: size 512, color 2, page 0, preallocated-temp:\n"
+        " value: <6 fusion.2 @2> (size=512,offset=0): f32[8]{0}\n")
+    live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    copy-done.2{}:5-8\n    copy-done.1{}:1-9\n"
+            "    custom-call.1{}:2-9\n    slice.1{}:1-2\n    fusion.1{}:3-6\n    fusion.2{}:8-9\n")
+    assert temporaries_live_peak(assignment, live) == 32  # HBM's: the eviction
+    assert working_set_live_peak(assignment, live, 1, program) == 64  # and VMEM's computed value beside it, 5-6
+
+
+def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there():
+    """2d's XLA:TPU program (3 blocks, 256², v6e:2x4; its dumps, gzipped): HBM holds 18,752 B of temporaries at
+    once, HBM and VMEM 7,011,200 B of them, less the weights prefetched into VMEM (copies of parameters, whole or
+    sliced and joined by a ConcatBitcast), which are most of its 86.5 MiB there; a bias sliced per chip is a weight,
+    a reduced gather is not."""
+    import gzip
+
+    from meshlab.check.hlo import argument_copies, temporaries_live_peak, working_set_live_peak
+
+    data = Path(__file__).parent / "data"
+    assignment, live_range, program = (gzip.open(data / f"tpu_2d_256.{what}.txt.gz", "rt").read()
+                                       for what in ("buffer-assignment", "live-range", "after_optimizations"))
+    copies = argument_copies(program)
+    assert {"custom-call.24", "copy-start", "slice-start.66", "slice.377", "dynamic-slice.429"} <= copies
+    assert "reduce.248" not in copies and "copy-start.6" not in copies  # a gather reduced, and its copy
+    assert temporaries_live_peak(assignment, live_range) == 18_752
+    assert working_set_live_peak(assignment, live_range, 1, program) == 7_011_200

@@ -196,7 +196,7 @@ def test_describe_rows_with_sources_is_json_ready():
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
     assert set(v6e_8["sources"]) == set(FIGURES) | {
         "usd_per_chip_hour", "fp32_flops", "collective_matmul_flop_per_byte", "async_all_to_all_hidden",
-        "reduce_scatter_combine_bytes"}
+        "reduce_scatter_combine_bytes", "fused_softmax_keys"}
     assert v6e_8["figures"]["usd_per_chip_hour"] == 2.7 and "per chip-hour" in v6e_8["sources"]["usd_per_chip_hour"]
     json.dumps(rows)
 

@@ -56,6 +56,26 @@ def test_scores_count_without_flash_attention():
     assert with_scores == (residual + attention) * 2
 
 
+def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
+    """Hardware.fused_softmax_keys: XLA:TPU's math attention holds one float32 score buffer where a row has at most
+    that many keys (v6e: 4096, measured), the scores and the probabilities above it, and on a chip without the figure
+    (v5e, measured holding two; a GPU's eager attention) whatever the keys."""
+    from meshlab.core.hardware import load_hardware
+    from meshlab.plan.memory import memory_on
+
+    card = small_card()
+    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    plan = make_plan(s, card, 8)
+    tokens = token_counts(s.workload, card.architecture)
+    buffer = 2 * 1 * 24 * 24 * 2  # float32 (two bf16 elements) x 1 head x 24 queries x 24 keys, in bytes
+    two = block_activation_bytes(plan, s, tokens)
+    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=24) == two - buffer  # 24 keys a row: fused
+    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=23) == two
+    assert load_hardware("v6e-8").fused_softmax_keys == 4096 and load_hardware("v5e-8").fused_softmax_keys is None
+    on = {name: memory_on(plan, s, load_hardware(name)).most_loaded.activations for name in ("v6e-8", "v5e-8")}
+    assert on["v6e-8"] == on["v5e-8"] - buffer
+
+
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
     """torch_xla's math attention gathers the heads of more than one sample a chip (meshlab.plan.axes.heads_gathered):
     on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1; eager DTensor on a

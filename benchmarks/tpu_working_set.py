@@ -1,0 +1,115 @@
+"""meshlab's denoise working set against what XLA:TPU's program holds at once, size by size: where the memory model's
+activations are held to the TPU compiler's (issue 25, part 3: the activations within 25% of XLA:TPU's temporaries).
+
+    python benchmarks/tpu_working_set.py --out benchmarks/results/tpu_working_set.json
+    python benchmarks/tpu_working_set.py --strategy strategies/pairs.yaml --sizes 256,1024
+    python benchmarks/tpu_working_set.py --sizes 960x496,960x500
+
+Each point (SIDE, or SIDExTEXT for its text tokens) of each strategy is one `meshlab check S.yaml --backend tpu
+--front-end torch-xla --layers 3 --height H --width H [--text-tokens T] --json --dump-dir D` (torch_xla's program,
+3 blocks, the workload's text tokens unless the point says, compiled ahead of time for the strategy's TPU topology).
+Printed per size: meshlab's working set (`activations_as_compiled`), the temporaries XLA:TPU's program holds at once
+in HBM and VMEM together less the weights it prefetches into VMEM (`working_set_live_peak`, what the check holds the
+prediction to), those in HBM alone, and the float32 buffers of attention scores (f32[heads, tokens, tokens]) its
+buffer assignment holds: how many a block, in which memory space, and whether two of them are live at once (torch's
+math attention's scores and probabilities: meshlab prices two, one where a row has at most the chip's
+fused_softmax_keys keys).
+Nothing here asserts; the figures are for the note and docs/checks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 2**20
+_VALUE = re.compile(r"value: <\d+ (\S+) @(\d+)> \(size=(\d+),offset=\d+\): f32\[\d+,(\d+),(\d+)\]")
+_LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
+
+
+def score_buffers(dump: Path, tokens: int) -> dict:
+    """The float32 [heads, tokens, tokens] values of the program's buffer assignment (the largest module XLA
+    dumped): how many, their memory spaces (0 is HBM, 1 VMEM), their MiB, and how many pairs are live at once."""
+    assignments = list(dump.glob("*.after_optimizations-buffer-assignment.txt"))
+    if not assignments:
+        return {}
+    assignment = max(assignments, key=lambda p: p.stat().st_size)
+    live_range = assignment.with_name(assignment.name.replace("-buffer-assignment", "-live-range")).read_text()
+    ranges = {name: (int(a), int(b)) for name, a, b in _LIVE_RANGE.findall(live_range)}
+    found = [(name, int(color), int(size)) for name, color, size, rows, cols in
+             _VALUE.findall(assignment.read_text()) if int(rows) == int(cols) == tokens]
+    spans = [ranges.get(name if "{" in name else name + "{}") for name, _, _ in found]
+    together = sum(1 for i, a in enumerate(spans) for b in spans[i + 1:]
+                   if a and b and a[0] <= b[1] and b[0] <= a[1])
+    return {"count": len(found), "memory_spaces": sorted({c for _, c, _ in found}),
+            "mib_each": round(found[0][2] / MIB, 1) if found else 0.0, "pairs_live_at_once": together}
+
+
+def point(strategy: Path, side: int, text_tokens: int | None) -> dict:
+    """One compile of `strategy` at `side` x `side` (and `text_tokens`), and what its program holds at once."""
+    with tempfile.TemporaryDirectory(prefix="meshlab-working-set-") as folder:
+        dump = Path(folder)
+        command = ["meshlab", "check", str(strategy), "--backend", "tpu", "--front-end", "torch-xla", "--layers", "3",
+                   "--height", str(side), "--width", str(side),
+                   *(["--text-tokens", str(text_tokens)] if text_tokens else []), "--json", "--dump-dir", str(dump)]
+        done = subprocess.run([sys.executable, "-m", *command[:1], *command[1:]], capture_output=True, text=True,
+                              cwd=REPO)
+        if not done.stdout.startswith("{"):
+            return {"strategy": str(strategy.relative_to(REPO)), "side": side,
+                    "error": done.stderr.strip().splitlines()[-1:]}
+        doc = json.loads(done.stdout)
+        tokens = doc["forward"]["image_tokens"] + doc["forward"]["text_tokens"]
+        scores = score_buffers(dump / "xla-dump", tokens)
+    xla = doc["xla_memory_per_device"] or {}
+    predicted, held = doc["meshlab_memory_per_device"]["activations_as_compiled"], xla.get("working_set_live_peak")
+    return {"strategy": str(strategy.relative_to(REPO)), "system": doc["device"]["type"], "side": side,
+            "tokens": tokens, "command": " ".join(command[:-2]), "predicted_mib": round(predicted / MIB, 1),
+            "xla_working_set_mib": round(held / MIB, 1) if held is not None else None,
+            "xla_hbm_temporaries_mib": round(xla["temporaries_live_peak"] / MIB, 1)
+            if xla.get("temporaries_live_peak") is not None else None,
+            "vmem_mib": round(xla["vmem"] / MIB, 1) if xla.get("vmem") else None,
+            "ratio": round(predicted / held, 2) if held else None,
+            "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")],
+            "score_buffers": scores}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strategy", type=Path, action="append", help="a strategy (again for more; default: "
+                        "strategies/2d.yaml)")
+    parser.add_argument("--sizes", default="256,512,576,640,704,768,896,928,960,1024,1088",
+                        help="image sides, comma-separated, each SIDE or SIDExTEXT (its text tokens)")
+    parser.add_argument("--out", type=Path, help="write the points here (JSON)")
+    args = parser.parse_args()
+    points = []
+    for strategy in args.strategy or [REPO / "strategies" / "2d.yaml"]:
+        for size in args.sizes.split(","):
+            side, _, text = size.partition("x")
+            points.append(point(strategy.resolve(), int(side), int(text) if text else None))
+            report(points[-1])
+    if args.out:
+        args.out.write_text(json.dumps({"libtpu": version("libtpu"), "points": points}, indent=1) + "\n")
+
+
+def report(p: dict) -> None:
+    if "error" in p:
+        print(f"{p['strategy']} {p['side']}²: {p['error']}", flush=True)
+        return
+    s = p["score_buffers"]
+    print(f"{p['strategy']} on {p['system']}, {p['side']}² ({p['tokens']} tokens a sample): meshlab "
+          f"{p['predicted_mib']} MiB, XLA:TPU {p['xla_working_set_mib']} MiB in HBM and VMEM "
+          f"({p['xla_hbm_temporaries_mib']} in HBM), ratio "
+          f"{p['ratio']}, {'agrees' if p['agrees'] else 'differs'}; float32 score buffers: {s.get('count')} "
+          f"({s.get('mib_each')} MiB each, memory spaces {s.get('memory_spaces')}, "
+          f"{s.get('pairs_live_at_once')} pairs live at once)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
