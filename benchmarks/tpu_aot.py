@@ -50,10 +50,11 @@ def summary(result: dict) -> str:
     if m:
         lines.append(f"  weights per chip: meshlab {w['predicted_as_arguments'] / gib:.3f} GiB, XLA:TPU "
                      f"{w['xla'] / gib:.3f} GiB ({100 * (w['xla'] / w['predicted_as_arguments'] - 1):+.2f}%)")
-        live = m.get("temporaries_live_peak")
+        live, held = m.get("temporaries_live_peak"), m.get("working_set_live_peak")
         lines.append(f"  temporaries: meshlab {d['meshlab_memory_per_device']['activations_as_compiled'] / gib:.3f} "
                      f"GiB (the denoise working set, attention as the front end compiles it), XLA:TPU "
-                     + (f"{live / gib:.3f} GiB live at once, " if live is not None else "")
+                     + (f"{held / gib:.3f} GiB live at once in HBM and VMEM, " if held is not None else "")
+                     + (f"{live / gib:.3f} GiB live at once in HBM, " if live is not None else "")
                      + f"{m['temporaries'] / gib:.3f} GiB temp buffer")
     lines.append(f"  fits: meshlab {d['fits']['predicted']}, XLA:TPU {d['fits']['xla']} "
                  f"({(d['fits']['xla_required_bytes'] or 0) / gib:.2f} GiB of {d['fits']['usable_hbm_bytes'] / gib:.2f})")

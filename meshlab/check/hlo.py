@@ -543,11 +543,13 @@ def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None
 
 def working_set_live_peak(buffer_assignment: str, live_range: str, vmem_color: int, program: str) -> int | None:
     """`temporaries_live_peak` over the temporaries in HBM and those in the TensorCore's VMEM (the buffer
-    assignment's color `vmem_color`) together, less the VMEM copies of the program's arguments (`argument_copies`
-    of its optimized `program`, whose instruction names the buffer assignment's values carry): the forward's
-    working set wherever XLA:TPU's memory-space assignment placed it. A small working set sits in VMEM whole (2d at
-    256², 3 blocks: 18,752 B of temporaries in HBM at once, 6.7 MiB with VMEM's), a large one in HBM (at 1024² VMEM
-    adds 0.1 MiB to 1,001 MiB); the weights it prefetches into VMEM, most of its VMEM, are not temporaries."""
+    assignment's color `vmem_color`) together, less the VMEM copies of the program's arguments and of a scanned
+    loop's carried weights (`argument_copies` of its optimized `program`, whose instruction names the buffer
+    assignment's values carry): the forward's working set wherever XLA:TPU's memory-space assignment placed it. A
+    small working set sits in VMEM whole (2d at 256², 3 blocks: 18,752 B of temporaries in HBM at once, 6.7 MiB with
+    VMEM's), a large one in HBM (2d at 1024²: VMEM adds 6.9 MiB to 1,001.4 MiB, copies of activations on their way
+    between the two counted in both while both are live); the weights it prefetches into VMEM, most of its VMEM,
+    are not temporaries."""
     copies = argument_copies(program)
     return _live_peak(buffer_assignment, live_range, lambda color, name: color == 0 or (
         color == vmem_color and name.partition("{")[0] not in copies))
@@ -607,49 +609,93 @@ _MOVES = frozenset({"bitcast", "copy", "copy-start", "copy-done", "get-tuple-ele
 
 def argument_copies(program: str) -> frozenset[str]:
     """The instructions of an optimized program whose values are only its arguments (or constants) moved about:
-    each of `_MOVES` whose operands are all such (a dynamic-slice's first), from the entry's parameters; the
-    instructions of an async computation are as its async-start is, which is one where that computation only
-    moves values too."""
+    each of `_MOVES` whose operands are all such (a dynamic-slice's first: its indices are computed), from the
+    entry's parameters. An async computation's instructions are as its async-start is, which is one where that
+    computation only moves values (an async dynamic-slice: its first operand). In a while loop's body (torch_xla's
+    scan) an element of the loop's state that the body passes on unchanged, moved about at most, counts as one too:
+    the stacked block weights a scanned list carries, which the loop's state holds in HBM throughout (meshlab prices
+    them as the scan's stacked copy), so their slices XLA:TPU prefetches into VMEM are not more temporaries."""
     entry = re.search(r"^ENTRY\s+%?([\w.\-]+)", program, re.M)
-    ops: dict[str, tuple[str, str, list[str]]] = {}
+    ops: dict[str, _Op] = {}
+    roots: dict[str, str] = {}  # computation: its root instruction
     run_by: dict[str, str] = {}  # an async computation: the async-start that runs it
+    loop_bodies: set[str] = set()
     for computation, lines in _computations(program):
         for line in lines:
             instruction = _INSTRUCTION.match(line)
             opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
             if opcode is None:
                 continue
-            kind = opcode.group(1)
+            name, kind = instruction.group(1), opcode.group(1)
             if kind == "custom-call" and 'custom_call_target="ConcatBitcast"' in line:
                 kind = "concat-bitcast"
-            operands = _operand_names((" " + instruction.group(2))[opcode.end():])
-            ops[instruction.group(1)] = (computation, kind, operands[:1] if kind == "dynamic-slice" else operands)
-            called = re.search(r"calls=%?([\w.\-]+)", line) if kind == "async-start" else None
-            if called:
-                run_by[called.group(1)] = instruction.group(1)
-    moving_only = {c: all(k in _MOVES or k == "parameter" for comp, k, _ in ops.values() if comp == c)
-                   for c in run_by}
-    found: dict[str, bool] = {}
+            index = re.search(r"\bindex=(\d+)", line) if kind == "get-tuple-element" else None
+            ops[name] = _Op(computation, kind, _operand_names((" " + instruction.group(2))[opcode.end():]),
+                            int(index.group(1)) if index else None)
+            if line.lstrip().startswith("ROOT "):
+                roots[computation] = name
+            called = re.search(r"\b(calls|body)=%?([\w.\-]+)", line) if kind in ("async-start", "while") else None
+            if called and kind == "async-start":
+                run_by[called.group(2)] = name
+            elif called:
+                loop_bodies.add(called.group(2))
+    kinds: dict[str, set[str]] = {}
+    for op in ops.values():
+        kinds.setdefault(op.computation, set()).add(op.kind)
 
-    def copies(name: str, depth: int = 0) -> bool:
-        if name not in found:
-            found[name] = False  # a cycle, or an unknown name, moves nothing
-            computation, kind, operands = ops.get(name, ("", "", []))
-            if computation in run_by:
-                found[name] = copies(run_by[computation], depth + 1)
-            elif kind in ("parameter", "constant"):
-                found[name] = entry is not None and computation == entry.group(1)
-            elif kind in _MOVES and operands and depth < 500:
-                found[name] = ((kind != "async-start" or moving_only.get(_called(ops, name, run_by), False))
-                               and all(copies(o, depth + 1) for o in operands))
-        return found[name]
+    def moved(name: str) -> list[str] | None:
+        """The operands whose values `name`'s value is, where it only moves them; None where it computes."""
+        op = ops.get(name, _NONE)
+        if op.computation in run_by:
+            return [run_by[op.computation]]
+        if op.kind == "dynamic-slice":
+            return op.operands[:1]
+        if op.kind == "async-start":
+            called = next((c for c, start in run_by.items() if start == name), "")
+            if not kinds.get(called, {"?"}) <= _MOVES | {"parameter"}:
+                return None
+            return op.operands[:1] if "dynamic-slice" in kinds[called] else op.operands
+        return op.operands if op.kind in _MOVES and not _loop_state(ops, loop_bodies, op) else None
 
-    return frozenset(name for name in ops if copies(name))
+    origins: dict[str, frozenset[str]] = {}
+
+    def origin(name: str, depth: int = 0) -> frozenset[str]:
+        """The values `name`'s is moved from: itself where it computes (or is a loop's state element)."""
+        if name not in origins:
+            origins[name] = frozenset({name})  # a cycle stops here
+            sources = moved(name) if depth < 500 else None
+            if sources:
+                origins[name] = frozenset().union(*(origin(o, depth + 1) for o in sources))
+        return origins[name]
+
+    def copies(name: str) -> bool:
+        """`name` is an argument, a constant, or a loop's state element its body passes on unchanged."""
+        op = ops.get(name, _NONE)
+        if _loop_state(ops, loop_bodies, op):
+            root = ops.get(roots.get(op.computation, ""), _NONE)
+            passed = root.operands[op.index] if root.kind == "tuple" and op.index < len(root.operands) else ""
+            return bool(passed) and all(ops.get(o, _NONE).index == op.index and ops[o].operands == op.operands
+                                        and _loop_state(ops, loop_bodies, ops[o]) for o in origin(passed))
+        return op.kind in ("parameter", "constant") and entry is not None and op.computation == entry.group(1)
+
+    return frozenset(name for name in ops if all(copies(o) for o in origin(name)))
 
 
-def _called(ops, name: str, run_by: dict[str, str]) -> str:
-    """The async computation an async-start runs."""
-    return next((c for c, start in run_by.items() if start == name), "")
+@dataclass(frozen=True)
+class _Op:
+    computation: str
+    kind: str
+    operands: list[str]
+    index: int | None = None  # a get-tuple-element's
+
+
+_NONE = _Op("", "", [])
+
+
+def _loop_state(ops: dict[str, _Op], loop_bodies: set[str], op: _Op) -> bool:
+    """`op` takes an element of a while body's state: a get-tuple-element of the body's parameter."""
+    return (op.kind == "get-tuple-element" and op.computation in loop_bodies and op.index is not None
+            and bool(op.operands) and ops.get(op.operands[0], _NONE).kind == "parameter")
 
 
 def _union_bytes(pieces) -> int:

@@ -143,9 +143,7 @@ def _temporaries(dump: Path, before: set[Path]) -> dict:
     text, live_range = assignment.read_text(), beside["-live-range"].read_text()
     found["temporaries_live_peak"] = hlo.temporaries_live_peak(text, live_range)
     vmem = hlo.memory_space_colors(report).get("vmem")
-    if vmem is None or not beside[""].exists():
-        found["working_set_live_peak"] = found["temporaries_live_peak"]  # nothing placed on chip
-    else:
+    if vmem is not None and beside[""].exists():  # else the check holds HBM's temporaries, and says so
         found["working_set_live_peak"] = hlo.working_set_live_peak(text, live_range, vmem, beside[""].read_text())
     return found
 

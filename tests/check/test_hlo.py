@@ -314,7 +314,7 @@ ENTRY %main (param.0: bf16[4,8], param.1: f32[8]) -> f32[8] {
         " value: <2 copy-done.1 @1> (size=64,offset=0): bf16[4,8]{1,0:S(1)}\n"
         " value: <3 custom-call.1 @1> (size=32,offset=64): bf16[2,8]{1,0:S(1)}\n"
         " value: <4 slice.1 @1> (size=32,offset=96): s8[32]{0:S(1)}\n"
-        " value: <5 fusion.1 @1> (size=32,offset=128): f32[8]{0:S(1)}\n"
+        " value: <5 fusion.1 @1> (size=32,offset=0): f32[8]{0:S(1)}\n"  # the same offset as HBM's: apart
         "allocation 2: size 512, color 2, page 0, preallocated-temp:\n"
         " value: <6 fusion.2 @2> (size=512,offset=0): f32[8]{0}\n")
     live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    copy-done.2{}:5-8\n    copy-done.1{}:1-9\n"
@@ -340,3 +340,56 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
     assert "reduce.248" not in copies and "copy-start.6" not in copies  # a gather reduced, and its copy
     assert temporaries_live_peak(assignment, live_range) == 18_752
     assert working_set_live_peak(assignment, live_range, 1, program) == 7_011_200
+
+
+def test_a_loop_s_state_passed_on_unchanged_and_an_async_dynamic_slice_of_a_weight_are_copies():
+    """torch_xla's scan carries the stacked block weights in a while loop's state, which its body passes on
+    unchanged (moved at most: here through a VMEM copy and back): their slices in VMEM are not more temporaries
+    (the state holds them in HBM throughout), while the hidden state the body computes is. An async dynamic-slice
+    of a weight, whose index is computed, is a copy of the weight."""
+    from meshlab.check.hlo import argument_copies
+
+    program = """HloModule m
+
+%async_computation.1 (param_0.1: bf16[4,8], param_1.1: s32[]) -> bf16[1,8] {
+  %param_0.1 = bf16[4,8]{1,0} parameter(0)
+  %param_1.1 = s32[] parameter(1)
+  ROOT %dynamic-slice.1 = bf16[1,8]{1,0:S(1)} dynamic-slice(bf16[4,8]{1,0} %param_0.1, s32[] %param_1.1)
+}
+
+%body (state: (s32[], bf16[8], bf16[3,8,8])) -> (s32[], bf16[8], bf16[3,8,8]) {
+  %state = (s32[], bf16[8], bf16[3,8,8]) parameter(0)
+  %i = s32[] get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %state), index=0
+  %h = bf16[8]{0} get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %state), index=1
+  %w = bf16[3,8,8]{2,1,0} get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %state), index=2
+  %copy-start.9 = (bf16[3,8,8]{2,1,0:S(1)}, bf16[3,8,8]{2,1,0}, u32[]{:S(2)}) copy-start(bf16[3,8,8]{2,1,0} %w)
+  %copy-done.9 = bf16[3,8,8]{2,1,0:S(1)} copy-done((bf16[3,8,8]{2,1,0:S(1)}, bf16[3,8,8]{2,1,0}, u32[]{:S(2)}) %copy-start.9)
+  %slice.9 = bf16[1,8,8]{2,1,0:S(1)} dynamic-slice(bf16[3,8,8]{2,1,0:S(1)} %copy-done.9, s32[] %i, s32[] %i, s32[] %i)
+  %next = bf16[8]{0:S(1)} fusion(bf16[8]{0} %h, bf16[1,8,8]{2,1,0:S(1)} %slice.9), kind=kLoop, calls=%fused
+  %back = bf16[3,8,8]{2,1,0} bitcast(bf16[3,8,8]{2,1,0:S(1)} %copy-done.9)
+  %j = s32[] add(s32[] %i, s32[] %i)
+  ROOT %out = (s32[], bf16[8], bf16[3,8,8]) tuple(s32[] %j, bf16[8]{0:S(1)} %next, bf16[3,8,8]{2,1,0} %back)
+}
+
+%fused (a: bf16[8], b: bf16[1,8,8]) -> bf16[8] {
+  %a = bf16[8]{0} parameter(0)
+  ROOT %r = bf16[8]{0} add(bf16[8]{0} %a, bf16[8]{0} %a)
+}
+
+ENTRY %main (param.0: bf16[4,8], param.1: bf16[8], param.2: s32[]) -> bf16[8] {
+  %param.0 = bf16[4,8]{1,0} parameter(0)
+  %param.1 = bf16[8]{0} parameter(1)
+  %param.2 = s32[] parameter(2)
+  %index = s32[] add(s32[] %param.2, s32[] %param.2)
+  %slice-start.1 = ((bf16[4,8]{1,0}, s32[]), bf16[1,8]{1,0:S(1)}, s32[]{:S(2)}) async-start(bf16[4,8]{1,0} %param.0, s32[] %index), calls=%async_computation.1
+  %slice-done.1 = bf16[1,8]{1,0:S(1)} async-done(((bf16[4,8]{1,0}, s32[]), bf16[1,8]{1,0:S(1)}, s32[]{:S(2)}) %slice-start.1)
+  %stacked = bf16[3,8,8]{2,1,0} fusion(bf16[4,8]{1,0} %param.0), kind=kLoop, calls=%fused
+  %init = (s32[], bf16[8], bf16[3,8,8]) tuple(s32[] %index, bf16[8]{0} %param.1, bf16[3,8,8]{2,1,0} %stacked)
+  %loop = (s32[], bf16[8], bf16[3,8,8]) while((s32[], bf16[8], bf16[3,8,8]) %init), condition=%cond, body=%body
+  ROOT %h.out = bf16[8]{0} get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %loop), index=1
+}
+"""
+    copies = argument_copies(program)
+    assert {"slice-start.1", "slice-done.1", "dynamic-slice.1"} <= copies  # the weight's slice: its index computed
+    assert {"w", "copy-start.9", "copy-done.9", "slice.9", "back"} <= copies  # the state passed on, and its VMEM copy
+    assert not copies & {"index", "stacked", "h", "i", "next", "j", "loop", "h.out"}  # computed, or changed by the body

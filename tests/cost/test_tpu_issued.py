@@ -859,3 +859,37 @@ def test_a_bad_scatter_combine_override_is_one_line_naming_the_figure(value, pro
     assert "reduce_scatter_combine_bytes" in str(error.value) and problem in str(error.value)
     assert load_hardware("v6e-8", {"reduce_scatter_combine_bytes": [[2, "10MB"]]}).reduce_scatter_combine_bytes == (
         (2, 10**7),)
+
+
+def test_each_chip_s_fused_softmax_keys_lies_between_its_record_s_one_and_two_score_buffers():
+    """The catalog's fused_softmax_keys, per chip, is at least the most keys a row at which the record saw XLA:TPU's
+    math attention hold one float32 score buffer a block (or none, the whole attention fused) and below the least at
+    which it saw two live at once; a chip whose record saw two at every size has none; the source names the record
+    (benchmarks/results/tpu_working_set*.json, python benchmarks/tpu_working_set.py)."""
+    from meshlab.core.hardware import catalog
+
+    records = sorted((REPO / "benchmarks" / "results").glob("tpu_working_set*.json"))
+    seen: dict[str, tuple[int, float]] = {}  # chip: (most keys with one buffer or none, least keys with two)
+    for record in records:
+        for point in json.loads(record.read_text())["points"]:
+            chip, keys, buffers = point["system"].split()[1].split(":")[0], point["tokens"], point["score_buffers"]
+            one, two = seen.get(chip, (0, float("inf")))
+            blocks = 3  # each point compiles 3 blocks
+            if buffers["pairs_live_at_once"] == 0:
+                assert buffers["count"] in (0, blocks), point  # one a block, or none
+                one = max(one, keys)
+            else:
+                assert buffers["count"] == 2 * blocks and buffers["pairs_live_at_once"] == blocks, point
+                two = min(two, keys)
+            seen[chip] = (one, two)
+    assert {"v6e", "v5e"} <= set(seen)
+    for hw in catalog().values():
+        chip = hw.chip.split()[1] if hw.kind == "tpu" else None
+        if chip not in seen:
+            continue
+        one, two = seen[chip]
+        if hw.fused_softmax_keys is None:
+            assert one == 0, chip  # it held one somewhere, and the catalog prices two
+        else:
+            assert one <= hw.fused_softmax_keys < two, chip
+            assert "tpu_working_set" in hw.sources["fused_softmax_keys"], chip
