@@ -56,8 +56,8 @@ def point(strategy: Path, side: int, text_tokens: int | None) -> dict:
     """One compile of `strategy` at `side` x `side` (and `text_tokens`), and what its program holds at once."""
     with tempfile.TemporaryDirectory(prefix="meshlab-working-set-") as folder:
         dump = Path(folder)
-        command = ["meshlab", "check", str(strategy.relative_to(REPO)), "--backend", "tpu", "--front-end", "torch-xla", "--layers", "3",
-                   "--height", str(side), "--width", str(side),
+        command = ["meshlab", "check", str(strategy.relative_to(REPO)), "--backend", "tpu", "--front-end", "torch-xla",
+                   "--layers", "3", "--height", str(side), "--width", str(side),
                    *(["--text-tokens", str(text_tokens)] if text_tokens else []), "--json", "--dump-dir", str(dump)]
         done = subprocess.run([sys.executable, "-m", *command[:1], *command[1:]], capture_output=True, text=True,
                               cwd=REPO)

@@ -294,7 +294,7 @@ ENTRY %main (param.0: bf16[4,8], param.1: f32[8]) -> f32[8] {
   %copy-start.1 = (bf16[4,8]{1,0:S(1)}, bf16[4,8]{1,0}, u32[]{:S(2)}) copy-start(bf16[4,8]{1,0} %param.0)
   %copy-done.1 = bf16[4,8]{1,0:S(1)} copy-done((bf16[4,8]{1,0:S(1)}, bf16[4,8]{1,0}, u32[]{:S(2)}) %copy-start.1)
   %bitcast.1 = s8[64]{0} bitcast(bf16[4,8]{1,0} %param.0)
-  %slice-start.1 = ((s8[64]{0}), s8[32]{0:S(1)}, s32[]{:S(2)}) async-start(s8[64]{0} %bitcast.1), calls=%async_computation.1
+  %slice-start.1 = ((s8[64]{0}), s8[32]{0:S(1)}, s32[]{:S(2)}) async-start(%bitcast.1), calls=%async_computation.1
   %slice-done.1 = s8[32]{0:S(1)} async-done(((s8[64]{0}), s8[32]{0:S(1)}, s32[]{:S(2)}) %slice-start.1)
   %custom-call.1 = bf16[2,8]{1,0:S(1)} custom-call(s8[32]{0:S(1)} %slice-done.1), custom_call_target="ConcatBitcast"
   %fusion.1 = f32[8]{0:S(1)} fusion(f32[8]{0} %param.1), kind=kLoop, calls=%fused
@@ -363,7 +363,7 @@ def test_a_loop_s_state_passed_on_unchanged_and_an_async_dynamic_slice_of_a_weig
   %h = bf16[8]{0} get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %state), index=1
   %w = bf16[3,8,8]{2,1,0} get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %state), index=2
   %copy-start.9 = (bf16[3,8,8]{2,1,0:S(1)}, bf16[3,8,8]{2,1,0}, u32[]{:S(2)}) copy-start(bf16[3,8,8]{2,1,0} %w)
-  %copy-done.9 = bf16[3,8,8]{2,1,0:S(1)} copy-done((bf16[3,8,8]{2,1,0:S(1)}, bf16[3,8,8]{2,1,0}, u32[]{:S(2)}) %copy-start.9)
+  %copy-done.9 = bf16[3,8,8]{2,1,0:S(1)} copy-done(%copy-start.9)
   %slice.9 = bf16[1,8,8]{2,1,0:S(1)} dynamic-slice(bf16[3,8,8]{2,1,0:S(1)} %copy-done.9, s32[] %i, s32[] %i, s32[] %i)
   %next = bf16[8]{0:S(1)} fusion(bf16[8]{0} %h, bf16[1,8,8]{2,1,0:S(1)} %slice.9), kind=kLoop, calls=%fused
   %back = bf16[3,8,8]{2,1,0} bitcast(bf16[3,8,8]{2,1,0:S(1)} %copy-done.9)
@@ -381,8 +381,8 @@ ENTRY %main (param.0: bf16[4,8], param.1: bf16[8], param.2: s32[]) -> bf16[8] {
   %param.1 = bf16[8]{0} parameter(1)
   %param.2 = s32[] parameter(2)
   %index = s32[] add(s32[] %param.2, s32[] %param.2)
-  %slice-start.1 = ((bf16[4,8]{1,0}, s32[]), bf16[1,8]{1,0:S(1)}, s32[]{:S(2)}) async-start(bf16[4,8]{1,0} %param.0, s32[] %index), calls=%async_computation.1
-  %slice-done.1 = bf16[1,8]{1,0:S(1)} async-done(((bf16[4,8]{1,0}, s32[]), bf16[1,8]{1,0:S(1)}, s32[]{:S(2)}) %slice-start.1)
+  %slice-start.1 = ((bf16[4,8], s32[]), bf16[1,8]{1,0:S(1)}) async-start(%param.0, %index), calls=%async_computation.1
+  %slice-done.1 = bf16[1,8]{1,0:S(1)} async-done(%slice-start.1)
   %stacked = bf16[3,8,8]{2,1,0} fusion(bf16[4,8]{1,0} %param.0), kind=kLoop, calls=%fused
   %init = (s32[], bf16[8], bf16[3,8,8]) tuple(s32[] %index, bf16[8]{0} %param.1, bf16[3,8,8]{2,1,0} %stacked)
   %loop = (s32[], bf16[8], bf16[3,8,8]) while((s32[], bf16[8], bf16[3,8,8]) %init), condition=%cond, body=%body
