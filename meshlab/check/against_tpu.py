@@ -222,8 +222,8 @@ class TpuCheckReport:
         elif c.temporaries_live_peak is not None:
             live = c.temporaries_live_peak
             if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
-                found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once "
-                             f"({temps} in its temp buffer)")
+                found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once in HBM "
+                             f"({temps} in its temp buffer; VMEM's not read)")
         elif abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
             found.append(f"temporaries per chip: predicted {activations}, XLA:TPU's temp buffer {temps}")
         if self.whole_call_held:

@@ -610,11 +610,12 @@ _MOVES = frozenset({"bitcast", "copy", "copy-start", "copy-done", "get-tuple-ele
 def argument_copies(program: str) -> frozenset[str]:
     """The instructions of an optimized program whose values are only its arguments (or constants) moved about:
     each of `_MOVES` whose operands are all such (a dynamic-slice's first: its indices are computed), from the
-    entry's parameters. An async computation's instructions are as its async-start is, which is one where that
-    computation only moves values (an async dynamic-slice: its first operand). In a while loop's body (torch_xla's
-    scan) an element of the loop's state that the body passes on unchanged, moved about at most, counts as one too:
-    the stacked block weights a scanned list carries, which the loop's state holds in HBM throughout (meshlab prices
-    them as the scan's stacked copy), so their slices XLA:TPU prefetches into VMEM are not more temporaries."""
+    entry's parameters. A fusion or an async-start whose computation only moves values (and reads constants) moves
+    the operands its root is read from (a dynamic-slice's sliced one); an async computation's instructions are as
+    its async-start is. In a while loop's body (torch_xla's scan) an element of the loop's state that the body passes
+    on unchanged, moved about at most, counts as one too: the stacked block weights a scanned list carries, which the
+    loop's state holds (meshlab prices them as the scan's stacked copy), so their slices and copies in VMEM are not
+    more temporaries; the state itself, wherever it sits, is counted."""
     entry = re.search(r"^ENTRY\s+%?([\w.\-]+)", program, re.M)
     ops: dict[str, _Op] = {}
     roots: dict[str, str] = {}  # computation: its root instruction
@@ -629,32 +630,28 @@ def argument_copies(program: str) -> frozenset[str]:
             name, kind = instruction.group(1), opcode.group(1)
             if kind == "custom-call" and 'custom_call_target="ConcatBitcast"' in line:
                 kind = "concat-bitcast"
-            index = re.search(r"\bindex=(\d+)", line) if kind == "get-tuple-element" else None
+            index = re.search(r"\bindex=(\d+)" if kind == "get-tuple-element" else r"\sparameter\((\d+)\)", line)
+            called = re.search(r"\b(calls|body)=%?([\w.\-]+)", line) if kind in ("async-start", "fusion", "while") \
+                else None
             ops[name] = _Op(computation, kind, _operand_names((" " + instruction.group(2))[opcode.end():]),
-                            int(index.group(1)) if index else None)
+                            int(index.group(1)) if index else None, called.group(2) if called else "")
             if line.lstrip().startswith("ROOT "):
                 roots[computation] = name
-            called = re.search(r"\b(calls|body)=%?([\w.\-]+)", line) if kind in ("async-start", "while") else None
             if called and kind == "async-start":
                 run_by[called.group(2)] = name
-            elif called:
+            elif called and kind == "while":
                 loop_bodies.add(called.group(2))
-    kinds: dict[str, set[str]] = {}
-    for op in ops.values():
-        kinds.setdefault(op.computation, set()).add(op.kind)
 
     def moved(name: str) -> list[str] | None:
         """The operands whose values `name`'s value is, where it only moves them; None where it computes."""
         op = ops.get(name, _NONE)
         if op.computation in run_by:
             return [run_by[op.computation]]
+        if op.kind in ("async-start", "fusion"):
+            read = _parameters_read(ops, roots.get(op.called, ""))
+            return None if read is None else [op.operands[k] for k in read if k < len(op.operands)]
         if op.kind == "dynamic-slice":
             return op.operands[:1]
-        if op.kind == "async-start":
-            called = next((c for c, start in run_by.items() if start == name), "")
-            if not kinds.get(called, {"?"}) <= _MOVES | {"parameter"}:
-                return None
-            return op.operands[:1] if "dynamic-slice" in kinds[called] else op.operands
         return op.operands if op.kind in _MOVES and not _loop_state(ops, loop_bodies, op) else None
 
     origins: dict[str, frozenset[str]] = {}
@@ -686,10 +683,30 @@ class _Op:
     computation: str
     kind: str
     operands: list[str]
-    index: int | None = None  # a get-tuple-element's
+    index: int | None = None  # a get-tuple-element's element, a parameter's number
+    called: str = ""  # the computation a fusion, async-start or while (its body) runs
 
 
 _NONE = _Op("", "", [])
+
+
+def _parameters_read(ops: dict[str, _Op], root: str) -> list[int] | None:
+    """The numbers of the parameters a computation's `root` is only moved from (through `_MOVES`, a dynamic-slice's
+    sliced operand; constants read are nothing moved); None where the computation computes it."""
+    numbers, todo, seen = set(), [root], set()
+    while todo:
+        name = todo.pop()
+        op = ops.get(name, _NONE)
+        if name in seen or op.kind == "constant":
+            continue
+        seen.add(name)
+        if op.kind == "parameter" and op.index is not None:
+            numbers.add(op.index)
+        elif op.kind in _MOVES:
+            todo.extend(op.operands[:1] if op.kind == "dynamic-slice" else op.operands)
+        else:
+            return None
+    return sorted(numbers)
 
 
 def _loop_state(ops: dict[str, _Op], loop_bodies: set[str], op: _Op) -> bool:

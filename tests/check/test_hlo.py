@@ -344,9 +344,9 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
 
 def test_a_loop_s_state_passed_on_unchanged_and_an_async_dynamic_slice_of_a_weight_are_copies():
     """torch_xla's scan carries the stacked block weights in a while loop's state, which its body passes on
-    unchanged (moved at most: here through a VMEM copy and back): their slices in VMEM are not more temporaries
-    (the state holds them in HBM throughout), while the hidden state the body computes is. An async dynamic-slice
-    of a weight, whose index is computed, is a copy of the weight."""
+    unchanged (moved at most: here through a VMEM copy and back): their slices in VMEM, by a dynamic-slice or by a
+    fusion that only slices, are not more temporaries (the state holds them), while the hidden state the body
+    computes is. An async dynamic-slice of a weight, whose index is computed, is a copy of the weight."""
     from meshlab.check.hlo import argument_copies
 
     program = """HloModule m
@@ -357,6 +357,14 @@ def test_a_loop_s_state_passed_on_unchanged_and_an_async_dynamic_slice_of_a_weig
   ROOT %dynamic-slice.1 = bf16[1,8]{1,0:S(1)} dynamic-slice(bf16[4,8]{1,0} %param_0.1, s32[] %param_1.1)
 }
 
+%slicer (p0: bf16[3,8,8], p1: s32[]) -> bf16[8,8] {
+  %p0 = bf16[3,8,8]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %cut = bf16[1,8,8]{2,1,0} dynamic-slice(%p0, %p1, %zero, %zero), dynamic_slice_sizes={1,8,8}
+  ROOT %flat = bf16[8,8]{1,0:S(1)} bitcast(%cut)
+}
+
 %body (state: (s32[], bf16[8], bf16[3,8,8])) -> (s32[], bf16[8], bf16[3,8,8]) {
   %state = (s32[], bf16[8], bf16[3,8,8]) parameter(0)
   %i = s32[] get-tuple-element((s32[], bf16[8], bf16[3,8,8]) %state), index=0
@@ -365,6 +373,7 @@ def test_a_loop_s_state_passed_on_unchanged_and_an_async_dynamic_slice_of_a_weig
   %copy-start.9 = (bf16[3,8,8]{2,1,0:S(1)}, bf16[3,8,8]{2,1,0}, u32[]{:S(2)}) copy-start(bf16[3,8,8]{2,1,0} %w)
   %copy-done.9 = bf16[3,8,8]{2,1,0:S(1)} copy-done(%copy-start.9)
   %slice.9 = bf16[1,8,8]{2,1,0:S(1)} dynamic-slice(bf16[3,8,8]{2,1,0:S(1)} %copy-done.9, s32[] %i, s32[] %i, s32[] %i)
+  %one = bf16[8,8]{1,0:S(1)} fusion(%w, %i), kind=kLoop, calls=%slicer
   %next = bf16[8]{0:S(1)} fusion(bf16[8]{0} %h, bf16[1,8,8]{2,1,0:S(1)} %slice.9), kind=kLoop, calls=%fused
   %back = bf16[3,8,8]{2,1,0} bitcast(bf16[3,8,8]{2,1,0:S(1)} %copy-done.9)
   %j = s32[] add(s32[] %i, s32[] %i)
@@ -391,5 +400,5 @@ ENTRY %main (param.0: bf16[4,8], param.1: bf16[8], param.2: s32[]) -> bf16[8] {
 """
     copies = argument_copies(program)
     assert {"slice-start.1", "slice-done.1", "dynamic-slice.1"} <= copies  # the weight's slice: its index computed
-    assert {"w", "copy-start.9", "copy-done.9", "slice.9", "back"} <= copies  # the state passed on, and its VMEM copy
+    assert {"w", "copy-start.9", "copy-done.9", "slice.9", "back", "one"} <= copies  # the state passed on, its copies
     assert not copies & {"index", "stacked", "h", "i", "next", "j", "loop", "h.out"}  # computed, or changed by the body
