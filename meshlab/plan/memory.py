@@ -25,7 +25,8 @@ ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
     "with float32 copies of q, k and v, as torch's math attention computes them; on a TPU whose catalog entry "
-    "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys) "
+    "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys and the chip holds "
+    "every query) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -458,7 +459,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
-    buffers = 1 if keys <= shape.fused_softmax_keys else 2  # the probabilities beside the scores, or fused
+    # the probabilities beside the scores, or fused into them where the chip holds every query (no sequence split:
+    # CogVideoX's seq 2 x model 4 at 3360 keys holds both, cog-seq2-model4.yaml) of at most fused_softmax_keys keys
+    buffers = 1 if keys <= shape.fused_softmax_keys and queries == keys else 2
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head
