@@ -524,8 +524,8 @@ def _laid_out_bytes(shape: ArrayShape, minor_to_major: tuple[int, ...], tiles: s
 
 # --- temporaries live at once ----------------------------------------------------------------------------------
 
-_TEMP_ALLOCATION = re.compile(r"^allocation \d+: size \d+, (?:color (\d+), )?page \d+, preallocated-temp:\n((?: .*\n?)*)",
-                              re.M)
+_TEMP_ALLOCATION = re.compile(r"^allocation \d+: size \d+, (?:color (\d+), )?page \d+, preallocated-temp:\n"
+                              r"((?: .*\n?)*)", re.M)
 _VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\)")
 _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 

@@ -430,8 +430,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``: q, k and v are copied to float32, and the
     scores and the probabilities, both held at the softmax, are float32. XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
-    temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, it holds one (the softmax fused into
-    the scores: 2d at 576² to 928², 1808 to 3876 keys, `python benchmarks/tpu_working_set.py`)."""
+    temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, and every query on the chip, it holds
+    one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for 640²'s 2112, where it
+    fuses the whole attention and holds none; `python benchmarks/tpu_working_set.py`)."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     # heads split over chips are gathered (meshlab.cost.collectives gathers them only then)
