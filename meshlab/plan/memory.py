@@ -460,9 +460,11 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
-    # the probabilities beside the scores, or fused into them where the chip holds every query (no sequence split:
-    # CogVideoX's seq 2 x model 4 at 3360 keys holds both, cog-seq2-model4.yaml) of at most fused_softmax_keys keys
-    buffers = 1 if keys <= shape.fused_softmax_keys and queries == keys else 2
+    # the probabilities beside the scores, or fused into them where the chip holds every query (its queries not split
+    # by a sequence axis: CogVideoX's seq 2 x model 4 at 3360 keys holds both, cog-seq2-model4.yaml) of at most
+    # fused_softmax_keys keys; a cross-attention's (text keys) fused as a self-attention's, not measured apart
+    every_query = queries == sum(shape.tokens.of_stream(s) for s in attention.streams)
+    buffers = 1 if keys <= shape.fused_softmax_keys and every_query else 2
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head

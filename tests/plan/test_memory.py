@@ -58,8 +58,9 @@ def test_scores_count_without_flash_attention():
 
 def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
     """Hardware.fused_softmax_keys: XLA:TPU's math attention holds one float32 score buffer where a row has at most
-    that many keys (v6e: 4096, measured), the scores and the probabilities above it, and on a chip without the figure
-    (v5e, measured holding two; a GPU's eager attention) whatever the keys."""
+    that many keys (v6e: 4096, measured) and the chip holds every query, the scores and the probabilities above it or
+    under a sequence split, and on a chip without the figure (v5e, measured holding two; a GPU's eager attention)
+    whatever the keys."""
     from meshlab.core.hardware import load_hardware
     from meshlab.plan.memory import memory_on
 
