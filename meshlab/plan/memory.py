@@ -25,8 +25,8 @@ ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
     "with float32 copies of q, k and v, as torch's math attention computes them; on a TPU whose catalog entry "
-    "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys and the chip holds "
-    "every query) "
+    "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys, unless every head "
+    "is gathered under a sequence split) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -430,8 +430,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``: q, k and v are copied to float32, and the
     scores and the probabilities, both held at the softmax, are float32. XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
-    temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, and every query on the chip, it holds
-    one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for 640²'s 2112, where it
+    temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, unless every head is gathered under a
+    sequence split, it holds one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for 640²'s 2112, where it
     fuses the whole attention and holds none; `python benchmarks/tpu_working_set.py`)."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
@@ -460,11 +460,13 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
-    # the probabilities beside the scores, or fused into them where the chip holds every query (its queries not split
-    # by a sequence axis: CogVideoX's seq 2 x model 4 at 3360 keys holds both, cog-seq2-model4.yaml) of at most
-    # fused_softmax_keys keys; a cross-attention's (text keys) fused as a self-attention's, not measured apart
-    every_query = queries == sum(shape.tokens.of_stream(s) for s in attention.streams)
-    buffers = 1 if keys <= shape.fused_softmax_keys and every_query else 2
+    # the probabilities beside the scores, or fused into them up to fused_softmax_keys keys a row, but where every
+    # head is gathered under a sequence split (the probabilities then meet values split otherwise): CogVideoX over
+    # seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its heads split),
+    # and cog-2d one with two samples a chip (no split: cog-seq2-model4.yaml, cog-2d.yaml at 256², --batch 1 and 4);
+    # a cross-attention's (text keys) fused as a self-attention's, not measured apart
+    split_queries = queries < sum(shape.tokens.of_stream(s) for s in attention.streams)
+    buffers = 1 if keys <= shape.fused_softmax_keys and not (gathered and split_queries) else 2
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head

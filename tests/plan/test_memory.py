@@ -58,7 +58,7 @@ def test_scores_count_without_flash_attention():
 
 def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
     """Hardware.fused_softmax_keys: XLA:TPU's math attention holds one float32 score buffer where a row has at most
-    that many keys (v6e: 4096, measured) and the chip holds every query, the scores and the probabilities above it or
+    that many keys (v6e: 4096, measured), the scores and the probabilities above it or where every head is gathered
     under a sequence split, and on a chip without the figure (v5e, measured holding two; a GPU's eager attention)
     whatever the keys."""
     from meshlab.core.hardware import load_hardware
@@ -75,13 +75,18 @@ def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
     assert load_hardware("v6e-8").fused_softmax_keys == 4096 and load_hardware("v5e-8").fused_softmax_keys is None
     on = {name: memory_on(plan, s, load_hardware(name)).most_loaded.activations for name in ("v6e-8", "v5e-8")}
     assert on["v6e-8"] == on["v5e-8"] - buffer
-    # under a sequence split a chip holds part of the queries: both buffers, as XLA:TPU's program of CogVideoX over
-    # seq 2 x model 4 holds them at 3360 keys (cog-seq2-model4.yaml)
-    split = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
-                     workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
-    split_plan = make_plan(split, card, 8)
-    assert block_activation_bytes(split_plan, split, tokens, fused_softmax_keys=4096) == block_activation_bytes(
-        split_plan, split, tokens)
+    # under a sequence split with every head gathered (two samples a chip, on a TPU) both buffers, as XLA:TPU's
+    # program of CogVideoX over seq 2 x model 4 holds them at 3360 keys (cog-seq2-model4.yaml); with one sample a chip
+    # (the heads split) one
+    for batch, fused in ((2, False), (1, True)):
+        split = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
+                         workload={"batch": batch, "height": 64, "width": 64, "text_tokens": 8,
+                                   "flash_attention": False})
+        split_plan = make_plan(split, card, 8)
+        split_tokens = token_counts(split.workload, card.architecture)
+        both = block_activation_bytes(split_plan, split, split_tokens, xla=True)
+        assert (block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4096) < both
+                ) is fused, batch
 
 
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
