@@ -461,12 +461,11 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
     upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
     # the probabilities beside the scores, or fused into them up to fused_softmax_keys keys a row, but where every
-    # head is gathered under a sequence split (the probabilities then meet values split otherwise): CogVideoX over
-    # seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its heads split),
-    # and cog-2d one with two samples a chip (no split: cog-seq2-model4.yaml, cog-2d.yaml at 256², --batch 1 and 4);
-    # a cross-attention's (text keys) fused as a self-attention's, not measured apart
-    split_queries = queries < sum(shape.tokens.of_stream(s) for s in attention.streams)
-    buffers = 1 if keys <= shape.fused_softmax_keys and not (gathered and split_queries) else 2
+    # head meets every key under a sequence split (above: the probabilities then meet values split otherwise):
+    # CogVideoX over seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its
+    # heads split), and cog-2d one with two samples a chip (no split: cog-seq2-model4.yaml, cog-2d.yaml at 256²,
+    # --batch 1 and 4); a cross-attention's (text keys) fused as a self-attention's, not measured apart
+    buffers = 1 if keys <= shape.fused_softmax_keys and not (gathered and local_keys < keys) else 2
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head
