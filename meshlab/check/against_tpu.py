@@ -95,6 +95,14 @@ class Compiled:
         return not self.error
 
     @property
+    def live_temporaries(self) -> int:
+        """The temporaries the verdict holds meshlab's working set to: those live at once in HBM and VMEM, or, where
+        VMEM's were not read, in HBM, or, where neither was, the whole temp buffer."""
+        if self.working_set_live_peak is not None:
+            return self.working_set_live_peak
+        return self.temporaries_live_peak if self.temporaries_live_peak is not None else self.memory["temp"]
+
+    @property
     def total_bytes(self) -> int | None:
         """What one chip holds for the program: arguments, outputs, temporaries and code, less what aliases."""
         m = self.memory
@@ -178,7 +186,14 @@ class TpuCheckReport:
         return () if self.setup.scan else tuple(dead_tail_parameters(self.setup))
 
     def predicted_temporaries(self, front_end: str) -> int:
-        return predicted_temporaries(self.setup, front_end)
+        """meshlab's working set of the denoising forward on one chip (not the VAE decode: the program is the
+        transformer alone), with the attention the front end's program has: torch_xla's stock attention
+        materialises its scores (no flash kernel unless a user calls one), torchax's is the strategy's own (its flash
+        kernel where it says flash_attention); under scan, with the block weights stacked for it."""
+        from meshlab.plan.memory import memory_on
+
+        strategy = strategy_as_compiled(self.setup.strategy, front_end)
+        return memory_on(self.setup.plan, strategy, self.setup.planned.hardware).most_loaded.denoise
 
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
@@ -214,18 +229,13 @@ class TpuCheckReport:
             found.append(f"weights: {c.weights_missing - dead} of the plan's weight shards are not among XLA:TPU's "
                          "arguments in their planned shape (held in another sharding?)")
         temps, activations = c.memory["temp"], self.predicted_temporaries(c.front_end)
-        if c.working_set_live_peak is not None:
-            live = c.working_set_live_peak
-            if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
-                found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once in HBM "
-                             f"and VMEM ({c.temporaries_live_peak} of them in HBM, {temps} in its temp buffer)")
-        elif c.temporaries_live_peak is not None:
-            live = c.temporaries_live_peak
-            if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
-                found.append(f"temporaries per chip: predicted {activations}, XLA:TPU {live} in use at once in HBM "
-                             f"({temps} in its temp buffer; VMEM's not read)")
-        elif abs(temps - activations) > TEMPS_TOLERANCE * max(temps, 1):
-            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU's temp buffer {temps}")
+        live = c.live_temporaries
+        if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
+            found.append(f"temporaries per chip: predicted {activations}, XLA:TPU" + (
+                f" {live} in use at once in HBM and VMEM ({c.temporaries_live_peak} of them in HBM, {temps} in its "
+                "temp buffer)" if c.working_set_live_peak is not None else
+                f" {live} in use at once in HBM ({temps} in its temp buffer; VMEM's not read)"
+                if c.temporaries_live_peak is not None else f"'s temp buffer {temps}"))
         if self.whole_call_held:
             measured_count = Counter(x.hlo.kind for x in c.collectives)
             measured_bytes = Counter()
@@ -557,7 +567,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "trace_seconds": c.trace_seconds if c else None,
         "weights_per_device": {"predicted": memory.weights, "predicted_as_arguments": report.predicted_argument_weights,
                                "xla": c.weights if c else None},
-        "xla_memory_per_device": _memory_document(c, setup),
+        "xla_memory_per_device": _memory_document(c),
         "meshlab_memory_per_device": {"weights": memory.weights, "activations": memory.activations,
                                       "activations_as_compiled": report.predicted_temporaries(c.front_end) if c
                                       else None, "vae_decode": memory.vae_decode,
@@ -602,17 +612,6 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
     return doc
 
 
-def predicted_temporaries(setup: CheckSetup, front_end: str) -> int:
-    """meshlab's working set of the denoising forward on one chip (not the VAE decode: the program is the
-    transformer alone), with the attention the front end's program has: torch_xla's stock attention
-    materialises its scores (no flash kernel unless a user calls one), torchax's is the strategy's own (its flash
-    kernel where it says flash_attention); under scan, with the block weights stacked for it."""
-    from meshlab.plan.memory import memory_on
-
-    strategy = strategy_as_compiled(setup.strategy, front_end)
-    return memory_on(setup.plan, strategy, setup.planned.hardware).most_loaded.denoise
-
-
 def predicted_hbm_bytes(predicted_call: dict) -> float:
     """meshlab's HBM bytes of one forward on one chip, from its prediction of the compiled call."""
     return float(sum(predicted_call.get("hbm_bytes_by_op", {}).values()))
@@ -623,18 +622,18 @@ def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
         return {"front_end": c.front_end, "error": c.error}
     middle = [f"{name}.{n // 2}" for name, n in setup.checked_blocks.items()]
     if not c.program_read:
-        return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c, setup),
+        return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
                 "weights": c.weights, "flops": c.flops, "program_read": False,
                 "attention_calls": dict(c.attention_calls)}
     counts = c.per_block(setup)
-    return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c, setup),
+    return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
             "weights": c.weights, "flops": c.flops, "program_read": True, "attention_kernels": c.kernels,
             "attention_calls": dict(c.attention_calls),
             "block_collectives": {b: dict(counts.get(b, Counter())) for b in middle},
             "outside_blocks": dict(counts.get(OUTSIDE, Counter()))}
 
 
-def _memory_document(c: Compiled | None, setup: CheckSetup) -> dict | None:
+def _memory_document(c: Compiled | None) -> dict | None:
     if c is None or not c.memory:
         return None
     m = c.memory

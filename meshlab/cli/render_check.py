@@ -301,11 +301,11 @@ def render_tpu_check(report, console) -> None:
         console.print(f"XLA:TPU refused: {c.out_of_memory}")
     else:
         table.add_row("weights (as arguments)", mib(report.predicted_argument_weights), mib(c.weights))
-        held = c.working_set_live_peak if c.working_set_live_peak is not None else c.temporaries_live_peak
+        read = c.working_set_live_peak is not None or c.temporaries_live_peak is not None
         where = "HBM and VMEM" if c.working_set_live_peak is not None else "in HBM (VMEM's not read)"
         table.add_row(f"denoise working set / temporaries live at once, {where}" + (
             " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
-            mib(report.predicted_temporaries(c.front_end)), mib(held) if held is not None else "?")
+            mib(report.predicted_temporaries(c.front_end)), mib(c.live_temporaries) if read else "?")
         if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
             table.add_row("  of them in HBM at once", "", mib(c.temporaries_live_peak))
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
