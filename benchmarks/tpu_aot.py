@@ -53,7 +53,7 @@ def summary(result: dict) -> str:
         live, held = m.get("temporaries_live_peak"), m.get("working_set_live_peak")
         lines.append(f"  temporaries: meshlab {d['meshlab_memory_per_device']['activations_as_compiled'] / gib:.3f} "
                      f"GiB (the denoise working set, attention as the front end compiles it), XLA:TPU "
-                     + (f"{held / gib:.3f} GiB live at once in HBM and VMEM, " if held is not None else "")
+                     + (f"{held / gib:.3f} GiB live at once in HBM and on chip, " if held is not None else "")
                      + (f"{live / gib:.3f} GiB live at once in HBM, " if live is not None else "")
                      + f"{m['temporaries'] / gib:.3f} GiB temp buffer")
     lines.append(f"  fits: meshlab {d['fits']['predicted']}, XLA:TPU {d['fits']['xla']} "

@@ -22,7 +22,7 @@ others.
     python benchmarks/tpu_matrix.py --temporaries benchmarks/results/tpu_matrix_256_temporaries.json
 
 also keeps, per strategy, meshlab's working set against the temporaries XLA:TPU's program holds at once in HBM and
-VMEM (and in HBM alone), and whether they agree, and prints how many do.
+on chip (VMEM; v4: CMEM) (and in HBM alone), and whether they agree, and prints how many do.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def row(path: Path, captured: dict | None = None, temporaries: dict | None = Non
             "predicted": doc["meshlab_memory_per_device"]["activations_as_compiled"],
             "xla_live_at_once": xla.get("temporaries_live_peak"), "xla_temp_buffer": xla.get("temporaries"),
             "xla_working_set_live_at_once": xla.get("working_set_live_peak"), "vmem": xla.get("vmem"),
-            "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")]}
+            "cmem": xla.get("cmem"), "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")]}
     if captured is not None:
         blocks = doc["middle_blocks"]
         captured[name] = {

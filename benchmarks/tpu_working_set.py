@@ -36,7 +36,8 @@ _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 def score_buffers(dump: Path, tokens: int) -> dict:
     """The float32 [heads, tokens, tokens] values of the program's buffer assignment (the largest module XLA
-    dumped): how many, their memory spaces (0 is HBM, 1 VMEM), their MiB, and how many pairs are live at once."""
+    dumped): how many, their memory spaces (0 is HBM, 1 VMEM, 3 v4's CMEM), their MiB, and how many pairs are live
+    at once."""
     assignments = list(dump.glob("*.after_optimizations-buffer-assignment.txt"))
     if not assignments:
         return {}
@@ -104,7 +105,7 @@ def report(p: dict) -> None:
         return
     s = p["score_buffers"]
     print(f"{p['strategy']} on {p['system']}, {p['side']}² ({p['tokens']} tokens a sample): meshlab "
-          f"{p['predicted_mib']} MiB, XLA:TPU {p['xla_working_set_mib']} MiB in HBM and VMEM "
+          f"{p['predicted_mib']} MiB, XLA:TPU {p['xla_working_set_mib']} MiB in HBM and on chip "
           f"({p['xla_hbm_temporaries_mib']} in HBM), ratio "
           f"{p['ratio']}, {'agrees' if p['agrees'] else 'differs'}; float32 score buffers: {s.get('count')} "
           f"({s.get('mib_each')} MiB each, memory spaces {s.get('memory_spaces')}, "

@@ -10,8 +10,9 @@ on this host, no TPU); read the TPU program and hold it to the plan:
   XLA:TPU's program holds live at once, from its buffer assignment and live ranges (within ``TEMPS_TOLERANCE``);
   its temp buffer, what the fit counts, packs those values at offsets and is larger by the gaps it leaves (2d at
   full depth: 0.98 GiB live in a 1.21 GiB buffer; pairs: the same 0.98 in 1.55), which meshlab does not model;
-  they are counted wherever XLA:TPU placed them, HBM or the TensorCore's VMEM (a small working set sits in VMEM
-  whole), less the weights it prefetches into VMEM (`Compiled.working_set_live_peak`);
+  they are counted wherever XLA:TPU placed them, HBM or the on-chip memory its memory-space assignment fills (the
+  TensorCore's VMEM, v4's CMEM: a small working set sits there whole), less the weights it prefetches there
+  (`Compiled.working_set_live_peak`);
 - **collectives of a middle block** (block 0 of each list when more than one is compiled), by kind, counted as
   the TPU program has them after its combining passes, and the bytes each moves: within ``COLLECTIVE_TOLERANCE``
   of meshlab's prediction for the kinds in ``TPU_VERDICT_KINDS`` (the CPU check's, and the reduce-scatters
@@ -77,10 +78,11 @@ class Compiled:
     schedule: Schedule | None = None  # XLA:TPU's latency-hiding scheduler's estimate of the program
     program_read: bool = True  # False: XLA:TPU compiled it, but its optimized program could not be read back
     temporaries_live_peak: int | None = None  # the most temporary bytes live at once (the rest of "temp" is packing)
-    #: the most temporary bytes live at once in HBM and the TensorCore's VMEM together, less the weights XLA:TPU
-    #: prefetches into VMEM (hlo.working_set_live_peak): the forward's working set wherever it was placed
+    #: the most temporary bytes live at once in HBM and on chip (the TensorCore's VMEM, v4's CMEM) together, less
+    #: the weights XLA:TPU prefetches there (hlo.working_set_live_peak): the forward's working set wherever placed
     working_set_live_peak: int | None = None
-    #: bytes the program placed in each memory space (hlo.memory_space_bytes): "default" is HBM, "vmem" on chip
+    #: bytes the program placed in each memory space (hlo.memory_space_bytes): "default" is HBM, "vmem" (v4: "cmem")
+    #: on chip
     memory_spaces: dict[str, int] = field(default_factory=dict)
     #: planned weight shards no argument of the program matched (None: the arguments were not read back)
     weights_missing: int | None = None
@@ -96,11 +98,17 @@ class Compiled:
 
     @property
     def live_temporaries(self) -> int:
-        """The temporaries the verdict holds meshlab's working set to: those live at once in HBM and VMEM, or, where
-        VMEM's were not read, in HBM, or, where neither was, the whole temp buffer."""
+        """The temporaries the verdict holds meshlab's working set to: those live at once in HBM and on chip, or,
+        where the on-chip memory's were not read, in HBM, or, where neither was, the whole temp buffer."""
         if self.working_set_live_peak is not None:
             return self.working_set_live_peak
         return self.temporaries_live_peak if self.temporaries_live_peak is not None else self.memory["temp"]
+
+    @property
+    def on_chip(self) -> str:
+        """The on-chip memories the program placed values in, as the check names them: "VMEM" (the TensorCore's),
+        on v4 "CMEM" (hlo.ON_CHIP_COLORS)."""
+        return " and ".join(name.upper() for name in ("vmem", "cmem") if name in self.memory_spaces) or "on chip"
 
     @property
     def total_bytes(self) -> int | None:
@@ -232,9 +240,9 @@ class TpuCheckReport:
         live = c.live_temporaries
         if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
             found.append(f"temporaries per chip: predicted {activations}, XLA:TPU" + (
-                f" {live} in use at once in HBM and VMEM ({c.temporaries_live_peak} of them in HBM, {temps} in its "
-                "temp buffer)" if c.working_set_live_peak is not None else
-                f" {live} in use at once in HBM ({temps} in its temp buffer; VMEM's not read)"
+                f" {live} in use at once in HBM and {c.on_chip} ({c.temporaries_live_peak} of them in HBM, {temps} in"
+                " its temp buffer)" if c.working_set_live_peak is not None else
+                f" {live} in use at once in HBM ({temps} in its temp buffer; on-chip memory's not read)"
                 if c.temporaries_live_peak is not None else f"'s temp buffer {temps}"))
         if self.whole_call_held:
             measured_count = Counter(x.hlo.kind for x in c.collectives)
@@ -640,7 +648,8 @@ def _memory_document(c: Compiled | None) -> dict | None:
     return {"arguments": m["argument"], "outputs": m["output"], "temporaries": m["temp"],
             "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
             "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak,
-            "working_set_live_peak": c.working_set_live_peak, "vmem": c.memory_spaces.get("vmem")}
+            "working_set_live_peak": c.working_set_live_peak, "vmem": c.memory_spaces.get("vmem"),
+            "cmem": c.memory_spaces.get("cmem")}
 
 
 def _blocks(per_block: dict[str, Counter]) -> dict[str, dict]:

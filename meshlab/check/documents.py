@@ -248,10 +248,14 @@ class TpuMemory(Document):
     temporaries_live_peak: int | None = Field(
         None, description="the most temporary bytes live at once; the temp buffer packs them with gaps")
     working_set_live_peak: int | None = Field(
-        None, description="the most temporary bytes live at once in HBM and the TensorCore's VMEM together, less the "
-        "weights prefetched into VMEM: the forward's working set wherever XLA:TPU placed it, what meshlab's is held to")
+        None, description="the most temporary bytes live at once in HBM and on chip (the TensorCore's VMEM, v4's CMEM) "
+        "together, less the weights prefetched there: the forward's working set wherever XLA:TPU placed it, what "
+        "meshlab's is held to")
     vmem: int | None = Field(None, description="bytes the program placed in the TensorCore's VMEM (the weights "
                              "prefetched there, most of it, and temporaries kept there); not part of the HBM total")
+    cmem: int | None = Field(None, description="on v4, bytes the program placed in the chip's CMEM (XLA's report names "
+                             "it 'hbm', color 3), which v4's memory-space assignment fills as others fill VMEM; not "
+                             "part of the HBM total")
 
 
 class TpuMeshlabMemory(Document):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from meshlab.core.errors import BackendError
@@ -541,18 +542,19 @@ def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None
     return _live_peak(buffer_assignment, live_range, lambda color, name: color == 0)
 
 
-def working_set_live_peak(buffer_assignment: str, live_range: str, vmem_color: int, program: str) -> int | None:
-    """`temporaries_live_peak` over the temporaries in HBM and those in the TensorCore's VMEM (the buffer
-    assignment's color `vmem_color`) together, less the VMEM copies of the program's arguments and of a scanned
-    loop's carried weights (`argument_copies` of its optimized `program`, whose instruction names the buffer
-    assignment's values carry): the forward's working set wherever XLA:TPU's memory-space assignment placed it. A
-    small working set sits in VMEM whole (2d at 256², 3 blocks: 18,752 B of temporaries in HBM at once, 6.7 MiB with
-    VMEM's), a large one in HBM (2d at 1024²: VMEM adds 6.9 MiB to 1,001.4 MiB, copies of activations on their way
-    between the two counted in both while both are live); the weights it prefetches into VMEM, most of its VMEM,
-    are not temporaries."""
+def working_set_live_peak(buffer_assignment: str, live_range: str, on_chip: Collection[int],
+                          program: str) -> int | None:
+    """`temporaries_live_peak` over the temporaries in HBM and those in the on-chip memories XLA:TPU's memory-space
+    assignment fills (the buffer assignment's colors `on_chip`, ``ON_CHIP_COLORS``) together, less their copies of
+    the program's arguments and of a scanned loop's carried weights (`argument_copies` of its optimized `program`,
+    whose instruction names the buffer assignment's values carry): the forward's working set wherever XLA:TPU
+    placed it. A small working set sits on chip whole (2d at 256², 3 blocks on v6e: 18,752 B of temporaries in HBM
+    at once, 6.7 MiB with VMEM's; on v4, 3.0 MiB in HBM, 12.4 MiB with CMEM's), a large one in HBM (2d at 1024²:
+    VMEM adds 6.9 MiB to 1,001.4 MiB, copies of activations on their way between the two counted in both while
+    both are live); the weights it prefetches on chip, most of what it places there, are not temporaries."""
     copies = argument_copies(program)
     return _live_peak(buffer_assignment, live_range, lambda color, name: color == 0 or (
-        color == vmem_color and name.partition("{")[0] not in copies))
+        color in on_chip and name.partition("{")[0] not in copies))
 
 
 def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:
@@ -586,18 +588,30 @@ def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:
 
 _MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)\nTotal bytes: (\d+)", re.M)
 
+#: the buffer-assignment colors of the on-chip memories XLA:TPU's memory-space assignment prefetches weights into
+#: and keeps small temporaries in, by the name the check gives them: 1 the TensorCore's VMEM (v5e, v5p, v6e; the
+#: report names it ``vmem``), 3 v4's CMEM. XLA's report names color 3 ``hbm``, but it is not v4's HBM (color 0,
+#: ``default``, holds the arguments): its programs fill it to 127.95 MiB, just under v4's 128 MiB of CMEM
+#: (Jouppi et al., "TPU v4", ISCA 2023), with prefetched weight slices, score buffers and activations, and
+#: libtpu's flags for it are named ``xla_tpu_cmem_memory_space_assignment`` and
+#: ``xla_tpu_max_cmem_used_by_memory_space_assignment`` (2d-v4-8.yaml at 256²: v4 has no color 1).
+ON_CHIP_COLORS = {1: "vmem", 3: "cmem"}
+
 
 def memory_space_bytes(memory_usage_report: str) -> dict[str, int]:
-    """Bytes the program's buffer assignment placed in each memory space, by the space's name, from XLA's
-    ``*-memory-usage-report.txt``: on a TPU ``default`` (HBM: arguments, outputs, temporaries), ``vmem`` (the
-    TensorCore's on-chip memory: the weights XLA:TPU's memory-space assignment prefetches there, most of it, and the
-    temporaries it keeps there), ``smem``, ``host``."""
-    return {name: int(total) for name, _, total in _MEMORY_SPACE.findall(memory_usage_report)}
+    """Bytes the program's buffer assignment placed in each memory space, from XLA's
+    ``*-memory-usage-report.txt``, by the space's name: on a TPU ``default`` (HBM: arguments, outputs,
+    temporaries), ``vmem`` (the TensorCore's on-chip memory: the weights XLA:TPU's memory-space assignment
+    prefetches there, most of it, and the temporaries it keeps there), on v4 ``cmem`` instead (``ON_CHIP_COLORS``:
+    the report's ``hbm``), ``smem``, ``host``."""
+    return {ON_CHIP_COLORS.get(int(color), name): int(total)
+            for name, color, total in _MEMORY_SPACE.findall(memory_usage_report)}
 
 
-def memory_space_colors(memory_usage_report: str) -> dict[str, int]:
-    """The buffer assignment's color of each memory space, by name (``vmem``: 1 on XLA:TPU)."""
-    return {name: int(color) for name, color, _ in _MEMORY_SPACE.findall(memory_usage_report)}
+def on_chip_colors(memory_usage_report: str) -> frozenset[int]:
+    """The colors of the on-chip memories (``ON_CHIP_COLORS``) the program's buffer assignment used."""
+    return frozenset(int(color) for _, color, _ in _MEMORY_SPACE.findall(memory_usage_report)
+                     if int(color) in ON_CHIP_COLORS)
 
 
 _OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")

@@ -136,10 +136,11 @@ class FrontEndCompiled(Payload):
     temporaries_live_peak: Optional[int] = Field(
         None, description="the most temporary bytes live at once (XLA's buffer assignment and live ranges)")
     working_set_live_peak: Optional[int] = Field(
-        None, description="the most bytes of temporaries live at once in HBM and VMEM, less the VMEM copies of "
-                          "the arguments (the weights XLA:TPU prefetches there)")
+        None, description="the most bytes of temporaries live at once in HBM and on chip (VMEM; v4: CMEM), less the "
+                          "on-chip copies of the arguments (the weights XLA:TPU prefetches there)")
     memory_spaces: dict[str, int] = Field(
-        {}, description="bytes the buffer assignment placed in each memory space: 'default' (HBM), 'vmem', ...")
+        {}, description="bytes the buffer assignment placed in each memory space: 'default' (HBM), 'vmem' "
+                          "(v4: 'cmem'), 'smem', ...")
     attention_calls: dict[str, int] = Field(
         {}, description="torchax's attention calls by how they ran: 'kernel' (the strategy's flash kernel) or "
                         "'reference' (torch's reference math: a call the kernel does not take)")

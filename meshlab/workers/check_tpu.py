@@ -124,9 +124,9 @@ def _largest(dump: Path, before: set[Path], suffix: str) -> Path | None:
 def _temporaries(dump: Path, before: set[Path]) -> dict:
     """What this compile's program holds at once, from the files XLA dumped for it (the largest buffer assignment
     this compile wrote, `_largest`, and the live ranges, memory-usage report and optimized program of the same
-    module): its temporaries in HBM (meshlab.check.hlo.temporaries_live_peak), its working set in HBM and VMEM
-    (hlo.working_set_live_peak) and the bytes of each memory space (hlo.memory_space_bytes); None or empty where
-    XLA wrote none of them."""
+    module): its temporaries in HBM (meshlab.check.hlo.temporaries_live_peak), its working set in HBM and on chip
+    (VMEM, v4's CMEM: hlo.working_set_live_peak) and the bytes of each memory space (hlo.memory_space_bytes); None
+    or empty where XLA wrote none of them."""
     from meshlab.check import hlo
 
     suffix = ".after_optimizations-buffer-assignment.txt"
@@ -142,9 +142,9 @@ def _temporaries(dump: Path, before: set[Path]) -> dict:
         return found
     text, live_range = assignment.read_text(), beside["-live-range"].read_text()
     found["temporaries_live_peak"] = hlo.temporaries_live_peak(text, live_range)
-    vmem = hlo.memory_space_colors(report).get("vmem")
-    if vmem is not None and beside[""].exists():  # else the check holds HBM's temporaries, and says so
-        found["working_set_live_peak"] = hlo.working_set_live_peak(text, live_range, vmem, beside[""].read_text())
+    on_chip = hlo.on_chip_colors(report)
+    if on_chip and beside[""].exists():  # else the check holds HBM's temporaries, and says so
+        found["working_set_live_peak"] = hlo.working_set_live_peak(text, live_range, on_chip, beside[""].read_text())
     return found
 
 

@@ -261,12 +261,13 @@ def test_the_bytes_of_each_memory_space_are_read_from_xla_s_memory_usage_report(
     assignment kept the temporaries and streamed the weight slices (the HBM temporaries live at once: 18,752 B)."""
     import gzip
 
-    from meshlab.check.hlo import memory_space_bytes
+    from meshlab.check.hlo import memory_space_bytes, on_chip_colors
 
     report = gzip.open(Path(__file__).parent / "data" / "tpu_2d_256.memory-usage-report.txt.gz", "rt").read()
     assert memory_space_bytes(report) == {"default": 500_986_400, "vmem": 90_690_048, "smem": 80, "host": 2048,
                                           "color_6": 4096}
     assert memory_space_bytes("no report") == {}
+    assert on_chip_colors(report) == {1} and on_chip_colors("no report") == frozenset()
 
 
 def test_the_working_set_counts_vmem_s_temporaries_but_not_the_weights_prefetched_there():
@@ -320,7 +321,7 @@ ENTRY %main (param.0: bf16[4,8], param.1: f32[8]) -> f32[8] {
     live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    copy-done.2{}:5-8\n    copy-done.1{}:1-9\n"
             "    custom-call.1{}:2-9\n    slice.1{}:1-2\n    fusion.1{}:3-6\n    fusion.2{}:8-9\n")
     assert temporaries_live_peak(assignment, live) == 32  # HBM's: the eviction
-    assert working_set_live_peak(assignment, live, 1, program) == 64  # and VMEM's computed value beside it, 5-6
+    assert working_set_live_peak(assignment, live, {1}, program) == 64  # and VMEM's computed value beside it, 5-6
 
 
 def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there():
@@ -339,7 +340,31 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
     assert {"custom-call.24", "copy-start", "slice-start.66", "slice.377", "dynamic-slice.429"} <= copies
     assert "reduce.248" not in copies and "copy-start.6" not in copies  # a gather reduced, and its copy
     assert temporaries_live_peak(assignment, live_range) == 18_752
-    assert working_set_live_peak(assignment, live_range, 1, program) == 7_011_200
+    assert working_set_live_peak(assignment, live_range, {1}, program) == 7_011_200
+
+
+def test_v4_s_small_working_set_sits_in_its_cmem_which_xla_s_report_names_hbm():
+    """2d's rules on v4-8 (3 blocks, 256², 32 text tokens; its dumps, gzipped): v4's buffer assignment has no VMEM
+    color; its memory-space assignment fills color 3, which XLA's report names 'hbm' but which is v4's 128 MiB CMEM
+    (127.95 MiB placed there; the arguments sit in 'default'). HBM holds 3.0 MiB of temporaries at once, HBM and
+    CMEM 12.4 MiB, less the weights prefetched into CMEM (counted, they would fill it: 127.9 MiB)."""
+    import gzip
+
+    from meshlab.check.hlo import (_live_peak, argument_copies, memory_space_bytes, on_chip_colors,
+                                   temporaries_live_peak, working_set_live_peak)
+
+    data = Path(__file__).parent / "data"
+    report, assignment, live_range, program = (
+        gzip.open(data / f"tpu_v4_2d_256.{what}.txt.gz", "rt").read()
+        for what in ("memory-usage-report", "buffer-assignment", "live-range", "after_optimizations"))
+    spaces = memory_space_bytes(report)
+    assert spaces["cmem"] == 134_160_896 <= 128 * 2**20 and "hbm" not in spaces and "vmem" not in spaces
+    assert on_chip_colors(report) == {3}
+    assert temporaries_live_peak(assignment, live_range) == 3_158_528
+    assert working_set_live_peak(assignment, live_range, {1}, program) == 3_158_528  # v6e's VMEM alone: none here
+    assert working_set_live_peak(assignment, live_range, on_chip_colors(report), program) == 12_982_272
+    everything = _live_peak(assignment, live_range, lambda color, name: color in (0, 3))
+    assert everything > 127 * 2**20 and argument_copies(program)  # the prefetched weights, not temporaries
 
 
 def test_a_loop_s_state_passed_on_unchanged_and_an_async_dynamic_slice_of_a_weight_are_copies():

@@ -310,14 +310,18 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     # the working set is held where XLA:TPU placed it, HBM and VMEM together (a small one sits in VMEM whole): not
     # to HBM's share alone, and not to the temp buffer where both are read
     on_chip = replace(program, memory={**program.memory, "argument": weights, "temp": 8_000_000},
-                      temporaries_live_peak=18_752, working_set_live_peak=scores)
+                      temporaries_live_peak=18_752, working_set_live_peak=scores,
+                      memory_spaces={"default": 500_000_000, "vmem": 90_000_000, "smem": 80})
     assert replace(report, compiled=(on_chip,)).agrees
     for live in (int(scores / 1.26), int(scores * 1.34)):  # past the tolerance either way, HBM's share aside
         differences = replace(report, compiled=(replace(on_chip, working_set_live_peak=live),)).differences()
         assert (f"temporaries per chip: predicted {scores}, XLA:TPU {live} in use at once in HBM and VMEM (18752 of "
                 "them in HBM, 8000000 in its temp buffer)") in differences
     assert replace(report, compiled=(replace(on_chip, working_set_live_peak=int(scores / 1.24)),)).agrees
-    unread = replace(on_chip, working_set_live_peak=None)  # no VMEM read: HBM's figure is held
+    on_v4 = replace(on_chip, working_set_live_peak=live, memory_spaces={"default": 500_000_000, "cmem": 127 << 20})
+    assert (f"temporaries per chip: predicted {scores}, XLA:TPU {live} in use at once in HBM and CMEM (18752 of "
+            "them in HBM, 8000000 in its temp buffer)") in replace(report, compiled=(on_v4,)).differences()
+    unread = replace(on_chip, working_set_live_peak=None)  # nothing on chip read: HBM's figure is held
     assert [d for d in replace(report, compiled=(unread,)).differences() if d.startswith("temporaries per chip")]
     assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
     # torchax's attention calls that kept the reference math, which meshlab prices as the flash kernel, are named;
