@@ -9,12 +9,11 @@ Each point (SIDE, or SIDExTEXT for its text tokens) of each strategy is one `mes
 --front-end torch-xla --layers 3 --height H --width H [--text-tokens T] --json --dump-dir D` (torch_xla's program,
 3 blocks, the workload's text tokens unless the point says, compiled ahead of time for the strategy's TPU topology).
 Printed per size: meshlab's working set (`activations_as_compiled`), the temporaries XLA:TPU's program holds at once
-in HBM and VMEM together less the weights it prefetches into VMEM (`working_set_live_peak`, what the check holds the
-prediction to), those in HBM alone, and the float32 buffers of attention scores (f32[heads, tokens, tokens]) its
-buffer assignment holds: how many a block, in which memory space, and whether two of them are live at once (torch's
-math attention's scores and probabilities: meshlab prices two, one where a row has at most the chip's
-fused_softmax_keys keys).
-Nothing here asserts; the figures are for the note and docs/checks.md.
+in HBM and on chip (VMEM; v4: CMEM) together less the weights it prefetches there (`working_set_live_peak`, what the
+check holds the prediction to), those in HBM alone, and the float32 buffers of attention scores (f32[heads, tokens,
+tokens]) its buffer assignment holds: how many a block, in which memory space, and whether two of them are live at once
+(torch's math attention's scores and probabilities: meshlab prices two, one where a row has at most the chip's
+fused_softmax_keys keys). Nothing here asserts; the figures are for the note and docs/checks.md.
 """
 
 from __future__ import annotations
@@ -76,6 +75,7 @@ def point(strategy: Path, side: int, text_tokens: int | None) -> dict:
             "xla_hbm_temporaries_mib": round(xla["temporaries_live_peak"] / MIB, 1)
             if xla.get("temporaries_live_peak") is not None else None,
             "vmem_mib": round(xla["vmem"] / MIB, 1) if xla.get("vmem") else None,
+            "cmem_mib": round(xla["cmem"] / MIB, 1) if xla.get("cmem") else None,
             "ratio": round(predicted / held, 2) if held else None,
             "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")],
             "score_buffers": scores}

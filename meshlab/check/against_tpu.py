@@ -105,10 +105,15 @@ class Compiled:
         return self.temporaries_live_peak if self.temporaries_live_peak is not None else self.memory["temp"]
 
     @property
-    def on_chip(self) -> str:
-        """The on-chip memories the program placed values in, as the check names them: "VMEM" (the TensorCore's),
-        on v4 "CMEM" (hlo.ON_CHIP_COLORS)."""
-        return " and ".join(name.upper() for name in ("vmem", "cmem") if name in self.memory_spaces) or "on chip"
+    def on_chip_spaces(self) -> tuple[str, ...]:
+        """The on-chip memories the program placed values in, by the names hlo.ON_CHIP_SPACES gives them: "vmem"
+        (the TensorCore's), on v4 "cmem"."""
+        return tuple(name for name in hlo.ON_CHIP_SPACES.values() if name in self.memory_spaces)
+
+    @property
+    def on_chip_label(self) -> str:
+        """`on_chip_spaces` for a sentence: "VMEM", "CMEM", both joined by "and", or "on chip" where none was read."""
+        return " and ".join(name.upper() for name in self.on_chip_spaces) or "on chip"
 
     @property
     def total_bytes(self) -> int | None:
@@ -240,9 +245,9 @@ class TpuCheckReport:
         live = c.live_temporaries
         if abs(live - activations) > TEMPS_TOLERANCE * max(live, 1):
             found.append(f"temporaries per chip: predicted {activations}, XLA:TPU" + (
-                f" {live} in use at once in HBM and {c.on_chip} ({c.temporaries_live_peak} of them in HBM, {temps} in"
-                " its temp buffer)" if c.working_set_live_peak is not None else
-                f" {live} in use at once in HBM ({temps} in its temp buffer; on-chip memory's not read)"
+                f" {live} in use at once in HBM and {c.on_chip_label} ({c.temporaries_live_peak} of them in HBM,"
+                f" {temps} in its temp buffer)" if c.working_set_live_peak is not None else
+                f" {live} in use at once in HBM ({temps} in its temp buffer; on chip not read)"
                 if c.temporaries_live_peak is not None else f"'s temp buffer {temps}"))
         if self.whole_call_held:
             measured_count = Counter(x.hlo.kind for x in c.collectives)
@@ -648,8 +653,8 @@ def _memory_document(c: Compiled | None) -> dict | None:
     return {"arguments": m["argument"], "outputs": m["output"], "temporaries": m["temp"],
             "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
             "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak,
-            "working_set_live_peak": c.working_set_live_peak, "vmem": c.memory_spaces.get("vmem"),
-            "cmem": c.memory_spaces.get("cmem")}
+            "working_set_live_peak": c.working_set_live_peak,
+            **{name: c.memory_spaces.get(name) for name in hlo.ON_CHIP_SPACES.values()}}
 
 
 def _blocks(per_block: dict[str, Counter]) -> dict[str, dict]:

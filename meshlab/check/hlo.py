@@ -545,7 +545,7 @@ def temporaries_live_peak(buffer_assignment: str, live_range: str) -> int | None
 def working_set_live_peak(buffer_assignment: str, live_range: str, on_chip: Collection[int],
                           program: str) -> int | None:
     """`temporaries_live_peak` over the temporaries in HBM and those in the on-chip memories XLA:TPU's memory-space
-    assignment fills (the buffer assignment's colors `on_chip`, ``ON_CHIP_COLORS``) together, less their copies of
+    assignment fills (the buffer assignment's colors `on_chip`, ``ON_CHIP_SPACES``) together, less their copies of
     the program's arguments and of a scanned loop's carried weights (`argument_copies` of its optimized `program`,
     whose instruction names the buffer assignment's values carry): the forward's working set wherever XLA:TPU
     placed it. A small working set sits on chip whole (2d at 256², 3 blocks on v6e: 18,752 B of temporaries in HBM
@@ -588,34 +588,35 @@ def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:
 
 _MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)\nTotal bytes: (\d+)", re.M)
 
-#: the buffer-assignment colors of the on-chip memories XLA:TPU's memory-space assignment prefetches weights into
-#: and keeps small temporaries in, by the name the check gives them: 1 the TensorCore's VMEM (v5e, v5p, v6e; the
-#: report names it ``vmem``), 3 v4's CMEM. XLA's report names color 3 ``hbm``, but it is not v4's HBM (color 0,
-#: ``default``, holds the arguments): its programs fill it to 127.95 MiB, just under v4's 128 MiB of CMEM
-#: (Jouppi et al., "TPU v4", ISCA 2023), with prefetched weight slices, score buffers and activations, and
-#: libtpu's flags for it are named ``xla_tpu_cmem_memory_space_assignment`` and
-#: ``xla_tpu_max_cmem_used_by_memory_space_assignment`` (2d-v4-8.yaml at 256²: v4 has no color 1).
-ON_CHIP_COLORS = {1: "vmem", 3: "cmem"}
+#: the on-chip memories XLA:TPU's memory-space assignment prefetches weights into and keeps small temporaries in, by
+#: their buffer-assignment color and the name XLA's memory-usage report gives them, each with the name the check
+#: gives it: color 1 ``vmem``, the TensorCore's VMEM (v5e, v5p, v6e); color 3 ``hbm``, v4's CMEM. v4's buffer
+#: assignment has no color 1 (its kernels use VMEM only as scoped scratch) and fills color 3 instead, which is not
+#: v4's HBM (color 0, ``default``, holds the arguments and outputs): only temporaries sit there, the weight slices
+#: it prefetches and computed values (score buffers, activations, gathers), and 2d-v4-8.yaml's program at 256²
+#: fills it to 127.95 MiB, just under v4's 128 MiB of CMEM (Jouppi et al., "TPU v4", ISCA 2023). Keyed by both, so
+#: that another chip's color 3 under another name is not taken for one.
+ON_CHIP_SPACES = {(1, "vmem"): "vmem", (3, "hbm"): "cmem"}
 
 
 def memory_space_bytes(memory_usage_report: str) -> dict[str, int]:
     """Bytes the program's buffer assignment placed in each memory space, from XLA's
     ``*-memory-usage-report.txt``, by the space's name: on a TPU ``default`` (HBM: arguments, outputs,
     temporaries), ``vmem`` (the TensorCore's on-chip memory: the weights XLA:TPU's memory-space assignment
-    prefetches there, most of it, and the temporaries it keeps there), on v4 ``cmem`` instead (``ON_CHIP_COLORS``:
-    the report's ``hbm``), ``smem``, ``host``."""
-    return {ON_CHIP_COLORS.get(int(color), name): int(total)
+    prefetches there, most of it, and the temporaries it keeps there), on v4 ``cmem`` instead (``ON_CHIP_SPACES``:
+    the report's ``hbm`` at color 3), ``smem``, ``host``."""
+    return {ON_CHIP_SPACES.get((int(color), name), name): int(total)
             for name, color, total in _MEMORY_SPACE.findall(memory_usage_report)}
 
 
 def on_chip_colors(memory_usage_report: str) -> frozenset[int]:
-    """The colors of the on-chip memories (``ON_CHIP_COLORS``) the program's buffer assignment used."""
-    return frozenset(int(color) for _, color, _ in _MEMORY_SPACE.findall(memory_usage_report)
-                     if int(color) in ON_CHIP_COLORS)
+    """The colors of the on-chip memories (``ON_CHIP_SPACES``) the program's buffer assignment used."""
+    return frozenset(int(color) for name, color, _ in _MEMORY_SPACE.findall(memory_usage_report)
+                     if (int(color), name) in ON_CHIP_SPACES)
 
 
 _OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")
-#: ops that only move a value: what XLA:TPU's memory-space assignment adds to prefetch into VMEM (async copies,
+#: ops that only move a value: what XLA:TPU's memory-space assignment adds to prefetch on chip (async copies,
 #: async slices it joins again with a ConcatBitcast custom-call) and the views between them
 _MOVES = frozenset({"bitcast", "copy", "copy-start", "copy-done", "get-tuple-element", "async-start", "async-done",
                     "slice", "dynamic-slice", "tuple", "concat-bitcast"})
@@ -628,7 +629,7 @@ def argument_copies(program: str) -> frozenset[str]:
     the operands its root is read from (a dynamic-slice's sliced one); an async computation's instructions are as
     its async-start is. In a while loop's body (torch_xla's scan) an element of the loop's state that the body passes
     on unchanged, moved about at most, counts as one too: the stacked block weights a scanned list carries, which the
-    loop's state holds (meshlab prices them as the scan's stacked copy), so their slices and copies in VMEM are not
+    loop's state holds (meshlab prices them as the scan's stacked copy), so their slices and copies on chip are not
     more temporaries; the state itself, wherever it sits, is counted."""
     entry = re.search(r"^ENTRY\s+%?([\w.\-]+)", program, re.M)
     ops: dict[str, _Op] = {}

@@ -302,17 +302,16 @@ def render_tpu_check(report, console) -> None:
     else:
         table.add_row("weights (as arguments)", mib(report.predicted_argument_weights), mib(c.weights))
         read = c.working_set_live_peak is not None or c.temporaries_live_peak is not None
-        where = f"HBM and {c.on_chip}" if c.working_set_live_peak is not None else "in HBM (on chip not read)"
+        where = f"HBM and {c.on_chip_label}" if c.working_set_live_peak is not None else "in HBM (on chip not read)"
         table.add_row(f"denoise working set / temporaries live at once, {where}" + (
             " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
             mib(report.predicted_temporaries(c.front_end)), mib(c.live_temporaries) if read else "?")
         if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
             table.add_row("  of them in HBM at once", "", mib(c.temporaries_live_peak))
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
-        for space in ("vmem", "cmem"):
-            if space in c.memory_spaces:
-                table.add_row(f"{space.upper()}, beside HBM (the weights prefetched there, and temporaries)", "",
-                              mib(c.memory_spaces[space]))
+        for space in c.on_chip_spaces:
+            table.add_row(f"{space.upper()}, beside HBM (the weights prefetched there, and temporaries)", "",
+                          mib(c.memory_spaces[space]))
         table.add_row("inputs and other arguments", "", mib(sum(c.other_arguments.values())))
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
         table.add_row("total", mib(memory.total), mib(c.total_bytes))

@@ -279,7 +279,7 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
 
     from meshlab.check.hlo import ArrayShape, HloCollective
     from meshlab.check.setup import CheckOptions, check_setup
-    from meshlab.check.against_tpu import Compiled, TpuCheckReport
+    from meshlab.check.against_tpu import Compiled, TpuCheckReport, _memory_document
     from meshlab.check.verdict import MeasuredCollective
 
     setup = check_setup(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=3))
@@ -318,9 +318,14 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
         assert (f"temporaries per chip: predicted {scores}, XLA:TPU {live} in use at once in HBM and VMEM (18752 of "
                 "them in HBM, 8000000 in its temp buffer)") in differences
     assert replace(report, compiled=(replace(on_chip, working_set_live_peak=int(scores / 1.24)),)).agrees
-    on_v4 = replace(on_chip, working_set_live_peak=live, memory_spaces={"default": 500_000_000, "cmem": 127 << 20})
-    assert (f"temporaries per chip: predicted {scores}, XLA:TPU {live} in use at once in HBM and CMEM (18752 of "
+    over = int(scores * 1.34)
+    on_v4 = replace(on_chip, working_set_live_peak=over, memory_spaces={"default": 500_000_000, "cmem": 127 << 20})
+    assert (f"temporaries per chip: predicted {scores}, XLA:TPU {over} in use at once in HBM and CMEM (18752 of "
             "them in HBM, 8000000 in its temp buffer)") in replace(report, compiled=(on_v4,)).differences()
+    assert on_v4.on_chip_spaces == ("cmem",) and on_chip.on_chip_spaces == ("vmem",)
+    assert replace(on_chip, memory_spaces={}).on_chip_label == "on chip"
+    held = _memory_document(on_v4)  # the JSON's xla_memory_per_device
+    assert (held["cmem"], held["vmem"], held["working_set_live_peak"]) == (127 << 20, None, over)
     unread = replace(on_chip, working_set_live_peak=None)  # nothing on chip read: HBM's figure is held
     assert [d for d in replace(report, compiled=(unread,)).differences() if d.startswith("temporaries per chip")]
     assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
