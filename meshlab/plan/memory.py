@@ -26,7 +26,8 @@ ACTIVATION_METHOD = (
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
     "with float32 copies of q, k and v, as torch's math attention computes them; on a TPU whose catalog entry "
     "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys, unless every head "
-    "is gathered under a sequence split) "
+    "is gathered under a sequence split, and where it gives recomputed_softmax_keys, one where a row has more, "
+    "unless the probabilities meet values left split) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -110,8 +111,8 @@ class MemoryReport:
     def on(self, usable_hbm: int, reserve: int) -> "MemoryReport":
         """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them but
         the blocks a chip holds gathered, `gathered_blocks_on`, and the keys up to which its math attention holds
-        one score buffer, ``Hardware.fused_softmax_keys``, which a caller re-sizing to another system keeps apart:
-        meshlab.search.sweep._Shared)."""
+        one score buffer, ``Hardware.fused_softmax_keys`` and ``recomputed_softmax_keys``, which a caller re-sizing
+        to another system keeps apart: meshlab.search.sweep._Shared)."""
         return MemoryReport(tuple(dataclasses.replace(c, hbm=usable_hbm, reserve=reserve) for c in self.chips),
                             self.tokens)
 
@@ -122,7 +123,8 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
     gathers async (`gathered_blocks_on`)."""
     return memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
                          tiles=hardware.tiled_layouts, gathered_blocks=gathered_blocks_on(strategy, hardware),
-                         fused_softmax_keys=hardware.fused_softmax_keys)
+                         fused_softmax_keys=hardware.fused_softmax_keys,
+                         recomputed_softmax_keys=hardware.recomputed_softmax_keys)
 
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
@@ -149,13 +151,16 @@ def weight_gathers_async(strategy: Strategy, hardware) -> bool:
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,
-                  gathered_blocks: int = 1, fused_softmax_keys: int | float | None = None) -> MemoryReport:
+                  gathered_blocks: int = 1, fused_softmax_keys: int | float | None = None,
+                  recomputed_softmax_keys: int | float | None = None) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
     bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered).
     `gathered_blocks`: the blocks whose weights are held gathered at once (`gathered_blocks_on`).
-    `fused_softmax_keys`: the chip's ``Hardware.fused_softmax_keys`` (math attention's float32 score buffers)."""
+    `fused_softmax_keys`, `recomputed_softmax_keys`: the chip's ``Hardware`` figures of those names (math
+    attention's float32 score buffers)."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
-    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles, fused_softmax_keys=fused_softmax_keys)
+    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles, fused_softmax_keys=fused_softmax_keys,
+                                         recomputed_softmax_keys=recomputed_softmax_keys)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
@@ -341,10 +346,13 @@ def _batch_split(plan: Plan, strategy: Strategy) -> int:
 
 
 def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, xla: bool = False,
-                           fused_softmax_keys: int | float | None = None) -> int:
+                           fused_softmax_keys: int | float | None = None,
+                           recomputed_softmax_keys: int | float | None = None) -> int:
     """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD); `xla`: the plan runs as XLA's
     program (TPUs: meshlab.plan.axes.heads_gathered); `fused_softmax_keys`: the most keys a row of math attention's
-    scores has where the chip's program holds them in one float32 buffer (``Hardware.fused_softmax_keys``)."""
+    scores has where the chip's program holds them in one float32 buffer (``Hardware.fused_softmax_keys``);
+    `recomputed_softmax_keys`: the keys a row above which it holds one again, the scores alone
+    (``Hardware.recomputed_softmax_keys``)."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axes = strategy.activations.sequence_axes
@@ -356,7 +364,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
                    *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear,
                                     kernel_marked(strategy.activations.rules)) for linear in (False, True)),
-                   fused_softmax_keys or 0)
+                   fused_softmax_keys or 0, recomputed_softmax_keys or math.inf)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -397,6 +405,7 @@ class _Shape:
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
     fused_softmax_keys: int | float = 0  # math attention: one float32 score buffer up to these keys a row (0: two)
+    recomputed_softmax_keys: int | float = math.inf  # and one, the scores alone, above these
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -431,8 +440,11 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     scores and the probabilities, both held at the softmax, are float32. XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, unless every head is gathered under a
-    sequence split, it holds one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for 640²'s 2112, where it
-    fuses the whole attention and holds none; `python benchmarks/tpu_working_set.py`)."""
+    sequence split, it holds one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for
+    640²'s 2112, where it fuses the whole attention and holds none), and with more than its
+    ``recomputed_softmax_keys`` one again, the scores alone, which the softmax's sum and the values' matmul each read
+    to recompute the probabilities (2d at 1408² with 452 text tokens, 8196 keys; HunyuanVideo at 8480), unless the
+    probabilities meet values left split (`values_summed`; `python benchmarks/tpu_working_set.py`)."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     # heads split over chips are gathered (meshlab.cost.collectives gathers them only then)
@@ -452,9 +464,11 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     gathered_kv = 2 * max(0, held - local_keys) * heads * attention.head_dim
     output = queries * heads * attention.head_dim * (3 if passes else 1)
     values = keys
-    if gathered and local_keys < keys:  # every head at every key, counted below (meshlab.plan.axes.values_summed):
+    every_key = gathered and local_keys < keys  # every head at every key under a sequence split
+    summed = every_key and values_summed(split, shape.ring_degree)
+    if every_key:  # counted below (meshlab.plan.axes.values_summed):
         gathered_kv = 0  # the values gathered whole or left split; the products summed in float32
-        if values_summed(split, shape.ring_degree):
+        if summed:
             values, output = -(-keys // split), output * 4 // shape.itemsize
     if shape.flash:
         return qkv + gathered_kv + output
@@ -464,8 +478,12 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     # head meets every key under a sequence split (above: the probabilities then meet values split otherwise):
     # CogVideoX over seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its
     # heads split), and cog-2d one with two samples a chip (no split: cog-seq2-model4.yaml, cog-2d.yaml at 256²,
-    # --batch 1 and 4); a cross-attention's (text keys) fused as a self-attention's, not measured apart
-    buffers = 1 if keys <= shape.fused_softmax_keys and not (gathered and local_keys < keys) else 2
+    # --batch 1 and 4); a cross-attention's (text keys) fused as a self-attention's, not measured apart. Past
+    # recomputed_softmax_keys the scores alone, but where the probabilities meet values left split (summed):
+    # HunyuanVideo at 8480 keys, every head gathered, over seq 4 x model 2 (values gathered) holds one, over seq 2 x
+    # model 4 (summed) both (hunyuan-seq4-model2.yaml, hunyuan-seq2-model4.yaml at 256²)
+    fused = keys <= shape.fused_softmax_keys and not every_key
+    buffers = 1 if fused or (keys > shape.recomputed_softmax_keys and not summed) else 2
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head

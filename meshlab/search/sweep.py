@@ -349,8 +349,9 @@ def ranking_key(objective: str):
 
 class _Shared:
     """What one arrangement's candidates on systems of one size share: its plan, memory (by the blocks a chip holds
-    gathered at once, meshlab.plan.memory.gathered_blocks_on, and the keys up to which its math attention holds one
-    score buffer, Hardware.fused_softmax_keys: systems of one size may differ in them) and per-call work."""
+    gathered at once, meshlab.plan.memory.gathered_blocks_on, and the keys at which its math attention holds one
+    score buffer, Hardware.fused_softmax_keys and recomputed_softmax_keys: systems of one size may differ in them)
+    and per-call work."""
 
     plan = work = activations = strategy = None
     problem = ""
@@ -563,7 +564,8 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             shared.work = plan_work(shared.plan, planned, xla=hardware.kind == "tpu")
         plan = shared.plan
         strategy = strategy.model_copy(update={"activations": shared.activations})
-        held = (gathered_blocks_on(strategy, hardware), hardware.fused_softmax_keys)  # what memory reads of the chip
+        held = (gathered_blocks_on(strategy, hardware), hardware.fused_softmax_keys,  # what memory reads of the chip
+                hardware.recomputed_softmax_keys)
         if held not in shared.memory:
             shared.memory[held] = memory_on(plan, shared.strategy, hardware)
         memory = shared.memory[held].on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)

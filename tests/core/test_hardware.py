@@ -196,7 +196,7 @@ def test_describe_rows_with_sources_is_json_ready():
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
     assert set(v6e_8["sources"]) == set(FIGURES) | {
         "usd_per_chip_hour", "fp32_flops", "collective_matmul_flop_per_byte", "async_all_to_all_hidden",
-        "reduce_scatter_combine_bytes", "fused_softmax_keys"}
+        "reduce_scatter_combine_bytes", "fused_softmax_keys", "recomputed_softmax_keys"}
     assert v6e_8["figures"]["usd_per_chip_hour"] == 2.7 and "per chip-hour" in v6e_8["sources"]["usd_per_chip_hour"]
     json.dumps(rows)
 
@@ -215,6 +215,14 @@ def test_a_bad_price_override_is_one_error(price, says):
     with pytest.raises(InputError, match="usd_per_chip_hour") as error:
         load_hardware("v6e-8", {"usd_per_chip_hour": price})
     assert says in error.value.one_line() or says in str(error.value)
+
+
+def test_recomputed_softmax_keys_below_the_fused_ones_is_one_error():
+    """The scores alone are held above recomputed_softmax_keys, fused or both below: a catalog figure below
+    fused_softmax_keys says nothing a chip could do."""
+    with pytest.raises(InputError, match="recomputed_softmax_keys .* must be at least fused_softmax_keys"):
+        load_hardware("v6e-8", {"recomputed_softmax_keys": 2048})
+    assert load_hardware("v6e-8", {"recomputed_softmax_keys": 4096}).recomputed_softmax_keys == 4096
 
 
 def test_a_price_override_of_zero_or_none_is_a_value():

@@ -89,6 +89,34 @@ def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
                 ) is fused, batch
 
 
+def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
+    """Hardware.recomputed_softmax_keys: with more keys a row than that (v6e: 8192, measured) XLA:TPU's math attention
+    holds one float32 buffer again, the scores, whose readers recompute the probabilities; so under a sequence split
+    with every head gathered too (HunyuanVideo over seq 4 x model 2 at 8480 keys), where below it holds two, but not
+    where the probabilities meet values left split (meshlab.plan.axes.values_summed: seq 2 x model 4)."""
+    from meshlab.core.hardware import load_hardware
+
+    card = small_card()
+    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    plan = make_plan(s, card, 8)
+    tokens = token_counts(s.workload, card.architecture)
+    buffer = 2 * 1 * 24 * 24 * 2  # float32 (two bf16 elements) x 1 head x 24 queries x 24 keys, in bytes
+    two = block_activation_bytes(plan, s, tokens)
+    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=4, recomputed_softmax_keys=23) == two - buffer
+    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=4, recomputed_softmax_keys=24) == two
+    assert load_hardware("v6e-8").recomputed_softmax_keys == 8192
+    assert load_hardware("v5e-8").recomputed_softmax_keys is None
+    for mesh, alone in (({"seq": 4, "model": 2}, True), ({"seq": 2, "model": 4}, False)):  # values gathered, summed
+        split = strategy(mesh=mesh, activations={"batch": None, "sequence": "seq"},
+                         workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+        split_plan = make_plan(split, card, 8)
+        split_tokens = token_counts(split.workload, card.architecture)
+        both = block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4096)
+        scores = block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4,
+                                        recomputed_softmax_keys=8)
+        assert (scores < both) is alone, mesh
+
+
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
     """torch_xla's math attention gathers the heads of more than one sample a chip (meshlab.plan.axes.heads_gathered):
     on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1; eager DTensor on a
