@@ -13,7 +13,8 @@ in HBM and on chip (VMEM; v4: CMEM) together less the weights it prefetches ther
 check holds the prediction to), those in HBM alone, and the float32 buffers of attention scores (f32[heads, tokens,
 tokens]) its buffer assignment holds: how many a block, in which memory space, and whether two of them are live at once
 (torch's math attention's scores and probabilities: meshlab prices two, one where a row has at most the chip's
-fused_softmax_keys keys). Nothing here asserts; the figures are for the note and docs/checks.md.
+fused_softmax_keys keys or more than its recomputed_softmax_keys). Nothing here asserts; the figures are for the
+note and docs/checks.md.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 
 def score_buffers(dump: Path, tokens: int) -> dict:
-    """The float32 [heads, tokens, tokens] values of the program's buffer assignment (the largest module XLA
-    dumped): how many, their memory spaces (0 is HBM, 1 VMEM, 3 v4's CMEM), their MiB, and how many pairs are live
-    at once."""
+    """The float32 [heads, queries, tokens] values of the program's buffer assignment (the largest module XLA
+    dumped; queries: the tokens, or a chip's share of them under a sequence split): how many, their memory spaces
+    (0 is HBM, 1 VMEM, 3 v4's CMEM), their MiB, and how many pairs are live at once."""
     assignments = list(dump.glob("*.after_optimizations-buffer-assignment.txt"))
     if not assignments:
         return {}
@@ -44,7 +45,8 @@ def score_buffers(dump: Path, tokens: int) -> dict:
     live_range = assignment.with_name(assignment.name.replace("-buffer-assignment", "-live-range")).read_text()
     ranges = {name: (int(a), int(b)) for name, a, b in _LIVE_RANGE.findall(live_range)}
     found = [(name, int(color), int(size)) for name, color, size, rows, cols in
-             _VALUE.findall(assignment.read_text()) if int(rows) == int(cols) == tokens]
+             _VALUE.findall(assignment.read_text()) if int(cols) == tokens and tokens % int(rows) == 0
+             and int(rows) > 1]
     spans = [ranges.get(name if "{" in name else name + "{}") for name, _, _ in found]
     together = sum(1 for i, a in enumerate(spans) for b in spans[i + 1:]
                    if a and b and a[0] <= b[1] and b[0] <= a[1])

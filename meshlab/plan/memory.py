@@ -478,7 +478,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     # head meets every key under a sequence split (above: the probabilities then meet values split otherwise):
     # CogVideoX over seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its
     # heads split), and cog-2d one with two samples a chip (no split: cog-seq2-model4.yaml, cog-2d.yaml at 256²,
-    # --batch 1 and 4); a cross-attention's (text keys) fused as a self-attention's, not measured apart. Past
+    # --batch 1 and 4; a plan whose values are summed: with them gathered below 4096 keys, not measured); a
+    # cross-attention's (text keys) fused as a self-attention's, not measured apart. Past
     # recomputed_softmax_keys the scores alone, but where the probabilities meet values left split (summed):
     # HunyuanVideo at 8480 keys, every head gathered, over seq 4 x model 2 (values gathered) holds one, over seq 2 x
     # model 4 (summed) both (hunyuan-seq4-model2.yaml, hunyuan-seq2-model4.yaml at 256²)

@@ -95,6 +95,7 @@ def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
     with every head gathered too (HunyuanVideo over seq 4 x model 2 at 8480 keys), where below it holds two, but not
     where the probabilities meet values left split (meshlab.plan.axes.values_summed: seq 2 x model 4)."""
     from meshlab.core.hardware import load_hardware
+    from meshlab.plan.memory import memory_on
 
     card = small_card()
     s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
@@ -106,6 +107,9 @@ def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
     assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=4, recomputed_softmax_keys=24) == two
     assert load_hardware("v6e-8").recomputed_softmax_keys == 8192
     assert load_hardware("v5e-8").recomputed_softmax_keys is None
+    v6e = load_hardware("v6e-8", {"fused_softmax_keys": 4, "recomputed_softmax_keys": 23})  # the catalog's figures
+    v5e = load_hardware("v5e-8")  # reach memory_on
+    assert memory_on(plan, s, v6e).most_loaded.activations == memory_on(plan, s, v5e).most_loaded.activations - buffer
     for mesh, alone in (({"seq": 4, "model": 2}, True), ({"seq": 2, "model": 4}, False)):  # values gathered, summed
         split = strategy(mesh=mesh, activations={"batch": None, "sequence": "seq"},
                          workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
