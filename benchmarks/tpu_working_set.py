@@ -13,7 +13,8 @@ in HBM and on chip (VMEM; v4: CMEM) together less the weights it prefetches ther
 check holds the prediction to), those in HBM alone, and the float32 buffers of attention scores (f32[heads, tokens,
 tokens]) its buffer assignment holds: how many a block, in which memory space, and whether two of them are live at once
 (torch's math attention's scores and probabilities: meshlab prices two, one where a row has at most the chip's
-fused_softmax_keys keys or more than its recomputed_softmax_keys). Nothing here asserts; the figures are for the
+fused_softmax_keys keys or more than its recomputed_softmax_keys, and a masked attention's mask broadcast besides
+past its mask_broadcast_keys). Nothing here asserts; the figures are for the
 note and docs/checks.md.
 """
 

@@ -54,7 +54,7 @@ LABELS = ("kind", "chip")  # plain strings in the YAML, no source
 OPTIONAL_FIGURES = ("attention_kernel", "attention_rates", "matmul_rates", "usd_per_chip_hour", "fp32_flops",
                     "eager_dispatch_s", "collective_matmul_flop_per_byte", "sm_count", "async_all_to_all_hidden",
                     "async_weight_gather_hidden", "async_weight_gathers", "reduce_scatter_combine_bytes",
-                    "fused_softmax_keys", "recomputed_softmax_keys")
+                    "fused_softmax_keys", "recomputed_softmax_keys", "mask_broadcast_keys")
 #: the head dim the published attention rates were measured at; other head dims use compute_efficiency
 ATTENTION_RATES_HEAD_DIM = 128
 #: queries per tile of the flash kernels at head dim 128: FlashAttention-2's forward, which torch's flash backend
@@ -153,6 +153,10 @@ class Hardware:
     #: the same program where a row has more keys than this: one float32 buffer again, the scores alone, the
     #: probabilities recomputed where they are read (None: as fused_softmax_keys says, whatever the keys)
     recomputed_softmax_keys: int | float | None = None
+    #: the same program, for an attention called with a mask (``Attention.masked``), where it holds two buffers and a
+    #: row has more keys than this: the mask broadcast to every head and query besides, one more buffer of a block's
+    #: scores (None: none, whatever the keys; not measured)
+    mask_broadcast_keys: int | float | None = None
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file
     profile: Any = field(default=None, hash=False, compare=False, repr=False)
@@ -282,7 +286,7 @@ def _problems(hw: Hardware) -> list[str]:
                             ("eager_dispatch_s", 0.0, 1.0), ("collective_matmul_flop_per_byte", 1.0, 1e9),
                             ("sm_count", 1.0, 1e5), ("async_all_to_all_hidden", 0.0, 1.0),
                             ("async_weight_gather_hidden", 0.0, 1.0), ("fused_softmax_keys", 1.0, 1e9),
-                            ("recomputed_softmax_keys", 1.0, 1e9)):
+                            ("recomputed_softmax_keys", 1.0, 1e9), ("mask_broadcast_keys", 1.0, 1e9)):
         value = getattr(hw, name)
         number = isinstance(value, (float, int)) and not isinstance(value, bool)
         if value is not None and (not number or not math.isfinite(value) or not low <= value <= high):
@@ -297,6 +301,10 @@ def _problems(hw: Hardware) -> list[str]:
     if isinstance(fused, (int, float)) and isinstance(recomputed, (int, float)) and recomputed < fused:
         problems.append(f"recomputed_softmax_keys ({recomputed!r}) must be at least fused_softmax_keys ({fused!r}): "
                         "the scores alone are held above it, fused or both below")
+    broadcast = hw.mask_broadcast_keys
+    if isinstance(broadcast, (int, float)) and isinstance(recomputed, (int, float)) and broadcast >= recomputed:
+        problems.append(f"mask_broadcast_keys ({broadcast!r}) must be below recomputed_softmax_keys ({recomputed!r}): "
+                        "the mask broadcast is held beside two score buffers, which end there")
     if hw.sm_count is not None and hw.sm_count != int(hw.sm_count):
         problems.append(f"sm_count ({hw.sm_count!r}) must be a whole number of SMs")
     missing = [name for name in FIGURES if not hw.sources.get(name)]

@@ -188,7 +188,7 @@ def _no_null_defaults(schema: dict) -> None:
 #: Optional figures that are numbers, where 0 is a value (an own cluster's price) and None means not given.
 OPTIONAL_NUMBERS = ("usd_per_chip_hour", "fp32_flops", "eager_dispatch_s", "collective_matmul_flop_per_byte",
                     "sm_count", "async_all_to_all_hidden", "async_weight_gather_hidden", "fused_softmax_keys",
-                    "recomputed_softmax_keys")
+                    "recomputed_softmax_keys", "mask_broadcast_keys")
 #: the figures that take none (null): no GEMM rates, and the optional numbers
 OPTIONAL = ("matmul_rates", "reduce_scatter_combine_bytes", *OPTIONAL_NUMBERS)
 
@@ -258,6 +258,10 @@ class HardwareFigures(Closed):
         None, description="XLA:TPU's program of torch's math attention holds one float32 buffer, the scores, where a "
         "row has more than this many keys, and recomputes the probabilities where they are read; or none (as "
         "fused_softmax_keys says, whatever the keys)")
+    mask_broadcast_keys: OptionalNumber = Field(
+        None, description="XLA:TPU's program of torch's math attention called with a mask, where it holds two float32 "
+        "score buffers and a row has more than this many keys, also holds the mask broadcast to every head and query, "
+        "one more such buffer; or none (not measured)")
     reduce_scatter_combine_bytes: GroupBytes = Field(
         None, description="[[chips in the group, bytes], ...]: XLA:TPU combines a block phase's reduce-scatters over "
         "a group of that many chips into one op while together they move at most the bytes (0: never), the nearest "

@@ -93,6 +93,11 @@ class Attention:
     #: ReLU linear attention, ``relu(K)^T [V; 1]`` first (a (head_dim + 1) x head_dim state per head, summed over
     #: the tokens), then that state times ``relu(Q)``, in float32: no scores, linear in the tokens
     kind: str = "softmax"
+    #: the forward, given the text's mask as ``meshlab check`` gives it (all ones), passes this attention's
+    #: ``F.scaled_dot_product_attention`` a mask (``attn_mask``), which torch's math attention adds to the scores:
+    #: Qwen-Image's and HunyuanVideo's joint attention. A run may not (QwenImagePipeline drops an all-ones mask,
+    #: meshlab's TPU runner drops full masks): priced as the check compiles it, one buffer on the safe side
+    masked: bool = False
 
     @property
     def is_linear(self) -> bool:
@@ -474,7 +479,8 @@ def card_to_json(card: ModelCard) -> dict:
         "attention": [
             {"module": a.module, "heads": a.heads, "head_dim": a.head_dim, "streams": list(a.streams),
              "keys": list(a.keys), "fused_width": a.fused_width,
-             "qkv": list(a.qkv), "out": list(a.out), **({"kind": a.kind} if a.kind != "softmax" else {})}
+             "qkv": list(a.qkv), "out": list(a.out), **({"kind": a.kind} if a.kind != "softmax" else {}),
+             **({"masked": True} if a.masked else {})}
             for a in card.attention
         ],
         "components": [
@@ -549,7 +555,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         parameters=tuple(Parameter(p.name, tuple(p.shape), p.dtype, p.kind, p.stream, p.block)
                          for p in checked.parameters),
         attention=tuple(Attention(a.module, a.heads, a.head_dim, tuple(a.streams), tuple(a.qkv), tuple(a.out),
-                                  tuple(a.keys), a.fused_width, a.kind) for a in checked.attention),
+                                  tuple(a.keys), a.fused_width, a.kind, a.masked) for a in checked.attention),
         components=tuple(Component(**{**c.model_dump(), "tile": tuple(c.tile), "tile_stride": tuple(c.tile_stride),
                                       "encode_working_bytes": tuple(map(tuple, c.encode_working_bytes))})
                          for c in checked.components),

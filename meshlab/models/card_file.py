@@ -42,6 +42,7 @@ class AttentionEntry(Closed):
     keys: list[Stream] = []
     fused_width: Int = Field(0, ge=0)
     kind: Literal["softmax", "linear"] = "softmax"
+    masked: bool = Field(False, description="the forward passes this attention a mask (attn_mask)")
     qkv: list[str]
     out: list[str]
 

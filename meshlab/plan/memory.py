@@ -27,7 +27,9 @@ ACTIVATION_METHOD = (
     "with float32 copies of q, k and v, as torch's math attention computes them; on a TPU whose catalog entry "
     "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys, unless every head "
     "is gathered under a sequence split, and where it gives recomputed_softmax_keys, one where a row has more, "
-    "unless the probabilities meet values left split) "
+    "unless the probabilities meet values left split; where it gives mask_broadcast_keys and holds two, up to "
+    "recomputed_softmax_keys, a masked self- or joint attention's mask broadcast to every head and query besides, "
+    "where a row has more and no sequence axis splits it) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -124,7 +126,8 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
     return memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
                          tiles=hardware.tiled_layouts, gathered_blocks=gathered_blocks_on(strategy, hardware),
                          fused_softmax_keys=hardware.fused_softmax_keys,
-                         recomputed_softmax_keys=hardware.recomputed_softmax_keys)
+                         recomputed_softmax_keys=hardware.recomputed_softmax_keys,
+                         mask_broadcast_keys=hardware.mask_broadcast_keys)
 
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
@@ -152,15 +155,17 @@ def weight_gathers_async(strategy: Strategy, hardware) -> bool:
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,
                   gathered_blocks: int = 1, fused_softmax_keys: int | float | None = None,
-                  recomputed_softmax_keys: int | float | None = None) -> MemoryReport:
+                  recomputed_softmax_keys: int | float | None = None,
+                  mask_broadcast_keys: int | float | None = None) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
     bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered).
     `gathered_blocks`: the blocks whose weights are held gathered at once (`gathered_blocks_on`).
-    `fused_softmax_keys`, `recomputed_softmax_keys`: the chip's ``Hardware`` figures of those names (math
-    attention's float32 score buffers)."""
+    `fused_softmax_keys`, `recomputed_softmax_keys`, `mask_broadcast_keys`: the chip's ``Hardware`` figures of
+    those names (math attention's float32 score buffers)."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
     activations = block_activation_bytes(plan, strategy, tokens, xla=tiles, fused_softmax_keys=fused_softmax_keys,
-                                         recomputed_softmax_keys=recomputed_softmax_keys)
+                                         recomputed_softmax_keys=recomputed_softmax_keys,
+                                         mask_broadcast_keys=mask_broadcast_keys)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
@@ -347,12 +352,14 @@ def _batch_split(plan: Plan, strategy: Strategy) -> int:
 
 def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, xla: bool = False,
                            fused_softmax_keys: int | float | None = None,
-                           recomputed_softmax_keys: int | float | None = None) -> int:
+                           recomputed_softmax_keys: int | float | None = None,
+                           mask_broadcast_keys: int | float | None = None) -> int:
     """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD); `xla`: the plan runs as XLA's
     program (TPUs: meshlab.plan.axes.heads_gathered); `fused_softmax_keys`: the most keys a row of math attention's
     scores has where the chip's program holds them in one float32 buffer (``Hardware.fused_softmax_keys``);
     `recomputed_softmax_keys`: the keys a row above which it holds one again, the scores alone
-    (``Hardware.recomputed_softmax_keys``)."""
+    (``Hardware.recomputed_softmax_keys``); `mask_broadcast_keys`: the keys a row above which, holding two, it holds
+    a masked attention's mask broadcast besides (``Hardware.mask_broadcast_keys``)."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axes = strategy.activations.sequence_axes
@@ -364,7 +371,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
                    *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear,
                                     kernel_marked(strategy.activations.rules)) for linear in (False, True)),
-                   fused_softmax_keys or 0, recomputed_softmax_keys or math.inf)
+                   fused_softmax_keys or 0, recomputed_softmax_keys or math.inf, mask_broadcast_keys or math.inf)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -389,7 +396,8 @@ def _block_kind(params: list[PlannedParameter], in_block: dict) -> tuple:
     own = tuple((p.parameter.module[cut:], p.parameter.shape, p.spec, p.parameter.is_bias, p.parameter.stream)
                 for p in params)
     attentions = tuple((a.module[cut:], a.heads, a.head_dim, a.streams, tuple(m[cut:] for m in a.qkv),
-                        tuple(m[cut:] for m in a.out), a.keys, a.fused_width, a.kind) for a in in_block[position])
+                        tuple(m[cut:] for m in a.out), a.keys, a.fused_width, a.kind, a.masked)
+                       for a in in_block[position])
     return (position[0], own, attentions)
 
 
@@ -406,6 +414,7 @@ class _Shape:
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
     fused_softmax_keys: int | float = 0  # math attention: one float32 score buffer up to these keys a row (0: two)
     recomputed_softmax_keys: int | float = math.inf  # and one, the scores alone, above these
+    mask_broadcast_keys: int | float = math.inf  # holding two, a masked attention's mask broadcast besides above these
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -444,7 +453,10 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     640²'s 2112, where it fuses the whole attention and holds none), and with more than its
     ``recomputed_softmax_keys`` one again, the scores alone, which the softmax's sum and the values' matmul each read
     to recompute the probabilities (2d at 1408² with 452 text tokens, 8196 keys; HunyuanVideo at 8480), unless the
-    probabilities meet values left split (`values_summed`; `python benchmarks/tpu_working_set.py`)."""
+    probabilities meet values left split (`values_summed`; `python benchmarks/tpu_working_set.py`). Where it holds
+    two up to ``recomputed_softmax_keys`` and a row has more than ``mask_broadcast_keys``, a self- or joint
+    attention called with a mask (``Attention.masked``) and split over no sequence axis holds the mask broadcast to
+    every head and query besides."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     # heads split over chips are gathered (meshlab.cost.collectives gathers them only then)
@@ -485,6 +497,15 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     # model 4 (summed) both (hunyuan-seq4-model2.yaml, hunyuan-seq2-model4.yaml at 256²)
     fused = keys <= shape.fused_softmax_keys and not every_key
     buffers = 1 if fused or (keys > shape.recomputed_softmax_keys and not summed) else 2
+    # a masked attention's mask broadcast to every head and query besides, once a forward, live at every block's
+    # peak: Qwen-Image's program from 5244 keys to 8192, HunyuanVideo's at 6432. Without a sequence split only: with
+    # one sample a chip (2d's rules) and two (cfg 2 x model 4, its buffer two samples' scores) it holds it, under
+    # seq 2 x model 4 (every head gathered) not (tpu_working_set_mask.json, 5244 keys), nor at 8480 (HunyuanVideo,
+    # the values summed: the only two buffers past recomputed_softmax_keys); other sequence splits and a
+    # cross-attention (its text keys) not measured, not priced
+    if (attention.masked and not attention.keys and local_keys == keys and buffers == 2
+            and keys > shape.mask_broadcast_keys):
+        buffers += 1
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
     return qkv + gathered_kv + output + upcast + scores + every_head

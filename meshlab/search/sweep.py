@@ -350,8 +350,8 @@ def ranking_key(objective: str):
 class _Shared:
     """What one arrangement's candidates on systems of one size share: its plan, memory (by the blocks a chip holds
     gathered at once, meshlab.plan.memory.gathered_blocks_on, and the keys at which its math attention holds one
-    score buffer, Hardware.fused_softmax_keys and recomputed_softmax_keys: systems of one size may differ in them)
-    and per-call work."""
+    score buffer or more, Hardware.fused_softmax_keys, recomputed_softmax_keys and mask_broadcast_keys: systems of
+    one size may differ in them) and per-call work."""
 
     plan = work = activations = strategy = None
     problem = ""
@@ -565,7 +565,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
         plan = shared.plan
         strategy = strategy.model_copy(update={"activations": shared.activations})
         held = (gathered_blocks_on(strategy, hardware), hardware.fused_softmax_keys,  # what memory reads of the chip
-                hardware.recomputed_softmax_keys)
+                hardware.recomputed_softmax_keys, hardware.mask_broadcast_keys)
         if held not in shared.memory:
             shared.memory[held] = memory_on(plan, shared.strategy, hardware)
         memory = shared.memory[held].on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)

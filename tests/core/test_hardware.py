@@ -196,7 +196,7 @@ def test_describe_rows_with_sources_is_json_ready():
     assert v6e_8["figures"]["usable_hbm_bytes"] == int(31.25 * GIB)
     assert set(v6e_8["sources"]) == set(FIGURES) | {
         "usd_per_chip_hour", "fp32_flops", "collective_matmul_flop_per_byte", "async_all_to_all_hidden",
-        "reduce_scatter_combine_bytes", "fused_softmax_keys", "recomputed_softmax_keys"}
+        "reduce_scatter_combine_bytes", "fused_softmax_keys", "recomputed_softmax_keys", "mask_broadcast_keys"}
     assert v6e_8["figures"]["usd_per_chip_hour"] == 2.7 and "per chip-hour" in v6e_8["sources"]["usd_per_chip_hour"]
     json.dumps(rows)
 
@@ -217,12 +217,16 @@ def test_a_bad_price_override_is_one_error(price, says):
     assert says in error.value.one_line() or says in str(error.value)
 
 
-def test_recomputed_softmax_keys_below_the_fused_ones_is_one_error():
-    """The scores alone are held above recomputed_softmax_keys, fused or both below: a catalog figure below
-    fused_softmax_keys says nothing a chip could do."""
+def test_softmax_keys_out_of_order_are_one_error():
+    """The scores alone are held above recomputed_softmax_keys, fused or both below, and a mask's broadcast beside
+    both: a recomputed figure below fused_softmax_keys, or a mask figure at or above the recomputed one, says nothing
+    a chip could do."""
     with pytest.raises(InputError, match="recomputed_softmax_keys .* must be at least fused_softmax_keys"):
-        load_hardware("v6e-8", {"recomputed_softmax_keys": 2048})
-    assert load_hardware("v6e-8", {"recomputed_softmax_keys": 4096}).recomputed_softmax_keys == 4096
+        load_hardware("v6e-8", {"recomputed_softmax_keys": 2048, "mask_broadcast_keys": "none"})
+    with pytest.raises(InputError, match="mask_broadcast_keys .* must be below recomputed_softmax_keys"):
+        load_hardware("v6e-8", {"mask_broadcast_keys": 8192})  # beside two buffers, which end at 8192
+    changed = load_hardware("v6e-8", {"recomputed_softmax_keys": 4096, "mask_broadcast_keys": "none"})
+    assert (changed.recomputed_softmax_keys, changed.mask_broadcast_keys) == (4096, None)
 
 
 def test_a_price_override_of_zero_or_none_is_a_value():

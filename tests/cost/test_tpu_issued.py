@@ -863,16 +863,16 @@ def test_a_bad_scatter_combine_override_is_one_line_naming_the_figure(value, pro
 
 
 def test_each_chip_s_softmax_keys_price_as_many_score_buffers_as_its_record_saw():
-    """The catalog's fused_softmax_keys and recomputed_softmax_keys, per chip, price one float32 score buffer a block
-    at every recorded point where XLA:TPU's math attention held one (or none, the whole attention fused) and two
-    where it held two live at once (benchmarks/results/tpu_working_set*.json, python benchmarks/tpu_working_set.py:
-    2d's rules, where no head is gathered under a sequence split); a chip whose record saw two at every size has
-    neither figure; each figure's source names the record. Where it held two, Qwen-Image's program holds its
-    attention mask broadcast to every head and query besides at 5696 keys and more: one more buffer, not priced."""
+    """The catalog's fused_softmax_keys, recomputed_softmax_keys and mask_broadcast_keys, per chip, price one float32
+    score buffer a block at every recorded point where XLA:TPU's math attention held one (or none, the whole attention
+    fused), two where it held two live at once, and the mask broadcast besides where it held that too
+    (benchmarks/results/tpu_working_set*.json, python benchmarks/tpu_working_set.py: 2d's rules over Qwen-Image, whose
+    attention is masked and where no head is gathered under a sequence split); a chip whose record saw two at every
+    size has none of the figures; each figure's source names the record."""
     from meshlab.core.hardware import catalog
 
     blocks = 3  # each point compiles 3 blocks
-    seen: dict[str, dict[int, int]] = {}  # chip: {keys a row: score buffers a block}
+    seen: dict[str, dict[int, int]] = {}  # chip: {keys a row: score buffers a block, 3 with the mask broadcast}
     for record in sorted((REPO / "benchmarks" / "results").glob("tpu_working_set*.json")):
         for point in json.loads(record.read_text())["points"]:
             if not Path(point["strategy"]).name.startswith("2d"):
@@ -883,17 +883,19 @@ def test_each_chip_s_softmax_keys_price_as_many_score_buffers_as_its_record_saw(
                 seen.setdefault(chip, {})[keys] = 1
             else:
                 assert buffers["count"] in (2 * blocks, 2 * blocks + 1) and buffers["pairs_live_at_once"] >= blocks
-                seen.setdefault(chip, {})[keys] = 2
-    assert {"v6e", "v5e"} <= set(seen) and {1, 2} <= set(seen["v6e"].values())
+                seen.setdefault(chip, {})[keys] = 2 if buffers["count"] == 2 * blocks else 3
+    assert {"v6e", "v5e"} <= set(seen) and {1, 2, 3} <= set(seen["v6e"].values())
     assert any(keys > 8192 and n == 1 for keys, n in seen["v6e"].items())  # the scores alone, past 8192
     for hw in catalog().values():
         chip = hw.chip.split()[1] if hw.kind == "tpu" else None
         if chip not in seen:
             continue
         fused, recomputed = hw.fused_softmax_keys or 0, hw.recomputed_softmax_keys or float("inf")
+        broadcast = hw.mask_broadcast_keys or float("inf")
         for keys, held in seen[chip].items():
-            assert held == (1 if keys <= fused or keys > recomputed else 2), (chip, keys)
-        for name in ("fused_softmax_keys", "recomputed_softmax_keys"):
+            two = 3 if broadcast < keys <= recomputed else 2
+            assert held == (1 if keys <= fused or keys > recomputed else two), (chip, keys)
+        for name in ("fused_softmax_keys", "recomputed_softmax_keys", "mask_broadcast_keys"):
             if getattr(hw, name) is not None:
                 assert "tpu_working_set" in hw.sources[name], (chip, name)
 

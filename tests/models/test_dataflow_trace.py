@@ -159,8 +159,8 @@ def test_a_linear_attention_of_matmuls_and_pointwise_convolutions_are_traced_as_
     which reads only k and v; its 1x1 convolutions are Linears over the channels, the depthwise 3x3 is neither."""
     from meshlab.models.importer.dataflow_trace import trace_dataflow
 
-    found, _, kernels = trace_dataflow(_LinearModel(), {"hidden_states": torch.randn(1, 6, 8)}, {"layers"}, 8,
-                                       lambda shape: "image")
+    found, _, kernels, _ = trace_dataflow(_LinearModel(), {"hidden_states": torch.randn(1, 6, 8)}, {"layers"}, 8,
+                                          lambda shape: "image")
     by_name = {f.module: f for f in found}
     assert {by_name[f"layers.*.{n}"].attention for n in ("wq", "wk", "wv")} == {"layers.*"}
     assert by_name["layers.*.wo"].reads == ("attention:layers.*",)
@@ -170,6 +170,44 @@ def test_a_linear_attention_of_matmuls_and_pointwise_convolutions_are_traced_as_
     assert "layers.*.spatial" not in by_name
     assert by_name["layers.*.up"].gated == 2  # its output cut in two halves that are multiplied (a GLU)
     assert by_name["layers.*.wq"].gated == by_name["layers.*.wv"].gated == 0  # v's pad and q's relu: no pieces
+
+
+class _Attend(torch.nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.heads = 2
+        self.to_q, self.to_k, self.to_v = (torch.nn.Linear(width, width) for _ in range(3))
+
+    def forward(self, x, mask=None, positional=False):
+        q, k, v = (f(x).unflatten(-1, (self.heads, -1)).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        out = sdpa(q, k, v, mask) if positional else sdpa(q, k, v, attn_mask=mask)
+        return x + out.transpose(1, 2).flatten(2)
+
+
+class _Masked(torch.nn.Module):
+    """Two blocks of two self-attentions each; the forward masks the second's, positionally in the second block."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.ModuleDict({"attn1": _Attend(), "attn2": _Attend()})
+                                           for _ in range(2)])
+
+    def forward(self, hidden_states, return_dict=False):
+        mask = torch.ones(hidden_states.shape[1], hidden_states.shape[1], dtype=torch.bool)
+        for i, block in enumerate(self.blocks):
+            hidden_states = block["attn2"](block["attn1"](hidden_states), mask, positional=i == 1)
+        return (hidden_states,)
+
+
+def test_the_attentions_the_forward_calls_with_a_mask_are_recorded():
+    """An F.scaled_dot_product_attention called with an attn_mask (Qwen-Image's and HunyuanVideo's text padding)
+    marks its attention module, by pattern; one called without does not."""
+    from meshlab.models.importer.dataflow_trace import trace_dataflow
+
+    *_, masked = trace_dataflow(_Masked(), {"hidden_states": torch.randn(1, 6, 8)}, {"blocks"}, 8,
+                                lambda shape: "image")
+    assert masked == frozenset({"blocks.*.attn2"})
 
 
 def _rotate(x, cos, sin):
@@ -245,8 +283,8 @@ def test_the_tracer_finds_joined_and_partial_rotations_and_the_joins_at_a_block_
     inputs = {"hidden_states": torch.randn(1, image, width), "encoder_hidden_states": torch.randn(1, text, width),
               "cos": torch.randn(image + text, width), "sin": torch.randn(image + text, width),
               "cos_image": torch.randn(image, width), "sin_image": torch.randn(image, width)}
-    found, joins, _ = trace_dataflow(_EdgeModel(width), inputs, {"blocks", "tails"}, width,
-                                     lambda shape: streams.get(shape[1], "none"))
+    found, joins, _, _ = trace_dataflow(_EdgeModel(width), inputs, {"blocks", "tails"}, width,
+                                        lambda shape: streams.get(shape[1], "none"))
     flows = {f.module: f for f in found if f.module.startswith("blocks.")}
     a = "blocks.*.attn"
     assert {m for m, f in flows.items() if f.rotary_joint} == {f"{a}.q_image", f"{a}.q_text"}
@@ -316,6 +354,6 @@ def test_an_attention_s_join_of_the_streams_it_is_called_with_is_recorded_unless
     streams = {image: "image", text: "text", image + text: "joint"}
     model = _CutModel(width, mode)
     inputs = {"hidden_states": torch.randn(1, image, width), "encoder_hidden_states": torch.randn(1, text, width)}
-    _, joins, _ = trace_dataflow(model, inputs, {"blocks"}, width, lambda shape: streams.get(shape[1], "none"))
+    _, joins, _, _ = trace_dataflow(model, inputs, {"blocks"}, width, lambda shape: streams.get(shape[1], "none"))
     assert (Join("blocks.*.attn", "concat", width) in joins) == (mode in ("own", "two cuts"))
     assert (Join("blocks.*", "split", width) in joins) == (mode in ("cut", "two cuts"))

@@ -74,6 +74,19 @@ def test_qwen_image_attention_joins_text_and_image():
     assert len(attn.qkv) == 6
 
 
+def test_the_attentions_a_forward_masks_are_marked_in_the_shipped_cards():
+    """The traced forward passes a text mask to Qwen-Image's joint attention (its encoder_hidden_states_mask), to
+    HunyuanVideo's (its encoder_attention_mask, the token refiner's too) and to LTX-Video's and SANA's
+    cross-attention; FLUX.1's, SD3.5's, Wan's and CogVideoX's attention is called without one."""
+    masked = {name: sum(a.masked for a in load_card(name).attention) for name in SHIPPED}
+    assert masked["qwen-image"] == len(load_card("qwen-image").attention) == 60
+    assert masked["hunyuan-video"] == 62 and masked["ltx-video"] == 28 and masked["sana-1600m"] == 20
+    assert not any(masked[name] for name in ("flux-dev", "flux2-dev", "sd3.5-large", "wan-2.1-t2v-14b",
+                                             "wan-2.1-i2v-14b", "wan-2.1-t2v-1.3b", "cogvideox-5b"))
+    ltx = {a.module.split(".")[-1] for a in load_card("ltx-video").attention if a.masked}
+    assert ltx == {"attn2"}  # its cross-attention
+
+
 def test_flux_dev_streams_and_block_numbering():
     card = load_card("flux-dev")
     params = params_by_name(card)

@@ -107,7 +107,8 @@ def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
     assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=4, recomputed_softmax_keys=24) == two
     assert load_hardware("v6e-8").recomputed_softmax_keys == 8192
     assert load_hardware("v5e-8").recomputed_softmax_keys is None
-    v6e = load_hardware("v6e-8", {"fused_softmax_keys": 4, "recomputed_softmax_keys": 23})  # the catalog's figures
+    v6e = load_hardware("v6e-8", {"fused_softmax_keys": 4, "recomputed_softmax_keys": 23,  # the catalog's figures
+                                  "mask_broadcast_keys": "none"})
     v5e = load_hardware("v5e-8")  # reach memory_on
     assert memory_on(plan, s, v6e).most_loaded.activations == memory_on(plan, s, v5e).most_loaded.activations - buffer
     for mesh, alone in (({"seq": 4, "model": 2}, True), ({"seq": 2, "model": 4}, False)):  # values gathered, summed
@@ -119,6 +120,40 @@ def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
         scores = block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4,
                                         recomputed_softmax_keys=8)
         assert (scores < both) is alone, mesh
+
+
+def test_a_masked_attention_holding_two_score_buffers_holds_its_mask_broadcast_besides():
+    """Hardware.mask_broadcast_keys: an attention called with a mask (Attention.masked: Qwen-Image's, HunyuanVideo's)
+    holds its mask broadcast to every head and query, one more float32 buffer of a block's scores, where XLA:TPU holds
+    two and a row has more keys than that (v6e: 5240, measured); not where it holds one (fused, or the scores alone
+    past recomputed_softmax_keys), and not for an attention called without a mask."""
+    import dataclasses
+
+    from meshlab.core.hardware import load_hardware
+
+    card = small_card()
+    masked = dataclasses.replace(card, attention=tuple(dataclasses.replace(a, masked=True) for a in card.attention))
+    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    buffer = 2 * 1 * 24 * 24 * 2  # float32 (two bf16 elements) x 1 head x 24 queries x 24 keys, in bytes
+
+    def held(c, **figures) -> int:
+        plan = make_plan(s, c, 8)
+        return block_activation_bytes(plan, s, token_counts(s.workload, c.architecture), **figures)
+
+    two = held(card)
+    assert held(masked, mask_broadcast_keys=23) == two + buffer  # 24 keys a row: the mask broadcast besides
+    assert held(masked, mask_broadcast_keys=24) == held(card, mask_broadcast_keys=23) == two
+    assert held(masked, mask_broadcast_keys=23, fused_softmax_keys=24) == two - buffer  # fused: one buffer
+    assert held(masked, mask_broadcast_keys=23, recomputed_softmax_keys=23) == two - buffer  # the scores alone
+    assert load_hardware("v6e-8").mask_broadcast_keys == 5240 and load_hardware("v5e-8").mask_broadcast_keys is None
+    # under a sequence split (every head gathered, two buffers) none: seq2-model4.yaml at 5244 keys
+    split = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
+                     workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    for c in (card, masked):
+        plan = make_plan(split, c, 8)
+        tokens = token_counts(split.workload, c.architecture)
+        assert block_activation_bytes(plan, split, tokens, xla=True, mask_broadcast_keys=4) == (
+            block_activation_bytes(plan, split, tokens, xla=True)), c.attention[0].masked
 
 
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():

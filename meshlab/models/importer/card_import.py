@@ -76,7 +76,7 @@ def import_card(
         model = _at_dtype(cls.from_config(dict(config)), getattr(torch, dtype))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
-    streams, (dataflow, joins, kernels) = _trace(cls, full_config, tracer)
+    streams, (dataflow, joins, kernels, masked) = _trace(cls, full_config, tracer)
     specs = {n: _spec(s) for n, s in (components or {}).items()}
     built = {n: _measured_component(n, s, dtype, tracer.video) for n, s in specs.items()}
     vae_scale = built["vae"][1] if "vae" in built else tracer.vae_default
@@ -86,7 +86,7 @@ def import_card(
         source=_source(diffusers.__version__, class_name, full_config, preset, specs),
         architecture=_architecture(model, full_config, tracer, streams, offsets, vae_scale),
         parameters=_parameters(model, streams, offsets),
-        attention=_attention(model, streams, offsets, kernels),
+        attention=_attention(model, streams, offsets, kernels, masked),
         components=tuple(component for component, _ in built.values()),
         dataflow=dataflow,
         joins=joins,
@@ -366,10 +366,11 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int]) ->
 
 
 def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
-               kernels: dict[str, tuple[frozenset[str], ...]]) -> tuple[Attention, ...]:
+               kernels: dict[str, tuple[frozenset[str], ...]], masked: frozenset[str]) -> tuple[Attention, ...]:
     """Every attention module: heads, head dim, streams, projections; its kind is "linear" where the traced
     forward computed it as matmuls of which the first read only its keys and values (SANA's ReLU linear attention:
-    ``K^T V`` first, then the queries), else "softmax"."""
+    ``K^T V`` first, then the queries), else "softmax"; masked where the traced forward passed its
+    ``F.scaled_dot_product_attention`` a mask (`masked`: patterns, meshlab.models.importer.dataflow_trace)."""
     from torch import nn
 
     modules = dict(model.named_modules())
@@ -377,10 +378,11 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
     for path, module in modules.items():
         heads = getattr(module, "heads", None)
         fused = getattr(module, "to_qkv_mlp_proj", None)
+        pattern = module_pattern(_locate(path, offsets)[1], set(offsets))
         if isinstance(heads, int) and isinstance(fused, nn.Linear):  # Flux.2's single blocks: q, k, v and MLP-in
             stream = streams.get(_locate(f"{path}.to_qkv_mlp_proj", offsets)[1], "none")
             found.append(Attention(path, heads, module.head_dim, _sequence({stream}), (f"{path}.to_qkv_mlp_proj",),
-                                   (), fused_width=3 * heads * module.head_dim))
+                                   (), fused_width=3 * heads * module.head_dim, masked=pattern in masked))
             continue
         if not isinstance(heads, int) or not isinstance(getattr(module, "to_q", None), nn.Linear):
             continue
@@ -390,11 +392,12 @@ def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
         queries = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_q", "add_q_proj")})
         keys = _sequence({stream[q] for q in qkv if q.rsplit(".", 1)[1] in ("to_k", "add_k_proj")})
         cross = keys != queries
-        first = (kernels.get(module_pattern(_locate(path, offsets)[1], set(offsets))) or (None,))[0]
+        first = (kernels.get(pattern) or (None,))[0]
         reads_first = {n.rsplit(".", 1)[1] for n in first} if first is not None else set()
         linear = first is not None and bool(reads_first) and reads_first <= {"to_k", "to_v", "add_k_proj", "add_v_proj"}
         found.append(Attention(path, heads, module.to_q.out_features // heads, queries, qkv, out,
-                               keys if cross else (), kind="linear" if linear else "softmax"))
+                               keys if cross else (), kind="linear" if linear else "softmax",
+                               masked=pattern in masked))
     return tuple(found)
 
 

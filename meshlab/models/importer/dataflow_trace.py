@@ -77,10 +77,12 @@ from meshlab.models.card import module_pattern as pattern_of
 
 def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
                    stream_of: Callable[[tuple[int, ...]], str], dtype: Any = None
-                   ) -> tuple[tuple[Flow, ...], tuple[Join, ...], dict[str, tuple[frozenset[str], ...]]]:
+                   ) -> tuple[tuple[Flow, ...], tuple[Join, ...], dict[str, tuple[frozenset[str], ...]],
+                              frozenset[str]]:
     """Run ``model(**inputs)`` once under the tracer: every Linear's flow, in the order the forward calls them,
-    the joins and splits of the token streams outside attention's q/k/v, and, for each attention computed as matmuls
-    rather than one ``F.scaled_dot_product_attention``, the q/k/v Linears each of its matmuls reads."""
+    the joins and splits of the token streams outside attention's q/k/v, for each attention computed as matmuls
+    rather than one ``F.scaled_dot_product_attention``, the q/k/v Linears each of its matmuls reads, and the
+    attentions (patterns) whose ``F.scaled_dot_product_attention`` the forward passes a mask (``attn_mask``)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
@@ -95,6 +97,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
     #: per attention (pattern) that computes without F.scaled_dot_product_attention: the own q/k/v Linears each of
     #: its matmuls reads, in order (a linear attention's first reads k and v only)
     kernels: dict[str, list[frozenset[str]]] = defaultdict(list)
+    masked: set[str] = set()  # attentions (patterns) called with an attn_mask
 
     def enter(path: str) -> Callable:
         def hook(module, args) -> None:  # a hook that returns something replaces the inputs or output
@@ -369,6 +372,8 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
             incoming = tags((args, kwargs))
             if func is F.scaled_dot_product_attention:
                 owner = next((p for p in reversed(stack) if p in attention_modules), "attention")
+                if (args[3] if len(args) > 3 else kwargs.get("attn_mask")) is not None:
+                    masked.add(pattern_of(owner, block_lists))
                 for name in linears(frozenset().union(*incoming[:3])):
                     feeds[name] = pattern_of(owner, block_lists)
                 tag(out, frozenset({f"attention:{pattern_of(owner, block_lists)}"}))
@@ -443,7 +448,7 @@ def trace_dataflow(model: Any, inputs: dict, block_lists: set[str], hidden: int,
              rotary_part=name in rotary_part - written_back)
         for name in order
     )
-    return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}
+    return flows, tuple(joins.values()), {where: tuple(reads) for where, reads in kernels.items()}, frozenset(masked)
 
 
 def pointwise_conv(module: Any) -> bool:
