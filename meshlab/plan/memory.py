@@ -113,8 +113,9 @@ class MemoryReport:
     def on(self, usable_hbm: int, reserve: int) -> "MemoryReport":
         """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them but
         the blocks a chip holds gathered, `gathered_blocks_on`, and the keys up to which its math attention holds
-        one score buffer, ``Hardware.fused_softmax_keys`` and ``recomputed_softmax_keys``, which a caller re-sizing
-        to another system keeps apart: meshlab.search.sweep._Shared)."""
+        one score buffer or more, ``Hardware.fused_softmax_keys``, ``recomputed_softmax_keys`` and
+        ``mask_broadcast_keys``, which a caller re-sizing to another system keeps apart:
+        meshlab.search.sweep._Shared)."""
         return MemoryReport(tuple(dataclasses.replace(c, hbm=usable_hbm, reserve=reserve) for c in self.chips),
                             self.tokens)
 
