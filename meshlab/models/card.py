@@ -95,8 +95,10 @@ class Attention:
     kind: str = "softmax"
     #: the forward, given the text's mask as ``meshlab check`` gives it (all ones), passes this attention's
     #: ``F.scaled_dot_product_attention`` a mask (``attn_mask``), which torch's math attention adds to the scores:
-    #: Qwen-Image's and HunyuanVideo's joint attention. A run may not (QwenImagePipeline drops an all-ones mask,
-    #: meshlab's TPU runner drops full masks): priced as the check compiles it, one buffer on the safe side
+    #: Qwen-Image's and HunyuanVideo's joint attention, LTX-Video's and SANA's cross-attention. A run may not
+    #: (QwenImagePipeline drops an all-ones mask, meshlab's TPU runner drops full masks): where
+    #: ``Hardware.mask_broadcast_keys`` applies (a self- or joint attention split over no sequence axis) it is priced
+    #: as the check compiles it, one buffer on the safe side
     masked: bool = False
 
     @property

@@ -146,6 +146,9 @@ def test_a_masked_attention_holding_two_score_buffers_holds_its_mask_broadcast_b
     assert held(masked, mask_broadcast_keys=23, fused_softmax_keys=24) == two - buffer  # fused: one buffer
     assert held(masked, mask_broadcast_keys=23, recomputed_softmax_keys=23) == two - buffer  # the scores alone
     assert load_hardware("v6e-8").mask_broadcast_keys == 5240 and load_hardware("v5e-8").mask_broadcast_keys is None
+    cross = {m: dataclasses.replace(card, attention=tuple(dataclasses.replace(a, masked=m, keys=("text",))
+                                                           for a in card.attention)) for m in (False, True)}
+    assert held(cross[True], mask_broadcast_keys=4) == held(cross[False], mask_broadcast_keys=4)  # text keys: none
     # under a sequence split (every head gathered, two buffers) none: seq2-model4.yaml at 5244 keys
     split = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
                      workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
