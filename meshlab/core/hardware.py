@@ -153,9 +153,10 @@ class Hardware:
     #: the same program where a row has more keys than this: one float32 buffer again, the scores alone, the
     #: probabilities recomputed where they are read (None: as fused_softmax_keys says, whatever the keys)
     recomputed_softmax_keys: int | float | None = None
-    #: the same program, for a self- or joint attention called with a mask (``Attention.masked``) and split over no
-    #: sequence axis, where it holds two buffers and a row has more keys than this: the mask broadcast to every head
-    #: and query besides, one more buffer of a block's scores, once a forward (None: none, whatever the keys)
+    #: the same program, for a self- or joint attention called with a mask (``Attention.masked``) and split by no ring
+    #: (no sequence split, or Ulysses alone), where it holds two buffers and a row has more keys than this: the mask
+    #: broadcast to every head and query besides, one more buffer of a block's scores, once a forward (None: none,
+    #: whatever the keys)
     mask_broadcast_keys: int | float | None = None
     #: a measured profile (meshlab.core.profile_points.Profile) the cost model prices ops from, when the strategy's
     #: hardware is a profile file

@@ -260,9 +260,9 @@ class HardwareFigures(Closed):
         "fused_softmax_keys says, whatever the keys)")
     mask_broadcast_keys: OptionalNumber = Field(
         None, description="XLA:TPU's program of torch's math attention, for a self- or joint attention called with a "
-        "mask and split over no sequence axis, where it holds two float32 score buffers and a row has more than this "
-        "many keys, also holds the mask broadcast to every head and query, one more such buffer, once a forward; or "
-        "none (none, whatever the keys)")
+        "mask and split by no ring (no sequence split, or Ulysses alone), where it holds two float32 score buffers and "
+        "a row has more than this many keys, also holds the mask broadcast to every head and query, one more such "
+        "buffer, once a forward; or none (none, whatever the keys)")
     reduce_scatter_combine_bytes: GroupBytes = Field(
         None, description="[[chips in the group, bytes], ...]: XLA:TPU combines a block phase's reduce-scatters over "
         "a group of that many chips into one op while together they move at most the bytes (0: never), the nearest "

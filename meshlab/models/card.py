@@ -97,7 +97,7 @@ class Attention:
     #: ``F.scaled_dot_product_attention`` a mask (``attn_mask``), which torch's math attention adds to the scores:
     #: Qwen-Image's and HunyuanVideo's joint attention, LTX-Video's and SANA's cross-attention. A run may not
     #: (QwenImagePipeline drops an all-ones mask, meshlab's TPU runner drops full masks): where
-    #: ``Hardware.mask_broadcast_keys`` applies (a self- or joint attention split over no sequence axis) it is priced
+    #: ``Hardware.mask_broadcast_keys`` applies (a self- or joint attention split by no ring) it is priced
     #: as the check compiles it, one buffer on the safe side
     masked: bool = False
 

@@ -29,7 +29,7 @@ ACTIVATION_METHOD = (
     "is gathered under a sequence split, and where it gives recomputed_softmax_keys, one where a row has more, "
     "unless the probabilities meet values left split; where it gives mask_broadcast_keys and holds two, up to "
     "recomputed_softmax_keys, a masked self- or joint attention's mask broadcast to every head and query besides, "
-    "where a row has more and no sequence axis splits it) "
+    "where a row has more and no ring splits it (no sequence split, or Ulysses alone)) "
     "and (MLP: the widest Linear's output before and after its activation); each Linear's output is split as "
     "its weight's output dim is split over axes that do not split activations (a weight split over the batch, "
     "sequence or guidance axis is gathered before use), the batch as activations.batch, image tokens as "
@@ -456,8 +456,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     to recompute the probabilities (2d at 1408² with 452 text tokens, 8196 keys; HunyuanVideo at 8480), unless the
     probabilities meet values left split (`values_summed`; `python benchmarks/tpu_working_set.py`). Where it holds
     two up to ``recomputed_softmax_keys`` and a row has more than ``mask_broadcast_keys``, a self- or joint
-    attention called with a mask (``Attention.masked``) and split over no sequence axis holds the mask broadcast to
-    every head and query besides."""
+    attention called with a mask (``Attention.masked``) and split by no ring (no sequence split, or Ulysses alone)
+    holds the mask broadcast to every head and query besides."""
     qkv = sum(_output_elements(weights[m], plan, shape) for m in attention.qkv if m in weights)
     split = compute_split(weights[attention.qkv[0]].spec.entries[0], plan.mesh, shape.gathered)
     # heads split over chips are gathered (meshlab.cost.collectives gathers them only then)
@@ -499,12 +499,13 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     fused = keys <= shape.fused_softmax_keys and not every_key
     buffers = 1 if fused or (keys > shape.recomputed_softmax_keys and not summed) else 2
     # a masked attention's mask broadcast to every head and query besides, once a forward, live at every block's
-    # peak: Qwen-Image's program from 5244 keys to 8192, HunyuanVideo's at 6432. Without a sequence split only: with
-    # one sample a chip (2d's rules) and two (cfg 2 x model 4, its buffer two samples' scores) it holds it, under
-    # seq 2 x model 4 (every head gathered) not (tpu_working_set_mask.json, 5244 keys), nor at 8480 (HunyuanVideo,
-    # the values summed: the only two buffers past recomputed_softmax_keys); other sequence splits and a
-    # cross-attention (its text keys) not measured, not priced
-    if (attention.masked and not attention.keys and local_keys == keys and buffers == 2
+    # peak: Qwen-Image's program from 5244 keys to 8192, HunyuanVideo's at 6432. Without a sequence split and under
+    # Ulysses alone (no ring): with one sample a chip (2d's rules), two (cfg 2 x model 4, its buffer two samples'
+    # scores) and under Ulysses over seq 2 x model 4 (ulysses-largest-seq2-model4.yaml) it holds it; under seq 2 x
+    # model 4 gathering the keys, every head gathered, not (seq2-model4.yaml; tpu_working_set_mask.json, 5244 keys),
+    # nor at 8480 (HunyuanVideo, the values summed: the only two buffers past recomputed_softmax_keys); a ring's
+    # passes and a cross-attention (its text keys) not measured, not priced
+    if (attention.masked and not attention.keys and shape.ring_degree == 1 and not every_key and buffers == 2
             and keys > shape.mask_broadcast_keys):
         buffers += 1
     scores = fp32 * buffers * heads * queries * keys
