@@ -499,13 +499,15 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     fused = keys <= shape.fused_softmax_keys and not every_key
     buffers = 1 if fused or (keys > shape.recomputed_softmax_keys and not summed) else 2
     # a masked attention's mask broadcast to every head and query besides, once a forward, live at every block's
-    # peak: Qwen-Image's program from 5244 keys to 8192, HunyuanVideo's at 6432. Without a sequence split and under
-    # Ulysses alone (no ring): with one sample a chip (2d's rules), two (cfg 2 x model 4, its buffer two samples'
-    # scores) and under Ulysses over seq 2 x model 4 (ulysses-largest-seq2-model4.yaml) it holds it; under seq 2 x
-    # model 4 gathering the keys, every head gathered, not (seq2-model4.yaml; tpu_working_set_mask.json, 5244 keys),
-    # nor at 8480 (HunyuanVideo, the values summed: the only two buffers past recomputed_softmax_keys); a ring's
-    # passes and a cross-attention (its text keys) not measured, not priced
-    if (attention.masked and not attention.keys and shape.ring_degree == 1 and not every_key and buffers == 2
+    # peak: Qwen-Image's program from 5244 keys to 8192, HunyuanVideo's at 6432. Where no ring splits the tokens at
+    # the kernel (ring_degree 1: no sequence split, Ulysses, or a sequence axis the kernel leaves whole): with one
+    # sample a chip (2d's rules), two (cfg 2 x model 4, its buffer two samples' scores) and under Ulysses over seq 2 x
+    # model 4 (ulysses-largest-seq2-model4.yaml) it holds it; under seq 2 x model 4 gathering the keys (a ring of
+    # degree 2, every head gathered) not (seq2-model4.yaml; tpu_working_set_mask.json, 5244 keys), nor at 8480
+    # (HunyuanVideo, the values summed: the only two buffers past recomputed_softmax_keys); a ring with its heads
+    # split and a cross-attention (its text keys) not measured, not priced. Measured as torch_xla's partitioner runs
+    # it; a plan naming diffusers' or xDiT's sequence parallelism on a TPU is priced the same
+    if (attention.masked and not attention.keys and shape.ring_degree == 1 and buffers == 2
             and keys > shape.mask_broadcast_keys):
         buffers += 1
     scores = fp32 * buffers * heads * queries * keys
