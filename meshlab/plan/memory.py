@@ -113,8 +113,7 @@ class MemoryReport:
     def on(self, usable_hbm: int, reserve: int) -> "MemoryReport":
         """The same plan's memory on chips of another size and runtime reserve (nothing else depends on them but
         the blocks a chip holds gathered, `gathered_blocks_on`, and the keys up to which its math attention holds
-        one score buffer or more, ``Hardware.fused_softmax_keys``, ``recomputed_softmax_keys`` and
-        ``mask_broadcast_keys``, which a caller re-sizing to another system keeps apart:
+        one score buffer or more, `ScoreBuffers`, which a caller re-sizing to another system keeps apart:
         meshlab.search.sweep._Shared)."""
         return MemoryReport(tuple(dataclasses.replace(c, hbm=usable_hbm, reserve=reserve) for c in self.chips),
                             self.tokens)
@@ -126,9 +125,7 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
     gathers async (`gathered_blocks_on`)."""
     return memory_report(plan, strategy, hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes,
                          tiles=hardware.tiled_layouts, gathered_blocks=gathered_blocks_on(strategy, hardware),
-                         fused_softmax_keys=hardware.fused_softmax_keys,
-                         recomputed_softmax_keys=hardware.recomputed_softmax_keys,
-                         mask_broadcast_keys=hardware.mask_broadcast_keys)
+                         score_buffers=ScoreBuffers.of(hardware))
 
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
@@ -155,18 +152,14 @@ def weight_gathers_async(strategy: Strategy, hardware) -> bool:
 
 
 def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int, tiles: bool = False,
-                  gathered_blocks: int = 1, fused_softmax_keys: int | float | None = None,
-                  recomputed_softmax_keys: int | float | None = None,
-                  mask_broadcast_keys: int | float | None = None) -> MemoryReport:
+                  gathered_blocks: int = 1, score_buffers: ScoreBuffers | None = None) -> MemoryReport:
     """`tiles`: the chips lay arrays out in tiles (TPUs, ``Hardware.tiled_layouts``): each weight shard takes the
     bytes its tiled layout allocates, and the plan runs as XLA:TPU's program (meshlab.plan.axes.heads_gathered).
     `gathered_blocks`: the blocks whose weights are held gathered at once (`gathered_blocks_on`).
-    `fused_softmax_keys`, `recomputed_softmax_keys`, `mask_broadcast_keys`: the chip's ``Hardware`` figures of
-    those names (math attention's float32 score buffers)."""
+    `score_buffers`: the keys a row at which the chip's math attention changes how many float32 score buffers it
+    holds (`ScoreBuffers`; None: two, whatever the keys)."""
     tokens = token_counts(strategy.workload, plan.card.architecture)
-    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles, fused_softmax_keys=fused_softmax_keys,
-                                         recomputed_softmax_keys=recomputed_softmax_keys,
-                                         mask_broadcast_keys=mask_broadcast_keys)
+    activations = block_activation_bytes(plan, strategy, tokens, xla=tiles, score_buffers=score_buffers)
     vae_weights, vae_decode, text_encoder, text_encode = _components(plan, strategy)
     sharded, replicated, padded = _weight_groups(plan, weights_scale(strategy))
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
@@ -352,15 +345,10 @@ def _batch_split(plan: Plan, strategy: Strategy) -> int:
 
 
 def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, xla: bool = False,
-                           fused_softmax_keys: int | float | None = None,
-                           recomputed_softmax_keys: int | float | None = None,
-                           mask_broadcast_keys: int | float | None = None) -> int:
+                           score_buffers: ScoreBuffers | None = None) -> int:
     """Peak working set of the heaviest block on one chip (see ACTIVATION_METHOD); `xla`: the plan runs as XLA's
-    program (TPUs: meshlab.plan.axes.heads_gathered); `fused_softmax_keys`: the most keys a row of math attention's
-    scores has where the chip's program holds them in one float32 buffer (``Hardware.fused_softmax_keys``);
-    `recomputed_softmax_keys`: the keys a row above which it holds one again, the scores alone
-    (``Hardware.recomputed_softmax_keys``); `mask_broadcast_keys`: the keys a row above which, holding two, it holds
-    a masked attention's mask broadcast besides (``Hardware.mask_broadcast_keys``)."""
+    program (TPUs: meshlab.plan.axes.heads_gathered); `score_buffers`: the keys a row at which the chip's math
+    attention changes how many float32 score buffers it holds (`ScoreBuffers`; None: two, whatever the keys)."""
     itemsize = DTYPE_BYTES[strategy.workload.dtype]
     batch = -(-strategy.workload.batch // _batch_split(plan, strategy))
     sequence_axes = strategy.activations.sequence_axes
@@ -372,7 +360,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
                    *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear,
                                     kernel_marked(strategy.activations.rules)) for linear in (False, True)),
-                   fused_softmax_keys or 0, recomputed_softmax_keys or math.inf, mask_broadcast_keys or math.inf)
+                   score_buffers or ScoreBuffers())
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -403,6 +391,25 @@ def _block_kind(params: list[PlannedParameter], in_block: dict) -> tuple:
 
 
 @dataclass(frozen=True)
+class ScoreBuffers:
+    """The keys a row at which a chip's program of torch's math attention changes how many float32 buffers of a
+    block's scores it holds (`_attention_elements`): one up to `fused`, one again, the scores alone, past
+    `recomputed`, two between; a masked attention's mask broadcast besides past `mask_broadcast`. The chip's catalog
+    figures ``Hardware.fused_softmax_keys``, ``recomputed_softmax_keys`` and ``mask_broadcast_keys``; the defaults
+    (none given) hold two whatever the keys."""
+
+    fused: int | float = 0
+    recomputed: int | float = math.inf
+    mask_broadcast: int | float = math.inf
+
+    @classmethod
+    def of(cls, hardware) -> "ScoreBuffers":
+        """`hardware`'s figures (a meshlab.core.hardware.Hardware), none given read as the defaults."""
+        return cls(hardware.fused_softmax_keys or 0, hardware.recomputed_softmax_keys or math.inf,
+                   hardware.mask_broadcast_keys or math.inf)
+
+
+@dataclass(frozen=True)
 class _Shape:
     tokens: TokenCounts  # per sample, whole
     local: TokenCounts  # per sample on one chip (see meshlab.plan.tokens.local_token_counts)
@@ -413,9 +420,7 @@ class _Shape:
     itemsize: int = 2  # bytes of one element of the workload's dtype
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
-    fused_softmax_keys: int | float = 0  # math attention: one float32 score buffer up to these keys a row (0: two)
-    recomputed_softmax_keys: int | float = math.inf  # and one, the scores alone, above these
-    mask_broadcast_keys: int | float = math.inf  # holding two, a masked attention's mask broadcast besides above these
+    score_buffers: ScoreBuffers = ScoreBuffers()  # math attention: where its float32 score buffers change in number
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -496,8 +501,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     # recomputed_softmax_keys the scores alone, but where the probabilities meet values left split (summed):
     # HunyuanVideo at 8480 keys, every head gathered, over seq 4 x model 2 (values gathered) holds one, over seq 2 x
     # model 4 (summed) both (hunyuan-seq4-model2.yaml, hunyuan-seq2-model4.yaml at 256²)
-    fused = keys <= shape.fused_softmax_keys and not every_key
-    buffers = 1 if fused or (keys > shape.recomputed_softmax_keys and not summed) else 2
+    fused = keys <= shape.score_buffers.fused and not every_key
+    buffers = 1 if fused or (keys > shape.score_buffers.recomputed and not summed) else 2
     # a masked attention's mask broadcast to every head and query besides, once a forward, live at every block's
     # peak: Qwen-Image's program from 5244 keys to 8192, HunyuanVideo's at 6432. Where no ring splits the tokens at
     # the kernel (ring_degree 1: no sequence split, Ulysses, or a sequence axis the kernel leaves whole): with one
@@ -508,7 +513,7 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     # split and a cross-attention (its text keys) not measured, not priced. Measured as torch_xla's partitioner runs
     # it; a plan naming diffusers' or xDiT's sequence parallelism on a TPU is priced the same
     if (attention.masked and not attention.keys and shape.ring_degree == 1 and buffers == 2
-            and keys > shape.mask_broadcast_keys):
+            and keys > shape.score_buffers.mask_broadcast):
         buffers += 1
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered

@@ -33,7 +33,7 @@ from meshlab.cost.predict import Prediction, plan_work, predict
 from meshlab.search.compare import TIE_RATIO
 from meshlab.core.errors import InputError, MeshlabError
 from meshlab.core.hardware import Hardware
-from meshlab.plan.memory import MemoryReport, gathered_blocks_on, memory_on
+from meshlab.plan.memory import MemoryReport, ScoreBuffers, gathered_blocks_on, memory_on
 from meshlab.plan.plan import Plan
 from meshlab.plan.planned import planned_with_block_input, with_pipeline_vae_dtype
 from meshlab.plan.planner import make_plan
@@ -350,8 +350,8 @@ def ranking_key(objective: str):
 class _Shared:
     """What one arrangement's candidates on systems of one size share: its plan, memory (by the blocks a chip holds
     gathered at once, meshlab.plan.memory.gathered_blocks_on, and the keys at which its math attention holds one
-    score buffer or more, Hardware.fused_softmax_keys, recomputed_softmax_keys and mask_broadcast_keys: systems of
-    one size may differ in them) and per-call work."""
+    score buffer or more, meshlab.plan.memory.ScoreBuffers: systems of one size may differ in them) and per-call
+    work."""
 
     plan = work = activations = strategy = None
     problem = ""
@@ -564,8 +564,7 @@ def _evaluate(family, mesh, rules, card, hardware, model, workload, batch_per_re
             shared.work = plan_work(shared.plan, planned, xla=hardware.kind == "tpu")
         plan = shared.plan
         strategy = strategy.model_copy(update={"activations": shared.activations})
-        held = (gathered_blocks_on(strategy, hardware), hardware.fused_softmax_keys,  # what memory reads of the chip
-                hardware.recomputed_softmax_keys, hardware.mask_broadcast_keys)
+        held = (gathered_blocks_on(strategy, hardware), ScoreBuffers.of(hardware))  # what memory reads of the chip
         if held not in shared.memory:
             shared.memory[held] = memory_on(plan, shared.strategy, hardware)
         memory = shared.memory[held].on(hardware.usable_hbm_bytes, hardware.runtime_reserve_bytes)

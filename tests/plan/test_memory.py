@@ -1,6 +1,9 @@
 """Per-chip memory on the small synthetic card: every term checked against a hand count."""
 
-from meshlab.plan.memory import block_activation_bytes, memory_report
+import dataclasses
+import math
+
+from meshlab.plan.memory import ScoreBuffers, block_activation_bytes, memory_report
 from meshlab.plan.planner import make_plan
 from meshlab.strategy.schema import Strategy
 from meshlab.plan.tokens import token_counts
@@ -56,6 +59,31 @@ def test_scores_count_without_flash_attention():
     assert with_scores == (residual + attention) * 2
 
 
+#: math attention over a 64 x 64 image (16 tokens) and 8 text tokens: 24 keys a row, one head a chip of 8
+MATH = {"height": 64, "width": 64, "text_tokens": 8, "flash_attention": False}
+#: one float32 (two bf16 elements) buffer of a block's scores there: 1 head x 24 queries x 24 keys, in bytes
+BUFFER = 2 * 1 * 24 * 24 * 2
+
+
+def _split(mesh: dict, batch: int, rules: list | None = None) -> Strategy:
+    """MATH with its tokens split over the mesh's seq axis (and `rules`, e.g. Ulysses' attention.qkv)."""
+    return strategy(mesh=mesh, activations={"batch": None, "sequence": "seq", "rules": rules or []},
+                    workload={"batch": batch, **MATH})
+
+
+def _held(s: Strategy, card, xla: bool = False, fused=0, recomputed=math.inf, mask_broadcast=math.inf) -> int:
+    """`block_activation_bytes` of `card` planned by `s` on its mesh's chips, with the chip's score-buffer keys."""
+    plan = make_plan(s, card, math.prod(s.mesh.values()))
+    return block_activation_bytes(plan, s, token_counts(s.workload, card.architecture), xla=xla,
+                                  score_buffers=ScoreBuffers(fused, recomputed, mask_broadcast))
+
+
+def _masked(card, masked: bool = True, **changes):
+    """`card` with every attention called with a mask (Attention.masked), or not, and `changes` besides."""
+    return dataclasses.replace(card, attention=tuple(dataclasses.replace(a, masked=masked, **changes)
+                                                     for a in card.attention))
+
+
 def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
     """Hardware.fused_softmax_keys: XLA:TPU's math attention holds one float32 score buffer where a row has at most
     that many keys (v6e: 4096, measured), the scores and the probabilities above it or where every head is gathered
@@ -65,28 +93,20 @@ def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
     from meshlab.plan.memory import memory_on
 
     card = small_card()
-    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    s = strategy(workload={"batch": 2, **MATH})
     plan = make_plan(s, card, 8)
-    tokens = token_counts(s.workload, card.architecture)
-    buffer = 2 * 1 * 24 * 24 * 2  # float32 (two bf16 elements) x 1 head x 24 queries x 24 keys, in bytes
-    two = block_activation_bytes(plan, s, tokens)
-    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=24) == two - buffer  # 24 keys a row: fused
-    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=23) == two
+    two = _held(s, card)
+    assert _held(s, card, fused=24) == two - BUFFER  # 24 keys a row: fused
+    assert _held(s, card, fused=23) == two
     assert load_hardware("v6e-8").fused_softmax_keys == 4096 and load_hardware("v5e-8").fused_softmax_keys is None
     on = {name: memory_on(plan, s, load_hardware(name)).most_loaded.activations for name in ("v6e-8", "v5e-8")}
-    assert on["v6e-8"] == on["v5e-8"] - buffer
+    assert on["v6e-8"] == on["v5e-8"] - BUFFER
     # under a sequence split with every head gathered (two samples a chip, on a TPU) both buffers, as XLA:TPU's
     # program of CogVideoX over seq 2 x model 4 holds them at 3360 keys (cog-seq2-model4.yaml); with one sample a chip
     # (the heads split) one
     for batch, fused in ((2, False), (1, True)):
-        split = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
-                         workload={"batch": batch, "height": 64, "width": 64, "text_tokens": 8,
-                                   "flash_attention": False})
-        split_plan = make_plan(split, card, 8)
-        split_tokens = token_counts(split.workload, card.architecture)
-        both = block_activation_bytes(split_plan, split, split_tokens, xla=True)
-        assert (block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4096) < both
-                ) is fused, batch
+        split = _split({"seq": 2, "model": 4}, batch)
+        assert (_held(split, card, xla=True, fused=4096) < _held(split, card, xla=True)) is fused, batch
 
 
 def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
@@ -98,28 +118,21 @@ def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
     from meshlab.plan.memory import memory_on
 
     card = small_card()
-    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    s = strategy(workload={"batch": 2, **MATH})
     plan = make_plan(s, card, 8)
-    tokens = token_counts(s.workload, card.architecture)
-    buffer = 2 * 1 * 24 * 24 * 2  # float32 (two bf16 elements) x 1 head x 24 queries x 24 keys, in bytes
-    two = block_activation_bytes(plan, s, tokens)
-    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=4, recomputed_softmax_keys=23) == two - buffer
-    assert block_activation_bytes(plan, s, tokens, fused_softmax_keys=4, recomputed_softmax_keys=24) == two
+    two = _held(s, card)
+    assert _held(s, card, fused=4, recomputed=23) == two - BUFFER
+    assert _held(s, card, fused=4, recomputed=24) == two
     assert load_hardware("v6e-8").recomputed_softmax_keys == 8192
     assert load_hardware("v5e-8").recomputed_softmax_keys is None
     v6e = load_hardware("v6e-8", {"fused_softmax_keys": 4, "recomputed_softmax_keys": 23,  # the catalog's figures
                                   "mask_broadcast_keys": "none"})
     v5e = load_hardware("v5e-8")  # reach memory_on
-    assert memory_on(plan, s, v6e).most_loaded.activations == memory_on(plan, s, v5e).most_loaded.activations - buffer
+    assert memory_on(plan, s, v6e).most_loaded.activations == memory_on(plan, s, v5e).most_loaded.activations - BUFFER
     for mesh, alone in (({"seq": 4, "model": 2}, True), ({"seq": 2, "model": 4}, False)):  # values gathered, summed
-        split = strategy(mesh=mesh, activations={"batch": None, "sequence": "seq"},
-                         workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
-        split_plan = make_plan(split, card, 8)
-        split_tokens = token_counts(split.workload, card.architecture)
-        both = block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4096)
-        scores = block_activation_bytes(split_plan, split, split_tokens, xla=True, fused_softmax_keys=4,
-                                        recomputed_softmax_keys=8)
-        assert (scores < both) is alone, mesh
+        split = _split(mesh, 2)
+        both = _held(split, card, xla=True, fused=4096)
+        assert (_held(split, card, xla=True, fused=4, recomputed=8) < both) is alone, mesh
 
 
 def test_a_masked_attention_holding_two_score_buffers_holds_its_mask_broadcast_besides():
@@ -127,46 +140,28 @@ def test_a_masked_attention_holding_two_score_buffers_holds_its_mask_broadcast_b
     holds its mask broadcast to every head and query, one more float32 buffer of a block's scores, where XLA:TPU holds
     two and a row has more keys than that (v6e: 5240, measured); not where it holds one (fused, or the scores alone
     past recomputed_softmax_keys), and not for an attention called without a mask."""
-    import dataclasses
-
     from meshlab.core.hardware import load_hardware
 
     card = small_card()
-    masked = dataclasses.replace(card, attention=tuple(dataclasses.replace(a, masked=True) for a in card.attention))
-    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
-    buffer = 2 * 1 * 24 * 24 * 2  # float32 (two bf16 elements) x 1 head x 24 queries x 24 keys, in bytes
-
-    def held(c, **figures) -> int:
-        plan = make_plan(s, c, 8)
-        return block_activation_bytes(plan, s, token_counts(s.workload, c.architecture), **figures)
-
-    two = held(card)
-    assert held(masked, mask_broadcast_keys=23) == two + buffer  # 24 keys a row: the mask broadcast besides
-    assert held(masked, mask_broadcast_keys=24) == held(card, mask_broadcast_keys=23) == two
-    assert held(masked, mask_broadcast_keys=23, fused_softmax_keys=24) == two - buffer  # fused: one buffer
-    assert held(masked, mask_broadcast_keys=23, recomputed_softmax_keys=23) == two - buffer  # the scores alone
+    masked = _masked(card)
+    s = strategy(workload={"batch": 2, **MATH})
+    two = _held(s, card)
+    assert _held(s, masked, mask_broadcast=23) == two + BUFFER  # 24 keys a row: the mask broadcast besides
+    assert _held(s, masked, mask_broadcast=24) == _held(s, card, mask_broadcast=23) == two
+    assert _held(s, masked, mask_broadcast=23, fused=24) == two - BUFFER  # fused: one buffer
+    assert _held(s, masked, mask_broadcast=23, recomputed=23) == two - BUFFER  # the scores alone
     assert load_hardware("v6e-8").mask_broadcast_keys == 5240 and load_hardware("v5e-8").mask_broadcast_keys is None
-    cross = {m: dataclasses.replace(card, attention=tuple(dataclasses.replace(a, masked=m, keys=("text",))
-                                                           for a in card.attention)) for m in (False, True)}
-    assert held(cross[True], mask_broadcast_keys=4) == held(cross[False], mask_broadcast_keys=4)  # text keys: none
+    cross = {m: _masked(card, m, keys=("text",)) for m in (False, True)}
+    assert _held(s, cross[True], mask_broadcast=4) == _held(s, cross[False], mask_broadcast=4)  # text keys: none
     # under Ulysses (the sequence axis moved onto the heads at the kernel) it is held, as ulysses-largest-seq2-model4
     # holds it at 5244 keys; under a ring with one sample a chip, not measured, not priced
-    one = {"batch": 1, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False}
-    for rules, extra in (([{"point": "attention.qkv", "spec": [None, None, ["model", "seq"]]}], buffer), ([], 0)):
-        split = strategy(mesh={"seq": 2, "model": 2}, activations={"batch": None, "sequence": "seq", "rules": rules},
-                         workload=one)
-        plan = make_plan(split, masked, 4)
-        tokens = token_counts(split.workload, masked.architecture)
-        assert block_activation_bytes(plan, split, tokens, xla=True, mask_broadcast_keys=4) == (
-            block_activation_bytes(plan, split, tokens, xla=True) + extra), rules
+    for rules, extra in (([{"point": "attention.qkv", "spec": [None, None, ["model", "seq"]]}], BUFFER), ([], 0)):
+        split = _split({"seq": 2, "model": 2}, 1, rules)
+        assert _held(split, masked, xla=True, mask_broadcast=4) == _held(split, masked, xla=True) + extra, rules
     # under a sequence split (every head gathered, two buffers) none: seq2-model4.yaml at 5244 keys
-    split = strategy(mesh={"seq": 2, "model": 4}, activations={"batch": None, "sequence": "seq"},
-                     workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
+    split = _split({"seq": 2, "model": 4}, 2)
     for c in (card, masked):
-        plan = make_plan(split, c, 8)
-        tokens = token_counts(split.workload, c.architecture)
-        assert block_activation_bytes(plan, split, tokens, xla=True, mask_broadcast_keys=4) == (
-            block_activation_bytes(plan, split, tokens, xla=True)), c.attention[0].masked
+        assert _held(split, c, xla=True, mask_broadcast=4) == _held(split, c, xla=True), c.attention[0].masked
 
 
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
@@ -235,8 +230,6 @@ def test_fsdp_weights_are_gathered_so_activations_are_not_divided_by_their_split
 
 
 def test_uniform_compares_every_component_not_totals():
-    import dataclasses
-
     s = strategy()
     report = memory_report(make_plan(s, small_card(), 8), s, usable_hbm=10**9, reserve=0)
     first = report.chips[0]
