@@ -14,8 +14,8 @@ check holds the prediction to), those in HBM alone, and the float32 buffers of a
 tokens]) its buffer assignment holds: how many a block, in which memory space, and whether two of them are live at once
 (torch's math attention's scores and probabilities: meshlab prices two, one where a row has at most the chip's
 fused_softmax_keys keys or more than its recomputed_softmax_keys, and a masked attention's mask broadcast besides
-past its mask_broadcast_keys). Nothing here asserts; the figures are for the
-note and docs/checks.md.
+past its mask_broadcast_keys), and the largest kinds of value XLA:TPU holds at its working set's peak (the check's
+``at_peak``). Nothing here asserts; the figures are for the note and docs/checks.md.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 def score_buffers(dump: Path, tokens: int) -> dict:
     """The float32 [heads, queries, tokens] values of the program's buffer assignment (the largest module XLA
-    dumped; queries: the tokens, or a chip's share of them under a sequence split): how many, their memory spaces
-    (0 is HBM, 1 VMEM, 3 v4's CMEM), their MiB, and how many pairs are live at once."""
+    dumped; queries: the tokens, or a chip's share of them under a sequence split; tokens: a joint attention's, or
+    the image's for a self-attention of the image alone, as Wan's): how many, their memory spaces (0 is HBM, 1
+    VMEM, 3 v4's CMEM), their MiB, and how many pairs are live at once."""
     assignments = list(dump.glob("*.after_optimizations-buffer-assignment.txt"))
     if not assignments:
         return {}
@@ -70,6 +71,8 @@ def point(strategy: Path, side: int, text_tokens: int | None) -> dict:
         doc = json.loads(done.stdout)
         tokens = doc["forward"]["image_tokens"] + doc["forward"]["text_tokens"]
         scores = score_buffers(dump / "xla-dump", tokens)
+        if not scores.get("count"):  # a self-attention of the image alone (Wan's)
+            scores = score_buffers(dump / "xla-dump", doc["forward"]["image_tokens"])
     xla = doc["xla_memory_per_device"] or {}
     predicted, held = doc["meshlab_memory_per_device"]["activations_as_compiled"], xla.get("working_set_live_peak")
     return {"strategy": str(strategy.relative_to(REPO)), "system": doc["device"]["type"], "side": side,
@@ -81,7 +84,7 @@ def point(strategy: Path, side: int, text_tokens: int | None) -> dict:
             "cmem_mib": round(xla["cmem"] / MIB, 1) if xla.get("cmem") else None,
             "ratio": round(predicted / held, 2) if held else None,
             "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")],
-            "score_buffers": scores}
+            "score_buffers": scores, "at_peak": xla.get("at_peak", [])[:4]}
 
 
 def main() -> None:
@@ -113,6 +116,9 @@ def report(p: dict) -> None:
           f"{p['ratio']}, {'agrees' if p['agrees'] else 'differs'}; float32 score buffers: {s.get('count')} "
           f"({s.get('mib_each')} MiB each, memory spaces {s.get('memory_spaces')}, "
           f"{s.get('pairs_live_at_once')} pairs live at once)", flush=True)
+    for held in p.get("at_peak", [])[:3]:
+        print(f"  held at XLA:TPU's peak: {held['count']} x {held['shape'] or 'value'} ({held['made_by']}), "
+              f"{held['memory_space']}: {held['bytes'] / MIB:.1f} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -81,6 +81,8 @@ class Compiled:
     #: the most temporary bytes live at once in HBM and on chip (the TensorCore's VMEM, v4's CMEM) together, less
     #: the weights XLA:TPU prefetches there (hlo.working_set_live_peak): the forward's working set wherever placed
     working_set_live_peak: int | None = None
+    #: what the program holds at that peak, the largest kinds of value first (hlo.working_set_peak)
+    working_set_at_peak: tuple[hlo.PeakHolding, ...] = ()
     #: bytes the program placed in each memory space (hlo.memory_space_bytes): "default" is HBM, "vmem" (v4: "cmem")
     #: on chip
     memory_spaces: dict[str, int] = field(default_factory=dict)
@@ -507,6 +509,7 @@ def _read(result: dict, setup: CheckSetup) -> Compiled:
                     program_read=bool(result.get("hlo_file")) or bool(result.get("out_of_memory")),
                     temporaries_live_peak=result.get("temporaries_live_peak"),
                     working_set_live_peak=result.get("working_set_live_peak"),
+                    working_set_at_peak=tuple(hlo.PeakHolding(**h) for h in result.get("working_set_at_peak") or ()),
                     memory_spaces=result.get("memory_spaces") or {}, weights_missing=missing,
                     kernels=hlo.pallas_kernels(text) if result.get("hlo_file") else None,
                     attention_calls=result.get("attention_calls") or {})
@@ -654,6 +657,7 @@ def _memory_document(c: Compiled | None) -> dict | None:
             "generated_code": m["generated_code"], "aliased": m["alias"], "total": c.total_bytes,
             "other_arguments": c.other_arguments, "temporaries_live_peak": c.temporaries_live_peak,
             "working_set_live_peak": c.working_set_live_peak,
+            "at_peak": [asdict(h) for h in c.working_set_at_peak],
             **{name: c.memory_spaces.get(name) for name in hlo.ON_CHIP_SPACES.values()}}
 
 

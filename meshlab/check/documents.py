@@ -235,6 +235,18 @@ class TpuWeights(Document):
     xla: int | None
 
 
+class PeakHolding(Document):
+    """Values of one kind XLA:TPU's program holds at its working set's peak."""
+
+    memory_space: str = Field(description="'hbm', or the on-chip memory: 'vmem' (v4: 'cmem')")
+    shape: str = Field(description="the value's array, e.g. 'f32[24,4608,4608]' ('' where the program does not say)")
+    made_by: str = Field(description="the module and op that made it, its block number as '*' "
+                         "('transformer_blocks.*.attn: softmax'); else the instruction's opcode; 'copy of an "
+                         "argument' for a weight or input XLA:TPU copied")
+    count: int
+    bytes: int = Field(description="all `count` of them, as allocated")
+
+
 class TpuMemory(Document):
     """XLA:TPU's memory analysis per chip (bytes)."""
 
@@ -251,6 +263,10 @@ class TpuMemory(Document):
         None, description="the most temporary bytes live at once in HBM and on chip (the TensorCore's VMEM, v4's CMEM) "
         "together, less the weights prefetched there: the forward's working set wherever XLA:TPU placed it, what "
         "meshlab's is held to")
+    at_peak: list[PeakHolding] = Field(
+        [], description="what XLA:TPU's program holds at that peak: the largest kinds of value live then, each by "
+        "memory space, array, the module and op that made it, count and bytes (the figure meshlab's working set is "
+        "held to, made checkable)")
     vmem: int | None = Field(None, description="bytes the program placed in the TensorCore's VMEM (the weights "
                              "prefetched there, most of it, and temporaries kept there); not part of the HBM total")
     cmem: int | None = Field(None, description="on v4, bytes the program placed in the chip's CMEM (XLA's report names "

@@ -552,38 +552,156 @@ def working_set_live_peak(buffer_assignment: str, live_range: str, on_chip: Coll
     at once, 6.7 MiB with VMEM's; on v4, 3.0 MiB in HBM, 12.4 MiB with CMEM's), a large one in HBM (2d at 1024²:
     VMEM adds 6.9 MiB to 1,001.4 MiB, copies of activations on their way between the two counted in both while
     both are live); the weights it prefetches on chip, most of what it places there, are not temporaries."""
+    peak = working_set_peak(buffer_assignment, live_range, on_chip, program)
+    return peak.bytes if peak else None
+
+
+@dataclass(frozen=True)
+class PeakHolding:
+    """Values of one kind that XLA's program holds at its working set's peak (`working_set_peak`)."""
+
+    memory_space: str  # "hbm", or the on-chip memory's name (ON_CHIP_SPACES: "vmem", "cmem")
+    shape: str  # the value's array, ``f32[24,4608,4608]`` ("" where the program does not say)
+    made_by: str  # the module and op that made it, its block number as "*" (``transformer_blocks.*.attn:
+    #               softmax``); else the instruction's opcode; "copy of an argument" for a weight or input moved
+    count: int
+    bytes: int  # all `count` of them, as allocated
+
+
+@dataclass(frozen=True)
+class WorkingSetPeak:
+    bytes: int  # `working_set_live_peak`
+    holdings: tuple[PeakHolding, ...]  # what is live then, by kind, the largest first
+
+
+def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collection[int], program: str,
+                     top: int = 8) -> WorkingSetPeak | None:
+    """`working_set_live_peak`, and what the program holds then: the `top` largest kinds of value live at the
+    first point of its instruction sequence where the working set peaks (`PeakHolding`; values that share bytes,
+    a loop's state or an op done in place, listed once). The figure a prediction is held to, made checkable: which
+    buffers, from which module, XLA:TPU keeps at once. None where either file says nothing of them."""
     copies = argument_copies(program)
-    return _live_peak(buffer_assignment, live_range, lambda color, name: color == 0 or (
+    values = _temporary_values(buffer_assignment, live_range, lambda color, name: color == 0 or (
         color in on_chip and name.partition("{")[0] not in copies))
+    found = _peak_of(values)
+    if found is None:
+        return None
+    peak, time = found
+    pieces: dict[tuple[int, int, int], str] = {}
+    for (start, end), color, offset, size, name in values:
+        if start <= time <= end:
+            pieces.setdefault((color, offset, size), name)
+    heads = _instruction_heads(program)
+    spaces = {color: name for (color, _), name in ON_CHIP_SPACES.items()}
+    groups: Counter = Counter()
+    counts: Counter = Counter()
+    for (color, _, size), name in pieces.items():
+        instruction, _, index = name.partition("{")
+        head, op_name = heads.get(instruction, ("", None))
+        key = (spaces.get(color, "hbm") if color else "hbm", _value_shape(head, index.rstrip("}")),
+               _made_by(instruction, head, op_name, instruction in copies))
+        groups[key] += size
+        counts[key] += 1
+    holdings = tuple(PeakHolding(*key, counts[key], size) for key, size in groups.most_common(top))
+    return WorkingSetPeak(peak, holdings)
+
+
+_BLOCK_NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _made_by(instruction: str, head: str, op_name: str | None, copied: bool) -> str:
+    """`PeakHolding.made_by` of one instruction."""
+    if copied:
+        return "copy of an argument"
+    layer = layer_of(op_name)
+    opcode = _OPCODE.search(" " + head)
+    collective = _KIND.search(" " + head.split(", metadata=")[0])
+    op = collective.group(1) if collective and opcode and opcode.group(1).startswith(collective.group(1)) else \
+        re.sub(r"^(?:aten|xla)__", "", (op_name or "").split(";")[0].rpartition("/")[2])
+    if layer:
+        module = _BLOCK_NUMBER.sub("*", layer, count=1)
+        return f"{module}: {op}" if op else module
+    return op or (opcode.group(1) if opcode else instruction)
+
+
+def _value_shape(head: str, index: str) -> str:
+    """The array of one value of an instruction whose text after ``=`` is `head` (``f32[2,3]{1,0} fusion(...)``):
+    its result's, or the element of a tuple at `index` (``1`` or ``0,1`` of a nested one); "" where that is a
+    tuple itself (its buffer holds pointers) or the program does not say."""
+    result = re.split(r"\s[a-z][a-z0-9\-]*\(", " " + head, maxsplit=1)[0].strip()
+    for at in (int(i) for i in index.split(",") if i):
+        if not result.startswith("("):
+            return ""
+        depth, start, elements = 0, 1, []
+        for end, char in enumerate(result):
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)  # commas in dims, layouts apart
+            if (char == "," and depth == 1) or depth == 0:
+                elements.append(result[start:end].strip())
+                start = end + 1
+            if depth == 0:
+                break
+        if at >= len(elements):
+            return ""
+        result = elements[at]
+    array = _ARRAY.match(result)
+    return f"{array.group(1)}[{array.group(2)}]" if array and not result.startswith("(") else ""
+
+
+def _instruction_heads(program: str) -> dict[str, tuple[str, str | None]]:
+    """Each instruction's text after ``=`` and its op_name, by its name."""
+    heads = {}
+    for line in program.splitlines():
+        instruction = _INSTRUCTION.match(line)
+        if instruction:
+            heads[instruction.group(1)] = (instruction.group(2), _op_name(line))
+    return heads
 
 
 def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:
     """The most bytes of the temp buffers' values that `counted(color, name)` keeps in use at once (each color's
     buffer its own bytes)."""
+    found = _peak_of(_temporary_values(buffer_assignment, live_range, counted))
+    return found[0] if found else None
+
+
+def _temporary_values(buffer_assignment: str, live_range: str, counted) -> list[tuple]:
+    """The temp buffers' values that `counted(color, name)` keeps: ((start, end), color, offset, size, name) each,
+    its live range from `live_range`; [] where that says nothing of them."""
     ranges_at = live_range.find("BufferLiveRange:")
     if ranges_at < 0:
-        return None
+        return []
     ranges = {name: (int(start), int(end)) for name, start, end in _LIVE_RANGE.findall(live_range[ranges_at:])}
-    starts: dict[int, list[tuple[int, int]]] = {}
-    ends: dict[int, list[tuple[int, int]]] = {}
+    values = []
     for color, block in _TEMP_ALLOCATION.findall(buffer_assignment):
         for name, size, offset in _VALUE.findall(block):
             span = ranges.get(name if "{" in name else name + "{}")
             if span is not None and int(size) and counted(int(color or 0), name):
-                at = int(color or 0) << 48  # each memory space's bytes apart from the others'
-                piece = (at + int(offset), at + int(offset) + int(size))
-                starts.setdefault(span[0], []).append(piece)
-                ends.setdefault(span[1] + 1, []).append(piece)
+                values.append((span, int(color or 0), int(offset), int(size), name))
+    return values
+
+
+def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
+    """The most bytes `values` (`_temporary_values`) keep in use at once (each color's buffer its own bytes), and
+    the first point of the instruction sequence where they do; None without values."""
+    starts: dict[int, list[tuple[int, int]]] = {}
+    ends: dict[int, list[tuple[int, int]]] = {}
+    for span, color, offset, size, _ in values:
+        at = color << 48  # each memory space's bytes apart from the others'
+        piece = (at + offset, at + offset + size)
+        starts.setdefault(span[0], []).append(piece)
+        ends.setdefault(span[1] + 1, []).append(piece)
     if not starts:
         return None
     live: Counter = Counter()
-    peak = 0
+    peak, peak_at = 0, min(starts)
     for time in sorted(starts.keys() | ends.keys()):
         live.subtract(ends.get(time, ()))
         live.update(starts.get(time, ()))
         if time in starts:
-            peak = max(peak, _union_bytes(p for p, n in live.items() if n > 0))
-    return peak
+            held = _union_bytes(p for p, n in live.items() if n > 0)
+            if held > peak:
+                peak, peak_at = held, time
+    return peak, peak_at
 
 
 _MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)\nTotal bytes: (\d+)", re.M)

@@ -46,6 +46,13 @@ class Progress:
             self.status.stop()
 
 
+def _largest_held(c, most: int = 3, share: float = 0.05) -> tuple:
+    """The kinds of value XLA:TPU's program holds at its working set's peak (Compiled.working_set_at_peak) that the
+    table names: the `most` largest, each at least `share` of the peak (the JSON has more)."""
+    peak = c.working_set_live_peak or 0
+    return tuple(h for h in c.working_set_at_peak[:most] if h.bytes >= share * peak)
+
+
 def mib(n: float) -> str:
     """Bytes in the unit that keeps three figures: 512 B, 3.0 KiB, 181.5 MiB, 9.52 GiB."""
     if n < 1024:
@@ -306,6 +313,9 @@ def render_tpu_check(report, console) -> None:
         table.add_row(f"denoise working set / temporaries live at once, {where}" + (
             " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
             mib(report.predicted_temporaries(c.front_end)), mib(c.live_temporaries) if read else "?")
+        for held in _largest_held(c):
+            table.add_row(f"  held then: {held.count} x {held.shape or 'value'} ({held.made_by}), "
+                          f"{held.memory_space.upper()}", "", mib(held.bytes))
         if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
             table.add_row("  of them in HBM at once", "", mib(c.temporaries_live_peak))
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))

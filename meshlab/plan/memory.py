@@ -178,13 +178,19 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int,
 def gathered_block_bytes(plan: Plan, strategy: Strategy) -> int:
     """Bytes one chip holds of the heaviest block's weights gathered over the axes that split activations (a weight
     split over the batch, sequence or guidance axis is gathered before use: FSDP), in the dtype the block computes
-    in, still split over its other axes; the block's gathered weights are live together while it runs. Measured
-    by XLA:TPU's ahead-of-time compile of fsdp.yaml (v6e-8, torch_xla's program): at 256², 3 blocks, 679,828,576 B
-    of temporaries live at once, the 679,477,248 B a middle block gathers (14 all-gathers) and 0.35 MB more. At full
-    depth and 1024² XLA:TPU runs part of a block's gathers as collective matmuls (8 all-gathers of 432 MiB and
-    permutes), so not every weight is held gathered; its 5.43 GiB live there is held to 4.74 GiB with this term,
-    4.11 GiB without it (benchmarks/results/tpu_aot.txt). Blocks only: a weight outside them gathered over those
-    axes is held for one Linear. 0 where no block weight is split over an activation axis of more than one chip."""
+    in, still split over its other axes. A stand-in for what XLA:TPU holds beside the activations under FSDP, which
+    its scheduler decides: not a block's gathers held together. XLA:TPU gathers a Linear's weight where it is used
+    and frees it after, so at the attention's peak it holds none (wan-14b-v6e-8.yaml at 256², 3 blocks: the two
+    score buffers and 0.12 GiB more, 2.27 GiB at once; 3.19 GiB with this term, 2.54 without). What it holds beside
+    the activations is another choice of its schedule's: for fsdp.yaml (v6e-8, torch_xla's program) at 256², 3
+    blocks, every block's two modulation weights, gathered together since their input (the timestep's embedding) is
+    known from the start, 679,477,248 B, a block's gathered weights only because a modulation Linear is a sixth of a
+    Qwen-Image block; at full depth and 1024², copies in HBM of the weight shards of the six Linears a block it runs
+    as collective matmuls (the image stream's), every block's, 1.58 GiB beside the two score buffers' 3.80 GiB
+    (5.51 GiB at once; 4.75 GiB with this term, 4.11 without). What each program holds at its peak: `meshlab check
+    --backend tpu`'s ``at_peak`` (benchmarks/results/tpu_working_set_fsdp.json, tpu_aot_fsdp_at_peak.txt). Blocks
+    only: a weight outside them gathered over those axes is held for one Linear. 0 where no block weight is split
+    over an activation axis of more than one chip."""
     gathered = {a for a in activation_axes(strategy.activations, plan.mesh) if plan.mesh.size(a) > 1}
     if not gathered or not any(a in gathered for p, _ in plan.alike for a in p.spec.axes):
         return 0

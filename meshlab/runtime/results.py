@@ -118,6 +118,16 @@ class FrontEndFailed(Payload):
     cause: Optional[Literal["lowering", "host-memory"]] = None
 
 
+class PeakHolding(Payload):
+    """Values of one kind XLA:TPU's program holds at its working set's peak (meshlab.check.hlo.PeakHolding)."""
+
+    memory_space: str
+    shape: str
+    made_by: str
+    count: int
+    bytes: int
+
+
 class FrontEndCompiled(Payload):
     """One front end's program, compiled by XLA:TPU ahead of time."""
 
@@ -138,6 +148,8 @@ class FrontEndCompiled(Payload):
     working_set_live_peak: Optional[int] = Field(
         None, description="the most bytes of temporaries live at once in HBM and on chip (VMEM; v4: CMEM), less the "
                           "on-chip copies of the arguments (the weights XLA:TPU prefetches there)")
+    working_set_at_peak: list[PeakHolding] = Field(
+        [], description="the largest kinds of value live at once at that peak (meshlab.check.hlo.working_set_peak)")
     memory_spaces: dict[str, int] = Field(
         {}, description="bytes the buffer assignment placed in each memory space: 'default' (HBM), 'vmem' "
                           "(v4: 'cmem'), 'smem', ...")

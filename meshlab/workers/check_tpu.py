@@ -23,6 +23,7 @@ once, the attention calls by how they ran, XLA:TPU's refusal) or ``{"front_end",
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import sys
 import time
@@ -125,12 +126,13 @@ def _temporaries(dump: Path, before: set[Path]) -> dict:
     """What this compile's program holds at once, from the files XLA dumped for it (the largest buffer assignment
     this compile wrote, `_largest`, and the live ranges, memory-usage report and optimized program of the same
     module): its temporaries in HBM (meshlab.check.hlo.temporaries_live_peak), its working set in HBM and on chip
-    (VMEM, v4's CMEM: hlo.working_set_live_peak) and the bytes of each memory space (hlo.memory_space_bytes); None
-    or empty where XLA wrote none of them."""
+    (VMEM, v4's CMEM: hlo.working_set_live_peak) with what it holds then (hlo.working_set_peak) and the bytes of
+    each memory space (hlo.memory_space_bytes); None or empty where XLA wrote none of them."""
     from meshlab.check import hlo
 
     suffix = ".after_optimizations-buffer-assignment.txt"
-    found = {"temporaries_live_peak": None, "working_set_live_peak": None, "memory_spaces": {}}
+    found = {"temporaries_live_peak": None, "working_set_live_peak": None, "working_set_at_peak": [],
+             "memory_spaces": {}}
     assignment = _largest(dump, before, suffix)
     if assignment is None:
         return found
@@ -144,7 +146,10 @@ def _temporaries(dump: Path, before: set[Path]) -> dict:
     found["temporaries_live_peak"] = hlo.temporaries_live_peak(text, live_range)
     on_chip = hlo.on_chip_colors(report)
     if on_chip and beside[""].exists():  # else the check holds HBM's temporaries, and says so
-        found["working_set_live_peak"] = hlo.working_set_live_peak(text, live_range, on_chip, beside[""].read_text())
+        peak = hlo.working_set_peak(text, live_range, on_chip, beside[""].read_text())
+        if peak is not None:
+            found["working_set_live_peak"] = peak.bytes
+            found["working_set_at_peak"] = [dataclasses.asdict(h) for h in peak.holdings]
     return found
 
 

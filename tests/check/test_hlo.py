@@ -275,7 +275,8 @@ def test_the_working_set_counts_vmem_s_temporaries_but_not_the_weights_prefetche
     whole (copy-start/copy-done) or in slices it joins again (async slices and a ConcatBitcast custom-call): the
     working set counts HBM's temporaries and VMEM's, not a VMEM value that is only an argument moved, and not one
     in another memory space."""
-    from meshlab.check.hlo import argument_copies, temporaries_live_peak, working_set_live_peak
+    from meshlab.check.hlo import (PeakHolding, argument_copies, temporaries_live_peak, working_set_live_peak,
+                                   working_set_peak)
 
     program = """HloModule m
 
@@ -322,6 +323,10 @@ ENTRY %main (param.0: bf16[4,8], param.1: f32[8]) -> f32[8] {
             "    custom-call.1{}:2-9\n    slice.1{}:1-2\n    fusion.1{}:3-6\n    fusion.2{}:8-9\n")
     assert temporaries_live_peak(assignment, live) == 32  # HBM's: the eviction
     assert working_set_live_peak(assignment, live, {1}, program) == 64  # and VMEM's computed value beside it, 5-6
+    peak = working_set_peak(assignment, live, {1}, program)
+    assert peak.bytes == 64 and set(peak.holdings) == {PeakHolding("hbm", "f32[8]", "copy-done", 1, 32),
+                                                      PeakHolding("vmem", "f32[8]", "fusion", 1, 32)}
+    assert working_set_peak(assignment, "no ranges", {1}, program) is None
 
 
 def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there():
@@ -331,7 +336,8 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
     a reduced gather is not."""
     import gzip
 
-    from meshlab.check.hlo import argument_copies, temporaries_live_peak, working_set_live_peak
+    from meshlab.check.hlo import (PeakHolding, argument_copies, temporaries_live_peak, working_set_live_peak,
+                                   working_set_peak)
 
     data = Path(__file__).parent / "data"
     assignment, live_range, program = (gzip.open(data / f"tpu_2d_256.{what}.txt.gz", "rt").read()
@@ -341,6 +347,13 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
     assert "reduce.248" not in copies and "copy-start.6" not in copies  # a gather reduced, and its copy
     assert temporaries_live_peak(assignment, live_range) == 18_752
     assert working_set_live_peak(assignment, live_range, {1}, program) == 7_011_200
+    # what it holds then, by kind: all of the peak's bytes, each named by its module and op, block number as "*"
+    peak = working_set_peak(assignment, live_range, {1}, program, top=100)
+    assert sum(h.bytes for h in peak.holdings) == peak.bytes == 7_011_200 and len(peak.holdings) == 37
+    assert peak.holdings[0] == PeakHolding("vmem", "bf16[1,256,3072]", "transformer_blocks.*: all-gather", 1,
+                                           1_572_864)
+    assert PeakHolding("vmem", "f32[1,256,768]", "transformer_blocks.*.attn.to_q: mm", 2, 1_572_864) in peak.holdings
+    assert len(working_set_peak(assignment, live_range, {1}, program).holdings) == 8  # the largest, by default
 
 
 def test_v4_s_small_working_set_sits_in_its_cmem_which_xla_s_report_names_hbm():
@@ -352,7 +365,7 @@ def test_v4_s_small_working_set_sits_in_its_cmem_which_xla_s_report_names_hbm():
     import gzip
 
     from meshlab.check.hlo import (_live_peak, argument_copies, memory_space_bytes, on_chip_colors,
-                                   temporaries_live_peak, working_set_live_peak)
+                                   temporaries_live_peak, working_set_live_peak, working_set_peak)
 
     data = Path(__file__).parent / "data"
     report, assignment, live_range, program = (
@@ -366,6 +379,10 @@ def test_v4_s_small_working_set_sits_in_its_cmem_which_xla_s_report_names_hbm():
     assert temporaries_live_peak(assignment, live_range) == 3_158_528
     assert working_set_live_peak(assignment, live_range, {1}, program) == 3_158_528  # color 1 alone: none on v4
     assert working_set_live_peak(assignment, live_range, on_chip_colors(report), program) == 12_982_272
+    scores = working_set_peak(assignment, live_range, on_chip_colors(report), program).holdings[:2]
+    assert {(h.memory_space, h.shape, h.made_by) for h in scores} == {  # the scores and probabilities, in CMEM
+        ("cmem", "f32[12,288,288]", "transformer_blocks.*.attn: matmul"),
+        ("cmem", "f32[12,288,288]", "transformer_blocks.*.attn: softmax")}
     copies = argument_copies(program)
     assert {"slice.248", "slice.272"} <= copies  # weight slices prefetched into CMEM
     prefetched = _live_peak(assignment, live_range, lambda color, name: color == 3 and name.partition("{")[0] in copies)
@@ -432,3 +449,19 @@ ENTRY %main (param.0: bf16[4,8], param.1: bf16[8], param.2: s32[]) -> bf16[8] {
     assert {"slice-start.1", "slice-done.1", "dynamic-slice.1"} <= copies  # the weight's slice: its index computed
     assert {"w", "copy-start.9", "copy-done.9", "slice.9", "back", "one"} <= copies  # the state passed on, its copies
     assert not copies & {"index", "stacked", "h", "i", "next", "j", "loop", "h.out"}  # computed, or changed by the body
+
+
+def test_a_value_s_array_is_its_result_s_or_its_tuple_element_s():
+    """The array a buffer-assignment value holds: an instruction's result, or for ``name{i}`` (``{i,j}`` nested)
+    the tuple's element, whose dims and layouts have commas of their own; a tuple element that is a tuple holds
+    pointers, no array."""
+    from meshlab.check.hlo import _value_shape
+
+    fused = "(f32[10,5376]{1,0:T(8,128)}, f32[10,5376,5376]{1,2,0:T(8,128)}) fusion(%fusion.167), kind=kOutput"
+    sliced = "((s8[1024]{0:T(1024)}), s8[512]{0:T(1024)S(1)}, s32[]{:S(2)}) async-start(%bitcast.1)"
+    assert _value_shape("bf16[2,3]{1,0} add(%a, %b)", "") == "bf16[2,3]"
+    assert (_value_shape(fused, "0"), _value_shape(fused, "1"), _value_shape(fused, "")) == (
+        "f32[10,5376]", "f32[10,5376,5376]", "")
+    assert (_value_shape(sliced, "0"), _value_shape(sliced, "0,0"), _value_shape(sliced, "1")) == (
+        "", "s8[1024]", "s8[512]")
+    assert _value_shape(sliced, "5") == "" and _value_shape("", "") == ""
