@@ -118,7 +118,7 @@ def report(p: dict) -> None:
           f"{s.get('pairs_live_at_once')} pairs live at once)", flush=True)
     for held in p.get("at_peak", [])[:3]:
         print(f"  held at XLA:TPU's peak: {held['count']} x {held['shape'] or 'value'} ({held['made_by']}), "
-              f"{held['memory_space']}: {held['bytes'] / MIB:.1f} MiB", flush=True)
+              f"{held['memory_space'].upper()}: {held['bytes'] / MIB:.1f} MiB", flush=True)
 
 
 if __name__ == "__main__":

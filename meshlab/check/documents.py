@@ -264,9 +264,10 @@ class TpuMemory(Document):
         "together, less the weights prefetched there: the forward's working set wherever XLA:TPU placed it, what "
         "meshlab's is held to")
     at_peak: list[PeakHolding] = Field(
-        [], description="what XLA:TPU's program holds at that peak: the largest kinds of value live then, each by "
-        "memory space, array, the module and op that made it, count and bytes (the figure meshlab's working set is "
-        "held to, made checkable)")
+        [], description="what XLA:TPU's program holds at that peak: the 8 largest kinds of value live then, each by "
+        "memory space, array, the module and op that made it, count and bytes, each byte once (all kinds sum to "
+        "working_set_live_peak; the rest are the smaller ones): the figure meshlab's working set is held to, made "
+        "checkable")
     vmem: int | None = Field(None, description="bytes the program placed in the TensorCore's VMEM (the weights "
                              "prefetched there, most of it, and temporaries kept there); not part of the HBM total")
     cmem: int | None = Field(None, description="on v4, bytes the program placed in the chip's CMEM (XLA's report names "

@@ -527,7 +527,8 @@ def _laid_out_bytes(shape: ArrayShape, minor_to_major: tuple[int, ...], tiles: s
 
 _TEMP_ALLOCATION = re.compile(r"^allocation \d+: size \d+, (?:color (\d+), )?page \d+, preallocated-temp:\n"
                               r"((?: .*\n?)*)", re.M)
-_VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\)")
+#: a value of the buffer assignment: its name, size, offset and (where XLA writes it) its array, "(" for a tuple
+_VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\)(?:: (\(|[a-z][a-z0-9]*\[[\d,]*\]))?")
 _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 
@@ -561,24 +562,26 @@ class PeakHolding:
     """Values of one kind that XLA's program holds at its working set's peak (`working_set_peak`)."""
 
     memory_space: str  # "hbm", or the on-chip memory's name (ON_CHIP_SPACES: "vmem", "cmem")
-    shape: str  # the value's array, ``f32[24,4608,4608]`` ("" where the program does not say)
-    made_by: str  # the module and op that made it, its block number as "*" (``transformer_blocks.*.attn:
-    #               softmax``); else the instruction's opcode; "copy of an argument" for a weight or input moved
+    shape: str  # the value's array, ``f32[24,4608,4608]``; "" for a tuple's (its buffer holds pointers)
+    made_by: str  # the module and op that made it, its block number as "*" (`_made_by`)
     count: int
-    bytes: int  # all `count` of them, as allocated
+    bytes: int  # all `count` of them, as allocated, each byte once
 
 
 @dataclass(frozen=True)
 class WorkingSetPeak:
-    bytes: int  # `working_set_live_peak`
-    holdings: tuple[PeakHolding, ...]  # what is live then, by kind, the largest first
+    """The most bytes a program's working set holds at once (`working_set_live_peak`), and what they are."""
+
+    bytes: int
+    holdings: tuple[PeakHolding, ...]  # the `top` largest kinds of value live then, the largest first
 
 
 def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collection[int], program: str,
                      top: int = 8) -> WorkingSetPeak | None:
     """`working_set_live_peak`, and what the program holds then: the `top` largest kinds of value live at the
-    first point of its instruction sequence where the working set peaks (`PeakHolding`; values that share bytes,
-    a loop's state or an op done in place, listed once). The figure a prediction is held to, made checkable: which
+    first point of its instruction sequence where the working set peaks (`PeakHolding`). Each byte counts once:
+    where values share bytes (a loop's state, an op done in place, a join of the slices it spans) the largest is
+    credited them, so every kind's bytes sum to the peak. The figure a prediction is held to, made checkable: which
     buffers, from which module, XLA:TPU keeps at once. None where either file says nothing of them."""
     copies = argument_copies(program)
     values = _temporary_values(buffer_assignment, live_range, lambda color, name: color == 0 or (
@@ -587,64 +590,80 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
     if found is None:
         return None
     peak, time = found
-    pieces: dict[tuple[int, int, int], str] = {}
-    for (start, end), color, offset, size, name in values:
-        if start <= time <= end:
-            pieces.setdefault((color, offset, size), name)
     heads = _instruction_heads(program)
+    collectives = _collective_computations(program)
     spaces = {color: name for (color, _), name in ON_CHIP_SPACES.items()}
+    covered: dict[int, list[tuple[int, int]]] = {}
     groups: Counter = Counter()
     counts: Counter = Counter()
-    for (color, _, size), name in pieces.items():
-        instruction, _, index = name.partition("{")
-        head, op_name = heads.get(instruction, ("", None))
-        key = (spaces.get(color, "hbm") if color else "hbm", _value_shape(head, index.rstrip("}")),
-               _made_by(instruction, head, op_name, instruction in copies))
-        groups[key] += size
-        counts[key] += 1
+    for (start, end), color, offset, size, name, shape in sorted(values, key=lambda v: (-v[3], v[1], v[2])):
+        if not start <= time <= end:
+            continue
+        held = covered.setdefault(color, [])
+        new = size - _union_bytes((max(a, offset), min(b, offset + size)) for a, b in held
+                                  if a < offset + size and b > offset)
+        held.append((offset, offset + size))
+        if new > 0:
+            key = (spaces.get(color, "hbm"), shape, _made_by(name.partition("{")[0], heads, copies, collectives))
+            groups[key] += new
+            counts[key] += 1
     holdings = tuple(PeakHolding(*key, counts[key], size) for key, size in groups.most_common(top))
     return WorkingSetPeak(peak, holdings)
 
 
-_BLOCK_NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
+#: a module path's block number: the number after its first name (``transformer_blocks.3.attn``), as
+#: meshlab.models.card.block_position reads it
+_BLOCK_NUMBER = re.compile(r"^([A-Za-z_]\w*\.)\d+(?=\.|$)")
+_COPIES = ("copy", "copy-start", "copy-done")  # memory-space assignment's, between HBM and VMEM
+_VIEWS = ("bitcast", "get-tuple-element")
 
 
-def _made_by(instruction: str, head: str, op_name: str | None, copied: bool) -> str:
-    """`PeakHolding.made_by` of one instruction."""
-    if copied:
+def _made_by(instruction: str, heads: dict[str, tuple[str, str | None]], copies: frozenset[str],
+             collectives: dict[str, str], depth: int = 0) -> str:
+    """`PeakHolding.made_by` of an instruction's value: "copy of an argument" for a weight or input moved about
+    (`argument_copies`); else the module its op_name scopes, its block number as "*", and the op (a collective's
+    kind, a fusion's where it wraps one: XLA:TPU's all-reduce-scatter and async collective fusions); an unnamed copy
+    (memory-space assignment's, between HBM and VMEM) "copy of" what it copies, an unnamed view what it views; else
+    the op or the opcode."""
+    if instruction in copies:
         return "copy of an argument"
-    layer = layer_of(op_name)
+    head, op_name = heads.get(instruction, ("", None))
     opcode = _OPCODE.search(" " + head)
+    kind = opcode.group(1) if opcode else ""
+    if kind in _COPIES + _VIEWS and not op_name and depth < 16:
+        operands = _operand_names((" " + head)[opcode.end():])
+        if operands:
+            moved = _made_by(operands[0], heads, copies, collectives, depth + 1)
+            return moved if kind in _VIEWS or moved.startswith("copy of") else f"copy of {moved}"
+    called = re.search(r"\bcalls=%?([\w.\-]+)", head) if kind == "fusion" else None
     collective = _KIND.search(" " + head.split(", metadata=")[0])
-    op = collective.group(1) if collective and opcode and opcode.group(1).startswith(collective.group(1)) else \
-        re.sub(r"^(?:aten|xla)__", "", (op_name or "").split(";")[0].rpartition("/")[2])
-    if layer:
-        module = _BLOCK_NUMBER.sub("*", layer, count=1)
+    names = (op_name or "").split(";")
+    scoped = next((n for n in names if layer_of(n) is not None), names[0])
+    module = layer_of(scoped)
+    if collective and kind.startswith(collective.group(1)):
+        op = collective.group(1)
+    elif called and called.group(1) in collectives:
+        op = collectives[called.group(1)]
+    else:
+        op = re.sub(r"^(?:aten|xla)__", "", scoped.rpartition("/")[2])
+    if module:
+        module = _BLOCK_NUMBER.sub(r"\1*", module)
         return f"{module}: {op}" if op else module
-    return op or (opcode.group(1) if opcode else instruction)
+    return op or kind or instruction
 
 
-def _value_shape(head: str, index: str) -> str:
-    """The array of one value of an instruction whose text after ``=`` is `head` (``f32[2,3]{1,0} fusion(...)``):
-    its result's, or the element of a tuple at `index` (``1`` or ``0,1`` of a nested one); "" where that is a
-    tuple itself (its buffer holds pointers) or the program does not say."""
-    result = re.split(r"\s[a-z][a-z0-9\-]*\(", " " + head, maxsplit=1)[0].strip()
-    for at in (int(i) for i in index.split(",") if i):
-        if not result.startswith("("):
-            return ""
-        depth, start, elements = 0, 1, []
-        for end, char in enumerate(result):
-            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)  # commas in dims, layouts apart
-            if (char == "," and depth == 1) or depth == 0:
-                elements.append(result[start:end].strip())
-                start = end + 1
-            if depth == 0:
-                break
-        if at >= len(elements):
-            return ""
-        result = elements[at]
-    array = _ARRAY.match(result)
-    return f"{array.group(1)}[{array.group(2)}]" if array and not result.startswith("(") else ""
+def _collective_computations(program: str) -> dict[str, str]:
+    """The kind of collective each computation of `program` holds, by its name: an ``all-reduce-scatter`` fusion's
+    "reduce-scatter" (`parse_collectives` counts it so), an async collective fusion's the collective it starts."""
+    found = {}
+    for computation, lines in _computations(program):
+        if computation.startswith("all-reduce-scatter"):
+            found[computation] = "reduce-scatter"
+            continue
+        kind = next((k for k in (_KIND.search(line) for line in lines) if k), None)
+        if kind:
+            found[computation] = kind.group(1)
+    return found
 
 
 def _instruction_heads(program: str) -> dict[str, tuple[str, str | None]]:
@@ -665,18 +684,19 @@ def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:
 
 
 def _temporary_values(buffer_assignment: str, live_range: str, counted) -> list[tuple]:
-    """The temp buffers' values that `counted(color, name)` keeps: ((start, end), color, offset, size, name) each,
-    its live range from `live_range`; [] where that says nothing of them."""
+    """The temp buffers' values that `counted(color, name)` keeps: ((start, end), color, offset, size, name, array)
+    each, its live range from `live_range` (its array ``f32[8]``, "" for a tuple's or where the assignment does not
+    write it); [] where that says nothing of them."""
     ranges_at = live_range.find("BufferLiveRange:")
     if ranges_at < 0:
         return []
     ranges = {name: (int(start), int(end)) for name, start, end in _LIVE_RANGE.findall(live_range[ranges_at:])}
     values = []
     for color, block in _TEMP_ALLOCATION.findall(buffer_assignment):
-        for name, size, offset in _VALUE.findall(block):
+        for name, size, offset, array in _VALUE.findall(block):
             span = ranges.get(name if "{" in name else name + "{}")
             if span is not None and int(size) and counted(int(color or 0), name):
-                values.append((span, int(color or 0), int(offset), int(size), name))
+                values.append((span, int(color or 0), int(offset), int(size), name, array.strip("(")))
     return values
 
 
@@ -685,7 +705,7 @@ def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
     the first point of the instruction sequence where they do; None without values."""
     starts: dict[int, list[tuple[int, int]]] = {}
     ends: dict[int, list[tuple[int, int]]] = {}
-    for span, color, offset, size, _ in values:
+    for span, color, offset, size, *_ in values:
         at = color << 48  # each memory space's bytes apart from the others'
         piece = (at + offset, at + offset + size)
         starts.setdefault(span[0], []).append(piece)

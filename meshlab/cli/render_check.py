@@ -313,11 +313,15 @@ def render_tpu_check(report, console) -> None:
         table.add_row(f"denoise working set / temporaries live at once, {where}" + (
             " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
             mib(report.predicted_temporaries(c.front_end)), mib(c.live_temporaries) if read else "?")
-        for held in _largest_held(c):
-            table.add_row(f"  held then: {held.count} x {held.shape or 'value'} ({held.made_by}), "
-                          f"{held.memory_space.upper()}", "", mib(held.bytes))
         if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
             table.add_row("  of them in HBM at once", "", mib(c.temporaries_live_peak))
+        named = _largest_held(c)
+        for held in named:
+            table.add_row(f"  at that peak: {held.count} x {held.shape or 'tuple'} ({held.made_by}), "
+                          f"{held.memory_space.upper()}", "", mib(held.bytes))
+        if named:
+            table.add_row("  at that peak, the rest (the JSON's at_peak has more)", "",
+                          mib(c.working_set_live_peak - sum(h.bytes for h in named)))
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
         for space in c.on_chip_spaces:
             table.add_row(f"{space.upper()}, beside HBM (the weights prefetched there, and temporaries)", "",

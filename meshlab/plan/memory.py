@@ -129,11 +129,14 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
 
 
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
-    """Blocks whose gathered weights a chip holds at once: two where it runs FSDP's weight gathers async (the
-    catalog's ``async_weight_gathers``: `weight_gathers_async`), the next block's gathered while one runs; else one.
-    Measured by XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program,
-    libtpu's defaults): at 256², 3 blocks, 1,550,086,144 B of temporaries live at once, 2.28 times the 679,477,248 B
-    a middle block gathers; for v6e:2x4, whose gathers are synchronous, 679,828,576 B."""
+    """Blocks whose gathered weights a chip is priced holding at once (`gathered_block_bytes`, a stand-in for what
+    XLA:TPU's schedule holds): two where it runs FSDP's weight gathers async (the catalog's ``async_weight_gathers``:
+    `weight_gathers_async`), whose schedule starts them early; else one. XLA:TPU's compile of fsdp.yaml for v5e:2x4
+    (torch_xla's program, libtpu's defaults) at 256², 3 blocks, holds 1,663,338,496 B of temporaries at once in HBM
+    and VMEM (1,550,086,144 B in HBM), nearly every gather of the three blocks (its ``at_peak``: every modulation
+    weight, three of each attention projection, the MLPs'), against meshlab's 1,396,113,408 B (two blocks' gathered
+    weights and the activations: benchmarks/results/tpu_check_fsdp-v5e_256.json); for v6e:2x4, whose gathers are
+    synchronous, 679,908,448 B, every block's modulation weights (tpu_working_set_fsdp.json)."""
     return 2 if weight_gathers_async(strategy, hardware) else 1
 
 

@@ -149,7 +149,7 @@ class FrontEndCompiled(Payload):
         None, description="the most bytes of temporaries live at once in HBM and on chip (VMEM; v4: CMEM), less the "
                           "on-chip copies of the arguments (the weights XLA:TPU prefetches there)")
     working_set_at_peak: list[PeakHolding] = Field(
-        [], description="the largest kinds of value live at once at that peak (meshlab.check.hlo.working_set_peak)")
+        [], description="the 8 largest kinds of value live at that peak (meshlab.check.hlo.working_set_peak)")
     memory_spaces: dict[str, int] = Field(
         {}, description="bytes the buffer assignment placed in each memory space: 'default' (HBM), 'vmem' "
                           "(v4: 'cmem'), 'smem', ...")

@@ -324,7 +324,7 @@ ENTRY %main (param.0: bf16[4,8], param.1: f32[8]) -> f32[8] {
     assert temporaries_live_peak(assignment, live) == 32  # HBM's: the eviction
     assert working_set_live_peak(assignment, live, {1}, program) == 64  # and VMEM's computed value beside it, 5-6
     peak = working_set_peak(assignment, live, {1}, program)
-    assert peak.bytes == 64 and set(peak.holdings) == {PeakHolding("hbm", "f32[8]", "copy-done", 1, 32),
+    assert peak.bytes == 64 and set(peak.holdings) == {PeakHolding("hbm", "f32[8]", "copy of fusion", 1, 32),
                                                       PeakHolding("vmem", "f32[8]", "fusion", 1, 32)}
     assert working_set_peak(assignment, "no ranges", {1}, program) is None
 
@@ -350,8 +350,7 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
     # what it holds then, by kind: all of the peak's bytes, each named by its module and op, block number as "*"
     peak = working_set_peak(assignment, live_range, {1}, program, top=100)
     assert sum(h.bytes for h in peak.holdings) == peak.bytes == 7_011_200 and len(peak.holdings) == 37
-    assert peak.holdings[0] == PeakHolding("vmem", "bf16[1,256,3072]", "transformer_blocks.*: all-gather", 1,
-                                           1_572_864)
+    assert PeakHolding("vmem", "bf16[1,256,3072]", "transformer_blocks.*: all-gather", 1, 1_572_864) in peak.holdings
     assert PeakHolding("vmem", "f32[1,256,768]", "transformer_blocks.*.attn.to_q: mm", 2, 1_572_864) in peak.holdings
     assert len(working_set_peak(assignment, live_range, {1}, program).holdings) == 8  # the largest, by default
 
@@ -451,17 +450,54 @@ ENTRY %main (param.0: bf16[4,8], param.1: bf16[8], param.2: s32[]) -> bf16[8] {
     assert not copies & {"index", "stacked", "h", "i", "next", "j", "loop", "h.out"}  # computed, or changed by the body
 
 
-def test_a_value_s_array_is_its_result_s_or_its_tuple_element_s():
-    """The array a buffer-assignment value holds: an instruction's result, or for ``name{i}`` (``{i,j}`` nested)
-    the tuple's element, whose dims and layouts have commas of their own; a tuple element that is a tuple holds
-    pointers, no array."""
-    from meshlab.check.hlo import _value_shape
+def test_what_is_held_at_the_peak_counts_each_byte_once_and_names_who_made_it():
+    """The values live at the working set's peak, by kind: values that share bytes (a join spanning the slices it
+    joins, in part) credit them to the largest, so the kinds sum to the peak; each kind is named by the module its
+    op_name scopes, its block number (the number after the first name) as "*", and the op: a collective's kind, an
+    all-reduce-scatter fusion's reduce-scatter, an unnamed copy's "copy of" what it copies; a tuple's buffer has no
+    array."""
+    from meshlab.check.hlo import PeakHolding, working_set_peak
 
-    fused = "(f32[10,5376]{1,0:T(8,128)}, f32[10,5376,5376]{1,2,0:T(8,128)}) fusion(%fusion.167), kind=kOutput"
-    sliced = "((s8[1024]{0:T(1024)}), s8[512]{0:T(1024)S(1)}, s32[]{:S(2)}) async-start(%bitcast.1)"
-    assert _value_shape("bf16[2,3]{1,0} add(%a, %b)", "") == "bf16[2,3]"
-    assert (_value_shape(fused, "0"), _value_shape(fused, "1"), _value_shape(fused, "")) == (
-        "f32[10,5376]", "f32[10,5376,5376]", "")
-    assert (_value_shape(sliced, "0"), _value_shape(sliced, "0,0"), _value_shape(sliced, "1")) == (
-        "", "s8[1024]", "s8[512]")
-    assert _value_shape(sliced, "5") == "" and _value_shape("", "") == ""
+    program = """HloModule m
+
+%all-reduce-scatter.1 (p: f32[8]) -> f32[4] {
+  %p = f32[8]{0} parameter(0)
+  %ar = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=1, replica_groups={{0,1}}, to_apply=%add
+  ROOT %s = f32[4]{0} slice(f32[8]{0} %ar), slice={[0:4]}
+}
+
+ENTRY %main (param.0: f32[8]) -> f32[4] {
+  %param.0 = f32[8]{0} parameter(0)
+  %mm.1 = f32[64]{0} fusion(%param.0), calls=%f, metadata={op_name="blocks.3#.1/blocks.3.attn.to_out.0#.2/aten__mm"}
+  %g.1 = f32[32]{0} all-gather(%param.0), channel_id=2, metadata={op_name="blocks.3.attn.to_q#.4/xla__custom_sharding"}
+  %ff.1 = f32[16]{0} fusion(%param.0), calls=%f, metadata={op_name="embedder.ff.net.0.proj#.3/aten__mm"}
+  %rs.1 = f32[4]{0} fusion(%mm.1), calls=%all-reduce-scatter.1, metadata={op_name="blocks.3#/blocks.3.mlp#/aten__mm"}
+  %copy-start.1 = (f32[64]{0:S(1)}, f32[64]{0}, u32[]{:S(2)}) copy-start(f32[64]{0} %mm.1)
+  %copy-done.1 = f32[64]{0:S(1)} copy-done((f32[64]{0:S(1)}, f32[64]{0}, u32[]{:S(2)}) %copy-start.1)
+  %t.1 = (f32[4]{0}, f32[4]{0}) tuple(%rs.1, %rs.1)
+  ROOT %out = f32[4]{0} fusion(f32[4]{0} %rs.1), kind=kLoop, calls=%f
+}
+"""
+    assignment = (
+        "allocation 0: size 1024, page 0, preallocated-temp:\n"
+        " value: <1 mm.1 @0> (size=256,offset=0): f32[64]{0}\n"
+        " value: <2 g.1 @0> (size=128,offset=192): f32[32]{0}\n"  # shares 64 bytes with mm.1
+        " value: <3 ff.1 @0> (size=64,offset=512): f32[16]{0}\n"
+        " value: <4 rs.1 @0> (size=16,offset=600): f32[4]{0}\n"
+        " value: <5 t.1{} @0> (size=16,offset=640): (f32[4]{0}, f32[4]{0})\n"
+        " value: <6 out @0> (size=16,offset=700): f32[4]{0}\n"
+        "allocation 1: size 256, color 1, page 0, preallocated-temp:\n"
+        " value: <7 copy-done.1 @1> (size=256,offset=0): f32[64]{0:S(1)}\n")
+    live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    mm.1{}:1-5\n    g.1{}:2-4\n    ff.1{}:2-4\n"
+            "    rs.1{}:3-8\n    t.1{}:3-4\n    out{}:8-9\n    copy-done.1{}:4-6\n")
+    peak = working_set_peak(assignment, live, {1}, program)
+    assert peak.bytes == 256 + 64 + 16 + 16 + 256 + 64  # at 4: mm.1 and g.1's union (320), ff, rs, t, the copy
+    assert set(peak.holdings) == {
+        PeakHolding("hbm", "f32[64]", "blocks.*.attn.to_out.0: mm", 1, 256),
+        PeakHolding("hbm", "f32[32]", "blocks.*.attn.to_q: all-gather", 1, 64),  # its own 64 bytes
+        PeakHolding("hbm", "f32[16]", "embedder.ff.net.0.proj: mm", 1, 64),  # no block: its numbers stay
+        PeakHolding("hbm", "f32[4]", "blocks.*.mlp: reduce-scatter", 1, 16),
+        PeakHolding("hbm", "", "tuple", 1, 16),
+        PeakHolding("vmem", "f32[64]", "copy of blocks.*.attn.to_out.0: mm", 1, 256)}
+    assert sum(h.bytes for h in peak.holdings) == peak.bytes
+    assert [h.bytes for h in working_set_peak(assignment, live, {1}, program, top=2).holdings] == [256, 256]

@@ -280,12 +280,11 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
 
     from rich.console import Console
 
-    from meshlab.check.hlo import ArrayShape, HloCollective
+    from meshlab.check.hlo import ArrayShape, HloCollective, PeakHolding
     from meshlab.check.setup import CheckOptions, check_setup
     from meshlab.check.against_tpu import Compiled, TpuCheckReport, _memory_document
-    from meshlab.check.hlo import PeakHolding
     from meshlab.check.verdict import MeasuredCollective
-    from meshlab.cli.render_check import render_tpu_check
+    from meshlab.cli.render_check import mib, render_tpu_check
 
     setup = check_setup(REPO / "strategies" / "pairs.yaml", CheckOptions(layers=3))
     chip = setup.memory.most_loaded
@@ -342,9 +341,10 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     out = io.StringIO()
     render_tpu_check(replace(report, compiled=(shown,)), Console(file=out, width=300))
     table = out.getvalue()
-    assert "held then: 1 x f32[24,4608,4608] (transformer_blocks.*.attn: softmax), HBM" in table
-    assert "held then: 3 x bf16[1,256,3072] (transformer_blocks.*: all-gather), VMEM" in table
-    assert "bf16[8]" not in table
+    assert "at that peak: 1 x f32[24,4608,4608] (transformer_blocks.*.attn: softmax), HBM" in table
+    assert "at that peak: 3 x bf16[1,256,3072] (transformer_blocks.*: all-gather), VMEM" in table
+    rest = next(line for line in table.splitlines() if "at that peak, the rest" in line)
+    assert "bf16[8]" not in table and mib(scores - scores // 2 - scores // 4) in rest
     unread = replace(on_chip, working_set_live_peak=None)  # nothing on chip read: HBM's figure is held
     assert [d for d in replace(report, compiled=(unread,)).differences() if d.startswith("temporaries per chip")]
     assert report.middle_blocks() == ["transformer_blocks.1"]  # only the middle block is held
