@@ -110,10 +110,11 @@ def test_a_tpu_that_fuses_the_softmax_holds_one_score_buffer_up_to_its_keys():
 
 
 def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
-    """Hardware.recomputed_softmax_keys: with more keys a row than that (v6e: 8192, measured) XLA:TPU's math attention
-    holds one float32 buffer again, the scores, whose readers recompute the probabilities; so under a sequence split
-    with every head gathered too (HunyuanVideo over seq 4 x model 2 at 8480 keys), where below it holds two, but not
-    where the probabilities meet values left split (meshlab.plan.axes.values_summed: seq 2 x model 4)."""
+    """Hardware.recomputed_softmax_keys: with more keys a row than that (8192 on v6e, v5e, v5p and v4, measured)
+    XLA:TPU's math attention holds one float32 buffer again, the scores, whose readers recompute the probabilities;
+    so under a sequence split with every head gathered too (HunyuanVideo over seq 4 x model 2 at 8480 keys), where
+    below it holds two, but not where the probabilities meet values left split (meshlab.plan.axes.values_summed: seq
+    2 x model 4). v6e alone holds a masked attention's mask broadcast (v5e, v5p and v4 none at 5244 keys)."""
     from meshlab.core.hardware import load_hardware
     from meshlab.plan.memory import memory_on
 
@@ -123,11 +124,11 @@ def test_past_its_recomputed_softmax_keys_a_tpu_holds_the_scores_alone():
     two = _held(s, card)
     assert _held(s, card, fused=4, recomputed=23) == two - BUFFER
     assert _held(s, card, fused=4, recomputed=24) == two
-    assert load_hardware("v6e-8").recomputed_softmax_keys == 8192
-    assert load_hardware("v5e-8").recomputed_softmax_keys is None
+    assert all(load_hardware(name).recomputed_softmax_keys == 8192 for name in ("v6e-8", "v5e-8", "v5p-8", "v4-8"))
+    assert all(load_hardware(name).mask_broadcast_keys is None for name in ("v5e-8", "v5p-8", "v4-8"))
     v6e = load_hardware("v6e-8", {"fused_softmax_keys": 4, "recomputed_softmax_keys": 23,  # the catalog's figures
                                   "mask_broadcast_keys": "none"})
-    v5e = load_hardware("v5e-8")  # reach memory_on
+    v5e = load_hardware("v5e-8")  # reach memory_on; v5e's 8192 far past these 24 keys: two buffers
     assert memory_on(plan, s, v6e).most_loaded.activations == memory_on(plan, s, v5e).most_loaded.activations - BUFFER
     for mesh, alone in (({"seq": 4, "model": 2}, True), ({"seq": 2, "model": 4}, False)):  # values gathered, summed
         split = _split(mesh, 2)
