@@ -57,7 +57,7 @@ def summary(result: dict) -> str:
                      + (f"{live / gib:.3f} GiB live at once in HBM, " if live is not None else "")
                      + f"{m['temporaries'] / gib:.3f} GiB temp buffer")
         for held in (m.get("at_peak") or [])[:5]:
-            lines.append(f"    held at that peak: {held['count']} x {held['shape'] or 'value'} ({held['made_by']}), "
+            lines.append(f"    held at that peak: {held['count']} x {held['shape'] or 'tuple'} ({held['made_by']}), "
                          f"{held['memory_space'].upper()}: {held['bytes'] / gib:.3f} GiB")
     lines.append(f"  fits: meshlab {d['fits']['predicted']}, XLA:TPU {d['fits']['xla']} "
                  f"({(d['fits']['xla_required_bytes'] or 0) / gib:.2f} GiB of {d['fits']['usable_hbm_bytes'] / gib:.2f})")

@@ -31,24 +31,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
-_VALUE = re.compile(r"value: <\d+ (\S+) @(\d+)> \(size=(\d+),offset=\d+\): f32\[\d+,(\d+),(\d+)\]")
+_VALUE = re.compile(r"value: <\d+ (\S+) @(\d+)> \(size=(\d+),offset=\d+\): f32\[(\d+),(\d+),(\d+)\]")
 _LIVE_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$", re.M)
 
 
 def score_buffers(dump: Path, tokens: int) -> dict:
     """The float32 [heads, queries, tokens] values of the program's buffer assignment (the largest module XLA
-    dumped; queries: the tokens, or a chip's share of them under a sequence split; tokens: a joint attention's, or
-    the image's for a self-attention of the image alone, as Wan's): how many, their memory spaces (0 is HBM, 1
-    VMEM, 3 v4's CMEM), their MiB, and how many pairs are live at once."""
+    dumped; more than one head, so not a stream's float32 [1, tokens, width] where a chip's width equals the keys;
+    queries: the tokens, or a chip's share of them under a sequence split; tokens: a joint attention's, or the
+    image's for a self-attention of the image alone, as Wan's): how many, their memory spaces (0 is HBM, 1 VMEM, 3
+    v4's CMEM), their MiB, and how many pairs are live at once."""
     assignments = list(dump.glob("*.after_optimizations-buffer-assignment.txt"))
     if not assignments:
         return {}
     assignment = max(assignments, key=lambda p: p.stat().st_size)
     live_range = assignment.with_name(assignment.name.replace("-buffer-assignment", "-live-range")).read_text()
     ranges = {name: (int(a), int(b)) for name, a, b in _LIVE_RANGE.findall(live_range)}
-    found = [(name, int(color), int(size)) for name, color, size, rows, cols in
+    found = [(name, int(color), int(size)) for name, color, size, heads, rows, cols in
              _VALUE.findall(assignment.read_text()) if int(cols) == tokens and tokens % int(rows) == 0
-             and int(rows) > 1]
+             and int(rows) > 1 and int(heads) > 1]
     spans = [ranges.get(name if "{" in name else name + "{}") for name, _, _ in found]
     together = sum(1 for i, a in enumerate(spans) for b in spans[i + 1:]
                    if a and b and a[0] <= b[1] and b[0] <= a[1])
@@ -117,7 +118,7 @@ def report(p: dict) -> None:
           f"({s.get('mib_each')} MiB each, memory spaces {s.get('memory_spaces')}, "
           f"{s.get('pairs_live_at_once')} pairs live at once)", flush=True)
     for held in p.get("at_peak", [])[:3]:
-        print(f"  held at XLA:TPU's peak: {held['count']} x {held['shape'] or 'value'} ({held['made_by']}), "
+        print(f"  held at XLA:TPU's peak: {held['count']} x {held['shape'] or 'tuple'} ({held['made_by']}), "
               f"{held['memory_space'].upper()}: {held['bytes'] / MIB:.1f} MiB", flush=True)
 
 

@@ -563,7 +563,7 @@ class PeakHolding:
 
     memory_space: str  # "hbm", or the on-chip memory's name (ON_CHIP_SPACES: "vmem", "cmem")
     shape: str  # the value's array, ``f32[24,4608,4608]``; "" for a tuple's (its buffer holds pointers)
-    made_by: str  # the module and op that made it, its block number as "*" (`_made_by`)
+    made_by: str  # the module and op that made it, its block number as "*" (`_Named.made_by`)
     count: int
     bytes: int  # all `count` of them, as allocated, each byte once
 
@@ -581,8 +581,9 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
     """`working_set_live_peak`, and what the program holds then: the `top` largest kinds of value live at the
     first point of its instruction sequence where the working set peaks (`PeakHolding`). Each byte counts once:
     where values share bytes (a loop's state, an op done in place, a join of the slices it spans) the largest is
-    credited them, so every kind's bytes sum to the peak. The figure a prediction is held to, made checkable: which
-    buffers, from which module, XLA:TPU keeps at once. None where either file says nothing of them."""
+    credited them, the earliest made of equals, so every kind's bytes sum to the peak. The figure a prediction is
+    held to, made checkable: which buffers, from which module, XLA:TPU keeps at once. None where either file says
+    nothing of them."""
     copies = argument_copies(program)
     values = _temporary_values(buffer_assignment, live_range, lambda color, name: color == 0 or (
         color in on_chip and name.partition("{")[0] not in copies))
@@ -590,13 +591,12 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
     if found is None:
         return None
     peak, time = found
-    heads = _instruction_heads(program)
-    collectives = _collective_computations(program)
+    named = _Named.of(program, copies)
     spaces = {color: name for (color, _), name in ON_CHIP_SPACES.items()}
     covered: dict[int, list[tuple[int, int]]] = {}
     groups: Counter = Counter()
     counts: Counter = Counter()
-    for (start, end), color, offset, size, name, shape in sorted(values, key=lambda v: (-v[3], v[1], v[2])):
+    for (start, end), color, offset, size, name, shape in sorted(values, key=lambda v: (-v[3], v[1], v[2], v[0], v[4])):
         if not start <= time <= end:
             continue
         held = covered.setdefault(color, [])
@@ -604,76 +604,96 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
                                   if a < offset + size and b > offset)
         held.append((offset, offset + size))
         if new > 0:
-            key = (spaces.get(color, "hbm"), shape, _made_by(name.partition("{")[0], heads, copies, collectives))
+            key = (spaces.get(color, "hbm"), shape, named.made_by(name.partition("{")[0], shape))
             groups[key] += new
             counts[key] += 1
-    holdings = tuple(PeakHolding(*key, counts[key], size) for key, size in groups.most_common(top))
-    return WorkingSetPeak(peak, holdings)
+    kinds = sorted(groups, key=lambda key: (-groups[key], key))[:top]
+    return WorkingSetPeak(peak, tuple(PeakHolding(*key, counts[key], groups[key]) for key in kinds))
 
 
 #: a module path's block number: the number after its first name (``transformer_blocks.3.attn``), as
 #: meshlab.models.card.block_position reads it
 _BLOCK_NUMBER = re.compile(r"^([A-Za-z_]\w*\.)\d+(?=\.|$)")
-_COPIES = ("copy", "copy-start", "copy-done")  # memory-space assignment's, between HBM and VMEM
-_VIEWS = ("bitcast", "get-tuple-element")
+_VIEWS = ("bitcast", "get-tuple-element")  # an unnamed one is the value it views
 
 
-def _made_by(instruction: str, heads: dict[str, tuple[str, str | None]], copies: frozenset[str],
-             collectives: dict[str, str], depth: int = 0) -> str:
-    """`PeakHolding.made_by` of an instruction's value: "copy of an argument" for a weight or input moved about
-    (`argument_copies`); else the module its op_name scopes, its block number as "*", and the op (a collective's
-    kind, a fusion's where it wraps one: XLA:TPU's all-reduce-scatter and async collective fusions); an unnamed copy
-    (memory-space assignment's, between HBM and VMEM) "copy of" what it copies, an unnamed view what it views; else
-    the op or the opcode."""
-    if instruction in copies:
-        return "copy of an argument"
-    head, op_name = heads.get(instruction, ("", None))
-    opcode = _OPCODE.search(" " + head)
-    kind = opcode.group(1) if opcode else ""
-    if kind in _COPIES + _VIEWS and not op_name and depth < 16:
-        operands = _operand_names((" " + head)[opcode.end():])
-        if operands:
-            moved = _made_by(operands[0], heads, copies, collectives, depth + 1)
-            return moved if kind in _VIEWS or moved.startswith("copy of") else f"copy of {moved}"
-    called = re.search(r"\bcalls=%?([\w.\-]+)", head) if kind == "fusion" else None
-    collective = _KIND.search(" " + head.split(", metadata=")[0])
-    names = (op_name or "").split(";")
-    scoped = next((n for n in names if layer_of(n) is not None), names[0])
-    module = layer_of(scoped)
-    if collective and kind.startswith(collective.group(1)):
-        op = collective.group(1)
-    elif called and called.group(1) in collectives:
-        op = collectives[called.group(1)]
-    else:
-        op = re.sub(r"^(?:aten|xla)__", "", scoped.rpartition("/")[2])
-    if module:
-        module = _BLOCK_NUMBER.sub(r"\1*", module)
-        return f"{module}: {op}" if op else module
-    return op or kind or instruction
+@dataclass(frozen=True)
+class _Named:
+    """What `_Named.made_by` reads of an optimized program."""
 
+    heads: dict[str, tuple[str, str | None]]  # each instruction's text after "=" and its op_name
+    copies: frozenset[str]  # `argument_copies`
+    #: a computation that holds a collective: its kind, its op_name and its result arrays (empty: every value the
+    #: computation returns is the collective's, as an all-reduce-scatter fusion's reduce-scatter)
+    collectives: dict[str, tuple[str, str | None, frozenset[str]]]
+    run_by: dict[str, str]  # an instruction of an async computation: the async-start that runs it
 
-def _collective_computations(program: str) -> dict[str, str]:
-    """The kind of collective each computation of `program` holds, by its name: an ``all-reduce-scatter`` fusion's
-    "reduce-scatter" (`parse_collectives` counts it so), an async collective fusion's the collective it starts."""
-    found = {}
-    for computation, lines in _computations(program):
-        if computation.startswith("all-reduce-scatter"):
-            found[computation] = "reduce-scatter"
-            continue
-        kind = next((k for k in (_KIND.search(line) for line in lines) if k), None)
-        if kind:
-            found[computation] = kind.group(1)
-    return found
+    @classmethod
+    def of(cls, program: str, copies: frozenset[str]) -> "_Named":
+        heads, collectives, members = {}, {}, {}
+        for computation, lines in _computations(program):
+            for line in lines:
+                instruction = _INSTRUCTION.match(line)
+                if instruction:
+                    heads[instruction.group(1)] = (instruction.group(2), _op_name(line))
+                    members[instruction.group(1)] = computation
+            kind = next((k for k in (_KIND.search(line) for line in lines) if k), None)
+            if computation.startswith("all-reduce-scatter"):  # parse_collectives counts it a reduce-scatter
+                collectives[computation] = ("reduce-scatter", _op_name(kind.string) if kind else None, frozenset())
+            elif kind:
+                arrays = frozenset(str(s) for s in array_shapes(kind.string[:kind.start()].partition("=")[2]))
+                collectives[computation] = (kind.group(1), _op_name(kind.string), arrays)
+        starts = {called.group(1): name for name, (head, _) in heads.items()
+                  if (called := re.search(r"\sasync-start\(.*\bcalls=%?([\w.\-]+)", head))}
+        run_by = {name: starts[computation] for name, computation in members.items() if computation in starts}
+        return cls(heads, copies, collectives, run_by)
 
+    def made_by(self, instruction: str, shape: str = "", depth: int = 0) -> str:
+        """`PeakHolding.made_by` of an instruction's value (its array `shape`): "copy of an argument" for a weight
+        or input moved about (`argument_copies`); else the module its op_name scopes, its block number as "*", and
+        the op: a collective's kind, and a fusion's where the value is the collective's it wraps (XLA:TPU's
+        all-reduce-scatter and async collective fusions, named after the collective's module). A value an unnamed
+        op only moves (memory-space assignment's copies and slices between HBM and VMEM, an async computation's
+        values) is "copy of" what it moves, one an unnamed view makes the value it views; else the op or opcode."""
+        if instruction in self.copies:
+            return "copy of an argument"
+        head, op_name = self.heads.get(instruction, ("", None))
+        opcode = _OPCODE.search(" " + head)
+        kind = opcode.group(1) if opcode else ""
+        if kind == "custom-call" and 'custom_call_target="ConcatBitcast"' in head:
+            kind = "concat-bitcast"
+        if not op_name and depth < 16 and instruction in self.run_by:
+            return self._moved(self.run_by[instruction], depth)
+        if not op_name and depth < 16 and kind in _MOVES and kind != "tuple":  # a tuple's buffer: pointers
+            operands = _operand_names((" " + head)[opcode.end():])
+            if operands:
+                moved = self.made_by(operands[0], shape if kind in _VIEWS else "", depth + 1)
+                return moved if kind in _VIEWS else self._copy_of(moved)
+        called = re.search(r"\bcalls=%?([\w.\-]+)", head) if kind == "fusion" else None
+        wrapped = self.collectives.get(called.group(1)) if called else None
+        collective = _KIND.search(" " + head.split(", metadata=")[0])
+        if wrapped and not wrapped[2]:  # every value the collective's: named by it, or by the fusion
+            op, op_name = wrapped[0], (wrapped[1] if layer_of(wrapped[1]) else op_name)
+        elif wrapped and shape in wrapped[2]:  # the collective's value beside a computation's: named by it alone
+            op, op_name = wrapped[0], wrapped[1]
+        elif collective and kind.startswith(collective.group(1)):
+            op = collective.group(1)
+        else:
+            op = None
+        names = (op_name or "").split(";")
+        scoped = next((n for n in names if layer_of(n) is not None), names[0])
+        module, op = layer_of(scoped), op or re.sub(r"^(?:aten|xla)__", "", scoped.rpartition("/")[2])
+        if module:
+            module = _BLOCK_NUMBER.sub(r"\1*", module)
+            return f"{module}: {op}" if op else module
+        return op or kind or instruction
 
-def _instruction_heads(program: str) -> dict[str, tuple[str, str | None]]:
-    """Each instruction's text after ``=`` and its op_name, by its name."""
-    heads = {}
-    for line in program.splitlines():
-        instruction = _INSTRUCTION.match(line)
-        if instruction:
-            heads[instruction.group(1)] = (instruction.group(2), _op_name(line))
-    return heads
+    def _moved(self, instruction: str, depth: int) -> str:
+        return self._copy_of(self.made_by(instruction, "", depth + 1))
+
+    @staticmethod
+    def _copy_of(made_by: str) -> str:
+        return made_by if made_by.startswith("copy of") else f"copy of {made_by}"
 
 
 def _live_peak(buffer_assignment: str, live_range: str, counted) -> int | None:

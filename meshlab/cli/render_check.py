@@ -49,8 +49,9 @@ class Progress:
 def _largest_held(c, most: int = 3, share: float = 0.05) -> tuple:
     """The kinds of value XLA:TPU's program holds at its working set's peak (Compiled.working_set_at_peak) that the
     table names: the `most` largest, each at least `share` of the peak (the JSON has more)."""
-    peak = c.working_set_live_peak or 0
-    return tuple(h for h in c.working_set_at_peak[:most] if h.bytes >= share * peak)
+    if c.working_set_live_peak is None:
+        return ()
+    return tuple(h for h in c.working_set_at_peak[:most] if h.bytes >= share * c.working_set_live_peak)
 
 
 def mib(n: float) -> str:
@@ -313,15 +314,15 @@ def render_tpu_check(report, console) -> None:
         table.add_row(f"denoise working set / temporaries live at once, {where}" + (
             " (attention scores materialised)" if c.front_end == "torch-xla" else " (flash attention)"),
             mib(report.predicted_temporaries(c.front_end)), mib(c.live_temporaries) if read else "?")
-        if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
-            table.add_row("  of them in HBM at once", "", mib(c.temporaries_live_peak))
         named = _largest_held(c)
         for held in named:
-            table.add_row(f"  at that peak: {held.count} x {held.shape or 'tuple'} ({held.made_by}), "
+            table.add_row(f"  of them at that peak: {held.count} x {held.shape or 'tuple'} ({held.made_by}), "
                           f"{held.memory_space.upper()}", "", mib(held.bytes))
         if named:
-            table.add_row("  at that peak, the rest (the JSON's at_peak has more)", "",
+            table.add_row("  of them at that peak, the rest (the JSON's at_peak has more)", "",
                           mib(c.working_set_live_peak - sum(h.bytes for h in named)))
+        if c.working_set_live_peak is not None and c.temporaries_live_peak is not None:
+            table.add_row("  in HBM alone at once (its own peak)", "", mib(c.temporaries_live_peak))
         table.add_row("temp buffer (those values packed at offsets)", "", mib(c.memory["temp"]))
         for space in c.on_chip_spaces:
             table.add_row(f"{space.upper()}, beside HBM (the weights prefetched there, and temporaries)", "",

@@ -246,10 +246,10 @@ class HardwareFigures(Closed):
         "they run async on this chip (as async_weight_gathers says), from 0 to 1; or none (synchronous, or the share "
         "not measured: priced synchronous)")
     async_weight_gathers: AsyncGathers = Field(
-        None, description="when XLA:TPU runs FSDP's weight gathers in the blocks async on this chip, holding the next "
-        "block's gathered while one runs: by-default (libtpu's defaults; a plan's --xla_enable_async_all_gather=false "
-        "makes them synchronous), with-flag (only where a plan sets --xla_enable_async_all_gather=true), or none "
-        "(synchronous, flag or not, or not measured)")
+        None, description="when XLA:TPU runs FSDP's weight gathers in the blocks async on this chip, started early "
+        "(priced as two blocks' gathered weights held): by-default (libtpu's defaults; a plan's "
+        "--xla_enable_async_all_gather=false makes them synchronous), with-flag (only where a plan sets "
+        "--xla_enable_async_all_gather=true), or none (synchronous, flag or not, or not measured)")
     fused_softmax_keys: OptionalNumber = Field(
         None, description="XLA:TPU's program of torch's math attention (no flash kernel) holds one float32 buffer of "
         "a block's scores, the softmax fused into it, where a row has at most this many keys, and two (the scores "

@@ -301,10 +301,9 @@ def libtpu_flags_line(flags: list[str] | tuple[str, ...], async_hidden: float | 
         line += ("; FSDP's weight gathers run synchronously, none of their time hidden (this chip runs them async "
                  "by default)")
     if weight_gathers == "with-flag" and gathers_async:
-        line += ("; FSDP's weight gathers run async, the next block's gathered while one runs (two blocks' gathered "
-                 "weights held), " + (f"{weight_gathers_hidden:.0%} of their time hidden" if weight_gathers_hidden
-                                      is not None else "their time priced synchronous: what XLA:TPU's schedule hides "
-                                      "on this chip is not measured"))
+        line += ("; FSDP's weight gathers run async, started early (priced as two blocks' gathered weights held), "
+                 + (f"{weight_gathers_hidden:.0%} of their time hidden" if weight_gathers_hidden is not None
+                    else "their time priced synchronous: what XLA:TPU's schedule hides on this chip is not measured"))
     return line + (f"; not priced: {', '.join(others)}" if others else "")
 
 

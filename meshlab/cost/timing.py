@@ -95,7 +95,7 @@ class Assumptions:
                        "unless the plan sets --xla_enable_async_all_gather=false (v5e: 6 of fsdp.yaml's 8 a block "
                        "async; MaxText's all-gather collective fusion changes nothing there, and is refused off "
                        "v5e); on v4 --xla_enable_async_all_gather=true runs them async (its share not measured: "
-                       "priced synchronous, two blocks' gathered weights held). No other flag is priced: on v6e "
+                       "priced synchronous, as two blocks' gathered weights held). No other flag is priced: on v6e "
                        "--xla_enable_async_all_gather and _all_reduce leave fsdp's gathers and pairs' all-reduces "
                        "synchronous (benchmarks/results/tpu_async_flags.txt). "
                        "On a GPU an assumption: each all-reduce or all-gather feeds the next op"},

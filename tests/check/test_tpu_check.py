@@ -341,8 +341,10 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     out = io.StringIO()
     render_tpu_check(replace(report, compiled=(shown,)), Console(file=out, width=300))
     table = out.getvalue()
-    assert "at that peak: 1 x f32[24,4608,4608] (transformer_blocks.*.attn: softmax), HBM" in table
-    assert "at that peak: 3 x bf16[1,256,3072] (transformer_blocks.*: all-gather), VMEM" in table
+    assert "of them at that peak: 1 x f32[24,4608,4608] (transformer_blocks.*.attn: softmax), HBM" in table
+    assert "of them at that peak: 3 x bf16[1,256,3072] (transformer_blocks.*: all-gather), VMEM" in table
+    rows = [line for line in table.splitlines() if any(w in line for w in ("working set", "at that peak", "HBM alone"))]
+    assert ["working set" in rows[0], "HBM alone" in rows[-1], len(rows)] == [True, True, 5]  # under the working set
     rest = next(line for line in table.splitlines() if "at that peak, the rest" in line)
     assert "bf16[8]" not in table and mib(scores - scores // 2 - scores // 4) in rest
     unread = replace(on_chip, working_set_live_peak=None)  # nothing on chip read: HBM's figure is held

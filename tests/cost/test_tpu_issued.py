@@ -705,12 +705,13 @@ def test_fsdp_s_weight_gathers_hide_where_the_chip_runs_them_async_by_default(tm
     assert "weight gathers run synchronously" in line and "not priced" not in line
 
 
-def test_v4_runs_fsdp_s_weight_gathers_async_with_the_flag_and_holds_two_blocks(tmp_path):
+def test_v4_runs_fsdp_s_weight_gathers_async_with_the_flag_and_is_priced_holding_two_blocks(tmp_path):
     """--xla_enable_async_all_gather=true on v4 (the catalog's async_weight_gathers: with-flag): XLA:TPU runs the
-    weight gathers async and holds the next block's gathered beside the running one's (3 blocks at 256²: 1.08 GB of
-    temporaries live at once against 0.57 GB), so the plan holds two blocks gathered; the time its schedule hides is
-    not measured there, so the step is priced as without the flag, and explain says so. v5p and v6e keep them
-    synchronous with the flag (one block), and v5e runs them async by default."""
+    weight gathers async and starts them early (3 blocks at 256²: 1.69 blocks' gathered weights at once, 1.08 GB of
+    temporaries in HBM against 0.57 GB without the flag: benchmarks/results/tpu_check_fsdp-v4-async_256.json), so
+    the plan is priced holding two blocks gathered; the time its schedule hides is not measured there, so the step is
+    priced as without the flag, and explain says so. v5p and v6e keep them synchronous with the flag (one block), and
+    v5e runs them async by default."""
     from meshlab.cost.collectives import libtpu_flags_line
     from meshlab.cost.predict import predict
     from meshlab.plan.memory import gathered_blocks_on

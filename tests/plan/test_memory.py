@@ -256,8 +256,9 @@ def test_a_scanned_plan_holds_its_block_weights_stacked_while_denoising():
 
 
 def test_fsdp_holds_a_block_s_weights_gathered_while_it_runs():
-    """fsdp.yaml splits every block weight over the batch axis: a block gathers them whole before it runs, and
-    they are live together (XLA:TPU's temporaries, tests/check/test_tpu_check.py); 2d.yaml gathers none."""
+    """fsdp.yaml splits every block weight over the batch axis: a block gathers them before they are used, and the
+    denoise phase is priced holding the block's gathered weights beside the activations (a stand-in for what XLA:TPU
+    holds: meshlab.plan.memory.gathered_block_bytes, tests/check/test_tpu_check.py); 2d.yaml gathers none."""
     from meshlab.models.card import DTYPE_BYTES
     from meshlab.plan.planned import plan_file
 
@@ -271,12 +272,13 @@ def test_fsdp_holds_a_block_s_weights_gathered_while_it_runs():
     assert plan_file(REPO / "strategies" / "2d.yaml").memory.most_loaded.gathered_weights == 0
 
 
-def test_a_chip_that_gathers_weights_async_holds_two_blocks_gathered(tmp_path):
+def test_a_chip_that_gathers_weights_async_is_priced_holding_two_blocks_gathered(tmp_path):
     """v5e runs FSDP's weight gathers async with libtpu's defaults, and its schedule starts them early: XLA:TPU's
-    compile of fsdp.yaml for v5e:2x4 (3 blocks, 256², torch_xla's program) holds nearly every gather of the three
-    blocks at once, 1,550,086,144 B of temporaries in HBM, against v6e's 679,828,576 B (every block's modulation
-    weights). Priced as two blocks there, one where the plan turns XLA's async all-gathers off or scans its blocks
-    (not measured), and one on v6e, whose gathers are synchronous."""
+    compile of fsdp.yaml for v5e:2x4 (3 blocks, 256², torch_xla's program) holds 2.19 blocks' gathered weights at
+    once (every modulation weight, 23 of 24 attention projections, 5 of 12 MLP weights), 1,550,086,144 B of
+    temporaries in HBM, against v6e's 679,828,576 B (every block's modulation weights). Priced as two blocks there,
+    one where the plan turns XLA's async all-gathers off or scans its blocks (not measured), and one on v6e, whose
+    gathers are synchronous."""
     import yaml
 
     from meshlab.plan.planned import plan_file
