@@ -103,8 +103,8 @@ class MeshlabMemory(Document):
     weights: int
     activations: int
     scan_stacked_weights: int = Field(description="the block weights stacked for a scan (0 unrolled)")
-    gathered_weights: int = Field(0, description="FSDP: a block's weights gathered while it runs, two blocks' "
-                                  "where the chip gathers them async (0 without)")
+    gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
+                                  "activations, two blocks' where the chip gathers them async (0 without)")
     total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights")
 
 
@@ -283,8 +283,8 @@ class TpuMeshlabMemory(Document):
         "weights): what XLA:TPU's temporaries are held to")
     vae_decode: int
     scan_stacked_weights: int
-    gathered_weights: int = Field(0, description="FSDP: a block's weights gathered while it runs, two blocks' "
-                                  "where the chip gathers them async (0 without)")
+    gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
+                                  "activations, two blocks' where the chip gathers them async (0 without)")
     total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights")
 
 

@@ -615,6 +615,7 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
 #: meshlab.models.card.block_position reads it
 _BLOCK_NUMBER = re.compile(r"^([A-Za-z_]\w*\.)\d+(?=\.|$)")
 _VIEWS = ("bitcast", "get-tuple-element")  # an unnamed one is the value it views
+_COPIES = ("copy", "copy-start", "copy-done")  # memory-space assignment's, between HBM and VMEM
 
 
 @dataclass(frozen=True)
@@ -627,16 +628,21 @@ class _Named:
     #: computation returns is the collective's, as an all-reduce-scatter fusion's reduce-scatter)
     collectives: dict[str, tuple[str, str | None, frozenset[str]]]
     run_by: dict[str, str]  # an instruction of an async computation: the async-start that runs it
+    scopes: dict[str, str]  # a computation: the op_name of its root, or of its first op a module scopes
 
     @classmethod
     def of(cls, program: str, copies: frozenset[str]) -> "_Named":
-        heads, collectives, members = {}, {}, {}
+        heads, collectives, members, scopes = {}, {}, {}, {}
         for computation, lines in _computations(program):
             for line in lines:
                 instruction = _INSTRUCTION.match(line)
                 if instruction:
                     heads[instruction.group(1)] = (instruction.group(2), _op_name(line))
                     members[instruction.group(1)] = computation
+            roots = [line for line in lines if line.lstrip().startswith("ROOT ")]
+            scoped = next((n for n in map(_op_name, roots + lines) if layer_of(n) is not None), None)
+            if scoped:
+                scopes[computation] = scoped
             kind = next((k for k in (_KIND.search(line) for line in lines) if k), None)
             if computation.startswith("all-reduce-scatter"):  # parse_collectives counts it a reduce-scatter
                 collectives[computation] = ("reduce-scatter", _op_name(kind.string) if kind else None, frozenset())
@@ -646,7 +652,7 @@ class _Named:
         starts = {called.group(1): name for name, (head, _) in heads.items()
                   if (called := re.search(r"\sasync-start\(.*\bcalls=%?([\w.\-]+)", head))}
         run_by = {name: starts[computation] for name, computation in members.items() if computation in starts}
-        return cls(heads, copies, collectives, run_by)
+        return cls(heads, copies, collectives, run_by, scopes)
 
     def made_by(self, instruction: str, shape: str = "", depth: int = 0) -> str:
         """`PeakHolding.made_by` of an instruction's value (its array `shape`): "copy of an argument" for a weight
@@ -666,16 +672,18 @@ class _Named:
             return self._moved(self.run_by[instruction], depth)
         if not op_name and depth < 16 and kind in _MOVES and kind != "tuple":  # a tuple's buffer: pointers
             operands = _operand_names((" " + head)[opcode.end():])
-            if operands:
-                moved = self.made_by(operands[0], shape if kind in _VIEWS else "", depth + 1)
+            if operands:  # a view or a copy keeps its value's array, a slice does not
+                moved = self.made_by(operands[0], shape if kind in _VIEWS + _COPIES else "", depth + 1)
                 return moved if kind in _VIEWS else self._copy_of(moved)
         called = re.search(r"\bcalls=%?([\w.\-]+)", head) if kind == "fusion" else None
         wrapped = self.collectives.get(called.group(1)) if called else None
         collective = _KIND.search(" " + head.split(", metadata=")[0])
+        if called and not op_name:  # a fusion XLA left unnamed: named by what it fuses
+            op_name = self.scopes.get(called.group(1))
         if wrapped and not wrapped[2]:  # every value the collective's: named by it, or by the fusion
             op, op_name = wrapped[0], (wrapped[1] if layer_of(wrapped[1]) else op_name)
-        elif wrapped and shape in wrapped[2]:  # the collective's value beside a computation's: named by it alone
-            op, op_name = wrapped[0], wrapped[1]
+        elif wrapped and (not shape or shape in wrapped[2]):  # the collective's beside a computation's value (or
+            op, op_name = wrapped[0], wrapped[1]  # reached through a slice, its array unknown): named by it alone
         elif collective and kind.startswith(collective.group(1)):
             op = collective.group(1)
         else:

@@ -37,7 +37,8 @@ ACTIVATION_METHOD = (
     "attention also holds the k and v of the joint sequence's tokens on other chips (a ring that passes blocks "
     "by send/recv, two blocks of them, and a ring of passes its running output in float32); under "
     "compile.scan_blocks the denoise phase also holds the block weights stacked for the scan; a block whose "
-    "weights are split over an axis that splits activations (FSDP) holds them gathered while it runs"
+    "weights are split over an axis that splits activations (FSDP) is priced holding them gathered beside the "
+    "activations"
 )
 
 
@@ -131,11 +132,12 @@ def memory_on(plan: Plan, strategy: Strategy, hardware) -> MemoryReport:
 def gathered_blocks_on(strategy: Strategy, hardware) -> int:
     """Blocks whose gathered weights a chip is priced holding at once (`gathered_block_bytes`, a stand-in for what
     XLA:TPU's schedule holds): two where it runs FSDP's weight gathers async (the catalog's ``async_weight_gathers``:
-    `weight_gathers_async`), whose schedule starts them early; else one. XLA:TPU's compile of fsdp.yaml for v5e:2x4
-    (torch_xla's program, libtpu's defaults) at 256², 3 blocks, holds 1,663,338,496 B of temporaries at once in HBM
-    and VMEM (1,550,086,144 B in HBM): gathered, every modulation weight, 23 of the 24 attention projections and 5 of
-    the 12 MLP weights of the three blocks, 1,491,075,072 B of their 2,038,431,744, 2.19 blocks' (its ``at_peak``),
-    against meshlab's 1,396,113,408 B (two blocks' gathered weights and the activations:
+    `weight_gathers_async`), whose schedule issues the blocks' gathers early, most of them synchronous; else one.
+    XLA:TPU's compile of fsdp.yaml for v5e:2x4 (torch_xla's program, libtpu's defaults) at 256², 3 blocks, holds
+    1,663,338,496 B of temporaries at once in HBM and VMEM (1,550,086,144 B in HBM): gathered, every modulation
+    weight, 23 of the 24 attention projections and 5 of the 12 MLP weights of the three blocks, 1,491,075,072 B of
+    their 2,038,431,744, 2.19 blocks' (every kind at its peak, `hlo.working_set_peak`), against meshlab's
+    1,396,113,408 B (two blocks' gathered weights and the activations:
     benchmarks/results/tpu_check_fsdp-v5e_256.json); for v6e:2x4, whose gathers are synchronous, 679,908,448 B,
     every block's modulation weights (tpu_working_set_fsdp.json)."""
     return 2 if weight_gathers_async(strategy, hardware) else 1

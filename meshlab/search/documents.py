@@ -85,8 +85,8 @@ class ChipBreakdown(Document):
                                       "live while denoising (0 unrolled)")
     tile_padding: int = Field(0, description="bytes a TPU's tiled layouts add to the weight shards (0 on a GPU)")
     gathered_weights: int = Field(0, description="FSDP: the heaviest block's weights gathered over the axes that "
-                                  "split activations, live while it runs, twice where the chip gathers the next "
-                                  "block's async (denoise; 0 without FSDP)")
+                                  "split activations, priced as held beside the activations, twice where the chip "
+                                  "runs the gathers async (denoise; 0 without FSDP)")
 
 
 class ChipMemoryRow(Document):

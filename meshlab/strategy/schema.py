@@ -317,7 +317,7 @@ def flag_value(flags, name: str, default: bool) -> bool:
 #: depth), where =false makes them all synchronous (python benchmarks/tpu_async_overlap.py --strategy fsdp --hardware
 #: v5e-8 ...); on v4 =true makes all 14 of fsdp.yaml's async over its 4 chips, where they are synchronous by default
 #: (the catalog's ``async_weight_gathers``); ``async_weight_gather_hidden`` prices what that hides, and a chip that
-#: runs them async holds two blocks gathered
+#: runs them async is priced holding two blocks gathered
 ASYNC_ALL_GATHER_FLAG = "xla_enable_async_all_gather"
 
 

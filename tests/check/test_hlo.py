@@ -455,7 +455,7 @@ def test_what_is_held_at_the_peak_counts_each_byte_once_and_names_who_made_it():
     joins, in part) credit them to the largest, so the kinds sum to the peak; each kind is named by the module its
     op_name scopes, its block number (the number after the first name) as "*", and the op: a collective's kind, an
     all-reduce-scatter fusion's reduce-scatter, an unnamed copy's or an async computation's slice's "copy of" what
-    it copies; a tuple's buffer has no array."""
+    it copies, an unnamed fusion by the op it fuses; a tuple's buffer has no array."""
     from meshlab.check.hlo import PeakHolding, working_set_peak
 
     program = """HloModule m
@@ -464,6 +464,11 @@ def test_what_is_held_at_the_peak_counts_each_byte_once_and_names_who_made_it():
   %p = f32[8]{0} parameter(0)
   %ar = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=1, replica_groups={{0,1}}, to_apply=%add
   ROOT %s = f32[4]{0} slice(f32[8]{0} %ar), slice={[0:4]}
+}
+
+%masked (q: f32[8]) -> f32[8] {
+  %q = f32[8]{0} parameter(0)
+  ROOT %isinf = f32[8]{0} negate(%q), metadata={op_name="blocks.3#/blocks.3.attn#/aten__isneginf"}
 }
 
 %async_computation.1 (p.1: f32[32]) -> f32[16] {
@@ -477,6 +482,7 @@ ENTRY %main (param.0: f32[8]) -> f32[4] {
   %g.1 = f32[32]{0} all-gather(%param.0), channel_id=2, metadata={op_name="blocks.3.attn.to_q#.4/xla__custom_sharding"}
   %ff.1 = f32[16]{0} fusion(%param.0), calls=%f, metadata={op_name="embedder.ff.net.0.proj#.3/aten__mm"}
   %rs.1 = f32[4]{0} fusion(%mm.1), calls=%all-reduce-scatter.1, metadata={op_name="blocks.3#/blocks.3.mlp#/aten__mm"}
+  %mask.1 = f32[8]{0} fusion(%param.0), kind=kLoop, calls=%masked
   %slice-start.1 = ((f32[32]{0}), f32[16]{0:S(1)}, s32[]{:S(2)}) async-start(%g.1), calls=%async_computation.1
   %copy-start.1 = (f32[64]{0:S(1)}, f32[64]{0}, u32[]{:S(2)}) copy-start(f32[64]{0} %mm.1)
   %copy-done.1 = f32[64]{0:S(1)} copy-done((f32[64]{0:S(1)}, f32[64]{0}, u32[]{:S(2)}) %copy-start.1)
@@ -494,17 +500,21 @@ ENTRY %main (param.0: f32[8]) -> f32[4] {
         " value: <6 out @0> (size=16,offset=700): f32[4]{0}\n"
         "allocation 1: size 256, color 1, page 0, preallocated-temp:\n"
         " value: <7 copy-done.1 @1> (size=256,offset=0): f32[64]{0:S(1)}\n"
-        " value: <8 slice.1 @1> (size=64,offset=256): f32[16]{0:S(1)}\n")
+        " value: <8 slice.1 @1> (size=64,offset=256): f32[16]{0:S(1)}\n"
+        " value: <9 mask.1 @1> (size=32,offset=800): f32[8]{0}\n")
     live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    mm.1{}:1-5\n    g.1{}:2-4\n    ff.1{}:2-4\n"
-            "    rs.1{}:3-8\n    t.1{}:3-4\n    out{}:8-9\n    copy-done.1{}:4-6\n    slice.1{}:3-4\n")
+            "    rs.1{}:3-8\n    t.1{}:3-4\n    out{}:8-9\n    copy-done.1{}:4-6\n    slice.1{}:3-4\n"
+            "    mask.1{}:4-5\n")
     peak = working_set_peak(assignment, live, {1}, program)
-    assert peak.bytes == 256 + 64 + 64 + 16 + 16 + 256 + 64  # at 4: mm.1 and g.1's union, ff, rs, t, the copies
+    assert peak.bytes == 256 + 64 + 64 + 16 + 16 + 32 + 256 + 64  # at 4: mm.1 and g.1's union, ff, rs, t, the
+    # mask, the copies
     assert set(peak.holdings) == {
         PeakHolding("hbm", "f32[64]", "blocks.*.attn.to_out.0: mm", 1, 256),
         PeakHolding("hbm", "f32[32]", "blocks.*.attn.to_q: all-gather", 1, 64),  # its own 64 bytes
         PeakHolding("hbm", "f32[16]", "embedder.ff.net.0.proj: mm", 1, 64),  # no block: its numbers stay
         PeakHolding("hbm", "f32[4]", "blocks.*.mlp: reduce-scatter", 1, 16),
         PeakHolding("hbm", "", "tuple", 1, 16),
+        PeakHolding("vmem", "f32[8]", "blocks.*.attn: isneginf", 1, 32),  # an unnamed fusion: by what it fuses
         PeakHolding("vmem", "f32[64]", "copy of blocks.*.attn.to_out.0: mm", 1, 256),
         PeakHolding("vmem", "f32[16]", "copy of blocks.*.attn.to_q: all-gather", 1, 64)}  # an async slice's
     assert sum(h.bytes for h in peak.holdings) == peak.bytes

@@ -343,8 +343,10 @@ def test_the_verdict_holds_weights_temporaries_collectives_and_fit():
     table = out.getvalue()
     assert "of them at that peak: 1 x f32[24,4608,4608] (transformer_blocks.*.attn: softmax), HBM" in table
     assert "of them at that peak: 3 x bf16[1,256,3072] (transformer_blocks.*: all-gather), VMEM" in table
-    rows = [line for line in table.splitlines() if any(w in line for w in ("working set", "at that peak", "HBM alone"))]
-    assert ["working set" in rows[0], "HBM alone" in rows[-1], len(rows)] == [True, True, 5]  # under the working set
+    lines = table.splitlines()
+    at = next(i for i, line in enumerate(lines) if "working set" in line)
+    assert ["at that peak: 1 x" in lines[at + 1], "at that peak: 3 x" in lines[at + 2],
+            "at that peak, the rest" in lines[at + 3], "HBM alone" in lines[at + 4]] == [True] * 4
     rest = next(line for line in table.splitlines() if "at that peak, the rest" in line)
     assert "bf16[8]" not in table and mib(scores - scores // 2 - scores // 4) in rest
     unread = replace(on_chip, working_set_live_peak=None)  # nothing on chip read: HBM's figure is held

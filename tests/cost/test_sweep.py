@@ -197,8 +197,8 @@ def test_a_small_image_on_eight_gpus_is_bound_by_eager_launches():
 
 
 def test_shared_memory_is_each_system_s_own(systems_sweep):
-    """Memory planned once per size, re-sized to each system: the same as a fresh report on that system (v5e holds
-    two blocks gathered where v6e holds one, whichever system the sweep planned first)."""
+    """Memory planned once per size, re-sized to each system: the same as a fresh report on that system (v5e is
+    priced holding two blocks gathered where v6e holds one, whichever system the sweep planned first)."""
     from meshlab.plan.memory import memory_on
 
     result, _ = systems_sweep

@@ -707,8 +707,8 @@ def test_fsdp_s_weight_gathers_hide_where_the_chip_runs_them_async_by_default(tm
 
 def test_v4_runs_fsdp_s_weight_gathers_async_with_the_flag_and_is_priced_holding_two_blocks(tmp_path):
     """--xla_enable_async_all_gather=true on v4 (the catalog's async_weight_gathers: with-flag): XLA:TPU runs the
-    weight gathers async and starts them early (3 blocks at 256²: 1.69 blocks' gathered weights at once, 1.08 GB of
-    temporaries in HBM against 0.57 GB without the flag: benchmarks/results/tpu_check_fsdp-v4-async_256.json), so
+    weight gathers async and issues them early (3 blocks at 256²: 1.69 blocks' gathered weights at once in HBM and
+    CMEM, 1.08 GB of temporaries in HBM against 0.57 GB without the flag: tpu_check_fsdp-v4-async_256.json), so
     the plan is priced holding two blocks gathered; the time its schedule hides is not measured there, so the step is
     priced as without the flag, and explain says so. v5p and v6e keep them synchronous with the flag (one block), and
     v5e runs them async by default."""

@@ -255,7 +255,7 @@ def test_a_scanned_plan_holds_its_block_weights_stacked_while_denoising():
     assert chip.peak_phase == "denoise" and chip.total == plain.total - plain.activation_peak + chip.denoise
 
 
-def test_fsdp_holds_a_block_s_weights_gathered_while_it_runs():
+def test_fsdp_is_priced_holding_a_block_s_weights_gathered():
     """fsdp.yaml splits every block weight over the batch axis: a block gathers them before they are used, and the
     denoise phase is priced holding the block's gathered weights beside the activations (a stand-in for what XLA:TPU
     holds: meshlab.plan.memory.gathered_block_bytes, tests/check/test_tpu_check.py); 2d.yaml gathers none."""
