@@ -615,7 +615,7 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
 #: meshlab.models.card.block_position reads it
 _BLOCK_NUMBER = re.compile(r"^([A-Za-z_]\w*\.)\d+(?=\.|$)")
 _VIEWS = ("bitcast", "get-tuple-element")  # an unnamed one is the value it views
-_COPIES = ("copy", "copy-start", "copy-done")  # memory-space assignment's, between HBM and VMEM
+_COPIES = ("copy", "copy-start", "copy-done")  # memory-space assignment's, between HBM and VMEM or CMEM
 
 
 @dataclass(frozen=True)
@@ -628,7 +628,7 @@ class _Named:
     #: computation returns is the collective's, as an all-reduce-scatter fusion's reduce-scatter)
     collectives: dict[str, tuple[str, str | None, frozenset[str]]]
     run_by: dict[str, str]  # an instruction of an async computation: the async-start that runs it
-    scopes: dict[str, str]  # a computation: the op_name of its root, or of its first op a module scopes
+    scopes: dict[str, str]  # a computation: the op_name of its root, or of the op nearest it a module scopes
 
     @classmethod
     def of(cls, program: str, copies: frozenset[str]) -> "_Named":
@@ -639,8 +639,8 @@ class _Named:
                 if instruction:
                     heads[instruction.group(1)] = (instruction.group(2), _op_name(line))
                     members[instruction.group(1)] = computation
-            roots = [line for line in lines if line.lstrip().startswith("ROOT ")]
-            scoped = next((n for n in map(_op_name, roots + lines) if layer_of(n) is not None), None)
+            roots = [line for line in lines if line.lstrip().startswith("ROOT ")]  # then the op nearest its output
+            scoped = next((n for n in map(_op_name, roots + lines[::-1]) if layer_of(n) is not None), None)
             if scoped:
                 scopes[computation] = scoped
             kind = next((k for k in (_KIND.search(line) for line in lines) if k), None)
@@ -658,9 +658,10 @@ class _Named:
         """`PeakHolding.made_by` of an instruction's value (its array `shape`): "copy of an argument" for a weight
         or input moved about (`argument_copies`); else the module its op_name scopes, its block number as "*", and
         the op: a collective's kind, and a fusion's where the value is the collective's it wraps (XLA:TPU's
-        all-reduce-scatter and async collective fusions, named after the collective's module). A value an unnamed
-        op only moves (memory-space assignment's copies and slices between HBM and VMEM, an async computation's
-        values) is "copy of" what it moves, one an unnamed view makes the value it views; else the op or opcode."""
+        all-reduce-scatter and async collective fusions, named after the collective's module); a fusion XLA left
+        unnamed by what it fuses (`scopes`). A value an unnamed op only moves (memory-space assignment's copies,
+        which keep its array, and slices between HBM and VMEM, an async computation's values) is "copy of" what it
+        moves, one an unnamed view makes the value it views; else the op or opcode."""
         if instruction in self.copies:
             return "copy of an argument"
         head, op_name = self.heads.get(instruction, ("", None))
@@ -682,8 +683,8 @@ class _Named:
             op_name = self.scopes.get(called.group(1))
         if wrapped and not wrapped[2]:  # every value the collective's: named by it, or by the fusion
             op, op_name = wrapped[0], (wrapped[1] if layer_of(wrapped[1]) else op_name)
-        elif wrapped and (not shape or shape in wrapped[2]):  # the collective's beside a computation's value (or
-            op, op_name = wrapped[0], wrapped[1]  # reached through a slice, its array unknown): named by it alone
+        elif wrapped and shape in wrapped[2]:  # the collective's value beside a computation's: named by it alone
+            op, op_name = wrapped[0], wrapped[1]
         elif collective and kind.startswith(collective.group(1)):
             op = collective.group(1)
         else:

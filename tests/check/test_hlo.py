@@ -498,10 +498,10 @@ ENTRY %main (param.0: f32[8]) -> f32[4] {
         " value: <4 rs.1 @0> (size=16,offset=600): f32[4]{0}\n"
         " value: <5 t.1{} @0> (size=16,offset=640): (f32[4]{0}, f32[4]{0})\n"
         " value: <6 out @0> (size=16,offset=700): f32[4]{0}\n"
-        "allocation 1: size 256, color 1, page 0, preallocated-temp:\n"
+        "allocation 1: size 352, color 1, page 0, preallocated-temp:\n"
         " value: <7 copy-done.1 @1> (size=256,offset=0): f32[64]{0:S(1)}\n"
         " value: <8 slice.1 @1> (size=64,offset=256): f32[16]{0:S(1)}\n"
-        " value: <9 mask.1 @1> (size=32,offset=800): f32[8]{0}\n")
+        " value: <9 mask.1 @1> (size=32,offset=320): f32[8]{0}\n")
     live = ("HloLiveRange (max 9):\n  BufferLiveRange:\n    mm.1{}:1-5\n    g.1{}:2-4\n    ff.1{}:2-4\n"
             "    rs.1{}:3-8\n    t.1{}:3-4\n    out{}:8-9\n    copy-done.1{}:4-6\n    slice.1{}:3-4\n"
             "    mask.1{}:4-5\n")
@@ -532,3 +532,45 @@ def test_a_collective_fusion_names_the_collective_s_value_by_it_and_the_rest_by_
     assert named.made_by("fusion.22", "bf16[1024,1024]") == "all-gather"
     assert named.made_by("get-tuple-element.3", "bf16[1024,1024]") == "all-gather"  # an unnamed view of it
     assert named.made_by("fusion.22", "bf16[4,256,1024]") == "transformer_blocks.*.ff: dot_general"
+
+
+def test_a_copy_of_a_collective_fusion_s_gather_is_the_gather_s_and_an_unnamed_fusion_its_last_named_op_s():
+    """An async collective fusion that also computes (v5e's) returns the gathered weight beside the computation's
+    value: a copy of the weight (memory-space assignment's, keeping its array) is a copy of the gather, the
+    computation's value and the tuple's buffer are the fusion's op; a fusion XLA left unnamed, whose root has no
+    op_name either, is named by the op nearest its output that a module scopes."""
+    from meshlab.check.hlo import _Named, argument_copies
+
+    program = """HloModule m
+
+%gather (p: f32[8], x: f32[4]) -> (f32[4], f32[32]) {
+  %p = f32[8]{0} parameter(0)
+  %x = f32[4]{0} parameter(1)
+  %g = f32[32]{0} all-gather(%p), channel_id=1, metadata={op_name="blocks.2.mlp.up#/xla__custom_sharding"}
+  %y = f32[4]{0} negate(%x), metadata={op_name="blocks.1#/blocks.1.attn#/aten__mm"}
+  ROOT %t = (f32[4]{0}, f32[32]{0}) tuple(%y, %g)
+}
+
+%scaled (q: f32[4]) -> f32[4] {
+  %q = f32[4]{0} parameter(0)
+  %m = f32[4]{0} negate(%q), metadata={op_name="blocks.1#/blocks.1.attn2.to_q#/aten__mm"}
+  %s = f32[4]{0} multiply(%m, %m), metadata={op_name="blocks.1#/blocks.1.attn2#/aten__mul"}
+  ROOT %r = f32[4]{0} negate(%s)
+}
+
+ENTRY %main (param.0: f32[8], param.1: f32[4]) -> f32[4] {
+  %param.0 = f32[8]{0} parameter(0)
+  %param.1 = f32[4]{0} parameter(1)
+  %both = (f32[4]{0}, f32[32]{0}) fusion(%param.0, %param.1), calls=%gather,metadata={op_name="blocks.1.attn#/aten__mm"}
+  %w = f32[32]{0} get-tuple-element(%both), index=1
+  %copy-start.1 = (f32[32]{0:S(1)}, f32[32]{0}, u32[]{:S(2)}) copy-start(%w)
+  %copy-done.1 = f32[32]{0:S(1)} copy-done(%copy-start.1)
+  %y.1 = f32[4]{0} get-tuple-element(%both), index=0
+  ROOT %out = f32[4]{0} fusion(%y.1), calls=%scaled
+}
+"""
+    named = _Named.of(program, argument_copies(program))
+    assert named.made_by("copy-done.1", "f32[32]") == "copy of blocks.*.mlp.up: all-gather"
+    assert named.made_by("copy-start.1", "f32[32]") == "copy of blocks.*.mlp.up: all-gather"
+    assert named.made_by("y.1", "f32[4]") == named.made_by("both", "") == "blocks.*.attn: mm"  # not the gather's
+    assert named.made_by("out", "f32[4]") == "blocks.*.attn2: mul"
