@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from meshlab.check.hlo import PeakHolding
+
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -56,9 +58,8 @@ def summary(result: dict) -> str:
                      + (f"{held / gib:.3f} GiB live at once in HBM and on chip, " if held is not None else "")
                      + (f"{live / gib:.3f} GiB live at once in HBM, " if live is not None else "")
                      + f"{m['temporaries'] / gib:.3f} GiB temp buffer")
-        for held in (m.get("at_peak") or [])[:5]:
-            lines.append(f"    held at that peak: {held['count']} x {held['shape'] or 'tuple'} ({held['made_by']}), "
-                         f"{held['memory_space'].upper()}: {held['bytes'] / gib:.3f} GiB")
+        for held in (PeakHolding(**h) for h in (m.get("at_peak") or [])[:5]):
+            lines.append(f"    held at that peak: {held.label}: {held.bytes / gib:.3f} GiB")
     lines.append(f"  fits: meshlab {d['fits']['predicted']}, XLA:TPU {d['fits']['xla']} "
                  f"({(d['fits']['xla_required_bytes'] or 0) / gib:.2f} GiB of {d['fits']['usable_hbm_bytes'] / gib:.2f})")
     for block in d["middle_blocks"]:

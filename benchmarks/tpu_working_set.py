@@ -29,6 +29,8 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+from meshlab.check.hlo import PeakHolding
+
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
 _VALUE = re.compile(r"value: <\d+ (\S+) @(\d+)> \(size=(\d+),offset=\d+\): f32\[(\d+),(\d+),(\d+)\]")
@@ -117,9 +119,8 @@ def report(p: dict) -> None:
           f"{p['ratio']}, {'agrees' if p['agrees'] else 'differs'}; float32 score buffers: {s.get('count')} "
           f"({s.get('mib_each')} MiB each, memory spaces {s.get('memory_spaces')}, "
           f"{s.get('pairs_live_at_once')} pairs live at once)", flush=True)
-    for held in p.get("at_peak", [])[:3]:
-        print(f"  held at XLA:TPU's peak: {held['count']} x {held['shape'] or 'tuple'} ({held['made_by']}), "
-              f"{held['memory_space'].upper()}: {held['bytes'] / MIB:.1f} MiB", flush=True)
+    for held in (PeakHolding(**h) for h in p.get("at_peak", [])[:3]):
+        print(f"  held at XLA:TPU's peak: {held.label}: {held.bytes / MIB:.1f} MiB", flush=True)
 
 
 if __name__ == "__main__":

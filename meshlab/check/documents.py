@@ -239,10 +239,10 @@ class PeakHolding(Document):
     """Values of one kind XLA:TPU's program holds at its working set's peak."""
 
     memory_space: str = Field(description="'hbm', or the on-chip memory: 'vmem' (v4: 'cmem')")
-    shape: str = Field(description="the value's array, e.g. 'f32[24,4608,4608]' ('' where the program does not say)")
+    shape: str = Field(description="the value's array, e.g. 'f32[24,4608,4608]' ('' for a tuple's: pointers)")
     made_by: str = Field(description="the module and op that made it, its block number as '*' "
-                         "('transformer_blocks.*.attn: softmax'); else the instruction's opcode; 'copy of an "
-                         "argument' for a weight or input XLA:TPU copied")
+                         "('transformer_blocks.*.attn: softmax'); 'copy of' what memory-space assignment copied, "
+                         "'copy of an argument' for a weight or input; else the instruction's opcode")
     count: int
     bytes: int = Field(description="all `count` of them, as allocated")
 

@@ -567,6 +567,12 @@ class PeakHolding:
     count: int
     bytes: int  # all `count` of them, as allocated, each byte once
 
+    @property
+    def label(self) -> str:
+        """``2 x f32[24,4608,4608] (transformer_blocks.*.attn: softmax), HBM``: how the check's table and the
+        benchmarks name it."""
+        return f"{self.count} x {self.shape or 'tuple'} ({self.made_by}), {self.memory_space.upper()}"
+
 
 @dataclass(frozen=True)
 class WorkingSetPeak:

@@ -316,8 +316,7 @@ def render_tpu_check(report, console) -> None:
             mib(report.predicted_temporaries(c.front_end)), mib(c.live_temporaries) if read else "?")
         named = _largest_held(c)
         for held in named:
-            table.add_row(f"  of them at that peak: {held.count} x {held.shape or 'tuple'} ({held.made_by}), "
-                          f"{held.memory_space.upper()}", "", mib(held.bytes))
+            table.add_row(f"  of them at that peak: {held.label}", "", mib(held.bytes))
         if named:
             table.add_row("  of them at that peak, the rest (the JSON's at_peak has more)", "",
                           mib(c.working_set_live_peak - sum(h.bytes for h in named)))
