@@ -17,6 +17,13 @@ STRATEGIES = sorted((REPO / "strategies").glob("*.yaml"))
 # XLA:TPU compile times a developer measured (meshlab.plan.compile_times) would change the time to first image of
 # the shipped strategies: the tests (and every process they start) keep theirs in a file of their own.
 os.environ["MESHLAB_COMPILE_TIMES"] = str(Path(tempfile.mkdtemp(prefix="meshlab-test-")) / "compile-times.json")
+# meshlab's own cache (the tiny pipeline `run --checkpoint tiny` builds) is the tests' own too: nothing a developer's
+# ~/.cache/meshlab holds from another version is read back.
+os.environ["MESHLAB_CACHE"] = tempfile.mkdtemp(prefix="meshlab-test-cache-")
+# A test's console is a fresh process's, not a terminal, whatever ran the tests: pytest-xdist's workers run with
+# COLUMNS=80 and LINES=24 set, which made rich print at 80 columns. A test that wants a width sets its own.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 def _linear(name: str, out: int, inp: int, stream: str, block: int | None) -> list[Parameter]:

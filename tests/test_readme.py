@@ -18,3 +18,10 @@ def test_readme_opens_with_main_job_and_tests():
 def test_ci_runs_exactly_the_readme_test_command():
     ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
     assert readme_commands()[1] in ci_lines
+
+
+def test_the_test_command_runs_every_test_once():
+    """The parallel pass leaves out exactly the tests the serial pass runs alone (marked `serial`)."""
+    passes = [part.split("pytest", 1)[1] for part in readme_commands()[1].split(" && ") if "-m pytest" in part]
+    assert len(passes) == 2 and '-m "not serial"' in passes[0] and "-n auto" in passes[0]
+    assert passes[1].split() == ["-q", "-m", "serial"]

@@ -2,7 +2,9 @@
 
 ``spawn(target, world, payload, result)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process
 group (``torch.multiprocessing``, no torchrun needed) and returns each rank's result, read through the type `result`
-(a model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. A rank's failure
+(a model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. The ranks meet
+through a file in their own scratch folder (torch.distributed's ``file://`` rendezvous), not at a port picked
+beforehand, which another process on the host could take before rank 0 listens on it. A rank's failure
 comes back as that rank's meshlab error; the ranks die with the process that started them (Linux
 ``PR_SET_PDEATHSIG``; forked from a forkserver, through the server, which dies with it), and
 ``torch.multiprocessing`` stops the others when one fails, so no rank is left behind.
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import tempfile
 from datetime import timedelta
@@ -48,7 +49,7 @@ def spawn(target: Target, world: int, payload: Any, result: Any, folder: Path | 
             ["meshlab.workers.rank_server", "torch", "torch.distributed", _module_of(target), *preload])
     with tempfile.TemporaryDirectory(prefix="meshlab-ranks-", dir=folder) as scratch:
         try:
-            mp.start_processes(_rank, args=(world, _free_port(), target, payload, scratch), nprocs=world, join=True,
+            mp.start_processes(_rank, args=(world, target, payload, scratch), nprocs=world, join=True,
                                start_method=method)
         except Exception as exc:  # noqa: BLE001 - the ranks' own error files say what went wrong
             _raise_rank_error(Path(scratch), world, exc)
@@ -83,17 +84,17 @@ def joined() -> None:
                                 timeout=timedelta(seconds=RANK_TIMEOUT_S))
 
 
-def _rank(rank: int, world: int, port: int, target: Target, payload: Any, scratch: str) -> None:
+def _rank(rank: int, world: int, target: Target, payload: Any, scratch: str) -> None:
     import torch
     import torch.distributed as dist
 
     _die_with_parent()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     folder = Path(scratch)
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=RANK_TIMEOUT_S))
+        dist.init_process_group("gloo", init_method=(folder / "rendezvous").as_uri(), rank=rank, world_size=world,
+                                timeout=timedelta(seconds=RANK_TIMEOUT_S))
         _write(folder / f"rank{rank}.json", {"result": target(payload, folder)})
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as this rank's error
         _write(folder / f"error{rank}.json", error_document(exc, f"rank {rank} of {world}").model_dump())
@@ -118,12 +119,6 @@ def _write(path: Path, document: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document))
     os.replace(tmp, path)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:

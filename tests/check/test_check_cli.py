@@ -77,6 +77,7 @@ print(ran, fetched)
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a fetch of milliseconds timed against a step: another test's load could stall either
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="needs torch_xla")
 def test_sync_waits_for_the_device_so_step_times_cover_the_work():
     """After xla.sync() the result is computed: fetching it costs a small part of the step it ended (without the

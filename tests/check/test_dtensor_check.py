@@ -141,19 +141,23 @@ def test_no_rank_is_left_running_when_the_worker_dies():
     worker = next(pid for pid in _descendants(check.pid) if "meshlab.workers.check_dtensor" in _cmdline(pid))
     # The ranks import torch, arm their death signal, then join the gloo group. Each is stopped (SIGSTOP) once it
     # has joined, so none can finish the check and exit before all eight are seen; SIGKILL still ends a stopped one.
-    started: set[int] = set()
-    servers: set[int] = set()  # the forkserver the ranks fork from, seen while the worker lives
+    # Each process is known by its pid and its start time, so that a pid the system gives again, to another test's
+    # process, is neither counted nor killed.
+    started: dict[int, int] = {}
+    servers: dict[int, int | None] = {}  # the forkserver the ranks fork from, seen while the worker lives
+    ours = {worker: _start(worker)}
     deadline = time.time() + 300
     try:
         while len(started) < 8:
             assert check.poll() is None, f"the check ended before its ranks were seen: {check.stderr.read()}"
             assert time.time() < deadline, f"the ranks did not start ({len(started)} of 8 joined)"
-            servers |= _servers(worker)
-            for pid in _ranks(worker) - started:
-                if _joined(pid):
+            servers |= {pid: _start(pid) for pid in _servers(worker) - servers.keys()}
+            for pid in _ranks(worker) - started.keys():
+                began = _start(pid)
+                if _joined(pid) and began is not None:
                     with contextlib.suppress(ProcessLookupError):  # gone already: the check's end says why
                         os.kill(pid, signal.SIGSTOP)
-                        started.add(pid)
+                        started[pid] = began
             time.sleep(0.2)
         os.kill(worker, signal.SIGKILL)
         rest = check.stderr.read()
@@ -164,9 +168,12 @@ def test_no_rank_is_left_running_when_the_worker_dies():
             time.sleep(0.5)
         assert not _alive(started) and not _alive(servers)
     finally:  # nothing stopped or started is left behind, whatever failed (the ranks first: the worker may be gone)
-        for pid in (*started, *_ranks(worker), *servers, worker, check.pid):
+        unseen = {pid: _start(pid) for pid in _ranks(worker)} if _alive(ours) else {}  # ranks not yet stopped
+        for pid in _alive(started | unseen | servers | ours):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        check.kill()  # a no-op once it has exited and been waited for
+        check.wait()
 
 
 def _ranks(worker: int) -> set[int]:
@@ -185,8 +192,8 @@ def _servers(worker: int) -> set[int]:
 
 
 def _joined(pid: int) -> bool:
-    """Has the rank opened its gloo store's TCP socket (so it is past arming PR_SET_PDEATHSIG)? A rank forked from
-    a forkserver holds the server's Unix sockets from the start: those say nothing."""
+    """Has the rank opened a TCP socket, gloo's to the other ranks (so it is past arming PR_SET_PDEATHSIG)? A rank
+    forked from a forkserver holds the server's Unix sockets from the start: those say nothing."""
     try:
         sockets = {link[len("socket:["):-1] for link in (os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
                    if link.startswith("socket:[")}
@@ -223,8 +230,19 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _alive(pids: set[int]) -> set[int]:
-    return {pid for pid in pids if Path(f"/proc/{pid}").exists() and "(Z)" not in _status(pid)}
+def _alive(processes: dict[int, int | None]) -> set[int]:
+    """The pids of `processes` (pid: start time) still running: not gone, not a zombie, not another process since
+    given the same pid."""
+    return {pid for pid, began in processes.items()
+            if began is not None and _start(pid) == began and "(Z)" not in _status(pid)}
+
+
+def _start(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot (/proc/PID/stat's 22nd field); None once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _status(pid: int) -> str:

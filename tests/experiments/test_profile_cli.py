@@ -111,6 +111,7 @@ ENCODED_TEXT_TOKENS = 12
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a run timed against a profile taken minutes before: no other test's load between them
 def test_a_two_layer_cpu_run_is_priced_by_its_profile(tmp_path):
     strategy = _strategy(tmp_path, side=128)
     done = _meshlab("profile", strategy, "-o", tmp_path / "cpu.json", "--no-vae", "--backend", "xla",
