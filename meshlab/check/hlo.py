@@ -747,13 +747,16 @@ def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
         ends.setdefault(span[1] + 1, []).append(piece)
     if not starts:
         return None
-    live: Counter = Counter()
+    live: Counter = Counter()  # the pieces live now, each as often as values hold it (none that none holds)
     peak, peak_at = 0, min(starts)
     for time in sorted(starts.keys() | ends.keys()):
-        live.subtract(ends.get(time, ()))
+        for piece in ends.get(time, ()):
+            live[piece] -= 1
+            if not live[piece]:
+                del live[piece]
         live.update(starts.get(time, ()))
         if time in starts:
-            held = _union_bytes(p for p, n in live.items() if n > 0)
+            held = _union_bytes(live)
             if held > peak:
                 peak, peak_at = held, time
     return peak, peak_at
