@@ -1,5 +1,7 @@
 """README.md opens with the two commands; .ci/run must run exactly the README's test command."""
 
+import shlex
+
 from tests.conftest import REPO
 
 
@@ -22,6 +24,6 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_the_test_command_runs_every_test_once():
     """The parallel pass leaves out exactly the tests the serial pass runs alone (marked `serial`)."""
-    passes = [part.split("pytest", 1)[1] for part in readme_commands()[1].split(" && ") if "-m pytest" in part]
-    assert len(passes) == 2 and '-m "not serial"' in passes[0] and "-n auto" in passes[0]
-    assert passes[1].split() == ["-q", "-m", "serial"]
+    passes = [shlex.split(part.split("-m pytest", 1)[1]) for part in readme_commands()[1].split(" && ")
+              if "-m pytest" in part]
+    assert passes == [["-q", "-n", "auto", "--dist", "loadfile", "-m", "not serial"], ["-q", "-m", "serial"]]

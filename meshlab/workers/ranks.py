@@ -3,7 +3,7 @@
 ``spawn(target, world, payload, result)`` runs ``target(payload, folder)`` on every rank of a fresh gloo process
 group (``torch.multiprocessing``, no torchrun needed) and returns each rank's result, read through the type `result`
 (a model of meshlab.runtime.results, or a list of one) as the parent reads a worker's payload. The ranks meet
-through a file in their own scratch folder (torch.distributed's ``file://`` rendezvous), not at a port picked
+through a file in their own scratch folder (torch.distributed's ``FileStore``), not at a port picked
 beforehand, which another process on the host could take before rank 0 listens on it. A rank's failure
 comes back as that rank's meshlab error; the ranks die with the process that started them (Linux
 ``PR_SET_PDEATHSIG``; forked from a forkserver, through the server, which dies with it), and
@@ -93,7 +93,8 @@ def _rank(rank: int, world: int, target: Target, payload: Any, scratch: str) -> 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     folder = Path(scratch)
     try:
-        dist.init_process_group("gloo", init_method=(folder / "rendezvous").as_uri(), rank=rank, world_size=world,
+        store = dist.FileStore(os.path.abspath(folder / "rendezvous"), world)  # a path, not a URL: as written
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=RANK_TIMEOUT_S))
         _write(folder / f"rank{rank}.json", {"result": target(payload, folder)})
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as this rank's error
@@ -111,8 +112,8 @@ def _raise_rank_error(folder: Path, world: int, exc: BaseException) -> None:
             error = WorkerError.model_validate_json(path.read_text())
             raise _ERRORS[error.type](error.problem, error.fix) from None
     raise BackendError(f"the ranks could not start or stopped: {str(exc).strip().splitlines()[-1][:300]}",
-                       "check that this host can start processes and open local TCP ports; rerun with "
-                       "MESHLAB_DEBUG=1 for the traceback") from None
+                       "check that this host can start processes, write its temporary folder and open local TCP "
+                       "ports; rerun with MESHLAB_DEBUG=1 for the traceback") from None
 
 
 def _write(path: Path, document: dict) -> None:

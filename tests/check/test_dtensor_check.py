@@ -135,10 +135,19 @@ def test_no_rank_is_left_running_when_the_worker_dies():
     """Killing the process that started the ranks kills them too (PR_SET_PDEATHSIG); the check exits 3."""
     check = subprocess.Popen([sys.executable, "-m", "meshlab", "check", "strategies/2d.yaml", "--backend", "dtensor",
                               "--layers", "1"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        _watch_ranks_die_with_their_worker(check)
+    finally:
+        check.kill()  # a no-op once it has exited and been waited for
+        check.wait()
+
+
+def _watch_ranks_die_with_their_worker(check: subprocess.Popen) -> None:
     for line in check.stderr:
         if "starting 8 gloo processes" in line:
             break
-    worker = next(pid for pid in _descendants(check.pid) if "meshlab.workers.check_dtensor" in _cmdline(pid))
+    worker = next((pid for pid in _descendants(check.pid) if "meshlab.workers.check_dtensor" in _cmdline(pid)), None)
+    assert worker is not None, "the check started no dtensor worker"
     # The ranks import torch, arm their death signal, then join the gloo group. Each is stopped (SIGSTOP) once it
     # has joined, so none can finish the check and exit before all eight are seen; SIGKILL still ends a stopped one.
     # Each process is known by its pid and its start time, so that a pid the system gives again, to another test's
@@ -160,8 +169,11 @@ def test_no_rank_is_left_running_when_the_worker_dies():
                         started[pid] = began
             time.sleep(0.2)
         os.kill(worker, signal.SIGKILL)
-        rest = check.stderr.read()
-        assert check.wait(timeout=120) == 3, rest
+        try:  # the check reads the worker's output until every process holding it ends: ranks left would hold it
+            _, rest = check.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the check did not end after its worker died: its ranks outlived it")
+        assert check.returncode == 3, rest
         assert "Traceback" not in rest
         deadline = time.time() + 30
         while _alive(started | servers) and time.time() < deadline:
@@ -172,8 +184,6 @@ def test_no_rank_is_left_running_when_the_worker_dies():
         for pid in _alive(started | unseen | servers | ours):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        check.kill()  # a no-op once it has exited and been waited for
-        check.wait()
 
 
 def _ranks(worker: int) -> set[int]:
