@@ -24,6 +24,7 @@ from tests.conftest import REPO
 PAGES = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 HEAVY = ("check", "run", "profile", "models import")
 TPU = "--backend tpu"
+DTENSOR = "--backend dtensor"  # every rank builds the full-width block
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def marks(shown: Shown) -> list:
     heavy = len(words) > 1 and (words[1] in HEAVY or " ".join(words[1:3]) in HEAVY)
     if not heavy:
         return []
-    return [pytest.mark.xla, pytest.mark.slow] + ([pytest.mark.tpu] if TPU in shown.command else [])
+    return [pytest.mark.xla, pytest.mark.slow] + ([pytest.mark.tpu] if TPU in shown.command else []) + (
+        [pytest.mark.memory] if DTENSOR in shown.command else [])  # 8 ranks: tests/conftest.py
 
 
 def test_the_pages_show_commands_and_every_one_is_meshlab():

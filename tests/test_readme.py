@@ -26,4 +26,5 @@ def test_the_test_command_runs_every_test_once():
     """The parallel pass leaves out exactly the tests the serial pass runs alone (marked `serial`)."""
     passes = [shlex.split(part.split("-m pytest", 1)[1]) for part in readme_commands()[1].split(" && ")
               if "-m pytest" in part]
-    assert passes == [["-q", "-n", "auto", "--dist", "loadfile", "-m", "not serial"], ["-q", "-m", "serial"]]
+    assert passes == [["-q", "-n", "auto", "--maxprocesses", "2", "--dist", "loadfile", "-m",
+                       "not serial"], ["-q", "-m", "serial"]]

@@ -290,6 +290,7 @@ def test_each_known_difference_names_the_model_classes_it_was_measured_on():
 @pytest.mark.slow
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch_xla", "diffusers")),
                     reason="needs the xla extra: pip install -e '.[xla]'")
+@pytest.mark.memory  # more than 5 GiB of host memory at once: one at a time (tests/conftest.py)
 @pytest.mark.parametrize("strategy", ["pairs", "seq2-model4"])
 def test_agrees_with_a_live_check(strategy):
     """Through `meshlab check`'s own API (a torch worker on 8 virtual CPU devices, about 2 minutes each): a

@@ -165,6 +165,7 @@ def profiled_peak(vae, latent) -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.memory  # more than 5 GiB of host memory at once: one at a time (tests/conftest.py)
 @pytest.mark.skipif(importlib.util.find_spec("diffusers") is None, reason="needs diffusers")
 @pytest.mark.parametrize("model, side, latent_frames", [("qwen-image", 32, 1), ("flux-dev", 32, 1),
                                                         ("wan-2.1-t2v-14b", 16, 4), ("hunyuan-video", 10, 8),

@@ -45,6 +45,7 @@ def test_the_cli_says_so_in_one_line(write_strategy):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.memory  # more than 5 GiB of host memory at once: one at a time (tests/conftest.py)
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch_xla", "diffusers")),
                     reason="needs the xla extra: pip install -e '.[xla]'")
 def test_scanned_forward_matches_the_unsharded_model_and_loops(tmp_path):
