@@ -756,7 +756,7 @@ def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
                 del live[piece]
         live.update(starts.get(time, ()))
         if time in starts:
-            held = _union_bytes(live)
+            held = _union_bytes(p for p, n in live.items() if n > 0)
             if held > peak:
                 peak, peak_at = held, time
     return peak, peak_at

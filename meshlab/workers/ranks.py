@@ -94,6 +94,7 @@ def _rank(rank: int, world: int, target: Target, payload: Any, scratch: str) -> 
     folder = Path(scratch)
     try:
         store = dist.FileStore(os.path.abspath(folder / "rendezvous"), world)  # a path, not a URL: as written
+        store.set_timeout(timedelta(seconds=RANK_TIMEOUT_S))  # as init_method's store had (its own: 300 s)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=RANK_TIMEOUT_S))
         _write(folder / f"rank{rank}.json", {"result": target(payload, folder)})

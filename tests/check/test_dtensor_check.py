@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -169,11 +170,16 @@ def _watch_ranks_die_with_their_worker(check: subprocess.Popen) -> None:
                         started[pid] = began
             time.sleep(0.2)
         os.kill(worker, signal.SIGKILL)
-        try:  # the check reads the worker's output until every process holding it ends: ranks left would hold it
-            _, rest = check.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
+        # the check reads the worker's output until every process holding it ends: ranks left would hold it, and
+        # its stderr too (read on aside, with what the line loop above had already buffered)
+        read: list[str] = []
+        reader = threading.Thread(target=lambda: read.append(check.stderr.read()), daemon=True)
+        reader.start()
+        reader.join(timeout=120)
+        if reader.is_alive():
             pytest.fail("the check did not end after its worker died: its ranks outlived it")
-        assert check.returncode == 3, rest
+        rest = read[0]
+        assert check.wait(timeout=60) == 3, rest
         assert "Traceback" not in rest
         deadline = time.time() + 30
         while _alive(started | servers) and time.time() < deadline:
