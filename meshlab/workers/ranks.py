@@ -26,7 +26,7 @@ from meshlab.runtime.protocol import _ERRORS, WorkerError, error_document, read_
 from meshlab.core.errors import BackendError
 
 #: How long a rank waits on the others before the group gives up (a rank that died leaves the rest waiting).
-RANK_TIMEOUT_S = 600
+RANK_TIMEOUT = timedelta(seconds=600)
 
 Target = Callable[[Any, Path], Any]
 
@@ -81,7 +81,7 @@ def joined() -> None:
 
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
-                                timeout=timedelta(seconds=RANK_TIMEOUT_S))
+                                timeout=RANK_TIMEOUT)
 
 
 def _rank(rank: int, world: int, target: Target, payload: Any, scratch: str) -> None:
@@ -94,9 +94,9 @@ def _rank(rank: int, world: int, target: Target, payload: Any, scratch: str) -> 
     folder = Path(scratch)
     try:
         store = dist.FileStore(os.path.abspath(folder / "rendezvous"), world)  # a path, not a URL: as written
-        store.set_timeout(timedelta(seconds=RANK_TIMEOUT_S))  # as init_method's store had (its own: 300 s)
+        store.set_timeout(RANK_TIMEOUT)  # as init_method's store had (its own: 300 s)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=RANK_TIMEOUT_S))
+                                timeout=RANK_TIMEOUT)
         _write(folder / f"rank{rank}.json", {"result": target(payload, folder)})
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as this rank's error
         _write(folder / f"error{rank}.json", error_document(exc, f"rank {rank} of {world}").model_dump())

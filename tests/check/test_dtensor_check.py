@@ -250,19 +250,23 @@ def _alive(processes: dict[int, int | None]) -> set[int]:
     """The pids of `processes` (pid: start time) still running: not gone, not a zombie, not another process since
     given the same pid."""
     return {pid for pid, began in processes.items()
-            if began is not None and _start(pid) == began and "(Z)" not in _status(pid)}
+            if began is not None and (stat := _stat(pid)) and _started(stat) == began and stat[0] != "Z"}
 
 
 def _start(pid: int) -> int | None:
-    """When the process started, in clock ticks after boot (/proc/PID/stat's 22nd field); None once it is gone."""
+    """When the process started, in clock ticks after boot; None once it is gone."""
+    stat = _stat(pid)
+    return _started(stat) if stat else None
+
+
+def _started(stat: list[str]) -> int:
+    return int(stat[19])  # /proc/PID/stat's 22nd field
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command's name (its state first); None once the process is gone."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
         return None
 
-
-def _status(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0].join("()")
-    except OSError:
-        return "(gone)"
