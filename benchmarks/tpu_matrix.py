@@ -23,6 +23,13 @@ others.
 
 also keeps, per strategy, meshlab's working set against the temporaries XLA:TPU's program holds at once in HBM and
 on chip (VMEM; v4: CMEM) (and in HBM alone), and whether they agree, and prints how many do.
+
+    python benchmarks/tpu_matrix.py --workload-size --timeout 900 --out benchmarks/results/tpu_matrix_workload.txt \
+        --temporaries benchmarks/results/tpu_matrix_workload_temporaries.json
+
+compiles each plan at its workload's own size (image or video, batch and text tokens as the strategy has them), still 3
+blocks of each list: where the fit question is asked. A plan that takes longer than --timeout seconds is recorded as
+not compiled, with the time.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ("--backend", "tpu", "--front-end", "torch-xla", "--layers", "3", "--height", "256", "--width", "256",
         "--text-tokens", "32", "--json")
+#: --workload-size: the check's own size, the strategy's workload (3 blocks of each list still)
+WORKLOAD_ARGS = ("--backend", "tpu", "--front-end", "torch-xla", "--layers", "3", "--json")
 
 
 def text_tokens(path: Path) -> list[str]:
@@ -72,15 +81,19 @@ def batch(path: Path) -> list[str]:
     return [] if split <= 1 or images % split == 0 else ["--batch", str(split * -(-images // split))]
 
 
-def row(path: Path, captured: dict | None = None, temporaries: dict | None = None) -> str:
-    args = list(ARGS)
-    if text_tokens(path):
+def row(path: Path, captured: dict | None = None, temporaries: dict | None = None, workload: bool = False,
+        timeout: float | None = None) -> str:
+    args = list(WORKLOAD_ARGS if workload else ARGS)
+    if text_tokens(path) and not workload:
         at = args.index("--text-tokens")
         args[at:at + 2] = text_tokens(path)
     args += batch(path)
     name = str(path.relative_to(REPO))
-    done = subprocess.run([sys.executable, "-m", "meshlab", "check", name, *args], capture_output=True, text=True,
-                          cwd=REPO)
+    try:
+        done = subprocess.run([sys.executable, "-m", "meshlab", "check", name, *args], capture_output=True, text=True,
+                              cwd=REPO, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        done = subprocess.CompletedProcess([], 124, "", f"not done in {timeout:g} s (--timeout)")
     if not done.stdout.startswith("{"):
         for kept in (captured, temporaries):  # one kept from before would stand for a program that no longer compiles
             if kept is not None:
@@ -113,6 +126,9 @@ def main() -> int:
     parser.add_argument("--temporaries", type=Path, help="keep each plan's temporaries, by both, here (JSON)")
     parser.add_argument("--only", type=Path, nargs="+", help="compile these strategies alone, and replace their rows "
                         "and captured blocks in --out and --capture, keeping the others")
+    parser.add_argument("--workload-size", action="store_true",
+                        help="compile at each strategy's workload size, not 256x256 with 32 text tokens")
+    parser.add_argument("--timeout", type=float, help="seconds one plan's check may take (default: no limit)")
     args = parser.parse_args()
     files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
     if args.only:
@@ -126,7 +142,7 @@ def main() -> int:
                    ) if args.temporaries else None
     rows = {}
     for path in files:
-        rows[str(path.relative_to(REPO))] = row(path, captured, temporaries)
+        rows[str(path.relative_to(REPO))] = row(path, captured, temporaries, args.workload_size, args.timeout)
         print(rows[str(path.relative_to(REPO))], flush=True)
     if temporaries is not None:
         held = [t for t in temporaries.values() if t["xla_working_set_live_at_once"] is not None]

@@ -18,8 +18,10 @@ on this host, no TPU); read the TPU program and hold it to the plan:
   of meshlab's prediction for the kinds in ``TPU_VERDICT_KINDS`` (the CPU check's, and the reduce-scatters
   XLA:TPU forms; its collective-permutes are not held: a collective matmul's loop holds more permutes in its text
   than run with data, and the modulation's realignment packs its pieces as it likes);
-- **fit**: meshlab's verdict against XLA:TPU's (a program XLA:TPU cannot fit is a refusal to compile, with the
-  bytes it asked for, as on the chip).
+- **fit**: meshlab's verdict for the program compiled against XLA:TPU's (a program XLA:TPU cannot fit is a refusal
+  to compile, with the bytes it asked for, as on the chip). Like the temporaries, the verdict is meshlab's for the
+  attention the front end compiled: torch_xla's stock attention materialises its scores, where the plan may price
+  a flash kernel; the plan's own verdict is reported beside it (`fits_as_planned`), not held.
 
 Which front end was compiled is part of the answer: ``torch-xla`` (torch_xla's own lowering, what a PyTorch/XLA
 user runs) by default, ``torchax`` where torch_xla cannot trace the model, or both, with how they differ.
@@ -45,6 +47,7 @@ from meshlab.check.verdict import (
 )
 from meshlab.cost.compiled_call import predicted_as_compiled, predicted_call, strategy_as_compiled
 from meshlab.models.card import block_position
+from meshlab.plan.memory import MemoryReport, memory_on
 from meshlab.runtime.devices import child_environment
 from meshlab.core.errors import BackendError, InputError
 from meshlab.core.files import dump_folder
@@ -170,14 +173,31 @@ class TpuCheckReport:
         """The program held to the plan: torch_xla's when it compiled, else torchax's."""
         return next((c for c in self.compiled if c.ok), None)
 
+    @cached_property
+    def memory_as_compiled(self) -> MemoryReport:
+        """meshlab's memory for the program the primary front end compiled: the plan's, with the attention that
+        program has (`strategy_as_compiled`: torch_xla's stock attention materialises its scores where the plan may
+        price a flash kernel); the plan's own where nothing compiled or the attention is the plan's."""
+        c = self.primary
+        strategy = strategy_as_compiled(self.setup.strategy, c.front_end) if c else self.setup.strategy
+        if strategy is self.setup.strategy:
+            return self.setup.memory
+        return memory_on(self.setup.plan, strategy, self.setup.planned.hardware)
+
     @property
     def fits_predicted(self) -> bool:
-        """Whether the transformer's program fits as meshlab predicts it: its weights and the denoise activations
-        on every chip (under scan, with the block weights stacked for it). XLA:TPU compiles that program alone; the
-        VAE's decode and the text encoders are others (``meshlab try`` adds them, the peak being the largest
-        phase)."""
-        usable = self.setup.planned.hardware.usable_hbm_bytes
-        return all(c.weights + c.denoise <= usable for c in self.setup.memory.chips)
+        """Whether the transformer's program, as compiled, fits as meshlab predicts it: its weights and the denoise
+        activations on every chip (under scan, with the block weights stacked for it), with the compiled attention
+        (`memory_as_compiled`): the verdict XLA:TPU's is held to. XLA:TPU compiles that program alone; the VAE's
+        decode and the text encoders are others (``meshlab try`` adds them, the peak being the largest phase)."""
+        return _fits(self.memory_as_compiled, self.setup.planned.hardware.usable_hbm_bytes)
+
+    @property
+    def fits_as_planned(self) -> bool:
+        """`fits_predicted` for the plan as it runs, with its own attention (a flash kernel where the strategy says
+        flash_attention): ``meshlab try``'s verdict for the transformer. It differs from `fits_predicted` only where
+        the front end compiled another attention; reported, not held to XLA:TPU's (which compiled the other)."""
+        return _fits(self.setup.memory, self.setup.planned.hardware.usable_hbm_bytes)
 
     @property
     def fits_xla(self) -> bool | None:
@@ -205,8 +225,6 @@ class TpuCheckReport:
         transformer alone), with the attention the front end's program has: torch_xla's stock attention
         materialises its scores (no flash kernel unless a user calls one), torchax's is the strategy's own (its flash
         kernel where it says flash_attention); under scan, with the block weights stacked for it."""
-        from meshlab.plan.memory import memory_on
-
         strategy = strategy_as_compiled(self.setup.strategy, front_end)
         return memory_on(self.setup.plan, strategy, self.setup.planned.hardware).most_loaded.denoise
 
@@ -280,6 +298,11 @@ class TpuCheckReport:
 
 def _bytes(c: MeasuredCollective) -> int:
     return c.hlo.bytes_per_device
+
+
+def _fits(memory: MemoryReport, usable: int) -> bool:
+    """The transformer's weights and denoise activations fit every chip's usable HBM."""
+    return all(c.weights + c.denoise <= usable for c in memory.chips)
 
 
 def tpu_options(path: str | Path, options: CheckOptions, given: set[str]) -> CheckOptions:
@@ -574,7 +597,8 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "libtpu_flags": list(setup.strategy.compile.libtpu_flags),
         "agrees": report.agrees,
         "differences": list(report.differences()),
-        "fits": {"predicted": report.fits_predicted, "xla": report.fits_xla,
+        "fits": {"predicted": report.fits_predicted, "predicted_as_planned": report.fits_as_planned,
+                 "xla": report.fits_xla,
                  "xla_required_bytes": c.total_bytes if c else None,
                  "usable_hbm_bytes": setup.planned.hardware.usable_hbm_bytes,
                  "xla_refusal": c.out_of_memory if c else ""},

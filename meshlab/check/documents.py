@@ -222,7 +222,10 @@ class TpuDevice(Document):
 
 
 class TpuFits(Document):
-    predicted: bool
+    predicted: bool = Field(description="meshlab's verdict for the program compiled, with its attention (torch_xla's "
+                            "materialises the scores): the verdict XLA:TPU's is held to")
+    predicted_as_planned: bool = Field(description="meshlab's verdict for the plan as it runs, with its own attention "
+                                       "(a flash kernel where the strategy says flash_attention); not held")
     xla: bool | None
     xla_required_bytes: int | None
     usable_hbm_bytes: int

@@ -283,6 +283,19 @@ def render_dtensor_check(report, console) -> None:
                   else "[red]the plan and DTensor disagree[/red]")
 
 
+def _render_as_planned(report, console) -> None:
+    """Where the plan's own attention (a flash kernel) and the compiled one (torch_xla's, which materialises the
+    scores) give different verdicts: the plan's, which XLA:TPU did not compile."""
+    if report.fits_as_planned == report.fits_predicted:
+        return
+    planned = report.setup.memory.most_loaded
+    console.print(f"[yellow]as planned[/yellow], with its flash attention, meshlab says it "
+                  f"{'fits' if report.fits_as_planned else 'does not fit'} "
+                  f"({mib(planned.weights + planned.denoise)} a chip); the program compiled here has "
+                  f"{report.primary.front_end}'s stock attention, which materialises the scores: "
+                  "compile the plan's own with --front-end torchax")
+
+
 def render_tpu_check(report, console) -> None:
     """`meshlab check --backend tpu`: XLA:TPU's compile of the plan beside meshlab's prediction."""
     from meshlab.check.against_tpu import _bytes, _predicted_flops, predicted_hbm_bytes
@@ -298,15 +311,17 @@ def render_tpu_check(report, console) -> None:
     kernels = f"; its attention a flash kernel ({c.kernels} Pallas calls)" if c.kernels else ""
     console.print(f"front end: {c.front_end}; XLA:TPU compiled it in {c.compile_seconds:.1f} s "
                   f"(traced in {c.trace_seconds:.1f} s){kernels}")
-    memory = setup.memory.most_loaded
+    memory = report.memory_as_compiled.most_loaded  # the program compiled: its attention, not a flash kernel's
     table = Table(title="Per chip: meshlab's plan against XLA:TPU's compile", title_justify="left")
     for column in ("", "meshlab (predicted)", "XLA:TPU"):
         table.add_column(column, justify="left" if not column else "right")
     if c.out_of_memory:
         table.add_row("fits", _yes(report.fits_predicted), "[red]no[/red]")
-        table.add_row("needs", mib(memory.total), mib(c.required_bytes) if c.required_bytes else "?")
+        table.add_row("needs", mib(memory.weights + memory.denoise),
+                      mib(c.required_bytes) if c.required_bytes else "?")
         console.print(table)
         console.print(f"XLA:TPU refused: {c.out_of_memory}")
+        _render_as_planned(report, console)
     else:
         table.add_row("weights (as arguments)", mib(report.predicted_argument_weights), mib(c.weights))
         read = c.working_set_live_peak is not None or c.temporaries_live_peak is not None
@@ -328,7 +343,7 @@ def render_tpu_check(report, console) -> None:
                           mib(c.memory_spaces[space]))
         table.add_row("inputs and other arguments", "", mib(sum(c.other_arguments.values())))
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
-        table.add_row("total", mib(memory.total), mib(c.total_bytes))
+        table.add_row("total", mib(memory.weights + memory.denoise), mib(c.total_bytes))
         table.add_row("fits", _yes(report.fits_predicted), _yes(report.fits_xla))
         flops = _predicted_flops(setup, c.front_end)
         table.add_row("FLOPs of one forward", f"{flops / 1e12:.3f} TFLOP",
@@ -338,6 +353,7 @@ def render_tpu_check(report, console) -> None:
                       f"{hbm / 1e9:.2f} GB" if hbm else "?",
                       f"{c.bytes_accessed / 1e9:.2f} GB" if c.bytes_accessed is not None else "?")
         console.print(table)
+        _render_as_planned(report, console)
         _render_front_ends(report, console)
         held = report.middle_blocks()
         blocks = held
