@@ -28,14 +28,18 @@ on chip (VMEM; v4: CMEM) (and in HBM alone), and whether they agree, and prints 
         --temporaries benchmarks/results/tpu_matrix_workload_temporaries.json
 
 compiles each plan at its workload's own size (image or video, batch and text tokens as the strategy has them), still 3
-blocks of each list: where the fit question is asked. A plan that takes longer than --timeout seconds is recorded as
-not compiled, with the time.
+blocks of each list: where the fit question is asked. Each row adds both fit verdicts (meshlab's for the program
+compiled, and for the plan as planned, with its own attention), and the JSON each plan's forward, fit and compile
+seconds. A plan that takes longer than --timeout seconds is recorded as not compiled, with the time. Rows do not say
+their size: keep each size's rows in files of their own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 from importlib.metadata import version
@@ -89,11 +93,7 @@ def row(path: Path, captured: dict | None = None, temporaries: dict | None = Non
         args[at:at + 2] = text_tokens(path)
     args += batch(path)
     name = str(path.relative_to(REPO))
-    try:
-        done = subprocess.run([sys.executable, "-m", "meshlab", "check", name, *args], capture_output=True, text=True,
-                              cwd=REPO, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        done = subprocess.CompletedProcess([], 124, "", f"not done in {timeout:g} s (--timeout)")
+    done = _check([sys.executable, "-m", "meshlab", "check", name, *args], timeout)
     if not done.stdout.startswith("{"):
         for kept in (captured, temporaries):  # one kept from before would stand for a program that no longer compiles
             if kept is not None:
@@ -107,7 +107,9 @@ def row(path: Path, captured: dict | None = None, temporaries: dict | None = Non
             "predicted": doc["meshlab_memory_per_device"]["activations_as_compiled"],
             "xla_live_at_once": xla.get("temporaries_live_peak"), "xla_temp_buffer": xla.get("temporaries"),
             "xla_working_set_live_at_once": xla.get("working_set_live_peak"), "vmem": xla.get("vmem"),
-            "cmem": xla.get("cmem"), "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")]}
+            "cmem": xla.get("cmem"), "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")],
+            **({"forward": doc["forward"], "fits": doc["fits"], "compile_seconds": doc["compile_seconds"]}
+               if workload else {})}
     if captured is not None:
         blocks = doc["middle_blocks"]
         captured[name] = {
@@ -116,7 +118,32 @@ def row(path: Path, captured: dict | None = None, temporaries: dict | None = Non
             "blocks": {b: {kind: [count, doc["collective_bytes_per_block"][b][kind]]
                            for kind, count in sorted(doc["collectives_per_block"].get(b, {}).items())}
                        for b in blocks}}
-    return f"{name}: " + ("agrees" if not differences else "; ".join(differences))
+    fits = doc["fits"]
+    verdict = (f"; fits: XLA:TPU {_yes(fits['xla'])}, meshlab {_yes(fits['predicted'])} (as planned, its own "
+               f"attention: {_yes(fits['predicted_as_planned'])})") if workload else ""
+    return f"{name}: " + ("agrees" if not differences else "; ".join(differences)) + verdict
+
+
+def _yes(verdict: bool | None) -> str:
+    return "?" if verdict is None else "yes" if verdict else "no"
+
+
+def _check(command: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    """Run one check; past `timeout` seconds stop it and its worker (their own process group: SIGINT, which the
+    check's worker protocol answers by killing the worker and removing its scratch folder; SIGKILL after 30 s)."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                          start_new_session=True) as check:
+        try:
+            out, err = check.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(check.pid, signal.SIGINT)
+            try:
+                check.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(check.pid, signal.SIGKILL)
+                check.communicate()
+            return subprocess.CompletedProcess(command, 124, "", f"not done in {timeout:g} s (--timeout)")
+    return subprocess.CompletedProcess(command, check.returncode, out, err)
 
 
 def main() -> int:
