@@ -130,9 +130,12 @@ def _yes(verdict: bool | None) -> str:
 
 def _check(command: list[str], timeout: float | None) -> subprocess.CompletedProcess:
     """Run one check; past `timeout` seconds stop it and its worker (their own process group: SIGINT, which the
-    check's worker protocol answers by killing the worker and removing its scratch folder; SIGKILL after 30 s)."""
+    check's worker protocol answers by killing the worker and removing its scratch folder; SIGKILL after 30 s).
+    SIGINT is set back to its default in the check, which a shell's `&` starts with it ignored (so Python would
+    install no handler for it)."""
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                          start_new_session=True) as check:
+                          start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as check:
         try:
             out, err = check.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

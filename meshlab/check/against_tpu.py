@@ -101,6 +101,10 @@ class Compiled:
     def ok(self) -> bool:
         return not self.error
 
+    def fits(self, usable: int) -> bool:
+        """XLA:TPU's verdict: it compiled the program (no refusal) and its bytes fit `usable`."""
+        return not self.out_of_memory and self.total_bytes <= usable
+
     @property
     def live_temporaries(self) -> int:
         """The temporaries the verdict holds meshlab's working set to: those live at once in HBM and on chip, or,
@@ -202,9 +206,23 @@ class TpuCheckReport:
     @property
     def fits_xla(self) -> bool | None:
         c = self.primary
-        if c is None:
+        return None if c is None else c.fits(self.setup.planned.hardware.usable_hbm_bytes)
+
+    @property
+    def as_planned_program(self) -> Compiled | None:
+        """Where the primary program has another attention than the plan's (torch_xla's stock one, the plan a flash
+        kernel), the other front end's program that has the plan's own (torchax's, with --front-end both): the
+        program `fits_as_planned` is held to; None otherwise."""
+        if self.memory_as_compiled is self.setup.memory:
             return None
-        return not c.out_of_memory and c.total_bytes <= self.setup.planned.hardware.usable_hbm_bytes
+        return next((c for c in self.compiled if c.ok and c is not self.primary
+                     and strategy_as_compiled(self.setup.strategy, c.front_end) is self.setup.strategy), None)
+
+    @property
+    def fits_xla_as_planned(self) -> bool | None:
+        """XLA:TPU's verdict for `as_planned_program`; None where there is none."""
+        c = self.as_planned_program
+        return None if c is None else c.fits(self.setup.planned.hardware.usable_hbm_bytes)
 
     @property
     def predicted_argument_weights(self) -> int:
@@ -226,6 +244,10 @@ class TpuCheckReport:
         materialises its scores (no flash kernel unless a user calls one), torchax's is the strategy's own (its flash
         kernel where it says flash_attention); under scan, with the block weights stacked for it."""
         strategy = strategy_as_compiled(self.setup.strategy, front_end)
+        if strategy is self.setup.strategy:
+            return self.setup.memory.most_loaded.denoise
+        if self.primary is not None and front_end == self.primary.front_end:
+            return self.memory_as_compiled.most_loaded.denoise
         return memory_on(self.setup.plan, strategy, self.setup.planned.hardware).most_loaded.denoise
 
     def middle_blocks(self) -> list[str]:
@@ -244,6 +266,9 @@ class TpuCheckReport:
         found = []
         if self.fits_xla != self.fits_predicted:
             found.append(f"fits: meshlab says {self.fits_predicted}, XLA:TPU {self.fits_xla}")
+        if self.fits_xla_as_planned is not None and self.fits_xla_as_planned != self.fits_as_planned:
+            found.append(f"fits as planned ({self.as_planned_program.front_end}'s program, with the plan's attention): "
+                         f"meshlab says {self.fits_as_planned}, XLA:TPU {self.fits_xla_as_planned}")
         if c.out_of_memory:
             return tuple(found)
         kept = c.attention_calls.get("reference", 0)
@@ -581,7 +606,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
     """The JSON of `meshlab check --backend tpu --json`: the CPU check's keys where they mean the same, XLA:TPU's
     figures as the truth."""
     setup, c = report.setup, report.primary
-    memory = setup.memory.most_loaded
+    memory, compiled = setup.memory.most_loaded, report.memory_as_compiled.most_loaded
     doc = {
         "backend": "tpu",
         "strategy": {"name": setup.strategy.name, "file": str(setup.planned.loaded.path)},
@@ -598,7 +623,7 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
         "agrees": report.agrees,
         "differences": list(report.differences()),
         "fits": {"predicted": report.fits_predicted, "predicted_as_planned": report.fits_as_planned,
-                 "xla": report.fits_xla,
+                 "xla": report.fits_xla, "xla_as_planned": report.fits_xla_as_planned,
                  "xla_required_bytes": c.total_bytes if c else None,
                  "usable_hbm_bytes": setup.planned.hardware.usable_hbm_bytes,
                  "xla_refusal": c.out_of_memory if c else ""},
@@ -613,7 +638,8 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                       else None, "vae_decode": memory.vae_decode,
                                       "scan_stacked_weights": memory.scan_stacked,
                                       "gathered_weights": memory.gathered_weights,
-                                      "total": memory.weights + memory.denoise},
+                                      "total": memory.weights + memory.denoise,
+                                      "total_as_compiled": memory.weights + compiled.denoise},
         "middle_blocks": report.middle_blocks() if report.attributed else [],
         "collectives_attributed_to_blocks": report.attributed,
         "predicted_collectives_per_call": {k: dict(v) for k, v in report.predicted_totals.items()},

@@ -105,7 +105,10 @@ class MeshlabMemory(Document):
     scan_stacked_weights: int = Field(description="the block weights stacked for a scan (0 unrolled)")
     gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
                                   "activations, two blocks' where the chip gathers them async (0 without)")
-    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights")
+    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights: the "
+                       "plan's, with its own attention")
+    total_as_compiled: int = Field(description="total with the attention the front end compiled "
+                                   "(activations_as_compiled): what fits.predicted holds")
 
 
 class HostTransfers(Document):
@@ -227,6 +230,10 @@ class TpuFits(Document):
     predicted_as_planned: bool = Field(description="meshlab's verdict for the plan as it runs, with its own attention "
                                        "(a flash kernel where the strategy says flash_attention); not held")
     xla: bool | None
+    xla_as_planned: bool | None = Field(description="XLA:TPU's verdict for the other front end's program, where it has "
+                                        "the plan's attention and the primary's has not (--front-end both: torchax's "
+                                        "flash kernel beside torch_xla's stock attention): held to "
+                                        "predicted_as_planned; null where none was compiled")
     xla_required_bytes: int | None
     usable_hbm_bytes: int
     xla_refusal: str
@@ -288,7 +295,10 @@ class TpuMeshlabMemory(Document):
     scan_stacked_weights: int
     gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
                                   "activations, two blocks' where the chip gathers them async (0 without)")
-    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights")
+    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights: the "
+                       "plan's, with its own attention")
+    total_as_compiled: int = Field(description="total with the attention the front end compiled "
+                                   "(activations_as_compiled): what fits.predicted holds")
 
 
 class CountsAndBytes(Document):

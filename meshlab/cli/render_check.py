@@ -284,16 +284,25 @@ def render_dtensor_check(report, console) -> None:
 
 
 def _render_as_planned(report, console) -> None:
-    """Where the plan's own attention (a flash kernel) and the compiled one (torch_xla's, which materialises the
-    scores) give different verdicts: the plan's, which XLA:TPU did not compile."""
-    if report.fits_as_planned == report.fits_predicted:
+    """Where the plan's own attention (a flash kernel) and the primary program's (torch_xla's, which materialises
+    the scores) give different verdicts: the plan's, and XLA:TPU's for the program with its attention where the
+    other front end compiled one (--front-end both), else how to compile it."""
+    if report.fits_as_planned == report.fits_predicted and report.fits_xla_as_planned in (None,
+                                                                                         report.fits_as_planned):
         return
     planned = report.setup.memory.most_loaded
-    console.print(f"[yellow]as planned[/yellow], with its flash attention, meshlab says it "
-                  f"{'fits' if report.fits_as_planned else 'does not fit'} "
-                  f"({mib(planned.weights + planned.denoise)} a chip); the program compiled here has "
-                  f"{report.primary.front_end}'s stock attention, which materialises the scores: "
-                  "compile the plan's own with --front-end torchax")
+    said = (f"[yellow]as planned[/yellow], with its flash attention, meshlab says it "
+            f"{'fits' if report.fits_as_planned else 'does not fit'} ({mib(planned.weights + planned.denoise)} a chip)")
+    other = report.as_planned_program
+    if other is None:
+        console.print(f"{said}; the program compiled here has {report.primary.front_end}'s stock attention, which "
+                      "materialises the scores: compile the plan's own with --front-end torchax")
+    elif other.out_of_memory:
+        asked = f", asking {mib(other.required_bytes)}" if other.required_bytes else ""
+        console.print(f"{said}; {other.front_end}'s program, which has it, XLA:TPU refused{asked}")
+    else:
+        console.print(f"{said}; {other.front_end}'s program, which has it, XLA:TPU says it "
+                      f"{'fits' if report.fits_xla_as_planned else 'does not fit'} ({mib(other.total_bytes)})")
 
 
 def render_tpu_check(report, console) -> None:

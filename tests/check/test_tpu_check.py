@@ -378,7 +378,7 @@ def test_the_fit_is_held_for_the_attention_the_program_has():
 
     from meshlab.check.against_tpu import Compiled, TpuCheckReport, tpu_check_document, tpu_options
     from meshlab.check.setup import CheckOptions, check_setup
-    from meshlab.cli.render_check import render_tpu_check
+    from meshlab.cli.render_check import mib, render_tpu_check
 
     wan = REPO / "strategies" / "wan-14b-v6e-8.yaml"
     setup = check_setup(wan, tpu_options(wan, CheckOptions(layers=3), {"layers"}))  # the workload's size
@@ -392,17 +392,41 @@ def test_the_fit_is_held_for_the_attention_the_program_has():
     assert (report.fits_predicted, report.fits_as_planned, report.fits_xla) == (False, True, False)
     assert report.differences() == () and report.agrees
     document = tpu_check_document(report)
-    assert document["fits"] == {**document["fits"], "predicted": False, "predicted_as_planned": True, "xla": False}
-    out = io.StringIO()
-    render_tpu_check(report, Console(file=out, width=300))
-    assert "as planned, with its flash attention, meshlab says it fits" in out.getvalue()
-    assert "--front-end torchax" in out.getvalue()
+    assert document["fits"] == {**document["fits"], "predicted": False, "predicted_as_planned": True, "xla": False,
+                                "xla_as_planned": None}
+    held = document["meshlab_memory_per_device"]
+    assert held["total_as_compiled"] == compiled.weights + compiled.denoise > 200 * 2**30 > held["total"]
+
+    def shown(report) -> str:
+        out = io.StringIO()
+        render_tpu_check(report, Console(file=out, width=300))
+        return out.getvalue()
+
+    text = shown(report)
+    assert "as planned, with its flash attention, meshlab says it fits" in text and "--front-end torchax" in text
+    needs = next(line for line in text.splitlines() if "needs" in line)
+    assert mib(compiled.weights + compiled.denoise) in needs  # the program's, not the plan's 3.7 GiB
+    # compiled, not refused, yet past the chip's HBM: the plan's verdict is printed under that table too
+    past = replace(refused, out_of_memory="", required_bytes=None, memory={
+        "argument": compiled.weights, "output": 0, "alias": 0, "temp": compiled.denoise, "generated_code": 0})
+    text = shown(replace(report, compiled=(past,)))
+    assert "as planned, with its flash attention, meshlab says it fits" in text
+    assert mib(compiled.weights + compiled.denoise) in next(line for line in text.splitlines() if "total" in line)
+    # --front-end both: torchax's program has the plan's flash kernel, and its verdict is held to the plan's
+    fitting = replace(past, front_end="torchax", memory={**past.memory, "temp": 2 * 2**30})
+    both = replace(report, compiled=(refused, fitting))
+    assert both.as_planned_program is fitting and both.fits_xla_as_planned is True and both.agrees
+    assert f"torchax's program, which has it, XLA:TPU says it fits ({mib(fitting.total_bytes)})" in shown(both)
+    assert tpu_check_document(both)["fits"]["xla_as_planned"] is True
+    both = replace(report, compiled=(refused, replace(refused, front_end="torchax")))
+    assert both.differences() == ("fits as planned (torchax's program, with the plan's attention): meshlab says True, "
+                                  "XLA:TPU False",)
+    assert "torchax's program, which has it, XLA:TPU refused, asking 226.47 GiB" in shown(both)
+    # torchax alone compiles the plan's own attention: its refusal is a difference, and nothing is said beside it
     flash = replace(report, compiled=(replace(refused, front_end="torchax"),))
     assert flash.memory_as_compiled is setup.memory and flash.fits_predicted is flash.fits_as_planned is True
-    assert flash.differences() == ("fits: meshlab says True, XLA:TPU False",)
-    out = io.StringIO()
-    render_tpu_check(flash, Console(file=out, width=300))
-    assert "as planned" not in out.getvalue()
+    assert flash.as_planned_program is None and flash.differences() == ("fits: meshlab says True, XLA:TPU False",)
+    assert "as planned" not in shown(flash)
 
 
 tpu = pytest.mark.skipif(not HAVE_TPU_COMPILER, reason="needs the [tpu] extra: jax, libtpu, torchax")
