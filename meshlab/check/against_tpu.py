@@ -687,6 +687,10 @@ def _front_end_document(c: Compiled, setup: CheckSetup) -> dict:
     if not c.ok:
         return {"front_end": c.front_end, "error": c.error}
     middle = [f"{name}.{n // 2}" for name, n in setup.checked_blocks.items()]
+    if c.out_of_memory:
+        return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": None, "weights": None,
+                "flops": None, "program_read": False, "out_of_memory": c.out_of_memory,
+                "required_bytes": c.required_bytes, "attention_calls": dict(c.attention_calls)}
     if not c.program_read:
         return {"front_end": c.front_end, "compile_seconds": c.compile_seconds, "memory": _memory_document(c),
                 "weights": c.weights, "flops": c.flops, "program_read": False,

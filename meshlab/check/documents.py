@@ -233,7 +233,9 @@ class TpuFits(Document):
     xla_as_planned: bool | None = Field(description="XLA:TPU's verdict for the other front end's program, where it has "
                                         "the plan's attention and the primary's has not (--front-end both: torchax's "
                                         "flash kernel beside torch_xla's stock attention): held to "
-                                        "predicted_as_planned; null where none was compiled")
+                                        "predicted_as_planned; null where the primary program has the plan's attention "
+                                        "(torchax alone or as the fallback, or no flash_attention), or the other front "
+                                        "end was not compiled or failed (its entry in front_ends says why)")
     xla_required_bytes: int | None
     usable_hbm_bytes: int
     xla_refusal: str
@@ -366,7 +368,10 @@ class FrontEndCompiled(Document):
     memory: TpuMemory | None
     weights: int | None
     flops: float | None
-    program_read: bool
+    program_read: bool = Field(description="XLA:TPU's optimized program was read back (false where it refused the "
+                               "program, or its proto could not be read)")
+    out_of_memory: str = Field("", description="XLA:TPU's refusal to fit this front end's program, where it refused")
+    required_bytes: int | None = Field(None, description="the bytes XLA:TPU asked for, where it refused")
     attention_kernels: int | None = Field(
         None, description="Pallas kernels the program calls: a flash attention kernel's calls (torchax's, where the "
                           "strategy says flash_attention; torch_xla's stock attention has none)")

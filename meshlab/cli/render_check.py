@@ -294,9 +294,11 @@ def _render_as_planned(report, console) -> None:
     said = (f"[yellow]as planned[/yellow], with its flash attention, meshlab says it "
             f"{'fits' if report.fits_as_planned else 'does not fit'} ({mib(planned.weights + planned.denoise)} a chip)")
     other = report.as_planned_program
+    failed = [c.front_end for c in report.compiled if not c.ok and c.front_end == "torchax"]
     if other is None:
         console.print(f"{said}; the program compiled here has {report.primary.front_end}'s stock attention, which "
-                      "materialises the scores: compile the plan's own with --front-end torchax")
+                      "materialises the scores" + ("; torchax's, with the plan's, could not be compiled (above)"
+                                                   if failed else ": compile the plan's own with --front-end torchax"))
     elif other.out_of_memory:
         asked = f", asking {mib(other.required_bytes)}" if other.required_bytes else ""
         console.print(f"{said}; {other.front_end}'s program, which has it, XLA:TPU refused{asked}")

@@ -377,14 +377,19 @@ def test_the_fit_is_held_for_the_attention_the_program_has():
     from rich.console import Console
 
     from meshlab.check.against_tpu import Compiled, TpuCheckReport, tpu_check_document, tpu_options
+    from meshlab.check.documents import TpuCheckDocument
     from meshlab.check.setup import CheckOptions, check_setup
     from meshlab.cli.render_check import mib, render_tpu_check
+    from meshlab.cost.compiled_call import predicted_as_compiled, predicted_call
 
     wan = REPO / "strategies" / "wan-14b-v6e-8.yaml"
     setup = check_setup(wan, tpu_options(wan, CheckOptions(layers=3), {"layers"}))  # the workload's size
     refused = Compiled("torch-xla", out_of_memory="RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom",
                        required_bytes=243_170_310_881, compile_seconds=9.0, trace_seconds=6.0)
-    report = TpuCheckReport(setup, {"name": "v6e:2x4", "slices": 1, "chips": 8}, (refused,), {}, {}, {})
+    hardware = setup.planned.hardware
+    call = predicted_call(predicted_as_compiled(setup.plan, setup.strategy, hardware, "torch-xla"), hardware)
+    report = TpuCheckReport(setup, {"name": "v6e:2x4", "slices": 1, "chips": 8}, (refused,), {}, {}, {},
+                            predicted_call=call, predicted_totals={"count": Counter(), "bytes": Counter()})
     compiled = report.memory_as_compiled.most_loaded
     assert compiled.weights == setup.memory.most_loaded.weights
     assert compiled.denoise == report.predicted_temporaries("torch-xla") > 200 * 2**30
@@ -422,6 +427,26 @@ def test_the_fit_is_held_for_the_attention_the_program_has():
     assert both.differences() == ("fits as planned (torchax's program, with the plan's attention): meshlab says True, "
                                   "XLA:TPU False",)
     assert "torchax's program, which has it, XLA:TPU refused, asking 226.47 GiB" in shown(both)
+    document = tpu_check_document(both)
+    TpuCheckDocument.model_validate(document)  # the new keys are the schema's
+    assert document["fits"]["xla_as_planned"] is False
+    assert [(f["front_end"], f.get("required_bytes")) for f in document["front_ends"]] == [
+        ("torch-xla", refused.required_bytes), ("torchax", refused.required_bytes)]
+    unasked = replace(both, compiled=(refused, replace(refused, front_end="torchax", required_bytes=None)))
+    assert "torchax's program, which has it, XLA:TPU refused\n" in shown(unasked)
+    too_big = replace(fitting, memory={**fitting.memory, "temp": 40 * 2**30})
+    assert "torchax's program, which has it, XLA:TPU says it does not fit" in shown(
+        replace(report, compiled=(refused, too_big)))
+    failed = replace(report, compiled=(refused, Compiled("torchax", error="trace failed")))
+    assert failed.as_planned_program is None and failed.agrees
+    assert "torchax's, with the plan's, could not be compiled" in shown(failed)
+    # the two meshlab verdicts agree (a small image fits either way), torchax's program does not: said and held
+    small = check_setup(wan, CheckOptions(layers=3, height=256, width=256))
+    small = replace(both, setup=small, compiled=(past, replace(refused, front_end="torchax")))
+    assert small.fits_predicted is small.fits_as_planned is True and small.fits_xla_as_planned is False
+    assert "fits as planned (torchax's program, with the plan's attention): meshlab says True, XLA:TPU False" in (
+        small.differences())
+    assert "torchax's program, which has it, XLA:TPU refused" in shown(small)
     # torchax alone compiles the plan's own attention: its refusal is a difference, and nothing is said beside it
     flash = replace(report, compiled=(replace(refused, front_end="torchax"),))
     assert flash.memory_as_compiled is setup.memory and flash.fits_predicted is flash.fits_as_planned is True
