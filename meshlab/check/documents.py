@@ -105,10 +105,7 @@ class MeshlabMemory(Document):
     scan_stacked_weights: int = Field(description="the block weights stacked for a scan (0 unrolled)")
     gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
                                   "activations, two blocks' where the chip gathers them async (0 without)")
-    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights: the "
-                       "plan's, with its own attention")
-    total_as_compiled: int = Field(description="total with the attention the front end compiled "
-                                   "(activations_as_compiled): what fits.predicted holds")
+    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights")
 
 
 class HostTransfers(Document):
