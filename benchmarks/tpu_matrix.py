@@ -32,6 +32,12 @@ blocks of each list: where the fit question is asked. Each row adds both fit ver
 compiled, and for the plan as planned, with its own attention), and the JSON each plan's forward, fit and compile
 seconds. A plan that takes longer than --timeout seconds is recorded as not compiled, with the time. Rows do not say
 their size: keep each size's rows in files of their own.
+
+    python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_256_temporaries.json
+    python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_workload_temporaries.json --workload-size
+
+compile nothing: they recompute meshlab's side of a --temporaries record with the code as it is, keep XLA:TPU's
+(its compiles are deterministic for one libtpu), and mark the record (its "_repredicted" key).
 """
 
 from __future__ import annotations
@@ -85,13 +91,60 @@ def batch(path: Path) -> list[str]:
     return [] if split <= 1 or images % split == 0 else ["--batch", str(split * -(-images // split))]
 
 
-def row(path: Path, captured: dict | None = None, temporaries: dict | None = None, workload: bool = False,
-        timeout: float | None = None) -> str:
+def check_args(path: Path, workload: bool) -> list[str]:
+    """The `meshlab check` options a plan's row compiles with."""
     args = list(WORKLOAD_ARGS if workload else ARGS)
     if text_tokens(path) and not workload:
         at = args.index("--text-tokens")
         args[at:at + 2] = text_tokens(path)
-    args += batch(path)
+    return args + batch(path)
+
+
+def predicted_working_set(path: Path, workload: bool) -> int:
+    """meshlab's working set (`activations_as_compiled`) of the program a row compiles, without compiling."""
+    from meshlab.check.against_tpu import tpu_options
+    from meshlab.check.setup import CheckOptions, check_setup
+    from meshlab.cost.compiled_call import strategy_as_compiled
+    from meshlab.plan.memory import memory_on
+
+    args = check_args(path, workload)
+    given = {flag[2:].replace("-", "_"): int(args[i + 1]) for i, flag in enumerate(args)
+             if flag in ("--layers", "--height", "--width", "--text-tokens", "--batch")}
+    setup = check_setup(path, tpu_options(path, CheckOptions(**given), set(given)))
+    compiled = strategy_as_compiled(setup.strategy, "torch-xla")
+    return memory_on(setup.plan, compiled, setup.planned.hardware).most_loaded.denoise
+
+
+def repredict(record: Path, workload: bool) -> None:
+    """meshlab's side of a --temporaries record again, from the code, XLA:TPU's kept (its compiles are deterministic
+    for one libtpu): each plan's prediction and, where it moved, whether it agrees (the check's tolerance, against
+    the figure the check holds: in HBM and on chip, else in HBM, else the temp buffer). The record says so."""
+    from meshlab.check.against_tpu import TEMPS_TOLERANCE
+
+    data = json.loads(record.read_text())
+    for name, t in list(data.items()):
+        if name.startswith("_"):
+            continue
+        predicted = predicted_working_set(REPO / name, workload)
+        if predicted == t["predicted"]:
+            continue
+        held = next((t[k] for k in ("xla_working_set_live_at_once", "xla_live_at_once", "xla_temp_buffer")
+                     if t.get(k) is not None), None)
+        was = t["agrees"]
+        t["predicted"] = predicted
+        if held is not None:
+            t["agrees"] = abs(held - predicted) <= TEMPS_TOLERANCE * max(held, 1)
+        print(f"{name}: predicted {predicted}" + (f" against {held}: {'agrees' if t['agrees'] else 'differs'}"
+                                                   f"{'' if was == t['agrees'] else ' (moved)'}" if held else ""))
+        where = record.resolve().relative_to(REPO) if record.resolve().is_relative_to(REPO) else record
+        data["_repredicted"] = ("meshlab's side recomputed without compiling: python benchmarks/tpu_matrix.py "
+                                f"--repredict {where}" + (" --workload-size" if workload else ""))
+    record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def row(path: Path, captured: dict | None = None, temporaries: dict | None = None, workload: bool = False,
+        timeout: float | None = None) -> str:
+    args = check_args(path, workload)
     name = str(path.relative_to(REPO))
     done = _check([sys.executable, "-m", "meshlab", "check", name, *args], timeout)
     if not done.stdout.startswith("{"):
@@ -159,7 +212,12 @@ def main() -> int:
     parser.add_argument("--workload-size", action="store_true",
                         help="compile at each strategy's workload size, not 256x256 with 32 text tokens")
     parser.add_argument("--timeout", type=float, help="seconds one plan's check may take (default: no limit)")
+    parser.add_argument("--repredict", type=Path, help="recompute meshlab's side of this --temporaries record "
+                        "(with --workload-size where it was made so); compiles nothing")
     args = parser.parse_args()
+    if args.repredict:
+        repredict(args.repredict, args.workload_size)
+        return 0
     files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
     if args.only:
         files = [path.resolve() for path in args.only]
@@ -175,9 +233,12 @@ def main() -> int:
         rows[str(path.relative_to(REPO))] = row(path, captured, temporaries, args.workload_size, args.timeout)
         print(rows[str(path.relative_to(REPO))], flush=True)
     if temporaries is not None:
-        held = [t for t in temporaries.values() if t["xla_working_set_live_at_once"] is not None]
+        if not args.only:  # every plan compiled again: none is recomputed (with --only, the others may be)
+            temporaries.pop("_repredicted", None)
+        plans = [t for name, t in temporaries.items() if not name.startswith("_")]
+        held = [t for t in plans if t["xla_working_set_live_at_once"] is not None]
         print(f"temporaries: {sum(t['agrees'] for t in held)} of {len(held)} agree (the check's tolerance); "
-              f"{len(temporaries) - len(held)} not read")
+              f"{len(plans) - len(held)} not read")
         args.temporaries.write_text(json.dumps(temporaries, indent=1, sort_keys=True) + "\n")
     if args.out:
         old = args.out.read_text().splitlines() if args.only and args.out.exists() else []

@@ -4,6 +4,12 @@ activations are held to the TPU compiler's (issue 25, part 3: the activations wi
     python benchmarks/tpu_working_set.py --out benchmarks/results/tpu_working_set.json
     python benchmarks/tpu_working_set.py --strategy strategies/pairs.yaml --sizes 256,1024
     python benchmarks/tpu_working_set.py --sizes 960x496,960x500
+    python benchmarks/tpu_working_set.py --repredict benchmarks/results/tpu_working_set.json
+
+`--repredict RECORD` compiles nothing: it recomputes meshlab's side of every point of a record with the code as it
+is and, where the prediction moved, its ratio and whether it agrees; XLA:TPU's side is kept (its compiles are
+deterministic for one libtpu). The record and its .txt beside it are rewritten (the point's line marked
+"(recomputed)", a line under the command that compiled it saying so), and the points that moved are printed.
 
 Each point (SIDE, or SIDExTEXT for its text tokens) of each strategy is one `meshlab check S.yaml --backend tpu
 --front-end torch-xla --layers 3 --height H --width H [--text-tokens T] --json --dump-dir D` (torch_xla's program,
@@ -97,7 +103,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="256,512,576,640,704,768,896,928,960,1024,1088",
                         help="image sides, comma-separated, each SIDE or SIDExTEXT (its text tokens)")
     parser.add_argument("--out", type=Path, help="write the points here (JSON)")
+    parser.add_argument("--repredict", type=Path, nargs="+", help="recompute meshlab's side of these records")
     args = parser.parse_args()
+    if args.repredict:
+        for record in args.repredict:
+            repredict(record)
+        return
     points = []
     for strategy in args.strategy or [REPO / "strategies" / "2d.yaml"]:
         for size in args.sizes.split(","):
@@ -106,6 +117,63 @@ def main() -> None:
             report(points[-1])
     if args.out:
         args.out.write_text(json.dumps({"libtpu": version("libtpu"), "points": points}, indent=1) + "\n")
+
+
+def predicted_bytes(strategy: str, side: int, text_tokens: int | None) -> int:
+    """meshlab's working set of the program a point compiled (`activations_as_compiled`), without compiling."""
+    from meshlab.check.against_tpu import tpu_options
+    from meshlab.check.setup import CheckOptions, check_setup
+    from meshlab.cost.compiled_call import strategy_as_compiled
+    from meshlab.plan.memory import memory_on
+
+    given = {"layers", "height", "width"} | ({"text_tokens"} if text_tokens else set())
+    path = REPO / strategy
+    setup = check_setup(path, tpu_options(path, CheckOptions(layers=3, height=side, width=side,
+                                                             text_tokens=text_tokens), given))
+    strategy_compiled = strategy_as_compiled(setup.strategy, "torch-xla")
+    return memory_on(setup.plan, strategy_compiled, setup.planned.hardware).most_loaded.denoise
+
+
+def repredict(record: Path) -> None:
+    """meshlab's side of every point of `record` again, from the code; XLA:TPU's kept (see the module). A point whose
+    prediction moved gets its ratio (from the MiB the record kept of XLA:TPU's side) and verdict again, in the JSON
+    and in its line of the .txt beside it, which says it was recomputed."""
+    from meshlab.check.against_tpu import TEMPS_TOLERANCE
+
+    data = json.loads(record.read_text())
+    text_file = record.with_suffix(".txt")
+    lines = text_file.read_text().splitlines() if text_file.exists() else []
+    moved = 0
+    for p in data["points"]:
+        if "error" in p:
+            continue
+        words = p["command"].split()
+        text = int(words[words.index("--text-tokens") + 1]) if "--text-tokens" in words else None
+        predicted = round(predicted_bytes(p["strategy"], p["side"], text) / MIB, 1)
+        if predicted == p["predicted_mib"]:
+            continue
+        moved += 1
+        held = p["xla_working_set_mib"] if p["xla_working_set_mib"] is not None else p["xla_hbm_temporaries_mib"]
+        old = (f"meshlab {p['predicted_mib']} MiB", f"ratio {p['ratio']}, {'agrees' if p['agrees'] else 'differs'}")
+        p["predicted_mib"] = predicted
+        if held:
+            p["ratio"] = round(predicted / held, 2)
+            p["agrees"] = abs(held - predicted) <= TEMPS_TOLERANCE * held
+        new = (f"meshlab {predicted} MiB", f"ratio {p['ratio']}, {'agrees' if p['agrees'] else 'differs'}")
+        head = f"{p['strategy']} on {p['system']}, {p['side']}² ({p['tokens']} tokens a sample): {old[0]}"
+        at = next((i for i, line in enumerate(lines) if line.startswith(head) and old[1] in line), None)
+        if at is not None:
+            lines[at] = lines[at].replace(old[0], new[0], 1).replace(old[1], new[1], 1) + " (recomputed)"
+        print(f"{record.name}: {p['strategy']} {p['side']}² (text {text}): {old[0]}, {old[1]} -> {new[0]}, {new[1]}"
+              + ("" if at is not None else " (no line in the .txt)"), flush=True)
+    if not moved:
+        return
+    record.write_text(json.dumps(data, indent=1) + "\n")
+    if lines:
+        where = record.relative_to(REPO) if record.is_relative_to(REPO) else record
+        lines.insert(1, f"# meshlab's side of the points marked (recomputed) is the code's at a later commit, without "
+                        f"compiling: python benchmarks/tpu_working_set.py --repredict {where}")
+        text_file.write_text("\n".join(lines) + "\n")
 
 
 def report(p: dict) -> None:

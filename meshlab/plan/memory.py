@@ -24,7 +24,8 @@ from meshlab.plan.tokens import TokenCounts, local_token_counts, rules_split_tex
 ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
-    "with float32 copies of q, k and v, as torch's math attention computes them; on a TPU whose catalog entry "
+    "with float32 copies of q, k and v, as torch's math attention computes them (none on a TPU: XLA:TPU fuses "
+    "the converts into the matmuls); on a TPU whose catalog entry "
     "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys, unless every head "
     "is gathered under a sequence split, and where it gives recomputed_softmax_keys, one where a row has more, "
     "unless the probabilities meet values left split; where it gives mask_broadcast_keys and holds two, up to "
@@ -187,13 +188,13 @@ def gathered_block_bytes(plan: Plan, strategy: Strategy) -> int:
     in, still split over its other axes. A stand-in for what XLA:TPU holds beside the activations under FSDP, which
     its scheduler decides: not a block's gathers held together. XLA:TPU gathers a Linear's weight where it is used
     and frees it after, so at the attention's peak it holds none (wan-14b-v6e-8.yaml at 256², 3 blocks: the two
-    score buffers and 0.12 GiB more, 2.27 GiB at once; 3.19 GiB with this term, 2.54 without). What it holds beside
+    score buffers and 0.12 GiB more, 2.27 GiB at once; 2.96 GiB with this term, 2.31 without). What it holds beside
     the activations is another choice of its schedule's: for fsdp.yaml (v6e-8, torch_xla's program) at 256², 3
     blocks, every block's two modulation weights, gathered together since their input (the timestep's embedding) is
     known from the start, 679,477,248 B, a block's gathered weights only because a modulation Linear is a sixth of a
     Qwen-Image block; at full depth and 1024², copies in HBM of the weight shards of the six Linears a block it runs
     as collective matmuls (the image stream's), every block's, 1.58 GiB beside the two score buffers' 3.80 GiB
-    (5.51 GiB at once; 4.75 GiB with this term, 4.11 without). What each program holds at its peak: `meshlab check
+    (5.51 GiB at once; 4.59 GiB with this term, 3.96 without). What each program holds at its peak: `meshlab check
     --backend tpu`'s ``at_peak`` (benchmarks/results/tpu_working_set_fsdp.json, tpu_aot_fsdp_at_peak.txt). Blocks
     only: a weight outside them gathered over those axes is held for one Linear. 0 where no block weight is split
     over an activation axis of more than one chip."""
@@ -372,7 +373,7 @@ def block_activation_bytes(plan: Plan, strategy: Strategy, tokens: TokenCounts, 
                    strategy.activations.ring, math.prod(plan.mesh.size(a) for a in ring), itemsize,
                    *(heads_gathered(strategy.workload.flash_attention, batch, xla, split_image > 1, linear,
                                     kernel_marked(strategy.activations.rules)) for linear in (False, True)),
-                   score_buffers or ScoreBuffers())
+                   score_buffers or ScoreBuffers(), xla)
     blocks: dict[int, list[PlannedParameter]] = defaultdict(list)
     for p in plan.parameters:
         if p.parameter.block is not None:
@@ -433,6 +434,7 @@ class _Shape:
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
     score_buffers: ScoreBuffers = ScoreBuffers()  # math attention: where its float32 score buffers change in number
+    xla: bool = False  # the chip runs XLA:TPU's program (`block_activation_bytes`' xla): no float32 q, k, v copies
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -464,7 +466,13 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     Without flash the attention is torch's math attention (``_scaled_dot_product_attention_math``), which since
     torch 2.5 computes a bf16 or float16 attention in float32 unless
     ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``: q, k and v are copied to float32, and the
-    scores and the probabilities, both held at the softmax, are float32. XLA:TPU's program of 2d.yaml at full depth
+    scores and the probabilities, both held at the softmax, are float32. Eager PyTorch holds those copies; XLA:TPU
+    fuses each convert into the matmul that reads it and holds none (`shape.xla`): what its working set holds at
+    its peak (`meshlab check --backend tpu`'s at_peak) is the two score buffers and bf16 activations, no float32 q, k
+    or v (2d.yaml at 1024², 3 blocks; seq8-model2.yaml there too, every head gathered, where the copies would be 229
+    MiB); over the matrix at each workload's size (benchmarks/results/tpu_matrix_workload.txt) pricing them put
+    meshlab at 1.05 to 1.37x of XLA:TPU's working set, without them 1.00 to 1.15x (SANA's linear attention aside).
+    XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, unless every head is gathered under a
     sequence split, it holds one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for
@@ -503,7 +511,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     if shape.flash:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
-    upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 else 0
+    # eager PyTorch's float32 copies of q, k and v; XLA:TPU fuses each convert into the matmul that reads it
+    upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 and not shape.xla \
+        else 0
     # the probabilities beside the scores, or fused into them up to fused_softmax_keys keys a row, but where every
     # head meets every key under a sequence split (above: the probabilities then meet values split otherwise):
     # CogVideoX over seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its

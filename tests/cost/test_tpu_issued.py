@@ -919,6 +919,8 @@ def test_the_records_working_sets_are_what_meshlab_predicts_now():
     results = REPO / "benchmarks" / "results"
     kept = json.loads((REPO / "tests" / "cost" / "data" / "tpu_block_collectives.json").read_text())
     for name, row in json.loads((results / "tpu_matrix_256_temporaries.json").read_text()).items():
+        if name.startswith("_"):  # "_repredicted": how the predictions were last recomputed
+            continue
         options = {k: v for k, v in kept[name]["options"].items() if k != "seed"}
         assert predicted(REPO / name, CheckOptions(**options)) == row["predicted"], name
     points = 0

@@ -57,6 +57,9 @@ def test_scores_count_without_flash_attention():
     upcast, scores = 2 * (24 + 2 * 24) * 1 * 16, 2 * (2 * 1 * 24 * 24)
     residual, attention = 2 * 24 * 64, 3 * 24 * 16 + 24 * 16 + upcast + scores
     assert with_scores == (residual + attention) * 2
+    # XLA:TPU fuses each convert into the matmul that reads it: no float32 copies of q, k and v in its program
+    tpu = block_activation_bytes(plan, s, token_counts(s.workload, card.architecture), xla=True)
+    assert tpu == (residual + attention - upcast) * 2
 
 
 #: math attention over a 64 x 64 image (16 tokens) and 8 text tokens: 24 keys a row, one head a chip of 8
@@ -167,20 +170,21 @@ def test_a_masked_attention_holding_two_score_buffers_holds_its_mask_broadcast_b
 
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
     """torch_xla's math attention gathers the heads of more than one sample a chip (meshlab.plan.axes.heads_gathered):
-    on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1; eager DTensor on a
-    GPU keeps the chip's head."""
+    on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1, and no float32
+    copies of them (XLA:TPU fuses the converts into the matmuls that read them); eager DTensor on a GPU keeps the
+    chip's head, and its float32 copies of q, k and v."""
     card = small_card()
     s = strategy(workload={"batch": 4, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
     plan = make_plan(s, card, 8)
     tokens = token_counts(s.workload, card.architecture)
 
-    def expected(heads: int, gathered: int) -> int:
-        upcast, scores = 2 * (24 + 2 * 24) * heads * 16, 2 * (2 * heads * 24 * 24)
-        attention = 3 * 24 * 16 + 24 * heads * 16 + upcast + scores + gathered
+    def expected(heads: int, gathered: int, upcast: bool) -> int:
+        copies, scores = 2 * (24 + 2 * 24) * heads * 16 * upcast, 2 * (2 * heads * 24 * 24)
+        attention = 3 * 24 * 16 + 24 * heads * 16 + copies + scores + gathered
         return (2 * 24 * 64 + attention) * 2 * 2  # 2 samples a chip (batch 4 over data 2), bf16
 
-    assert block_activation_bytes(plan, s, tokens, xla=True) == expected(4, (24 + 2 * 24) * 4 * 16)
-    assert block_activation_bytes(plan, s, tokens) == expected(1, 0)
+    assert block_activation_bytes(plan, s, tokens, xla=True) == expected(4, (24 + 2 * 24) * 4 * 16, upcast=False)
+    assert block_activation_bytes(plan, s, tokens) == expected(1, 0, upcast=True)
 
 
 def test_components_and_placement():
