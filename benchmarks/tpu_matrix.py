@@ -118,7 +118,9 @@ def predicted_working_set(path: Path, workload: bool) -> int:
 def repredict(record: Path, workload: bool) -> None:
     """meshlab's side of a --temporaries record again, from the code, XLA:TPU's kept (its compiles are deterministic
     for one libtpu): each plan's prediction and, where it moved, whether it agrees (the check's tolerance, against
-    the figure the check holds: in HBM and on chip, else in HBM, else the temp buffer). The record says so."""
+    the figure the check holds: in HBM and on chip, else in HBM, else the temp buffer). The record says so. A
+    --workload-size record's fit verdicts (`fits`) are not recomputed: check them by hand where a prediction moved
+    near the chip's HBM."""
     from meshlab.check.against_tpu import TEMPS_TOLERANCE
 
     data = json.loads(record.read_text())

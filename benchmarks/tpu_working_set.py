@@ -163,13 +163,14 @@ def repredict(record: Path) -> None:
         head = f"{p['strategy']} on {p['system']}, {p['side']}² ({p['tokens']} tokens a sample): {old[0]}"
         at = next((i for i, line in enumerate(lines) if line.startswith(head) and old[1] in line), None)
         if at is not None:
-            lines[at] = lines[at].replace(old[0], new[0], 1).replace(old[1], new[1], 1) + " (recomputed)"
+            lines[at] = lines[at].replace(old[0], new[0], 1).replace(old[1], new[1], 1)
+            lines[at] += "" if lines[at].endswith(" (recomputed)") else " (recomputed)"
         print(f"{record.name}: {p['strategy']} {p['side']}² (text {text}): {old[0]}, {old[1]} -> {new[0]}, {new[1]}"
               + ("" if at is not None else " (no line in the .txt)"), flush=True)
     if not moved:
         return
     record.write_text(json.dumps(data, indent=1) + "\n")
-    if lines:
+    if lines and not any(line.startswith("# meshlab's side of the points marked (recomputed)") for line in lines):
         where = record.relative_to(REPO) if record.is_relative_to(REPO) else record
         lines.insert(1, f"# meshlab's side of the points marked (recomputed) is the code's at a later commit, without "
                         f"compiling: python benchmarks/tpu_working_set.py --repredict {where}")

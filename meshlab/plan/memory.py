@@ -138,7 +138,7 @@ def gathered_blocks_on(strategy: Strategy, hardware) -> int:
     1,663,338,496 B of temporaries at once in HBM and VMEM (1,550,086,144 B in HBM): gathered, every modulation
     weight, 23 of the 24 attention projections and 5 of the 12 MLP weights of the three blocks, 1,491,075,072 B of
     their 2,038,431,744, 2.19 blocks' (every kind at its peak, `hlo.working_set_peak`), against meshlab's
-    1,396,113,408 B (two blocks' gathered weights and the activations:
+    1,385,496,576 B (two blocks' gathered weights and the activations:
     benchmarks/results/tpu_check_fsdp-v5e_256.json); for v6e:2x4, whose gathers are synchronous, 679,908,448 B,
     every block's modulation weights (tpu_working_set_fsdp.json)."""
     return 2 if weight_gathers_async(strategy, hardware) else 1
@@ -434,7 +434,7 @@ class _Shape:
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
     score_buffers: ScoreBuffers = ScoreBuffers()  # math attention: where its float32 score buffers change in number
-    xla: bool = False  # the chip runs XLA:TPU's program (`block_activation_bytes`' xla): no float32 q, k, v copies
+    xla: bool = False  # XLA:TPU's program (`block_activation_bytes`' xla): softmax q, k, v not copied to float32
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -470,9 +470,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     fuses each convert into the matmul that reads it and holds none (`shape.xla`): what its working set holds at
     its peak (`meshlab check --backend tpu`'s at_peak) is the two score buffers and bf16 activations, no float32 q, k
     or v (2d.yaml at 1024², 3 blocks; seq8-model2.yaml there too, every head gathered, where the copies would be 229
-    MiB); over the matrix at each workload's size (benchmarks/results/tpu_matrix_workload.txt) pricing them put
-    meshlab at 1.05 to 1.37x of XLA:TPU's working set, without them 1.00 to 1.15x (SANA's linear attention aside).
-    XLA:TPU's program of 2d.yaml at full depth
+    MiB); over the matrix at each workload's size (benchmarks/results/tpu_matrix_workload_temporaries.json)
+    pricing them put meshlab at 0.98 to 1.37x of XLA:TPU's working set, without them 0.97 to 1.15x (SANA's linear
+    attention aside, whose float32 terms are kept). XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, unless every head is gathered under a
     sequence split, it holds one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for
