@@ -100,17 +100,25 @@ def check_args(path: Path, workload: bool) -> list[str]:
     return args + batch(path)
 
 
-def predicted_working_set(path: Path, workload: bool) -> int:
-    """meshlab's working set (`activations_as_compiled`) of the program a row compiles, without compiling."""
+def check_options(path: Path, workload: bool):
+    """The check's options (meshlab.check.setup.CheckOptions) a row compiles with, resolved as the check resolves
+    them (the workload's size where the row gives none)."""
     from meshlab.check.against_tpu import tpu_options
-    from meshlab.check.setup import CheckOptions, check_setup
-    from meshlab.cost.compiled_call import strategy_as_compiled
-    from meshlab.plan.memory import memory_on
+    from meshlab.check.setup import CheckOptions
 
     args = check_args(path, workload)
     given = {flag[2:].replace("-", "_"): int(args[i + 1]) for i, flag in enumerate(args)
              if flag in ("--layers", "--height", "--width", "--text-tokens", "--batch")}
-    setup = check_setup(path, tpu_options(path, CheckOptions(**given), set(given)))
+    return tpu_options(path, CheckOptions(**given), set(given))
+
+
+def predicted_working_set(path: Path, workload: bool) -> int:
+    """meshlab's working set (`activations_as_compiled`) of the program a row compiles, without compiling."""
+    from meshlab.check.setup import check_setup
+    from meshlab.cost.compiled_call import strategy_as_compiled
+    from meshlab.plan.memory import memory_on
+
+    setup = check_setup(path, check_options(path, workload))
     compiled = strategy_as_compiled(setup.strategy, "torch-xla")
     return memory_on(setup.plan, compiled, setup.planned.hardware).most_loaded.denoise
 
@@ -163,6 +171,7 @@ def row(path: Path, captured: dict | None = None, temporaries: dict | None = Non
             "xla_live_at_once": xla.get("temporaries_live_peak"), "xla_temp_buffer": xla.get("temporaries"),
             "xla_working_set_live_at_once": xla.get("working_set_live_peak"), "vmem": xla.get("vmem"),
             "cmem": xla.get("cmem"), "agrees": not [d for d in doc["differences"] if d.startswith("temporaries")],
+            "options": doc["options"],
             **({"forward": doc["forward"], "fits": doc["fits"], "compile_seconds": doc["compile_seconds"]}
                if workload else {})}
     if captured is not None:

@@ -904,7 +904,8 @@ def test_each_chip_s_softmax_keys_price_as_many_score_buffers_as_its_record_saw(
 def test_the_records_working_sets_are_what_meshlab_predicts_now():
     """Each working set meshlab predicted in the TPU records (the matrix at 256²,
     benchmarks/results/tpu_matrix_256_temporaries.json, with the options tpu_block_collectives.json keeps for each
-    plan; and every point of benchmarks/results/tpu_working_set*.json) is what the code predicts now, without
+    plan; the matrix at each workload's size, tpu_matrix_workload_temporaries.json, with its own; and every point of
+    benchmarks/results/tpu_working_set*.json) is what the code predicts now, without
     compiling: a change to the memory model reruns the records it moves (benchmarks/tpu_matrix.py --only,
     benchmarks/tpu_working_set.py)."""
     from meshlab.check.against_tpu import tpu_options
@@ -923,6 +924,15 @@ def test_the_records_working_sets_are_what_meshlab_predicts_now():
             continue
         options = {k: v for k, v in kept[name]["options"].items() if k != "seed"}
         assert predicted(REPO / name, CheckOptions(**options)) == row["predicted"], name
+    # the matrix at each workload's own size: the options kept beside each plan give the forward XLA:TPU compiled
+    for name, row in json.loads((results / "tpu_matrix_workload_temporaries.json").read_text()).items():
+        if name.startswith("_"):
+            continue
+        options = CheckOptions(**{k: v for k, v in row["options"].items() if k != "seed"})
+        geometry = check_setup(REPO / name, options).geometry
+        assert (geometry.batch, geometry.image_tokens, geometry.text_tokens) == (
+            row["forward"]["batch"], row["forward"]["image_tokens"], row["forward"]["text_tokens"]), name
+        assert predicted(REPO / name, options) == row["predicted"], name
     points = 0
     for record in sorted(results.glob("tpu_working_set*.json")):
         for point in json.loads(record.read_text())["points"]:
