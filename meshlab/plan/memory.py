@@ -511,9 +511,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     if shape.flash:
         return qkv + gathered_kv + output
     fp32 = 4 // shape.itemsize  # elements of the workload's dtype in one float32
-    # eager PyTorch's float32 copies of q, k and v; XLA:TPU fuses each convert into the matmul that reads it
-    upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if fp32 > 1 and not shape.xla \
-        else 0
+    copied = fp32 > 1 and not shape.xla  # eager PyTorch's float32 q, k and v; XLA:TPU fuses each convert into its dot
+    upcast = fp32 * (queries + held + min(held, values)) * heads * attention.head_dim if copied else 0
     # the probabilities beside the scores, or fused into them up to fused_softmax_keys keys a row, but where every
     # head meets every key under a sequence split (above: the probabilities then meet values split otherwise):
     # CogVideoX over seq 2 x model 4 at 3360 keys holds both with two samples a chip, one with one sample a chip (its
