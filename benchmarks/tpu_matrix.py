@@ -114,13 +114,10 @@ def check_options(path: Path, workload: bool):
 
 def predicted_working_set(path: Path, workload: bool) -> int:
     """meshlab's working set (`activations_as_compiled`) of the program a row compiles, without compiling."""
+    from meshlab.check.against_tpu import compiled_memory
     from meshlab.check.setup import check_setup
-    from meshlab.cost.compiled_call import strategy_as_compiled
-    from meshlab.plan.memory import memory_on
 
-    setup = check_setup(path, check_options(path, workload))
-    compiled = strategy_as_compiled(setup.strategy, "torch-xla")
-    return memory_on(setup.plan, compiled, setup.planned.hardware).most_loaded.denoise
+    return compiled_memory(check_setup(path, check_options(path, workload)), "torch-xla").most_loaded.denoise
 
 
 def repredict(record: Path, workload: bool) -> None:
@@ -132,12 +129,14 @@ def repredict(record: Path, workload: bool) -> None:
     from meshlab.check.against_tpu import TEMPS_TOLERANCE
 
     data = json.loads(record.read_text())
-    for name, t in list(data.items()):
+    moved = 0
+    for name, t in data.items():
         if name.startswith("_"):
             continue
         predicted = predicted_working_set(REPO / name, workload)
         if predicted == t["predicted"]:
             continue
+        moved += 1
         held = next((t[k] for k in ("xla_working_set_live_at_once", "xla_live_at_once", "xla_temp_buffer")
                      if t.get(k) is not None), None)
         was = t["agrees"]
@@ -146,9 +145,11 @@ def repredict(record: Path, workload: bool) -> None:
             t["agrees"] = abs(held - predicted) <= TEMPS_TOLERANCE * max(held, 1)
         print(f"{name}: predicted {predicted}" + (f" against {held}: {'agrees' if t['agrees'] else 'differs'}"
                                                    f"{'' if was == t['agrees'] else ' (moved)'}" if held else ""))
-        where = record.resolve().relative_to(REPO) if record.resolve().is_relative_to(REPO) else record
-        data["_repredicted"] = ("meshlab's side recomputed without compiling: python benchmarks/tpu_matrix.py "
-                                f"--repredict {where}" + (" --workload-size" if workload else ""))
+    if not moved:
+        return
+    where = record.resolve().relative_to(REPO) if record.resolve().is_relative_to(REPO) else record
+    data["_repredicted"] = ("meshlab's side recomputed without compiling: python benchmarks/tpu_matrix.py "
+                            f"--repredict {where}" + (" --workload-size" if workload else ""))
     record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

@@ -121,17 +121,14 @@ def main() -> None:
 
 def predicted_bytes(strategy: str, side: int, text_tokens: int | None) -> int:
     """meshlab's working set of the program a point compiled (`activations_as_compiled`), without compiling."""
-    from meshlab.check.against_tpu import tpu_options
+    from meshlab.check.against_tpu import compiled_memory, tpu_options
     from meshlab.check.setup import CheckOptions, check_setup
-    from meshlab.cost.compiled_call import strategy_as_compiled
-    from meshlab.plan.memory import memory_on
 
     given = {"layers", "height", "width"} | ({"text_tokens"} if text_tokens else set())
     path = REPO / strategy
     setup = check_setup(path, tpu_options(path, CheckOptions(layers=3, height=side, width=side,
                                                              text_tokens=text_tokens), given))
-    strategy_compiled = strategy_as_compiled(setup.strategy, "torch-xla")
-    return memory_on(setup.plan, strategy_compiled, setup.planned.hardware).most_loaded.denoise
+    return compiled_memory(setup, "torch-xla").most_loaded.denoise
 
 
 def repredict(record: Path) -> None:

@@ -183,10 +183,7 @@ class TpuCheckReport:
         program has (`strategy_as_compiled`: torch_xla's stock attention materialises its scores where the plan may
         price a flash kernel); the plan's own where nothing compiled or the attention is the plan's."""
         c = self.primary
-        strategy = strategy_as_compiled(self.setup.strategy, c.front_end) if c else self.setup.strategy
-        if strategy is self.setup.strategy:
-            return self.setup.memory
-        return memory_on(self.setup.plan, strategy, self.setup.planned.hardware)
+        return compiled_memory(self.setup, c.front_end) if c else self.setup.memory
 
     @property
     def fits_predicted(self) -> bool:
@@ -243,12 +240,8 @@ class TpuCheckReport:
         transformer alone), with the attention the front end's program has: torch_xla's stock attention
         materialises its scores (no flash kernel unless a user calls one), torchax's is the strategy's own (its flash
         kernel where it says flash_attention); under scan, with the block weights stacked for it."""
-        strategy = strategy_as_compiled(self.setup.strategy, front_end)
-        if strategy is self.setup.strategy:
-            return self.setup.memory.most_loaded.denoise
-        if self.primary is not None and front_end == self.primary.front_end:
-            return self.memory_as_compiled.most_loaded.denoise
-        return memory_on(self.setup.plan, strategy, self.setup.planned.hardware).most_loaded.denoise
+        primary = self.primary is not None and front_end == self.primary.front_end
+        return (self.memory_as_compiled if primary else compiled_memory(self.setup, front_end)).most_loaded.denoise
 
     def middle_blocks(self) -> list[str]:
         """The middle block of each list of at least 3 compiled blocks (the first and the last differ: XLA:TPU
@@ -323,6 +316,15 @@ class TpuCheckReport:
 
 def _bytes(c: MeasuredCollective) -> int:
     return c.hlo.bytes_per_device
+
+
+def compiled_memory(setup: CheckSetup, front_end: str) -> MemoryReport:
+    """meshlab's memory for the program `front_end` compiles of `setup`'s plan: with that program's attention
+    (`strategy_as_compiled`: torch_xla's stock attention materialises its scores where the plan may price a flash
+    kernel); the setup's own where the attention is the plan's. Its ``most_loaded.denoise`` is the working set the
+    check holds XLA:TPU's temporaries to, which the benchmarks' records recompute without compiling."""
+    strategy = strategy_as_compiled(setup.strategy, front_end)
+    return setup.memory if strategy is setup.strategy else memory_on(setup.plan, strategy, setup.planned.hardware)
 
 
 def _fits(memory: MemoryReport, usable: int) -> bool:

@@ -908,14 +908,10 @@ def test_the_records_working_sets_are_what_meshlab_predicts_now():
     benchmarks/results/tpu_working_set*.json) is what the code predicts now, without
     compiling: a change to the memory model reruns the records it moves (benchmarks/tpu_matrix.py --only,
     benchmarks/tpu_working_set.py)."""
-    from meshlab.check.against_tpu import tpu_options
-    from meshlab.cost.compiled_call import strategy_as_compiled
-    from meshlab.plan.memory import memory_on
+    from meshlab.check.against_tpu import compiled_memory, tpu_options
 
     def predicted(path, options: CheckOptions) -> int:
-        setup = check_setup(path, options)
-        strategy = strategy_as_compiled(setup.strategy, "torch-xla")
-        return memory_on(setup.plan, strategy, setup.planned.hardware).most_loaded.denoise
+        return compiled_memory(check_setup(path, options), "torch-xla").most_loaded.denoise
 
     results = REPO / "benchmarks" / "results"
     kept = json.loads((REPO / "tests" / "cost" / "data" / "tpu_block_collectives.json").read_text())
