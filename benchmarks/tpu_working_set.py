@@ -167,11 +167,13 @@ def repredict(record: Path) -> None:
     if not moved:
         return
     record.write_text(json.dumps(data, indent=1) + "\n")
-    if lines and not any(line.startswith("# meshlab's side of the points marked (recomputed)") for line in lines):
+    if not lines:
+        return
+    if not any(line.startswith("# meshlab's side of the points marked (recomputed)") for line in lines):
         where = record.relative_to(REPO) if record.is_relative_to(REPO) else record
         lines.insert(1, f"# meshlab's side of the points marked (recomputed) is the code's at a later commit, without "
                         f"compiling: python benchmarks/tpu_working_set.py --repredict {where}")
-        text_file.write_text("\n".join(lines) + "\n")
+    text_file.write_text("\n".join(lines) + "\n")
 
 
 def report(p: dict) -> None:
