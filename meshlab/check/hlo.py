@@ -182,6 +182,7 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     asynchronous = {channel for name, lines in computations for channel in _channels(lines)
                     if any("AsyncCollective" in line for line in lines)}
     callers = _callers(hlo_text)
+    producers = _producers(computations)
     found, seen = [], set()
     for computation, lines in computations:
         for line in lines:
@@ -191,7 +192,8 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
                 continue
             channel = _channel(line)
             head = line[instruction.start(2):kind.start()]
-            operands = tuple(s for o in _operand_names(line[kind.end():]) for s in shapes.get(o, ()))
+            operand_names = _operand_names(line[kind.end():])
+            operands = tuple(s for o in operand_names for s in shapes.get(o, ()))
             result = array_shapes(head) if not kind.group(2) else _start_result(head)
             groups = _groups(line)
             # an async fusion's copies agree on all four; each all-reduce-scatter fusion is a collective of its own,
@@ -202,6 +204,8 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
                 continue
             seen.add(copy)
             name, op_name = kind.group(1), _op_name(line)
+            if len(operand_names) > 1:
+                op_name = _largest_operand_op_name(operand_names, shapes, producers) or op_name
             if name == "all-reduce" and computation.startswith("all-reduce-scatter"):
                 name, result = "reduce-scatter", _computation_result(hlo_text, computation) or result
                 op_name = op_name or callers.get(computation)  # the fusion that calls it carries the op's name
@@ -211,6 +215,41 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
                 computation=computation,
             ))
     return tuple(found)
+
+
+def _producers(computations: list[tuple[str, list[str]]]) -> dict[str, tuple[str | None, str | None]]:
+    """(op_name, the operand it moves) of each instruction of the module, by its name; no operand where it computes
+    (not one of `_MOVES`)."""
+    found = {}
+    for _, lines in computations:
+        for line in lines:
+            instruction = _INSTRUCTION.match(line)
+            opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
+            if opcode:
+                operands = _operand_names((" " + instruction.group(2))[opcode.end():])
+                moves = opcode.group(1) in _MOVES and len(operands) == 1
+                found[instruction.group(1)] = (_op_name(line), operands[0] if moves else None)
+    return found
+
+
+def _largest_operand_op_name(operands: list[str], shapes: dict[str, tuple[ArrayShape, ...]],
+                             producers: dict[str, tuple[str | None, str | None]]) -> str | None:
+    """The op_name of what made a combined collective's largest operand (the first of the largest), through the
+    moves before it (bitcasts, async copies): None where that has no meshlab scope.
+
+    XLA's combiners name the op they make after its first operand, which may be another block's: on SD3.5 under
+    data 4 x model 2 at 1024² with 333 text tokens (sd35-2d.yaml's workload) XLA:TPU sums block 1's text MLP output
+    (1,619,712 B) with two modulation sums of 4,864 B that every block computes from one silu(temb), which XLA
+    made once and named after block 0's: the op counted in block 0 left block 1 one all-reduce and 1.6 MB short. So
+    a combined collective is the block's that gives it most of its bytes."""
+    sizes = [sum(s.bytes for s in shapes.get(o, ())) for o in operands]
+    name, seen = operands[sizes.index(max(sizes))], set()
+    while name and name not in seen:
+        seen.add(name)
+        op_name, name = producers.get(name, (None, None))
+        if layer_of(op_name) is not None:
+            return op_name
+    return None
 
 
 _CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|branch_computations|called_computations)="

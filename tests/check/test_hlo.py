@@ -190,6 +190,29 @@ def test_two_reduce_scatter_fusions_with_one_channel_id_are_two_collectives():
     assert {c.bytes_per_device for c in found} == {(256 + 128) * 2432 * 2}  # image and text sums, bf16, whole
 
 
+def test_a_combined_collective_belongs_to_the_block_that_gives_it_most_of_its_bytes():
+    """XLA:TPU's combiner named block 1's text MLP sum, combined with two modulation sums, after block 0's silu, its
+    first operand (sd35-2d.yaml at its workload): the op is block 1's, whose fusion made 1,619,712 of its 1,629,440
+    bytes; the moves before the modulation operands (async copies) name nothing."""
+    (c,) = hlo.parse_collectives((DATA / "tpu_sd35_combined_across_blocks.txt").read_text())
+    assert c.op_name.startswith("transformer_blocks.1#") and c.layer == "transformer_blocks.1.ff_context.net.2"
+    assert c.bytes_per_device == (2 * 2432 + 333 * 2432) * 2
+
+
+def test_a_combined_collective_of_equal_operands_or_an_unscoped_largest_keeps_its_own_name():
+    own = 'metadata={op_name="a#.1/a.x#.2/aten__silu"}'
+    made = ('%f = bf16[8]{0} fusion(%p), kind=kLoop, calls=%c, metadata={op_name="b#.1/b.y#.2/aten__mm"}\n'
+            '%g = bf16[64]{0} fusion(%p), kind=kLoop, calls=%c\n'  # computes, unscoped: nothing to follow
+            '%h = bf16[64]{0} bitcast(%g)\n')
+    tie = made + f"%all-reduce.1 = (bf16[8]{{0}}, bf16[8]{{0}}) all-reduce(%e, %f), channel_id=1, {own}"
+    unscoped = made + f"%all-reduce.2 = (bf16[8]{{0}}, bf16[64]{{0}}) all-reduce(%f, %h), channel_id=2, {own}"
+    larger = made + f"%all-reduce.3 = (bf16[4]{{0}}, bf16[8]{{0}}) all-reduce(%e, %f), channel_id=3, {own}"
+    shapes = "%e = bf16[8]{0} parameter(0)\n"
+    assert hlo.parse_collectives(shapes + tie)[0].layer == "a.x"
+    assert hlo.parse_collectives(shapes + unscoped)[0].layer == "a.x"
+    assert hlo.parse_collectives(shapes.replace("[8]", "[4]") + larger)[0].layer == "b.y"
+
+
 def test_mesh_replica_groups_with_device_ids():
     line = ("%all-reduce.3 = bf16[1,64]{1,0} all-reduce(%x), channel_id=2, replica_groups=mesh['axis_0'=2,"
             "'axis_1'=4], device_ids=(0,1,2,3,7,6,5,4) {'axis_1'}, use_global_device_ids=true")
