@@ -34,10 +34,13 @@ seconds. A plan that takes longer than --timeout seconds is recorded as not comp
 their size: keep each size's rows in files of their own.
 
     python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_256_temporaries.json
-    python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_workload_temporaries.json --workload-size
+    python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_workload_temporaries.json --workload-size \
+        --out benchmarks/results/tpu_matrix_workload.txt
 
-compile nothing: they recompute meshlab's side of a --temporaries record with the code as it is, keep XLA:TPU's
-(its compiles are deterministic for one libtpu), and mark the record (its "_repredicted" key).
+compile nothing: they recompute meshlab's side of a --temporaries record with the code as it is (the working set;
+at the workload's size both fit verdicts too, and the --out rows whose verdict moved), keep XLA:TPU's (its
+compiles are deterministic for one libtpu), and mark the record (its "_repredicted" key). Collectives are not
+recomputed: tests/cost/test_tpu_issued.py holds them to the captured blocks.
 """
 
 from __future__ import annotations
@@ -112,45 +115,82 @@ def check_options(path: Path, workload: bool):
     return tpu_options(path, CheckOptions(**given), set(given))
 
 
-def predicted_working_set(path: Path, workload: bool) -> int:
-    """meshlab's working set (`activations_as_compiled`) of the program a row compiles, without compiling."""
-    from meshlab.check.against_tpu import compiled_memory
+def predicted(path: Path, workload: bool) -> tuple[int, bool, bool]:
+    """meshlab's side of a row, without compiling: the working set (`activations_as_compiled`) of the program the row
+    compiles (torch_xla's), whether that program fits every chip (`fits.predicted`), and whether the plan does with
+    its own attention (`fits.predicted_as_planned`)."""
+    from meshlab.check.against_tpu import compiled_memory, fits_every_chip
     from meshlab.check.setup import check_setup
 
-    return compiled_memory(check_setup(path, check_options(path, workload)), "torch-xla").most_loaded.denoise
+    setup = check_setup(path, check_options(path, workload))
+    compiled, usable = compiled_memory(setup, "torch-xla"), setup.planned.hardware.usable_hbm_bytes
+    return compiled.most_loaded.denoise, fits_every_chip(compiled, usable), fits_every_chip(setup.memory, usable)
 
 
-def repredict(record: Path, workload: bool) -> None:
+def repredict(record: Path, workload: bool, rows: Path | None = None) -> None:
     """meshlab's side of a --temporaries record again, from the code, XLA:TPU's kept (its compiles are deterministic
     for one libtpu): each plan's prediction and, where it moved, whether it agrees (the check's tolerance, against
-    the figure the check holds: in HBM and on chip, else in HBM, else the temp buffer). The record says so. A
-    --workload-size record's fit verdicts (`fits`) are not recomputed: check them by hand where a prediction moved
-    near the chip's HBM."""
+    the figure the check holds: in HBM and on chip, else in HBM, else the temp buffer); in a --workload-size record
+    meshlab's fit verdicts too, and where one moved, its row in `rows` (the matrix's --out): the verdicts it ends
+    with and the fit difference it lists where meshlab's is not XLA:TPU's. The record says so."""
     from meshlab.check.against_tpu import TEMPS_TOLERANCE
 
     data = json.loads(record.read_text())
-    moved = 0
+    moved, verdicts = 0, {}
     for name, t in data.items():
         if name.startswith("_"):
             continue
-        predicted = predicted_working_set(REPO / name, workload)
-        if predicted == t["predicted"]:
+        working_set, fits, fits_as_planned = predicted(REPO / name, workload)
+        if workload and t.get("fits") and (fits, fits_as_planned) != (t["fits"]["predicted"],
+                                                                      t["fits"]["predicted_as_planned"]):
+            moved += 1
+            t["fits"] |= {"predicted": fits, "predicted_as_planned": fits_as_planned}
+            verdicts[name] = t["fits"]
+            print(f"{name}: fits by meshlab {_yes(fits)} (as planned {_yes(fits_as_planned)}), by XLA:TPU "
+                  f"{_yes(t['fits']['xla'])}")
+        if working_set == t["predicted"]:
             continue
         moved += 1
         held = next((t[k] for k in ("xla_working_set_live_at_once", "xla_live_at_once", "xla_temp_buffer")
                      if t.get(k) is not None), None)
         was = t["agrees"]
-        t["predicted"] = predicted
+        t["predicted"] = working_set
         if held is not None:
-            t["agrees"] = abs(held - predicted) <= TEMPS_TOLERANCE * max(held, 1)
-        print(f"{name}: predicted {predicted}" + (f" against {held}: {'agrees' if t['agrees'] else 'differs'}"
-                                                   f"{'' if was == t['agrees'] else ' (moved)'}" if held else ""))
+            t["agrees"] = abs(held - working_set) <= TEMPS_TOLERANCE * max(held, 1)
+        print(f"{name}: predicted {working_set}" + (f" against {held}: {'agrees' if t['agrees'] else 'differs'}"
+                                                     f"{'' if was == t['agrees'] else ' (moved)'}" if held else ""))
+    if verdicts and rows is not None:
+        lines = rows.read_text().splitlines()
+        rows.write_text("".join(_refit(line, verdicts.get(line.split(": ", 1)[0])) + "\n" for line in lines))
     if not moved:
         return
     where = record.resolve().relative_to(REPO) if record.resolve().is_relative_to(REPO) else record
     data["_repredicted"] = ("meshlab's side recomputed without compiling: python benchmarks/tpu_matrix.py "
                             f"--repredict {where}" + (" --workload-size" if workload else ""))
     record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _refit(line: str, fits: dict | None) -> str:
+    """A workload row with meshlab's fit verdicts as `fits` has them now (the line as it is where None)."""
+    if fits is None or "; fits: XLA:TPU " not in line:
+        return line
+    name, rest = line.split(": ", 1)
+    listed = rest.rsplit("; fits: XLA:TPU ", 1)[0]
+    differences = [d for d in ([] if listed == "agrees" else listed.split("; ")) if not d.startswith("fits: ")]
+    return row_text(name, differences, fits, workload=True)
+
+
+def row_text(name: str, differences: list[str], fits: dict, workload: bool) -> str:
+    """One row of the matrix: the check's differences (or "agrees"), where meshlab's fit verdict is not XLA:TPU's
+    the check's difference saying so, and at the workload's size both verdicts."""
+    from meshlab.check.against_tpu import fits_difference
+
+    mismatch = fits["xla"] is not None and fits["xla"] != fits["predicted"]
+    differences = [d for d in differences if not d.startswith("fits: ")]
+    differences = [fits_difference(fits["predicted"], fits["xla"])] * mismatch + differences
+    verdict = (f"; fits: XLA:TPU {_yes(fits['xla'])}, meshlab {_yes(fits['predicted'])} (as planned, its own "
+               f"attention: {_yes(fits['predicted_as_planned'])})") if workload else ""
+    return f"{name}: " + ("agrees" if not differences else "; ".join(differences)) + verdict
 
 
 def row(path: Path, captured: dict | None = None, temporaries: dict | None = None, workload: bool = False,
@@ -183,10 +223,7 @@ def row(path: Path, captured: dict | None = None, temporaries: dict | None = Non
             "blocks": {b: {kind: [count, doc["collective_bytes_per_block"][b][kind]]
                            for kind, count in sorted(doc["collectives_per_block"].get(b, {}).items())}
                        for b in blocks}}
-    fits = doc["fits"]
-    verdict = (f"; fits: XLA:TPU {_yes(fits['xla'])}, meshlab {_yes(fits['predicted'])} (as planned, its own "
-               f"attention: {_yes(fits['predicted_as_planned'])})") if workload else ""
-    return f"{name}: " + ("agrees" if not differences else "; ".join(differences)) + verdict
+    return row_text(name, differences, doc["fits"], workload)
 
 
 def _yes(verdict: bool | None) -> str:
@@ -228,7 +265,7 @@ def main() -> int:
                         "(with --workload-size where it was made so); compiles nothing")
     args = parser.parse_args()
     if args.repredict:
-        repredict(args.repredict, args.workload_size)
+        repredict(args.repredict, args.workload_size, args.out)
         return 0
     files = sorted((REPO / "strategies").glob("*.yaml")) + sorted((REPO / "tests/cost/data/strategies").glob("*.yaml"))
     if args.only:

@@ -191,14 +191,14 @@ class TpuCheckReport:
         activations on every chip (under scan, with the block weights stacked for it), with the compiled attention
         (`memory_as_compiled`): the verdict XLA:TPU's is held to. XLA:TPU compiles that program alone; the VAE's
         decode and the text encoders are others (``meshlab try`` adds them, the peak being the largest phase)."""
-        return _fits(self.memory_as_compiled, self.setup.planned.hardware.usable_hbm_bytes)
+        return fits_every_chip(self.memory_as_compiled, self.setup.planned.hardware.usable_hbm_bytes)
 
     @property
     def fits_as_planned(self) -> bool:
         """`fits_predicted` for the plan as it runs, with its own attention (a flash kernel where the strategy says
         flash_attention): ``meshlab try``'s verdict for the transformer. It differs from `fits_predicted` only where
         the front end compiled another attention; reported, not held to XLA:TPU's (which compiled the other)."""
-        return _fits(self.setup.memory, self.setup.planned.hardware.usable_hbm_bytes)
+        return fits_every_chip(self.setup.memory, self.setup.planned.hardware.usable_hbm_bytes)
 
     @property
     def fits_xla(self) -> bool | None:
@@ -258,7 +258,7 @@ class TpuCheckReport:
             return ("no front end compiled",)
         found = []
         if self.fits_xla != self.fits_predicted:
-            found.append(f"fits: meshlab says {self.fits_predicted}, XLA:TPU {self.fits_xla}")
+            found.append(fits_difference(self.fits_predicted, self.fits_xla))
         if self.fits_xla_as_planned is not None and self.fits_xla_as_planned != self.fits_as_planned:
             found.append(f"fits as planned ({self.as_planned_program.front_end}'s program, with the plan's attention): "
                          f"meshlab says {self.fits_as_planned}, XLA:TPU {self.fits_xla_as_planned}")
@@ -327,7 +327,12 @@ def compiled_memory(setup: CheckSetup, front_end: str) -> MemoryReport:
     return setup.memory if strategy is setup.strategy else memory_on(setup.plan, strategy, setup.planned.hardware)
 
 
-def _fits(memory: MemoryReport, usable: int) -> bool:
+def fits_difference(predicted: bool, xla: bool | None) -> str:
+    """The difference a check reports where meshlab's fit verdict is not XLA:TPU's."""
+    return f"fits: meshlab says {predicted}, XLA:TPU {xla}"
+
+
+def fits_every_chip(memory: MemoryReport, usable: int) -> bool:
     """The transformer's weights and denoise activations fit every chip's usable HBM."""
     return all(c.weights + c.denoise <= usable for c in memory.chips)
 

@@ -906,9 +906,10 @@ def test_the_records_working_sets_are_what_meshlab_predicts_now():
     benchmarks/results/tpu_matrix_256_temporaries.json, with the options tpu_block_collectives.json keeps for each
     plan; the matrix at each workload's size, tpu_matrix_workload_temporaries.json, with its own; and every point of
     benchmarks/results/tpu_working_set*.json) is what the code predicts now, without
-    compiling: a change to the memory model reruns the records it moves (benchmarks/tpu_matrix.py --only,
-    benchmarks/tpu_working_set.py)."""
-    from meshlab.check.against_tpu import compiled_memory, tpu_options
+    compiling, and so are the workload matrix's fit verdicts: a change to the memory model recomputes the records
+    it moves (benchmarks/tpu_matrix.py --repredict, benchmarks/tpu_working_set.py --repredict) or compiles them
+    again (--only)."""
+    from meshlab.check.against_tpu import compiled_memory, fits_every_chip, tpu_options
 
     def predicted(path, options: CheckOptions) -> int:
         return compiled_memory(check_setup(path, options), "torch-xla").most_loaded.denoise
@@ -925,10 +926,15 @@ def test_the_records_working_sets_are_what_meshlab_predicts_now():
         if name.startswith("_"):
             continue
         options = CheckOptions(**{k: v for k, v in row["options"].items() if k != "seed"})
-        geometry = check_setup(REPO / name, options).geometry
+        setup = check_setup(REPO / name, options)
+        geometry = setup.geometry
         assert (geometry.batch, geometry.image_tokens, geometry.text_tokens) == (
             row["forward"]["batch"], row["forward"]["image_tokens"], row["forward"]["text_tokens"]), name
-        assert predicted(REPO / name, options) == row["predicted"], name
+        compiled, usable = compiled_memory(setup, "torch-xla"), setup.planned.hardware.usable_hbm_bytes
+        assert compiled.most_loaded.denoise == row["predicted"], name
+        # and both of meshlab's fit verdicts (the program compiled; the plan with its own attention)
+        assert (fits_every_chip(compiled, usable), fits_every_chip(setup.memory, usable)) == (
+            row["fits"]["predicted"], row["fits"]["predicted_as_planned"]), name
     points = 0
     for record in sorted(results.glob("tpu_working_set*.json")):
         for point in json.loads(record.read_text())["points"]:
