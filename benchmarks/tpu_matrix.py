@@ -34,8 +34,8 @@ seconds. A plan that takes longer than --timeout seconds is recorded as not comp
 their size: keep each size's rows in files of their own.
 
     python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_256_temporaries.json
-    python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_workload_temporaries.json --workload-size \
-        --out benchmarks/results/tpu_matrix_workload.txt
+    python benchmarks/tpu_matrix.py --repredict benchmarks/results/tpu_matrix_workload_temporaries.json \
+        --workload-size --out benchmarks/results/tpu_matrix_workload.txt
 
 compile nothing: they recompute meshlab's side of a --temporaries record with the code as it is (the working set;
 at the workload's size both fit verdicts too, and the --out rows whose verdict moved), keep XLA:TPU's (its
