@@ -115,42 +115,49 @@ def check_options(path: Path, workload: bool):
     return tpu_options(path, CheckOptions(**given), set(given))
 
 
-def predicted(path: Path, workload: bool) -> tuple[int, bool, bool]:
+def predicted(path: Path, workload: bool) -> tuple[int, bool, bool, int]:
     """meshlab's side of a row, without compiling: the working set (`activations_as_compiled`) of the program the row
-    compiles (torch_xla's), whether that program fits every chip (`fits.predicted`), and whether the plan does with
-    its own attention (`fits.predicted_as_planned`)."""
+    compiles (torch_xla's), whether that program fits every chip (`fits.predicted`), whether the plan does with its
+    own attention (`fits.predicted_as_planned`), and the chip's usable HBM they are held to."""
     from meshlab.check.against_tpu import compiled_memory, fits_every_chip
     from meshlab.check.setup import check_setup
 
     setup = check_setup(path, check_options(path, workload))
     compiled, usable = compiled_memory(setup, "torch-xla"), setup.planned.hardware.usable_hbm_bytes
-    return compiled.most_loaded.denoise, fits_every_chip(compiled, usable), fits_every_chip(setup.memory, usable)
+    return (compiled.most_loaded.denoise, fits_every_chip(compiled, usable), fits_every_chip(setup.memory, usable),
+            usable)
 
 
 def repredict(record: Path, workload: bool, rows: Path | None = None) -> None:
     """meshlab's side of a --temporaries record again, from the code, XLA:TPU's kept (its compiles are deterministic
     for one libtpu): each plan's prediction and, where it moved, whether it agrees (the check's tolerance, against
     the figure the check holds: in HBM and on chip, else in HBM, else the temp buffer); in a --workload-size record
-    meshlab's fit verdicts too, and where one moved, its row in `rows` (the matrix's --out): the verdicts it ends
-    with and the fit difference it lists where meshlab's is not XLA:TPU's. The record says so."""
+    meshlab's fit verdicts too (and XLA:TPU's, from the bytes it asked for, against the chip's usable HBM as the
+    catalog has it now), and every row of `rows` (the matrix's --out) with the verdicts the record has and the fit
+    difference where meshlab's is not XLA:TPU's. The record says so."""
     from meshlab.check.against_tpu import TEMPS_TOLERANCE
 
     data = json.loads(record.read_text())
-    moved, verdicts = 0, {}
+    moved, verdicts = False, {}
     for name, t in data.items():
         if name.startswith("_"):
             continue
-        working_set, fits, fits_as_planned = predicted(REPO / name, workload)
-        if workload and t.get("fits") and (fits, fits_as_planned) != (t["fits"]["predicted"],
-                                                                      t["fits"]["predicted_as_planned"]):
-            moved += 1
-            t["fits"] |= {"predicted": fits, "predicted_as_planned": fits_as_planned}
+        working_set, fits, fits_as_planned, usable = predicted(REPO / name, workload)
+        if workload and t.get("fits"):
+            was = dict(t["fits"])
+            xla = None if t["fits"]["xla"] is None else (
+                not t["fits"]["xla_refusal"] and t["fits"]["xla_required_bytes"] <= usable)
+            t["fits"] |= {"predicted": fits, "predicted_as_planned": fits_as_planned, "xla": xla,
+                          "usable_hbm_bytes": usable}
             verdicts[name] = t["fits"]
-            print(f"{name}: fits by meshlab {_yes(fits)} (as planned {_yes(fits_as_planned)}), by XLA:TPU "
-                  f"{_yes(t['fits']['xla'])}")
+            if t["fits"] != was:
+                moved = True
+                print(f"{name}: fits by meshlab {_yes(fits)} (as planned {_yes(fits_as_planned)}), by XLA:TPU "
+                      f"{_yes(xla)} (was {_yes(was['predicted'])}, {_yes(was['predicted_as_planned'])}, "
+                      f"{_yes(was['xla'])})")
         if working_set == t["predicted"]:
             continue
-        moved += 1
+        moved = True
         held = next((t[k] for k in ("xla_working_set_live_at_once", "xla_live_at_once", "xla_temp_buffer")
                      if t.get(k) is not None), None)
         was = t["agrees"]
@@ -161,12 +168,17 @@ def repredict(record: Path, workload: bool, rows: Path | None = None) -> None:
                                                      f"{'' if was == t['agrees'] else ' (moved)'}" if held else ""))
     if verdicts and rows is not None:
         lines = rows.read_text().splitlines()
-        rows.write_text("".join(_refit(line, verdicts.get(line.split(": ", 1)[0])) + "\n" for line in lines))
+        refitted = [_refit(line, verdicts.get(line.split(": ", 1)[0])) for line in lines]
+        if refitted != lines:
+            rows.write_text("".join(line + "\n" for line in refitted))
+    elif verdicts and moved:
+        print("the rows' fit verdicts are not rewritten: give the matrix's --out", file=sys.stderr)
     if not moved:
         return
-    where = record.resolve().relative_to(REPO) if record.resolve().is_relative_to(REPO) else record
+    where = (lambda path: path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path)
     data["_repredicted"] = ("meshlab's side recomputed without compiling: python benchmarks/tpu_matrix.py "
-                            f"--repredict {where}" + (" --workload-size" if workload else ""))
+                            f"--repredict {where(record)}" + (" --workload-size" if workload else "")
+                            + (f" --out {where(rows)}" if rows is not None and verdicts else ""))
     record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

@@ -176,7 +176,8 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     computations that start and finish it (the same ``channel_id``, under ``AsyncCollectiveStart`` /
     ``AsyncCollectiveDone`` custom calls): it counts once, marked asynchronous. A reduce-scatter XLA:TPU writes
     as an all-reduce and a slice inside an ``all-reduce-scatter`` fusion counts as the reduce-scatter it is, once
-    per fusion."""
+    per fusion. A combined collective (several operands) takes the op_name of what made its largest operand, which
+    may belong to a block other than the one XLA's combiner named it after (`_largest_operand_op_name`)."""
     shapes = definitions(hlo_text)
     computations = _computations(hlo_text)
     asynchronous = {channel for name, lines in computations for channel in _channels(lines)
@@ -217,38 +218,72 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     return tuple(found)
 
 
-def _producers(computations: list[tuple[str, list[str]]]) -> dict[str, tuple[str | None, str | None]]:
-    """(op_name, the operand it moves) of each instruction of the module, by its name; no operand where it computes
-    (not one of `_MOVES`)."""
-    found = {}
-    for _, lines in computations:
+@dataclass(frozen=True)
+class _Made:
+    """One instruction as `_largest_operand_op_name` follows it: its op_name, opcode, operands, a
+    get-tuple-element's element or a parameter's number, and the computation it sits in."""
+
+    op_name: str | None
+    kind: str
+    operands: list[str]
+    index: int | None
+    computation: str
+
+
+def _producers(computations: list[tuple[str, list[str]]]) -> tuple[dict[str, _Made], dict[str, list[str]]]:
+    """Each instruction of the module by its name, and the operands of the instruction that calls each computation
+    (``calls=``: a fusion, an async-start), by the computation's name."""
+    found, callers = {}, {}
+    for computation, lines in computations:
         for line in lines:
             instruction = _INSTRUCTION.match(line)
             opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
-            if opcode:
-                operands = _operand_names((" " + instruction.group(2))[opcode.end():])
-                moves = opcode.group(1) in _MOVES and len(operands) == 1
-                found[instruction.group(1)] = (_op_name(line), operands[0] if moves else None)
-    return found
+            if opcode is None:
+                continue
+            operands = _operand_names((" " + instruction.group(2))[opcode.end():])
+            index = re.search(r"\bindex=(\d+)" if opcode.group(1) == "get-tuple-element" else r"\sparameter\((\d+)\)",
+                              line)
+            found[instruction.group(1)] = _Made(_op_name(line), opcode.group(1), operands,
+                                                int(index.group(1)) if index else None, computation)
+            called = re.search(r"\bcalls=%?([\w.\-]+)", line)
+            if called:
+                callers.setdefault(called.group(1), operands)
+    return found, callers
+
+
+#: what only carries a value on, whose maker names it: views and memory-space assignment's async copies
+_CARRIES = ("bitcast", "copy", "copy-start", "copy-done")
 
 
 def _largest_operand_op_name(operands: list[str], shapes: dict[str, tuple[ArrayShape, ...]],
-                             producers: dict[str, tuple[str | None, str | None]]) -> str | None:
-    """The op_name of what made a combined collective's largest operand (the first of the largest), through the
-    moves before it (bitcasts, async copies): None where that has no meshlab scope.
+                             producers: tuple[dict[str, _Made], dict[str, list[str]]]) -> str | None:
+    """The op_name of what made a combined collective's largest operand (the first of the largest): the operand's
+    own, else its maker's back through what only carries a value on (`_CARRIES`; a get-tuple-element of a tuple, to
+    the element; a computation's parameter, to the operand its caller passes); None where the first that computes
+    has no meshlab scope (a multi-output fusion's element is not named by the fusion, which names its root).
 
     XLA's combiners name the op they make after its first operand, which may be another block's: on SD3.5 under
     data 4 x model 2 at 1024² with 333 text tokens (sd35-2d.yaml's workload) XLA:TPU sums block 1's text MLP output
     (1,619,712 B) with two modulation sums of 4,864 B that every block computes from one silu(temb), which XLA
     made once and named after block 0's: the op counted in block 0 left block 1 one all-reduce and 1.6 MB short. So
     a combined collective is the block's that gives it most of its bytes."""
+    made, callers = producers
     sizes = [sum(s.bytes for s in shapes.get(o, ())) for o in operands]
     name, seen = operands[sizes.index(max(sizes))], set()
-    while name and name not in seen:
+    while name in made and name not in seen:
         seen.add(name)
-        op_name, name = producers.get(name, (None, None))
-        if layer_of(op_name) is not None:
-            return op_name
+        op = made[name]
+        if layer_of(op.op_name) is not None:
+            return op.op_name
+        if op.kind in _CARRIES and len(op.operands) == 1:
+            name = op.operands[0]
+        elif op.kind == "get-tuple-element" and op.operands and made.get(op.operands[0]) is not None \
+                and made[op.operands[0]].kind == "tuple" and op.index is not None:
+            name = made[op.operands[0]].operands[op.index]
+        elif op.kind == "parameter" and op.index is not None and op.index < len(callers.get(op.computation, ())):
+            name = callers[op.computation][op.index]
+        else:
+            return None
     return None
 
 

@@ -213,6 +213,30 @@ def test_a_combined_collective_of_equal_operands_or_an_unscoped_largest_keeps_it
     assert hlo.parse_collectives(shapes.replace("[8]", "[4]") + larger)[0].layer == "b.y"
 
 
+def test_a_combined_collective_is_named_through_tuples_and_fusion_parameters_but_not_a_fusion_s_other_outputs():
+    """A multi-output fusion names its root, not each element: an unscoped element of one is named by no one (the
+    collective keeps its own name). A tuple's element is its operand's; a fused computation's parameter is what its
+    caller passes (an async collective fusion's all-reduce, which reads its operands as parameters)."""
+    own = 'metadata={op_name="a#.1/a.x#.2/aten__silu"}'
+    text = ('%e = bf16[4]{0} parameter(0)\n'
+            '%m = (bf16[8]{0}, bf16[4]{0}) fusion(%e), kind=kLoop, calls=%c, '
+            'metadata={op_name="c#.1/c.z#.2/aten__mm"}\n'
+            '%g = bf16[8]{0} get-tuple-element(%m), index=0\n'
+            '%f = bf16[8]{0} fusion(%e), kind=kLoop, calls=%d, metadata={op_name="b#.1/b.y#.2/aten__mm"}\n'
+            '%t = (bf16[4]{0}, bf16[8]{0}) tuple(%e, %f)\n'
+            '%u = bf16[8]{0} get-tuple-element(%t), index=1\n')
+    element = text + f"%all-reduce.1 = (bf16[4]{{0}}, bf16[8]{{0}}) all-reduce(%e, %g), channel_id=1, {own}"
+    tupled = text + f"%all-reduce.2 = (bf16[4]{{0}}, bf16[8]{{0}}) all-reduce(%e, %u), channel_id=2, {own}"
+    fused = text + ("%s = (bf16[4]{0}, bf16[8]{0}) fusion(%e, %f), kind=kLoop, calls=%ar\n"
+                    "%ar (p0: bf16[4], p1: bf16[8]) -> (bf16[4], bf16[8]) {\n"
+                    "  %p0 = bf16[4]{0} parameter(0)\n  %p1 = bf16[8]{0} parameter(1)\n"
+                    f"  ROOT %all-reduce.3 = (bf16[4]{{0}}, bf16[8]{{0}}) all-reduce(%p0, %p1), channel_id=3, {own}\n"
+                    "}\n")
+    assert hlo.parse_collectives(element)[0].layer == "a.x"
+    assert hlo.parse_collectives(tupled)[0].layer == "b.y"
+    assert hlo.parse_collectives(fused)[0].layer == "b.y"
+
+
 def test_mesh_replica_groups_with_device_ids():
     line = ("%all-reduce.3 = bf16[1,64]{1,0} all-reduce(%x), channel_id=2, replica_groups=mesh['axis_0'=2,"
             "'axis_1'=4], device_ids=(0,1,2,3,7,6,5,4) {'axis_1'}, use_global_device_ids=true")
