@@ -73,7 +73,7 @@ def import_card(
     tracer = family(class_name)
     cls = _resolve("diffusers", class_name)
     with torch.device("meta"):  # at the card's dtype as from_pretrained loads it: _keep_in_fp32_modules stay float32
-        model = _at_dtype(cls.from_config(dict(config)), getattr(torch, dtype))
+        model = as_loaded(cls.from_config(dict(config)), getattr(torch, dtype))
     full_config = _jsonable({k: v for k, v in model.config.items() if not k.startswith("_")})
     offsets = _block_offsets(model, tracer)
     streams, (dataflow, joins, kernels, masked) = _trace(cls, full_config, tracer)
@@ -221,7 +221,7 @@ def _trace_on_this_device(cls: type, config: dict, tracer: Family, torch_dtype):
 
     torch.manual_seed(TRACE_SEED)
     # two blocks of each kind: the first is a middle block (the last one's text stream feeds nothing)
-    model = _at_dtype(cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval(), torch_dtype)
+    model = as_loaded(cls.from_config({**config, **{key: 2 for _, key in tracer.blocks}}).eval(), torch_dtype)
     geometry = _trace_geometry(tracer, config)
     counts = {n: s for s, n in _trace_tokens(geometry).items()}
     seen: dict[str, set[str]] = {}
@@ -281,7 +281,7 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[t
     tokens = _trace_tokens(geometry)
     counts = {n: s for s, n in tokens.items()}
     with torch.device("meta"):
-        model = _at_dtype(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
+        model = as_loaded(cls.from_config({**config, **{key: 3 for _, key in tracer.blocks}}).eval(), torch_dtype)
         inputs = forward_inputs(cls, config, geometry, torch_dtype, torch.Generator().manual_seed(TRACE_SEED))
     lists = [attr for attr, _ in tracer.blocks]
     *traced, ops = trace_elementwise_both(model, inputs, {attr: 1 for attr in lists},
@@ -303,7 +303,7 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[t
                  for key in sorted(merged, key=order)), dispatches
 
 
-def _at_dtype(model: Any, dtype: Any) -> Any:
+def as_loaded(model: Any, dtype: Any) -> Any:
     """`model` in `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: diffusers converts what the checkpoint
     holds (its parameters and persistent buffers) as it loads each into the model (``load_model_dict_into_meta``),
     those whose name has a part among the class's ``_keep_in_fp32_modules`` to float32 (Wan's time embedder, norm2
