@@ -38,8 +38,9 @@ their size: keep each size's rows in files of their own.
         --workload-size --out benchmarks/results/tpu_matrix_workload.txt
 
 compile nothing: they recompute meshlab's side of a --temporaries record with the code as it is (the working set;
-at the workload's size both fit verdicts too, and the --out rows whose verdict moved), keep XLA:TPU's (its
-compiles are deterministic for one libtpu), and mark the record (its "_repredicted" key). Collectives are not
+at the workload's size both fit verdicts too, and every --out row from them), keep XLA:TPU's figures (its compiles
+are deterministic for one libtpu; its fit verdict is held again to the catalog's usable HBM), and mark the record
+(its "_repredicted" key). Collectives are not
 recomputed: tests/cost/test_tpu_issued.py holds them to the captured blocks.
 """
 
@@ -145,8 +146,9 @@ def repredict(record: Path, workload: bool, rows: Path | None = None) -> None:
         working_set, fits, fits_as_planned, usable = predicted(REPO / name, workload)
         if workload and t.get("fits"):
             was = dict(t["fits"])
-            xla = None if t["fits"]["xla"] is None else (
-                not t["fits"]["xla_refusal"] and t["fits"]["xla_required_bytes"] <= usable)
+            required = t["fits"]["xla_required_bytes"]
+            xla = t["fits"]["xla"] if t["fits"]["xla"] is None or required is None else (
+                not t["fits"]["xla_refusal"] and required <= usable)
             t["fits"] |= {"predicted": fits, "predicted_as_planned": fits_as_planned, "xla": xla,
                           "usable_hbm_bytes": usable}
             verdicts[name] = t["fits"]

@@ -278,7 +278,8 @@ def _largest_operand_op_name(operands: list[str], shapes: dict[str, tuple[ArrayS
         if op.kind in _CARRIES and len(op.operands) == 1:
             name = op.operands[0]
         elif op.kind == "get-tuple-element" and op.operands and made.get(op.operands[0]) is not None \
-                and made[op.operands[0]].kind == "tuple" and op.index is not None:
+                and made[op.operands[0]].kind == "tuple" and op.index is not None \
+                and op.index < len(made[op.operands[0]].operands):
             name = made[op.operands[0]].operands[op.index]
         elif op.kind == "parameter" and op.index is not None and op.index < len(callers.get(op.computation, ())):
             name = callers[op.computation][op.index]

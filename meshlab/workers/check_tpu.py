@@ -158,10 +158,11 @@ def _depth(setup: CheckSetup) -> str:
 
 
 def empty_model(setup: CheckSetup):
-    """The checked depth of the card's diffusers class with every parameter on ``meta`` and its buffers real, in
-    the dtypes ``from_pretrained(torch_dtype=...)`` loads them in at the workload's dtype (`as_loaded`: a persistent
-    buffer, which the checkpoint holds, converted; SD3.5's positional table, float32 as the class makes it, is 342
-    MiB a chip whole and 171 MiB in bfloat16, as a user's pipeline holds it)."""
+    """The checked depth of the card's diffusers class with every parameter on ``meta`` (each is replaced by a
+    placeholder at the workload's dtype) and its buffers real, in the dtypes ``from_pretrained(torch_dtype=...)``
+    loads them in at the workload's dtype (`as_loaded`: a persistent buffer, which the checkpoint holds, converted;
+    SD3.5's positional table, float32 as the class makes it, is 342 MiB a chip whole and 171 MiB in bfloat16, as a
+    user's pipeline holds it)."""
     import diffusers
     import torch
     from accelerate import init_empty_weights
