@@ -176,8 +176,10 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     computations that start and finish it (the same ``channel_id``, under ``AsyncCollectiveStart`` /
     ``AsyncCollectiveDone`` custom calls): it counts once, marked asynchronous. A reduce-scatter XLA:TPU writes
     as an all-reduce and a slice inside an ``all-reduce-scatter`` fusion counts as the reduce-scatter it is, once
-    per fusion. A combined collective (several operands) takes the op_name of what made its largest operand, which
-    may belong to a block other than the one XLA's combiner named it after (`_largest_operand_op_name`)."""
+    per fusion. A combined collective (several operands) that XLA named takes the op_name of what made its largest
+    operand, which may belong to a block other than the one XLA's combiner named it after
+    (`_largest_operand_op_name`); one XLA left unnamed stays so (a multi-slice program keeps no collective's name,
+    though its fusions keep theirs: naming a few of its collectives would have its calls held as blocks)."""
     shapes = definitions(hlo_text)
     computations = _computations(hlo_text)
     asynchronous = {channel for name, lines in computations for channel in _channels(lines)
@@ -205,7 +207,7 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
                 continue
             seen.add(copy)
             name, op_name = kind.group(1), _op_name(line)
-            if len(operand_names) > 1:
+            if len(operand_names) > 1 and layer_of(op_name) is not None:
                 op_name = _largest_operand_op_name(operand_names, shapes, producers) or op_name
             if name == "all-reduce" and computation.startswith("all-reduce-scatter"):
                 name, result = "reduce-scatter", _computation_result(hlo_text, computation) or result

@@ -199,7 +199,7 @@ def test_a_combined_collective_belongs_to_the_block_that_gives_it_most_of_its_by
     assert c.bytes_per_device == (2 * 2432 + 333 * 2432) * 2
 
 
-def test_a_combined_collective_of_equal_operands_or_an_unscoped_largest_keeps_its_own_name():
+def test_a_combined_collective_of_equal_operands_or_an_unscoped_largest_keeps_its_own_name_and_none_is_given_one():
     own = 'metadata={op_name="a#.1/a.x#.2/aten__silu"}'
     made = ('%f = bf16[8]{0} fusion(%p), kind=kLoop, calls=%c, metadata={op_name="b#.1/b.y#.2/aten__mm"}\n'
             '%g = bf16[64]{0} fusion(%p), kind=kLoop, calls=%c\n'  # computes, unscoped: nothing to follow
@@ -211,6 +211,8 @@ def test_a_combined_collective_of_equal_operands_or_an_unscoped_largest_keeps_it
     assert hlo.parse_collectives(shapes + tie)[0].layer == "a.x"
     assert hlo.parse_collectives(shapes + unscoped)[0].layer == "a.x"
     assert hlo.parse_collectives(shapes.replace("[8]", "[4]") + larger)[0].layer == "b.y"
+    # one XLA left unnamed (a multi-slice program's) stays unnamed, whoever made its operands
+    assert hlo.parse_collectives(shapes.replace("[8]", "[4]") + larger.replace(own, ""))[0].layer is None
 
 
 def test_a_combined_collective_is_named_through_tuples_and_fusion_parameters_but_not_a_fusion_s_other_outputs():
