@@ -40,8 +40,8 @@ their size: keep each size's rows in files of their own.
 compile nothing: they recompute meshlab's side of a --temporaries record with the code as it is (the working set;
 at the workload's size both fit verdicts too, and every --out row from them), keep XLA:TPU's figures (its compiles
 are deterministic for one libtpu; its fit verdict is held again to the catalog's usable HBM), and mark the record
-(its "_repredicted" key). Collectives are not
-recomputed: tests/cost/test_tpu_issued.py holds them to the captured blocks.
+(its "_repredicted" key). Collectives are not recomputed: tests/cost/test_tpu_issued.py holds them to the captured
+blocks.
 """
 
 from __future__ import annotations
