@@ -185,7 +185,9 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     asynchronous = {channel for name, lines in computations for channel in _channels(lines)
                     if any("AsyncCollective" in line for line in lines)}
     callers = _callers(hlo_text)
-    producers = _producers(computations)
+    made = _ops(computations)
+    # a fused or async computation: the operands its (first) caller passes
+    fed = {op.called: op.operands for op in reversed(made.values()) if op.kind in ("fusion", "async-start")}
     found, seen = [], set()
     for computation, lines in computations:
         for line in lines:
@@ -208,7 +210,7 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
             seen.add(copy)
             name, op_name = kind.group(1), _op_name(line)
             if len(operand_names) > 1 and layer_of(op_name) is not None:
-                op_name = _largest_operand_op_name(operand_names, shapes, producers) or op_name
+                op_name = _largest_operand_op_name(operand_names, shapes, made, fed) or op_name
             if name == "all-reduce" and computation.startswith("all-reduce-scatter"):
                 name, result = "reduce-scatter", _computation_result(hlo_text, computation) or result
                 op_name = op_name or callers.get(computation)  # the fusion that calls it carries the op's name
@@ -220,56 +222,23 @@ def parse_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     return tuple(found)
 
 
-@dataclass(frozen=True)
-class _Made:
-    """One instruction as `_largest_operand_op_name` follows it: its op_name, opcode, operands, a
-    get-tuple-element's element or a parameter's number, and the computation it sits in."""
-
-    op_name: str | None
-    kind: str
-    operands: list[str]
-    index: int | None
-    computation: str
-
-
-def _producers(computations: list[tuple[str, list[str]]]) -> tuple[dict[str, _Made], dict[str, list[str]]]:
-    """Each instruction of the module by its name, and the operands of the instruction that calls each computation
-    (``calls=``: a fusion, an async-start), by the computation's name."""
-    found, callers = {}, {}
-    for computation, lines in computations:
-        for line in lines:
-            instruction = _INSTRUCTION.match(line)
-            opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
-            if opcode is None:
-                continue
-            operands = _operand_names((" " + instruction.group(2))[opcode.end():])
-            index = re.search(r"\bindex=(\d+)" if opcode.group(1) == "get-tuple-element" else r"\sparameter\((\d+)\)",
-                              line)
-            found[instruction.group(1)] = _Made(_op_name(line), opcode.group(1), operands,
-                                                int(index.group(1)) if index else None, computation)
-            called = re.search(r"\bcalls=%?([\w.\-]+)", line)
-            if called:
-                callers.setdefault(called.group(1), operands)
-    return found, callers
-
-
 #: what only carries a value on, whose maker names it: views and memory-space assignment's async copies
 _CARRIES = ("bitcast", "copy", "copy-start", "copy-done")
 
 
 def _largest_operand_op_name(operands: list[str], shapes: dict[str, tuple[ArrayShape, ...]],
-                             producers: tuple[dict[str, _Made], dict[str, list[str]]]) -> str | None:
+                             made: dict[str, _Op], callers: dict[str, list[str]]) -> str | None:
     """The op_name of what made a combined collective's largest operand (the first of the largest): the operand's
     own, else its maker's back through what only carries a value on (`_CARRIES`; a get-tuple-element of a tuple, to
-    the element; a computation's parameter, to the operand its caller passes); None where the first that computes
-    has no meshlab scope (a multi-output fusion's element is not named by the fusion, which names its root).
+    the element; a fused or async computation's parameter, to the operand its caller passes, `callers`); None where
+    the first that computes has no meshlab scope (a multi-output fusion's element is not named by the fusion, which
+    names its root).
 
     XLA's combiners name the op they make after its first operand, which may be another block's: on SD3.5 under
     data 4 x model 2 at 1024² with 333 text tokens (sd35-2d.yaml's workload) XLA:TPU sums block 1's text MLP output
     (1,619,712 B) with two modulation sums of 4,864 B that every block computes from one silu(temb), which XLA
     made once and named after block 0's: the op counted in block 0 left block 1 one all-reduce and 1.6 MB short. So
     a combined collective is the block's that gives it most of its bytes."""
-    made, callers = producers
     sizes = [sum(s.bytes for s in shapes.get(o, ())) for o in operands]
     name, seen = operands[sizes.index(max(sizes))], set()
     while name in made and name not in seen:
@@ -277,14 +246,13 @@ def _largest_operand_op_name(operands: list[str], shapes: dict[str, tuple[ArrayS
         op = made[name]
         if layer_of(op.op_name) is not None:
             return op.op_name
+        tupled = made.get(op.operands[0], _NONE).operands if op.kind == "get-tuple-element" and op.operands and \
+            made.get(op.operands[0], _NONE).kind == "tuple" else []
+        passed = callers.get(op.computation, []) if op.kind == "parameter" else []
         if op.kind in _CARRIES and len(op.operands) == 1:
             name = op.operands[0]
-        elif op.kind == "get-tuple-element" and op.operands and made.get(op.operands[0]) is not None \
-                and made[op.operands[0]].kind == "tuple" and op.index is not None \
-                and op.index < len(made[op.operands[0]].operands):
-            name = made[op.operands[0]].operands[op.index]
-        elif op.kind == "parameter" and op.index is not None and op.index < len(callers.get(op.computation, ())):
-            name = callers[op.computation][op.index]
+        elif op.index is not None and op.index < len(tupled or passed):
+            name = (tupled or passed)[op.index]
         else:
             return None
     return None
@@ -891,30 +859,11 @@ def argument_copies(program: str) -> frozenset[str]:
     after their slices are not found in it: on 2d at 256² through torchax the working set reads 6.5 MB with the
     dump's program and 43.7 MB with the sugared one (every prefetched weight slice taken for a temporary)."""
     entry = re.search(r"^ENTRY\s+%?([\w.\-]+)", program, re.M)
-    ops: dict[str, _Op] = {}
-    roots: dict[str, str] = {}  # computation: its root instruction
-    run_by: dict[str, str] = {}  # an async computation: the async-start that runs it
-    loop_bodies: set[str] = set()
-    for computation, lines in _computations(program):
-        for line in lines:
-            instruction = _INSTRUCTION.match(line)
-            opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
-            if opcode is None:
-                continue
-            name, kind = instruction.group(1), opcode.group(1)
-            if kind == "custom-call" and 'custom_call_target="ConcatBitcast"' in line:
-                kind = "concat-bitcast"
-            index = re.search(r"\bindex=(\d+)" if kind == "get-tuple-element" else r"\sparameter\((\d+)\)", line)
-            called = re.search(r"\b(calls|body)=%?([\w.\-]+)", line) if kind in ("async-start", "fusion", "while") \
-                else None
-            ops[name] = _Op(computation, kind, _operand_names((" " + instruction.group(2))[opcode.end():]),
-                            int(index.group(1)) if index else None, called.group(2) if called else "")
-            if line.lstrip().startswith("ROOT "):
-                roots[computation] = name
-            if called and kind == "async-start":
-                run_by[called.group(2)] = name
-            elif called and kind == "while":
-                loop_bodies.add(called.group(2))
+    ops = _ops(_computations(program))
+    roots = {op.computation: name for name, op in ops.items() if op.root}  # computation: its root instruction
+    # an async computation: the async-start that runs it
+    run_by = {op.called: name for name, op in ops.items() if op.called and op.kind == "async-start"}
+    loop_bodies = {op.called for op in ops.values() if op.called and op.kind == "while"}
 
     def moved(name: str) -> list[str] | None:
         """The operands whose values `name`'s value is, where it only moves them; None where it computes."""
@@ -954,14 +903,40 @@ def argument_copies(program: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class _Op:
+    """One instruction of a module, as `argument_copies` and `_largest_operand_op_name` follow it."""
+
     computation: str
-    kind: str
+    kind: str  # its opcode; "concat-bitcast" for XLA:TPU's ConcatBitcast custom-call
     operands: list[str]
     index: int | None = None  # a get-tuple-element's element, a parameter's number
     called: str = ""  # the computation a fusion, async-start or while (its body) runs
+    op_name: str | None = None
+    root: bool = False  # its computation's ROOT
 
 
 _NONE = _Op("", "", [])
+
+
+def _ops(computations: list[tuple[str, list[str]]]) -> dict[str, _Op]:
+    """Each instruction of a module (`_computations`), by its name."""
+    ops = {}
+    for computation, lines in computations:
+        for line in lines:
+            instruction = _INSTRUCTION.match(line)
+            opcode = _OPCODE.search(" " + instruction.group(2)) if instruction else None
+            if opcode is None:
+                continue
+            kind = opcode.group(1)
+            if kind == "custom-call" and 'custom_call_target="ConcatBitcast"' in line:
+                kind = "concat-bitcast"
+            index = re.search(r"\bindex=(\d+)" if kind == "get-tuple-element" else r"\sparameter\((\d+)\)", line)
+            called = re.search(r"\b(calls|body)=%?([\w.\-]+)", line) if kind in ("async-start", "fusion", "while") \
+                else None
+            operands = _operand_names((" " + instruction.group(2))[opcode.end():])
+            ops[instruction.group(1)] = _Op(computation, kind, operands, int(index.group(1)) if index else None,
+                                            called.group(2) if called else "", _op_name(line),
+                                            line.lstrip().startswith("ROOT "))
+    return ops
 
 
 def _parameters_read(ops: dict[str, _Op], root: str) -> list[int] | None:

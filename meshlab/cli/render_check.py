@@ -294,7 +294,7 @@ def _render_as_planned(report, console) -> None:
     said = (f"[yellow]as planned[/yellow], with its flash attention, meshlab says it "
             f"{'fits' if report.fits_as_planned else 'does not fit'} ({mib(planned.weights + planned.denoise)} a chip)")
     other = report.as_planned_program
-    failed = [c.front_end for c in report.compiled if not c.ok and c.front_end == "torchax"]
+    failed = any(not c.ok and c.front_end == "torchax" for c in report.compiled)
     if other is None:
         console.print(f"{said}; the program compiled here has {report.primary.front_end}'s stock attention, which "
                       "materialises the scores" + ("; torchax's, with the plan's, could not be compiled (above)"
