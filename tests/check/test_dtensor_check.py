@@ -147,7 +147,10 @@ def _watch_ranks_die_with_their_worker(check: subprocess.Popen) -> None:
     for line in check.stderr:
         if "starting 8 gloo processes" in line:
             break
-    worker = next((pid for pid in _descendants(check.pid) if "meshlab.workers.check_dtensor" in _cmdline(pid)), None)
+    # The worker is the check's own child: the forkserver and the ranks forked from it name the worker's module
+    # too (the forkserver's command line lists the modules it preloads), and are its descendants.
+    worker = next((pid for pid, parent in _parents().items() if parent == check.pid
+                   and "meshlab.workers.check_dtensor" in _cmdline(pid)), None)
     assert worker is not None, "the check started no dtensor worker"
     # The ranks import torch, arm their death signal, then join the gloo group. Each is stopped (SIGSTOP) once it
     # has joined, so none can finish the check and exit before all eight are seen; SIGKILL still ends a stopped one.
@@ -159,7 +162,8 @@ def _watch_ranks_die_with_their_worker(check: subprocess.Popen) -> None:
     deadline = time.time() + 300
     try:
         while len(started) < 8:
-            assert check.poll() is None, f"the check ended before its ranks were seen: {check.stderr.read()}"
+            assert check.poll() is None, (f"the check ended before its ranks were seen ({len(started)} of 8 stopped, "
+                                          f"{len(servers)} forkserver seen): {check.stderr.read()}")
             assert time.time() < deadline, f"the ranks did not start ({len(started)} of 8 joined)"
             servers |= {pid: _start(pid) for pid in _servers(worker) - servers.keys()}
             for pid in _ranks(worker) - started.keys():
