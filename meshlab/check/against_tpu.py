@@ -187,10 +187,11 @@ class TpuCheckReport:
 
     @property
     def fits_predicted(self) -> bool:
-        """Whether the transformer's program, as compiled, fits as meshlab predicts it: its weights and the denoise
-        activations on every chip (under scan, with the block weights stacked for it), with the compiled attention
-        (`memory_as_compiled`): the verdict XLA:TPU's is held to. XLA:TPU compiles that program alone; the VAE's
-        decode and the text encoders are others (``meshlab try`` adds them, the peak being the largest phase)."""
+        """Whether the transformer's program, as compiled, fits as meshlab predicts it: its weights, its buffers and
+        the denoise activations on every chip (under scan, with the block weights stacked for it), with the compiled
+        attention (`memory_as_compiled`): the verdict XLA:TPU's is held to. XLA:TPU compiles that program alone;
+        the VAE's decode and the text encoders are others (``meshlab try`` adds them, the peak being the largest
+        phase)."""
         return fits_every_chip(self.memory_as_compiled, self.setup.planned.hardware.usable_hbm_bytes)
 
     @property
@@ -333,8 +334,8 @@ def fits_difference(predicted: bool, xla: bool | None) -> str:
 
 
 def fits_every_chip(memory: MemoryReport, usable: int) -> bool:
-    """The transformer's weights and denoise activations fit every chip's usable HBM."""
-    return all(c.weights + c.denoise <= usable for c in memory.chips)
+    """The transformer's weights, buffers and denoise activations fit every chip's usable HBM."""
+    return all(c.resident + c.denoise <= usable for c in memory.chips)
 
 
 def tpu_options(path: str | Path, options: CheckOptions, given: set[str]) -> CheckOptions:
@@ -644,9 +645,9 @@ def tpu_check_document(report: TpuCheckReport) -> dict:
                                       "activations_as_compiled": report.predicted_temporaries(c.front_end) if c
                                       else None, "vae_decode": memory.vae_decode,
                                       "scan_stacked_weights": memory.scan_stacked,
-                                      "gathered_weights": memory.gathered_weights,
-                                      "total": memory.weights + memory.denoise,
-                                      "total_as_compiled": memory.weights + compiled.denoise},
+                                      "gathered_weights": memory.gathered_weights, "buffers": memory.buffers,
+                                      "total": memory.resident + memory.denoise,
+                                      "total_as_compiled": memory.resident + compiled.denoise},
         "middle_blocks": report.middle_blocks() if report.attributed else [],
         "collectives_attributed_to_blocks": report.attributed,
         "predicted_collectives_per_call": {k: dict(v) for k, v in report.predicted_totals.items()},

@@ -105,7 +105,9 @@ class MeshlabMemory(Document):
     scan_stacked_weights: int = Field(description="the block weights stacked for a scan (0 unrolled)")
     gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
                                   "activations, two blocks' where the chip gathers them async (0 without)")
-    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights")
+    buffers: int = Field(0, description="the transformer's floating buffers (SD3.5's positional table), whole on "
+                         "every chip")
+    total: int = Field(description="weights, buffers, activations, FSDP's gathered weights and any stacked weights")
 
 
 class HostTransfers(Document):
@@ -294,8 +296,10 @@ class TpuMeshlabMemory(Document):
     scan_stacked_weights: int
     gathered_weights: int = Field(0, description="FSDP: a block's weights gathered, priced as held beside the "
                                   "activations, two blocks' where the chip gathers them async (0 without)")
-    total: int = Field(description="weights, activations, FSDP's gathered weights and any stacked weights: the "
-                       "plan's, with its own attention")
+    buffers: int = Field(0, description="the transformer's floating buffers (SD3.5's positional table), whole on "
+                         "every chip: XLA:TPU's program takes them as arguments that are not weights")
+    total: int = Field(description="weights, buffers, activations, FSDP's gathered weights and any stacked weights: "
+                       "the plan's, with its own attention")
     total_as_compiled: int = Field(description="total with the attention the front end compiled "
                                    "(activations_as_compiled): what fits.predicted holds")
 

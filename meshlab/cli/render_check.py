@@ -292,7 +292,8 @@ def _render_as_planned(report, console) -> None:
         return
     planned = report.setup.memory.most_loaded
     said = (f"[yellow]as planned[/yellow], with its flash attention, meshlab says it "
-            f"{'fits' if report.fits_as_planned else 'does not fit'} ({mib(planned.weights + planned.denoise)} a chip)")
+            f"{'fits' if report.fits_as_planned else 'does not fit'} "
+            f"({mib(planned.resident + planned.denoise)} a chip)")
     other = report.as_planned_program
     failed = any(not c.ok and c.front_end == "torchax" for c in report.compiled)
     if other is None:
@@ -328,7 +329,7 @@ def render_tpu_check(report, console) -> None:
         table.add_column(column, justify="left" if not column else "right")
     if c.out_of_memory:
         table.add_row("fits", _yes(report.fits_predicted), "[red]no[/red]")
-        table.add_row("needs", mib(memory.weights + memory.denoise),
+        table.add_row("needs", mib(memory.resident + memory.denoise),
                       mib(c.required_bytes) if c.required_bytes else "?")
         console.print(table)
         console.print(f"XLA:TPU refused: {c.out_of_memory}")
@@ -352,9 +353,10 @@ def render_tpu_check(report, console) -> None:
         for space in c.on_chip_spaces:
             table.add_row(f"{space.upper()}, beside HBM (the weights prefetched there, and temporaries)", "",
                           mib(c.memory_spaces[space]))
-        table.add_row("inputs and other arguments", "", mib(sum(c.other_arguments.values())))
+        table.add_row("inputs, buffers and other arguments (meshlab: the transformer's buffers alone)",
+                      mib(memory.buffers), mib(sum(c.other_arguments.values())))
         table.add_row("outputs, generated code", "", f"{mib(c.memory['output'])}, {mib(c.memory['generated_code'])}")
-        table.add_row("total", mib(memory.weights + memory.denoise), mib(c.total_bytes))
+        table.add_row("total", mib(memory.resident + memory.denoise), mib(c.total_bytes))
         table.add_row("fits", _yes(report.fits_predicted), _yes(report.fits_xla))
         flops = _predicted_flops(setup, c.front_end)
         table.add_row("FLOPs of one forward", f"{flops / 1e12:.3f} TFLOP",

@@ -700,10 +700,12 @@ def _memory_parts(entries) -> dict[str, list[float]]:
     for e in entries:
         c = e.planned.memory.most_loaded
         values = {"weights": c.weights_sharded + c.weights_replicated, "padding": c.padding + c.tile_padding,
-                  "activations": c.activation_peak, "VAE + text encoder": c.vae_weights + c.text_encoder,
-                  "reserve": c.reserve}
+                  "transformer buffers": c.buffers, "activations": c.activation_peak,
+                  "VAE + text encoder": c.vae_weights + c.text_encoder, "reserve": c.reserve}
         for k, v in values.items():
             parts.setdefault(k, []).append(v / 2**30)
+    if not any(parts["transformer buffers"]):  # a part no plan has: no legend entry (most models have no buffers)
+        del parts["transformer buffers"]
     return parts
 
 

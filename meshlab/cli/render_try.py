@@ -72,6 +72,7 @@ def _memory_table(planned: PlannedStrategy) -> Table:
         ("weights, sharded", chip.weights_sharded), ("weights, replicated", chip.weights_replicated),
         ("weights, padding", chip.padding),
         *([("weights, TPU tile padding", chip.tile_padding)] if chip.tile_padding >= 0.005 * 2**30 else []),
+        *([("transformer buffers (whole on every chip)", chip.buffers)] if chip.buffers >= 0.005 * 2**30 else []),
         ("activations (denoise peak)", chip.activations),
         *([(f"FSDP's gathered block weights (denoise{', two blocks: the gathers run async' if two else ''})",
              chip.gathered_weights)] if chip.gathered_weights else []),

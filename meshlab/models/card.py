@@ -74,6 +74,24 @@ class Parameter:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """A floating tensor the transformer holds beside its parameters (``register_buffer``): SD3.5's positional
+    table, Wan's rotary tables. Every chip holds it whole: no plan shards a buffer (meshlab.apply leaves buffers
+    as the model has them, and XLA:TPU's program takes SD3.5's table whole on every chip)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # as from_pretrained loads it at the card's dtype (meshlab.models.importer.card_import.as_loaded)
+    persistent: bool  # in the checkpoint (from_pretrained converts it to the dtype it loads in), or made by the class
+
+    def bytes_at(self, dtype: str) -> int:
+        """Its bytes in a pipeline loaded in `dtype`: a persistent buffer is converted to `dtype`, as the planner
+        prices every parameter at the workload's dtype; a non-persistent one keeps the dtype the class made it in
+        (Wan's rotary tables stay float32)."""
+        return math.prod(self.shape) * DTYPE_BYTES[dtype if self.persistent else self.dtype]
+
+
+@dataclass(frozen=True)
 class Attention:
     """One attention module: heads and head dim, and the Linears that make its q/k/v and output."""
 
@@ -392,10 +410,16 @@ class ModelCard:
     dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
     joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention's q/k/v
     elementwise: tuple[Elementwise, ...] = field(default=())  # per block; () on a card imported before it was traced
+    #: the floating buffers; () for a class that has none, and on a card imported before they were recorded
+    buffers: tuple[Buffer, ...] = field(default=())
     #: ops a block of each list dispatches from the host in eager PyTorch (not each a kernel: see
     #: meshlab.models.importer.elementwise_trace), and "outside": the rest of one forward's; {} on a card imported before
     #: they were counted
     dispatches: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def buffer_bytes(self, dtype: str) -> int:
+        """Bytes of the transformer's buffers on every chip, in a pipeline loaded in `dtype` (`Buffer.bytes_at`)."""
+        return sum(b.bytes_at(dtype) for b in self.buffers)
 
     @property
     def total_params(self) -> int:
@@ -520,6 +544,8 @@ def card_to_json(card: ModelCard) -> dict:
                          **({"execution": e.execution} if e.execution != "fused" else {})}
                         for e in card.elementwise],
         **({"dispatches": dict(card.dispatches)} if card.dispatches else {}),
+        **({"buffers": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "persistent": b.persistent}
+                        for b in card.buffers]} if card.buffers else {}),
     }
 
 
@@ -571,6 +597,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         elementwise=tuple(Elementwise(e.blocks, e.stream, e.bytes_per_token, e.side, e.linear, e.execution)
                           for e in checked.elementwise),
         dispatches=dict(checked.dispatches),
+        buffers=tuple(Buffer(b.name, tuple(b.shape), b.dtype, b.persistent) for b in checked.buffers),
     )
     lists = {position[0] for p in card.parameters if p.block is not None
              for position in [block_position(p.name)] if position}

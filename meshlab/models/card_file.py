@@ -138,6 +138,16 @@ class ElementwiseEntry(Closed):
         return self
 
 
+class BufferEntry(Closed):
+    """A floating buffer of the transformer: its path, shape, dtype as loaded at the card's dtype, and whether the
+    checkpoint holds it (persistent: from_pretrained converts it to the dtype it loads in)."""
+
+    name: str
+    shape: list[Int]
+    dtype: Dtype
+    persistent: bool
+
+
 class ArchitectureEntry(Closed):
     hidden_size: Int = Field(ge=1)
     num_layers: Int = Field(ge=1)
@@ -170,3 +180,4 @@ class CardFile(Closed):
     elementwise: list[ElementwiseEntry] = []
     dispatches: dict[str, Count] = Field({}, description="eager ops the host dispatches per block list, and "
                                                          "'outside'")
+    buffers: list[BufferEntry] = Field([], description="the transformer's floating buffers, held whole on every chip")

@@ -59,6 +59,8 @@ class ChipMemory:
     scan_stacked: int = 0  # compile.scan_blocks: the block weights stacked for the scan, live while denoising
     tile_padding: int = 0  # bytes a TPU's tiled layouts add to this chip's weights (meshlab.core.tpu_tiles)
     gathered_weights: int = 0  # FSDP: the heaviest block's weights gathered over the axes that split activations
+    #: the transformer's buffers, whole on every chip (meshlab.models.card.Buffer: SD3.5's positional table)
+    buffers: int = 0
     #                            (two blocks' where the chip gathers them async: memory.gathered_blocks_on)
 
     @property
@@ -82,8 +84,14 @@ class ChipMemory:
         return max(self.denoise, self.vae_decode, self.text_encode)
 
     @property
+    def resident(self) -> int:
+        """What the transformer holds between forwards: its weights and its buffers."""
+        return self.weights + self.buffers
+
+    @property
     def other(self) -> int:
-        return self.vae_weights + self.text_encoder + self.reserve
+        """The transformer's buffers, the other pipeline parts' weights and the runtime reserve."""
+        return self.buffers + self.vae_weights + self.text_encoder + self.reserve
 
     @property
     def total(self) -> int:
@@ -172,13 +180,14 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int,
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
     gathered = gathered_blocks * gathered_block_bytes(plan, strategy)
+    buffers = plan.card.buffer_bytes(strategy.workload.dtype)
     chips = []
     allocated_padded = sum(allocated * n for _, allocated, n in padded)
     for chip in range(plan.mesh.device_count):
         real_padded = sum(p.real_bytes_on(chip, plan.mesh) * n for p, _, n in padded)
         chips.append(ChipMemory(chip, sharded + real_padded, replicated, allocated_padded - real_padded,
                                 activations, vae_weights, vae_decode, text_encoder, reserve, usable_hbm,
-                                text_encode, stacked, tile_padding, gathered))
+                                text_encode, stacked, tile_padding, gathered, buffers))
     return MemoryReport(tuple(chips), tokens)
 
 

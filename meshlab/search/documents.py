@@ -87,6 +87,8 @@ class ChipBreakdown(Document):
     gathered_weights: int = Field(0, description="FSDP: the heaviest block's weights gathered over the axes that "
                                   "split activations, priced as held beside the activations, twice where the chip "
                                   "runs the gathers async (denoise; 0 without FSDP)")
+    buffers: int = Field(0, description="the transformer's floating buffers (SD3.5's positional table), whole on "
+                         "every chip; counted in other_bytes")
 
 
 class ChipMemoryRow(Document):

@@ -106,7 +106,7 @@ def chip_document(chip: ChipMemory) -> dict:
             "padding": chip.padding, "activations": chip.activations, "vae_weights": chip.vae_weights,
             "vae_decode": chip.vae_decode, "text_encoder": chip.text_encoder, "text_encode": chip.text_encode,
             "reserve": chip.reserve, "scan_stacked_weights": chip.scan_stacked, "tile_padding": chip.tile_padding,
-            "gathered_weights": chip.gathered_weights,
+            "gathered_weights": chip.gathered_weights, "buffers": chip.buffers,
         },
         "peak_phase": chip.peak_phase,
     }

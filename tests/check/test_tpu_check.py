@@ -400,7 +400,7 @@ def test_the_fit_is_held_for_the_attention_the_program_has():
     assert document["fits"] == {**document["fits"], "predicted": False, "predicted_as_planned": True, "xla": False,
                                 "xla_as_planned": None}
     held = document["meshlab_memory_per_device"]
-    assert held["total_as_compiled"] == compiled.weights + compiled.denoise > 200 * 2**30 > held["total"]
+    assert held["total_as_compiled"] == compiled.resident + compiled.denoise > 200 * 2**30 > held["total"]
 
     def shown(report) -> str:
         out = io.StringIO()
@@ -410,13 +410,13 @@ def test_the_fit_is_held_for_the_attention_the_program_has():
     text = shown(report)
     assert "as planned, with its flash attention, meshlab says it fits" in text and "--front-end torchax" in text
     needs = next(line for line in text.splitlines() if "needs" in line)
-    assert mib(compiled.weights + compiled.denoise) in needs  # the program's, not the plan's 3.7 GiB
+    assert mib(compiled.resident + compiled.denoise) in needs  # the program's, not the plan's 3.7 GiB
     # compiled, not refused, yet past the chip's HBM: the plan's verdict is printed under that table too
     past = replace(refused, out_of_memory="", required_bytes=None, memory={
-        "argument": compiled.weights, "output": 0, "alias": 0, "temp": compiled.denoise, "generated_code": 0})
+        "argument": compiled.resident, "output": 0, "alias": 0, "temp": compiled.denoise, "generated_code": 0})
     text = shown(replace(report, compiled=(past,)))
     assert "as planned, with its flash attention, meshlab says it fits" in text
-    assert mib(compiled.weights + compiled.denoise) in next(line for line in text.splitlines() if "total" in line)
+    assert mib(compiled.resident + compiled.denoise) in next(line for line in text.splitlines() if "total" in line)
     # --front-end both: torchax's program has the plan's flash kernel, and its verdict is held to the plan's
     fitting = replace(past, front_end="torchax", memory={**past.memory, "temp": 2 * 2**30})
     both = replace(report, compiled=(refused, fitting))

@@ -1,6 +1,7 @@
 """`meshlab try` through the real CLI: tables, JSON, exit codes, one-line errors."""
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -310,3 +311,17 @@ def test_explain_counts_the_blocks_a_kept_block_stands_for_from_the_graph(tmp_pa
     output = runner.invoke(app, ["explain", str(path)], env={"COLUMNS": "400"}).output
     title = next(line for line in output.splitlines() if line.startswith("Collectives of one call"))
     assert "block 0 (transformer_blocks.0, stands for 19 identical blocks) (predicted)" in title
+
+
+def test_sd35_holds_its_positional_table_whole_on_every_chip():
+    """SD3.5 Large's 171 MiB positional table (a buffer from_pretrained loads in bfloat16) is a row of the memory
+    table and part of the total, on every chip."""
+    path = str(REPO / "tests" / "cost" / "data" / "strategies" / "sd35-2d.yaml")
+    shown = runner.invoke(app, ["try", path], env={"COLUMNS": "160"})
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"transformer buffers \(whole on every chip\)\s*│\s*0\.17 GiB", shown.output)
+    chips = json.loads(runner.invoke(app, ["try", path, "--json"]).stdout)["per_chip"]
+    assert {c["breakdown"]["buffers"] for c in chips} == {179_306_496}
+    assert all(c["total_bytes"] == c["weights_bytes"] + c["activation_bytes"] + c["other_bytes"] for c in chips)
+    shown = runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "160"})
+    assert "transformer buffers" not in shown.output  # Qwen-Image has none

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from meshlab.models.card import BUILTIN_DIR, card_to_json, load_card
+from meshlab.models.card import BUILTIN_DIR, card_from_json, card_to_json, load_card
 from meshlab.core.errors import InputError
 
 #: every card meshlab ships (a card added to the folder is held to a fresh import without a line here)
@@ -44,6 +44,24 @@ def test_qwen_image_counts_match_checked_facts():
     assert card.component("vae").parameters == 126_892_531
     assert card.component("text_encoder").parameters == 8_292_166_656
     assert card.component("vae").working_bytes_per_pixel > 0
+
+
+def test_the_shipped_cards_record_their_buffers_as_a_pipeline_holds_them():
+    """SD3.5 Large's positional table is in the checkpoint, so from_pretrained loads it in the pipeline's dtype
+    (171 MiB in bfloat16, whole on every chip); Wan's rotary tables are made by the class and stay float32; the
+    other shipped classes register no floating buffer. A card without the field reads as one without buffers."""
+    sd35 = load_card("sd3.5-large")
+    assert [(b.name, b.shape, b.dtype, b.persistent) for b in sd35.buffers] == [
+        ("pos_embed.pos_embed", (1, 36864, 2432), "bfloat16", True)]
+    assert sd35.buffer_bytes("bfloat16") == 179_306_496 and sd35.buffer_bytes("float32") == 2 * 179_306_496
+    wan = load_card("wan-2.1-t2v-14b")
+    assert {(b.name, b.persistent) for b in wan.buffers} == {("rope.freqs_cos", False), ("rope.freqs_sin", False)}
+    assert wan.buffer_bytes("bfloat16") == wan.buffer_bytes("float32") == 2 * 1024 * 128 * 4
+    assert not load_card("qwen-image").buffers and not load_card("flux-dev").buffers
+    data = card_to_json(sd35)
+    assert card_from_json(data) == sd35
+    del data["buffers"]
+    assert card_from_json(data).buffers == ()
 
 
 @pytest.mark.parametrize("module, stream", [

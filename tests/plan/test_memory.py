@@ -313,3 +313,26 @@ def test_a_weight_split_over_an_axis_of_one_chip_is_not_gathered():
     chip = memory_on(make_plan(strategy, load_card("qwen-image"), 8), strategy,
                      load_hardware("h200").using(8)).most_loaded
     assert chip.gathered_weights == 0 and chip.weights_sharded > 37 * 2**30  # every block weight whole
+
+
+def test_buffers_are_whole_on_every_chip_in_the_dtype_a_pipeline_loads_them_in():
+    """A persistent buffer (in the checkpoint) is priced in the workload's dtype, as from_pretrained converts it; a
+    non-persistent one in the dtype its class made it; both whole on every chip, counted in the total and in what
+    the transformer's program holds (the fit XLA:TPU's is held to)."""
+    from meshlab.check.against_tpu import fits_every_chip
+    from meshlab.models.card import Buffer
+
+    table = Buffer("pos_embed.pos_embed", (1, 64, 64), "bfloat16", persistent=True)  # 4,096 elements
+    rotary = Buffer("rope.freqs_cos", (16, 8), "float32", persistent=False)  # 128 elements
+    card = dataclasses.replace(small_card(), buffers=(table, rotary))
+    for dtype, expected in (("bfloat16", 4096 * 2 + 128 * 4), ("float32", 4096 * 4 + 128 * 4)):
+        s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "dtype": dtype})
+        without = memory_report(make_plan(s, small_card(), 8), s, usable_hbm=10**9, reserve=0).chips
+        chips = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=0).chips
+        assert {c.buffers for c in chips} == {expected} and {c.buffers for c in without} == {0}
+        assert all(c.total - w.total == c.other - w.other == c.resident - w.resident == expected
+                   for c, w in zip(chips, without))
+        needed = without[0].resident + without[0].denoise
+        tight = memory_report(make_plan(s, card, 8), s, usable_hbm=needed, reserve=0)
+        assert fits_every_chip(tight, needed) is False
+        assert fits_every_chip(memory_report(make_plan(s, small_card(), 8), s, usable_hbm=needed, reserve=0), needed)

@@ -32,8 +32,8 @@ from typing import Any, Callable, Mapping
 from meshlab.models.families import FAMILIES, Family, Geometry, family
 from meshlab.models.importer.forward_inputs import forward_inputs
 from meshlab.models.card import (
-    BUILTIN_DIR, DTYPE_BYTES, ELEMENTWISE_EXECUTIONS, Architecture, Attention, Component, Elementwise, ModelCard,
-    Parameter, card_to_json, module_pattern,
+    BUILTIN_DIR, DTYPE_BYTES, ELEMENTWISE_EXECUTIONS, Architecture, Attention, Buffer, Component, Elementwise,
+    ModelCard, Parameter, card_to_json, module_pattern,
 )
 from meshlab.models.importer.dataflow_trace import trace_dataflow
 from meshlab.models.importer.decode_trace import Decode, trace_decode
@@ -91,6 +91,7 @@ def import_card(
         dataflow=dataflow,
         joins=joins,
         **dict(zip(("elementwise", "dispatches"), _elementwise(cls, full_config, tracer, dtype))),
+        buffers=_buffers(model),
     )
 
 
@@ -363,6 +364,16 @@ def _parameters(model: Any, streams: dict[str, str], offsets: dict[str, int]) ->
         out.append(Parameter(name, tuple(p.shape), str(p.dtype).removeprefix("torch."), kind,
                              streams.get(traced, "none"), block))
     return tuple(out)
+
+
+def _buffers(model: Any) -> tuple[Buffer, ...]:
+    """The model's floating buffers as from_pretrained loads them at the card's dtype (`as_loaded`), each marked
+    persistent where the checkpoint holds it. A buffer of a dtype a card has no name for (float64, complex) is left
+    out: no shipped class has one."""
+    loaded = set(model.state_dict())
+    return tuple(Buffer(name, tuple(b.shape), str(b.dtype).removeprefix("torch."), name in loaded)
+                 for name, b in model.named_buffers()
+                 if b.is_floating_point() and str(b.dtype).removeprefix("torch.") in DTYPE_BYTES)
 
 
 def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
