@@ -30,14 +30,20 @@ def depth_config(card: ModelCard, layers: int) -> dict:
 
 
 def build_model(card: ModelCard, layers: int, dtype: str, seed: int):
-    """The transformer of `card` with `layers` blocks per list, random weights in `dtype`, in eval mode."""
+    """The transformer of `card` with `layers` blocks per list, random weights in `dtype`, in eval mode; its
+    buffers as ``from_pretrained(torch_dtype=dtype)`` loads them (card_import.as_loaded: SD3.5's positional table,
+    which the checkpoint holds, in `dtype`; Wan's rotary tables, made by the class, float32), as the card records
+    them and meshlab's memory prices them."""
     import diffusers
+    import torch
     from diffusers.models.modeling_utils import no_init_weights
+
+    from meshlab.models.importer.card_import import as_loaded
 
     cls = getattr(diffusers, card.class_name)
     with no_init_weights():
         model = cls.from_config(depth_config(card, layers))
-    return randomize(model, dtype, seed)
+    return as_loaded(randomize(model, dtype, seed), getattr(torch, dtype), parameters=False)
 
 
 def randomize(model, dtype: str, seed: int):

@@ -304,18 +304,19 @@ def _elementwise(cls: type, config: dict, tracer: Family, dtype: str) -> tuple[t
                  for key in sorted(merged, key=order)), dispatches
 
 
-def as_loaded(model: Any, dtype: Any) -> Any:
+def as_loaded(model: Any, dtype: Any, parameters: bool = True) -> Any:
     """`model` in `dtype` as ``from_pretrained(torch_dtype=...)`` loads it: diffusers converts what the checkpoint
     holds (its parameters and persistent buffers) as it loads each into the model (``load_model_dict_into_meta``),
     those whose name has a part among the class's ``_keep_in_fp32_modules`` to float32 (Wan's time embedder, norm2
     and every block's ``scale_shift_table``: the list names parameters as well as modules), and casts no other
     tensor, so a non-persistent buffer (Wan's rotary tables) keeps the dtype the class made it in (here float32, the
-    default; from_pretrained builds under torch_dtype as the default, which no shipped class's buffers follow)."""
+    default; from_pretrained builds under torch_dtype as the default, which no shipped class's buffers follow).
+    `parameters` false: the buffers alone (a model whose random weights are drawn in the workload's dtype)."""
     import torch
 
     keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
     loaded = set(model.state_dict())
-    for name, tensor in (*model.named_parameters(), *model.named_buffers()):
+    for name, tensor in (*(model.named_parameters() if parameters else ()), *model.named_buffers()):
         if name in loaded and tensor.is_floating_point():
             tensor.data = tensor.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
     return model
