@@ -13,7 +13,9 @@ process). The worker prints progress as JSON lines ``{"progress": "..."}`` on st
   writing, for the traceback.
 
 A worker that dies before writing RESULT (killed for memory, a crash in native code) or outlives its time is a
-``WorkerFailed`` naming the exit code and the last lines of its stderr.
+``WorkerFailed`` naming the exit code and the last lines of its stderr. A worker dies with its parent, however the
+parent dies (`die_with_parent`): a ``meshlab check`` killed outright (SIGKILL, the kernel's OOM killer) leaves no
+compile running on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from meshlab.core.errors import BackendError, InputError, MeshlabError, PlanErro
 Progress = Callable[[str], None]
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
 _ERRORS = {"InputError": InputError, "PlanError": PlanError, "BackendError": BackendError}
+#: the environment variable that gives a worker its parent's pid (`die_with_parent`)
+PARENT_VARIABLE = "MESHLAB_WORKER_PARENT"
 
 
 class WorkerFailed(BackendError):
@@ -89,7 +93,8 @@ def call_worker(module: str, request: Request, env: dict[str, str], payload: typ
         request_path.write_text(request.model_dump_json())
         with stderr_path.open("w") as stderr:
             process = subprocess.Popen([sys.executable, "-m", module, str(request_path), str(result_path)],
-                                       stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+                                       stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                       env={**env, PARENT_VARIABLE: str(os.getpid())})
             code = _follow(process, progress, timeout_s)
         if not result_path.exists():
             tail = _tail(stderr_path)
@@ -171,6 +176,23 @@ def _tail(path: Path, lines: int = 3) -> str:
 # --- the worker's side -----------------------------------------------------------------------------------------
 
 
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: this process gets SIGKILL when the process that started it dies, however it dies (prctl's
+    PR_SET_PDEATHSIG; the standard library has no call for it). `parent`: the pid that started it, where known;
+    if that process died before the signal was armed (this process's parent is then another), it exits now."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
 def report_progress(message: str) -> None:
     sys.stdout.write(json.dumps({"progress": message}) + "\n")
     sys.stdout.flush()
@@ -182,6 +204,9 @@ def serve(handler: Callable[[Any], dict], argv: list[str], what: str, request_ty
 
     `what` names the work in the message of an unexpected exception ("the check failed: ...")."""
     request_path, result_path = Path(argv[0]), Path(argv[1])
+    parent = os.environ.pop(PARENT_VARIABLE, "")  # not handed on: a process this worker starts has another parent
+    if parent.isdigit():  # started by call_worker: it dies with the meshlab command that started it
+        die_with_parent(int(parent))
     failure: BaseException | None = None
     try:
         request = TypeAdapter(request_type).validate_json(request_path.read_text())

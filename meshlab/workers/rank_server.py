@@ -3,6 +3,6 @@ the server dies with the worker that started it, and the ranks, each armed the s
 ranks hold the server's liveness pipe open, so without this a rank stopped or stuck would keep the server, and so
 itself, alive after the worker died."""
 
-from meshlab.workers.ranks import _die_with_parent
+from meshlab.runtime.protocol import die_with_parent
 
-_die_with_parent()
+die_with_parent()

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from meshlab.runtime.protocol import _ERRORS, WorkerError, error_document, read_payload
+from meshlab.runtime.protocol import _ERRORS, WorkerError, die_with_parent, error_document, read_payload
 from meshlab.core.errors import BackendError
 
 #: How long a rank waits on the others before the group gives up (a rank that died leaves the rest waiting).
@@ -88,7 +88,7 @@ def _rank(rank: int, world: int, target: Target, payload: Any, scratch: str) -> 
     import torch
     import torch.distributed as dist
 
-    _die_with_parent()
+    die_with_parent()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     folder = Path(scratch)
@@ -123,13 +123,3 @@ def _write(path: Path, document: dict) -> None:
     os.replace(tmp, path)
 
 
-def _die_with_parent() -> None:
-    """Linux: this rank gets SIGKILL when the process that started it dies, however it dies."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass

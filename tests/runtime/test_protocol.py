@@ -1,6 +1,7 @@
 """The one worker protocol of check and run, through a real child process (tests/runtime/protocol_worker.py)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,61 @@ def test_an_interrupted_parent_stops_its_worker():
     with pytest.raises(SystemExit):
         _follow(process, interrupted, None)
     assert process.poll() is not None  # killed and reaped, not left sleeping
+
+
+def test_a_worker_dies_with_a_parent_killed_outright():
+    """SIGKILL (or the OOM killer) gives the parent no chance to stop its worker: the worker, armed with
+    PR_SET_PDEATHSIG by serve, dies with it instead of sleeping on (here 30 s) as an orphan."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import os; from meshlab.runtime.protocol import call_worker; "
+        "from tests.runtime.protocol_worker import ActionRequest, EchoPayload; "
+        f"call_worker({MODULE!r}, ActionRequest(action='sleep'), dict(os.environ), EchoPayload, "
+        "progress=lambda m: print(m, flush=True))")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "doing sleep"  # the worker is in its handler
+        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent_of(p) == parent.pid]
+        assert len(children) == 1
+        worker = children[0]
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 10
+        while _running(worker) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker), "the worker outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_worker_whose_parent_died_before_it_was_armed_exits():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = "import sys; from meshlab.runtime.protocol import die_with_parent; die_with_parent(int(sys.argv[1])); " \
+             "print('alive')"
+    for parent, code, out in ((os.getpid(), 0, "alive\n"), (os.getpid() + 1_000_000, 1, "")):
+        done = subprocess.run([sys.executable, "-c", script, str(parent)], cwd=REPO, capture_output=True, text=True)
+        assert (done.returncode, done.stdout) == (code, out), done.stderr
+
+
+def _parent_of(proc) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed worker whose parent is gone is reaped by init)."""
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
