@@ -111,7 +111,7 @@ def schema(name: str = typer.Argument("strategy", help="which file: strategy, ex
 def hardware(as_json: bool = JSON_OPTION) -> None:
     """List the hardware catalog, with the source of every figure."""
     from meshlab.cli.render_catalog import render_hardware
-    from meshlab.core.hardware import HardwareList, describe_rows
+    from meshlab.core.hardware_rows import HardwareList, describe_rows
 
     if as_json:
         print_json(describe_rows(with_sources=True), HardwareList)

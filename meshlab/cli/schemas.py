@@ -42,7 +42,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "check-dtensor": ("meshlab check --backend dtensor --json", "meshlab.check.documents:DTensorCheckDocument"),
     "check-tpu": ("meshlab check --backend tpu --json", "meshlab.check.documents:TpuCheckDocument"),
     "spec-map": ("meshlab export --format json", "meshlab.export.snippets:SpecMapDocument"),
-    "hardware-list": ("meshlab hardware --json", "meshlab.core.hardware:HardwareList"),
+    "hardware-list": ("meshlab hardware --json", "meshlab.core.hardware_rows:HardwareList"),
     "models-list": ("meshlab models list --json", "meshlab.models.listing:CardList"),
     "report": ("meshlab report --json", "meshlab.experiments.measured:ReportDocument"),
     "calibration": ("meshlab calibrate --json", "meshlab.experiments.calibrate:CalibrationDocument"),

@@ -21,10 +21,9 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from pydantic import Field, RootModel, ValidationError
+from pydantic import ValidationError
 
 from meshlab.core.closed import first_problem, problem_line
-from meshlab.core.document import Document
 from meshlab.core.errors import InputError
 from meshlab.core.hardware_figures import (
     BYTES_HELP, INTERCONNECTS, OPTIONAL_NUMBERS, CatalogEntry, CatalogFile, HardwareFigures,
@@ -309,7 +308,7 @@ def _problems(hw: Hardware) -> list[str]:
     if hw.sm_count is not None and hw.sm_count != int(hw.sm_count):
         problems.append(f"sm_count ({hw.sm_count!r}) must be a whole number of SMs")
     missing = [name for name in FIGURES if not hw.sources.get(name)]
-    missing += [name for name in OPTIONAL_FIGURES if _given(hw, name) and not hw.sources.get(name)]
+    missing += [name for name in OPTIONAL_FIGURES if figure_given(hw, name) and not hw.sources.get(name)]
     if missing:
         problems.append(f"figures without a source: {missing}")
     kernels = [k for k, _ in hw.attention_rates]
@@ -360,7 +359,7 @@ def _byte_problems(hw: Hardware) -> list[str]:
     return problems
 
 
-def _given(hw: Hardware, name: str) -> bool:
+def figure_given(hw: Hardware, name: str) -> bool:
     """Whether the optional figure `name` has a value on `hw` (a price of 0 is one)."""
     value = getattr(hw, name)
     return value is not None if name in OPTIONAL_NUMBERS else bool(value)
@@ -522,81 +521,3 @@ def _catalog_problem(where: str, error: ValidationError, data: dict) -> InputErr
         return InputError(f"{where}{inside}: unknown field {path[-1]}", fix)
     fix = "fix the catalog entry" if path and path[0] in LABELS else "write it as {value: ..., source: ...}"
     return InputError(f"{where}.{'.'.join(map(str, path))}: {message}", fix)
-
-
-# ---- the `meshlab hardware` table ----
-
-
-class HardwareRow(Document):
-    """One catalog system: display strings (the table's), and with --json every figure's value and source."""
-
-    name: str
-    kind: str
-    chips: str
-    topology: str
-    hbm: str
-    usable_hbm: str
-    hbm_bandwidth: str
-    bf16_peak: str
-    ici: str
-    wraparound: str
-    dcn: str
-    usd_per_chip_hour: str
-    figures: HardwareFigures | None = Field(None, description="every figure's value, as an override names it")
-    sources: dict[str, str] | None = Field(None, description="figure -> where its value comes from")
-
-
-class HardwareList(RootModel[list[HardwareRow]]):
-    """`meshlab hardware --json`: the catalog, every figure with its source."""
-
-
-def describe_rows(with_sources: bool = False) -> list[dict[str, Any]]:
-    """One row of display strings per catalog entry, for the ``meshlab hardware`` table.
-
-    With `with_sources` (the ``--json`` twin) each row also carries ``figures`` (every figure's raw value,
-    JSON-ready) and ``sources`` (where each comes from).
-    """
-    return [_row(hardware, with_sources) for hardware in catalog().values()]
-
-
-def _row(hw: Hardware, with_sources: bool) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "name": hw.name,
-        "kind": hw.kind,
-        "chips": str(hw.chips),
-        "topology": "x".join(map(str, hw.topology)) + (f" x{hw.slices} slices" if hw.slices > 1 else ""),
-        "hbm": _gib(hw.hbm_bytes),
-        "usable_hbm": _gib(hw.usable_hbm_bytes),
-        "hbm_bandwidth": f"{hw.hbm_bandwidth / 1e12:.2f} TB/s",
-        "bf16_peak": f"{hw.bf16_flops / 1e12:.0f} TFLOP/s",
-        "ici": f"{hw.ici_link_bandwidth / 1e9:.0f} GB/s x {hw.ici_links}",
-        "wraparound": _wrap(hw),
-        "dcn": f"{hw.dcn_bandwidth_per_host / 1e9:.0f} GB/s/host",
-        "usd_per_chip_hour": "-" if hw.usd_per_chip_hour is None else f"${hw.usd_per_chip_hour:.2f}",
-    }
-    if with_sources:
-        given = FIGURES + tuple(name for name in OPTIONAL_FIGURES if _given(hw, name))
-        row["figures"] = {name: _plain(getattr(hw, name)) for name in given}
-        if hw.attention_rates:
-            row["figures"]["attention_rates"] = {k: [list(p) for p in points] for k, points in hw.attention_rates}
-        if hw.matmul_rates is not None:
-            row["figures"]["matmul_rates"] = hw.matmul_rates.to_json()
-        row["sources"] = {name: hw.sources[name] for name in given}
-    return row
-
-
-def _plain(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f}".rstrip("0").rstrip(".") + " GiB"
-
-
-def _wrap(hw: Hardware) -> str:
-    if hw.interconnect == "nvswitch":
-        return "switch"
-    if all(hw.wraparound):
-        return "all axes"
-    wrapped = [str(i) for i, w in enumerate(hw.wraparound) if w]
-    return f"axis {', '.join(wrapped)}" if wrapped else "none"

@@ -12,9 +12,9 @@ from meshlab.core.hardware import (
     FIGURES,
     Hardware,
     catalog,
-    describe_rows,
     load_hardware,
 )
+from meshlab.core.hardware_rows import describe_rows
 
 GIB = 2**30
 REQUIRED = {
