@@ -25,7 +25,8 @@ ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
     "with float32 copies of q, k and v, as torch's math attention computes them (none on a TPU: XLA:TPU fuses "
-    "the converts into the matmuls); on a TPU whose catalog entry "
+    "the converts into the matmuls); a linear attention holds q, k and v, float32 copies of them (none on a TPU) "
+    "and its float32 output of head_dim + 1 rows a head; on a TPU whose catalog entry "
     "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys, unless every head "
     "is gathered under a sequence split, and where it gives recomputed_softmax_keys, one where a row has more, "
     "unless the probabilities meet values left split; where it gives mask_broadcast_keys and holds two, up to "
@@ -498,9 +499,15 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     gathered = (shape.linear_heads_gathered if attention.is_linear else shape.heads_gathered) and split > 1
     heads = -(-attention.heads // (1 if gathered else split))
     queries = sum(shape.local.of_stream(s) for s in attention.streams)
-    if attention.is_linear:  # q, k, v again in float32, and a float32 output of head_dim + 1 rows per head; no keys
-        fp32 = 4 // shape.itemsize  # of other chips, no scores (the per-head state is head_dim x (head_dim + 1))
+    if attention.is_linear:  # a float32 output of head_dim + 1 rows per head; no keys of other chips, no scores
+        fp32 = 4 // shape.itemsize  # (the per-head state is head_dim x (head_dim + 1))
         output = fp32 * queries * heads * (attention.head_dim + 1)
+        if shape.xla:  # XLA:TPU fuses the converts to float32 and v's padding row into the matmuls (SANA's at 1024²,
+            # torch_xla's program, `meshlab check --backend tpu`: one sample a chip, its heads split, it holds q, k
+            # and v in bf16 and the f32[1,35,33,1024] output; two, every head gathered, the gathered q, k and padded
+            # v, bf16[2,70,1024,32], bf16[2,2240,1024] and bf16[2,70,33,1024], and the f32[140,33,1024] output, not
+            # the projections it gathered them from)
+            return (queries * heads * (3 * attention.head_dim + 1) if gathered else qkv) + output
         if gathered:  # every head on every chip: q, k and the padded v gathered, and float32 copies of those
             return qkv + (1 + fp32) * queries * heads * (3 * attention.head_dim + 1) + output
         return qkv + fp32 * (qkv + queries * heads) + output  # float32 copies, v's padded with a row a head

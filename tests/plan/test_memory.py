@@ -187,6 +187,29 @@ def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
     assert block_activation_bytes(plan, s, tokens) == expected(1, 0, upcast=True)
 
 
+def test_a_linear_attention_on_a_tpu_holds_no_float32_copies_of_q_k_and_v():
+    """SANA's linear attention under XLA:TPU: the converts to float32 and v's padding row fuse into the matmuls, so a
+    chip holds q, k and v in bf16 (gathered where two samples a chip gather every head: the padded v then) and the
+    float32 output of head_dim + 1 rows a head; eager PyTorch holds float32 copies of q, k and v besides. Hand
+    counts on the small card (24 joint tokens, heads of 16, 4 heads split over model 4, width 64)."""
+    card = small_card()
+    card = dataclasses.replace(card, attention=tuple(dataclasses.replace(a, kind="linear") for a in card.attention))
+    residual = 2 * 24 * 64
+    # one sample a chip, its head split: q, k, v (3 x 24 x 16) and the float32 output (2 x 24 x 17); the MLP's two
+    # outputs (2 x 16 x 64) are the larger phase on a TPU
+    s = strategy()
+    plan, tokens = make_plan(s, card, 8), token_counts(s.workload, card.architecture)
+    assert block_activation_bytes(plan, s, tokens, xla=True) == (residual + max(1152 + 816, 2 * 16 * 64)) * 2
+    assert block_activation_bytes(plan, s, tokens) == (residual + 1152 + 2 * (1152 + 24) + 816) * 2
+    # two samples a chip, every head gathered: q, k and the padded v of 4 heads (24 x 4 x 49) and the output
+    s = strategy(workload={"batch": 4, "height": 64, "width": 64, "text_tokens": 8})
+    plan, tokens = make_plan(s, card, 8), token_counts(s.workload, card.architecture)
+    gathered, output = 24 * 4 * (3 * 16 + 1), 2 * 24 * 4 * 17
+    assert block_activation_bytes(plan, s, tokens, xla=True) == (residual + gathered + output) * 2 * 2
+    # eager (DTensor on a GPU) gathers no head: the one-sample count for each sample
+    assert block_activation_bytes(plan, s, tokens) == (residual + 1152 + 2 * (1152 + 24) + 816) * 2 * 2
+
+
 def test_components_and_placement():
     card = small_card()
     s = strategy(placement={"text_encoder": "device", "vae": "device"})
