@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from meshlab.core.errors import BackendError
@@ -636,13 +636,51 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
     held to, made checkable: which buffers, from which module, XLA:TPU keeps at once. None where either file says
     nothing of them."""
     copies = argument_copies(program)
-    values = _temporary_values(buffer_assignment, live_range, lambda color, name: color == 0 or (
-        color in on_chip and name.partition("{")[0] not in copies))
+    values = _working_set_values(buffer_assignment, live_range, on_chip, copies)
     found = _peak_of(values)
     if found is None:
         return None
     peak, time = found
+    return WorkingSetPeak(peak, _held_at(values, time, _Named.of(program, copies), top))
+
+
+def working_set_by_module(buffer_assignment: str, live_range: str, on_chip: Collection[int], program: str,
+                          top: int = 6) -> dict[str, WorkingSetPeak]:
+    """`working_set_peak` phase by phase: for each module the program's ops are scoped to (its block number as
+    "*": ``transformer_blocks.*.attn1``), the most bytes the working set holds at a point of the instruction
+    sequence where one of its ops runs, and the `top` largest kinds of value live then. What a prediction's phases
+    (a block's attention, its MLP) are held to where the whole program's peak is another's. Points whose op no
+    module scopes (a memory-space assignment's copy or slice, a fusion's parameter) are left out."""
+    copies = argument_copies(program)
+    values = _working_set_values(buffer_assignment, live_range, on_chip, copies)
     named = _Named.of(program, copies)
+    sequence = _instruction_sequence(live_range)
+    peaks: dict[str, tuple[int, int]] = {}
+    for time, held in _held_over_time(values):
+        made_by = named.made_by(sequence[time]) if time in sequence else ""
+        module, scoped, _ = made_by.partition(": ")  # "module: op" where a module scopes the op
+        if scoped and not made_by.startswith("copy of") and held > peaks.get(module, (-1, 0))[0]:
+            peaks[module] = (held, time)
+    return {module: WorkingSetPeak(held, _held_at(values, time, named, top))
+            for module, (held, time) in sorted(peaks.items(), key=lambda item: (-item[1][0], item[0]))}
+
+
+def _working_set_values(buffer_assignment: str, live_range: str, on_chip: Collection[int],
+                        copies: frozenset[str]) -> list[tuple]:
+    """The working set's values (`working_set_live_peak`): the temporaries in HBM and on chip, less the on-chip
+    copies of the program's arguments."""
+    return _temporary_values(buffer_assignment, live_range, lambda color, name: color == 0 or (
+        color in on_chip and name.partition("{")[0] not in copies))
+
+
+def _instruction_sequence(live_range: str) -> dict[int, str]:
+    """The live ranges' instruction sequence: each point's instruction."""
+    listed = live_range.partition("BufferLiveRange:")[0]
+    return {int(time): name for time, name in re.findall(r"^\s+(\d+):(\S+)$", listed, re.M)}
+
+
+def _held_at(values: list[tuple], time: int, named: "_Named", top: int) -> tuple[PeakHolding, ...]:
+    """The `top` largest kinds of value `values` keep live at `time` (`working_set_peak`)."""
     spaces = {color: name for (color, _), name in ON_CHIP_SPACES.items()}
     covered: dict[int, list[tuple[int, int]]] = {}
     groups: Counter = Counter()
@@ -659,7 +697,7 @@ def working_set_peak(buffer_assignment: str, live_range: str, on_chip: Collectio
             groups[key] += new
             counts[key] += 1
     kinds = sorted(groups, key=lambda key: (-groups[key], key))[:top]
-    return WorkingSetPeak(peak, tuple(PeakHolding(*key, counts[key], groups[key]) for key in kinds))
+    return tuple(PeakHolding(*key, counts[key], groups[key]) for key in kinds)
 
 
 #: a module path's block number: the number after its first name (``transformer_blocks.3.attn``), as
@@ -783,6 +821,16 @@ def _temporary_values(buffer_assignment: str, live_range: str, counted) -> list[
 def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
     """The most bytes `values` (`_temporary_values`) keep in use at once (each color's buffer its own bytes), and
     the first point of the instruction sequence where they do; None without values."""
+    peak = None
+    for time, held in _held_over_time(values):
+        if peak is None or held > peak[0]:
+            peak = (held, time)
+    return peak
+
+
+def _held_over_time(values: list[tuple]) -> Iterator[tuple[int, int]]:
+    """Each point of the instruction sequence where one of `values` (`_temporary_values`) starts, in order, and the
+    bytes they keep in use then (each color's buffer its own bytes, each byte once)."""
     starts: dict[int, list[tuple[int, int]]] = {}
     ends: dict[int, list[tuple[int, int]]] = {}
     for span, color, offset, size, *_ in values:
@@ -790,10 +838,7 @@ def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
         piece = (at + offset, at + offset + size)
         starts.setdefault(span[0], []).append(piece)
         ends.setdefault(span[1] + 1, []).append(piece)
-    if not starts:
-        return None
     live: Counter = Counter()  # the pieces live now, each as often as values hold it (none that none holds)
-    peak, peak_at = 0, min(starts)
     for time in sorted(starts.keys() | ends.keys()):
         for piece in ends.get(time, ()):
             live[piece] -= 1
@@ -801,10 +846,7 @@ def _peak_of(values: list[tuple]) -> tuple[int, int] | None:
                 del live[piece]
         live.update(starts.get(time, ()))
         if time in starts:
-            held = _union_bytes(p for p, n in live.items() if n > 0)
-            if held > peak:
-                peak, peak_at = held, time
-    return peak, peak_at
+            yield time, _union_bytes(p for p, n in live.items() if n > 0)
 
 
 _MEMORY_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)\nTotal bytes: (\d+)", re.M)

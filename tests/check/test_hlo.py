@@ -404,6 +404,27 @@ def test_2d_s_small_working_set_sits_in_vmem_beside_the_weights_prefetched_there
     assert len(working_set_peak(assignment, live_range, {1}, program).holdings) == 8  # the largest, by default
 
 
+def test_the_working_set_is_read_module_by_module():
+    """working_set_by_module on the same program: each module's own peak, where one of its ops runs, with what is
+    held then; the largest is the program's peak (there, to_q's matmul), and the others are below it."""
+    import gzip
+
+    from meshlab.check.hlo import working_set_by_module, working_set_peak
+
+    data = Path(__file__).parent / "data"
+    assignment, live_range, program = (gzip.open(data / f"tpu_2d_256.{what}.txt.gz", "rt").read()
+                                       for what in ("buffer-assignment", "live-range", "after_optimizations"))
+    phases = working_set_by_module(assignment, live_range, {1}, program, top=100)
+    peak = working_set_peak(assignment, live_range, {1}, program)
+    assert list(phases)[:4] == ["transformer_blocks.*.attn.to_q", "transformer_blocks.*.img_mlp.net.0.proj",
+                                "transformer_blocks.*.attn.norm_q", "transformer_blocks.*.attn"]
+    assert phases["transformer_blocks.*.attn.to_q"] == working_set_peak(assignment, live_range, {1}, program, top=100)
+    assert peak.bytes == 7_011_200
+    assert phases["transformer_blocks.*.img_mlp.net.0.proj"].bytes == 6_277_248
+    assert all(p.bytes == sum(h.bytes for h in p.holdings) <= peak.bytes for p in phases.values())
+    assert len(phases) == 37 and all("copy of" not in module and ":" not in module for module in phases)
+
+
 def test_v4_s_small_working_set_sits_in_its_cmem_which_xla_s_report_names_hbm():
     """2d's rules on v4-8 (3 blocks, 256², 32 text tokens; its dumps, gzipped): v4's buffer assignment has no VMEM
     color; its memory-space assignment fills color 3, which XLA's report names 'hbm' but which is v4's 128 MiB CMEM
