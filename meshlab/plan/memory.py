@@ -25,7 +25,8 @@ ACTIVATION_METHOD = (
     "peak working set of the heaviest block: its input and output residual streams, plus the larger of "
     "(attention: q/k/v and the attention output, and when flash_attention is off the scores and probabilities "
     "with float32 copies of q, k and v, as torch's math attention computes them (none on a TPU: XLA:TPU fuses "
-    "the converts into the matmuls); a linear attention holds q, k and v, float32 copies of them (none on a TPU) "
+    "the converts into the matmuls; where a TPU's program gathers every head, q, k and v of every head in place "
+    "of the chip's projections); a linear attention holds q, k and v, float32 copies of them (none on a TPU) "
     "and its float32 output of head_dim + 1 rows a head; on a TPU whose catalog entry "
     "gives fused_softmax_keys, one float32 score buffer where a row has at most that many keys, unless every head "
     "is gathered under a sequence split, and where it gives recomputed_softmax_keys, one where a row has more, "
@@ -554,4 +555,7 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
         buffers += 1
     scores = fp32 * buffers * heads * queries * keys
     every_head = (queries + keys + values) * heads * attention.head_dim if gathered else 0  # q, k and v gathered
-    return qkv + gathered_kv + output + upcast + scores + every_head
+    # every head gathered on a TPU: the gathers consume the chip's projections, which its program no longer holds at
+    # the attention's peak (cfg2-model4.yaml at 256², sana-data2-model2.yaml at 1024²: benchmarks/tpu_phases.py)
+    projections = 0 if gathered and shape.xla else qkv
+    return projections + gathered_kv + output + upcast + scores + every_head

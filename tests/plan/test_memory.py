@@ -170,9 +170,10 @@ def test_a_masked_attention_holding_two_score_buffers_holds_its_mask_broadcast_b
 
 def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
     """torch_xla's math attention gathers the heads of more than one sample a chip (meshlab.plan.axes.heads_gathered):
-    on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1, and no float32
-    copies of them (XLA:TPU fuses the converts into the matmuls that read them); eager DTensor on a GPU keeps the
-    chip's head, and its float32 copies of q, k and v."""
+    on a TPU each sample's attention then holds q, k and v of all 4 heads of 16, not the chip's 1 (and not the
+    chip's projections, which the gathers consume), and no float32 copies of them (XLA:TPU fuses the converts into
+    the matmuls that read them); eager DTensor on a GPU keeps the chip's head, its projections, and its float32
+    copies of q, k and v."""
     card = small_card()
     s = strategy(workload={"batch": 4, "height": 64, "width": 64, "text_tokens": 8, "flash_attention": False})
     plan = make_plan(s, card, 8)
@@ -180,7 +181,8 @@ def test_math_attention_with_two_samples_a_chip_holds_every_head_on_a_tpu():
 
     def expected(heads: int, gathered: int, upcast: bool) -> int:
         copies, scores = 2 * (24 + 2 * 24) * heads * 16 * upcast, 2 * (2 * heads * 24 * 24)
-        attention = 3 * 24 * 16 + 24 * heads * 16 + copies + scores + gathered
+        projections = 0 if gathered else 3 * 24 * 16
+        attention = projections + 24 * heads * 16 + copies + scores + gathered
         return (2 * 24 * 64 + attention) * 2 * 2  # 2 samples a chip (batch 4 over data 2), bf16
 
     assert block_activation_bytes(plan, s, tokens, xla=True) == expected(4, (24 + 2 * 24) * 4 * 16, upcast=False)
