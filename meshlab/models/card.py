@@ -86,8 +86,9 @@ class Buffer:
 
     def bytes_at(self, dtype: str) -> int:
         """Its bytes in a pipeline loaded in `dtype`: a persistent buffer is converted to `dtype`, as the planner
-        prices every parameter at the workload's dtype; a non-persistent one keeps the dtype the class made it in
-        (Wan's rotary tables stay float32)."""
+        prices every parameter in the dtype the weights are held in (a class's ``_keep_in_fp32_modules`` aside, for
+        buffers as for parameters); a non-persistent one keeps the dtype the class made it in (Wan's rotary tables
+        stay float32)."""
         return math.prod(self.shape) * DTYPE_BYTES[dtype if self.persistent else self.dtype]
 
 
@@ -410,16 +411,18 @@ class ModelCard:
     dataflow: tuple[Flow, ...] = field(default=())  # every Linear, in the order the traced forward calls them
     joins: tuple[Join, ...] = field(default=())  # stream concatenations and splits outside attention's q/k/v
     elementwise: tuple[Elementwise, ...] = field(default=())  # per block; () on a card imported before it was traced
-    #: the floating buffers; () for a class that has none, and on a card imported before they were recorded
-    buffers: tuple[Buffer, ...] = field(default=())
+    #: the floating buffers; () for a class that has none; None for a card file imported before they were recorded
+    #: (the planner warns: its buffers, if it has any, are not counted)
+    buffers: tuple[Buffer, ...] | None = field(default=())
     #: ops a block of each list dispatches from the host in eager PyTorch (not each a kernel: see
     #: meshlab.models.importer.elementwise_trace), and "outside": the rest of one forward's; {} on a card imported before
     #: they were counted
     dispatches: dict = field(default_factory=dict, hash=False, compare=False)
 
     def buffer_bytes(self, dtype: str) -> int:
-        """Bytes of the transformer's buffers on every chip, in a pipeline loaded in `dtype` (`Buffer.bytes_at`)."""
-        return sum(b.bytes_at(dtype) for b in self.buffers)
+        """Bytes of the transformer's buffers on every chip, in a pipeline loaded in `dtype` (`Buffer.bytes_at`); 0
+        where the card does not record them."""
+        return sum(b.bytes_at(dtype) for b in self.buffers or ())
 
     @property
     def total_params(self) -> int:
@@ -545,7 +548,7 @@ def card_to_json(card: ModelCard) -> dict:
                         for e in card.elementwise],
         **({"dispatches": dict(card.dispatches)} if card.dispatches else {}),
         **({"buffers": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "persistent": b.persistent}
-                        for b in card.buffers]} if card.buffers else {}),
+                        for b in card.buffers]} if card.buffers is not None else {}),
     }
 
 
@@ -597,7 +600,8 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
         elementwise=tuple(Elementwise(e.blocks, e.stream, e.bytes_per_token, e.side, e.linear, e.execution)
                           for e in checked.elementwise),
         dispatches=dict(checked.dispatches),
-        buffers=tuple(Buffer(b.name, tuple(b.shape), b.dtype, b.persistent) for b in checked.buffers),
+        buffers=(None if checked.buffers is None
+                 else tuple(Buffer(b.name, tuple(b.shape), b.dtype, b.persistent) for b in checked.buffers)),
     )
     lists = {position[0] for p in card.parameters if p.block is not None
              for position in [block_position(p.name)] if position}

@@ -180,4 +180,6 @@ class CardFile(Closed):
     elementwise: list[ElementwiseEntry] = []
     dispatches: dict[str, Count] = Field({}, description="eager ops the host dispatches per block list, and "
                                                          "'outside'")
-    buffers: list[BufferEntry] = Field([], description="the transformer's floating buffers, held whole on every chip")
+    buffers: Optional[list[BufferEntry]] = Field(None, description="the transformer's floating buffers, held whole "
+                                                 "on every chip; absent from a card imported before they were "
+                                                 "recorded")

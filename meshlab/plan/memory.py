@@ -61,9 +61,9 @@ class ChipMemory:
     scan_stacked: int = 0  # compile.scan_blocks: the block weights stacked for the scan, live while denoising
     tile_padding: int = 0  # bytes a TPU's tiled layouts add to this chip's weights (meshlab.core.tpu_tiles)
     gathered_weights: int = 0  # FSDP: the heaviest block's weights gathered over the axes that split activations
+    #                            (two blocks' where the chip gathers them async: memory.gathered_blocks_on)
     #: the transformer's buffers, whole on every chip (meshlab.models.card.Buffer: SD3.5's positional table)
     buffers: int = 0
-    #                            (two blocks' where the chip gathers them async: memory.gathered_blocks_on)
 
     @property
     def denoise(self) -> int:
@@ -182,7 +182,7 @@ def memory_report(plan: Plan, strategy: Strategy, usable_hbm: int, reserve: int,
     tile_padding = weights_tile_padding(plan, strategy) if tiles else 0
     stacked = scan_stacked_bytes(plan) if strategy.compile.scan_blocks else 0
     gathered = gathered_blocks * gathered_block_bytes(plan, strategy)
-    buffers = plan.card.buffer_bytes(strategy.workload.dtype)
+    buffers = plan.card.buffer_bytes(strategy.workload.weights_dtype or strategy.workload.dtype)
     chips = []
     allocated_padded = sum(allocated * n for _, allocated, n in padded)
     for chip in range(plan.mesh.device_count):

@@ -36,8 +36,19 @@ def make_plan(strategy: Strategy, card: ModelCard, device_count: int) -> Plan:
     _check_heads(card, planned, mesh, activation_axes(strategy.activations, mesh))
     used = {p.rule for p in planned}
     unmatched = tuple(i for i in range(len(rules)) if i not in used)
-    warnings = _batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh) + activation_warnings
+    warnings = (_batch_warnings(strategy, mesh) + _padding_warnings(planned, mesh) + activation_warnings
+                + _card_warnings(card))
     return Plan(strategy.name, card, mesh, tuple(planned), unmatched, warnings)
+
+
+def _card_warnings(card: ModelCard) -> tuple[str, ...]:
+    """A card file imported before meshlab recorded a transformer's buffers: any it has are not counted."""
+    if card.buffers is not None:
+        return ()
+    preset = card.source.get("preset")
+    again = f"meshlab models import {preset} -o <card>.json" if preset else "meshlab models import"
+    return (f"model card {card.name!r} records no buffers (imported before meshlab recorded them): a buffer every "
+            f"chip holds, such as SD3.5's 171 MiB positional table, is not counted; regenerate it with `{again}`",)
 
 
 def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:

@@ -322,6 +322,22 @@ def test_sd35_holds_its_positional_table_whole_on_every_chip():
     assert re.search(r"transformer buffers \(whole on every chip\)\s*│\s*0\.17 GiB", shown.output)
     chips = json.loads(runner.invoke(app, ["try", path, "--json"]).stdout)["per_chip"]
     assert {c["breakdown"]["buffers"] for c in chips} == {179_306_496}
-    assert all(c["total_bytes"] == c["weights_bytes"] + c["activation_bytes"] + c["other_bytes"] for c in chips)
+    parts = ("vae_weights", "text_encoder", "reserve", "buffers")  # what other_bytes holds
+    assert all(c["other_bytes"] == sum(c["breakdown"][k] for k in parts) for c in chips)
     shown = runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml")], env={"COLUMNS": "160"})
     assert "transformer buffers" not in shown.output  # Qwen-Image has none
+
+
+def test_a_card_imported_before_buffers_were_recorded_says_they_are_not_counted(tmp_path):
+    """A card file without the buffers field (imported by an older meshlab) plans as before, with a warning naming
+    the command that regenerates it; a card that records none (Qwen-Image's) warns of nothing."""
+    card = json.loads((REPO / "meshlab" / "models" / "cards" / "sd3.5-large.json").read_text())
+    del card["buffers"]
+    (tmp_path / "old-sd35.json").write_text(json.dumps(card))
+    text = (REPO / "tests" / "cost" / "data" / "strategies" / "sd35-2d.yaml").read_text()
+    (tmp_path / "old.yaml").write_text(re.sub(r"(?m)^model: .*$", "model: old-sd35.json", text))
+    done = json.loads(runner.invoke(app, ["try", str(tmp_path / "old.yaml"), "--json"]).stdout)
+    assert {c["breakdown"]["buffers"] for c in done["per_chip"]} == {0}
+    assert any("records no buffers" in w and "meshlab models import sd3.5-large" in w for w in done["warnings"])
+    shown = json.loads(runner.invoke(app, ["try", str(REPO / "strategies" / "2d.yaml"), "--json"]).stdout)
+    assert not any("records no buffers" in w for w in shown["warnings"])

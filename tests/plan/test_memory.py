@@ -350,8 +350,10 @@ def test_buffers_are_whole_on_every_chip_in_the_dtype_a_pipeline_loads_them_in()
     table = Buffer("pos_embed.pos_embed", (1, 64, 64), "bfloat16", persistent=True)  # 4,096 elements
     rotary = Buffer("rope.freqs_cos", (16, 8), "float32", persistent=False)  # 128 elements
     card = dataclasses.replace(small_card(), buffers=(table, rotary))
-    for dtype, expected in (("bfloat16", 4096 * 2 + 128 * 4), ("float32", 4096 * 4 + 128 * 4)):
-        s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, "dtype": dtype})
+    # the dtype the weights are held in: workload.dtype, or weights_dtype where they are held in another
+    for held, expected in (({"dtype": "bfloat16"}, 4096 * 2 + 128 * 4), ({"dtype": "float32"}, 4096 * 4 + 128 * 4),
+                           ({"dtype": "bfloat16", "weights_dtype": "float32"}, 4096 * 4 + 128 * 4)):
+        s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 8, **held})
         without = memory_report(make_plan(s, small_card(), 8), s, usable_hbm=10**9, reserve=0).chips
         chips = memory_report(make_plan(s, card, 8), s, usable_hbm=10**9, reserve=0).chips
         assert {c.buffers for c in chips} == {expected} and {c.buffers for c in without} == {0}
