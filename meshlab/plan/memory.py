@@ -445,7 +445,9 @@ class _Shape:
     heads_gathered: bool = False  # every head on every chip (meshlab.plan.axes.heads_gathered)
     linear_heads_gathered: bool = False  # the same for a linear attention, which no flash kernel runs
     score_buffers: ScoreBuffers = ScoreBuffers()  # math attention: where its float32 score buffers change in number
-    xla: bool = False  # XLA:TPU's program (`block_activation_bytes`' xla): softmax q, k, v not copied to float32
+    #: XLA:TPU's program (`block_activation_bytes`' xla): q, k and v not copied to float32, and where every head is
+    #: gathered, not held as the chip's projections beside the gathered ones (`_attention_elements`)
+    xla: bool = False
 
 
 def _block_elements(params, attention_by_module, plan: Plan, shape: _Shape) -> int:
@@ -469,10 +471,12 @@ def _output_elements(weight: PlannedParameter, plan: Plan, shape: _Shape) -> int
 
 
 def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
-    """q/k/v at the local tokens, plus k and v of the tokens other chips hold when a sequence axis splits them
-    (every query needs every key: the all-gather's output), the output, and scores without flash. A ring that
-    passes blocks (p2p-passes) holds its own block and the next one instead of every key; a ring of passes keeps
-    its running output in float32 (two bf16 elements each) beside the pass's.
+    """q/k/v at the local tokens (on a TPU whose program gathers every head, q, k and v of every head in their
+    place), plus k and v of the tokens other chips hold when a sequence axis splits them (every query needs every
+    key: the all-gather's output), the output, and scores without flash. A ring that passes blocks (p2p-passes)
+    holds its own block and the next one instead of every key; a ring of passes keeps its running output in float32
+    (two bf16 elements each) beside the pass's. A linear attention holds q, k and v, its float32 output of
+    head_dim + 1 rows a head, and in eager PyTorch float32 copies of q, k and v.
 
     Without flash the attention is torch's math attention (``_scaled_dot_product_attention_math``), which since
     torch 2.5 computes a bf16 or float16 attention in float32 unless
@@ -482,8 +486,8 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
     its peak (`meshlab check --backend tpu`'s at_peak) is the two score buffers and bf16 activations, no float32 q, k
     or v (2d.yaml at 1024², 3 blocks; seq8-model2.yaml there too, every head gathered, where the copies would be 229
     MiB); over the matrix at each workload's size (benchmarks/results/tpu_matrix_workload_temporaries.json)
-    pricing them put meshlab at 0.98 to 1.37x of XLA:TPU's working set, without them 0.97 to 1.15x (SANA's linear
-    attention aside, whose float32 terms are kept). XLA:TPU's program of 2d.yaml at full depth
+    pricing them put meshlab at 0.98 to 1.37x of XLA:TPU's working set, without them 0.97 to 1.15x; a linear
+    attention's (SANA's) are not held either (below). XLA:TPU's program of 2d.yaml at full depth
     (torch_xla's, 1024², v6e-8) holds two f32[6,4608,4608] buffers at its peak, 972 MiB of its 1.21 GiB of
     temporaries; with at most the chip's ``fused_softmax_keys`` keys a row, unless every head is gathered under a
     sequence split, it holds one (the softmax fused into the scores: 2d at 512² to 960², 1536 to 4096 keys, but for
@@ -509,9 +513,9 @@ def _attention_elements(attention, weights, plan: Plan, shape: _Shape) -> int:
             # v, bf16[2,70,1024,32], bf16[2,2240,1024] and bf16[2,70,33,1024], and the f32[140,33,1024] output, not
             # the projections it gathered them from)
             return (queries * heads * (3 * attention.head_dim + 1) if gathered else qkv) + output
-        if gathered:  # every head on every chip: q, k and the padded v gathered, and float32 copies of those
-            return qkv + (1 + fp32) * queries * heads * (3 * attention.head_dim + 1) + output
-        return qkv + fp32 * (qkv + queries * heads) + output  # float32 copies, v's padded with a row a head
+        # eager PyTorch (which gathers no head: meshlab.plan.axes.heads_gathered): float32 copies, v's padded with
+        # a row a head
+        return qkv + fp32 * (qkv + queries * heads) + output
     local_keys = sum(shape.local.of_stream(s) for s in attention.key_streams)
     keys = sum(shape.tokens.of_stream(s) for s in attention.key_streams)
     passes = shape.ring in ("gather-passes", "p2p-passes") and shape.ring_degree > 1

@@ -186,10 +186,13 @@ def die_with_parent(parent: int | None = None) -> None:
     import signal
 
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG, refused
+            return
     except OSError:
         return
     if parent is not None and os.getppid() != parent:
+        sys.stderr.write(f"meshlab: the process that started this one (pid {parent}) is gone; stopping\n")
+        sys.stderr.flush()
         os._exit(1)
 
 

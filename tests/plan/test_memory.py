@@ -197,12 +197,12 @@ def test_a_linear_attention_on_a_tpu_holds_no_float32_copies_of_q_k_and_v():
     card = small_card()
     card = dataclasses.replace(card, attention=tuple(dataclasses.replace(a, kind="linear") for a in card.attention))
     residual = 2 * 24 * 64
-    # one sample a chip, its head split: q, k, v (3 x 24 x 16) and the float32 output (2 x 24 x 17); the MLP's two
-    # outputs (2 x 16 x 64) are the larger phase on a TPU
-    s = strategy()
+    # one sample a chip, its head split, 16 text tokens (32 joint, so that the attention outgrows the MLPs' 2 x 16
+    # x 64): q, k, v (3 x 32 x 16) and the float32 output (2 x 32 x 17)
+    s = strategy(workload={"batch": 2, "height": 64, "width": 64, "text_tokens": 16})
     plan, tokens = make_plan(s, card, 8), token_counts(s.workload, card.architecture)
-    assert block_activation_bytes(plan, s, tokens, xla=True) == (residual + max(1152 + 816, 2 * 16 * 64)) * 2
-    assert block_activation_bytes(plan, s, tokens) == (residual + 1152 + 2 * (1152 + 24) + 816) * 2
+    assert block_activation_bytes(plan, s, tokens, xla=True) == (2 * 32 * 64 + 1536 + 1088) * 2
+    assert block_activation_bytes(plan, s, tokens) == (2 * 32 * 64 + 1536 + 2 * (1536 + 32) + 1088) * 2
     # two samples a chip, every head gathered: q, k and the padded v of 4 heads (24 x 4 x 49) and the output
     s = strategy(workload={"batch": 4, "height": 64, "width": 64, "text_tokens": 8})
     plan, tokens = make_plan(s, card, 8), token_counts(s.workload, card.architecture)

@@ -113,6 +113,7 @@ def test_a_worker_dies_with_a_parent_killed_outright():
         "from tests.runtime.protocol_worker import ActionRequest, EchoPayload; "
         f"call_worker({MODULE!r}, ActionRequest(action='sleep'), dict(os.environ), EchoPayload, "
         "progress=lambda m: print(m, flush=True))")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    children: list[int] = []
     try:
         assert parent.stdout.readline().strip() == "doing sleep"  # the worker is in its handler
         children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent_of(p) == parent.pid]
@@ -127,6 +128,8 @@ def test_a_worker_dies_with_a_parent_killed_outright():
     finally:
         parent.kill()
         parent.wait()
+        for pid in filter(_running, children):  # a worker left behind by a failure here
+            os.kill(pid, 9)
 
 
 def test_a_worker_whose_parent_died_before_it_was_armed_exits():
@@ -140,6 +143,7 @@ def test_a_worker_whose_parent_died_before_it_was_armed_exits():
     for parent, code, out in ((os.getpid(), 0, "alive\n"), (os.getpid() + 1_000_000, 1, "")):
         done = subprocess.run([sys.executable, "-c", script, str(parent)], cwd=REPO, capture_output=True, text=True)
         assert (done.returncode, done.stdout) == (code, out), done.stderr
+        assert ("is gone; stopping" in done.stderr) == (code == 1)
 
 
 def _parent_of(proc) -> int | None:
