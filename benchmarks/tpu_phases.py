@@ -15,8 +15,7 @@ import argparse
 from pathlib import Path
 
 from meshlab.check import hlo
-
-SUFFIX = ".after_optimizations-buffer-assignment.txt"
+from meshlab.workers.check_tpu import BUFFER_ASSIGNMENT, files_beside
 
 
 def main() -> None:
@@ -24,13 +23,12 @@ def main() -> None:
     parser.add_argument("dump_dir", type=Path, help="a `meshlab check --backend tpu --dump-dir` folder")
     parser.add_argument("--top", type=int, default=12, help="modules to print, the largest first")
     options = parser.parse_args()
-    assignments = sorted((options.dump_dir / "xla-dump").glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_size)
+    assignments = sorted((options.dump_dir / "xla-dump").glob(f"*{BUFFER_ASSIGNMENT}"), key=lambda p: p.stat().st_size)
     if not assignments:
         raise SystemExit(f"{options.dump_dir}: no XLA buffer assignment under xla-dump/ (run the check with "
                          "--dump-dir)")
     assignment = assignments[-1]  # the program's: the largest module the compile wrote
-    beside = {what: assignment.with_name(assignment.name.replace(SUFFIX, f".after_optimizations{what}.txt"))
-              for what in ("-live-range", "-memory-usage-report", "")}
+    beside = files_beside(assignment)
     on_chip = hlo.on_chip_colors(beside["-memory-usage-report"].read_text())
     phases = hlo.working_set_by_module(assignment.read_text(), beside["-live-range"].read_text(), on_chip,
                                        beside[""].read_text())

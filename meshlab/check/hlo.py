@@ -246,15 +246,16 @@ def _largest_operand_op_name(operands: list[str], shapes: dict[str, tuple[ArrayS
         op = made[name]
         if layer_of(op.op_name) is not None:
             return op.op_name
-        tupled = made.get(op.operands[0], _NONE).operands if op.kind == "get-tuple-element" and op.operands and \
-            made.get(op.operands[0], _NONE).kind == "tuple" else []
-        passed = callers.get(op.computation, []) if op.kind == "parameter" else []
         if op.kind in _CARRIES and len(op.operands) == 1:
             name = op.operands[0]
-        elif op.index is not None and op.index < len(tupled or passed):
-            name = (tupled or passed)[op.index]
-        else:
+            continue
+        source = made.get(op.operands[0], _NONE) if op.kind == "get-tuple-element" and op.operands else _NONE
+        # the values `op.index` picks from: a tuple's elements, or the operands a computation's caller passes
+        picked = source.operands if source.kind == "tuple" else (
+            callers.get(op.computation, []) if op.kind == "parameter" else [])
+        if op.index is None or op.index >= len(picked):
             return None
+        name = picked[op.index]
     return None
 
 

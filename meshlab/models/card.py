@@ -564,7 +564,7 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
                if version < 3 else "it records no traced rotary embeddings or q/k norms, which collectives read"
                if version < 4 else "it records no rotary embeddings of joined streams or of part of a joint sequence, "
                "nor which joins sit at a block's edges, which collectives under a sequence split read"),
-            f"regenerate it: {_regenerate_command(data)}",
+            f"regenerate it: {regenerate_command(data.get('source') or {})}",
             Location(origin),
         )
 
@@ -611,8 +611,9 @@ def card_from_json(data: dict, origin: str = "<card>") -> ModelCard:
     return card
 
 
-def _regenerate_command(data: dict) -> str:
-    preset = (data.get("source") or {}).get("preset")
+def regenerate_command(source: dict) -> str:
+    """The command that imports a card again, from its ``source``."""
+    preset = source.get("preset")
     if preset:
         return f"meshlab models import {preset} -o <card>.json"
     return "meshlab models import --config <its diffusers config.json> -o <card>.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from meshlab.models.card import ModelCard
+from meshlab.models.card import ModelCard, regenerate_command
 from meshlab.core.errors import PlanError
 from meshlab.core.mesh import AbstractMesh
 from meshlab.plan.activations import check_activation_rules
@@ -45,10 +45,9 @@ def _card_warnings(card: ModelCard) -> tuple[str, ...]:
     """A card file imported before meshlab recorded a transformer's buffers: any it has are not counted."""
     if card.buffers is not None:
         return ()
-    preset = card.source.get("preset")
-    again = f"meshlab models import {preset} -o <card>.json" if preset else "meshlab models import"
     return (f"model card {card.name!r} records no buffers (imported before meshlab recorded them): a buffer every "
-            f"chip holds, such as SD3.5's 171 MiB positional table, is not counted; regenerate it with `{again}`",)
+            f"chip holds, such as SD3.5's 171 MiB positional table, is not counted; regenerate it with "
+            f"`{regenerate_command(card.source)}`",)
 
 
 def _check_activation_axes(strategy: Strategy, mesh: AbstractMesh) -> None:

@@ -114,6 +114,17 @@ def _compile(front: str, setup: CheckSetup, devices: list, out: Path) -> dict:
             "attention_calls": dict(attention)}
 
 
+#: how XLA names a module's buffer assignment in its dump folder
+BUFFER_ASSIGNMENT = ".after_optimizations-buffer-assignment.txt"
+
+
+def files_beside(assignment: Path) -> dict[str, Path]:
+    """The files XLA dumps beside a module's buffer assignment: its live ranges ("-live-range"), memory-usage
+    report ("-memory-usage-report") and optimized program ("")."""
+    return {what: assignment.with_name(assignment.name.replace(BUFFER_ASSIGNMENT, f".after_optimizations{what}.txt"))
+            for what in ("-live-range", "-memory-usage-report", "")}
+
+
 def _largest(dump: Path, before: set[Path], suffix: str) -> Path | None:
     """The largest file named ``*<suffix>`` XLA dumped that was not there `before` this compile (the TPU program's;
     the host's small helper programs are dumped beside it). XLA:TPU writes its optimized program there itself,
@@ -130,14 +141,12 @@ def _temporaries(dump: Path, before: set[Path]) -> dict:
     each memory space (hlo.memory_space_bytes); None or empty where XLA wrote none of them."""
     from meshlab.check import hlo
 
-    suffix = ".after_optimizations-buffer-assignment.txt"
     found = {"temporaries_live_peak": None, "working_set_live_peak": None, "working_set_at_peak": [],
              "memory_spaces": {}}
-    assignment = _largest(dump, before, suffix)
+    assignment = _largest(dump, before, BUFFER_ASSIGNMENT)
     if assignment is None:
         return found
-    beside = {what: assignment.with_name(assignment.name.replace(suffix, f".after_optimizations{what}.txt"))
-              for what in ("-live-range", "-memory-usage-report", "")}
+    beside = files_beside(assignment)
     report = beside["-memory-usage-report"].read_text() if beside["-memory-usage-report"].exists() else ""
     found["memory_spaces"] = hlo.memory_space_bytes(report)
     if not beside["-live-range"].exists():

@@ -372,9 +372,9 @@ def _buffers(model: Any) -> tuple[Buffer, ...]:
     persistent where the checkpoint holds it. A buffer of a dtype a card has no name for (float64, complex) is left
     out: no shipped class has one."""
     loaded = set(model.state_dict())
-    return tuple(Buffer(name, tuple(b.shape), str(b.dtype).removeprefix("torch."), name in loaded)
-                 for name, b in model.named_buffers()
-                 if b.is_floating_point() and str(b.dtype).removeprefix("torch.") in DTYPE_BYTES)
+    named = ((name, b, str(b.dtype).removeprefix("torch.")) for name, b in model.named_buffers())
+    return tuple(Buffer(name, tuple(b.shape), dtype, name in loaded) for name, b, dtype in named
+                 if b.is_floating_point() and dtype in DTYPE_BYTES)
 
 
 def _attention(model: Any, streams: dict[str, str], offsets: dict[str, int],
